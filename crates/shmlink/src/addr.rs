@@ -1,0 +1,267 @@
+//! Addresses: `shm:`, `ux:` and `tcp:`, parsed and validated before anything touches the OS.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// The transports an address may name, by prefix.
+pub const TRANSPORTS: &[&str] = &["shm", "ux", "tcp"];
+
+/// Longest path that fits `sockaddr_un.sun_path` with its terminating NUL.
+const SUN_PATH_MAX: usize = 107;
+/// Longest name accepted for `shm:NAME` and abstract `ux:NAME` (leaves room for the
+/// rendezvous directory and the `.sock` suffix).
+const NAME_MAX: usize = 64;
+
+/// Where a Unix socket lives: a file system path or a name in the abstract namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UnixName {
+    /// A socket file.
+    Path(PathBuf),
+    /// A name in the abstract namespace (no file; visible within one network namespace).
+    Abstract(String),
+}
+
+/// A parsed address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Address {
+    /// `shm:NAME` (in the rendezvous directory), `shm:/path.sock` or `shm:@name`.
+    Shm {
+        /// The rendezvous socket.
+        socket: UnixName,
+        /// The text the user gave after `shm:`.
+        text: String,
+    },
+    /// `ux:name` (abstract) or `ux:/path`: Unix `SOCK_SEQPACKET`.
+    Ux(UnixName),
+    /// `tcp:HOST:PORT`.
+    Tcp {
+        /// Host name or IP literal (IPv6 without brackets).
+        host: String,
+        /// Port number; 0 lets the OS choose when binding.
+        port: u16,
+    },
+}
+
+impl Address {
+    /// Parses `text`; `shm:NAME` is resolved against the rendezvous directory
+    /// ([`rendezvous_dir`]).
+    pub fn parse(text: &str) -> Result<Address> {
+        let bad = |why: &str| {
+            Error::new(
+                ErrorKind::InvalidAddress,
+                format!("invalid address {text:?}: {why}"),
+            )
+        };
+        let Some((prefix, rest)) = text.split_once(':') else {
+            return Err(bad(&format!(
+                "missing transport prefix (expected one of {})",
+                prefixes()
+            )));
+        };
+        match prefix {
+            "shm" => {
+                let socket = if let Some(name) = rest.strip_prefix('@') {
+                    UnixName::Abstract(check_name(name).map_err(|w| bad(&w))?)
+                } else if rest.starts_with('/') {
+                    UnixName::Path(check_path(rest).map_err(|w| bad(&w))?)
+                } else {
+                    let name = check_name(rest).map_err(|w| bad(&w))?;
+                    let path = rendezvous_dir().join(format!("{name}.sock"));
+                    let path = check_path(path.to_str().ok_or_else(|| bad("non-UTF-8 path"))?)
+                        .map_err(|w| bad(&w))?;
+                    UnixName::Path(path)
+                };
+                Ok(Address::Shm {
+                    socket,
+                    text: rest.to_string(),
+                })
+            }
+            "ux" => {
+                if rest.starts_with('/') {
+                    Ok(Address::Ux(UnixName::Path(
+                        check_path(rest).map_err(|w| bad(&w))?,
+                    )))
+                } else {
+                    Ok(Address::Ux(UnixName::Abstract(
+                        check_name(rest).map_err(|w| bad(&w))?,
+                    )))
+                }
+            }
+            "tcp" => {
+                let (host, port) = rest
+                    .rsplit_once(':')
+                    .ok_or_else(|| bad("expected tcp:HOST:PORT"))?;
+                let host = host
+                    .strip_prefix('[')
+                    .and_then(|h| h.strip_suffix(']'))
+                    .unwrap_or(host);
+                if host.is_empty() {
+                    return Err(bad("empty host"));
+                }
+                if host.contains(['/', '\0', ' ']) {
+                    return Err(bad("host contains '/', NUL or space"));
+                }
+                let port = port
+                    .parse::<u16>()
+                    .map_err(|_| bad(&format!("port {port:?} is not a number in 0..=65535")))?;
+                Ok(Address::Tcp {
+                    host: host.to_string(),
+                    port,
+                })
+            }
+            other => Err(bad(&format!(
+                "unknown transport {other:?} (expected one of {})",
+                prefixes()
+            ))),
+        }
+    }
+
+    /// The transport's prefix (`"shm"`, `"ux"`, `"tcp"`).
+    pub fn transport(&self) -> &'static str {
+        match self {
+            Address::Shm { .. } => "shm",
+            Address::Ux(_) => "ux",
+            Address::Tcp { .. } => "tcp",
+        }
+    }
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Address::Shm { text, .. } => write!(f, "shm:{text}"),
+            Address::Ux(UnixName::Path(p)) => write!(f, "ux:{}", p.display()),
+            Address::Ux(UnixName::Abstract(n)) => write!(f, "ux:{n}"),
+            Address::Tcp { host, port } if host.contains(':') => write!(f, "tcp:[{host}]:{port}"),
+            Address::Tcp { host, port } => write!(f, "tcp:{host}:{port}"),
+        }
+    }
+}
+
+fn prefixes() -> String {
+    TRANSPORTS
+        .iter()
+        .map(|t| format!("{t}:"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn check_name(name: &str) -> std::result::Result<String, String> {
+    if name.is_empty() {
+        return Err("empty name".into());
+    }
+    if name.len() > NAME_MAX {
+        return Err(format!("name longer than {NAME_MAX} bytes"));
+    }
+    if name == "." || name == ".." {
+        return Err("name may not be '.' or '..'".into());
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "-_.+@=,".contains(*c)))
+    {
+        return Err(format!(
+            "name contains {c:?} (allowed: letters, digits and -_.+@=,)"
+        ));
+    }
+    Ok(name.to_string())
+}
+
+fn check_path(path: &str) -> std::result::Result<PathBuf, String> {
+    if path.len() > SUN_PATH_MAX {
+        return Err(format!(
+            "socket path longer than {SUN_PATH_MAX} bytes (the Unix socket limit)"
+        ));
+    }
+    if path.contains('\0') {
+        return Err("path contains NUL".into());
+    }
+    if path.ends_with('/') {
+        return Err("path names a directory".into());
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// The rendezvous directory for `shm:NAME`: `$SHMLINK_DIR`, else
+/// `$XDG_RUNTIME_DIR/shmlink`, else `/tmp/shmlink-<uid>`.
+pub fn rendezvous_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SHMLINK_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        return Path::new(&d).join("shmlink");
+    }
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    PathBuf::from(format!("/tmp/shmlink-{uid}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(text: &str) -> ErrorKind {
+        Address::parse(text).unwrap_err().kind()
+    }
+
+    #[test]
+    fn parses_every_form() {
+        assert_eq!(
+            Address::parse("ux:/tmp/a.sock").unwrap(),
+            Address::Ux(UnixName::Path("/tmp/a.sock".into()))
+        );
+        assert_eq!(
+            Address::parse("ux:abc").unwrap(),
+            Address::Ux(UnixName::Abstract("abc".into()))
+        );
+        assert_eq!(
+            Address::parse("tcp:[::1]:80").unwrap(),
+            Address::Tcp {
+                host: "::1".into(),
+                port: 80
+            }
+        );
+        assert_eq!(
+            Address::parse("tcp:[::1]:80").unwrap().to_string(),
+            "tcp:[::1]:80"
+        );
+        let a = Address::parse("shm:@x").unwrap();
+        assert_eq!(a.to_string(), "shm:@x");
+        let Address::Shm {
+            socket: UnixName::Path(p),
+            ..
+        } = Address::parse("shm:chan").unwrap()
+        else {
+            panic!("shm:NAME must resolve to a path");
+        };
+        assert!(p.ends_with("chan.sock"));
+    }
+
+    #[test]
+    fn rejects_bad_addresses_with_the_address_in_the_message() {
+        for bad in [
+            "foo:bar",
+            "nocolon",
+            "shm:",
+            "ux:",
+            "shm:a/b",
+            "shm:..",
+            "tcp:host",
+            "tcp::80",
+            "tcp:h:99999",
+            "shm:@",
+        ] {
+            let e = Address::parse(bad).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidAddress, "{bad}");
+            assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
+        }
+        assert!(Address::parse("foo:bar")
+            .unwrap_err()
+            .to_string()
+            .contains("shm:, ux:, tcp:"));
+        assert_eq!(kind(&format!("ux:/{}", "x".repeat(200))), ErrorKind::InvalidAddress);
+        assert_eq!(kind(&format!("shm:{}", "x".repeat(65))), ErrorKind::InvalidAddress);
+    }
+}

@@ -1,0 +1,377 @@
+//! The public API: [`Listener`], [`Connection`] and the in-place send/receive guards.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+
+use crate::addr::Address;
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::Options;
+use crate::transport::{self, ConnOps, ListenerOps};
+
+/// Per-connection message and byte counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Messages sent.
+    pub msgs_out: u64,
+    /// Payload bytes sent.
+    pub bytes_out: u64,
+    /// Messages received.
+    pub msgs_in: u64,
+    /// Payload bytes received.
+    pub bytes_in: u64,
+}
+
+/// A server socket: binds an address and accepts connections.
+///
+/// ```
+/// # let dir = tempfile_dir();
+/// # std::env::set_var("SHMLINK_DIR", &dir);
+/// use shmlink::{Connection, Listener, Options};
+/// let mut listener = Listener::bind("shm:doc-listener", &Options::default())?;
+/// let client = std::thread::spawn(|| -> shmlink::Result<Vec<u8>> {
+///     let mut c = Connection::connect("shm:doc-listener", &Options::default())?;
+///     c.send(b"ping")?;
+///     c.recv_vec()
+/// });
+/// let mut server = listener.accept()?;
+/// let ping = server.recv_vec()?;
+/// server.send(&ping)?;
+/// assert_eq!(client.join().unwrap()?, b"ping");
+/// # Ok::<(), shmlink::Error>(())
+/// # fn tempfile_dir() -> std::path::PathBuf {
+/// #     let d = std::env::temp_dir().join(format!("shmlink-doc-{}", std::process::id()));
+/// #     std::fs::create_dir_all(&d).unwrap();
+/// #     d
+/// # }
+/// ```
+pub struct Listener {
+    ops: Box<dyn ListenerOps>,
+    nonblocking: bool,
+}
+
+impl Listener {
+    /// Binds `addr` (`shm:NAME`, `ux:NAME`, `tcp:HOST:PORT`, …).
+    pub fn bind(addr: &str, opts: &Options) -> Result<Listener> {
+        opts.validate()?;
+        let parsed = Address::parse(addr)?;
+        let ops = (transport::lookup(&parsed)?.bind)(&parsed, opts)
+            .map_err(|e| e.context(format_args!("bind {addr}")))?;
+        Ok(Listener {
+            ops,
+            nonblocking: false,
+        })
+    }
+
+    /// Waits for the next client and completes its handshake. Clients that fail the
+    /// handshake are refused with a reason and skipped; the listener keeps serving.
+    /// In non-blocking mode, returns [`ErrorKind::WouldBlock`] when no client is ready.
+    pub fn accept(&mut self) -> Result<Connection> {
+        let ops = self.ops.accept(!self.nonblocking)?;
+        Ok(Connection::from_ops(ops))
+    }
+
+    /// Switches non-blocking mode; the listener's fd is readable when `accept` may succeed.
+    pub fn set_nonblocking(&mut self, nonblocking: bool) {
+        self.nonblocking = nonblocking;
+    }
+
+    /// The bound address (for `tcp:HOST:0`, with the port the OS chose).
+    pub fn local_addr(&self) -> String {
+        self.ops.local_addr()
+    }
+}
+
+impl AsFd for Listener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.ops.fd()
+    }
+}
+
+impl AsRawFd for Listener {
+    fn as_raw_fd(&self) -> RawFd {
+        self.ops.fd().as_raw_fd()
+    }
+}
+
+impl fmt::Debug for Listener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Listener")
+            .field("addr", &self.local_addr())
+            .finish()
+    }
+}
+
+/// A connection: reliable, ordered, message-boundary-preserving, flow-controlled.
+///
+/// Blocking by default; in non-blocking mode calls return [`ErrorKind::WouldBlock`] and the
+/// connection's fd ([`AsRawFd`]) becomes readable when it is worth calling again or the
+/// peer is gone. Zero-length messages are valid messages; the end of the stream is
+/// reported as [`ErrorKind::EndOfStream`], never as a length of 0.
+pub struct Connection {
+    ops: Box<dyn ConnOps>,
+    nonblocking: bool,
+    counters: Counters,
+    closed: bool,
+}
+
+impl Connection {
+    fn from_ops(ops: Box<dyn ConnOps>) -> Connection {
+        Connection {
+            ops,
+            nonblocking: false,
+            counters: Counters::default(),
+            closed: false,
+        }
+    }
+
+    /// Connects to `addr`, waiting at most the connect timeout for the handshake.
+    pub fn connect(addr: &str, opts: &Options) -> Result<Connection> {
+        opts.validate()?;
+        let parsed = Address::parse(addr)?;
+        let ops = (transport::lookup(&parsed)?.connect)(&parsed, opts)
+            .map_err(|e| e.context(format_args!("connect {addr}")))?;
+        Ok(Connection::from_ops(ops))
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed {
+            return Err(Error::new(ErrorKind::Closed, "connection already closed"));
+        }
+        Ok(())
+    }
+
+    fn check_size(&self, n: usize) -> Result<()> {
+        let max = self.ops.max_send_size();
+        if n > max {
+            return Err(Error::new(
+                ErrorKind::MessageTooLarge,
+                format!(
+                    "message of {n} bytes exceeds the maximum of {max} bytes on {}",
+                    self.ops.peer_addr()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Sends one message. Blocks while the peer's receive window is full (flow control).
+    pub fn send(&mut self, msg: &[u8]) -> Result<()> {
+        self.check_open()?;
+        self.check_size(msg.len())?;
+        self.ops.send(msg, !self.nonblocking)?;
+        self.counters.msgs_out += 1;
+        self.counters.bytes_out += msg.len() as u64;
+        Ok(())
+    }
+
+    /// Reserves room for a message of `n` bytes to fill in place; send it with
+    /// [`SendBuf::commit`]. On `shm:` the bytes are written straight into the ring when
+    /// the message fits in one record (half the ring); larger messages are staged.
+    ///
+    /// ```
+    /// # fn demo(conn: &mut shmlink::Connection) -> shmlink::Result<()> {
+    /// let mut buf = conn.reserve(8)?;
+    /// buf.copy_from_slice(&42u64.to_le_bytes());
+    /// buf.commit()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn reserve(&mut self, n: usize) -> Result<SendBuf<'_>> {
+        self.check_open()?;
+        self.check_size(n)?;
+        self.ops.reserve(n, !self.nonblocking)?;
+        Ok(SendBuf {
+            conn: self,
+            len: n,
+            done: false,
+        })
+    }
+
+    fn next(&mut self) -> Result<usize> {
+        self.check_open()?;
+        self.ops.recv_next(!self.nonblocking)
+    }
+
+    fn count_in(&mut self, n: usize) {
+        self.counters.msgs_in += 1;
+        self.counters.bytes_in += n as u64;
+    }
+
+    /// Receives one message into `buf`; returns its length. If the message does not fit,
+    /// returns [`ErrorKind::MessageTooLarge`] and leaves it queued, so nothing is lost.
+    pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let n = self.next()?;
+        if n > buf.len() {
+            return Err(Error::new(
+                ErrorKind::MessageTooLarge,
+                format!(
+                    "message of {n} bytes does not fit the {}-byte buffer (still queued)",
+                    buf.len()
+                ),
+            ));
+        }
+        buf[..n].copy_from_slice(self.ops.current());
+        self.ops.release();
+        self.count_in(n);
+        Ok(n)
+    }
+
+    /// Receives one message into a new vector.
+    pub fn recv_vec(&mut self) -> Result<Vec<u8>> {
+        let n = self.next()?;
+        self.count_in(n);
+        Ok(self.ops.take_current())
+    }
+
+    /// Receives one message and lends it in place (in the shared-memory ring on `shm:`);
+    /// it is consumed when the guard drops.
+    ///
+    /// ```
+    /// # fn demo(conn: &mut shmlink::Connection) -> shmlink::Result<()> {
+    /// let msg = conn.recv_ref()?;
+    /// println!("{} bytes, first {:?}", msg.len(), msg.first());
+    /// drop(msg); // frees the ring space
+    /// # Ok(()) }
+    /// ```
+    pub fn recv_ref(&mut self) -> Result<RecvBuf<'_>> {
+        let n = self.next()?;
+        self.count_in(n);
+        Ok(RecvBuf { conn: self })
+    }
+
+    /// Switches non-blocking mode.
+    pub fn set_nonblocking(&mut self, nonblocking: bool) {
+        self.nonblocking = nonblocking;
+    }
+
+    /// Whether the connection is in non-blocking mode.
+    pub fn is_nonblocking(&self) -> bool {
+        self.nonblocking
+    }
+
+    /// Closes gracefully: the peer receives every message sent before, then
+    /// [`ErrorKind::EndOfStream`]. Dropping a connection closes it the same way.
+    pub fn close(mut self) -> Result<()> {
+        self.closed = true;
+        self.ops.close()
+    }
+
+    /// Message and byte counters.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Largest message `send` accepts on this connection (both sides' limits applied).
+    pub fn max_msg_size(&self) -> usize {
+        self.ops.max_send_size()
+    }
+
+    /// The transport's name (`"shm"`, `"ux"`, `"tcp"`).
+    pub fn transport(&self) -> &'static str {
+        let addr = self.ops.local_addr();
+        transport::REGISTRY
+            .iter()
+            .map(|t| t.name)
+            .find(|name| addr.strip_prefix(name).is_some_and(|r| r.starts_with(':')))
+            .unwrap_or("?")
+    }
+
+    /// Our address.
+    pub fn local_addr(&self) -> String {
+        self.ops.local_addr()
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> String {
+        self.ops.peer_addr()
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if !self.closed {
+            self.closed = true;
+            let _ = self.ops.close();
+        }
+    }
+}
+
+impl AsFd for Connection {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.ops.fd()
+    }
+}
+
+impl AsRawFd for Connection {
+    fn as_raw_fd(&self) -> RawFd {
+        self.ops.fd().as_raw_fd()
+    }
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("local", &self.local_addr())
+            .field("peer", &self.peer_addr())
+            .field("counters", &self.counters)
+            .finish()
+    }
+}
+
+/// Room for one outgoing message, written in place; [`commit`](SendBuf::commit) sends it,
+/// dropping it sends nothing.
+pub struct SendBuf<'a> {
+    conn: &'a mut Connection,
+    len: usize,
+    done: bool,
+}
+
+impl SendBuf<'_> {
+    /// Sends the message.
+    pub fn commit(mut self) -> Result<()> {
+        self.done = true;
+        self.conn.ops.commit()?;
+        self.conn.counters.msgs_out += 1;
+        self.conn.counters.bytes_out += self.len as u64;
+        Ok(())
+    }
+}
+
+impl Deref for SendBuf<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.conn.ops.reserved()
+    }
+}
+
+impl DerefMut for SendBuf<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.conn.ops.reserved_mut()
+    }
+}
+
+impl Drop for SendBuf<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.conn.ops.abort_reserve();
+        }
+    }
+}
+
+/// A received message lent in place; consumed when dropped.
+pub struct RecvBuf<'a> {
+    conn: &'a mut Connection,
+}
+
+impl Deref for RecvBuf<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.conn.ops.current()
+    }
+}
+
+impl Drop for RecvBuf<'_> {
+    fn drop(&mut self) {
+        self.conn.ops.release();
+    }
+}

@@ -1,0 +1,61 @@
+//! shmlink: fast, reliable messaging between processes that share a Linux kernel.
+//!
+//! A [`Connection`] carries messages — reliable, in order, with boundaries and flow
+//! control — over one of several transports named by the address prefix:
+//!
+//! | address | transport |
+//! |---|---|
+//! | `shm:NAME`, `shm:/path.sock`, `shm:@name` | shared-memory rings (a sealed memfd per connection) |
+//! | `ux:NAME` (abstract), `ux:/path` | Unix `SOCK_SEQPACKET` |
+//! | `tcp:HOST:PORT` | TCP, length-prefixed frames, `TCP_NODELAY` |
+//!
+//! On `shm:` sending and receiving between awake peers touches only shared memory; system
+//! calls happen only to sleep and to wake a sleeper. Every connection exposes one fd for
+//! event loops, and a peer's death is reported as [`ErrorKind::ConnectionReset`].
+//!
+//! ```
+//! # std::env::set_var("SHMLINK_DIR", std::env::temp_dir().join(format!("shmlink-doc-{}", std::process::id())));
+//! use shmlink::{Connection, ErrorKind, Listener, Options};
+//!
+//! let mut listener = Listener::bind("shm:hello", &Options::default())?;
+//! let server = std::thread::spawn(move || -> shmlink::Result<()> {
+//!     let mut conn = listener.accept()?;
+//!     loop {
+//!         match conn.recv_vec() {
+//!             Ok(msg) => conn.send(&msg)?, // echo
+//!             Err(e) if e.kind() == ErrorKind::EndOfStream => return Ok(()),
+//!             Err(e) => return Err(e),
+//!         }
+//!     }
+//! });
+//!
+//! let mut conn = Connection::connect("shm:hello", &Options::default())?;
+//! conn.send(b"hello")?;
+//! let mut buf = [0u8; 64];
+//! let n = conn.recv(&mut buf)?;
+//! assert_eq!(&buf[..n], b"hello");
+//! conn.close()?;
+//! server.join().unwrap()?;
+//! # Ok::<(), shmlink::Error>(())
+//! ```
+#![warn(missing_docs)]
+
+mod addr;
+mod conn;
+mod error;
+mod notify;
+mod options;
+mod ring;
+mod sync;
+mod sys;
+mod transport;
+
+#[doc(hidden)]
+pub mod testing;
+
+pub use addr::{rendezvous_dir, Address, UnixName, TRANSPORTS};
+pub use conn::{Connection, Counters, Listener, RecvBuf, SendBuf};
+pub use error::{Error, ErrorKind, Result};
+pub use options::{Options, WaitPolicy, MAX_MSG_SIZE_LIMIT, MAX_RING_SIZE, MIN_RING_SIZE};
+
+pub use sys::{cpu_time, pin_to_cpu};

@@ -1,0 +1,1 @@
+//! Waiting: spin, then yield, then park (DESIGN §4).

@@ -1,0 +1,501 @@
+//! Single-producer single-consumer rings of variable-length records in shared memory.
+//!
+//! A ring is a control block ([`RingCtl`]) and a data area of `cap` bytes (a power of two)
+//! that is mapped twice back to back, so a record starting anywhere in the first copy is
+//! contiguous. Producer and consumer positions (`tail`, `head`) are monotonically
+//! increasing 64-bit byte counters on separate cache lines; each side caches the other's
+//! position and reloads it only when the cached value says "full" or "empty" (rtrb's
+//! `cached_head`/`cached_tail`).
+//!
+//! A record is an 8-byte header — payload length (`u32`, little endian) and flags (`u32`) —
+//! followed by the payload, padded to 8 bytes. A message that does not fit in one record
+//! is split: the first fragment has [`FLAG_FIRST`] | [`FLAG_MORE`] and starts with the
+//! message's total length (`u64`), middle fragments have [`FLAG_MORE`], the last has no
+//! flag.
+//!
+//! # Waking (DESIGN §4)
+//!
+//! A side that is about to sleep sets its `*_waiting` flag, issues a full fence and checks
+//! the ring again ([`Consumer::arm`], [`Producer::arm`]). A side that makes progress
+//! publishes its position, issues a full fence and reads the other side's flag
+//! ([`Producer::commit`], [`Consumer::advance`] return `true` when the peer must be
+//! woken). Whichever of the two fences comes second sees the other side's store, so either
+//! the sleeper sees the progress or the waker sees the flag: no lost wake-up. The flag is
+//! cleared by the waker (swap), so each announcement costs at most one wake-up.
+//!
+//! # Hostile peers
+//!
+//! The peer may write anything into the control block and data area at any time. Every
+//! position and record header is read once into a local, validated against what this side
+//! knows (monotonicity, alignment, capacity, bytes available), and a bad value becomes
+//! [`ErrorKind::ProtocolViolation`](crate::ErrorKind::ProtocolViolation). Reads and writes
+//! stay within the doubly-mapped `2 * cap` bytes whatever the peer does.
+
+use std::ptr::NonNull;
+
+use crate::error::{Error, Result};
+use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
+
+#[cfg(all(test, loom))]
+mod loom_model;
+
+/// Size of a record header.
+pub const HEADER: usize = 8;
+/// Records start at multiples of this.
+pub const ALIGN: usize = 8;
+/// More fragments of this message follow.
+pub const FLAG_MORE: u32 = 1;
+/// First fragment of a split message; its payload starts with the total length (`u64`).
+pub const FLAG_FIRST: u32 = 2;
+const KNOWN_FLAGS: u32 = FLAG_MORE | FLAG_FIRST;
+
+/// Bytes a record with `len` payload bytes occupies.
+pub const fn record_size(len: usize) -> usize {
+    (HEADER + len + ALIGN - 1) & !(ALIGN - 1)
+}
+
+/// One cache line (two on CPUs with adjacent-line prefetch), so that fields written by
+/// different sides never share a line.
+#[repr(C, align(128))]
+struct Line<T>(T);
+
+/// The shared control block of one ring. Lives in shared memory; an all-zero block is a
+/// valid empty ring.
+#[repr(C)]
+pub struct RingCtl {
+    /// Bytes ever published by the producer.
+    tail: Line<AtomicU64>,
+    /// Bytes ever consumed by the consumer.
+    head: Line<AtomicU64>,
+    /// Set by the consumer before it sleeps waiting for data; cleared by whoever wakes it.
+    consumer_waiting: Line<AtomicU32>,
+    /// Set by the producer before it sleeps waiting for space; cleared by whoever wakes it.
+    producer_waiting: Line<AtomicU32>,
+    /// Set by the producer after its last record: graceful end of stream.
+    closed: Line<AtomicU32>,
+}
+
+impl RingCtl {
+    /// An empty control block (for rings in process memory and tests).
+    pub fn new() -> RingCtl {
+        RingCtl {
+            tail: Line(AtomicU64::new(0)),
+            head: Line(AtomicU64::new(0)),
+            consumer_waiting: Line(AtomicU32::new(0)),
+            producer_waiting: Line(AtomicU32::new(0)),
+            closed: Line(AtomicU32::new(0)),
+        }
+    }
+}
+
+impl Default for RingCtl {
+    fn default() -> Self {
+        RingCtl::new()
+    }
+}
+
+/// Full fence, then take the other side's waiting flag.
+fn take_waiter(flag: &AtomicU32) -> bool {
+    // SYNC POINT (notify): pairs with the fence in `arm` on the other side. Our position
+    // store (Release) precedes this fence and the flag load follows it; the sleeper's flag
+    // store precedes its fence and its position load follows. Of two SeqCst fences one is
+    // first, so at least one side sees the other's store: no lost wake-up.
+    fence(Ordering::SeqCst);
+    flag.load(Ordering::Relaxed) != 0 && flag.swap(0, Ordering::Relaxed) != 0
+}
+
+/// Announce sleep: set the flag, then full fence (the check that follows is the caller's).
+fn announce(flag: &AtomicU32) {
+    flag.store(1, Ordering::Relaxed);
+    // SYNC POINT (notify): pairs with the fence in `take_waiter` on the other side.
+    fence(Ordering::SeqCst);
+}
+
+/// Where a ring lives: its control block and its (doubly mapped) data area.
+#[derive(Clone, Copy)]
+pub struct RingRef {
+    ctl: NonNull<RingCtl>,
+    data: NonNull<u8>,
+    cap: usize,
+}
+
+// SAFETY: a RingRef is two pointers into shared memory that is valid for as long as the
+// owner of the mapping keeps it (see `RingRef::new`); all shared fields are atomics.
+unsafe impl Send for RingRef {}
+
+impl RingRef {
+    /// # Safety
+    /// `ctl` must point to a `RingCtl` (or zeroed memory of its size, 128-aligned) and
+    /// `data` to `2 * cap` readable and writable bytes, 8-aligned, whose second half
+    /// mirrors the first; both must stay valid as long as any Producer or Consumer built
+    /// from this RingRef lives. `cap` must be a power of two ≥ 64.
+    pub unsafe fn new(ctl: NonNull<RingCtl>, data: NonNull<u8>, cap: usize) -> RingRef {
+        debug_assert!(cap.is_power_of_two() && cap >= 64);
+        debug_assert!(ctl.as_ptr() as usize % 128 == 0 && data.as_ptr() as usize % ALIGN == 0);
+        RingRef { ctl, data, cap }
+    }
+
+    fn ctl(&self) -> &RingCtl {
+        // SAFETY: valid for the RingRef's life (contract of `new`); only atomics inside.
+        unsafe { self.ctl.as_ref() }
+    }
+
+    /// Data area at position `pos` (wrapped into the first copy).
+    fn at(&self, pos: u64) -> NonNull<u8> {
+        // SAFETY: the offset is below `cap`, inside the data area (contract of `new`).
+        unsafe { self.data.add(pos as usize & (self.cap - 1)) }
+    }
+
+    /// The capacity in bytes.
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// The largest record (header included) a producer writes in one piece: half the ring,
+    /// so that the producer can fill one half while the consumer drains the other.
+    pub fn max_record(&self) -> usize {
+        self.cap / 2
+    }
+}
+
+/// The writing end of a ring.
+pub struct Producer {
+    ring: RingRef,
+    /// Our position; the shared `tail` only ever receives this value.
+    tail: u64,
+    /// The consumer's position as last read and validated.
+    cached_head: u64,
+}
+
+impl Producer {
+    /// The producer of a fresh (all-zero) ring.
+    pub fn new(ring: RingRef) -> Producer {
+        Producer {
+            ring,
+            tail: 0,
+            cached_head: 0,
+        }
+    }
+
+    /// The ring.
+    pub fn ring(&self) -> &RingRef {
+        &self.ring
+    }
+
+    /// Free bytes according to the cached head.
+    fn free(&self) -> usize {
+        self.ring.cap - (self.tail - self.cached_head) as usize
+    }
+
+    /// Reloads and validates the consumer's position.
+    fn refresh_head(&mut self) -> Result<()> {
+        // SYNC POINT (data): Acquire pairs with the Release store in `Consumer::advance`:
+        // the consumer has finished reading every byte before `head`, so we may reuse it.
+        let head = self.ring.ctl().head.0.load(Ordering::Acquire);
+        if head < self.cached_head || head > self.tail || head % ALIGN as u64 != 0 {
+            return Err(Error::violation(format!(
+                "ring head {head} invalid (previous {}, tail {})",
+                self.cached_head, self.tail
+            )));
+        }
+        self.cached_head = head;
+        Ok(())
+    }
+
+    /// Whether `need` bytes are free, reloading the head if the cache says no.
+    pub fn has_room(&mut self, need: usize) -> Result<bool> {
+        if self.free() >= need {
+            return Ok(true);
+        }
+        self.refresh_head()?;
+        Ok(self.free() >= need)
+    }
+
+    /// Where the payload of a record with `len` bytes goes, if there is room for it.
+    /// `record_size(len)` must not exceed [`RingRef::max_record`].
+    pub fn try_reserve(&mut self, len: usize) -> Result<Option<NonNull<u8>>> {
+        debug_assert!(record_size(len) <= self.ring.max_record());
+        if !self.has_room(record_size(len))? {
+            return Ok(None);
+        }
+        // SAFETY: the header starts below `cap` and the record is at most cap/2 bytes, so
+        // it lies within the 2*cap mapped bytes.
+        Ok(Some(unsafe { self.ring.at(self.tail).add(HEADER) }))
+    }
+
+    /// Publishes the record reserved by the last successful [`try_reserve`] with `len`
+    /// payload bytes (the same `len`) and `flags`. Returns whether the consumer announced
+    /// sleep and must be woken.
+    ///
+    /// [`try_reserve`]: Producer::try_reserve
+    pub fn commit(&mut self, len: usize, flags: u32) -> bool {
+        let word = len as u64 | (flags as u64) << 32;
+        // SAFETY: `try_reserve` checked there is room for the record at `tail`; the header
+        // slot is 8-aligned because positions are multiples of 8.
+        unsafe { self.ring.at(self.tail).cast::<u64>().write_volatile(word.to_le()) };
+        self.tail += record_size(len) as u64;
+        // SYNC POINT (data): Release pairs with the Acquire load in `Consumer::refresh_tail`:
+        // the header and payload written above are visible before the new tail is.
+        self.ring.ctl().tail.0.store(self.tail, Ordering::Release);
+        take_waiter(&self.ring.ctl().consumer_waiting.0)
+    }
+
+    /// Announces that the producer will sleep until `need` bytes are free, then checks
+    /// again. `Ok(true)`: room appeared, do not sleep (the announcement is withdrawn).
+    pub fn arm(&mut self, need: usize) -> Result<bool> {
+        let ring = self.ring;
+        announce(&ring.ctl().producer_waiting.0);
+        self.refresh_head()?;
+        let room = self.free() >= need;
+        if room {
+            ring.ctl().producer_waiting.0.store(0, Ordering::Relaxed);
+        }
+        Ok(room)
+    }
+
+    /// Marks the end of the stream after the last record. Returns whether the consumer
+    /// must be woken.
+    pub fn close(&mut self) -> bool {
+        // SYNC POINT (close): Release pairs with the Acquire in `Consumer::peer_closed`:
+        // a consumer that sees `closed` also sees every record published before it.
+        self.ring.ctl().closed.0.store(1, Ordering::Release);
+        take_waiter(&self.ring.ctl().consumer_waiting.0)
+    }
+}
+
+/// A record as the consumer sees it: validated header and payload location.
+#[derive(Clone, Copy, Debug)]
+pub struct Record {
+    /// Payload start.
+    pub ptr: NonNull<u8>,
+    /// Payload length.
+    pub len: usize,
+    /// Flags ([`FLAG_MORE`], [`FLAG_FIRST`]).
+    pub flags: u32,
+}
+
+impl Record {
+    /// Bytes the record occupies in the ring.
+    pub fn size(&self) -> usize {
+        record_size(self.len)
+    }
+}
+
+/// The reading end of a ring.
+pub struct Consumer {
+    ring: RingRef,
+    /// Our position; the shared `head` only ever receives this value.
+    head: u64,
+    /// The producer's position as last read and validated.
+    cached_tail: u64,
+}
+
+impl Consumer {
+    /// The consumer of a fresh (all-zero) ring.
+    pub fn new(ring: RingRef) -> Consumer {
+        Consumer {
+            ring,
+            head: 0,
+            cached_tail: 0,
+        }
+    }
+
+    /// Reloads and validates the producer's position.
+    fn refresh_tail(&mut self) -> Result<()> {
+        // SYNC POINT (data): Acquire pairs with the Release store in `Producer::commit`:
+        // every record before `tail` is completely written.
+        let tail = self.ring.ctl().tail.0.load(Ordering::Acquire);
+        if tail < self.cached_tail
+            || tail - self.head > self.ring.cap as u64
+            || tail % ALIGN as u64 != 0
+        {
+            return Err(Error::violation(format!(
+                "ring tail {tail} invalid (previous {}, head {}, capacity {})",
+                self.cached_tail, self.head, self.ring.cap
+            )));
+        }
+        self.cached_tail = tail;
+        Ok(())
+    }
+
+    /// Whether a record is available, reloading the tail if the cache says empty.
+    pub fn has_data(&mut self) -> Result<bool> {
+        if self.head != self.cached_tail {
+            return Ok(true);
+        }
+        self.refresh_tail()?;
+        Ok(self.head != self.cached_tail)
+    }
+
+    /// The next record, validated, or `None` if the ring is empty.
+    pub fn peek(&mut self) -> Result<Option<Record>> {
+        if !self.has_data()? {
+            return Ok(None);
+        }
+        let at = self.ring.at(self.head);
+        // Read the header once into a local; everything below uses the local copy.
+        // SAFETY: `head` is 8-aligned and below the validated tail, so an 8-byte header
+        // inside the mapping starts here.
+        let word = u64::from_le(unsafe { at.cast::<u64>().read_volatile() });
+        let len = (word & 0xffff_ffff) as usize;
+        let flags = (word >> 32) as u32;
+        let available = (self.cached_tail - self.head) as usize;
+        if flags & !KNOWN_FLAGS != 0 || record_size(len) > available {
+            return Err(Error::violation(format!(
+                "bad record header at {}: length {len}, flags {flags:#x}, {available} bytes published",
+                self.head
+            )));
+        }
+        Ok(Some(Record {
+            // SAFETY: the record (≤ available ≤ cap bytes from a start below cap) lies in
+            // the 2*cap mapped bytes.
+            ptr: unsafe { at.add(HEADER) },
+            len,
+            flags,
+        }))
+    }
+
+    /// Consumes `bytes` (the size of the record(s) just read). Returns whether the
+    /// producer announced sleep and must be woken.
+    pub fn advance(&mut self, bytes: usize) -> bool {
+        debug_assert!(self.head + bytes as u64 <= self.cached_tail);
+        self.head += bytes as u64;
+        // SYNC POINT (data): Release pairs with the Acquire load in `Producer::refresh_head`.
+        self.ring.ctl().head.0.store(self.head, Ordering::Release);
+        take_waiter(&self.ring.ctl().producer_waiting.0)
+    }
+
+    /// Announces that the consumer will sleep until data arrives, then checks again.
+    /// `Ok(true)`: data appeared, do not sleep (the announcement is withdrawn).
+    pub fn arm(&mut self) -> Result<bool> {
+        let ring = self.ring;
+        announce(&ring.ctl().consumer_waiting.0);
+        let data = self.has_data()?;
+        if data {
+            ring.ctl().consumer_waiting.0.store(0, Ordering::Relaxed);
+        }
+        Ok(data)
+    }
+
+    /// Whether the producer marked the end of the stream. Check [`Consumer::has_data`]
+    /// after this returns `true`: records published before the mark are still readable.
+    pub fn peer_closed(&self) -> bool {
+        // SYNC POINT (close): Acquire pairs with the Release in `Producer::close`.
+        self.ring.ctl().closed.0.load(Ordering::Acquire) != 0
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A ring in process memory, its data area mirrored by hand (tests only write
+    /// records that do not cross the end, or check through the mirror explicitly).
+    pub(crate) struct HeapRing {
+        ctl: Box<RingCtl>,
+        data: Vec<u64>,
+    }
+
+    impl HeapRing {
+        pub(crate) fn new(cap: usize) -> HeapRing {
+            HeapRing {
+                ctl: Box::new(RingCtl::new()),
+                data: vec![0u64; 2 * cap / 8],
+            }
+        }
+        pub(crate) fn ring(&mut self) -> RingRef {
+            let cap = self.data.len() * 4;
+            // SAFETY: the Box and the Vec outlive the producers/consumers of each test;
+            // records that wrap are never read through the unmirrored second half in
+            // these tests (they stay within one lap by construction).
+            unsafe {
+                RingRef::new(
+                    NonNull::from(&mut *self.ctl),
+                    NonNull::new(self.data.as_mut_ptr().cast()).unwrap(),
+                    cap,
+                )
+            }
+        }
+    }
+
+    fn push(p: &mut Producer, msg: &[u8]) -> bool {
+        let Some(dst) = p.try_reserve(msg.len()).unwrap() else {
+            return false;
+        };
+        // SAFETY: try_reserve returned room for msg.len() bytes.
+        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), dst.as_ptr(), msg.len()) };
+        p.commit(msg.len(), 0);
+        true
+    }
+
+    fn pop(c: &mut Consumer) -> Option<Vec<u8>> {
+        let r = c.peek().unwrap()?;
+        // SAFETY: peek validated the record inside the mapping.
+        let v = unsafe { std::slice::from_raw_parts(r.ptr.as_ptr(), r.len) }.to_vec();
+        c.advance(r.size());
+        Some(v)
+    }
+
+    #[test]
+    fn records_round_trip_and_fill_the_ring() {
+        let mut h = HeapRing::new(256);
+        let (mut p, mut c) = (Producer::new(h.ring()), Consumer::new(h.ring()));
+        assert!(pop(&mut c).is_none());
+        assert!(push(&mut p, b""));
+        assert!(push(&mut p, b"hello"));
+        assert_eq!(pop(&mut c).unwrap(), b"");
+        assert_eq!(pop(&mut c).unwrap(), b"hello");
+        // 16 bytes per record of 5..8 bytes: 256 / 16 records fit, then full.
+        let mut n = 0;
+        while push(&mut p, b"1234567") {
+            n += 1;
+        }
+        assert_eq!(n, 16);
+        assert!(pop(&mut c).is_some());
+        assert!(push(&mut p, b"x"));
+    }
+
+    #[test]
+    fn hostile_positions_and_headers_are_violations() {
+        let mut h = HeapRing::new(256);
+        let (mut p, mut c) = (Producer::new(h.ring()), Consumer::new(h.ring()));
+        push(&mut p, b"abc");
+        h.ctl.tail.0.store(7, Ordering::Relaxed);
+        assert!(c.peek().is_err(), "unaligned tail");
+        h.ctl.tail.0.store(4096, Ordering::Relaxed);
+        assert!(c.peek().is_err(), "tail beyond capacity");
+        h.ctl.tail.0.store(16, Ordering::Relaxed);
+        h.data[0] = 1000; // length beyond what was published
+        assert!(c.peek().is_err());
+        h.data[0] = 3 | 0x80 << 32; // unknown flag
+        assert!(c.peek().is_err());
+        h.ctl.head.0.store(24, Ordering::Relaxed); // beyond our tail
+        let mut p2 = Producer::new(h.ring());
+        p2.tail = 16;
+        p2.cached_head = 0;
+        assert!(p2.has_room(256).is_err());
+    }
+
+    #[test]
+    fn arming_sees_data_published_before_it() {
+        let mut h = HeapRing::new(256);
+        let (mut p, mut c) = (Producer::new(h.ring()), Consumer::new(h.ring()));
+        assert!(!c.arm().unwrap());
+        // The consumer is waiting: the commit must ask for a wake-up, once.
+        let dst = p.try_reserve(1).unwrap().unwrap();
+        // SAFETY: one byte reserved.
+        unsafe { dst.as_ptr().write(9) };
+        assert!(p.commit(1, 0));
+        assert!(!p.commit_wakes_again());
+        assert!(c.arm().unwrap());
+        assert!(!c.peer_closed());
+        assert!(!p.close());
+        assert!(c.peer_closed());
+    }
+
+    impl Producer {
+        fn commit_wakes_again(&mut self) -> bool {
+            take_waiter(&self.ring.ctl().consumer_waiting.0)
+        }
+    }
+}

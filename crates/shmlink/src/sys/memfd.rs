@@ -1,0 +1,210 @@
+//! Sealed memfd segments and their double mapping.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+
+use super::{owned, page_size, syscall};
+
+/// The seals every segment carries before it is shared: nobody can shrink it (SIGBUS on
+/// the other side), grow it, or change the seals.
+pub const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
+/// Creates an anonymous memfd of `size` bytes, zero-filled, and seals it.
+pub fn create_sealed(name: &str, size: usize) -> io::Result<OwnedFd> {
+    let cname = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "memfd name contains NUL"))?;
+    // SAFETY: `cname` is a valid NUL-terminated string; the flags are valid.
+    let fd = syscall!(memfd_create(
+        cname.as_ptr(),
+        libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING
+    ))?;
+    // SAFETY: memfd_create returned a fresh descriptor.
+    let fd = unsafe { owned(fd) };
+    // SAFETY: plain integer arguments on a descriptor we own.
+    syscall!(ftruncate(fd.as_raw_fd(), size as libc::off_t))?;
+    // SAFETY: plain integer arguments on a descriptor we own.
+    syscall!(fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS))?;
+    Ok(fd)
+}
+
+/// Checks that a descriptor received from a peer is a memfd sealed against shrinking and
+/// growing, of at least `min_size` bytes; returns its size.
+pub fn check_sealed(fd: BorrowedFd<'_>, min_size: usize) -> io::Result<usize> {
+    // SAFETY: plain integer arguments; F_GET_SEALS fails with EINVAL on anything that is
+    // not a sealable file, which we report.
+    let seals = syscall!(fcntl(fd.as_raw_fd(), libc::F_GET_SEALS)).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("segment is not a sealable memfd: {e}"),
+        )
+    })?;
+    let need = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+    if seals & need != need {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("segment is not sealed against resizing (seals {seals:#x})"),
+        ));
+    }
+    // SAFETY: stat is plain data; all-zero is valid.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid stat buffer.
+    syscall!(fstat(fd.as_raw_fd(), &mut st))?;
+    let size = st.st_size as usize;
+    if size < min_size {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("segment has {size} bytes, expected at least {min_size}"),
+        ));
+    }
+    Ok(size)
+}
+
+/// A mapped segment: a header area followed by ring data areas, each data area mapped
+/// twice back to back so that any record up to the ring's size is contiguous in memory.
+///
+/// Layout of the file: `[header (page)] [ring 0 data] [ring 1 data] …`.
+/// Layout of the mapping: `[header] [ring 0][ring 0 again] [ring 1][ring 1 again] …`.
+pub struct Mapping {
+    base: NonNull<u8>,
+    len: usize,
+    header_len: usize,
+    /// (offset in the mapping, size) of each ring's first copy.
+    rings: Vec<(usize, usize)>,
+}
+
+// SAFETY: a Mapping is a plain region of shared memory; all access to its contents goes
+// through raw pointers whose users synchronise with atomics.
+unsafe impl Send for Mapping {}
+// SAFETY: see Send; the struct itself is never mutated after creation.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// The file size a segment with these parts needs.
+    pub fn file_size(header_len: usize, rings: &[usize]) -> usize {
+        header_len + rings.iter().sum::<usize>()
+    }
+
+    /// Maps `fd` (at least [`Mapping::file_size`] bytes, sealed) with the layout above.
+    /// `header_len` and every ring size must be multiples of the page size.
+    pub fn map(fd: BorrowedFd<'_>, header_len: usize, rings: &[usize]) -> io::Result<Mapping> {
+        let page = page_size();
+        if header_len % page != 0 || rings.iter().any(|&r| r == 0 || r % page != 0) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("segment parts must be non-zero multiples of the page size {page}"),
+            ));
+        }
+        let len = rings
+            .iter()
+            .try_fold(header_len, |acc, &r| acc.checked_add(r.checked_mul(2)?))
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "segment too large"))?;
+        // Reserve the whole address range first so the fixed mappings below can only land
+        // inside memory we own.
+        // SAFETY: a fresh anonymous PROT_NONE mapping; no existing memory is affected.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let mut map = Mapping {
+            base: NonNull::new(base.cast()).expect("mmap never returns null on success"),
+            len,
+            header_len,
+            rings: Vec::with_capacity(rings.len()),
+        };
+        let fixed = |offset: usize, size: usize, file_off: usize| -> io::Result<()> {
+            // SAFETY: [base+offset, base+offset+size) lies inside our reservation (offsets
+            // are sums of the sizes that made up `len`), so MAP_FIXED replaces only pages
+            // we own; the file is sealed and at least `file_off + size` long (checked by
+            // the caller).
+            let p = unsafe {
+                libc::mmap(
+                    base.cast::<u8>().add(offset).cast(),
+                    size,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    fd.as_raw_fd(),
+                    file_off as libc::off_t,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        };
+        fixed(0, header_len, 0)?;
+        let (mut off, mut file_off) = (header_len, header_len);
+        for &r in rings {
+            fixed(off, r, file_off)?;
+            fixed(off + r, r, file_off)?;
+            map.rings.push((off, r));
+            off += 2 * r;
+            file_off += r;
+        }
+        Ok(map)
+    }
+
+    /// Start of the header area.
+    pub fn header(&self) -> NonNull<u8> {
+        self.base
+    }
+
+    /// Length of the header area.
+    pub fn header_len(&self) -> usize {
+        self.header_len
+    }
+
+    /// Start and size of ring `i`'s data area (mapped twice: `2 * size` bytes are valid).
+    pub fn ring(&self, i: usize) -> (NonNull<u8>, usize) {
+        let (off, size) = self.rings[i];
+        // SAFETY: `off` lies inside the mapping by construction.
+        (unsafe { self.base.add(off) }, size)
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: base/len describe exactly the reservation made in `map`; nothing refers
+        // to it once the Mapping is gone (rings borrow the Mapping's owner).
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn double_mapping_mirrors_the_ring() {
+        let page = page_size();
+        let fd = create_sealed("t", Mapping::file_size(page, &[page, 2 * page])).unwrap();
+        let m = Mapping::map(fd.as_fd(), page, &[page, 2 * page]).unwrap();
+        let (r1, size) = m.ring(1);
+        // SAFETY: both offsets lie in the doubly mapped 2*size bytes of ring 1.
+        unsafe {
+            r1.as_ptr().add(5).write(42);
+            assert_eq!(r1.as_ptr().add(size + 5).read(), 42);
+        }
+    }
+
+    #[test]
+    fn sealed_segments_cannot_be_resized() {
+        let fd = create_sealed("t", 8192).unwrap();
+        // SAFETY: plain integer arguments on a descriptor we own.
+        let err = syscall!(ftruncate(fd.as_raw_fd(), 4096)).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+        assert_eq!(check_sealed(fd.as_fd(), 8192).unwrap(), 8192);
+        assert!(check_sealed(fd.as_fd(), 8193).is_err());
+    }
+}

@@ -1,0 +1,191 @@
+//! The operating-system layer: the only module that calls libc.
+//!
+//! Every raw call goes through [`syscall!`], which turns `-1`/`errno` into `io::Result`, and
+//! every new descriptor becomes an [`OwnedFd`] at once.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+pub mod memfd;
+pub mod socket;
+pub mod stream;
+
+/// Calls a libc function and maps `-1` to `Err(io::Error::last_os_error())`.
+macro_rules! syscall {
+    ($fn:ident ( $($arg:expr),* $(,)? )) => {{
+        #[allow(unused_unsafe)]
+        // SAFETY: the caller of the macro guarantees the arguments are valid for `$fn`;
+        // each call site states why in its own SAFETY comment.
+        let res = unsafe { libc::$fn($($arg),*) };
+        if res == -1 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(res)
+        }
+    }};
+}
+pub(crate) use syscall;
+
+/// Wraps a descriptor a syscall just returned.
+///
+/// # Safety
+/// `fd` must be a valid, open descriptor that nothing else owns.
+pub(crate) unsafe fn owned(fd: RawFd) -> OwnedFd {
+    // SAFETY: forwarded to the caller.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// The time left until `deadline`, as a poll timeout in ms (`-1` = forever), rounded up so a
+/// wait never ends before the deadline.
+fn poll_timeout(deadline: Option<Instant>) -> libc::c_int {
+    match deadline {
+        None => -1,
+        Some(d) => {
+            let left = d.saturating_duration_since(Instant::now());
+            let ms = left.as_micros().div_ceil(1000);
+            ms.min(libc::c_int::MAX as u128) as libc::c_int
+        }
+    }
+}
+
+/// Waits until `fd` reports one of `events` (or an error/hang-up) or `deadline` passes.
+/// Returns the reported events, 0 on timeout. Retries on `EINTR`.
+pub fn poll_fd(fd: BorrowedFd<'_>, events: i16, deadline: Option<Instant>) -> io::Result<i16> {
+    loop {
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events,
+            revents: 0,
+        };
+        // SAFETY: `pfd` is one valid pollfd that lives across the call.
+        match syscall!(poll(&mut pfd, 1, poll_timeout(deadline))) {
+            Ok(0) if deadline.is_some_and(|d| Instant::now() < d) => continue,
+            Ok(_) => return Ok(pfd.revents),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Gives the CPU to another runnable thread, if any.
+pub fn yield_now() {
+    // SAFETY: sched_yield has no preconditions.
+    unsafe { libc::sched_yield() };
+}
+
+/// The size of a memory page.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as usize
+    } else {
+        4096
+    }
+}
+
+/// This process's effective uid.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// An epoll instance: the single readable fd that stands for several (XCM's model).
+pub struct Epoll {
+    fd: OwnedFd,
+}
+
+impl Epoll {
+    /// A new, empty epoll set.
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: no pointers; the flag is valid.
+        let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
+        // SAFETY: epoll_create1 returned a fresh descriptor.
+        Ok(Epoll {
+            fd: unsafe { owned(fd) },
+        })
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: `ev` is a valid epoll_event for the call; the fds are open.
+        syscall!(epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev))?;
+        Ok(())
+    }
+
+    /// Watches `fd` for `events` (`libc::EPOLLIN as u32`, …), reporting `token`.
+    pub fn add(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, events, token)
+    }
+
+    /// Changes what `fd` is watched for.
+    pub fn modify(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, events, token)
+    }
+
+    /// Stops watching `fd`.
+    pub fn delete(&self, fd: RawFd) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
+    }
+
+    /// Waits for events until `deadline` (None = forever); returns `(token, events)` pairs.
+    pub fn wait(&self, deadline: Option<Instant>, out: &mut Vec<(u64, u32)>) -> io::Result<()> {
+        out.clear();
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 32];
+        loop {
+            // SAFETY: `evs` has room for the 32 events we allow the kernel to write.
+            let n = match syscall!(epoll_wait(
+                self.fd.as_raw_fd(),
+                evs.as_mut_ptr(),
+                evs.len() as libc::c_int,
+                poll_timeout(deadline)
+            )) {
+                Ok(n) => n as usize,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            out.extend(evs[..n].iter().map(|e| (e.u64, e.events)));
+            return Ok(());
+        }
+    }
+
+    /// The epoll descriptor itself.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+}
+
+/// Pins the calling process to one CPU.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("cpu {cpu} out of range"),
+        ));
+    }
+    // SAFETY: `cpu` is below CPU_SETSIZE, checked above.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    syscall!(sched_setaffinity(
+        0,
+        std::mem::size_of::<libc::cpu_set_t>(),
+        &set
+    ))?;
+    Ok(())
+}
+
+/// User and system CPU time this process has used so far.
+pub fn cpu_time() -> Duration {
+    // SAFETY: rusage is plain data; all-zero is valid.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid rusage to fill in.
+    if syscall!(getrusage(libc::RUSAGE_SELF, &mut ru)).is_err() {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}

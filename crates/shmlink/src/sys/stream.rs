@@ -1,0 +1,1 @@
+//! Socket helpers for the stream/packet transports.

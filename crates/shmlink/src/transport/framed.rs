@@ -1,0 +1,1 @@
+//! Framing shared by the socket transports (being written).

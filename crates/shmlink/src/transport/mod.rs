@@ -1,0 +1,115 @@
+//! Transports behind one interface, chosen by address prefix (XCM's `xcm_tp_ops`).
+//!
+//! A transport implements [`ConnOps`] for connections and [`ListenerOps`] for listeners
+//! and registers a [`Transport`] in [`REGISTRY`]. The public [`Connection`] and
+//! [`Listener`] wrappers add what every transport shares (counters, blocking mode,
+//! argument checks), so a transport only moves messages.
+//!
+//! [`Connection`]: crate::Connection
+//! [`Listener`]: crate::Listener
+
+use std::os::fd::BorrowedFd;
+
+use crate::addr::Address;
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::Options;
+
+pub(crate) mod framed;
+pub(crate) mod shm;
+pub(crate) mod tcp;
+pub(crate) mod ux;
+
+/// One connection's transport-specific half.
+///
+/// Receiving is split so that a message can be read in place: [`recv_next`] makes the next
+/// message *current* and returns its length, [`current`] borrows it, [`release`] consumes
+/// it. Calling `recv_next` again before `release` returns the same message. Sending in
+/// place is split the same way: [`reserve`], [`reserved_mut`], then [`commit`] or
+/// [`abort_reserve`].
+///
+/// Every blocking call takes `blocking`; in non-blocking mode a call that would wait
+/// returns [`ErrorKind::WouldBlock`] and arranges for [`fd`] to become readable when
+/// it is worth calling again.
+///
+/// [`recv_next`]: ConnOps::recv_next
+/// [`current`]: ConnOps::current
+/// [`release`]: ConnOps::release
+/// [`reserve`]: ConnOps::reserve
+/// [`reserved_mut`]: ConnOps::reserved_mut
+/// [`commit`]: ConnOps::commit
+/// [`abort_reserve`]: ConnOps::abort_reserve
+/// [`fd`]: ConnOps::fd
+pub(crate) trait ConnOps: Send {
+    /// Sends one message (already checked against [`ConnOps::max_send_size`]).
+    fn send(&mut self, msg: &[u8], blocking: bool) -> Result<()>;
+    /// Makes room for a message of `n` bytes (≤ max_send_size); [`ConnOps::reserved`]
+    /// then returns exactly `n` writable bytes.
+    fn reserve(&mut self, n: usize, blocking: bool) -> Result<()>;
+    /// The reserved bytes.
+    fn reserved(&self) -> &[u8];
+    /// The reserved bytes, writable.
+    fn reserved_mut(&mut self) -> &mut [u8];
+    /// Sends the reserved message.
+    fn commit(&mut self) -> Result<()>;
+    /// Forgets the reservation; nothing is sent.
+    fn abort_reserve(&mut self);
+    /// Makes the next message current; returns its length.
+    fn recv_next(&mut self, blocking: bool) -> Result<usize>;
+    /// The current message (empty if none).
+    fn current(&self) -> &[u8];
+    /// Consumes the current message.
+    fn release(&mut self);
+    /// Consumes the current message, returning it as a vector (transports that reassemble
+    /// into a vector hand it over without copying).
+    fn take_current(&mut self) -> Vec<u8> {
+        let v = self.current().to_vec();
+        self.release();
+        v
+    }
+    /// Largest message the peer accepts (the smaller of both sides' maxima).
+    fn max_send_size(&self) -> usize;
+    /// The descriptor an event loop watches.
+    fn fd(&self) -> BorrowedFd<'_>;
+    /// Graceful close: the peer receives everything sent so far, then end-of-stream.
+    fn close(&mut self) -> Result<()>;
+    /// Our address, as text with the transport prefix.
+    fn local_addr(&self) -> String;
+    /// The peer's address, as text with the transport prefix.
+    fn peer_addr(&self) -> String;
+}
+
+/// One listener's transport-specific half.
+pub(crate) trait ListenerOps: Send {
+    /// Accepts one connection, completing its handshake. Clients that fail the handshake
+    /// are refused and skipped; they never surface here.
+    fn accept(&mut self, blocking: bool) -> Result<Box<dyn ConnOps>>;
+    /// The descriptor an event loop watches (readable when `accept` may succeed).
+    fn fd(&self) -> BorrowedFd<'_>;
+    /// The bound address, as text with the transport prefix (with the real port for
+    /// `tcp:HOST:0`).
+    fn local_addr(&self) -> String;
+}
+
+/// A transport's entry points.
+pub(crate) struct Transport {
+    /// The address prefix, without the colon.
+    pub name: &'static str,
+    pub connect: fn(&Address, &Options) -> Result<Box<dyn ConnOps>>,
+    pub bind: fn(&Address, &Options) -> Result<Box<dyn ListenerOps>>,
+}
+
+/// Every transport, by prefix.
+pub(crate) static REGISTRY: &[Transport] = &[shm::TRANSPORT, ux::TRANSPORT, tcp::TRANSPORT];
+
+/// The transport that serves `addr`.
+pub(crate) fn lookup(addr: &Address) -> Result<&'static Transport> {
+    REGISTRY
+        .iter()
+        .find(|t| t.name == addr.transport())
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidAddress,
+                format!("{addr}: transport not available in this build"),
+            )
+        })
+}
