@@ -25,8 +25,7 @@ pub struct Counters {
 /// A server socket: binds an address and accepts connections.
 ///
 /// ```
-/// # let dir = tempfile_dir();
-/// # std::env::set_var("SHMLINK_DIR", &dir);
+/// # std::env::set_var("SHMLINK_DIR", std::env::temp_dir().join(format!("shmlink-doc-{}", std::process::id())));
 /// use shmlink::{Connection, Listener, Options};
 /// let mut listener = Listener::bind("shm:doc-listener", &Options::default())?;
 /// let client = std::thread::spawn(|| -> shmlink::Result<Vec<u8>> {
@@ -39,11 +38,6 @@ pub struct Counters {
 /// server.send(&ping)?;
 /// assert_eq!(client.join().unwrap()?, b"ping");
 /// # Ok::<(), shmlink::Error>(())
-/// # fn tempfile_dir() -> std::path::PathBuf {
-/// #     let d = std::env::temp_dir().join(format!("shmlink-doc-{}", std::process::id()));
-/// #     std::fs::create_dir_all(&d).unwrap();
-/// #     d
-/// # }
 /// ```
 pub struct Listener {
     ops: Box<dyn ListenerOps>,

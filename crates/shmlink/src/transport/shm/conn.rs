@@ -1,0 +1,563 @@
+//! One `shm:` connection: a segment with two rings, and the Unix socket that carries
+//! doorbells and reports the peer's death.
+
+use std::io;
+use std::mem;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+
+use super::segment::Segment;
+use crate::error::{Error, ErrorKind, Result};
+use crate::notify::spin_then_yield;
+use crate::options::WaitPolicy;
+use crate::ring::{record_size, Consumer, Producer, Record, FLAG_FIRST, FLAG_MORE, HEADER};
+use crate::sys::{poll_fd, socket};
+use crate::transport::ConnOps;
+
+/// Length of the total-size prefix in the first fragment of a split message.
+const TOTAL_LEN: usize = 8;
+
+/// The message `recv_next` made current.
+enum Current {
+    None,
+    /// A single record, read in place in the ring.
+    InPlace { ptr: NonNull<u8>, len: usize },
+    /// A split message, reassembled in `reasm`.
+    Reassembled,
+}
+
+/// What `reserve` set aside.
+enum Reservation {
+    None,
+    /// Payload space of a record in the ring.
+    InPlace { ptr: NonNull<u8>, len: usize },
+    /// A message too large for one record, staged in `stage`.
+    Staged { blocking: bool },
+}
+
+/// The two directions and how one side of a connection uses them.
+pub(crate) struct ShmConn {
+    tx: Producer,
+    rx: Consumer,
+    /// Keeps the rings mapped; `tx`/`rx` point into it.
+    _seg: Segment,
+    /// Control socket: doorbells in both directions, EOF when the peer is gone.
+    sock: OwnedFd,
+    wait: WaitPolicy,
+    max_send: usize,
+    max_recv: usize,
+    current: Current,
+    /// Reassembly buffer and the expected total while a split message arrives.
+    reasm: Vec<u8>,
+    reasm_total: Option<usize>,
+    reservation: Reservation,
+    stage: Vec<u8>,
+    /// The unsent rest of a split message accepted in non-blocking mode.
+    pending: Vec<u8>,
+    pending_pos: usize,
+    /// The control socket reported end-of-file or a reset: the peer is gone.
+    peer_eof: bool,
+    /// Set after a protocol violation: the connection is dead.
+    broken: Option<String>,
+    closed: bool,
+    local: String,
+    peer: String,
+}
+
+// SAFETY: the raw pointers in `current`, `reservation` and the rings point into `_seg`,
+// which the connection owns and moves with it; nothing else in the process refers to them.
+unsafe impl Send for ShmConn {}
+
+/// What a side needs to build its half of a connection.
+pub(crate) struct Setup {
+    pub seg: Segment,
+    pub tx_ring: usize,
+    pub rx_ring: usize,
+    pub sock: OwnedFd,
+    pub wait: WaitPolicy,
+    pub max_send: usize,
+    pub max_recv: usize,
+    pub local: String,
+    pub peer: String,
+}
+
+impl ShmConn {
+    pub(crate) fn new(s: Setup) -> ShmConn {
+        ShmConn {
+            tx: Producer::new(s.seg.ring(s.tx_ring)),
+            rx: Consumer::new(s.seg.ring(s.rx_ring)),
+            _seg: s.seg,
+            sock: s.sock,
+            wait: s.wait,
+            max_send: s.max_send,
+            max_recv: s.max_recv,
+            current: Current::None,
+            reasm: Vec::new(),
+            reasm_total: None,
+            reservation: Reservation::None,
+            stage: Vec::new(),
+            pending: Vec::new(),
+            pending_pos: 0,
+            peer_eof: false,
+            broken: None,
+            closed: false,
+            local: s.local,
+            peer: s.peer,
+        }
+    }
+
+    /// Remembers a protocol violation; every later call fails with it.
+    fn fail(&mut self, e: Error) -> Error {
+        if e.kind() == ErrorKind::ProtocolViolation && self.broken.is_none() {
+            self.broken = Some(e.message().to_string());
+        }
+        e
+    }
+
+    fn check_broken(&self) -> Result<()> {
+        match &self.broken {
+            Some(msg) => Err(Error::violation(format!(
+                "{}: connection broken earlier: {msg}",
+                self.peer
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn peer_gone(&self) -> Error {
+        Error::reset(format!("{}: peer has closed or lost the connection", self.peer))
+    }
+
+    /// Rings the peer's doorbell: one byte on the control socket.
+    fn doorbell(&mut self) {
+        match socket::send(self.sock.as_fd(), &[1]) {
+            // A full socket already holds doorbells the peer has not drained.
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(_) => self.peer_eof = true,
+        }
+    }
+
+    /// Drains pending doorbells (so the fd stops being readable) and notices EOF.
+    fn drain(&mut self) -> Result<()> {
+        let mut buf = [0u8; 16];
+        // Bounded: a peer that keeps ringing cannot keep us here.
+        for _ in 0..64 {
+            match socket::recv(self.sock.as_fd(), &mut buf) {
+                Ok(0) => {
+                    self.peer_eof = true;
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+                    ) =>
+                {
+                    self.peer_eof = true;
+                    break;
+                }
+                Err(e) => return Err(Error::io(format!("{}: control socket", self.peer), e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sleeps until the control socket has a doorbell or the peer is gone.
+    fn park(&self) -> Result<()> {
+        poll_fd(self.sock.as_fd(), libc::POLLIN, None)
+            .map(drop)
+            .map_err(|e| Error::io(format!("{}: poll", self.peer), e))
+    }
+
+    /// Room for a record with `len` payload bytes: waits per policy when blocking,
+    /// `Ok(None)` when non-blocking and full (the fd will signal when to retry).
+    fn room(&mut self, len: usize, blocking: bool) -> Result<Option<NonNull<u8>>> {
+        let need = record_size(len);
+        loop {
+            match self.tx.try_reserve(len) {
+                Ok(Some(p)) => return Ok(Some(p)),
+                Ok(None) => {}
+                Err(e) => return Err(self.fail(e)),
+            }
+            if self.peer_eof {
+                return Err(self.peer_gone());
+            }
+            if blocking {
+                let tx = &mut self.tx;
+                match spin_then_yield(&self.wait, || tx.has_room(need)) {
+                    Ok(true) => continue,
+                    Ok(false) => {}
+                    Err(e) => return Err(self.fail(e)),
+                }
+            }
+            self.drain()?;
+            if self.peer_eof {
+                return Err(self.peer_gone());
+            }
+            match self.tx.arm(need) {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(e) => return Err(self.fail(e)),
+            }
+            if !blocking {
+                return Ok(None);
+            }
+            self.park()?;
+        }
+    }
+
+    /// Writes one record: `prefix` (total length of a split message, if any) then `body`.
+    fn write_record(&mut self, dst: NonNull<u8>, prefix: Option<u64>, body: &[u8], flags: u32) {
+        let mut at = dst;
+        if let Some(total) = prefix {
+            // SAFETY: `room` reserved TOTAL_LEN + body.len() bytes at `dst`.
+            unsafe {
+                at.as_ptr()
+                    .copy_from_nonoverlapping(total.to_le_bytes().as_ptr(), TOTAL_LEN);
+                at = at.add(TOTAL_LEN);
+            }
+        }
+        // SAFETY: the rest of the reserved bytes hold `body`; the ring never overlaps it.
+        unsafe { at.as_ptr().copy_from_nonoverlapping(body.as_ptr(), body.len()) };
+        let len = body.len() + prefix.map_or(0, |_| TOTAL_LEN);
+        if self.tx.commit(len, flags) {
+            self.doorbell();
+        }
+    }
+
+    /// Sends `data` as fragments; `total` is set for the start of a message (its first
+    /// fragment carries the length). Returns how many bytes of `data` went out; fewer
+    /// than all only in non-blocking mode.
+    fn write_fragments(
+        &mut self,
+        data: &[u8],
+        mut total: Option<usize>,
+        blocking: bool,
+    ) -> Result<usize> {
+        // Quarter-ring fragments keep producer and consumer working on different parts.
+        let frag_payload = self.tx.ring().max_record() / 2 - HEADER;
+        let mut pos = 0;
+        while pos < data.len() {
+            let prefix = if total.is_some() { TOTAL_LEN } else { 0 };
+            let chunk = (frag_payload - prefix).min(data.len() - pos);
+            let Some(dst) = self.room(prefix + chunk, blocking)? else {
+                return Ok(pos);
+            };
+            let mut flags = if pos + chunk < data.len() { FLAG_MORE } else { 0 };
+            let prefix = total.take().map(|t| {
+                flags |= FLAG_FIRST;
+                t as u64
+            });
+            self.write_record(dst, prefix, &data[pos..pos + chunk], flags);
+            pos += chunk;
+        }
+        Ok(pos)
+    }
+
+    /// Sends one message of any size. A split message that the ring cannot take whole in
+    /// non-blocking mode is accepted: its rest waits in `pending`.
+    fn send_message(&mut self, msg: &[u8], blocking: bool) -> Result<()> {
+        if record_size(msg.len()) <= self.tx.ring().max_record() {
+            let Some(dst) = self.room(msg.len(), blocking)? else {
+                return Err(Error::would_block());
+            };
+            self.write_record(dst, None, msg, 0);
+            return Ok(());
+        }
+        let sent = self.write_fragments(msg, Some(msg.len()), blocking)?;
+        if sent == 0 {
+            return Err(Error::would_block());
+        }
+        debug_assert!(self.pending.is_empty());
+        self.pending.extend_from_slice(&msg[sent..]);
+        self.pending_pos = 0;
+        Ok(())
+    }
+
+    /// Pushes out the rest of a split message accepted earlier.
+    fn flush_pending(&mut self, blocking: bool) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let data = mem::take(&mut self.pending);
+        let sent = self.write_fragments(&data[self.pending_pos..], None, blocking);
+        self.pending = data;
+        self.pending_pos += sent?;
+        if self.pending_pos < self.pending.len() {
+            return Err(Error::would_block());
+        }
+        self.pending.clear();
+        self.pending_pos = 0;
+        Ok(())
+    }
+
+    /// Takes one fragment of a split message; returns the message length once complete.
+    fn take_fragment(&mut self, rec: Record) -> Result<Option<usize>> {
+        // SAFETY: `peek` validated that the record's payload lies in the mapping.
+        let payload = unsafe { std::slice::from_raw_parts(rec.ptr.as_ptr(), rec.len) };
+        let bad = |why: String| Err(Error::violation(why));
+        match (self.reasm_total, rec.flags) {
+            (None, f) if f == FLAG_FIRST | FLAG_MORE => {
+                let Some((total, body)) = payload.split_first_chunk::<TOTAL_LEN>() else {
+                    return bad(format!("first fragment of {} bytes has no length", rec.len));
+                };
+                let total = u64::from_le_bytes(*total);
+                if total > self.max_recv as u64 || total <= body.len() as u64 {
+                    return bad(format!(
+                        "split message claims {total} bytes (first fragment {}, maximum {})",
+                        body.len(),
+                        self.max_recv
+                    ));
+                }
+                self.reasm.clear();
+                self.reasm.reserve(total as usize);
+                self.reasm.extend_from_slice(body);
+                self.reasm_total = Some(total as usize);
+            }
+            (Some(total), f) if f == FLAG_MORE || f == 0 => {
+                let have = self.reasm.len() + payload.len();
+                if have > total || (f == 0 && have != total) {
+                    return bad(format!(
+                        "fragments add up to {have} bytes of a {total}-byte message"
+                    ));
+                }
+                self.reasm.extend_from_slice(payload);
+            }
+            (state, f) => {
+                return bad(format!(
+                    "fragment flags {f:#x} unexpected ({} a split message)",
+                    if state.is_some() { "inside" } else { "outside" }
+                ))
+            }
+        }
+        if self.rx.advance(rec.size()) {
+            self.doorbell();
+        }
+        if rec.flags == 0 {
+            self.reasm_total = None;
+            self.current = Current::Reassembled;
+            return Ok(Some(self.reasm.len()));
+        }
+        Ok(None)
+    }
+
+    /// Waits until the receive ring has a record; reports end-of-stream or reset once the
+    /// peer is gone and everything it sent has been read.
+    fn wait_data(&mut self, blocking: bool) -> Result<()> {
+        if blocking {
+            let rx = &mut self.rx;
+            if spin_then_yield(&self.wait, || rx.has_data())? {
+                return Ok(());
+            }
+        }
+        loop {
+            self.drain()?;
+            if self.peer_eof {
+                // `closed` first: seeing it guarantees seeing every record before it.
+                let closed = self.rx.peer_closed();
+                if self.rx.has_data()? {
+                    return Ok(());
+                }
+                return Err(if closed && self.reasm_total.is_none() {
+                    Error::eos()
+                } else {
+                    self.peer_gone()
+                });
+            }
+            if self.rx.arm()? {
+                return Ok(());
+            }
+            if !blocking {
+                return Err(Error::would_block());
+            }
+            self.park()?;
+        }
+    }
+}
+
+impl ConnOps for ShmConn {
+    fn send(&mut self, msg: &[u8], blocking: bool) -> Result<()> {
+        self.check_broken()?;
+        self.flush_pending(blocking)?;
+        self.send_message(msg, blocking)
+    }
+
+    fn reserve(&mut self, n: usize, blocking: bool) -> Result<()> {
+        self.check_broken()?;
+        self.flush_pending(blocking)?;
+        self.reservation = if record_size(n) <= self.tx.ring().max_record() {
+            let Some(ptr) = self.room(n, blocking)? else {
+                return Err(Error::would_block());
+            };
+            Reservation::InPlace { ptr, len: n }
+        } else {
+            self.stage.clear();
+            self.stage.resize(n, 0);
+            Reservation::Staged { blocking }
+        };
+        Ok(())
+    }
+
+    fn reserved(&self) -> &[u8] {
+        match self.reservation {
+            // SAFETY: `room` reserved `len` payload bytes at `ptr` for us alone; the peer
+            // cannot see them until `commit` publishes them.
+            Reservation::InPlace { ptr, len } => unsafe {
+                std::slice::from_raw_parts(ptr.as_ptr(), len)
+            },
+            Reservation::Staged { .. } => &self.stage,
+            Reservation::None => &[],
+        }
+    }
+
+    fn reserved_mut(&mut self) -> &mut [u8] {
+        match self.reservation {
+            // SAFETY: as in `reserved`; `&mut self` makes this the only reference.
+            Reservation::InPlace { ptr, len } => unsafe {
+                std::slice::from_raw_parts_mut(ptr.as_ptr(), len)
+            },
+            Reservation::Staged { .. } => &mut self.stage,
+            Reservation::None => &mut [],
+        }
+    }
+
+    fn commit(&mut self) -> Result<()> {
+        match mem::replace(&mut self.reservation, Reservation::None) {
+            Reservation::InPlace { len, .. } => {
+                if self.tx.commit(len, 0) {
+                    self.doorbell();
+                }
+                Ok(())
+            }
+            Reservation::Staged { blocking } => {
+                let stage = mem::take(&mut self.stage);
+                let r = self.send_message(&stage, blocking);
+                self.stage = stage;
+                r
+            }
+            Reservation::None => Ok(()),
+        }
+    }
+
+    fn abort_reserve(&mut self) {
+        self.reservation = Reservation::None;
+    }
+
+    fn recv_next(&mut self, blocking: bool) -> Result<usize> {
+        self.check_broken()?;
+        match self.current {
+            Current::InPlace { len, .. } => return Ok(len),
+            Current::Reassembled => return Ok(self.reasm.len()),
+            Current::None => {}
+        }
+        // A split message accepted in non-blocking mode moves on whenever we are called.
+        if !self.pending.is_empty() {
+            match self.flush_pending(false) {
+                Err(e) if e.kind() != ErrorKind::WouldBlock => return Err(e),
+                _ => {}
+            }
+        }
+        loop {
+            let rec = match self.rx.peek() {
+                Ok(Some(rec)) => rec,
+                Ok(None) => match self.wait_data(blocking) {
+                    Ok(()) => continue,
+                    Err(e) => return Err(self.fail(e)),
+                },
+                Err(e) => return Err(self.fail(e)),
+            };
+            if self.reasm_total.is_none() && rec.flags == 0 {
+                if rec.len > self.max_recv {
+                    let e = Error::violation(format!(
+                        "{}: message of {} bytes exceeds our maximum of {}",
+                        self.peer, rec.len, self.max_recv
+                    ));
+                    return Err(self.fail(e));
+                }
+                self.current = Current::InPlace {
+                    ptr: rec.ptr,
+                    len: rec.len,
+                };
+                return Ok(rec.len);
+            }
+            match self.take_fragment(rec) {
+                Ok(Some(n)) => return Ok(n),
+                Ok(None) => {}
+                Err(e) => return Err(self.fail(e)),
+            }
+        }
+    }
+
+    fn current(&self) -> &[u8] {
+        match self.current {
+            // SAFETY: `peek` validated the record inside the mapping, and the producer
+            // does not reuse its bytes before we advance past it in `release`.
+            Current::InPlace { ptr, len } => unsafe {
+                std::slice::from_raw_parts(ptr.as_ptr(), len)
+            },
+            Current::Reassembled => &self.reasm,
+            Current::None => &[],
+        }
+    }
+
+    fn release(&mut self) {
+        match mem::replace(&mut self.current, Current::None) {
+            Current::InPlace { len, .. } => {
+                if self.rx.advance(record_size(len)) {
+                    self.doorbell();
+                }
+            }
+            Current::Reassembled => self.reasm.clear(),
+            Current::None => {}
+        }
+    }
+
+    fn take_current(&mut self) -> Vec<u8> {
+        match self.current {
+            Current::Reassembled => {
+                self.current = Current::None;
+                mem::take(&mut self.reasm)
+            }
+            _ => {
+                let v = self.current().to_vec();
+                self.release();
+                v
+            }
+        }
+    }
+
+    fn max_send_size(&self) -> usize {
+        self.max_send
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
+    fn close(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        let flushed = if self.broken.is_some() || self.peer_eof {
+            Ok(())
+        } else {
+            self.flush_pending(true)
+        };
+        if self.tx.close() {
+            self.doorbell();
+        }
+        flushed
+    }
+
+    fn local_addr(&self) -> String {
+        self.local.clone()
+    }
+
+    fn peer_addr(&self) -> String {
+        self.peer.clone()
+    }
+}
