@@ -146,9 +146,11 @@ impl RingRef {
         unsafe { self.data.add(pos as usize & (self.cap - 1)) }
     }
 
-    /// The capacity in bytes.
-    pub fn capacity(&self) -> usize {
-        self.cap
+    /// Marks the consumer as waiting before the ring is shared, so that the first record
+    /// always rings the doorbell: a new connection's fd then becomes readable when its
+    /// first message arrives, without the application having to call `recv` first.
+    pub fn start_armed(&self) {
+        self.ctl().consumer_waiting.0.store(1, Ordering::Relaxed);
     }
 
     /// The largest record (header included) a producer writes in one piece: half the ring,

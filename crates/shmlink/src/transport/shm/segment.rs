@@ -65,7 +65,10 @@ impl Segment {
         // SAFETY: the header area is at least one page, writable, page-aligned, and not
         // yet shared with anyone.
         unsafe { map.header().cast::<SegHeader>().write(header) };
-        Ok((Segment { map, sizes }, fd))
+        let seg = Segment { map, sizes };
+        seg.ring(C2S).start_armed();
+        seg.ring(S2C).start_armed();
+        Ok((seg, fd))
     }
 
     /// Maps a segment received from the server, after checking its seals and size, and

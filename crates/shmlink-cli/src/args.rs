@@ -1,0 +1,614 @@
+//! Command-line parsing. Every mistake becomes a [`UsageError`] (exit code 2), never a
+//! panic.
+
+use std::ffi::OsString;
+use std::fmt;
+
+use crate::cpus::format_cpu_list;
+use crate::help::{PONG_HELP, TOP_HELP};
+use crate::wire::Mode;
+
+/// Largest message size `-m` accepts (the library's hard limit).
+pub const MAX_SIZE: usize = shmlink::MAX_MSG_SIZE_LIMIT;
+/// Window in throughput mode when `-w` is not given.
+pub const DEFAULT_WINDOW: u64 = 64;
+/// Longest wait budget `--spin-us` accepts (10 s).
+const MAX_SPIN_US: u64 = 10_000_000;
+
+/// A bad command line.
+#[derive(Debug, PartialEq, Eq)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
+    Err(UsageError(msg.into()))
+}
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Print this text and exit 0.
+    Help(&'static str),
+    Version,
+    Pong(PongArgs),
+}
+
+/// Which ends of the pong this process runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Client here, server as a child process.
+    Both,
+    Server,
+    Client,
+}
+
+/// Where the two ends run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pinning {
+    /// No pinning.
+    Off,
+    /// The default: the first two CPUs this process may use; a failure to pin is only a
+    /// warning.
+    Auto { client: usize, server: usize },
+    /// Given with `--cpus`; a failure to pin is an error.
+    Cpus { client: usize, server: usize },
+}
+
+impl Pinning {
+    /// The `--cpus` argument that gives a server process this pinning.
+    pub fn to_arg(self) -> String {
+        match self {
+            Pinning::Off => "none".into(),
+            Pinning::Auto { client, server } | Pinning::Cpus { client, server } => {
+                format!("{client},{server}")
+            }
+        }
+    }
+
+    /// The CPU of the client or of the server end, if pinned.
+    pub fn cpu(self, server: bool) -> Option<usize> {
+        match self {
+            Pinning::Off => None,
+            Pinning::Auto { client, server: s } | Pinning::Cpus { client, server: s } => {
+                Some(if server { s } else { client })
+            }
+        }
+    }
+}
+
+/// `shmlink pong`'s arguments, with defaults applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PongArgs {
+    pub role: Role,
+    pub mode: Mode,
+    /// Bytes per message.
+    pub size: usize,
+    /// Measured messages.
+    pub count: u64,
+    /// Messages in flight (1 in latency mode).
+    pub window: u64,
+    pub pinning: Pinning,
+    pub json: bool,
+    pub ring_size: Option<usize>,
+    pub spin_us: Option<u64>,
+    /// Addresses, in order; never empty (without ADDR, both ends run on
+    /// [`default_addrs`]; a server has exactly one).
+    pub addrs: Vec<String>,
+    /// Internal (`--once`): serve one client, print the bound address on stdout first.
+    pub once: bool,
+    /// Internal (`--parent-pid`): die with this process.
+    pub parent_pid: Option<u32>,
+}
+
+impl PongArgs {
+    /// Messages sent before the measured ones.
+    pub fn warmup(&self) -> u64 {
+        (self.count / 10).min(1000)
+    }
+
+    /// The options both ends use for their connections.
+    pub fn options(&self) -> shmlink::Options {
+        let mut opts = shmlink::Options::default();
+        if let Some(ring) = self.ring_size {
+            opts = opts.ring_size(ring);
+        }
+        if let Some(us) = self.spin_us {
+            let d = std::time::Duration::from_micros(us);
+            opts = opts.wait_policy(shmlink::WaitPolicy { spin: d, yield_: d });
+        }
+        opts
+    }
+}
+
+/// The default measured count for `mode` and `size`: seconds, not minutes, per run.
+pub fn default_count(mode: Mode, size: usize) -> u64 {
+    let size = size.max(1) as u64;
+    match mode {
+        Mode::Latency => ((1u64 << 30) / size).clamp(50, 20_000),
+        Mode::Throughput => ((4u64 << 30) / size).clamp(100, 500_000),
+    }
+}
+
+/// The default addresses: every transport, named after this process.
+pub fn default_addrs() -> Vec<String> {
+    let pid = std::process::id();
+    vec![
+        format!("shm:pong-{pid}"),
+        format!("ux:pong-{pid}"),
+        "tcp:127.0.0.1:0".to_string(),
+    ]
+}
+
+/// Parses a size with an optional binary suffix: `64`, `1k`, `1KiB`, `4K`, `1M`, `64MiB`,
+/// `1G`, `100B`.
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let bad = || format!("invalid size {text:?} (expected e.g. 64, 4k, 1MiB)");
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    if digits == 0 {
+        return Err(bad());
+    }
+    let n: u64 = text[..digits].parse().map_err(|_| bad())?;
+    let shift = match text[digits..].to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(1 << shift)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| format!("size {text:?} is too large"))
+}
+
+/// Formats a byte count with the largest binary suffix that divides it.
+pub fn format_size(bytes: usize) -> String {
+    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
+fn parse_positive(flag: &str, text: &str) -> Result<u64, UsageError> {
+    match text.parse::<u64>() {
+        Ok(0) => usage(format!("{flag} must be at least 1")),
+        Ok(n) => Ok(n),
+        Err(_) => usage(format!(
+            "invalid value {text:?} for {flag} (expected a positive integer)"
+        )),
+    }
+}
+
+/// Parses `--cpus A,B` or `--cpus none` (checked against the allowed CPUs later).
+fn parse_cpus(text: &str) -> Result<Pinning, UsageError> {
+    if text == "none" {
+        return Ok(Pinning::Off);
+    }
+    let bad = || {
+        usage(format!(
+            "invalid value {text:?} for --cpus (expected A,B with two CPU numbers, or none)"
+        ))
+    };
+    let Some((a, b)) = text.split_once(',') else {
+        return bad();
+    };
+    let (Ok(client), Ok(server)) = (a.trim().parse::<usize>(), b.trim().parse::<usize>()) else {
+        return bad();
+    };
+    Ok(Pinning::Cpus { client, server })
+}
+
+/// Parses the whole command line (without the program name); `cpus` are the CPUs this
+/// process may run on ([`allowed_cpus`]).
+pub fn parse(argv: Vec<OsString>, cpus: &[usize]) -> Result<Command, UsageError> {
+    let mut argv = argv.into_iter().map(|a| {
+        a.into_string()
+            .map_err(|a| UsageError(format!("argument {a:?} is not valid UTF-8")))
+    });
+    let Some(first) = argv.next().transpose()? else {
+        return usage("missing command (try 'shmlink --help')");
+    };
+    match first.as_str() {
+        "-h" | "--help" => Ok(Command::Help(TOP_HELP)),
+        "-V" | "--version" => Ok(Command::Version),
+        "help" => match argv.next().transpose()?.as_deref() {
+            None => Ok(Command::Help(TOP_HELP)),
+            Some("pong") => Ok(Command::Help(PONG_HELP)),
+            Some(other) => usage(format!("no help for unknown command {other:?}")),
+        },
+        "pong" => parse_pong(argv.collect::<Result<Vec<_>, _>>()?, cpus),
+        other => usage(format!("unknown command {other:?} (try 'shmlink --help')")),
+    }
+}
+
+/// Parses `shmlink pong`'s arguments.
+pub fn parse_pong(argv: Vec<String>, cpus: &[usize]) -> Result<Command, UsageError> {
+    let mut server = false;
+    let mut client = false;
+    let mut latency = false;
+    let mut json = false;
+    let mut once = false;
+    let mut size = None;
+    let mut count = None;
+    let mut window = None;
+    let mut pinning = None;
+    let mut ring_size = None;
+    let mut spin_us = None;
+    let mut parent_pid = None;
+    let mut addrs = Vec::new();
+
+    let mut args = argv.into_iter();
+    while let Some(arg) = args.next() {
+        if arg == "--" {
+            addrs.extend(args.by_ref());
+            break;
+        }
+        if !arg.starts_with('-') || arg == "-" {
+            addrs.push(arg);
+            continue;
+        }
+        // `--flag=value` or `--flag value`.
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut value = |what: &str| -> Result<String, UsageError> {
+            match inline.clone().or_else(|| args.next()) {
+                Some(v) => Ok(v),
+                None => usage(format!("{flag} needs a value ({what})")),
+            }
+        };
+        let takes_value = matches!(
+            flag.as_str(),
+            "-m" | "--size"
+                | "-n"
+                | "--count"
+                | "-w"
+                | "--window"
+                | "--cpus"
+                | "--ring-size"
+                | "--spin-us"
+                | "--parent-pid"
+        );
+        if inline.is_some() && !takes_value {
+            return usage(format!("{flag} takes no value"));
+        }
+        match flag.as_str() {
+            "-h" | "--help" => return Ok(Command::Help(PONG_HELP)),
+            "--server" => server = true,
+            "--client" => client = true,
+            "--latency" => latency = true,
+            "--json" => json = true,
+            "--once" => once = true,
+            "-m" | "--size" => {
+                let v = value("SIZE")?;
+                let s = parse_size(&v).map_err(|e| UsageError(format!("{flag}: {e}")))?;
+                if s > MAX_SIZE {
+                    return usage(format!(
+                        "{flag} {v}: at most {} bytes per message",
+                        format_size(MAX_SIZE)
+                    ));
+                }
+                size = Some(s);
+            }
+            "-n" | "--count" => count = Some(parse_positive(&flag, &value("COUNT")?)?),
+            "-w" | "--window" => window = Some(parse_positive(&flag, &value("WINDOW")?)?),
+            "--cpus" => pinning = Some(parse_cpus(&value("A,B or none")?)?),
+            "--ring-size" => {
+                let v = value("SIZE")?;
+                let s = parse_size(&v).map_err(|e| UsageError(format!("{flag}: {e}")))?;
+                if let Err(e) = shmlink::Options::default().ring_size(s).validate() {
+                    return usage(format!("{flag} {v}: {}", e.message()));
+                }
+                ring_size = Some(s);
+            }
+            "--spin-us" => {
+                let v = value("microseconds")?;
+                match v.parse::<u64>() {
+                    Ok(n) if n <= MAX_SPIN_US => spin_us = Some(n),
+                    _ => {
+                        return usage(format!(
+                            "invalid value {v:?} for --spin-us (expected 0..={MAX_SPIN_US})"
+                        ))
+                    }
+                }
+            }
+            "--parent-pid" => {
+                let v = value("PID")?;
+                parent_pid = Some(
+                    v.parse::<u32>()
+                        .map_err(|_| UsageError(format!("invalid --parent-pid {v:?}")))?,
+                );
+            }
+            _ => {
+                return usage(format!(
+                    "unknown option {flag:?} (try 'shmlink pong --help')"
+                ))
+            }
+        }
+    }
+
+    let role = match (server, client) {
+        (true, true) => return usage("--server and --client exclude each other"),
+        (true, false) => Role::Server,
+        (false, true) => Role::Client,
+        (false, false) => Role::Both,
+    };
+    if role != Role::Server && (once || parent_pid.is_some()) {
+        return usage("--once and --parent-pid are internal options of --server");
+    }
+    let mode = if latency {
+        Mode::Latency
+    } else {
+        Mode::Throughput
+    };
+    match role {
+        Role::Server => {
+            let client_only = [
+                ("--latency", latency),
+                ("-m/--size", size.is_some()),
+                ("-n/--count", count.is_some()),
+                ("-w/--window", window.is_some()),
+                ("--json", json),
+            ];
+            if let Some((name, _)) = client_only.iter().find(|(_, given)| *given) {
+                return usage(format!(
+                    "{name} is a client option: a server takes each run's parameters from its client"
+                ));
+            }
+            if addrs.len() != 1 {
+                return usage(format!(
+                    "--server needs exactly one ADDR, got {}",
+                    addrs.len()
+                ));
+            }
+        }
+        Role::Client if addrs.is_empty() => return usage("--client needs at least one ADDR"),
+        Role::Client => {}
+        Role::Both if addrs.is_empty() => addrs = default_addrs(),
+        Role::Both => {}
+    }
+    for addr in &addrs {
+        if let Err(e) = shmlink::Address::parse(addr) {
+            return usage(e.to_string());
+        }
+    }
+    if mode == Mode::Latency && window.is_some() {
+        return usage("-w/--window applies to throughput mode, not --latency");
+    }
+    let pinning = match pinning {
+        // A server started by `pong` inherited the client's pinning: its own mask says
+        // nothing about the machine, the client checked the CPUs already.
+        Some(p) if parent_pid.is_some() => p,
+        Some(Pinning::Cpus { client, server }) => {
+            if let Some(cpu) = [client, server].into_iter().find(|c| !cpus.contains(c)) {
+                return usage(format!(
+                    "--cpus {client},{server}: CPU {cpu} is not available (nproc: {}; CPUs: {})",
+                    cpus.len(),
+                    format_cpu_list(cpus)
+                ));
+            }
+            Pinning::Cpus { client, server }
+        }
+        Some(p) => p,
+        None => match cpus {
+            [client, server, ..] => Pinning::Auto {
+                client: *client,
+                server: *server,
+            },
+            _ => Pinning::Off,
+        },
+    };
+    let size = size.unwrap_or(64);
+    let count = count.unwrap_or_else(|| default_count(mode, size));
+    let window = match mode {
+        Mode::Latency => 1,
+        Mode::Throughput => window.unwrap_or(DEFAULT_WINDOW),
+    };
+    Ok(Command::Pong(PongArgs {
+        role,
+        mode,
+        size,
+        count,
+        window,
+        pinning,
+        json,
+        ring_size,
+        spin_us,
+        addrs,
+        once,
+        parent_pid,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pong(args: &str) -> Result<PongArgs, UsageError> {
+        let argv = std::iter::once("pong")
+            .chain(args.split_whitespace())
+            .map(OsString::from)
+            .collect();
+        match parse(argv, &[0, 1, 2, 3])? {
+            Command::Pong(p) => Ok(p),
+            other => panic!("not a pong command: {other:?}"),
+        }
+    }
+
+    fn err(args: &str) -> String {
+        pong(args).unwrap_err().0
+    }
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        for (text, want) in [
+            ("0", 0),
+            ("64", 64),
+            ("1k", 1024),
+            ("1K", 1024),
+            ("1KiB", 1024),
+            ("4K", 4096),
+            ("1M", 1 << 20),
+            ("1MiB", 1 << 20),
+            ("64M", 64 << 20),
+            ("1G", 1 << 30),
+            ("100B", 100),
+        ] {
+            assert_eq!(parse_size(text), Ok(want), "{text}");
+        }
+        for text in [
+            "",
+            "12Q",
+            "k",
+            "-1",
+            "1.5M",
+            "1 M",
+            "1MiBs",
+            "99999999999999999999",
+        ] {
+            assert!(parse_size(text).is_err(), "{text:?} accepted");
+        }
+        assert!(parse_size("99999999999G")
+            .unwrap_err()
+            .contains("too large"));
+    }
+
+    #[test]
+    fn format_size_round_trips() {
+        for s in [0, 1, 64, 1000, 1024, 4096, 1 << 20, 3 << 20, 1 << 30] {
+            assert_eq!(parse_size(&format_size(s)), Ok(s));
+        }
+        assert_eq!(format_size(1 << 20), "1MiB");
+        assert_eq!(format_size(1536), "1536");
+    }
+
+    #[test]
+    fn defaults() {
+        let p = pong("").unwrap();
+        assert_eq!(p.role, Role::Both);
+        assert_eq!(p.mode, Mode::Throughput);
+        assert_eq!((p.size, p.window, p.count), (64, 64, 500_000));
+        assert_eq!(p.addrs.len(), 3);
+        assert_eq!(
+            p.pinning,
+            Pinning::Auto {
+                client: 0,
+                server: 1
+            }
+        );
+        let p = pong("--latency -m 1M tcp:127.0.0.1:0").unwrap();
+        assert_eq!((p.window, p.count, p.warmup()), (1, 1024, 102));
+        assert_eq!(p.addrs, ["tcp:127.0.0.1:0"]);
+        assert_eq!(pong("--latency -m 64M").unwrap().count, 50);
+        assert_eq!(pong("--latency").unwrap().count, 20_000);
+        assert_eq!(pong("--latency -n 100000").unwrap().warmup(), 1000);
+    }
+
+    #[test]
+    fn every_option() {
+        let p = pong(
+            "--client --latency --size=4k -n 10 --cpus 1,1 --json --ring-size 1M --spin-us 0 shm:a ux:b",
+        )
+        .unwrap();
+        assert_eq!(p.role, Role::Client);
+        assert_eq!((p.size, p.count), (4096, 10));
+        assert_eq!(
+            p.pinning,
+            Pinning::Cpus {
+                client: 1,
+                server: 1
+            }
+        );
+        assert!(p.json);
+        assert_eq!(p.ring_size, Some(1 << 20));
+        assert_eq!(p.options().get_wait_policy(), shmlink::WaitPolicy::BLOCKING);
+        assert_eq!(p.addrs, ["shm:a", "ux:b"]);
+        let p = pong("--server --once --parent-pid 7 --cpus none shm:x").unwrap();
+        assert_eq!(
+            (p.role, p.once, p.parent_pid),
+            (Role::Server, true, Some(7))
+        );
+        assert_eq!(p.pinning, Pinning::Off);
+        assert_eq!(pong("-w 8 -- ux:-odd").unwrap().addrs, ["ux:-odd"]);
+    }
+
+    #[test]
+    fn bad_arguments_are_usage_errors() {
+        for (args, needle) in [
+            ("--frobnicate", "unknown option \"--frobnicate\""),
+            ("-m 12Q", "invalid size \"12Q\""),
+            ("-m 2G", "at most 1GiB"),
+            ("-n 0", "-n must be at least 1"),
+            ("-n many", "invalid value \"many\" for -n"),
+            ("-w 0", "-w must be at least 1"),
+            (
+                "--cpus 9,99",
+                "CPU 9 is not available (nproc: 4; CPUs: 0-3)",
+            ),
+            ("--cpus 1,4", "CPU 4 is not available"),
+            ("--cpus 0", "invalid value \"0\" for --cpus"),
+            ("--cpus a,b", "invalid value"),
+            ("--ring-size 5000", "power of two"),
+            ("--spin-us -1", "--spin-us"),
+            ("-m", "-m needs a value"),
+            ("--json=yes", "--json takes no value"),
+            ("--server --client x", "exclude each other"),
+            ("--server", "exactly one ADDR"),
+            ("--server shm:a shm:b", "exactly one ADDR"),
+            ("--server -m 64 a", "-m/--size is a client option"),
+            ("--client", "at least one ADDR"),
+            ("--latency -w 4", "throughput mode"),
+            ("--once", "internal"),
+            ("foo:bar", "unknown transport \"foo\""),
+            ("shm:ok tcp:nohost", "invalid address \"tcp:nohost\""),
+        ] {
+            let e = err(args);
+            assert!(e.contains(needle), "{args:?}: {e:?} lacks {needle:?}");
+        }
+    }
+
+    #[test]
+    fn top_level() {
+        let parse = |args: &[&str]| parse(args.iter().map(OsString::from).collect(), &[0]);
+        assert_eq!(parse(&["--help"]), Ok(Command::Help(TOP_HELP)));
+        assert_eq!(parse(&["help", "pong"]), Ok(Command::Help(PONG_HELP)));
+        assert_eq!(parse(&["pong", "-h"]), Ok(Command::Help(PONG_HELP)));
+        assert_eq!(parse(&["-V"]), Ok(Command::Version));
+        assert!(parse(&[]).unwrap_err().0.contains("missing command"));
+        assert!(parse(&["bong"]).unwrap_err().0.contains("unknown command"));
+        let e = parse(&["pong", "--cpus", "0,1"]).unwrap_err();
+        assert!(e.0.contains("CPU 1 is not available"), "{e}");
+        let Ok(Command::Pong(p)) = parse(&["pong"]) else {
+            panic!()
+        };
+        assert_eq!(p.pinning, Pinning::Off, "one CPU: no default pinning");
+        let Ok(Command::Pong(p)) = parse(&[
+            "pong",
+            "--server",
+            "--parent-pid",
+            "1",
+            "--cpus",
+            "0,5",
+            "shm:x",
+        ]) else {
+            panic!()
+        };
+        assert_eq!(
+            p.pinning,
+            Pinning::Cpus {
+                client: 0,
+                server: 5
+            },
+            "a child trusts its parent"
+        );
+    }
+}

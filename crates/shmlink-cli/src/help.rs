@@ -1,0 +1,73 @@
+//! The help texts.
+
+pub const TOP_HELP: &str = "\
+shmlink: fast, reliable messaging between processes that share a Linux kernel.
+
+Usage: shmlink <COMMAND> [ARGS]
+
+Commands:
+  pong     measure latency and throughput between two processes
+  help     print this help, or a command's help (shmlink help pong)
+
+Options:
+  -h, --help     print help
+  -V, --version  print the version
+";
+
+pub const PONG_HELP: &str = "\
+Measure round-trip latency or streaming throughput between two processes.
+
+Usage: shmlink pong [--server | --client] [--latency] [-m SIZE] [-n COUNT] [-w WINDOW]
+                    [--cpus A,B|none] [--ring-size SIZE] [--spin-us N] [--json] [ADDR...]
+
+Roles:
+  (neither)        run both ends: for each ADDR, start a server as a separate process
+                   (this program re-executed with --server; it dies with this one), run
+                   the client against it, and print one row per ADDR
+  --server         serve ADDR (exactly one) until killed, one client after another; the
+                   run's parameters come from each client
+  --client         run against servers already listening on each ADDR (connecting is
+                   retried for 10 s while nobody listens yet)
+
+Addresses: shm:NAME, shm:/path.sock, shm:@name, ux:NAME, ux:/path, tcp:HOST:PORT.
+  Without ADDR both ends run on every transport: shm:pong-PID ux:pong-PID
+  tcp:127.0.0.1:0 (port 0: the server picks a free port and tells the client).
+
+Measurement:
+  --latency        one message in flight: the client sends, the server answers with a
+                   message of the same size; prints round-trip percentiles (p50, p90,
+                   p99, p99.9, max) over COUNT messages after a warm-up
+  (default)        throughput: the client streams COUNT messages keeping at most WINDOW
+                   unacknowledged (the server acknowledges cumulatively every WINDOW/2
+                   messages); prints messages/s and bytes/s from the first measured
+                   message to the acknowledgement of the last
+  -m, --size SIZE  bytes per message [default: 64]; suffixes are binary: 1k = 1K = 1KiB
+                   = 1024, 1M = 1MiB, 1G = 1GiB; at most 1GiB
+  -n, --count N    measured messages [default: latency min(20000, max(50, 1GiB/SIZE)),
+                   throughput min(500000, max(100, 4GiB/SIZE))]; a warm-up of
+                   min(1000, COUNT/10) messages goes before them and is not measured
+  -w, --window N   messages in flight in throughput mode [default: 64]
+  --cpus A,B       pin the client to CPU A and the server to CPU B; A = B measures
+                   same-core; `none` does not pin [default: 0,1 when there are at least
+                   2 CPUs, else none]
+  --ring-size SIZE ring bytes per direction for shm: (power of two, 4KiB..1GiB)
+                   [default: the library's, 256KiB]
+  --spin-us N      how long a waiting end busy-polls, and then yields, before it sleeps
+                   (both budgets N microseconds); 0 = always sleep (blocking policy)
+                   [default: the library's, 20 us spin + 30 us yield]
+  --json           print one JSON object per run, one per line, with the fields
+                   transport, size, count, window, rtt_ns {p50,p90,p99,p999,max},
+                   msgs_per_s, bytes_per_s, cpu_us_per_msg {client,server}
+                   (latency fields null in throughput mode and the other way round;
+                   window is 1 in latency mode)
+  -h, --help       print this help
+
+Every message is verified: it carries its sequence number and a 64-bit checksum over the
+whole payload, which the receiver recomputes; messages under 16 bytes are compared byte
+for byte (a 1-byte message carries the low byte of the sequence number). A mismatch
+aborts the run. Round-trip times include writing and verifying every byte on both ends.
+CPU per message is user + system time (getrusage) of each process over the measured
+part, divided by COUNT (per round trip in latency mode); the server reports its own.
+
+Exit status: 0 on success, 1 if a run failed, 2 on bad arguments.
+";

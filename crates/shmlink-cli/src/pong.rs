@@ -1,0 +1,199 @@
+//! `shmlink pong`: runs the server, the client, or both as separate processes, one address
+//! after another, and prints a result per address.
+
+use std::io::Write;
+use std::time::Instant;
+
+use shmlink::{ErrorKind, Listener, Options, MAX_MSG_SIZE_LIMIT};
+
+use crate::args::{format_size, Pinning, PongArgs, Role};
+use crate::client;
+use crate::error::{Context, Result, RunError};
+use crate::report::{RunResult, Table};
+use crate::server;
+use crate::spawn::{connect_retry, die_with_parent, ServerProcess, START_TIMEOUT};
+use crate::wire::{Hello, Mode};
+
+/// Runs the command.
+pub fn run(args: &PongArgs) -> Result<()> {
+    match args.role {
+        Role::Server => serve(args),
+        Role::Client | Role::Both => run_clients(args),
+    }
+}
+
+/// Pins this process to its CPU; returns the CPU, if pinned. Only the default pinning
+/// tolerates a failure (with a warning).
+fn pin(pinning: Pinning, server: bool) -> Result<Option<usize>> {
+    let Some(cpu) = pinning.cpu(server) else {
+        return Ok(None);
+    };
+    match shmlink::pin_to_cpu(cpu) {
+        Ok(()) => Ok(Some(cpu)),
+        Err(e) if matches!(pinning, Pinning::Auto { .. }) => {
+            eprintln!("shmlink pong: warning: cannot pin to CPU {cpu} ({e}); not pinned");
+            Ok(None)
+        }
+        Err(e) => Err(RunError::new(format!("pin to CPU {cpu}: {e}"))),
+    }
+}
+
+/// `--server`: serves clients one after another (only one with `--once`).
+fn serve(args: &PongArgs) -> Result<()> {
+    if let Some(parent) = args.parent_pid {
+        die_with_parent(parent)?;
+    }
+    pin(args.pinning, true)?;
+    let addr = &args.addrs[0];
+    let opts = args.options().max_msg_size(MAX_MSG_SIZE_LIMIT);
+    let mut listener = Listener::bind(addr, &opts)?;
+    if args.once {
+        // The parent waits for this line: it means we listen, and says on which port.
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", listener.local_addr())
+            .and_then(|()| out.flush())
+            .context(|| "report the bound address".to_string())?;
+    } else {
+        eprintln!(
+            "shmlink pong: serving {} (Ctrl-C to stop)",
+            listener.local_addr()
+        );
+    }
+    loop {
+        let mut conn = match listener.accept() {
+            Ok(c) => c,
+            Err(e) if !args.once && per_client(e.kind()) => {
+                eprintln!("shmlink pong: accept on {addr}: {e}");
+                continue;
+            }
+            Err(e) => return Err(e).context(|| format!("accept on {addr}")),
+        };
+        let res = server::serve(&mut conn);
+        drop(conn);
+        match res {
+            Ok(_) if args.once => return Ok(()),
+            Err(e) if args.once => return Err(e).context(|| format!("serve on {addr}")),
+            Ok(h) => eprintln!(
+                "shmlink pong: served a {} run: {} messages of {} bytes, all verified",
+                mode_name(h.mode),
+                h.total(),
+                h.size
+            ),
+            Err(e) => eprintln!("shmlink pong: client on {addr}: {e}"),
+        }
+    }
+}
+
+/// Accept errors that concern one client, after which the listener serves on.
+fn per_client(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::ConnectionRefused
+            | ErrorKind::ConnectionReset
+            | ErrorKind::TimedOut
+            | ErrorKind::ProtocolViolation
+            | ErrorKind::VersionMismatch
+            | ErrorKind::PermissionDenied
+    )
+}
+
+fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Latency => "latency",
+        Mode::Throughput => "throughput",
+    }
+}
+
+/// The client (and, without `--client`, the servers): one run per address.
+fn run_clients(args: &PongArgs) -> Result<()> {
+    let client_cpu = pin(args.pinning, false)?;
+    let mut out = std::io::stdout().lock();
+    let mut print = |line: String| {
+        writeln!(out, "{line}")
+            .and_then(|()| out.flush())
+            .context(|| "write to stdout".to_string())
+    };
+    if !args.json {
+        print(describe(args, client_cpu))?;
+    }
+    let mut table = Table::new(args.mode);
+    let mut failed = 0;
+    for addr in &args.addrs {
+        match run_one(args, addr) {
+            Ok(r) if args.json => print(r.to_json())?,
+            Ok(r) => print(table.next(&r))?,
+            Err(e) => {
+                eprintln!("shmlink pong: {addr}: {e}");
+                failed += 1;
+            }
+        }
+    }
+    match failed {
+        0 => Ok(()),
+        n => Err(RunError::new(format!(
+            "{n} of {} runs failed",
+            args.addrs.len()
+        ))),
+    }
+}
+
+/// The line that says what is measured and how.
+fn describe(args: &PongArgs, client_cpu: Option<usize>) -> String {
+    let server_cpu = args.pinning.cpu(true);
+    let cpu = |c: Option<usize>| c.map_or("unpinned".to_string(), |c| format!("CPU {c}"));
+    let wait = args.options().get_wait_policy();
+    format!(
+        "# pong {}: {} messages of {} after {} warm-up{}; client {}, server {}; wait: spin {:?}, yield {:?}{}",
+        mode_name(args.mode),
+        args.count,
+        match format_size(args.size) {
+            s if s.ends_with('B') => s,
+            s => format!("{s} B"),
+        },
+        args.warmup(),
+        if args.mode == Mode::Throughput {
+            format!(", window {}", args.window)
+        } else {
+            String::new()
+        },
+        cpu(client_cpu),
+        cpu(server_cpu),
+        wait.spin,
+        wait.yield_,
+        args.ring_size
+            .map_or(String::new(), |r| format!("; ring {}", format_size(r)))
+    )
+}
+
+/// One run against `addr`, with a server process of its own unless `--client`.
+fn run_one(args: &PongArgs, addr: &str) -> Result<RunResult> {
+    let opts: Options = args
+        .options()
+        .max_msg_size(args.size.max(Options::default().get_max_msg_size()));
+    let mut server = match args.role {
+        Role::Both => Some(ServerProcess::start(args, addr)?),
+        _ => None,
+    };
+    let target = server
+        .as_ref()
+        .map_or(addr, |s| s.addr.as_str())
+        .to_string();
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut conn = connect_retry(&target, &opts, deadline, || {
+        server.as_mut().map_or(Ok(()), |s| s.check_alive())
+    })
+    .context(|| format!("connect to {target}"))?;
+    let hello = Hello {
+        mode: args.mode,
+        size: args.size as u64,
+        count: args.count,
+        warmup: args.warmup(),
+        window: args.window,
+    };
+    let result = client::run(&mut conn, hello)?;
+    conn.close().context(|| "close".to_string())?;
+    if let Some(server) = server {
+        server.finish()?;
+    }
+    Ok(result)
+}

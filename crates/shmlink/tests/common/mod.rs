@@ -1,0 +1,108 @@
+//! Helpers shared by the integration tests: unique addresses per transport, connected
+//! pairs, and self-verifying payloads.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use shmlink::{Connection, ErrorKind, Listener, Options};
+
+/// The transports every conformance test runs on.
+pub const TRANSPORTS: &[&str] = &["shm", "ux", "tcp"];
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh address for `transport`, unique within this test process.
+pub fn fresh_addr(transport: &str) -> String {
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    let pid = std::process::id();
+    match transport {
+        "shm" => {
+            let dir = test_dir();
+            format!("shm:{}/t{n}.sock", dir.display())
+        }
+        "ux" => format!("ux:shmlink-test-{pid}-{n}"),
+        "tcp" => "tcp:127.0.0.1:0".to_string(),
+        other => panic!("unknown transport {other}"),
+    }
+}
+
+/// A per-process directory for socket files.
+pub fn test_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("shmlink-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Binds a fresh address; returns the listener and the address clients connect to.
+pub fn bind(transport: &str, opts: &Options) -> (Listener, String) {
+    let l = Listener::bind(&fresh_addr(transport), opts).unwrap();
+    let addr = l.local_addr();
+    (l, addr)
+}
+
+/// A connected (client, server) pair.
+pub fn pair_with(transport: &str, opts: &Options) -> (Connection, Connection) {
+    let (mut l, addr) = bind(transport, opts);
+    let o = opts.clone();
+    let client = std::thread::spawn(move || Connection::connect(&addr, &o).unwrap());
+    let server = l.accept().unwrap();
+    (client.join().unwrap(), server)
+}
+
+/// A connected pair with default options.
+pub fn pair(transport: &str) -> (Connection, Connection) {
+    pair_with(transport, &Options::default())
+}
+
+/// FNV-1a over the bytes.
+pub fn checksum(bytes: &[u8]) -> u32 {
+    bytes
+        .iter()
+        .fold(0x811c_9dc5u32, |h, &b| (h ^ b as u32).wrapping_mul(0x0100_0193))
+}
+
+/// A message of `len` bytes carrying `seq`: bytes derived from seq, then (if there is
+/// room) seq (8 bytes) and a checksum of the body (4 bytes) at the front.
+pub fn payload(seq: u64, len: usize) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..len)
+        .map(|i| (seq as usize).wrapping_mul(31).wrapping_add(i) as u8)
+        .collect();
+    if len >= 12 {
+        let sum = checksum(&v[12..]);
+        v[..8].copy_from_slice(&seq.to_le_bytes());
+        v[8..12].copy_from_slice(&sum.to_le_bytes());
+    }
+    v
+}
+
+/// Checks that `msg` is `payload(seq, len)` for the expected seq and length.
+pub fn verify(seq: u64, len: usize, msg: &[u8]) {
+    assert_eq!(msg.len(), len, "message {seq}: wrong length");
+    if len >= 12 {
+        let got = u64::from_le_bytes(msg[..8].try_into().unwrap());
+        assert_eq!(got, seq, "out of order or lost message");
+        let sum = u32::from_le_bytes(msg[8..12].try_into().unwrap());
+        assert_eq!(sum, checksum(&msg[12..]), "message {seq}: checksum mismatch");
+    } else {
+        assert_eq!(msg, &payload(seq, len)[..], "message {seq}: corrupted");
+    }
+}
+
+/// Waits until `cond` holds or `timeout` passes; returns whether it held.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    cond()
+}
+
+/// Receives until end of stream; panics on any other error.
+pub fn expect_eos(conn: &mut Connection) {
+    let e = conn.recv_vec().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::EndOfStream, "{e}");
+}

@@ -1,0 +1,414 @@
+//! One conformance suite, run on every transport (`shm`, `ux`, `tcp`): the guarantees a
+//! connection gives whatever carries it.
+
+mod common;
+
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use shmlink::{Connection, ErrorKind, Listener, Options};
+
+/// Instantiates every test of the suite for each transport: `shm::echo`, `ux::echo`, …
+macro_rules! conformance {
+    ($($transport:ident),*) => {$(
+        mod $transport {
+            conformance!(@tests $transport:
+                echo, million_messages_in_order, sizes_keep_boundaries, zero_length_messages,
+                nonblocking_sender_gets_would_block_and_loses_nothing,
+                slow_receiver_makes_blocking_sender_wait, epoll_serves_64_connections,
+                graceful_close_delivers_everything, too_small_buffer_keeps_the_message,
+                oversized_message_is_refused, zero_copy_send_and_receive,
+                counters_and_addresses, nonblocking_recv_and_fd_readiness);
+        }
+    )*};
+    (@tests $transport:ident: $($test:ident),*) => {$(
+        #[test]
+        fn $test() {
+            super::$test(stringify!($transport));
+        }
+    )*};
+}
+
+conformance!(shm, ux, tcp);
+
+fn echo(t: &str) {
+    let (mut c, mut s) = pair(t);
+    c.send(b"ping").unwrap();
+    let m = s.recv_vec().unwrap();
+    s.send(&m).unwrap();
+    assert_eq!(c.recv_vec().unwrap(), b"ping");
+}
+
+fn million_messages_in_order(t: &str) {
+    const N: u64 = 1_000_000;
+    let (mut c, mut s) = pair(t);
+    let sender = std::thread::spawn(move || {
+        for seq in 0..N {
+            c.send(&payload(seq, 12 + (seq % 53) as usize)).unwrap();
+        }
+        c.close().unwrap();
+    });
+    for seq in 0..N {
+        let m = s.recv_ref().unwrap();
+        verify(seq, 12 + (seq % 53) as usize, &m);
+    }
+    expect_eos(&mut s);
+    sender.join().unwrap();
+}
+
+fn sizes_keep_boundaries(t: &str) {
+    const SIZES: &[usize] = &[1, 64, 4096, 1 << 20, 64 << 20];
+    let (mut c, mut s) = pair(t);
+    let echo = std::thread::spawn(move || {
+        for _ in SIZES {
+            let m = s.recv_vec().unwrap();
+            s.send(&m).unwrap();
+        }
+    });
+    // Send all first (the peer echoes concurrently), then check each comes back whole.
+    for (i, &len) in SIZES.iter().enumerate() {
+        c.send(&payload(i as u64, len)).unwrap();
+        let back = c.recv_vec().unwrap();
+        verify(i as u64, len, &back);
+    }
+    echo.join().unwrap();
+}
+
+fn zero_length_messages(t: &str) {
+    let (mut c, mut s) = pair(t);
+    c.send(b"").unwrap();
+    c.send(b"x").unwrap();
+    c.send(b"").unwrap();
+    c.close().unwrap();
+    assert_eq!(s.recv_vec().unwrap(), b"");
+    assert_eq!(s.recv_vec().unwrap(), b"x");
+    let mut buf = [0u8; 4];
+    assert_eq!(s.recv(&mut buf).unwrap(), 0);
+    expect_eos(&mut s);
+}
+
+fn nonblocking_sender_gets_would_block_and_loses_nothing(t: &str) {
+    let opts = Options::default().ring_size(64 << 10);
+    let (mut c, mut s) = pair_with(t, &opts);
+    c.set_nonblocking(true);
+    let mut sent = 0u64;
+    loop {
+        match c.send(&payload(sent, 1000)) {
+            Ok(()) => sent += 1,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(sent < 10_000_000, "sender never saw WouldBlock");
+    }
+    assert!(sent > 0);
+    c.set_nonblocking(false);
+    c.close().unwrap();
+    for seq in 0..sent {
+        verify(seq, 1000, &s.recv_vec().unwrap());
+    }
+    expect_eos(&mut s);
+}
+
+fn slow_receiver_makes_blocking_sender_wait(t: &str) {
+    const N: u64 = 4096;
+    const LEN: usize = 64 << 10; // 256 MiB in all: more than any socket or ring buffers
+    let opts = Options::default().ring_size(256 << 10);
+    let (mut c, mut s) = pair_with(t, &opts);
+    let progress = Arc::new(AtomicU64::new(0));
+    let p = progress.clone();
+    let sender = std::thread::spawn(move || {
+        for seq in 0..N {
+            c.send(&payload(seq, LEN)).unwrap();
+            p.store(seq + 1, Ordering::Relaxed);
+        }
+    });
+    // The sender must stall: its progress stops changing while we do not read.
+    let mut last = u64::MAX;
+    assert!(wait_until(Duration::from_secs(10), || {
+        let now = progress.load(Ordering::Relaxed);
+        let stalled = now == last;
+        last = now;
+        std::thread::sleep(Duration::from_millis(20));
+        stalled
+    }));
+    let stalled_at = progress.load(Ordering::Relaxed);
+    assert!(stalled_at < N, "the sender never waited for the receiver");
+    for seq in 0..N {
+        verify(seq, LEN, &s.recv_ref().unwrap());
+    }
+    sender.join().unwrap();
+}
+
+fn epoll_serves_64_connections(t: &str) {
+    const CLIENTS: usize = 64;
+    const MSGS: u64 = 200;
+    let (mut l, addr) = bind(t, &Options::default());
+    l.set_nonblocking(true);
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let mut c = Connection::connect(&addr, &Options::default()).unwrap();
+                for seq in 0..MSGS {
+                    c.send(&payload(seq, 16 + i)).unwrap();
+                    verify(seq, 16 + i, &c.recv_vec().unwrap());
+                }
+                c.close().unwrap();
+            })
+        })
+        .collect();
+
+    // SAFETY: epoll_create1 with a valid flag.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    assert!(ep >= 0);
+    let watch = |fd: i32, token: u64| {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
+        // SAFETY: valid epoll fd, open fd, valid event.
+        assert_eq!(unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) }, 0);
+    };
+    watch(l.as_raw_fd(), u64::MAX);
+    let mut conns: HashMap<u64, (Connection, Vec<Vec<u8>>)> = HashMap::new();
+    let (mut accepted, mut finished, mut next) = (0, 0, 0u64);
+    let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
+    while finished < CLIENTS {
+        // SAFETY: `evs` has room for 64 events.
+        let n = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), 64, 10_000) };
+        assert!(n > 0, "epoll loop stalled");
+        for ev in &evs[..n as usize] {
+            let token = ev.u64;
+            if token == u64::MAX {
+                loop {
+                    match l.accept() {
+                        Ok(mut c) => {
+                            c.set_nonblocking(true);
+                            watch(c.as_raw_fd(), next);
+                            conns.insert(next, (c, Vec::new()));
+                            next += 1;
+                            accepted += 1;
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                continue;
+            }
+            let Some((c, backlog)) = conns.get_mut(&token) else {
+                continue;
+            };
+            // Echo everything readable; queue what cannot be sent yet.
+            let mut done = false;
+            loop {
+                while let Some(m) = backlog.first() {
+                    match c.send(m) {
+                        Ok(()) => {
+                            backlog.remove(0);
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                match c.recv_vec() {
+                    Ok(m) => backlog.push(m),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::EndOfStream => {
+                        done = true;
+                        break;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            if done {
+                conns.remove(&token);
+                finished += 1;
+            }
+        }
+    }
+    assert_eq!(accepted, CLIENTS);
+    for c in clients {
+        c.join().unwrap();
+    }
+    // SAFETY: closing the epoll fd we created.
+    unsafe { libc::close(ep) };
+}
+
+fn graceful_close_delivers_everything(t: &str) {
+    let (mut c, mut s) = pair(t);
+    let closer = std::thread::spawn(move || {
+        for seq in 0..1000 {
+            c.send(&payload(seq, 100)).unwrap();
+        }
+        c.send(&payload(1000, 3 << 20)).unwrap();
+        c.close().unwrap();
+    });
+    for seq in 0..1000 {
+        verify(seq, 100, &s.recv_vec().unwrap());
+    }
+    verify(1000, 3 << 20, &s.recv_vec().unwrap());
+    closer.join().unwrap();
+    expect_eos(&mut s);
+    expect_eos(&mut s);
+    // Sending to a closed peer fails, it does not vanish silently forever.
+    let err = (0..100_000)
+        .find_map(|i| s.send(&payload(i, 1024)).err())
+        .expect("sends to a closed peer must fail once buffers are full");
+    assert_eq!(err.kind(), ErrorKind::ConnectionReset, "{err}");
+}
+
+fn too_small_buffer_keeps_the_message(t: &str) {
+    let (mut c, mut s) = pair(t);
+    c.send(&payload(7, 100)).unwrap();
+    let mut small = [0u8; 10];
+    let e = s.recv(&mut small).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::MessageTooLarge);
+    let mut big = [0u8; 200];
+    let n = s.recv(&mut big).unwrap();
+    verify(7, 100, &big[..n]);
+}
+
+fn oversized_message_is_refused(t: &str) {
+    let opts = Options::default().max_msg_size(1000);
+    let (mut c, mut s) = pair_with(t, &opts);
+    let e = c.send(&[0u8; 1001]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::MessageTooLarge);
+    assert!(e.to_string().contains("1001"), "{e}");
+    assert_eq!(c.max_msg_size(), 1000);
+    c.send(&[1u8; 1000]).unwrap();
+    assert_eq!(s.recv_vec().unwrap().len(), 1000);
+    // A peer with a smaller limit caps what we may send.
+    let (mut l, addr) = bind(t, &Options::default().max_msg_size(500));
+    let client = std::thread::spawn(move || Connection::connect(&addr, &Options::default()));
+    let _server = l.accept().unwrap();
+    let mut c = client.join().unwrap().unwrap();
+    assert_eq!(c.max_msg_size(), 500);
+    assert_eq!(
+        c.send(&[0u8; 501]).unwrap_err().kind(),
+        ErrorKind::MessageTooLarge
+    );
+}
+
+fn zero_copy_send_and_receive(t: &str) {
+    const SIZES: [usize; 3] = [64, 100_000, 5 << 20];
+    let (mut c, mut s) = pair(t);
+    let sender = std::thread::spawn(move || {
+        for (seq, len) in SIZES.into_iter().enumerate() {
+            let mut buf = c.reserve(len).unwrap();
+            assert_eq!(buf.len(), len);
+            buf.copy_from_slice(&payload(seq as u64, len));
+            assert_eq!(&buf[..], &payload(seq as u64, len)[..]);
+            buf.commit().unwrap();
+        }
+        // A reservation dropped without commit sends nothing.
+        drop(c.reserve(10).unwrap());
+        c.send(b"after").unwrap();
+    });
+    for (seq, len) in SIZES.into_iter().enumerate() {
+        verify(seq as u64, len, &s.recv_ref().unwrap());
+    }
+    assert_eq!(&*s.recv_ref().unwrap(), b"after");
+    sender.join().unwrap();
+}
+
+fn counters_and_addresses(t: &str) {
+    let (mut c, mut s) = pair(t);
+    c.send(&[0u8; 10]).unwrap();
+    c.send(&[0u8; 20]).unwrap();
+    s.recv_vec().unwrap();
+    s.recv_vec().unwrap();
+    let cc = c.counters();
+    assert_eq!((cc.msgs_out, cc.bytes_out), (2, 30));
+    let sc = s.counters();
+    assert_eq!((sc.msgs_in, sc.bytes_in), (2, 30));
+    assert_eq!(c.transport(), t);
+    assert!(c.peer_addr().starts_with(&format!("{t}:")), "{}", c.peer_addr());
+    assert!(s.local_addr().starts_with(&format!("{t}:")), "{}", s.local_addr());
+}
+
+fn nonblocking_recv_and_fd_readiness(t: &str) {
+    let (mut c, mut s) = pair(t);
+    s.set_nonblocking(true);
+    assert_eq!(s.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
+    let readable = |conn: &Connection, ms: i32| {
+        let mut p = libc::pollfd {
+            fd: conn.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut p, 1, ms) == 1 }
+    };
+    assert!(!readable(&s, 0), "fd readable with nothing to do");
+    c.send(b"wake").unwrap();
+    assert!(readable(&s, 5000), "fd not readable after a send");
+    assert_eq!(s.recv_vec().unwrap(), b"wake");
+    assert_eq!(s.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
+    drop(c);
+    assert!(readable(&s, 5000), "fd not readable after the peer closed");
+    expect_eos(&mut s);
+}
+
+#[test]
+fn listener_fd_is_readable_when_a_client_waits() {
+    for t in TRANSPORTS {
+        let (mut l, addr) = bind(t, &Options::default());
+        l.set_nonblocking(true);
+        assert_eq!(l.accept().unwrap_err().kind(), ErrorKind::WouldBlock);
+        let client = std::thread::spawn(move || Connection::connect(&addr, &Options::default()));
+        let mut p = libc::pollfd {
+            fd: l.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let accepted = wait_until(Duration::from_secs(5), || {
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut p, 1, 100) };
+            l.accept().is_ok()
+        });
+        assert!(accepted, "{t}: listener never accepted");
+        client.join().unwrap().unwrap();
+    }
+}
+
+#[test]
+fn bad_addresses_and_options_are_typed_errors() {
+    let o = Options::default();
+    for (addr, kind) in [
+        ("bogus:x", ErrorKind::InvalidAddress),
+        ("shm:", ErrorKind::InvalidAddress),
+        ("ux:", ErrorKind::InvalidAddress),
+        ("tcp:nope", ErrorKind::InvalidAddress),
+    ] {
+        let e = Connection::connect(addr, &o).unwrap_err();
+        assert_eq!(e.kind(), kind, "{addr}: {e}");
+        assert!(e.to_string().contains(addr), "{e}");
+        let e = Listener::bind(addr, &o).unwrap_err();
+        assert_eq!(e.kind(), kind, "{addr}: {e}");
+    }
+    let e = Connection::connect("shm:x", &Options::default().ring_size(0)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert!(e.to_string().contains("ring_size"), "{e}");
+    for t in TRANSPORTS {
+        let addr = match *t {
+            "tcp" => "tcp:127.0.0.1:1".to_string(),
+            _ => fresh_addr(t),
+        };
+        let e = Connection::connect(&addr, &o).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{addr}: {e}");
+        assert!(e.to_string().contains(&addr), "{e}");
+    }
+}
+
+#[test]
+fn binding_a_live_address_twice_is_addr_in_use() {
+    for t in ["shm", "ux"] {
+        let (_l, addr) = bind(t, &Options::default());
+        let e = Listener::bind(&addr, &Options::default()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::AddrInUse, "{t}: {e}");
+    }
+}
