@@ -97,13 +97,29 @@ impl Sums {
         self.add(&w);
     }
 
+    /// Folds each sum's lanes with independent multiplies by distinct odd constants (no
+    /// chain of dependent mixes: the multiplies overlap), mixes the `s1` fold, then the
+    /// `s2` fold into it. A change `d ≠ 0` in one `s1` lane changes its fold by
+    /// `d · odd ≠ 0 (mod 2^64)`, hence the mixed value (a bijection); cancelling that
+    /// through the `s2` fold needs a 64-bit coincidence.
     fn finish(&self, seed: u64, len: usize) -> u64 {
-        let mut h = fmix64(seed ^ (len as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        for l in 0..LANES {
-            h = fmix64(h ^ self.s1[l]);
-            h = fmix64(h ^ self.s2[l]);
-        }
-        h
+        const ODD: [u64; LANES] = [
+            0x9e37_79b9_7f4a_7c15,
+            0xc2b2_ae3d_27d4_eb4f,
+            0x1656_67b1_9e37_79f9,
+            0x85eb_ca77_c2b2_ae63,
+            0x27d4_eb2f_1656_67c5,
+            0xff51_afd7_ed55_8ccd,
+            0xc4ce_b9fe_1a85_ec53,
+            0x9fb2_1c65_1e98_df25,
+        ];
+        let fold = |sums: &[u64; LANES]| {
+            sums.iter()
+                .zip(ODD)
+                .fold(0u64, |acc, (s, k)| acc.wrapping_add(s.wrapping_mul(k)))
+        };
+        let h = fmix64(seed ^ (len as u64).wrapping_mul(0xd6e8_feb8_6659_fd93) ^ fold(&self.s1));
+        fmix64(h ^ fold(&self.s2))
     }
 }
 
@@ -146,11 +162,15 @@ pub fn fill(dst: &mut [u8], seed: u64, key: u64) -> u64 {
     let (blocks, tail) = rest.split_at_mut(whole);
     fill_blocks(blocks, k, &mut sums);
     if !tail.is_empty() {
-        let t = &TEMPLATE[whole / BLOCK];
-        for (i, byte) in tail.iter_mut().enumerate() {
-            *byte = (t[i / 8] ^ k).to_le_bytes()[i % 8];
+        // Build the tail in a local block and copy it out in one go: byte stores straight
+        // into shared memory queue up behind the cache-line transfer and stall the core.
+        let mut local = [0u8; BLOCK];
+        for (out, t) in local.chunks_exact_mut(8).zip(&TEMPLATE[whole / BLOCK]) {
+            out.copy_from_slice(&(t ^ k).to_le_bytes());
         }
-        sums.add_tail(tail);
+        let local = &local[..tail.len()];
+        tail.copy_from_slice(local);
+        sums.add_tail(local);
     }
     sums.finish(seed, len)
 }

@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
-use crate::transport::{self, ConnOps, ListenerOps};
+use crate::transport::{self, with_conn, Conn, ConnOps, ListenerOps};
 
 /// Per-connection message and byte counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -103,7 +103,9 @@ impl fmt::Debug for Listener {
 /// peer is gone. Zero-length messages are valid messages; the end of the stream is
 /// reported as [`ErrorKind::EndOfStream`], never as a length of 0.
 pub struct Connection {
-    ops: Box<dyn ConnOps>,
+    ops: Conn,
+    /// The transport's limit, cached: it is checked on every send.
+    max_send: usize,
     nonblocking: bool,
     counters: Counters,
     closed: bool,
@@ -112,7 +114,8 @@ pub struct Connection {
 impl Connection {
     fn from_ops(ops: Box<dyn ConnOps>) -> Connection {
         Connection {
-            ops,
+            max_send: ops.max_send_size(),
+            ops: ops.into(),
             nonblocking: false,
             counters: Counters::default(),
             closed: false,
@@ -128,6 +131,7 @@ impl Connection {
         Ok(Connection::from_ops(ops))
     }
 
+    #[inline]
     fn check_open(&self) -> Result<()> {
         if self.closed {
             return Err(Error::new(ErrorKind::Closed, "connection already closed"));
@@ -135,14 +139,15 @@ impl Connection {
         Ok(())
     }
 
+    #[inline]
     fn check_size(&self, n: usize) -> Result<()> {
-        let max = self.ops.max_send_size();
+        let max = self.max_send;
         if n > max {
             return Err(Error::new(
                 ErrorKind::MessageTooLarge,
                 format!(
                     "message of {n} bytes exceeds the maximum of {max} bytes on {}",
-                    self.ops.peer_addr()
+                    self.peer_addr()
                 ),
             ));
         }
@@ -150,10 +155,11 @@ impl Connection {
     }
 
     /// Sends one message. Blocks while the peer's receive window is full (flow control).
+    #[inline]
     pub fn send(&mut self, msg: &[u8]) -> Result<()> {
         self.check_open()?;
         self.check_size(msg.len())?;
-        self.ops.send(msg, !self.nonblocking)?;
+        with_conn!(&mut self.ops, |c| c.send(msg, !self.nonblocking))?;
         self.counters.msgs_out += 1;
         self.counters.bytes_out += msg.len() as u64;
         Ok(())
@@ -170,10 +176,11 @@ impl Connection {
     /// buf.commit()?;
     /// # Ok(()) }
     /// ```
+    #[inline]
     pub fn reserve(&mut self, n: usize) -> Result<SendBuf<'_>> {
         self.check_open()?;
         self.check_size(n)?;
-        self.ops.reserve(n, !self.nonblocking)?;
+        with_conn!(&mut self.ops, |c| c.reserve(n, !self.nonblocking))?;
         Ok(SendBuf {
             conn: self,
             len: n,
@@ -181,11 +188,13 @@ impl Connection {
         })
     }
 
+    #[inline]
     fn next(&mut self) -> Result<usize> {
         self.check_open()?;
-        self.ops.recv_next(!self.nonblocking)
+        with_conn!(&mut self.ops, |c| c.recv_next(!self.nonblocking))
     }
 
+    #[inline]
     fn count_in(&mut self, n: usize) {
         self.counters.msgs_in += 1;
         self.counters.bytes_in += n as u64;
@@ -193,6 +202,7 @@ impl Connection {
 
     /// Receives one message into `buf`; returns its length. If the message does not fit,
     /// returns [`ErrorKind::MessageTooLarge`] and leaves it queued, so nothing is lost.
+    #[inline]
     pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize> {
         let n = self.next()?;
         if n > buf.len() {
@@ -204,8 +214,8 @@ impl Connection {
                 ),
             ));
         }
-        buf[..n].copy_from_slice(self.ops.current());
-        self.ops.release();
+        buf[..n].copy_from_slice(with_conn!(&self.ops, |c| c.current()));
+        with_conn!(&mut self.ops, |c| c.release());
         self.count_in(n);
         Ok(n)
     }
@@ -214,7 +224,7 @@ impl Connection {
     pub fn recv_vec(&mut self) -> Result<Vec<u8>> {
         let n = self.next()?;
         self.count_in(n);
-        Ok(self.ops.take_current())
+        Ok(with_conn!(&mut self.ops, |c| c.take_current()))
     }
 
     /// Receives one message and lends it in place (in the shared-memory ring on `shm:`);
@@ -227,6 +237,7 @@ impl Connection {
     /// drop(msg); // frees the ring space
     /// # Ok(()) }
     /// ```
+    #[inline]
     pub fn recv_ref(&mut self) -> Result<RecvBuf<'_>> {
         let n = self.next()?;
         self.count_in(n);
@@ -247,7 +258,7 @@ impl Connection {
     /// [`ErrorKind::EndOfStream`]. Dropping a connection closes it the same way.
     pub fn close(mut self) -> Result<()> {
         self.closed = true;
-        self.ops.close()
+        with_conn!(&mut self.ops, |c| c.close())
     }
 
     /// Message and byte counters.
@@ -257,12 +268,12 @@ impl Connection {
 
     /// Largest message `send` accepts on this connection (both sides' limits applied).
     pub fn max_msg_size(&self) -> usize {
-        self.ops.max_send_size()
+        with_conn!(&self.ops, |c| c.max_send_size())
     }
 
     /// The transport's name (`"shm"`, `"ux"`, `"tcp"`).
     pub fn transport(&self) -> &'static str {
-        let addr = self.ops.local_addr();
+        let addr = with_conn!(&self.ops, |c| c.local_addr());
         transport::REGISTRY
             .iter()
             .map(|t| t.name)
@@ -272,12 +283,12 @@ impl Connection {
 
     /// Our address.
     pub fn local_addr(&self) -> String {
-        self.ops.local_addr()
+        with_conn!(&self.ops, |c| c.local_addr())
     }
 
     /// The peer's address.
     pub fn peer_addr(&self) -> String {
-        self.ops.peer_addr()
+        with_conn!(&self.ops, |c| c.peer_addr())
     }
 }
 
@@ -285,20 +296,20 @@ impl Drop for Connection {
     fn drop(&mut self) {
         if !self.closed {
             self.closed = true;
-            let _ = self.ops.close();
+            let _ = with_conn!(&mut self.ops, |c| c.close());
         }
     }
 }
 
 impl AsFd for Connection {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.ops.fd()
+        with_conn!(&self.ops, |c| c.fd())
     }
 }
 
 impl AsRawFd for Connection {
     fn as_raw_fd(&self) -> RawFd {
-        self.ops.fd().as_raw_fd()
+        with_conn!(&self.ops, |c| c.fd()).as_raw_fd()
     }
 }
 
@@ -322,9 +333,10 @@ pub struct SendBuf<'a> {
 
 impl SendBuf<'_> {
     /// Sends the message.
+    #[inline]
     pub fn commit(mut self) -> Result<()> {
         self.done = true;
-        self.conn.ops.commit()?;
+        with_conn!(&mut self.conn.ops, |c| c.commit())?;
         self.conn.counters.msgs_out += 1;
         self.conn.counters.bytes_out += self.len as u64;
         Ok(())
@@ -333,21 +345,23 @@ impl SendBuf<'_> {
 
 impl Deref for SendBuf<'_> {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
-        self.conn.ops.reserved()
+        with_conn!(&self.conn.ops, |c| c.reserved())
     }
 }
 
 impl DerefMut for SendBuf<'_> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
-        self.conn.ops.reserved_mut()
+        with_conn!(&mut self.conn.ops, |c| c.reserved_mut())
     }
 }
 
 impl Drop for SendBuf<'_> {
     fn drop(&mut self) {
         if !self.done {
-            self.conn.ops.abort_reserve();
+            with_conn!(&mut self.conn.ops, |c| c.abort_reserve());
         }
     }
 }
@@ -359,13 +373,15 @@ pub struct RecvBuf<'a> {
 
 impl Deref for RecvBuf<'_> {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
-        self.conn.ops.current()
+        with_conn!(&self.conn.ops, |c| c.current())
     }
 }
 
 impl Drop for RecvBuf<'_> {
+    #[inline]
     fn drop(&mut self) {
-        self.conn.ops.release();
+        with_conn!(&mut self.conn.ops, |c| c.release());
     }
 }

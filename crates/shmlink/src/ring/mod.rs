@@ -49,6 +49,30 @@ pub const FLAG_MORE: u32 = 1;
 pub const FLAG_FIRST: u32 = 2;
 const KNOWN_FLAGS: u32 = FLAG_MORE | FLAG_FIRST;
 
+/// How far ahead of its position each side prefetches: a few cache lines, about what the
+/// other core produces or consumes during one cache-line transfer.
+const PREFETCH_AHEAD: usize = 512;
+
+/// Asks for the cache line at `p` in a writable state (x86 `prefetchw`); a hint only.
+#[inline(always)]
+fn prefetch_write(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetchw is a hint: it never faults or changes memory, whatever the address.
+    unsafe {
+        std::arch::asm!("prefetchw [{}]", in(reg) p, options(nostack, preserves_flags, readonly));
+    }
+}
+
+/// Asks for the cache line at `p` for reading; a hint only.
+#[inline(always)]
+fn prefetch_read(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetcht0 is a hint: it never faults or changes memory, whatever the address.
+    unsafe {
+        std::arch::asm!("prefetcht0 [{}]", in(reg) p, options(nostack, preserves_flags, readonly));
+    }
+}
+
 /// Bytes a record with `len` payload bytes occupies.
 pub const fn record_size(len: usize) -> usize {
     (HEADER + len + ALIGN - 1) & !(ALIGN - 1)
@@ -94,21 +118,50 @@ impl Default for RingCtl {
     }
 }
 
-/// Full fence, then take the other side's waiting flag.
-fn take_waiter(flag: &AtomicU32) -> bool {
-    // SYNC POINT (notify): pairs with the fence in `arm` on the other side. Our position
-    // store (Release) precedes this fence and the flag load follows it; the sleeper's flag
-    // store precedes its fence and its position load follows. Of two SeqCst fences one is
-    // first, so at least one side sees the other's store: no lost wake-up.
-    fence(Ordering::SeqCst);
+/// How a side orders "publish my position" against "read the sleeper's flag".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FenceMode {
+    /// Both the waker and the sleeper issue a full fence (DESIGN §4 as written; the
+    /// protocol the loom model checks).
+    Symmetric,
+    /// The waker, on every record, only stops the compiler from reordering; the sleeper,
+    /// before it re-checks, runs `membarrier(GLOBAL_EXPEDITED)`, which makes every CPU
+    /// running a registered process (the waker's) execute a full fence. That is the same
+    /// StoreLoad ordering as two fences, paid on the rare path only. Both processes must
+    /// be registered ([`crate::sys::membarrier_register`]); the handshake checks it.
+    Asymmetric,
+}
+
+/// Full fence (or its light half), then take the other side's waiting flag.
+#[inline(always)]
+fn take_waiter(flag: &AtomicU32, mode: FenceMode) -> bool {
+    match mode {
+        // SYNC POINT (notify): pairs with the fence in `announce` on the other side. Our
+        // position store (Release) precedes this fence and the flag load follows it; the
+        // sleeper's flag store precedes its fence and its position load follows. Of two
+        // SeqCst fences one is first, so at least one side sees the other's store: no lost
+        // wake-up.
+        FenceMode::Symmetric => fence(Ordering::SeqCst),
+        // SYNC POINT (notify, asymmetric): pairs with the membarrier in `announce`. If our
+        // flag load ran before the sleeper's membarrier, the membarrier made our earlier
+        // position store visible before the sleeper re-checks; if it ran after, it sees
+        // the flag the sleeper stored before its membarrier.
+        FenceMode::Asymmetric => std::sync::atomic::compiler_fence(Ordering::SeqCst),
+    }
     flag.load(Ordering::Relaxed) != 0 && flag.swap(0, Ordering::Relaxed) != 0
 }
 
-/// Announce sleep: set the flag, then full fence (the check that follows is the caller's).
-fn announce(flag: &AtomicU32) {
+/// Announce sleep: set the flag, then the heavy fence (the check that follows is the
+/// caller's).
+fn announce(flag: &AtomicU32, mode: FenceMode) {
     flag.store(1, Ordering::Relaxed);
-    // SYNC POINT (notify): pairs with the fence in `take_waiter` on the other side.
+    // SYNC POINT (notify): pairs with `take_waiter` on the other side.
     fence(Ordering::SeqCst);
+    if mode == FenceMode::Asymmetric {
+        // It fails only for commands the kernel lacks or processes that did not register,
+        // and the handshake chose this mode only after both sides registered.
+        let _ = crate::sys::membarrier_global();
+    }
 }
 
 /// Where a ring lives: its control block and its (doubly mapped) data area.
@@ -135,12 +188,14 @@ impl RingRef {
         RingRef { ctl, data, cap }
     }
 
+    #[inline]
     fn ctl(&self) -> &RingCtl {
         // SAFETY: valid for the RingRef's life (contract of `new`); only atomics inside.
         unsafe { self.ctl.as_ref() }
     }
 
     /// Data area at position `pos` (wrapped into the first copy).
+    #[inline]
     fn at(&self, pos: u64) -> NonNull<u8> {
         // SAFETY: the offset is below `cap`, inside the data area (contract of `new`).
         unsafe { self.data.add(pos as usize & (self.cap - 1)) }
@@ -155,6 +210,7 @@ impl RingRef {
 
     /// The largest record (header included) a producer writes in one piece: half the ring,
     /// so that the producer can fill one half while the consumer drains the other.
+    #[inline]
     pub fn max_record(&self) -> usize {
         self.cap / 2
     }
@@ -163,6 +219,7 @@ impl RingRef {
 /// The writing end of a ring.
 pub struct Producer {
     ring: RingRef,
+    mode: FenceMode,
     /// Our position; the shared `tail` only ever receives this value.
     tail: u64,
     /// The consumer's position as last read and validated.
@@ -171,25 +228,29 @@ pub struct Producer {
 
 impl Producer {
     /// The producer of a fresh (all-zero) ring.
-    pub fn new(ring: RingRef) -> Producer {
+    pub fn new(ring: RingRef, mode: FenceMode) -> Producer {
         Producer {
             ring,
+            mode,
             tail: 0,
             cached_head: 0,
         }
     }
 
     /// The ring.
+    #[inline]
     pub fn ring(&self) -> &RingRef {
         &self.ring
     }
 
     /// Free bytes according to the cached head.
+    #[inline]
     fn free(&self) -> usize {
         self.ring.cap - (self.tail - self.cached_head) as usize
     }
 
     /// Reloads and validates the consumer's position.
+    #[inline]
     fn refresh_head(&mut self) -> Result<()> {
         // SYNC POINT (data): Acquire pairs with the Release store in `Consumer::advance`:
         // the consumer has finished reading every byte before `head`, so we may reuse it.
@@ -205,6 +266,7 @@ impl Producer {
     }
 
     /// Whether `need` bytes are free, reloading the head if the cache says no.
+    #[inline]
     pub fn has_room(&mut self, need: usize) -> Result<bool> {
         if self.free() >= need {
             return Ok(true);
@@ -215,6 +277,7 @@ impl Producer {
 
     /// Where the payload of a record with `len` bytes goes, if there is room for it.
     /// `record_size(len)` must not exceed [`RingRef::max_record`].
+    #[inline]
     pub fn try_reserve(&mut self, len: usize) -> Result<Option<NonNull<u8>>> {
         debug_assert!(record_size(len) <= self.ring.max_record());
         if !self.has_room(record_size(len))? {
@@ -230,23 +293,33 @@ impl Producer {
     /// sleep and must be woken.
     ///
     /// [`try_reserve`]: Producer::try_reserve
+    #[inline]
     pub fn commit(&mut self, len: usize, flags: u32) -> bool {
         let word = len as u64 | (flags as u64) << 32;
         // SAFETY: `try_reserve` checked there is room for the record at `tail`; the header
         // slot is 8-aligned because positions are multiples of 8.
-        unsafe { self.ring.at(self.tail).cast::<u64>().write_volatile(word.to_le()) };
+        unsafe {
+            self.ring
+                .at(self.tail)
+                .cast::<u64>()
+                .write_volatile(word.to_le())
+        };
         self.tail += record_size(len) as u64;
+        // Start taking ownership of the lines the next records will fill, so the stores
+        // to them do not wait for the consumer's core to give them up. `at` + the distance
+        // stays inside the double mapping (PREFETCH_AHEAD < cap).
+        prefetch_write(self.ring.at(self.tail).as_ptr().wrapping_add(PREFETCH_AHEAD));
         // SYNC POINT (data): Release pairs with the Acquire load in `Consumer::refresh_tail`:
         // the header and payload written above are visible before the new tail is.
         self.ring.ctl().tail.0.store(self.tail, Ordering::Release);
-        take_waiter(&self.ring.ctl().consumer_waiting.0)
+        take_waiter(&self.ring.ctl().consumer_waiting.0, self.mode)
     }
 
     /// Announces that the producer will sleep until `need` bytes are free, then checks
     /// again. `Ok(true)`: room appeared, do not sleep (the announcement is withdrawn).
     pub fn arm(&mut self, need: usize) -> Result<bool> {
         let ring = self.ring;
-        announce(&ring.ctl().producer_waiting.0);
+        announce(&ring.ctl().producer_waiting.0, self.mode);
         self.refresh_head()?;
         let room = self.free() >= need;
         if room {
@@ -261,7 +334,7 @@ impl Producer {
         // SYNC POINT (close): Release pairs with the Acquire in `Consumer::peer_closed`:
         // a consumer that sees `closed` also sees every record published before it.
         self.ring.ctl().closed.0.store(1, Ordering::Release);
-        take_waiter(&self.ring.ctl().consumer_waiting.0)
+        take_waiter(&self.ring.ctl().consumer_waiting.0, self.mode)
     }
 }
 
@@ -286,6 +359,7 @@ impl Record {
 /// The reading end of a ring.
 pub struct Consumer {
     ring: RingRef,
+    mode: FenceMode,
     /// Our position; the shared `head` only ever receives this value.
     head: u64,
     /// The producer's position as last read and validated.
@@ -294,15 +368,17 @@ pub struct Consumer {
 
 impl Consumer {
     /// The consumer of a fresh (all-zero) ring.
-    pub fn new(ring: RingRef) -> Consumer {
+    pub fn new(ring: RingRef, mode: FenceMode) -> Consumer {
         Consumer {
             ring,
+            mode,
             head: 0,
             cached_tail: 0,
         }
     }
 
     /// Reloads and validates the producer's position.
+    #[inline]
     fn refresh_tail(&mut self) -> Result<()> {
         // SYNC POINT (data): Acquire pairs with the Release store in `Producer::commit`:
         // every record before `tail` is completely written.
@@ -321,6 +397,7 @@ impl Consumer {
     }
 
     /// Whether a record is available, reloading the tail if the cache says empty.
+    #[inline]
     pub fn has_data(&mut self) -> Result<bool> {
         if self.head != self.cached_tail {
             return Ok(true);
@@ -330,6 +407,7 @@ impl Consumer {
     }
 
     /// The next record, validated, or `None` if the ring is empty.
+    #[inline]
     pub fn peek(&mut self) -> Result<Option<Record>> {
         if !self.has_data()? {
             return Ok(None);
@@ -359,19 +437,24 @@ impl Consumer {
 
     /// Consumes `bytes` (the size of the record(s) just read). Returns whether the
     /// producer announced sleep and must be woken.
+    #[inline]
     pub fn advance(&mut self, bytes: usize) -> bool {
         debug_assert!(self.head + bytes as u64 <= self.cached_tail);
         self.head += bytes as u64;
+        if self.cached_tail - self.head > PREFETCH_AHEAD as u64 {
+            // Published records further on: fetch them while this one is handled.
+            prefetch_read(self.ring.at(self.head).as_ptr().wrapping_add(PREFETCH_AHEAD));
+        }
         // SYNC POINT (data): Release pairs with the Acquire load in `Producer::refresh_head`.
         self.ring.ctl().head.0.store(self.head, Ordering::Release);
-        take_waiter(&self.ring.ctl().producer_waiting.0)
+        take_waiter(&self.ring.ctl().producer_waiting.0, self.mode)
     }
 
     /// Announces that the consumer will sleep until data arrives, then checks again.
     /// `Ok(true)`: data appeared, do not sleep (the announcement is withdrawn).
     pub fn arm(&mut self) -> Result<bool> {
         let ring = self.ring;
-        announce(&ring.ctl().consumer_waiting.0);
+        announce(&ring.ctl().consumer_waiting.0, self.mode);
         let data = self.has_data()?;
         if data {
             ring.ctl().consumer_waiting.0.store(0, Ordering::Relaxed);
@@ -441,7 +524,7 @@ mod tests {
     #[test]
     fn records_round_trip_and_fill_the_ring() {
         let mut h = HeapRing::new(256);
-        let (mut p, mut c) = (Producer::new(h.ring()), Consumer::new(h.ring()));
+        let (mut p, mut c) = (Producer::new(h.ring(), FenceMode::Symmetric), Consumer::new(h.ring(), FenceMode::Symmetric));
         assert!(pop(&mut c).is_none());
         assert!(push(&mut p, b""));
         assert!(push(&mut p, b"hello"));
@@ -460,7 +543,7 @@ mod tests {
     #[test]
     fn hostile_positions_and_headers_are_violations() {
         let mut h = HeapRing::new(256);
-        let (mut p, mut c) = (Producer::new(h.ring()), Consumer::new(h.ring()));
+        let (mut p, mut c) = (Producer::new(h.ring(), FenceMode::Symmetric), Consumer::new(h.ring(), FenceMode::Symmetric));
         push(&mut p, b"abc");
         h.ctl.tail.0.store(7, Ordering::Relaxed);
         assert!(c.peek().is_err(), "unaligned tail");
@@ -472,7 +555,7 @@ mod tests {
         h.data[0] = 3 | 0x80 << 32; // unknown flag
         assert!(c.peek().is_err());
         h.ctl.head.0.store(24, Ordering::Relaxed); // beyond our tail
-        let mut p2 = Producer::new(h.ring());
+        let mut p2 = Producer::new(h.ring(), FenceMode::Symmetric);
         p2.tail = 16;
         p2.cached_head = 0;
         assert!(p2.has_room(256).is_err());
@@ -481,7 +564,7 @@ mod tests {
     #[test]
     fn arming_sees_data_published_before_it() {
         let mut h = HeapRing::new(256);
-        let (mut p, mut c) = (Producer::new(h.ring()), Consumer::new(h.ring()));
+        let (mut p, mut c) = (Producer::new(h.ring(), FenceMode::Symmetric), Consumer::new(h.ring(), FenceMode::Symmetric));
         assert!(!c.arm().unwrap());
         // The consumer is waiting: the commit must ask for a wake-up, once.
         let dst = p.try_reserve(1).unwrap().unwrap();
@@ -497,7 +580,7 @@ mod tests {
 
     impl Producer {
         fn commit_wakes_again(&mut self) -> bool {
-            take_waiter(&self.ring.ctl().consumer_waiting.0)
+            take_waiter(&self.ring.ctl().consumer_waiting.0, self.mode)
         }
     }
 }

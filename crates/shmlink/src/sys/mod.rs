@@ -189,3 +189,36 @@ pub fn cpu_time() -> Duration {
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
+
+/// `membarrier(2)` commands (from `linux/membarrier.h`).
+const MEMBARRIER_CMD_QUERY: libc::c_int = 0;
+const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_int = 1 << 1;
+const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_int = 1 << 2;
+
+fn membarrier(cmd: libc::c_int) -> io::Result<libc::c_long> {
+    // SAFETY: membarrier takes plain integers; unknown commands fail with EINVAL.
+    let r = unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// Registers this process as a target of other processes' global expedited membarriers
+/// (once per process). Returns whether the kernel supports them; containers whose
+/// seccomp profile blocks membarrier get `false`.
+pub fn membarrier_register() -> bool {
+    static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *REGISTERED.get_or_init(|| {
+        let supported = membarrier(MEMBARRIER_CMD_QUERY)
+            .is_ok_and(|mask| mask & MEMBARRIER_CMD_GLOBAL_EXPEDITED as libc::c_long != 0);
+        supported && membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED).is_ok()
+    })
+}
+
+/// Makes every CPU that runs a registered process execute a full memory barrier before
+/// this returns (the heavy half of an asymmetric fence).
+pub fn membarrier_global() -> io::Result<()> {
+    membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED).map(drop)
+}

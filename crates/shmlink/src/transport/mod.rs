@@ -76,7 +76,37 @@ pub(crate) trait ConnOps: Send {
     fn local_addr(&self) -> String;
     /// The peer's address, as text with the transport prefix.
     fn peer_addr(&self) -> String;
+    /// The `shm:` connection inside, if this is one (see [`Conn`]).
+    fn into_shm(self: Box<Self>) -> std::result::Result<Box<shm::ShmConn>, Box<dyn ConnOps>>;
 }
+
+/// A connection's transport half as the public API holds it: `shm:` by its concrete type,
+/// so its per-message path is dispatched statically and inlined into the public calls;
+/// every other transport through the trait object.
+pub(crate) enum Conn {
+    Shm(Box<shm::ShmConn>),
+    Dyn(Box<dyn ConnOps>),
+}
+
+impl From<Box<dyn ConnOps>> for Conn {
+    fn from(ops: Box<dyn ConnOps>) -> Conn {
+        match ops.into_shm() {
+            Ok(shm) => Conn::Shm(shm),
+            Err(other) => Conn::Dyn(other),
+        }
+    }
+}
+
+/// Runs `$body` with `$c` bound to the connection inside a [`Conn`], whatever its kind.
+macro_rules! with_conn {
+    ($conn:expr, |$c:ident| $body:expr) => {
+        match $conn {
+            $crate::transport::Conn::Shm($c) => $body,
+            $crate::transport::Conn::Dyn($c) => $body,
+        }
+    };
+}
+pub(crate) use with_conn;
 
 /// One listener's transport-specific half.
 pub(crate) trait ListenerOps: Send {

@@ -10,7 +10,9 @@ use super::segment::Segment;
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::spin_then_yield;
 use crate::options::WaitPolicy;
-use crate::ring::{record_size, Consumer, Producer, Record, FLAG_FIRST, FLAG_MORE, HEADER};
+use crate::ring::{
+    record_size, Consumer, FenceMode, Producer, Record, FLAG_FIRST, FLAG_MORE, HEADER,
+};
 use crate::sys::{poll_fd, socket};
 use crate::transport::ConnOps;
 
@@ -21,7 +23,10 @@ const TOTAL_LEN: usize = 8;
 enum Current {
     None,
     /// A single record, read in place in the ring.
-    InPlace { ptr: NonNull<u8>, len: usize },
+    InPlace {
+        ptr: NonNull<u8>,
+        len: usize,
+    },
     /// A split message, reassembled in `reasm`.
     Reassembled,
 }
@@ -30,9 +35,14 @@ enum Current {
 enum Reservation {
     None,
     /// Payload space of a record in the ring.
-    InPlace { ptr: NonNull<u8>, len: usize },
+    InPlace {
+        ptr: NonNull<u8>,
+        len: usize,
+    },
     /// A message too large for one record, staged in `stage`.
-    Staged { blocking: bool },
+    Staged {
+        blocking: bool,
+    },
 }
 
 /// The two directions and how one side of a connection uses them.
@@ -73,6 +83,7 @@ pub(crate) struct Setup {
     pub seg: Segment,
     pub tx_ring: usize,
     pub rx_ring: usize,
+    pub fence: FenceMode,
     pub sock: OwnedFd,
     pub wait: WaitPolicy,
     pub max_send: usize,
@@ -84,8 +95,8 @@ pub(crate) struct Setup {
 impl ShmConn {
     pub(crate) fn new(s: Setup) -> ShmConn {
         ShmConn {
-            tx: Producer::new(s.seg.ring(s.tx_ring)),
-            rx: Consumer::new(s.seg.ring(s.rx_ring)),
+            tx: Producer::new(s.seg.ring(s.tx_ring), s.fence),
+            rx: Consumer::new(s.seg.ring(s.rx_ring), s.fence),
             _seg: s.seg,
             sock: s.sock,
             wait: s.wait,
@@ -107,6 +118,7 @@ impl ShmConn {
     }
 
     /// Remembers a protocol violation; every later call fails with it.
+    #[cold]
     fn fail(&mut self, e: Error) -> Error {
         if e.kind() == ErrorKind::ProtocolViolation && self.broken.is_none() {
             self.broken = Some(e.message().to_string());
@@ -125,10 +137,14 @@ impl ShmConn {
     }
 
     fn peer_gone(&self) -> Error {
-        Error::reset(format!("{}: peer has closed or lost the connection", self.peer))
+        Error::reset(format!(
+            "{}: peer has closed or lost the connection",
+            self.peer
+        ))
     }
 
     /// Rings the peer's doorbell: one byte on the control socket.
+    #[cold]
     fn doorbell(&mut self) {
         match socket::send(self.sock.as_fd(), &[1]) {
             // A full socket already holds doorbells the peer has not drained.
@@ -174,7 +190,16 @@ impl ShmConn {
 
     /// Room for a record with `len` payload bytes: waits per policy when blocking,
     /// `Ok(None)` when non-blocking and full (the fd will signal when to retry).
+    #[inline]
     fn room(&mut self, len: usize, blocking: bool) -> Result<Option<NonNull<u8>>> {
+        if let Ok(Some(p)) = self.tx.try_reserve(len) {
+            return Ok(Some(p));
+        }
+        self.wait_room(len, blocking)
+    }
+
+    #[cold]
+    fn wait_room(&mut self, len: usize, blocking: bool) -> Result<Option<NonNull<u8>>> {
         let need = record_size(len);
         loop {
             match self.tx.try_reserve(len) {
@@ -210,6 +235,7 @@ impl ShmConn {
     }
 
     /// Writes one record: `prefix` (total length of a split message, if any) then `body`.
+    #[inline]
     fn write_record(&mut self, dst: NonNull<u8>, prefix: Option<u64>, body: &[u8], flags: u32) {
         let mut at = dst;
         if let Some(total) = prefix {
@@ -221,7 +247,10 @@ impl ShmConn {
             }
         }
         // SAFETY: the rest of the reserved bytes hold `body`; the ring never overlaps it.
-        unsafe { at.as_ptr().copy_from_nonoverlapping(body.as_ptr(), body.len()) };
+        unsafe {
+            at.as_ptr()
+                .copy_from_nonoverlapping(body.as_ptr(), body.len())
+        };
         let len = body.len() + prefix.map_or(0, |_| TOTAL_LEN);
         if self.tx.commit(len, flags) {
             self.doorbell();
@@ -246,7 +275,11 @@ impl ShmConn {
             let Some(dst) = self.room(prefix + chunk, blocking)? else {
                 return Ok(pos);
             };
-            let mut flags = if pos + chunk < data.len() { FLAG_MORE } else { 0 };
+            let mut flags = if pos + chunk < data.len() {
+                FLAG_MORE
+            } else {
+                0
+            };
             let prefix = total.take().map(|t| {
                 flags |= FLAG_FIRST;
                 t as u64
@@ -259,6 +292,7 @@ impl ShmConn {
 
     /// Sends one message of any size. A split message that the ring cannot take whole in
     /// non-blocking mode is accepted: its rest waits in `pending`.
+    #[inline]
     fn send_message(&mut self, msg: &[u8], blocking: bool) -> Result<()> {
         if record_size(msg.len()) <= self.tx.ring().max_record() {
             let Some(dst) = self.room(msg.len(), blocking)? else {
@@ -278,10 +312,16 @@ impl ShmConn {
     }
 
     /// Pushes out the rest of a split message accepted earlier.
+    #[inline]
     fn flush_pending(&mut self, blocking: bool) -> Result<()> {
         if self.pending.is_empty() {
             return Ok(());
         }
+        self.flush_pending_slow(blocking)
+    }
+
+    #[cold]
+    fn flush_pending_slow(&mut self, blocking: bool) -> Result<()> {
         let data = mem::take(&mut self.pending);
         let sent = self.write_fragments(&data[self.pending_pos..], None, blocking);
         self.pending = data;
@@ -376,77 +416,11 @@ impl ShmConn {
             self.park()?;
         }
     }
-}
 
-impl ConnOps for ShmConn {
-    fn send(&mut self, msg: &[u8], blocking: bool) -> Result<()> {
-        self.check_broken()?;
-        self.flush_pending(blocking)?;
-        self.send_message(msg, blocking)
-    }
-
-    fn reserve(&mut self, n: usize, blocking: bool) -> Result<()> {
-        self.check_broken()?;
-        self.flush_pending(blocking)?;
-        self.reservation = if record_size(n) <= self.tx.ring().max_record() {
-            let Some(ptr) = self.room(n, blocking)? else {
-                return Err(Error::would_block());
-            };
-            Reservation::InPlace { ptr, len: n }
-        } else {
-            self.stage.clear();
-            self.stage.resize(n, 0);
-            Reservation::Staged { blocking }
-        };
-        Ok(())
-    }
-
-    fn reserved(&self) -> &[u8] {
-        match self.reservation {
-            // SAFETY: `room` reserved `len` payload bytes at `ptr` for us alone; the peer
-            // cannot see them until `commit` publishes them.
-            Reservation::InPlace { ptr, len } => unsafe {
-                std::slice::from_raw_parts(ptr.as_ptr(), len)
-            },
-            Reservation::Staged { .. } => &self.stage,
-            Reservation::None => &[],
-        }
-    }
-
-    fn reserved_mut(&mut self) -> &mut [u8] {
-        match self.reservation {
-            // SAFETY: as in `reserved`; `&mut self` makes this the only reference.
-            Reservation::InPlace { ptr, len } => unsafe {
-                std::slice::from_raw_parts_mut(ptr.as_ptr(), len)
-            },
-            Reservation::Staged { .. } => &mut self.stage,
-            Reservation::None => &mut [],
-        }
-    }
-
-    fn commit(&mut self) -> Result<()> {
-        match mem::replace(&mut self.reservation, Reservation::None) {
-            Reservation::InPlace { len, .. } => {
-                if self.tx.commit(len, 0) {
-                    self.doorbell();
-                }
-                Ok(())
-            }
-            Reservation::Staged { blocking } => {
-                let stage = mem::take(&mut self.stage);
-                let r = self.send_message(&stage, blocking);
-                self.stage = stage;
-                r
-            }
-            Reservation::None => Ok(()),
-        }
-    }
-
-    fn abort_reserve(&mut self) {
-        self.reservation = Reservation::None;
-    }
-
-    fn recv_next(&mut self, blocking: bool) -> Result<usize> {
+    /// Everything `recv_next` does beyond taking a waiting record: the current message,
+    /// split messages, waiting, errors.
+    #[cold]
+    fn recv_next_slow(&mut self, blocking: bool) -> Result<usize> {
         self.check_broken()?;
         match self.current {
             Current::InPlace { len, .. } => return Ok(len),
@@ -490,7 +464,105 @@ impl ConnOps for ShmConn {
             }
         }
     }
+}
 
+impl ConnOps for ShmConn {
+    #[inline]
+    fn send(&mut self, msg: &[u8], blocking: bool) -> Result<()> {
+        self.check_broken()?;
+        self.flush_pending(blocking)?;
+        self.send_message(msg, blocking)
+    }
+
+    #[inline]
+    fn reserve(&mut self, n: usize, blocking: bool) -> Result<()> {
+        self.check_broken()?;
+        self.flush_pending(blocking)?;
+        self.reservation = if record_size(n) <= self.tx.ring().max_record() {
+            let Some(ptr) = self.room(n, blocking)? else {
+                return Err(Error::would_block());
+            };
+            Reservation::InPlace { ptr, len: n }
+        } else {
+            self.stage.clear();
+            self.stage.resize(n, 0);
+            Reservation::Staged { blocking }
+        };
+        Ok(())
+    }
+
+    #[inline]
+    fn reserved(&self) -> &[u8] {
+        match self.reservation {
+            // SAFETY: `room` reserved `len` payload bytes at `ptr` for us alone; the peer
+            // cannot see them until `commit` publishes them.
+            Reservation::InPlace { ptr, len } => unsafe {
+                std::slice::from_raw_parts(ptr.as_ptr(), len)
+            },
+            Reservation::Staged { .. } => &self.stage,
+            Reservation::None => &[],
+        }
+    }
+
+    #[inline]
+    fn reserved_mut(&mut self) -> &mut [u8] {
+        match self.reservation {
+            // SAFETY: as in `reserved`; `&mut self` makes this the only reference.
+            Reservation::InPlace { ptr, len } => unsafe {
+                std::slice::from_raw_parts_mut(ptr.as_ptr(), len)
+            },
+            Reservation::Staged { .. } => &mut self.stage,
+            Reservation::None => &mut [],
+        }
+    }
+
+    #[inline]
+    fn commit(&mut self) -> Result<()> {
+        match mem::replace(&mut self.reservation, Reservation::None) {
+            Reservation::InPlace { len, .. } => {
+                if self.tx.commit(len, 0) {
+                    self.doorbell();
+                }
+                Ok(())
+            }
+            Reservation::Staged { blocking } => {
+                let stage = mem::take(&mut self.stage);
+                let r = self.send_message(&stage, blocking);
+                self.stage = stage;
+                r
+            }
+            Reservation::None => Ok(()),
+        }
+    }
+
+    #[inline]
+    fn abort_reserve(&mut self) {
+        self.reservation = Reservation::None;
+    }
+
+    #[inline]
+    fn recv_next(&mut self, blocking: bool) -> Result<usize> {
+        // Fast path: a whole record waiting, nothing unusual going on.
+        if let (None, Current::None, None, true) = (
+            &self.broken,
+            &self.current,
+            self.reasm_total,
+            self.pending.is_empty(),
+        ) {
+            if let Ok(Some(rec)) = self.rx.peek() {
+                if rec.flags == 0 && rec.len <= self.max_recv {
+                    self.current = Current::InPlace {
+                        ptr: rec.ptr,
+                        len: rec.len,
+                    };
+                    return Ok(rec.len);
+                }
+            }
+        }
+        self.recv_next_slow(blocking)
+    }
+
+    #[inline]
     fn current(&self) -> &[u8] {
         match self.current {
             // SAFETY: `peek` validated the record inside the mapping, and the producer
@@ -503,6 +575,7 @@ impl ConnOps for ShmConn {
         }
     }
 
+    #[inline]
     fn release(&mut self) {
         match mem::replace(&mut self.current, Current::None) {
             Current::InPlace { len, .. } => {
@@ -559,5 +632,9 @@ impl ConnOps for ShmConn {
 
     fn peer_addr(&self) -> String {
         self.peer.clone()
+    }
+
+    fn into_shm(self: Box<Self>) -> std::result::Result<Box<ShmConn>, Box<dyn ConnOps>> {
+        Ok(self)
     }
 }

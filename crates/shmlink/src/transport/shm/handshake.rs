@@ -24,6 +24,10 @@ pub const MAX_PACKET: usize = PREFIX + 4 + MAX_REASON;
 /// Longest refusal reason, in bytes.
 pub const MAX_REASON: usize = 256;
 
+/// Feature bit: the sender registered for `membarrier(GLOBAL_EXPEDITED)`, so both sides
+/// may use [`FenceMode::Asymmetric`](crate::ring::FenceMode::Asymmetric).
+pub const FEATURE_ASYM_FENCE: u64 = 1;
+
 const PREFIX: usize = 8;
 const PARAMS_LEN: usize = PREFIX + 32;
 const KIND_HELLO: u16 = 1;
@@ -33,7 +37,8 @@ const KIND_REFUSE: u16 = 3;
 /// Ring sizes and limits, proposed in `Hello` and decided in `Accept`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Params {
-    /// Feature bits (none defined yet; unknown bits are ignored).
+    /// Feature bits ([`FEATURE_ASYM_FENCE`]); a server answers with the bits both sides
+    /// have, so unknown bits are dropped.
     pub features: u64,
     /// Client-to-server ring size in bytes.
     pub ring_c2s: u64,
@@ -145,7 +150,10 @@ impl Packet {
             let code = u16::from_le_bytes([body[0], body[1]]);
             let len = u16::from_le_bytes([body[2], body[3]]) as usize;
             if len > MAX_REASON || body.len() != 4 + len {
-                return bad(format!("refusal of {} bytes claims a {len}-byte reason", body.len()));
+                return bad(format!(
+                    "refusal of {} bytes claims a {len}-byte reason",
+                    body.len()
+                ));
             }
             let Some(code) = RefuseCode::from_u16(code) else {
                 return bad(format!("unknown refusal code {code}"));

@@ -18,8 +18,10 @@ mod conn;
 pub(crate) mod handshake;
 pub(crate) mod segment;
 
-use conn::{Setup, ShmConn};
-use handshake::{Packet, Params, RefuseCode, MAX_PACKET};
+pub(crate) use conn::ShmConn;
+use conn::Setup;
+use crate::ring::FenceMode;
+use handshake::{Packet, Params, RefuseCode, FEATURE_ASYM_FENCE, MAX_PACKET};
 use segment::{Segment, C2S, S2C};
 
 pub(crate) const TRANSPORT: Transport = Transport {
@@ -46,6 +48,23 @@ fn valid_ring(size: u64) -> bool {
         && size as usize % sys::page_size() == 0
 }
 
+/// The features this process offers.
+fn own_features() -> u64 {
+    if sys::membarrier_register() {
+        FEATURE_ASYM_FENCE
+    } else {
+        0
+    }
+}
+
+fn fence_mode(features: u64) -> FenceMode {
+    if features & FEATURE_ASYM_FENCE != 0 {
+        FenceMode::Asymmetric
+    } else {
+        FenceMode::Symmetric
+    }
+}
+
 fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     let deadline = Instant::now() + opts.connect_timeout;
     let sock = socket::connect(socket_of(addr), deadline).map_err(|e| match e.kind() {
@@ -55,8 +74,9 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         ),
         _ => Error::io("rendezvous socket", e),
     })?;
+    let offered = own_features();
     let hello = Packet::Hello(Params {
-        features: 0,
+        features: offered,
         ring_c2s: opts.ring_size as u64,
         ring_s2c: opts.ring_size as u64,
         max_msg: opts.max_msg_size as u64,
@@ -80,7 +100,10 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     let params = match Packet::decode(&buf[..n])? {
         Packet::Accept(p) => p,
         Packet::Refuse(code, reason) => {
-            return Err(Error::new(code.kind(), format!("refused by listener: {reason}")))
+            return Err(Error::new(
+                code.kind(),
+                format!("refused by listener: {reason}"),
+            ))
         }
         Packet::Hello(_) => return Err(Error::violation("listener answered with a hello")),
     };
@@ -94,21 +117,25 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
             params.ring_c2s, params.ring_s2c, opts.ring_size
         )));
     }
+    if params.features & !offered != 0 {
+        return Err(Error::violation(format!(
+            "listener chose features {:#x}, we offered {offered:#x}",
+            params.features
+        )));
+    }
     let [memfd] = <[OwnedFd; 1]>::try_from(fds).map_err(|fds| {
         Error::violation(format!(
             "accept carried {} descriptors, expected 1",
             fds.len()
         ))
     })?;
-    let seg = Segment::attach(
-        &memfd,
-        [params.ring_c2s as usize, params.ring_s2c as usize],
-    )?;
+    let seg = Segment::attach(&memfd, [params.ring_c2s as usize, params.ring_s2c as usize])?;
     let name = addr.to_string();
     Ok(Box::new(ShmConn::new(Setup {
         seg,
         tx_ring: C2S,
         rx_ring: S2C,
+        fence: fence_mode(params.features),
         sock,
         wait: opts.wait,
         max_send: opts.max_msg_size.min(params.max_msg as usize),
@@ -189,7 +216,9 @@ fn prepare_path(addr: &Address, path: &std::path::Path) -> Result<()> {
                 .recursive(true)
                 .mode(0o700)
                 .create(dir)
-                .map_err(|e| Error::io(format!("create rendezvous directory {}", dir.display()), e))?;
+                .map_err(|e| {
+                    Error::io(format!("create rendezvous directory {}", dir.display()), e)
+                })?;
         }
     }
     if std::fs::symlink_metadata(path).is_ok() {
@@ -259,6 +288,7 @@ impl ShmListener {
                     seg: h.seg,
                     tx_ring: S2C,
                     rx_ring: C2S,
+                    fence: fence_mode(h.accept.features),
                     sock: p.sock,
                     wait: self.opts.wait,
                     max_send: h.client_max_msg.min(self.opts.max_msg_size as u64) as usize,
@@ -282,7 +312,10 @@ impl ShmListener {
         nfds: usize,
     ) -> std::result::Result<Handshake, (RefuseCode, String)> {
         if nfds != 0 {
-            return Err((RefuseCode::Protocol, "hello must not carry descriptors".into()));
+            return Err((
+                RefuseCode::Protocol,
+                "hello must not carry descriptors".into(),
+            ));
         }
         let want = match Packet::decode(hello) {
             Ok(Packet::Hello(p)) => p,
@@ -315,7 +348,7 @@ impl ShmListener {
         }
         let cap = self.opts.ring_size as u64;
         let accept = Params {
-            features: 0,
+            features: want.features & own_features(),
             ring_c2s: want.ring_c2s.min(cap),
             ring_s2c: want.ring_s2c.min(cap),
             max_msg: self.opts.max_msg_size as u64,
