@@ -261,7 +261,13 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("shm:, ux:, tcp:"));
-        assert_eq!(kind(&format!("ux:/{}", "x".repeat(200))), ErrorKind::InvalidAddress);
-        assert_eq!(kind(&format!("shm:{}", "x".repeat(65))), ErrorKind::InvalidAddress);
+        assert_eq!(
+            kind(&format!("ux:/{}", "x".repeat(200))),
+            ErrorKind::InvalidAddress
+        );
+        assert_eq!(
+            kind(&format!("shm:{}", "x".repeat(65))),
+            ErrorKind::InvalidAddress
+        );
     }
 }

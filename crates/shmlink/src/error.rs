@@ -56,9 +56,7 @@ impl ErrorKind {
             ErrorKind::InvalidInput | ErrorKind::InvalidAddress => io::ErrorKind::InvalidInput,
             ErrorKind::PermissionDenied => io::ErrorKind::PermissionDenied,
             ErrorKind::AddrInUse => io::ErrorKind::AddrInUse,
-            ErrorKind::VersionMismatch | ErrorKind::ProtocolViolation => {
-                io::ErrorKind::InvalidData
-            }
+            ErrorKind::VersionMismatch | ErrorKind::ProtocolViolation => io::ErrorKind::InvalidData,
             ErrorKind::MessageTooLarge => io::ErrorKind::InvalidInput,
             ErrorKind::Closed => io::ErrorKind::NotConnected,
             ErrorKind::Other => io::ErrorKind::Other,

@@ -171,7 +171,10 @@ fn epoll_serves_64_connections(t: &str) {
             u64: token,
         };
         // SAFETY: valid epoll fd, open fd, valid event.
-        assert_eq!(unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) }, 0);
+        assert_eq!(
+            unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) },
+            0
+        );
     };
     watch(l.as_raw_fd(), u64::MAX);
     let mut conns: HashMap<u64, (Connection, Vec<Vec<u8>>)> = HashMap::new();
@@ -326,8 +329,16 @@ fn counters_and_addresses(t: &str) {
     let sc = s.counters();
     assert_eq!((sc.msgs_in, sc.bytes_in), (2, 30));
     assert_eq!(c.transport(), t);
-    assert!(c.peer_addr().starts_with(&format!("{t}:")), "{}", c.peer_addr());
-    assert!(s.local_addr().starts_with(&format!("{t}:")), "{}", s.local_addr());
+    assert!(
+        c.peer_addr().starts_with(&format!("{t}:")),
+        "{}",
+        c.peer_addr()
+    );
+    assert!(
+        s.local_addr().starts_with(&format!("{t}:")),
+        "{}",
+        s.local_addr()
+    );
 }
 
 fn nonblocking_recv_and_fd_readiness(t: &str) {

@@ -20,8 +20,10 @@
 //! publishes its position, issues a full fence and reads the other side's flag
 //! ([`Producer::commit`], [`Consumer::advance`] return `true` when the peer must be
 //! woken). Whichever of the two fences comes second sees the other side's store, so either
-//! the sleeper sees the progress or the waker sees the flag: no lost wake-up. The flag is
-//! cleared by the waker (swap), so each announcement costs at most one wake-up.
+//! the sleeper sees the progress or the waker sees the flag: no lost wake-up. Only the
+//! sleeper sets a flag and only the waker clears it (swap), so each announcement costs at
+//! most one wake-up; a side that finds work right after announcing leaves its flag set
+//! and takes one spurious wake-up later rather than clearing it itself.
 //!
 //! # Hostile peers
 //!
@@ -316,16 +318,12 @@ impl Producer {
     }
 
     /// Announces that the producer will sleep until `need` bytes are free, then checks
-    /// again. `Ok(true)`: room appeared, do not sleep (the announcement is withdrawn).
+    /// again. `Ok(true)`: room appeared, do not sleep (the flag stays for the consumer to
+    /// clear: one spurious wake-up at most).
     pub fn arm(&mut self, need: usize) -> Result<bool> {
-        let ring = self.ring;
-        announce(&ring.ctl().producer_waiting.0, self.mode);
+        announce(&self.ring.ctl().producer_waiting.0, self.mode);
         self.refresh_head()?;
-        let room = self.free() >= need;
-        if room {
-            ring.ctl().producer_waiting.0.store(0, Ordering::Relaxed);
-        }
-        Ok(room)
+        Ok(self.free() >= need)
     }
 
     /// Marks the end of the stream after the last record. Returns whether the consumer
@@ -451,15 +449,11 @@ impl Consumer {
     }
 
     /// Announces that the consumer will sleep until data arrives, then checks again.
-    /// `Ok(true)`: data appeared, do not sleep (the announcement is withdrawn).
+    /// `Ok(true)`: data appeared, do not sleep (the flag stays for the producer to clear:
+    /// one spurious wake-up at most).
     pub fn arm(&mut self) -> Result<bool> {
-        let ring = self.ring;
-        announce(&ring.ctl().consumer_waiting.0, self.mode);
-        let data = self.has_data()?;
-        if data {
-            ring.ctl().consumer_waiting.0.store(0, Ordering::Relaxed);
-        }
-        Ok(data)
+        announce(&self.ring.ctl().consumer_waiting.0, self.mode);
+        self.has_data()
     }
 
     /// Whether the producer marked the end of the stream. Check [`Consumer::has_data`]
@@ -564,15 +558,21 @@ mod tests {
     #[test]
     fn arming_sees_data_published_before_it() {
         let mut h = HeapRing::new(256);
-        let (mut p, mut c) = (Producer::new(h.ring(), FenceMode::Symmetric), Consumer::new(h.ring(), FenceMode::Symmetric));
+        let (mut p, mut c) = (
+            Producer::new(h.ring(), FenceMode::Symmetric),
+            Consumer::new(h.ring(), FenceMode::Symmetric),
+        );
         assert!(!c.arm().unwrap());
-        // The consumer is waiting: the commit must ask for a wake-up, once.
+        // The consumer announced sleep: the commit must ask for a wake-up, once.
         let dst = p.try_reserve(1).unwrap().unwrap();
         // SAFETY: one byte reserved.
         unsafe { dst.as_ptr().write(9) };
         assert!(p.commit(1, 0));
         assert!(!p.commit_wakes_again());
+        // Announcing with data present says "don't sleep" and leaves the flag for the
+        // waker to clear: at most one spurious wake-up, never a lost one.
         assert!(c.arm().unwrap());
+        assert!(p.commit_wakes_again());
         assert!(!c.peer_closed());
         assert!(!p.close());
         assert!(c.peer_closed());

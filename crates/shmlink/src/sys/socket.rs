@@ -159,7 +159,11 @@ pub fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> io::Re
             (*c).cmsg_level = libc::SOL_SOCKET;
             (*c).cmsg_type = libc::SCM_RIGHTS;
             (*c).cmsg_len = libc::CMSG_LEN(bytes as u32) as usize;
-            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast::<RawFd>(), fds.len());
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr(),
+                libc::CMSG_DATA(c).cast::<RawFd>(),
+                fds.len(),
+            );
         }
     }
     loop {
@@ -218,8 +222,8 @@ pub fn recv_with_fds(
         while !c.is_null() {
             if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
                 let data = libc::CMSG_DATA(c);
-                let count = ((*c).cmsg_len - (data as usize - c as usize))
-                    / std::mem::size_of::<RawFd>();
+                let count =
+                    ((*c).cmsg_len - (data as usize - c as usize)) / std::mem::size_of::<RawFd>();
                 for i in 0..count {
                     let fd = data.cast::<RawFd>().add(i).read_unaligned();
                     fds.push(owned(fd));
@@ -281,12 +285,20 @@ pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// Receives one packet, waiting until `deadline`.
-pub fn recv_until(sock: BorrowedFd<'_>, buf: &mut [u8], fds: &mut Vec<OwnedFd>, deadline: Instant) -> io::Result<usize> {
+pub fn recv_until(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+    fds: &mut Vec<OwnedFd>,
+    deadline: Instant,
+) -> io::Result<usize> {
     loop {
         match recv_with_fds(sock, buf, fds) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if poll_fd(sock, libc::POLLIN, Some(deadline))? == 0 {
-                    return Err(io::Error::new(io::ErrorKind::TimedOut, "no answer before the deadline"));
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no answer before the deadline",
+                    ));
                 }
             }
             other => return other,

@@ -57,9 +57,9 @@ pub fn pair(transport: &str) -> (Connection, Connection) {
 
 /// FNV-1a over the bytes.
 pub fn checksum(bytes: &[u8]) -> u32 {
-    bytes
-        .iter()
-        .fold(0x811c_9dc5u32, |h, &b| (h ^ b as u32).wrapping_mul(0x0100_0193))
+    bytes.iter().fold(0x811c_9dc5u32, |h, &b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// A message of `len` bytes carrying `seq`: bytes derived from seq, then (if there is
@@ -83,7 +83,11 @@ pub fn verify(seq: u64, len: usize, msg: &[u8]) {
         let got = u64::from_le_bytes(msg[..8].try_into().unwrap());
         assert_eq!(got, seq, "out of order or lost message");
         let sum = u32::from_le_bytes(msg[8..12].try_into().unwrap());
-        assert_eq!(sum, checksum(&msg[12..]), "message {seq}: checksum mismatch");
+        assert_eq!(
+            sum,
+            checksum(&msg[12..]),
+            "message {seq}: checksum mismatch"
+        );
     } else {
         assert_eq!(msg, &payload(seq, len)[..], "message {seq}: corrupted");
     }
