@@ -171,10 +171,8 @@ fn epoll_serves_64_connections(t: &str) {
             u64: token,
         };
         // SAFETY: valid epoll fd, open fd, valid event.
-        assert_eq!(
-            unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) },
-            0
-        );
+        let r = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        assert_eq!(r, 0);
     };
     watch(l.as_raw_fd(), u64::MAX);
     let mut conns: HashMap<u64, (Connection, Vec<Vec<u8>>)> = HashMap::new();

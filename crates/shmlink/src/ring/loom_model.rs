@@ -147,4 +147,3 @@ fn loom_full_ring_wraps_and_wakes_the_producer() {
     // 4 records fill the ring; the 5th and 6th need the producer to wait and wrap.
     run(6);
 }
-

@@ -36,7 +36,7 @@
 use std::ptr::NonNull;
 
 use crate::error::{Error, Result};
-use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{compiler_fence, fence, AtomicU32, AtomicU64, Ordering};
 
 #[cfg(all(test, loom))]
 mod loom_model;
@@ -148,7 +148,7 @@ fn take_waiter(flag: &AtomicU32, mode: FenceMode) -> bool {
         // flag load ran before the sleeper's membarrier, the membarrier made our earlier
         // position store visible before the sleeper re-checks; if it ran after, it sees
         // the flag the sleeper stored before its membarrier.
-        FenceMode::Asymmetric => std::sync::atomic::compiler_fence(Ordering::SeqCst),
+        FenceMode::Asymmetric => compiler_fence(Ordering::SeqCst),
     }
     flag.load(Ordering::Relaxed) != 0 && flag.swap(0, Ordering::Relaxed) != 0
 }
@@ -310,7 +310,12 @@ impl Producer {
         // Start taking ownership of the lines the next records will fill, so the stores
         // to them do not wait for the consumer's core to give them up. `at` + the distance
         // stays inside the double mapping (PREFETCH_AHEAD < cap).
-        prefetch_write(self.ring.at(self.tail).as_ptr().wrapping_add(PREFETCH_AHEAD));
+        prefetch_write(
+            self.ring
+                .at(self.tail)
+                .as_ptr()
+                .wrapping_add(PREFETCH_AHEAD),
+        );
         // SYNC POINT (data): Release pairs with the Acquire load in `Consumer::refresh_tail`:
         // the header and payload written above are visible before the new tail is.
         self.ring.ctl().tail.0.store(self.tail, Ordering::Release);
@@ -441,7 +446,12 @@ impl Consumer {
         self.head += bytes as u64;
         if self.cached_tail - self.head > PREFETCH_AHEAD as u64 {
             // Published records further on: fetch them while this one is handled.
-            prefetch_read(self.ring.at(self.head).as_ptr().wrapping_add(PREFETCH_AHEAD));
+            prefetch_read(
+                self.ring
+                    .at(self.head)
+                    .as_ptr()
+                    .wrapping_add(PREFETCH_AHEAD),
+            );
         }
         // SYNC POINT (data): Release pairs with the Acquire load in `Producer::refresh_head`.
         self.ring.ctl().head.0.store(self.head, Ordering::Release);
@@ -518,7 +528,10 @@ mod tests {
     #[test]
     fn records_round_trip_and_fill_the_ring() {
         let mut h = HeapRing::new(256);
-        let (mut p, mut c) = (Producer::new(h.ring(), FenceMode::Symmetric), Consumer::new(h.ring(), FenceMode::Symmetric));
+        let (mut p, mut c) = (
+            Producer::new(h.ring(), FenceMode::Symmetric),
+            Consumer::new(h.ring(), FenceMode::Symmetric),
+        );
         assert!(pop(&mut c).is_none());
         assert!(push(&mut p, b""));
         assert!(push(&mut p, b"hello"));
@@ -537,7 +550,10 @@ mod tests {
     #[test]
     fn hostile_positions_and_headers_are_violations() {
         let mut h = HeapRing::new(256);
-        let (mut p, mut c) = (Producer::new(h.ring(), FenceMode::Symmetric), Consumer::new(h.ring(), FenceMode::Symmetric));
+        let (mut p, mut c) = (
+            Producer::new(h.ring(), FenceMode::Symmetric),
+            Consumer::new(h.ring(), FenceMode::Symmetric),
+        );
         push(&mut p, b"abc");
         h.ctl.tail.0.store(7, Ordering::Relaxed);
         assert!(c.peek().is_err(), "unaligned tail");

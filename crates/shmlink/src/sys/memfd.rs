@@ -68,7 +68,6 @@ pub fn check_sealed(fd: BorrowedFd<'_>, min_size: usize) -> io::Result<usize> {
 pub struct Mapping {
     base: NonNull<u8>,
     len: usize,
-    header_len: usize,
     /// (offset in the mapping, size) of each ring's first copy.
     rings: Vec<(usize, usize)>,
 }
@@ -118,7 +117,6 @@ impl Mapping {
         let mut map = Mapping {
             base: NonNull::new(base.cast()).expect("mmap never returns null on success"),
             len,
-            header_len,
             rings: Vec::with_capacity(rings.len()),
         };
         let fixed = |offset: usize, size: usize, file_off: usize| -> io::Result<()> {
@@ -157,11 +155,6 @@ impl Mapping {
     /// Start of the header area.
     pub fn header(&self) -> NonNull<u8> {
         self.base
-    }
-
-    /// Length of the header area.
-    pub fn header_len(&self) -> usize {
-        self.header_len
     }
 
     /// Start and size of ring `i`'s data area (mapped twice: `2 * size` bytes are valid).

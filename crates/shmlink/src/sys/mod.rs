@@ -102,9 +102,8 @@ impl Epoll {
         // SAFETY: no pointers; the flag is valid.
         let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
         // SAFETY: epoll_create1 returned a fresh descriptor.
-        Ok(Epoll {
-            fd: unsafe { owned(fd) },
-        })
+        let fd = unsafe { owned(fd) };
+        Ok(Epoll { fd })
     }
 
     fn ctl(&self, op: libc::c_int, fd: RawFd, events: u32, token: u64) -> io::Result<()> {

@@ -52,6 +52,7 @@ pub fn seqpacket() -> io::Result<OwnedFd> {
 }
 
 /// A connected pair of non-blocking `SOCK_SEQPACKET` sockets.
+#[cfg(test)]
 pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: `fds` has room for the two descriptors.
@@ -336,20 +337,6 @@ pub fn peer_cred(sock: BorrowedFd<'_>) -> io::Result<PeerCred> {
         uid: cred.uid,
         gid: cred.gid,
     })
-}
-
-/// Sets a socket's send buffer size (`SO_SNDBUF`), as far as the kernel allows.
-pub fn set_sndbuf(sock: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
-    let v = bytes.min(i32::MAX as usize) as libc::c_int;
-    // SAFETY: `v` is a valid c_int option value of the size passed.
-    syscall!(setsockopt(
-        sock.as_raw_fd(),
-        libc::SOL_SOCKET,
-        libc::SO_SNDBUF,
-        (&v as *const libc::c_int).cast(),
-        std::mem::size_of::<libc::c_int>() as libc::socklen_t
-    ))?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -18,9 +18,9 @@ mod conn;
 pub(crate) mod handshake;
 pub(crate) mod segment;
 
-pub(crate) use conn::ShmConn;
-use conn::Setup;
 use crate::ring::FenceMode;
+use conn::Setup;
+pub(crate) use conn::ShmConn;
 use handshake::{Packet, Params, RefuseCode, FEATURE_ASYM_FENCE, MAX_PACKET};
 use segment::{Segment, C2S, S2C};
 
