@@ -1,1 +1,299 @@
-//! Entry points for fuzz targets and hostile-peer tests. Not part of the stable API.
+//! Hostile peers and fuzz entry points for shmlink's own tests and fuzz targets. Not part
+//! of the stable API: it exists so tests can break the protocol on purpose.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use crate::addr::{Address, UnixName};
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::WaitPolicy;
+use crate::ring::FenceMode;
+use crate::sys::{memfd, socket};
+use crate::transport::shm::handshake::{Packet, Params, MAX_PACKET};
+use crate::transport::shm::segment::{Segment, C2S, S2C};
+use crate::transport::shm::{Setup, ShmConn};
+use crate::transport::ConnOps;
+
+pub use crate::transport::shm::handshake::{Packet as HandshakePacket, Params as HandshakeParams};
+pub use crate::transport::shm::handshake::{RefuseCode, VERSION};
+
+fn socket_path(addr: &str) -> Result<UnixName> {
+    match Address::parse(addr)? {
+        Address::Shm { socket, .. } => Ok(socket),
+        other => Err(Error::new(
+            ErrorKind::InvalidAddress,
+            format!("{other} is not a shm: address"),
+        )),
+    }
+}
+
+/// Connects to a `shm:` listener, sends `bytes` as the hello, and returns the answer
+/// packet (empty if the listener closed without answering) and any descriptors with it.
+pub fn raw_handshake(addr: &str, bytes: &[u8]) -> Result<(Vec<u8>, Vec<OwnedFd>)> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let sock = socket::connect(&socket_path(addr)?, deadline).map_err(|e| Error::io(addr, e))?;
+    socket::send(sock.as_fd(), bytes).map_err(|e| Error::io("send", e))?;
+    let mut buf = [0u8; MAX_PACKET];
+    let mut fds = Vec::new();
+    let n = socket::recv_until(sock.as_fd(), &mut buf, &mut fds, deadline)
+        .map_err(|e| Error::io("receive answer", e))?;
+    Ok((buf[..n].to_vec(), fds))
+}
+
+/// Connects to a `shm:` listener and says nothing (the socket stays open while the
+/// returned descriptor lives).
+pub fn silent_client(addr: &str) -> Result<OwnedFd> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    socket::connect(&socket_path(addr)?, deadline).map_err(|e| Error::io(addr, e))
+}
+
+/// A client that completes a genuine handshake and then has raw access to the shared
+/// segment, to scribble over it like a buggy or malicious peer.
+pub struct HostilePeer {
+    sock: OwnedFd,
+    memfd: OwnedFd,
+    seg: Segment,
+    sizes: [usize; 2],
+}
+
+impl HostilePeer {
+    /// Connects to the `shm:` listener at `addr`, asking for rings of `ring_size` bytes.
+    pub fn connect(addr: &str, ring_size: usize) -> Result<HostilePeer> {
+        let hello = Packet::Hello(Params {
+            features: 0,
+            ring_c2s: ring_size as u64,
+            ring_s2c: ring_size as u64,
+            max_msg: 1 << 20,
+        });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let sock =
+            socket::connect(&socket_path(addr)?, deadline).map_err(|e| Error::io(addr, e))?;
+        socket::send(sock.as_fd(), &hello.encode()).map_err(|e| Error::io("hello", e))?;
+        let mut buf = [0u8; MAX_PACKET];
+        let mut fds = Vec::new();
+        let n = socket::recv_until(sock.as_fd(), &mut buf, &mut fds, deadline)
+            .map_err(|e| Error::io("accept", e))?;
+        let Packet::Accept(p) = Packet::decode(&buf[..n])? else {
+            return Err(Error::violation("listener did not accept"));
+        };
+        let memfd = fds
+            .pop()
+            .ok_or_else(|| Error::violation("no memfd in accept"))?;
+        let sizes = [p.ring_c2s as usize, p.ring_s2c as usize];
+        let seg = Segment::attach(&memfd, sizes)?;
+        Ok(HostilePeer {
+            sock,
+            memfd,
+            seg,
+            sizes,
+        })
+    }
+
+    /// The segment's memfd, to try `ftruncate` and friends on.
+    pub fn memfd(&self) -> BorrowedFd<'_> {
+        self.memfd.as_fd()
+    }
+
+    /// The whole segment file size.
+    pub fn file_size(&self) -> usize {
+        memfd::check_sealed(self.memfd.as_fd(), 0).unwrap_or(0)
+    }
+
+    /// Writes `value` at byte offset `off` (8-aligned, within the header page) of the
+    /// segment: its header and the two ring control blocks.
+    pub fn poke_header(&self, off: usize, value: u64) {
+        let (ring0, _) = self.seg.ring_data(C2S);
+        let header_len = ring0.as_ptr() as usize - self.seg.base() as usize;
+        assert!(off % 8 == 0 && off + 8 <= header_len);
+        // SAFETY: the offset lies inside the mapped, writable header page.
+        unsafe { self.seg.base().add(off).cast::<u64>().write_volatile(value) };
+    }
+
+    /// Writes `value` at byte offset `off` (8-aligned, below the ring's size) of ring `ring`'s
+    /// data area (0: client → server, 1: server → client).
+    pub fn poke_ring(&self, ring: usize, off: usize, value: u64) {
+        let (data, size) = self.seg.ring_data(ring);
+        assert!(off % 8 == 0 && off + 8 <= size);
+        // SAFETY: the offset lies inside the mapped, writable data area.
+        unsafe { data.as_ptr().add(off).cast::<u64>().write_volatile(value) };
+    }
+
+    /// Fills the header page and both rings with random 8-byte values at `count` random
+    /// places, driven by the xorshift state `seed`.
+    pub fn scribble(&self, seed: &mut u64, count: usize) {
+        let mut next = || {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            *seed
+        };
+        let (ring0, _) = self.seg.ring_data(C2S);
+        let header_words = (ring0.as_ptr() as usize - self.seg.base() as usize) / 8;
+        for _ in 0..count {
+            let (place, value) = (next(), next());
+            // Small values are the dangerous ones (they pass naive checks): mix them in.
+            let value = match place % 4 {
+                0 => value % 4096,
+                1 => value & !7,
+                _ => value,
+            };
+            match (place >> 8) % 3 {
+                0 => self.poke_header((value as usize % header_words) * 8, value),
+                r => {
+                    let ring = r as usize - 1;
+                    let words = self.sizes[ring] / 8;
+                    self.poke_ring(ring, ((place >> 16) as usize % words) * 8, value);
+                }
+            }
+        }
+    }
+
+    /// Rings the listener side's doorbell.
+    pub fn doorbell(&self) {
+        let _ = socket::send(self.sock.as_fd(), &[1]);
+    }
+}
+
+impl AsRawFd for HostilePeer {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.sock.as_raw_fd()
+    }
+}
+
+/// Serves one client on the `shm:` address `addr` with a scripted answer, in a thread:
+/// `answer` gets the client's hello and returns the packet to send and an optional
+/// descriptor. The connection stays open until the client closes it.
+pub fn fake_listener(
+    addr: &str,
+    answer: impl FnOnce(&[u8]) -> (Vec<u8>, Option<OwnedFd>) + Send + 'static,
+) -> Result<std::thread::JoinHandle<()>> {
+    let name = socket_path(addr)?;
+    if let UnixName::Path(p) = &name {
+        let _ = std::fs::remove_file(p);
+    }
+    let listen = socket::listen(&name, 4).map_err(|e| Error::io("bind", e))?;
+    Ok(std::thread::spawn(move || {
+        let sock = loop {
+            if let Ok(Some(s)) = socket::accept(listen.as_fd()) {
+                break s;
+            }
+            let _ = crate::sys::poll_fd(listen.as_fd(), libc::POLLIN, None);
+        };
+        let mut buf = [0u8; MAX_PACKET];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let Ok(n) = socket::recv_until(sock.as_fd(), &mut buf, &mut Vec::new(), deadline) else {
+            return;
+        };
+        let (reply, fd) = answer(&buf[..n]);
+        if !reply.is_empty() {
+            let fds: Vec<_> = fd.iter().map(|f| f.as_raw_fd()).collect();
+            let _ = socket::send_with_fds(sock.as_fd(), &reply, &fds);
+        }
+        // Hold the connection until the client hangs up.
+        let _ = crate::sys::poll_fd(sock.as_fd(), libc::POLLIN, Some(deadline));
+        if let UnixName::Path(p) = &name {
+            let _ = std::fs::remove_file(p);
+        }
+    }))
+}
+
+/// A sealed memfd of `size` bytes, or an unsealed one, for fake listeners.
+pub fn memfd(size: usize, sealed: bool) -> io::Result<OwnedFd> {
+    if sealed {
+        memfd::create_sealed("fake", size)
+    } else {
+        memfd::create_unsealed("fake", size)
+    }
+}
+
+/// A genuine segment with the rings of `ring_size` bytes and its memfd, for fake
+/// listeners that want to start from a valid one and break it.
+pub fn segment_memfd(ring_size: usize) -> Result<OwnedFd> {
+    Segment::create([ring_size, ring_size]).map(|(_, fd)| fd)
+}
+
+/// Fuzz entry point: the handshake parser must reject or accept any bytes without
+/// panicking, and what it accepts must survive a round trip.
+pub fn fuzz_handshake(data: &[u8]) {
+    if let Ok(p) = Packet::decode(data) {
+        let again = Packet::decode(&p.encode()).expect("re-encoded packet parses");
+        if let Packet::Refuse(code, _) = &p {
+            assert!(matches!(again, Packet::Refuse(c, _) if c == *code));
+        } else {
+            assert_eq!(again, p);
+        }
+    }
+}
+
+/// Fuzz entry point: a receiving `shm:` connection over a ring whose control block and
+/// contents are arbitrary bytes, changed again between receives, must deliver messages
+/// or fail with an error — never panic, hang or touch memory outside the mapping.
+///
+/// Layout of `data`: 1 byte of flags (bit 0: the peer is gone), then 8-byte words that
+/// are written, in turn, to the producer position, the closed flag, and ring data words.
+pub fn fuzz_shm_reader(data: &[u8]) {
+    const RING: usize = 4096;
+    let Some((&flags, rest)) = data.split_first() else {
+        return;
+    };
+    let Ok((seg, _fd)) = Segment::create([RING, RING]) else {
+        return;
+    };
+    let mut words = rest.chunks(8).map(|c| {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        u64::from_le_bytes(w)
+    });
+    let (ours, theirs) = socket::seqpacket_pair().expect("socketpair");
+    // Bit 0 set: the peer's end is closed (it died); otherwise it stays open till the end.
+    let _peer = (flags & 1 == 0).then_some(theirs);
+    // Fill the data area first (the peer's records), then play with the positions.
+    let (data_area, _) = seg.ring_data(S2C);
+    for i in 0..RING / 8 {
+        let Some(w) = words.next() else { break };
+        // SAFETY: i * 8 + 8 <= RING, inside the mapped data area.
+        unsafe {
+            data_area
+                .as_ptr()
+                .add(i * 8)
+                .cast::<u64>()
+                .write_volatile(w)
+        };
+    }
+    let ctl = seg.ring_ctl(S2C);
+    let mut conn = ShmConn::new(Setup {
+        seg,
+        tx_ring: C2S,
+        rx_ring: S2C,
+        fence: FenceMode::Symmetric,
+        sock: ours,
+        wait: WaitPolicy::BLOCKING,
+        max_send: 1 << 16,
+        max_recv: 1 << 16,
+        local: "shm:fuzz".into(),
+        peer: "shm:fuzz".into(),
+    });
+    for _ in 0..64 {
+        if let Some(tail) = words.next() {
+            // SAFETY: the control block is mapped; offset 0 is the tail word.
+            unsafe { ctl.cast::<u64>().write_volatile(tail) };
+        }
+        if let Some(closed) = words.next() {
+            // SAFETY: the control block is mapped; CLOSED_OFFSET is its closed flag.
+            unsafe {
+                ctl.add(crate::ring::CLOSED_OFFSET)
+                    .cast::<u32>()
+                    .write_volatile(closed as u32)
+            };
+        }
+        match conn.recv_next(false) {
+            Ok(n) => {
+                assert_eq!(conn.current().len(), n);
+                conn.release();
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(_) => break,
+        }
+    }
+}

@@ -85,6 +85,9 @@ pub const fn record_size(len: usize) -> usize {
 #[repr(C, align(128))]
 struct Line<T>(T);
 
+/// Byte offset of the `closed` flag in a [`RingCtl`] (for hostile-peer tests).
+pub const CLOSED_OFFSET: usize = std::mem::offset_of!(RingCtl, closed);
+
 /// The shared control block of one ring. Lives in shared memory; an all-zero block is a
 /// valid empty ring.
 #[repr(C)]

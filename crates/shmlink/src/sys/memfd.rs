@@ -12,6 +12,14 @@ pub const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F
 
 /// Creates an anonymous memfd of `size` bytes, zero-filled, and seals it.
 pub fn create_sealed(name: &str, size: usize) -> io::Result<OwnedFd> {
+    let fd = create_unsealed(name, size)?;
+    // SAFETY: plain integer arguments on a descriptor we own.
+    syscall!(fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS))?;
+    Ok(fd)
+}
+
+/// Creates an anonymous, sealable memfd of `size` bytes, zero-filled, without seals.
+pub fn create_unsealed(name: &str, size: usize) -> io::Result<OwnedFd> {
     let cname = std::ffi::CString::new(name)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "memfd name contains NUL"))?;
     // SAFETY: `cname` is a valid NUL-terminated string; the flags are valid.
@@ -23,8 +31,6 @@ pub fn create_sealed(name: &str, size: usize) -> io::Result<OwnedFd> {
     let fd = unsafe { owned(fd) };
     // SAFETY: plain integer arguments on a descriptor we own.
     syscall!(ftruncate(fd.as_raw_fd(), size as libc::off_t))?;
-    // SAFETY: plain integer arguments on a descriptor we own.
-    syscall!(fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS))?;
     Ok(fd)
 }
 

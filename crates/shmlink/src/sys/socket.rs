@@ -52,7 +52,6 @@ pub fn seqpacket() -> io::Result<OwnedFd> {
 }
 
 /// A connected pair of non-blocking `SOCK_SEQPACKET` sockets.
-#[cfg(test)]
 pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: `fds` has room for the two descriptors.

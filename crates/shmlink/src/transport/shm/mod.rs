@@ -19,8 +19,8 @@ pub(crate) mod handshake;
 pub(crate) mod segment;
 
 use crate::ring::FenceMode;
-use conn::Setup;
-pub(crate) use conn::ShmConn;
+
+pub(crate) use conn::{Setup, ShmConn};
 use handshake::{Packet, Params, RefuseCode, FEATURE_ASYM_FENCE, MAX_PACKET};
 use segment::{Segment, C2S, S2C};
 
@@ -276,11 +276,16 @@ impl ShmListener {
         }
         let p = self.pending.swap_remove(i);
         let _ = self.epoll.delete(p.sock.as_raw_fd());
-        let n = match res {
-            Ok(0) | Err(_) => return None, // gone, or sent something unreadable
-            Ok(n) => n,
+        let verdict = match res {
+            Ok(0) => return None, // the client left
+            Ok(n) => self.handshake(&p.sock, &buf[..n], fds.len()),
+            // Truncated (oversized) packet or too many descriptors: tell the client why.
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                Err((RefuseCode::Protocol, format!("hello rejected: {e}")))
+            }
+            Err(_) => return None,
         };
-        match self.handshake(&p.sock, &buf[..n], fds.len()) {
+        match verdict {
             Ok(h) => {
                 let accept = Packet::Accept(h.accept).encode();
                 socket::send_with_fds(p.sock.as_fd(), &accept, &[h.memfd.as_raw_fd()]).ok()?;

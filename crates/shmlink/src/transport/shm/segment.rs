@@ -106,20 +106,30 @@ impl Segment {
 
     /// Ring `i` ([`C2S`] or [`S2C`]).
     pub fn ring(&self, i: usize) -> RingRef {
-        let (data, cap) = self.map.ring(i);
+        let (data, cap) = self.ring_data(i);
         debug_assert_eq!(cap, self.sizes[i]);
-        let off = CTL_OFFSET + i * std::mem::size_of::<RingCtl>();
         // SAFETY: the control block lies inside the header page (header_len covers
         // CTL_OFFSET + 2 control blocks), 128-aligned (CTL_OFFSET and the block size are
         // multiples of 128), zero-initialised by the memfd; the data area is mapped twice
         // by `Mapping`. Both live as long as `self.map`, and the rings built from them are
         // owned next to this Segment by the connection, which drops them together.
-        unsafe {
-            RingRef::new(
-                NonNull::new_unchecked(self.map.header().as_ptr().add(off).cast()),
-                data,
-                cap,
-            )
-        }
+        unsafe { RingRef::new(NonNull::new_unchecked(self.ring_ctl(i).cast()), data, cap) }
+    }
+
+    /// Start of the mapping (the segment header).
+    pub fn base(&self) -> *mut u8 {
+        self.map.header().as_ptr()
+    }
+
+    /// Start of ring `i`'s control block.
+    pub fn ring_ctl(&self, i: usize) -> *mut u8 {
+        let off = CTL_OFFSET + i * std::mem::size_of::<RingCtl>();
+        // SAFETY: the offset lies inside the header page (see `header_len`).
+        unsafe { self.base().add(off) }
+    }
+
+    /// Ring `i`'s data area and size (mapped twice: `2 * size` bytes are valid).
+    pub fn ring_data(&self, i: usize) -> (NonNull<u8>, usize) {
+        self.map.ring(i)
     }
 }

@@ -1,0 +1,317 @@
+//! Hostile peers on `shm:`: a client that scribbles over the shared segment, clients that
+//! send malformed handshakes, and listeners that answer with broken segments. The honest
+//! side must report an error, never crash, hang or read outside its mapping, and a
+//! listener must keep serving.
+
+mod common;
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::*;
+use shmlink::testing::{
+    fake_listener, memfd, raw_handshake, segment_memfd, silent_client, HandshakePacket as Packet,
+    HandshakeParams as Params, HostilePeer, RefuseCode, VERSION,
+};
+use shmlink::{Connection, ErrorKind, Listener, Options};
+
+const RING: usize = 4096;
+
+fn small_opts() -> Options {
+    Options::default().ring_size(RING).max_msg_size(1 << 20)
+}
+
+/// A listener and, per call, a (victim, hostile peer) pair connected through it.
+fn hostile_pair(l: &mut Listener, addr: &str) -> (Connection, HostilePeer) {
+    let a = addr.to_string();
+    let peer = std::thread::spawn(move || HostilePeer::connect(&a, RING).unwrap());
+    let victim = l.accept().unwrap();
+    (victim, peer.join().unwrap())
+}
+
+#[test]
+fn scribbling_peer_gets_protocol_violations_never_a_crash() {
+    let (mut l, addr) = bind("shm", &small_opts());
+    let mut seed = 0x5eed_1234_u64;
+    let mut violations = 0;
+    for round in 0..300 {
+        let (mut victim, peer) = hostile_pair(&mut l, &addr);
+        victim.set_nonblocking(true);
+        peer.scribble(&mut seed, 1 + round % 16);
+        peer.doorbell();
+        for i in 0..40 {
+            let results = [
+                victim.recv_vec().map(drop),
+                victim.send(&payload(i, 100 + round)),
+            ];
+            for r in results {
+                match r.map_err(|e| e.kind()) {
+                    Ok(()) | Err(ErrorKind::WouldBlock) => {}
+                    Err(ErrorKind::ProtocolViolation) => violations += 1,
+                    Err(ErrorKind::EndOfStream | ErrorKind::ConnectionReset) => {}
+                    Err(other) => panic!("round {round}: unexpected {other:?}"),
+                }
+            }
+        }
+    }
+    assert!(violations > 0, "no scribble was ever detected");
+    // The listener is unharmed.
+    let (mut c, mut s) = {
+        let a = addr.clone();
+        let t = std::thread::spawn(move || Connection::connect(&a, &small_opts()).unwrap());
+        let s = l.accept().unwrap();
+        (t.join().unwrap(), s)
+    };
+    c.send(b"still fine").unwrap();
+    assert_eq!(s.recv_vec().unwrap(), b"still fine");
+}
+
+#[test]
+fn parked_receiver_wakes_with_a_violation() {
+    let (mut l, addr) = bind("shm", &small_opts());
+    let (mut victim, peer) = hostile_pair(&mut l, &addr);
+    let (tx, rx) = mpsc::channel();
+    let t = std::thread::spawn(move || tx.send(victim.recv_vec().map(drop)).unwrap());
+    // Give the receiver time to spin out and park, then corrupt its producer position.
+    assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+    peer.poke_header(128, 7); // ring 0's tail: unaligned
+    peer.doorbell();
+    let r = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("receiver hung");
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::ProtocolViolation);
+    t.join().unwrap();
+}
+
+#[test]
+fn peer_cannot_resize_or_reseal_the_segment() {
+    let (mut l, addr) = bind("shm", &small_opts());
+    let (mut victim, peer) = hostile_pair(&mut l, &addr);
+    let fd = peer.memfd().as_raw_fd();
+    let size = peer.file_size();
+    for len in [0, 4096, size as i64 * 2] {
+        // SAFETY: plain integer arguments on an open descriptor.
+        let r = unsafe { libc::ftruncate(fd, len) };
+        assert_eq!(r, -1, "ftruncate to {len} succeeded");
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EPERM)
+        );
+    }
+    // SAFETY: plain integer arguments on an open descriptor.
+    let r = unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_WRITE) };
+    assert_eq!(r, -1, "the seals were changed");
+    victim.set_nonblocking(true);
+    victim.send(b"x").unwrap();
+}
+
+/// A valid hello, as bytes.
+fn hello(ring: u64) -> Vec<u8> {
+    Packet::Hello(Params {
+        features: 0,
+        ring_c2s: ring,
+        ring_s2c: ring,
+        max_msg: 1024,
+    })
+    .encode()
+}
+
+#[test]
+fn malformed_handshakes_are_refused_and_the_listener_keeps_serving() {
+    let (mut l, addr) = bind(
+        "shm",
+        &small_opts().handshake_timeout(Duration::from_secs(30)),
+    );
+    let served = std::thread::spawn(move || {
+        // Only genuine clients ever come out of accept.
+        for _ in 0..2 {
+            let mut c = l.accept().unwrap();
+            let m = c.recv_vec().unwrap();
+            c.send(&m).unwrap();
+        }
+    });
+    let mut wrong_version = hello(RING as u64);
+    wrong_version[4..6].copy_from_slice(&(VERSION + 1).to_le_bytes());
+    let mut random = vec![0u8; 64];
+    let mut x = 88172645463325252u64;
+    for b in &mut random {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let cases: Vec<(&str, Vec<u8>, RefuseCode)> = vec![
+        ("random bytes", random, RefuseCode::Protocol),
+        ("wrong version", wrong_version, RefuseCode::Version),
+        (
+            "truncated",
+            hello(RING as u64)[..20].to_vec(),
+            RefuseCode::Protocol,
+        ),
+        ("oversized", vec![0x55; 8192], RefuseCode::Protocol),
+        ("bad ring size", hello(5000), RefuseCode::Invalid),
+        ("empty", vec![], RefuseCode::Protocol),
+    ];
+    let mut silent = Vec::new();
+    for (what, bytes, code) in cases {
+        if bytes.is_empty() {
+            // A client that connects and says nothing must not hold up the others.
+            silent.push(silent_client(&addr).unwrap());
+            continue;
+        }
+        let (reply, fds) = raw_handshake(&addr, &bytes).unwrap();
+        assert!(fds.is_empty(), "{what}: a refusal carried descriptors");
+        match Packet::decode(&reply) {
+            Ok(Packet::Refuse(c, reason)) => {
+                assert_eq!(c, code, "{what}: {reason}");
+                assert!(!reason.is_empty(), "{what}: refusal without a reason");
+            }
+            other => panic!("{what}: expected a refusal, got {other:?}"),
+        }
+        // The listener keeps serving genuine clients in between.
+        if what == "wrong version" {
+            let mut c = Connection::connect(&addr, &small_opts()).unwrap();
+            c.send(b"hi").unwrap();
+            assert_eq!(c.recv_vec().unwrap(), b"hi");
+        }
+    }
+    let mut c = Connection::connect(&addr, &small_opts()).unwrap();
+    c.send(b"last").unwrap();
+    assert_eq!(c.recv_vec().unwrap(), b"last");
+    served.join().unwrap();
+}
+
+/// Connects to a fake listener that answers with `answer`; returns the client's error.
+fn against_fake(
+    answer: impl FnOnce(&[u8]) -> (Vec<u8>, Option<OwnedFd>) + Send + 'static,
+) -> shmlink::Error {
+    let addr = fresh_addr("shm");
+    let fake = fake_listener(&addr, answer).unwrap();
+    let opts = small_opts().connect_timeout(Duration::from_millis(500));
+    let err = Connection::connect(&addr, &opts).unwrap_err();
+    fake.join().unwrap();
+    err
+}
+
+fn accept_packet(ring: u64) -> Vec<u8> {
+    Packet::Accept(Params {
+        features: 0,
+        ring_c2s: ring,
+        ring_s2c: ring,
+        max_msg: 1024,
+    })
+    .encode()
+}
+
+#[test]
+fn broken_listener_answers_are_rejected_by_the_client() {
+    let ring = RING as u64;
+    let cases: Vec<(
+        &str,
+        ErrorKind,
+        Box<dyn FnOnce() -> (Vec<u8>, Option<OwnedFd>) + Send>,
+    )> = vec![
+        (
+            "garbage",
+            ErrorKind::ProtocolViolation,
+            Box::new(|| (b"HTTP/1.1 200 OK".to_vec(), None)),
+        ),
+        (
+            "version refusal",
+            ErrorKind::VersionMismatch,
+            Box::new(|| {
+                (
+                    Packet::Refuse(RefuseCode::Version, "v9 only".into()).encode(),
+                    None,
+                )
+            }),
+        ),
+        (
+            "accept without memfd",
+            ErrorKind::ProtocolViolation,
+            Box::new(move || (accept_packet(ring), None)),
+        ),
+        (
+            "unsealed memfd",
+            ErrorKind::ProtocolViolation,
+            Box::new(move || {
+                (
+                    accept_packet(ring),
+                    Some(memfd(4096 + 2 * RING, false).unwrap()),
+                )
+            }),
+        ),
+        (
+            "memfd too small",
+            ErrorKind::ProtocolViolation,
+            Box::new(move || (accept_packet(ring), Some(memfd(4096, true).unwrap()))),
+        ),
+        (
+            "rings larger than asked for",
+            ErrorKind::ProtocolViolation,
+            Box::new(move || {
+                (
+                    accept_packet(ring * 2),
+                    Some(segment_memfd(RING * 2).unwrap()),
+                )
+            }),
+        ),
+        (
+            "segment header disagrees with the accept",
+            ErrorKind::ProtocolViolation,
+            Box::new(move || (accept_packet(ring / 2), Some(segment_memfd(RING).unwrap()))),
+        ),
+        (
+            "not a memfd",
+            ErrorKind::ProtocolViolation,
+            Box::new(move || {
+                let f = std::fs::File::open("/dev/null").unwrap();
+                (accept_packet(ring), Some(OwnedFd::from(f)))
+            }),
+        ),
+        (
+            "no answer",
+            ErrorKind::TimedOut,
+            Box::new(|| (Vec::new(), None)),
+        ),
+    ];
+    for (what, kind, answer) in cases {
+        let err = against_fake(move |_hello| answer());
+        assert_eq!(err.kind(), kind, "{what}: {err}");
+    }
+}
+
+#[test]
+fn corrupted_segment_header_is_rejected() {
+    let err = against_fake(|_| {
+        let fd = segment_memfd(RING).unwrap();
+        let junk = [0xffu8; 8];
+        // SAFETY: writing 8 bytes from a live buffer at offset 0 of our own memfd.
+        let n = unsafe { libc::pwrite(fd.as_raw_fd(), junk.as_ptr().cast(), 8, 0) };
+        assert_eq!(n, 8);
+        (accept_packet(RING as u64), Some(fd))
+    });
+    assert_eq!(err.kind(), ErrorKind::ProtocolViolation, "{err}");
+}
+
+#[test]
+fn fuzz_entry_points_survive_random_input() {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for round in 0..300 {
+        let len = (next() % 600) as usize;
+        let mut data: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        if round % 3 == 0 && data.len() > 40 {
+            // Plausible shapes find deeper paths: a small aligned tail, a sane header.
+            data[1..9].copy_from_slice(&((next() % 64) * 8).to_le_bytes());
+        }
+        shmlink::testing::fuzz_handshake(&data);
+        shmlink::testing::fuzz_shm_reader(&data);
+    }
+}
