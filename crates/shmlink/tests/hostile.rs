@@ -194,6 +194,9 @@ fn against_fake(
     err
 }
 
+/// A fake listener's scripted answer: the packet and the descriptor to send with it.
+type Answer = Box<dyn FnOnce() -> (Vec<u8>, Option<OwnedFd>) + Send>;
+
 fn accept_packet(ring: u64) -> Vec<u8> {
     Packet::Accept(Params {
         features: 0,
@@ -207,11 +210,7 @@ fn accept_packet(ring: u64) -> Vec<u8> {
 #[test]
 fn broken_listener_answers_are_rejected_by_the_client() {
     let ring = RING as u64;
-    let cases: Vec<(
-        &str,
-        ErrorKind,
-        Box<dyn FnOnce() -> (Vec<u8>, Option<OwnedFd>) + Send>,
-    )> = vec![
+    let cases: Vec<(&str, ErrorKind, Answer)> = vec![
         (
             "garbage",
             ErrorKind::ProtocolViolation,
