@@ -53,6 +53,11 @@ mod transport;
 #[doc(hidden)]
 pub mod testing;
 
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
+
 pub use addr::{rendezvous_dir, Address, UnixName, TRANSPORTS};
 pub use conn::{Connection, Counters, Listener, RecvBuf, SendBuf};
 pub use error::{Error, ErrorKind, Result};

@@ -249,13 +249,15 @@ impl Producer {
     }
 
     /// Free bytes according to the cached head.
-    #[inline]
+    #[inline(always)]
     fn free(&self) -> usize {
         self.ring.cap - (self.tail - self.cached_head) as usize
     }
 
-    /// Reloads and validates the consumer's position.
-    #[inline]
+    /// Reloads and validates the consumer's position (only when the cached one says
+    /// full: off the fast path).
+    #[cold]
+    #[inline(never)]
     fn refresh_head(&mut self) -> Result<()> {
         // SYNC POINT (data): Acquire pairs with the Release store in `Consumer::advance`:
         // the consumer has finished reading every byte before `head`, so we may reuse it.
@@ -271,7 +273,7 @@ impl Producer {
     }
 
     /// Whether `need` bytes are free, reloading the head if the cache says no.
-    #[inline]
+    #[inline(always)]
     pub fn has_room(&mut self, need: usize) -> Result<bool> {
         if self.free() >= need {
             return Ok(true);
@@ -282,7 +284,7 @@ impl Producer {
 
     /// Where the payload of a record with `len` bytes goes, if there is room for it.
     /// `record_size(len)` must not exceed [`RingRef::max_record`].
-    #[inline]
+    #[inline(always)]
     pub fn try_reserve(&mut self, len: usize) -> Result<Option<NonNull<u8>>> {
         debug_assert!(record_size(len) <= self.ring.max_record());
         if !self.has_room(record_size(len))? {
@@ -298,7 +300,7 @@ impl Producer {
     /// sleep and must be woken.
     ///
     /// [`try_reserve`]: Producer::try_reserve
-    #[inline]
+    #[inline(always)]
     pub fn commit(&mut self, len: usize, flags: u32) -> bool {
         let word = len as u64 | (flags as u64) << 32;
         // SAFETY: `try_reserve` checked there is room for the record at `tail`; the header

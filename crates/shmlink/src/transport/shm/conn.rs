@@ -190,7 +190,7 @@ impl ShmConn {
 
     /// Room for a record with `len` payload bytes: waits per policy when blocking,
     /// `Ok(None)` when non-blocking and full (the fd will signal when to retry).
-    #[inline]
+    #[inline(always)]
     fn room(&mut self, len: usize, blocking: bool) -> Result<Option<NonNull<u8>>> {
         if let Ok(Some(p)) = self.tx.try_reserve(len) {
             return Ok(Some(p));
@@ -199,6 +199,7 @@ impl ShmConn {
     }
 
     #[cold]
+    #[inline(never)]
     fn wait_room(&mut self, len: usize, blocking: bool) -> Result<Option<NonNull<u8>>> {
         let need = record_size(len);
         loop {
@@ -321,6 +322,7 @@ impl ShmConn {
     }
 
     #[cold]
+    #[inline(never)]
     fn flush_pending_slow(&mut self, blocking: bool) -> Result<()> {
         let data = mem::take(&mut self.pending);
         let sent = self.write_fragments(&data[self.pending_pos..], None, blocking);
@@ -420,6 +422,7 @@ impl ShmConn {
     /// Everything `recv_next` does beyond taking a waiting record: the current message,
     /// split messages, waiting, errors.
     #[cold]
+    #[inline(never)]
     fn recv_next_slow(&mut self, blocking: bool) -> Result<usize> {
         self.check_broken()?;
         match self.current {

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The project's test command (README quick start; .ci/run calls it): every unit,
+# integration and doc test of the workspace, the loom model of the ring and its wake-up
+# protocol, and a short run of each fuzz target.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== unit, integration and doc tests"
+cargo test --workspace
+
+echo "== loom model (ring + wake-up protocol)"
+RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
+  cargo test -p shmlink --lib --release loom
+
+echo "== fuzz targets, ${FUZZ_SECONDS:=30} s each (longer: FUZZ_SECONDS=600 scripts/test.sh)"
+if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+  command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+  for target in handshake shm_reader; do
+    (cd crates/shmlink/fuzz &&
+      cargo +nightly fuzz run -O "$target" -- -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 2>&1 |
+      grep -E '^#[0-9]+ +DONE|ERROR|SUMMARY|panicked' || true)
+    # A crash leaves an artifact behind; fail on it.
+    if compgen -G "crates/shmlink/fuzz/artifacts/$target/*" >/dev/null; then
+      echo "fuzz target $target found a crash:"; ls "crates/shmlink/fuzz/artifacts/$target"
+      exit 1
+    fi
+  done
+else
+  echo "SKIPPED fuzz targets: they need a nightly toolchain, and this machine has none"
+fi
