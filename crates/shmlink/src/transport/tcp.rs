@@ -13,8 +13,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Instant;
 
 use super::framed::{
-    client_handshake, recycle, take_vec, Acceptor, Frame, FramedConn, FramedListener, Incoming,
-    Wire, HELLO_LEN,
+    bad_data, client_handshake, recycle, take_vec, Acceptor, Frame, FramedConn, FramedListener,
+    Incoming, Wire, HELLO_LEN,
 };
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
@@ -37,10 +37,6 @@ const KIND_DATA: u8 = 1;
 const KIND_FIN: u8 = 2;
 /// Size of the read buffer; larger frames are read into a vector of their own.
 const READ_BUF: usize = 64 << 10;
-
-fn bad_data(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, msg)
-}
 
 /// Where the current message lies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -332,7 +328,7 @@ impl Acceptor for TcpAcceptor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::framed::tests::{self as conformance, RawPeer, PATIENCE};
+    use crate::transport::framed::conformance::{self, RawPeer, PATIENCE};
     use crate::{Connection, Listener};
     use std::io::{Read, Write};
     use std::thread;
@@ -462,6 +458,11 @@ mod tests {
     #[test]
     fn bad_clients_are_dropped() {
         conformance::bad_clients_are_dropped::<RawTcp>(ANY);
+    }
+
+    #[test]
+    fn garbage_is_dropped_at_once() {
+        conformance::garbage_is_dropped_at_once::<RawTcp>(ANY);
     }
 
     #[test]

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::framed::{
-    client_handshake, recycle, take_vec, Acceptor, Frame, FramedConn, FramedListener, Incoming,
-    Wire, HELLO_LEN,
+    bad_data, client_handshake, recycle, take_vec, Acceptor, Frame, FramedConn, FramedListener,
+    Incoming, Wire, HELLO_LEN,
 };
 use crate::addr::{Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};
@@ -47,10 +47,6 @@ const KIND_FIN: u8 = 3;
 const BACKLOG: i32 = 128;
 /// How long `bind` waits for an existing socket file's listener to answer.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
-
-fn bad_data(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, msg)
-}
 
 /// Packets on a `SOCK_SEQPACKET` socket, reassembled into one vector.
 struct UxWire {
@@ -329,7 +325,7 @@ impl Acceptor for UxAcceptor {
 mod tests {
     use super::*;
     use crate::sys::stream::Ready;
-    use crate::transport::framed::tests::{self as conformance, RawPeer, PATIENCE};
+    use crate::transport::framed::conformance::{self, soon, RawPeer, PATIENCE};
     use crate::Listener;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::thread;
@@ -364,10 +360,6 @@ mod tests {
         }
     }
 
-    fn within_patience() -> Option<Instant> {
-        Some(Instant::now() + PATIENCE)
-    }
-
     /// A raw `SOCK_SEQPACKET` client.
     struct RawUx(OwnedFd);
 
@@ -381,7 +373,7 @@ mod tests {
         }
 
         fn read_hello(&mut self) -> Option<[u8; HELLO_LEN]> {
-            assert!(stream::wait(self.0.as_fd(), Ready::Read, within_patience()).unwrap());
+            assert!(stream::wait(self.0.as_fd(), Ready::Read, soon()).unwrap());
             let mut h = [0u8; HELLO_LEN];
             match socket::recv(self.0.as_fd(), &mut h).unwrap() {
                 0 => None,
@@ -391,7 +383,7 @@ mod tests {
         }
 
         fn closed_by_peer(&mut self) -> bool {
-            let deadline = within_patience();
+            let deadline = soon();
             let mut buf = [0u8; 64];
             while stream::wait(self.0.as_fd(), Ready::Read, deadline).unwrap() {
                 match socket::recv(self.0.as_fd(), &mut buf) {
@@ -474,6 +466,11 @@ mod tests {
     }
 
     #[test]
+    fn garbage_is_dropped_at_once() {
+        conformance::garbage_is_dropped_at_once::<RawUx>(&abstract_addr());
+    }
+
+    #[test]
     fn other_version_is_told_and_dropped() {
         conformance::other_version_is_told_and_dropped::<RawUx>(&abstract_addr());
     }
@@ -508,7 +505,7 @@ mod tests {
             let addr = abstract_addr();
             let listener = socket::listen(&name_of(&addr), 1).unwrap();
             let server = thread::spawn(move || {
-                assert!(stream::wait(listener.as_fd(), Ready::Read, within_patience()).unwrap());
+                assert!(stream::wait(listener.as_fd(), Ready::Read, soon()).unwrap());
                 let mut raw = RawUx(socket::accept(listener.as_fd()).unwrap().unwrap());
                 raw.read_hello().expect("client hello");
                 if !reply.is_empty() {

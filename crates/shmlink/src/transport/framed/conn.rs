@@ -1,0 +1,468 @@
+//! [`FramedConn`]: one connection over a framed socket transport — sending (with the
+//! queue a non-blocking send leaves), receiving through the [`Wire`], the readiness of its
+//! epoll set, and the close that never blocks (see the [parent module](super)).
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use super::{recycle, Frame, Incoming, Wire};
+use crate::error::{Error, ErrorKind, Result};
+use crate::sys::stream::{self, EventFlag, Ready};
+use crate::sys::Epoll;
+use crate::transport::shm::ShmConn;
+use crate::transport::ConnOps;
+
+/// How long a closed connection's remaining bytes wait for the peer to take some before
+/// they are given up (the peer then sees a reset instead of the FIN).
+pub(super) const CLOSE_LINGER: Duration = Duration::from_secs(30);
+
+/// Epoll tokens of a connection's set.
+const TOKEN_SOCKET: u64 = 0;
+const TOKEN_FLAG: u64 = 1;
+
+/// A terminal state remembered so that every later call reports it again.
+struct Ended {
+    kind: ErrorKind,
+    msg: String,
+}
+
+impl Ended {
+    fn of(e: &Error) -> Ended {
+        Ended {
+            kind: e.kind(),
+            msg: e.to_string(),
+        }
+    }
+
+    fn error(&self) -> Error {
+        Error::new(self.kind, self.msg.clone())
+    }
+}
+
+/// A message a non-blocking send could not write whole.
+struct Queued {
+    payload: Vec<u8>,
+    /// Bytes of its frame already written.
+    sent: usize,
+}
+
+/// Writes one frame, waiting for room in blocking mode. Returns false when a non-blocking
+/// write found the socket full.
+fn write_frame<W: Wire>(
+    sock: BorrowedFd<'_>,
+    frame: Frame,
+    payload: &[u8],
+    sent: &mut usize,
+    blocking: bool,
+) -> io::Result<bool> {
+    loop {
+        if W::write(sock, frame, payload, sent, blocking)? {
+            return Ok(true);
+        }
+        if !blocking {
+            return Ok(false);
+        }
+        // The socket is in blocking mode, so the kernel waits for room itself; should it
+        // ever report EAGAIN anyway, wait here rather than spin.
+        stream::wait(sock, Ready::Write, None)?;
+    }
+}
+
+/// A connection over a framed socket transport.
+pub(crate) struct FramedConn<W: Wire> {
+    sock: OwnedFd,
+    wire: W,
+    /// The pollable descriptor ([`ConnOps::fd`]).
+    epoll: Epoll,
+    /// Set while whole frames wait in the wire's buffer (created on first need).
+    flag: Option<EventFlag>,
+    flag_set: bool,
+    /// Whether the epoll set watches the socket for output (exactly while `queued`).
+    out_watched: bool,
+    queued: Option<Queued>,
+    /// The message being built in place; its capacity is reused.
+    staging: Vec<u8>,
+    staged_blocking: bool,
+    /// Length of the current received message.
+    current: Option<usize>,
+    rx_end: Option<Ended>,
+    tx_end: Option<Ended>,
+    max_send: usize,
+    local: String,
+    peer: String,
+}
+
+impl<W: Wire> FramedConn<W> {
+    /// Wraps a socket whose handshake is done. `max_recv` is our limit, `peer_max` the
+    /// peer's.
+    pub(crate) fn new(
+        sock: OwnedFd,
+        max_recv: usize,
+        peer_max: usize,
+        local: String,
+        peer: String,
+    ) -> io::Result<FramedConn<W>> {
+        stream::set_blocking(sock.as_fd())?;
+        let epoll = Epoll::new()?;
+        epoll.add(sock.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_SOCKET)?;
+        Ok(FramedConn {
+            sock,
+            wire: W::new(max_recv),
+            epoll,
+            flag: None,
+            flag_set: false,
+            out_watched: false,
+            queued: None,
+            staging: Vec::new(),
+            staged_blocking: true,
+            current: None,
+            rx_end: None,
+            tx_end: None,
+            max_send: max_recv.min(peer_max),
+            local,
+            peer,
+        })
+    }
+
+    fn send_error(&self, e: io::Error) -> Error {
+        Error::io(format!("send to {}", self.peer), e)
+    }
+
+    fn recv_error(&self, e: io::Error) -> Error {
+        if e.kind() == io::ErrorKind::InvalidData {
+            Error::violation(format!("receive from {}: {e}", self.peer))
+        } else {
+            Error::io(format!("receive from {}", self.peer), e)
+        }
+    }
+
+    /// Remembers a send-side failure; every later send reports it.
+    fn end_tx(&mut self, e: Error) -> Error {
+        self.tx_end = Some(Ended::of(&e));
+        self.queued = None;
+        e
+    }
+
+    /// Remembers how the receive side ended; every later receive reports it.
+    fn end_rx(&mut self, e: Error) -> Error {
+        self.rx_end = Some(Ended::of(&e));
+        e
+    }
+
+    /// Fails if sending can no longer succeed.
+    fn check_tx(&self) -> Result<()> {
+        if let Some(end) = &self.tx_end {
+            return Err(end.error());
+        }
+        match &self.rx_end {
+            Some(end) if end.kind == ErrorKind::EndOfStream => Err(Error::reset(format!(
+                "send to {}: the peer closed the connection",
+                self.peer
+            ))),
+            Some(end) => Err(end.error()),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes the epoll set watch the socket for output exactly while bytes are queued.
+    fn watch_output(&mut self, on: bool) -> Result<()> {
+        if on != self.out_watched {
+            let mut events = libc::EPOLLIN as u32;
+            if on {
+                events |= libc::EPOLLOUT as u32;
+            }
+            self.epoll
+                .modify(self.sock.as_raw_fd(), events, TOKEN_SOCKET)
+                .map_err(|e| Error::io(format!("watch the connection to {}", self.peer), e))?;
+            self.out_watched = on;
+        }
+        Ok(())
+    }
+
+    /// Makes the eventfd flag mirror whether whole frames wait in the wire's buffer.
+    fn sync_flag(&mut self) -> Result<()> {
+        let want = self.wire.buffered();
+        if want == self.flag_set {
+            return Ok(());
+        }
+        let ctx = |e| Error::io(format!("flag buffered input from {}", self.peer), e);
+        if self.flag.is_none() {
+            let flag = EventFlag::new().map_err(ctx)?;
+            self.epoll
+                .add(flag.fd().as_raw_fd(), libc::EPOLLIN as u32, TOKEN_FLAG)
+                .map_err(ctx)?;
+            self.flag = Some(flag);
+        }
+        let flag = self.flag.as_ref().expect("created above");
+        if want { flag.set() } else { flag.clear() }.map_err(ctx)?;
+        self.flag_set = want;
+        Ok(())
+    }
+
+    /// Writes queued bytes. Returns true when the queue is empty.
+    fn flush(&mut self, blocking: bool) -> Result<bool> {
+        let Some(q) = &mut self.queued else {
+            return Ok(true);
+        };
+        let sock = self.sock.as_fd();
+        match write_frame::<W>(sock, Frame::Data, &q.payload, &mut q.sent, blocking) {
+            Ok(true) => {
+                let q = self.queued.take().expect("checked above");
+                if self.staging.capacity() < q.payload.capacity() {
+                    self.staging = q.payload;
+                    recycle(&mut self.staging);
+                }
+                self.watch_output(false)?;
+                Ok(true)
+            }
+            Ok(false) => Ok(false),
+            Err(e) => {
+                let e = self.send_error(e);
+                let e = self.end_tx(e);
+                self.watch_output(false)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Gets ready to send one more message: the queue must drain first.
+    fn before_send(&mut self, blocking: bool) -> Result<()> {
+        self.check_tx()?;
+        if !self.flush(blocking)? {
+            return Err(Error::would_block());
+        }
+        Ok(())
+    }
+
+    /// Queues what a non-blocking write left of a frame.
+    fn enqueue(&mut self, payload: Vec<u8>, sent: usize) -> Result<()> {
+        self.queued = Some(Queued { payload, sent });
+        self.watch_output(true)
+    }
+
+    /// Sends the staged message.
+    fn send_staged(&mut self) -> Result<()> {
+        let mut sent = 0;
+        let sock = self.sock.as_fd();
+        match write_frame::<W>(
+            sock,
+            Frame::Data,
+            &self.staging,
+            &mut sent,
+            self.staged_blocking,
+        ) {
+            Ok(true) => {
+                recycle(&mut self.staging);
+                Ok(())
+            }
+            Ok(false) => {
+                let frame = std::mem::take(&mut self.staging);
+                self.enqueue(frame, sent)
+            }
+            Err(e) => {
+                let e = self.send_error(e);
+                Err(self.end_tx(e))
+            }
+        }
+    }
+
+    /// Delivers the queue and a FIN. What the peer's full buffers do not take now is left
+    /// to a thread, so that closing never blocks (like the kernel, which delivers a closed
+    /// TCP socket's buffer in the background).
+    fn finish(&mut self) -> Result<()> {
+        let mut fin_sent = 0;
+        if self.flush(false)? {
+            let sock = self.sock.as_fd();
+            if W::write(sock, Frame::Fin, &[], &mut fin_sent, false)
+                .map_err(|e| self.send_error(e))?
+            {
+                stream::discard_input(sock);
+                return Ok(());
+            }
+        }
+        let sock = self
+            .sock
+            .try_clone()
+            .map_err(|e| Error::io("keep the socket for closing", e))?;
+        let queued = self.queued.take();
+        std::thread::Builder::new()
+            .name("shmlink-close".into())
+            .spawn(move || linger::<W>(sock, queued, fin_sent))
+            .map_err(|e| Error::io("start the closing thread", e))?;
+        Ok(())
+    }
+}
+
+/// Writes what a closed connection has left: the queue, then the FIN; gives up when the
+/// peer takes nothing for [`CLOSE_LINGER`] or is gone.
+fn linger<W: Wire>(sock: OwnedFd, queued: Option<Queued>, mut fin_sent: usize) {
+    let sock = sock.as_fd();
+    let write_all = |frame, payload: &[u8], sent: &mut usize| -> io::Result<bool> {
+        while !W::write(sock, frame, payload, sent, false)? {
+            if !stream::wait(sock, Ready::Write, Some(Instant::now() + CLOSE_LINGER))? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    };
+    let done = match queued {
+        Some(mut q) => write_all(Frame::Data, &q.payload, &mut q.sent),
+        None => Ok(true),
+    }
+    .and_then(|ok| Ok(ok && write_all(Frame::Fin, &[], &mut fin_sent)?));
+    if matches!(done, Ok(true)) {
+        stream::discard_input(sock);
+    }
+}
+
+impl<W: Wire> ConnOps for FramedConn<W> {
+    fn into_shm(self: Box<Self>) -> std::result::Result<Box<ShmConn>, Box<dyn ConnOps>> {
+        Err(self)
+    }
+
+    fn send(&mut self, msg: &[u8], blocking: bool) -> Result<()> {
+        self.before_send(blocking)?;
+        let mut sent = 0;
+        let sock = self.sock.as_fd();
+        match write_frame::<W>(sock, Frame::Data, msg, &mut sent, blocking) {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                // Accepted: the rest goes out on later calls.
+                let mut frame = std::mem::take(&mut self.staging);
+                frame.clear();
+                frame.extend_from_slice(msg);
+                self.enqueue(frame, sent)
+            }
+            Err(e) => {
+                let e = self.send_error(e);
+                Err(self.end_tx(e))
+            }
+        }
+    }
+
+    fn reserve(&mut self, n: usize, blocking: bool) -> Result<()> {
+        self.before_send(blocking)?;
+        self.staging.clear();
+        self.staging.resize(n, 0);
+        self.staged_blocking = blocking;
+        Ok(())
+    }
+
+    fn reserved(&self) -> &[u8] {
+        &self.staging
+    }
+
+    fn reserved_mut(&mut self) -> &mut [u8] {
+        &mut self.staging
+    }
+
+    fn commit(&mut self) -> Result<()> {
+        self.send_staged()
+    }
+
+    fn abort_reserve(&mut self) {
+        recycle(&mut self.staging);
+    }
+
+    fn recv_next(&mut self, blocking: bool) -> Result<usize> {
+        if let Some(n) = self.current {
+            return Ok(n);
+        }
+        if let Some(end) = &self.rx_end {
+            return Err(end.error());
+        }
+        // A failed flush is remembered for the next send; the peer's messages may still
+        // be waiting here.
+        let _ = self.flush(false);
+        loop {
+            // With bytes queued, a blocking read must also wake for output room, or two
+            // peers could wait for each other.
+            let kernel_blocking = blocking && self.queued.is_none();
+            let sock = self.sock.as_fd();
+            match self.wire.read(sock, kernel_blocking) {
+                Ok(Incoming::Message(n)) => {
+                    self.current = Some(n);
+                    self.sync_flag()?;
+                    return Ok(n);
+                }
+                Ok(Incoming::Fin) => {
+                    self.sync_flag()?;
+                    return Err(self.end_rx(Error::eos()));
+                }
+                Ok(Incoming::Eof) => {
+                    let e = Error::reset(format!(
+                        "receive from {}: the peer closed the connection without FIN \
+                         (it crashed or was killed)",
+                        self.peer
+                    ));
+                    return Err(self.end_rx(e));
+                }
+                Ok(Incoming::Empty) if blocking => {
+                    let ready = if self.queued.is_some() {
+                        Ready::ReadWrite
+                    } else {
+                        Ready::Read
+                    };
+                    stream::wait(sock, ready, None).map_err(|e| self.recv_error(e))?;
+                    let _ = self.flush(false);
+                }
+                Ok(Incoming::Empty) => {
+                    self.sync_flag()?;
+                    return Err(Error::would_block());
+                }
+                Err(e) => {
+                    let e = self.recv_error(e);
+                    return Err(self.end_rx(e));
+                }
+            }
+        }
+    }
+
+    fn current(&self) -> &[u8] {
+        if self.current.is_some() {
+            self.wire.current()
+        } else {
+            &[]
+        }
+    }
+
+    fn release(&mut self) {
+        if self.current.take().is_some() {
+            self.wire.release();
+        }
+    }
+
+    fn take_current(&mut self) -> Vec<u8> {
+        if self.current.take().is_some() {
+            self.wire.take_current()
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn max_send_size(&self) -> usize {
+        self.max_send
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.epoll.fd()
+    }
+
+    fn close(&mut self) -> Result<()> {
+        if self.tx_end.is_some() || self.rx_end.is_some() {
+            // The peer is gone or finished (or broke the protocol): nothing to deliver.
+            stream::discard_input(self.sock.as_fd());
+            return Ok(());
+        }
+        self.finish()
+    }
+
+    fn local_addr(&self) -> String {
+        self.local.clone()
+    }
+
+    fn peer_addr(&self) -> String {
+        self.peer.clone()
+    }
+}

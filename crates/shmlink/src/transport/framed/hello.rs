@@ -1,0 +1,143 @@
+//! The hello both sides send on connect (format in the [parent module](super)), its
+//! checks, and the client's half of the handshake. The listener's half runs in
+//! [`FramedListener`](super::FramedListener), which must not block on any one client.
+
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::time::Instant;
+
+use super::Wire;
+use crate::error::{Error, ErrorKind, Result};
+use crate::sys::stream::{self, Ready};
+
+/// First bytes of every hello.
+const HELLO_MAGIC: [u8; 4] = *b"SLNK";
+/// Version of the framed protocol.
+pub(super) const PROTOCOL_VERSION: u8 = 1;
+/// Length of a hello: magic, version, three reserved bytes, largest message accepted.
+pub(crate) const HELLO_LEN: usize = 16;
+
+/// A hello announcing `max_msg`.
+pub(super) fn hello(max_msg: usize) -> [u8; HELLO_LEN] {
+    let mut h = [0u8; HELLO_LEN];
+    h[..4].copy_from_slice(&HELLO_MAGIC);
+    h[4] = PROTOCOL_VERSION;
+    h[8..].copy_from_slice(&(max_msg as u64).to_le_bytes());
+    h
+}
+
+/// Checks a peer's hello; returns the largest message the peer accepts.
+pub(super) fn parse_hello(h: &[u8; HELLO_LEN]) -> Result<usize> {
+    if h[..4] != HELLO_MAGIC {
+        return Err(Error::violation(format!(
+            "the peer is not a shmlink peer (hello starts with {:02x?})",
+            &h[..4]
+        )));
+    }
+    if h[4] != PROTOCOL_VERSION {
+        return Err(Error::new(
+            ErrorKind::VersionMismatch,
+            format!(
+                "the peer speaks framed protocol version {}, this side speaks {PROTOCOL_VERSION}",
+                h[4]
+            ),
+        ));
+    }
+    let max = u64::from_le_bytes(h[8..].try_into().expect("8 bytes"));
+    Ok(usize::try_from(max).unwrap_or(usize::MAX))
+}
+
+/// Whether the first bytes of a hello, `got`, can still begin a shmlink hello: false as
+/// soon as they differ from the magic, so that garbage is refused without waiting for
+/// the rest (or for the handshake deadline). The version is judged only on the whole
+/// hello, since a client of another version is answered.
+pub(super) fn may_be_hello(got: &[u8]) -> bool {
+    let n = got.len().min(HELLO_MAGIC.len());
+    got[..n] == HELLO_MAGIC[..n]
+}
+
+/// Sends our hello on a fresh socket, whose empty send buffer always takes it whole.
+pub(super) fn send_hello(sock: BorrowedFd<'_>, max_msg: usize) -> io::Result<()> {
+    if stream::send_parts(sock, &hello(max_msg), &[], false)? != HELLO_LEN {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "hello did not fit a fresh socket",
+        ));
+    }
+    Ok(())
+}
+
+/// Runs the client's half of the handshake on a connected socket; returns the largest
+/// message the listener accepts.
+pub(crate) fn client_handshake<W: Wire>(
+    sock: BorrowedFd<'_>,
+    max_msg: usize,
+    deadline: Instant,
+) -> Result<usize> {
+    send_hello(sock, max_msg).map_err(|e| Error::io("send hello", e))?;
+    let mut got = Vec::with_capacity(HELLO_LEN);
+    while got.len() < HELLO_LEN {
+        match W::recv_hello(sock, &mut got) {
+            Ok(0) => {
+                return Err(Error::new(
+                    ErrorKind::ConnectionRefused,
+                    "the listener closed the connection during the handshake",
+                ))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if !stream::wait(sock, Ready::Read, Some(deadline))
+                    .map_err(|e| Error::io("wait for hello", e))?
+                {
+                    return Err(Error::new(
+                        ErrorKind::TimedOut,
+                        "no hello from the listener within the connect timeout",
+                    ));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                return Err(Error::violation(format!("listener's hello: {e}")))
+            }
+            Err(e) => return Err(Error::io("receive hello", e)),
+        }
+    }
+    parse_hello(got[..].try_into().expect("HELLO_LEN bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_round_trips_and_rejects_garbage() {
+        assert_eq!(parse_hello(&hello(12345)).unwrap(), 12345);
+        let mut bad = hello(1);
+        bad[0] = b'X';
+        assert_eq!(
+            parse_hello(&bad).unwrap_err().kind(),
+            ErrorKind::ProtocolViolation
+        );
+        let mut newer = hello(1);
+        newer[4] = PROTOCOL_VERSION + 1;
+        let e = parse_hello(&newer).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::VersionMismatch);
+        assert!(e.to_string().contains("version 2"), "{e}");
+    }
+
+    #[test]
+    fn garbage_is_recognised_from_its_first_byte() {
+        let good = hello(1);
+        for n in 0..=HELLO_LEN {
+            assert!(may_be_hello(&good[..n]), "{n} bytes of a good hello");
+        }
+        let mut newer = hello(1);
+        newer[4] = PROTOCOL_VERSION + 1;
+        assert!(
+            may_be_hello(&newer),
+            "another version is answered, not dropped"
+        );
+        assert!(!may_be_hello(b"G"));
+        assert!(!may_be_hello(b"GET / HTTP/1.1\r\n"));
+        assert!(!may_be_hello(b"SLN\0"));
+    }
+}
