@@ -22,7 +22,8 @@ macro_rules! conformance {
                 slow_receiver_makes_blocking_sender_wait, epoll_serves_64_connections,
                 graceful_close_delivers_everything, too_small_buffer_keeps_the_message,
                 oversized_message_is_refused, zero_copy_send_and_receive,
-                counters_and_addresses, nonblocking_recv_and_fd_readiness);
+                counters_and_addresses, nonblocking_recv_and_fd_readiness,
+                idle_wait_uses_no_cpu);
         }
     )*};
     (@tests $transport:ident: $($test:ident),*) => {$(
@@ -360,6 +361,42 @@ fn nonblocking_recv_and_fd_readiness(t: &str) {
     drop(c);
     assert!(readable(&s, 5000), "fd not readable after the peer closed");
     expect_eos(&mut s);
+}
+
+/// CPU time the calling thread has used.
+fn thread_cpu() -> Duration {
+    // SAFETY: timespec is plain data; clock_gettime fills it.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid clock id and a valid timespec pointer.
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) },
+        0
+    );
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+fn idle_wait_uses_no_cpu(t: &str) {
+    // A receiver blocked for 500 ms spins for its budget (50 µs by default), then sleeps:
+    // its thread must use a tiny fraction of the wall time. (A busy wait would use all of
+    // it; the bound leaves a wide margin for a noisy machine.)
+    let (mut c, mut s) = pair(t);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let before = thread_cpu();
+        tx.send(()).unwrap();
+        let m = s.recv_vec().unwrap();
+        (m, thread_cpu() - before)
+    });
+    rx.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(500)); // the idle period being measured
+    c.send(b"wake").unwrap();
+    let (m, cpu) = waiter.join().unwrap();
+    assert_eq!(m, b"wake");
+    eprintln!("{t}: receiver used {cpu:?} of CPU while idle for 500 ms");
+    assert!(
+        cpu < Duration::from_millis(100),
+        "{t}: idle wait burned {cpu:?}"
+    );
 }
 
 #[test]

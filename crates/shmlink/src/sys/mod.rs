@@ -68,6 +68,13 @@ pub fn poll_fd(fd: BorrowedFd<'_>, events: i16, deadline: Option<Instant>) -> io
     }
 }
 
+/// The CPU the calling thread runs on (`u32::MAX - 1` if the kernel cannot tell).
+pub fn current_cpu() -> u32 {
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).unwrap_or(u32::MAX - 1)
+}
+
 /// Gives the CPU to another runnable thread, if any.
 pub fn yield_now() {
     // SAFETY: sched_yield has no preconditions.

@@ -5,6 +5,7 @@ use std::io;
 use std::mem;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
+use std::time::Duration;
 
 use super::segment::Segment;
 use crate::error::{Error, ErrorKind, Result};
@@ -13,7 +14,7 @@ use crate::options::WaitPolicy;
 use crate::ring::{
     record_size, Consumer, FenceMode, Producer, Record, FLAG_FIRST, FLAG_MORE, HEADER,
 };
-use crate::sys::{poll_fd, socket};
+use crate::sys::{self, poll_fd, socket};
 use crate::transport::ConnOps;
 
 /// Length of the total-size prefix in the first fragment of a split message.
@@ -49,8 +50,10 @@ enum Reservation {
 pub(crate) struct ShmConn {
     tx: Producer,
     rx: Consumer,
+    /// Which side we are: the index of the ring we send on.
+    side: usize,
     /// Keeps the rings mapped; `tx`/`rx` point into it.
-    _seg: Segment,
+    seg: Segment,
     /// Control socket: doorbells in both directions, EOF when the peer is gone.
     sock: OwnedFd,
     wait: WaitPolicy,
@@ -74,7 +77,7 @@ pub(crate) struct ShmConn {
     peer: String,
 }
 
-// SAFETY: the raw pointers in `current`, `reservation` and the rings point into `_seg`,
+// SAFETY: the raw pointers in `current`, `reservation` and the rings point into `seg`,
 // which the connection owns and moves with it; nothing else in the process refers to them.
 unsafe impl Send for ShmConn {}
 
@@ -97,7 +100,8 @@ impl ShmConn {
         ShmConn {
             tx: Producer::new(s.seg.ring(s.tx_ring), s.fence),
             rx: Consumer::new(s.seg.ring(s.rx_ring), s.fence),
-            _seg: s.seg,
+            side: s.tx_ring,
+            seg: s.seg,
             sock: s.sock,
             wait: s.wait,
             max_send: s.max_send,
@@ -181,6 +185,19 @@ impl ShmConn {
         Ok(())
     }
 
+    /// The wait policy for this wait: without the spin phase when the peer last waited on
+    /// our CPU (same-core placement), so it gets the CPU at once through `sched_yield`.
+    fn policy(&self) -> WaitPolicy {
+        if self.seg.note_cpu(self.side, sys::current_cpu()) {
+            WaitPolicy {
+                spin: Duration::ZERO,
+                yield_: self.wait.spin + self.wait.yield_,
+            }
+        } else {
+            self.wait
+        }
+    }
+
     /// Sleeps until the control socket has a doorbell or the peer is gone.
     fn park(&self) -> Result<()> {
         poll_fd(self.sock.as_fd(), libc::POLLIN, None)
@@ -212,8 +229,9 @@ impl ShmConn {
                 return Err(self.peer_gone());
             }
             if blocking {
+                let policy = self.policy();
                 let tx = &mut self.tx;
-                match spin_then_yield(&self.wait, || tx.has_room(need)) {
+                match spin_then_yield(&policy, || tx.has_room(need)) {
                     Ok(true) => continue,
                     Ok(false) => {}
                     Err(e) => return Err(self.fail(e)),
@@ -390,8 +408,9 @@ impl ShmConn {
     /// peer is gone and everything it sent has been read.
     fn wait_data(&mut self, blocking: bool) -> Result<()> {
         if blocking {
+            let policy = self.policy();
             let rx = &mut self.rx;
-            if spin_then_yield(&self.wait, || rx.has_data())? {
+            if spin_then_yield(&policy, || rx.has_data())? {
                 return Ok(());
             }
         }

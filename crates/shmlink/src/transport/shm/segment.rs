@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! offset 0     SegHeader   magic, version, header length, ring sizes
+//! offset 64    [u32; 2]    CPU each side last waited on (client, server); a hint only
 //! offset 128   RingCtl     ring 0: client → server
 //! offset 768   RingCtl     ring 1: server → client
 //! page         ring 0 data (mapped twice)
@@ -14,13 +15,17 @@ use std::ptr::NonNull;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ring::{RingCtl, RingRef};
+use crate::sync::{AtomicU32, Ordering};
 use crate::sys::memfd::{self, Mapping};
 use crate::sys::page_size;
 
 /// "SHMLSEG1", little endian.
 const SEG_MAGIC: u64 = u64::from_le_bytes(*b"SHMLSEG1");
 const SEG_VERSION: u32 = 1;
+const CPU_OFFSET: usize = 64;
 const CTL_OFFSET: usize = 128;
+/// A side that has not waited yet.
+const NO_CPU: u32 = u32::MAX;
 
 /// Ring 0 carries client → server, ring 1 server → client.
 pub const C2S: usize = 0;
@@ -68,6 +73,9 @@ impl Segment {
         let seg = Segment { map, sizes };
         seg.ring(C2S).start_armed();
         seg.ring(S2C).start_armed();
+        for side in [C2S, S2C] {
+            seg.cpu(side).store(NO_CPU, Ordering::Relaxed);
+        }
         Ok((seg, fd))
     }
 
@@ -114,6 +122,21 @@ impl Segment {
         // by `Mapping`. Both live as long as `self.map`, and the rings built from them are
         // owned next to this Segment by the connection, which drops them together.
         unsafe { RingRef::new(NonNull::new_unchecked(self.ring_ctl(i).cast()), data, cap) }
+    }
+
+    /// The CPU slot of side `side` (the index of the ring it sends on).
+    fn cpu(&self, side: usize) -> &AtomicU32 {
+        // SAFETY: CPU_OFFSET + 8 lies inside the header page, 4-aligned; the slot is only
+        // ever accessed atomically, and any value is valid (it is a hint).
+        unsafe { &*self.base().add(CPU_OFFSET + 4 * side).cast::<AtomicU32>() }
+    }
+
+    /// Records that side `me` is about to wait on `cpu`; returns whether the other side
+    /// last waited on the same CPU (then busy-polling cannot help: the peer cannot run
+    /// until we stop). The peer may write anything here; it only steers spinning.
+    pub fn note_cpu(&self, me: usize, cpu: u32) -> bool {
+        self.cpu(me).store(cpu, Ordering::Relaxed);
+        self.cpu(1 - me).load(Ordering::Relaxed) == cpu
     }
 
     /// Start of the mapping (the segment header).
