@@ -70,6 +70,9 @@ pub(crate) struct ShmConn {
     pending_pos: usize,
     /// The control socket reported end-of-file or a reset: the peer is gone.
     peer_eof: bool,
+    /// An announcement found work at once and was left for the peer to clear, so a
+    /// doorbell may arrive that nobody sleeps for: drain before the next sleep.
+    stale_doorbell: bool,
     /// Set after a protocol violation: the connection is dead.
     broken: Option<String>,
     closed: bool,
@@ -114,6 +117,7 @@ impl ShmConn {
             pending: Vec::new(),
             pending_pos: 0,
             peer_eof: false,
+            stale_doorbell: false,
             broken: None,
             closed: false,
             local: s.local,
@@ -158,28 +162,34 @@ impl ShmConn {
         }
     }
 
-    /// Drains pending doorbells (so the fd stops being readable) and notices EOF.
-    fn drain(&mut self) -> Result<()> {
+    /// Takes one doorbell off the control socket, noticing EOF; `Ok(false)` if none was
+    /// there.
+    fn take_doorbell(&mut self) -> Result<bool> {
         let mut buf = [0u8; 16];
+        match socket::recv(self.sock.as_fd(), &mut buf) {
+            Ok(0) => self.peer_eof = true,
+            Ok(_) => return Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+                ) =>
+            {
+                self.peer_eof = true
+            }
+            Err(e) => return Err(Error::io(format!("{}: control socket", self.peer), e)),
+        }
+        Ok(false)
+    }
+
+    /// Drains every pending doorbell, so that the fd stops being readable before a
+    /// non-blocking caller goes back to its event loop.
+    fn drain(&mut self) -> Result<()> {
         // Bounded: a peer that keeps ringing cannot keep us here.
         for _ in 0..64 {
-            match socket::recv(self.sock.as_fd(), &mut buf) {
-                Ok(0) => {
-                    self.peer_eof = true;
-                    break;
-                }
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
-                    ) =>
-                {
-                    self.peer_eof = true;
-                    break;
-                }
-                Err(e) => return Err(Error::io(format!("{}: control socket", self.peer), e)),
+            if !self.take_doorbell()? {
+                break;
             }
         }
         Ok(())
@@ -198,11 +208,24 @@ impl ShmConn {
         }
     }
 
-    /// Sleeps until the control socket has a doorbell or the peer is gone.
-    fn park(&self) -> Result<()> {
+    /// Before announcing: a non-blocking caller returns to its event loop, which must not
+    /// see the fd readable for doorbells already dealt with; a blocking one must not wake
+    /// at once for a doorbell nobody slept for. Each announcement brings at most one
+    /// doorbell, so in blocking mode only a left-over one needs draining.
+    fn drain_stale(&mut self, blocking: bool) -> Result<()> {
+        if !blocking || self.stale_doorbell {
+            self.stale_doorbell = false;
+            self.drain()?;
+        }
+        Ok(())
+    }
+
+    /// Sleeps until the control socket has a doorbell or the peer is gone, and takes
+    /// that doorbell (a stale one that slipped past `drain_stale` costs one more round).
+    fn sleep(&mut self) -> Result<()> {
         poll_fd(self.sock.as_fd(), libc::POLLIN, None)
-            .map(drop)
-            .map_err(|e| Error::io(format!("{}: poll", self.peer), e))
+            .map_err(|e| Error::io(format!("{}: poll", self.peer), e))?;
+        self.take_doorbell().map(drop)
     }
 
     /// Room for a record with `len` payload bytes: waits per policy when blocking,
@@ -219,6 +242,8 @@ impl ShmConn {
     #[inline(never)]
     fn wait_room(&mut self, len: usize, blocking: bool) -> Result<Option<NonNull<u8>>> {
         let need = record_size(len);
+        let mut spun = false;
+        self.drain_stale(blocking)?;
         loop {
             match self.tx.try_reserve(len) {
                 Ok(Some(p)) => return Ok(Some(p)),
@@ -228,7 +253,8 @@ impl ShmConn {
             if self.peer_eof {
                 return Err(self.peer_gone());
             }
-            if blocking {
+            if blocking && !spun {
+                spun = true;
                 let policy = self.policy();
                 let tx = &mut self.tx;
                 match spin_then_yield(&policy, || tx.has_room(need)) {
@@ -237,19 +263,18 @@ impl ShmConn {
                     Err(e) => return Err(self.fail(e)),
                 }
             }
-            self.drain()?;
-            if self.peer_eof {
-                return Err(self.peer_gone());
-            }
             match self.tx.arm(need) {
-                Ok(true) => continue,
+                Ok(true) => {
+                    self.stale_doorbell = true;
+                    continue;
+                }
                 Ok(false) => {}
                 Err(e) => return Err(self.fail(e)),
             }
             if !blocking {
                 return Ok(None);
             }
-            self.park()?;
+            self.sleep()?;
         }
     }
 
@@ -414,28 +439,38 @@ impl ShmConn {
                 return Ok(());
             }
         }
+        self.drain_stale(blocking)?;
         loop {
-            self.drain()?;
             if self.peer_eof {
-                // `closed` first: seeing it guarantees seeing every record before it.
-                let closed = self.rx.peer_closed();
-                if self.rx.has_data()? {
-                    return Ok(());
-                }
-                return Err(if closed && self.reasm_total.is_none() {
-                    Error::eos()
-                } else {
-                    self.peer_gone()
-                });
+                return self.end_of_data();
             }
             if self.rx.arm()? {
+                self.stale_doorbell = true;
                 return Ok(());
             }
             if !blocking {
                 return Err(Error::would_block());
             }
-            self.park()?;
+            self.sleep()?;
+            if self.rx.has_data()? {
+                return Ok(());
+            }
         }
+    }
+
+    /// The peer is gone: what it sent is still delivered, then end-of-stream if it closed
+    /// gracefully, a reset if it did not.
+    fn end_of_data(&mut self) -> Result<()> {
+        // `closed` first: seeing it guarantees seeing every record before it.
+        let closed = self.rx.peer_closed();
+        if self.rx.has_data()? {
+            return Ok(());
+        }
+        Err(if closed && self.reasm_total.is_none() {
+            Error::eos()
+        } else {
+            self.peer_gone()
+        })
     }
 
     /// Everything `recv_next` does beyond taking a waiting record: the current message,

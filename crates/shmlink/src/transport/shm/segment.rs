@@ -3,9 +3,10 @@
 //!
 //! ```text
 //! offset 0     SegHeader   magic, version, header length, ring sizes
-//! offset 64    [u32; 2]    CPU each side last waited on (client, server); a hint only
+//! offset 64    u32         CPU the client last waited on (a hint only)
 //! offset 128   RingCtl     ring 0: client → server
 //! offset 768   RingCtl     ring 1: server → client
+//! offset 1408  u32         CPU the server last waited on (own cache line)
 //! page         ring 0 data (mapped twice)
 //! page + c2s   ring 1 data (mapped twice)
 //! ```
@@ -22,8 +23,9 @@ use crate::sys::page_size;
 /// "SHMLSEG1", little endian.
 const SEG_MAGIC: u64 = u64::from_le_bytes(*b"SHMLSEG1");
 const SEG_VERSION: u32 = 1;
-const CPU_OFFSET: usize = 64;
 const CTL_OFFSET: usize = 128;
+/// Each side's CPU slot, on a cache line of its own.
+const CPU_OFFSET: [usize; 2] = [64, CTL_OFFSET + 2 * std::mem::size_of::<RingCtl>()];
 /// A side that has not waited yet.
 const NO_CPU: u32 = u32::MAX;
 
@@ -42,7 +44,7 @@ struct SegHeader {
 }
 
 fn header_len() -> usize {
-    let need = CTL_OFFSET + 2 * std::mem::size_of::<RingCtl>();
+    let need = CPU_OFFSET[1] + 128;
     need.next_multiple_of(page_size())
 }
 
@@ -126,16 +128,19 @@ impl Segment {
 
     /// The CPU slot of side `side` (the index of the ring it sends on).
     fn cpu(&self, side: usize) -> &AtomicU32 {
-        // SAFETY: CPU_OFFSET + 8 lies inside the header page, 4-aligned; the slot is only
-        // ever accessed atomically, and any value is valid (it is a hint).
-        unsafe { &*self.base().add(CPU_OFFSET + 4 * side).cast::<AtomicU32>() }
+        // SAFETY: both slots lie inside the header page (see `header_len`), 4-aligned; a
+        // slot is only ever accessed atomically, and any value is valid (it is a hint).
+        unsafe { &*self.base().add(CPU_OFFSET[side]).cast::<AtomicU32>() }
     }
 
     /// Records that side `me` is about to wait on `cpu`; returns whether the other side
     /// last waited on the same CPU (then busy-polling cannot help: the peer cannot run
     /// until we stop). The peer may write anything here; it only steers spinning.
     pub fn note_cpu(&self, me: usize, cpu: u32) -> bool {
-        self.cpu(me).store(cpu, Ordering::Relaxed);
+        // Store only on a change, so the slot's line stays shared rather than bouncing.
+        if self.cpu(me).load(Ordering::Relaxed) != cpu {
+            self.cpu(me).store(cpu, Ordering::Relaxed);
+        }
         self.cpu(1 - me).load(Ordering::Relaxed) == cpu
     }
 
