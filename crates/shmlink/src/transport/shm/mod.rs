@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::addr::{Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};
-use crate::options::{Options, MAX_RING_SIZE, MIN_RING_SIZE};
+use crate::options::{Options, WaitPolicy, MAX_RING_SIZE, MIN_RING_SIZE};
 use crate::sys::{self, socket, Epoll};
 use crate::transport::{ConnOps, ListenerOps, Transport};
 
@@ -48,9 +48,13 @@ fn valid_ring(size: u64) -> bool {
         && size as usize % sys::page_size() == 0
 }
 
-/// The features this process offers.
-fn own_features() -> u64 {
-    if sys::membarrier_register() {
+/// The features this side offers. The asymmetric fence moves the cost of ordering from
+/// every message to every park, where it is a `membarrier` that interrupts each CPU
+/// running a registered process: worth it when parks are rare (the wait policy spins
+/// first), not with the blocking policy, whose every wait parks and whose system calls
+/// per message dwarf a fence anyway.
+fn own_features(opts: &Options) -> u64 {
+    if opts.wait != WaitPolicy::BLOCKING && sys::membarrier_register() {
         FEATURE_ASYM_FENCE
     } else {
         0
@@ -74,7 +78,7 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         ),
         _ => Error::io("rendezvous socket", e),
     })?;
-    let offered = own_features();
+    let offered = own_features(opts);
     let hello = Packet::Hello(Params {
         features: offered,
         ring_c2s: opts.ring_size as u64,
@@ -353,7 +357,7 @@ impl ShmListener {
         }
         let cap = self.opts.ring_size as u64;
         let accept = Params {
-            features: want.features & own_features(),
+            features: want.features & own_features(&self.opts),
             ring_c2s: want.ring_c2s.min(cap),
             ring_s2c: want.ring_s2c.min(cap),
             max_msg: self.opts.max_msg_size as u64,
