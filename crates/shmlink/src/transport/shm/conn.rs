@@ -40,10 +40,8 @@ enum Reservation {
         ptr: NonNull<u8>,
         len: usize,
     },
-    /// A message too large for one record, staged in `stage`.
-    Staged {
-        blocking: bool,
-    },
+    /// A message of `len` bytes, too large for one record, staged in `stage[..len]`.
+    Staged { len: usize, blocking: bool },
 }
 
 /// The two directions and how one side of a connection uses them.
@@ -541,9 +539,12 @@ impl ConnOps for ShmConn {
             };
             Reservation::InPlace { ptr, len: n }
         } else {
-            self.stage.clear();
-            self.stage.resize(n, 0);
-            Reservation::Staged { blocking }
+            // Grow only: the bytes are the caller's to overwrite (like a ring slot's), so
+            // there is no need to clear them for every message.
+            if self.stage.len() < n {
+                self.stage.resize(n, 0);
+            }
+            Reservation::Staged { len: n, blocking }
         };
         Ok(())
     }
@@ -556,7 +557,7 @@ impl ConnOps for ShmConn {
             Reservation::InPlace { ptr, len } => unsafe {
                 std::slice::from_raw_parts(ptr.as_ptr(), len)
             },
-            Reservation::Staged { .. } => &self.stage,
+            Reservation::Staged { len, .. } => &self.stage[..len],
             Reservation::None => &[],
         }
     }
@@ -568,7 +569,7 @@ impl ConnOps for ShmConn {
             Reservation::InPlace { ptr, len } => unsafe {
                 std::slice::from_raw_parts_mut(ptr.as_ptr(), len)
             },
-            Reservation::Staged { .. } => &mut self.stage,
+            Reservation::Staged { len, .. } => &mut self.stage[..len],
             Reservation::None => &mut [],
         }
     }
@@ -582,9 +583,9 @@ impl ConnOps for ShmConn {
                 }
                 Ok(())
             }
-            Reservation::Staged { blocking } => {
+            Reservation::Staged { len, blocking } => {
                 let stage = mem::take(&mut self.stage);
-                let r = self.send_message(&stage, blocking);
+                let r = self.send_message(&stage[..len], blocking);
                 self.stage = stage;
                 r
             }
