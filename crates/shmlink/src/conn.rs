@@ -255,10 +255,17 @@ impl Connection {
     }
 
     /// Closes gracefully: the peer receives every message sent before, then
-    /// [`ErrorKind::EndOfStream`]. Dropping a connection closes it the same way.
+    /// [`ErrorKind::EndOfStream`]. Messages that a non-blocking `send` accepted but could
+    /// not yet hand to the transport are delivered first, waiting for the peer as long as
+    /// it makes progress ([`ErrorKind::TimedOut`] if it takes nothing for a while).
+    ///
+    /// Dropping a connection closes it too, but never blocks: such queued messages are
+    /// then delivered in the background on `ux:`/`tcp:` (until the process exits) and
+    /// lost on `shm:` (the peer sees [`ErrorKind::ConnectionReset`]). Call `close` to be
+    /// sure.
     pub fn close(mut self) -> Result<()> {
         self.closed = true;
-        with_conn!(&mut self.ops, |c| c.close())
+        with_conn!(&mut self.ops, |c| c.close(true))
     }
 
     /// Message and byte counters.
@@ -296,7 +303,7 @@ impl Drop for Connection {
     fn drop(&mut self) {
         if !self.closed {
             self.closed = true;
-            let _ = with_conn!(&mut self.ops, |c| c.close());
+            let _ = with_conn!(&mut self.ops, |c| c.close(false));
         }
     }
 }

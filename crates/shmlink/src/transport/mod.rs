@@ -70,8 +70,10 @@ pub(crate) trait ConnOps: Send {
     fn max_send_size(&self) -> usize;
     /// The descriptor an event loop watches.
     fn fd(&self) -> BorrowedFd<'_>;
-    /// Graceful close: the peer receives everything sent so far, then end-of-stream.
-    fn close(&mut self) -> Result<()>;
+    /// Graceful close: the peer receives everything sent so far, then end-of-stream. With
+    /// `wait` (an explicit `close`), messages still queued in this process are handed to
+    /// the transport before it returns; without (a drop), closing never blocks.
+    fn close(&mut self, wait: bool) -> Result<()>;
     /// Our address, as text with the transport prefix.
     fn local_addr(&self) -> String;
     /// The peer's address, as text with the transport prefix.

@@ -267,10 +267,11 @@ impl<W: Wire> FramedConn<W> {
         }
     }
 
-    /// Delivers the queue and a FIN. What the peer's full buffers do not take now is left
-    /// to a thread, so that closing never blocks (like the kernel, which delivers a closed
-    /// TCP socket's buffer in the background).
-    fn finish(&mut self) -> Result<()> {
+    /// Delivers the queue and a FIN. With `wait`, in this thread, failing when the peer is
+    /// gone or takes nothing for [`CLOSE_LINGER`]; without, what the peer's full buffers
+    /// do not take now is left to a thread, so that dropping never blocks (like the
+    /// kernel, which delivers a closed TCP socket's buffer in the background).
+    fn finish(&mut self, wait: bool) -> Result<()> {
         let mut fin_sent = 0;
         if self.flush(false)? {
             let sock = self.sock.as_fd();
@@ -281,23 +282,39 @@ impl<W: Wire> FramedConn<W> {
                 return Ok(());
             }
         }
+        let queued = self.queued.take();
+        if wait {
+            return match linger::<W>(self.sock.as_fd(), queued, fin_sent) {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(Error::new(
+                    ErrorKind::TimedOut,
+                    format!(
+                        "{}: close: the peer took nothing for {CLOSE_LINGER:?}",
+                        self.peer
+                    ),
+                )),
+                Err(e) => Err(self.send_error(e)),
+            };
+        }
         let sock = self
             .sock
             .try_clone()
             .map_err(|e| Error::io("keep the socket for closing", e))?;
-        let queued = self.queued.take();
         std::thread::Builder::new()
             .name("shmlink-close".into())
-            .spawn(move || linger::<W>(sock, queued, fin_sent))
+            .spawn(move || linger::<W>(sock.as_fd(), queued, fin_sent))
             .map_err(|e| Error::io("start the closing thread", e))?;
         Ok(())
     }
 }
 
-/// Writes what a closed connection has left: the queue, then the FIN; gives up when the
-/// peer takes nothing for [`CLOSE_LINGER`] or is gone.
-fn linger<W: Wire>(sock: OwnedFd, queued: Option<Queued>, mut fin_sent: usize) {
-    let sock = sock.as_fd();
+/// Writes what a closed connection has left: the queue, then the FIN. `Ok(false)` when the
+/// peer takes nothing for [`CLOSE_LINGER`].
+fn linger<W: Wire>(
+    sock: BorrowedFd<'_>,
+    queued: Option<Queued>,
+    mut fin_sent: usize,
+) -> io::Result<bool> {
     let write_all = |frame, payload: &[u8], sent: &mut usize| -> io::Result<bool> {
         while !W::write(sock, frame, payload, sent, false)? {
             if !stream::wait(sock, Ready::Write, Some(Instant::now() + CLOSE_LINGER))? {
@@ -307,13 +324,13 @@ fn linger<W: Wire>(sock: OwnedFd, queued: Option<Queued>, mut fin_sent: usize) {
         Ok(true)
     };
     let done = match queued {
-        Some(mut q) => write_all(Frame::Data, &q.payload, &mut q.sent),
-        None => Ok(true),
-    }
-    .and_then(|ok| Ok(ok && write_all(Frame::Fin, &[], &mut fin_sent)?));
-    if matches!(done, Ok(true)) {
+        Some(mut q) => write_all(Frame::Data, &q.payload, &mut q.sent)?,
+        None => true,
+    } && write_all(Frame::Fin, &[], &mut fin_sent)?;
+    if done {
         stream::discard_input(sock);
     }
+    Ok(done)
 }
 
 impl<W: Wire> ConnOps for FramedConn<W> {
@@ -449,13 +466,13 @@ impl<W: Wire> ConnOps for FramedConn<W> {
         self.epoll.fd()
     }
 
-    fn close(&mut self) -> Result<()> {
+    fn close(&mut self, wait: bool) -> Result<()> {
         if self.tx_end.is_some() || self.rx_end.is_some() {
             // The peer is gone or finished (or broke the protocol): nothing to deliver.
             stream::discard_input(self.sock.as_fd());
             return Ok(());
         }
-        self.finish()
+        self.finish(wait)
     }
 
     fn local_addr(&self) -> String {

@@ -41,7 +41,10 @@ enum Reservation {
         len: usize,
     },
     /// A message of `len` bytes, too large for one record, staged in `stage[..len]`.
-    Staged { len: usize, blocking: bool },
+    Staged {
+        len: usize,
+        blocking: bool,
+    },
 }
 
 /// The two directions and how one side of a connection uses them.
@@ -668,15 +671,17 @@ impl ConnOps for ShmConn {
         self.sock.as_fd()
     }
 
-    fn close(&mut self) -> Result<()> {
+    fn close(&mut self, wait: bool) -> Result<()> {
         if self.closed {
             return Ok(());
         }
         self.closed = true;
+        // Only the rest of a split message accepted in non-blocking mode can be pending;
+        // everything else already sits in the ring, which outlives this process.
         let flushed = if self.broken.is_some() || self.peer_eof {
             Ok(())
         } else {
-            self.flush_pending(true)
+            self.flush_pending(wait)
         };
         if self.tx.close() {
             self.doorbell();

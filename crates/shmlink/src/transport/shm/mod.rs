@@ -70,6 +70,9 @@ fn fence_mode(features: u64) -> FenceMode {
 }
 
 fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
+    // Before connecting: registering can take milliseconds in a multi-threaded process,
+    // which must not eat into the listener's handshake window.
+    let offered = own_features(opts);
     let deadline = Instant::now() + opts.connect_timeout;
     let sock = socket::connect(socket_of(addr), deadline).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => Error::new(
@@ -78,7 +81,6 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         ),
         _ => Error::io("rendezvous socket", e),
     })?;
-    let offered = own_features(opts);
     let hello = Packet::Hello(Params {
         features: offered,
         ring_c2s: opts.ring_size as u64,
