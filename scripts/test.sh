@@ -18,7 +18,7 @@ if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
   for target in handshake shm_reader; do
     (cd crates/shmlink/fuzz &&
       cargo +nightly fuzz run -O "$target" -- -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 2>&1 |
-      grep -E '^#[0-9]+ +DONE|ERROR|SUMMARY|panicked' || true)
+      grep -E '^#[0-9]+[[:space:]]+DONE|ERROR|SUMMARY|panicked' || true)
     # A crash leaves an artifact behind; fail on it.
     if compgen -G "crates/shmlink/fuzz/artifacts/$target/*" >/dev/null; then
       echo "fuzz target $target found a crash:"; ls "crates/shmlink/fuzz/artifacts/$target"
