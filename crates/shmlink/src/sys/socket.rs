@@ -269,13 +269,22 @@ pub fn send(sock: BorrowedFd<'_>, data: &[u8]) -> io::Result<usize> {
 /// Receives one packet without blocking; `Ok(0)` is end of stream. `MSG_TRUNC` makes the
 /// return value the packet's real length, so callers can detect truncation.
 pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    recv_flags(sock, buf, libc::MSG_DONTWAIT)
+}
+
+/// Receives one packet, waiting for it if the socket is in blocking mode.
+pub fn recv_wait(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    recv_flags(sock, buf, 0)
+}
+
+fn recv_flags(sock: BorrowedFd<'_>, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
     loop {
         // SAFETY: `buf` is a valid writable buffer of its length.
         match syscall!(recv(
             sock.as_raw_fd(),
             buf.as_mut_ptr().cast(),
             buf.len(),
-            libc::MSG_DONTWAIT | libc::MSG_TRUNC
+            flags | libc::MSG_TRUNC
         )) {
             Ok(n) => return Ok(n as usize),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
