@@ -4,9 +4,10 @@
 use std::ffi::OsString;
 use std::fmt;
 
-use crate::cpus::format_cpu_list;
-use crate::help::{PONG_HELP, TOP_HELP};
+use crate::bench::{parse_bench, BenchArgs};
+use crate::help::{BENCH_HELP, PONG_HELP, TOP_HELP};
 use crate::wire::Mode;
+use shmlink_bench::cpus::format_cpu_list;
 
 /// Largest message size `-m` accepts (the library's hard limit).
 pub const MAX_SIZE: usize = shmlink::MAX_MSG_SIZE_LIMIT;
@@ -36,6 +37,7 @@ pub enum Command {
     Help(&'static str),
     Version,
     Pong(PongArgs),
+    Bench(Box<BenchArgs>),
 }
 
 /// Which ends of the pong this process runs.
@@ -222,9 +224,11 @@ pub fn parse(argv: Vec<OsString>, cpus: &[usize]) -> Result<Command, UsageError>
         "help" => match argv.next().transpose()?.as_deref() {
             None => Ok(Command::Help(TOP_HELP)),
             Some("pong") => Ok(Command::Help(PONG_HELP)),
+            Some("bench") => Ok(Command::Help(BENCH_HELP)),
             Some(other) => usage(format!("no help for unknown command {other:?}")),
         },
         "pong" => parse_pong(argv.collect::<Result<Vec<_>, _>>()?, cpus),
+        "bench" => parse_bench(argv.collect::<Result<Vec<_>, _>>()?, cpus),
         other => usage(format!("unknown command {other:?} (try 'shmlink --help')")),
     }
 }

@@ -8,8 +8,8 @@ use shmlink::Connection;
 use crate::conn_io::{peer_reason, recv_control, recv_data, send_control, send_data};
 use crate::error::{Result, RunError};
 use crate::report::{CpuPerMsg, RunResult};
-use crate::stats::Percentiles;
 use crate::wire::{Control, Hello, Mode, Report};
+use shmlink_bench::stats::Percentiles;
 
 /// Most round-trip samples allocated up front (more grow the vector as needed).
 const MAX_PREALLOC: u64 = 10_000_000;

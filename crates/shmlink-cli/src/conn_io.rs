@@ -5,8 +5,8 @@
 use shmlink::Connection;
 
 use crate::error::{Context, Result, RunError};
-use crate::payload;
 use crate::wire::Control;
+use shmlink_bench::payload;
 
 /// Writes data message `seq` of `size` bytes straight into the connection and sends it.
 pub fn send_data(conn: &mut Connection, seq: u64, size: usize) -> Result<()> {

@@ -36,7 +36,7 @@ macro_rules! from_display {
 from_display!(
     shmlink::Error,
     std::io::Error,
-    crate::payload::VerifyError,
+    shmlink_bench::payload::VerifyError,
     crate::wire::DecodeError
 );
 

@@ -6,6 +6,7 @@ shmlink: fast, reliable messaging between processes that share a Linux kernel.
 Usage: shmlink <COMMAND> [ARGS]
 
 Commands:
+  bench    compare every IPC method side by side (latency, throughput, CPU)
   pong     measure latency and throughput between two processes
   help     print this help, or a command's help (shmlink help pong)
 
@@ -70,4 +71,57 @@ CPU per message is user + system time (getrusage) of each process over the measu
 part, divided by COUNT (per round trip in latency mode); the server reports its own.
 
 Exit status: 0 on success, 1 if a run failed, 2 on bad arguments.
+";
+
+pub const BENCH_HELP: &str = "\
+Compare IPC methods side by side: latency and throughput between two processes, with
+the CPU each end spends per message.
+
+Usage: shmlink bench [--methods LIST] [--sizes LIST] [--mode latency|throughput|both]
+                     [--duration TIME | --iterations N] [--warmup TIME] [--rounds N]
+                     [--window N] [--cpus A,B | --same-core | --cpus none] [--quick]
+                     [--json FILE] [--csv FILE] [--list]
+
+Every run uses two separate processes (this program re-executed for each end; the peer
+dies with its driver). Runs are interleaved: each round runs every method once per size
+and mode (A B C A B C ...), each run with its own warm-up, and the table shows each
+figure's median over the rounds and the spread (max - min) / median of the headline.
+
+Selection:
+  --methods LIST   comma-separated method names, or all [default: all]; --list shows them
+  --sizes LIST     message sizes, 8 B to 16 MiB, binary suffixes (64,1k,64k,1M)
+                   [default: 64,1k,64k,1M; --quick: 64,64k]. A size a method cannot carry
+                   is shown as n/a with the method's maximum.
+  --mode M         latency (ping-pong, one message in flight: round-trip p50, p90, p99,
+                   p99.9, max), throughput (a window of messages in flight: messages/s,
+                   bytes/s), or both [default: both]
+  --duration TIME  measured time per run: 300ms, 1s, 0.5 (seconds)
+                   [default: 300ms; --quick: 100ms]
+  --iterations N   measured messages per run instead of a duration
+  --warmup TIME    warm-up per run [default: 100ms; --quick: 30ms]
+  --rounds N       runs per method, size and mode [default: 3; --quick: 2]
+  --window N       messages in flight in throughput mode [default: 64]; UDP uses fewer
+                   (what its receive buffer holds)
+  --quick          a run of under a minute: the defaults marked --quick above
+  --list           list the methods, what each measures, and which cannot run here
+
+Placement:
+  --cpus A,B       pin the driver to CPU A and the peer to CPU B; A = B is the same-core
+                   mode [default: two CPUs on different physical cores]
+  --same-core      both ends on the first CPU (busy-polling methods then yield)
+  --cpus none      do not pin
+
+Output:
+  a table per mode and size, fastest first, with the speed relative to tcp and to
+  shm-spin (>1 = faster); methods that could not run are listed with the reason.
+  --json FILE      the full report: configuration, machine, every run, summaries
+  --csv FILE       one line per method, mode and size
+
+Fairness: the sender writes every byte of every message (sequence number, generated
+payload, checksum) and the receiver copies it out and checks its length and sequence
+number; the first 32 messages of every run are checksummed in full. CPU per message is
+user + system time (getrusage) of each process over the measured part.
+
+Exit status: 0 if every run succeeded, 1 if a run failed (the others still run and are
+reported), 2 on bad arguments.
 ";

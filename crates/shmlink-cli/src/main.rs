@@ -2,18 +2,15 @@
 //! processes over any transport, verifying every message; see `shmlink pong --help`.
 
 mod args;
-mod checksum;
+mod bench;
 mod client;
 mod conn_io;
-mod cpus;
 mod error;
 mod help;
-mod payload;
 mod pong;
 mod report;
 mod server;
 mod spawn;
-mod stats;
 mod wire;
 
 use std::io::Write;
@@ -22,7 +19,17 @@ use std::process::ExitCode;
 use args::Command;
 
 fn main() -> ExitCode {
-    match args::parse(std::env::args_os().skip(1).collect(), &cpus::allowed_cpus()) {
+    // The hidden subcommands that `shmlink bench` starts its runs with.
+    let argv: Vec<String> = std::env::args().skip(1).take(2).collect();
+    match argv.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        [shmlink_bench::run::DRIVER_CMD, spec] => return shmlink_bench::run::driver_main(spec),
+        [shmlink_bench::run::PEER_CMD, spec] => return shmlink_bench::run::peer_main(spec),
+        _ => {}
+    }
+    match args::parse(
+        std::env::args_os().skip(1).collect(),
+        &shmlink_bench::cpus::allowed_cpus(),
+    ) {
         Ok(Command::Help(text)) => {
             // A closed stdout (`| head`) is not worth an error.
             let _ = std::io::stdout().write_all(text.as_bytes());
@@ -39,6 +46,7 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Ok(Command::Bench(b)) => bench::run(&b),
         Err(e) => {
             eprintln!("shmlink: {e}");
             ExitCode::from(2)

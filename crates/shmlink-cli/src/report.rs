@@ -3,8 +3,8 @@
 use serde::Serialize;
 
 use crate::args::format_size;
-use crate::stats::Percentiles;
 use crate::wire::Mode;
+use shmlink_bench::stats::Percentiles;
 
 /// CPU time per message of each end, in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]

@@ -51,6 +51,32 @@ pub fn allowed_cpus() -> Vec<usize> {
         })
 }
 
+/// The physical core of `cpu` (package id, core id) from sysfs, if the kernel says.
+pub fn core_of(cpu: usize) -> Option<(u32, u32)> {
+    let read = |what: &str| {
+        std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{cpu}/topology/{what}"))
+            .ok()?
+            .trim()
+            .parse::<u32>()
+            .ok()
+    };
+    Some((read("physical_package_id")?, read("core_id")?))
+}
+
+/// Two CPUs of `allowed` on different physical cores (hyper-thread siblings share caches
+/// and execution units, which flatters a benchmark); if the topology is unknown or every
+/// CPU is on one core, the first two CPUs. `None` with fewer than two CPUs.
+pub fn different_cores(allowed: &[usize]) -> Option<(usize, usize)> {
+    let (&a, rest) = allowed.split_first()?;
+    let core_a = core_of(a);
+    let b = rest
+        .iter()
+        .copied()
+        .find(|&b| core_a.is_some() && core_of(b).is_some_and(|c| Some(c) != core_a))
+        .or_else(|| rest.first().copied())?;
+    Some((a, b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,5 +94,8 @@ mod tests {
         assert_eq!(format_cpu_list(&[0, 1, 2, 3, 5, 7, 8]), "0-3,5,7-8");
         assert_eq!(format_cpu_list(&[4]), "4");
         assert!(!allowed_cpus().is_empty());
+        assert_eq!(different_cores(&[3]), None);
+        let (a, b) = different_cores(&[0, 1]).unwrap();
+        assert_ne!(a, b);
     }
 }

@@ -1,0 +1,61 @@
+//! One module per IPC method, and the registry of all of them in table order.
+
+mod absent;
+mod fdio;
+mod fifo;
+mod inet;
+mod pipe;
+mod posix_mq;
+mod shm;
+mod shmlink;
+mod sysv_mq;
+mod uds;
+
+pub use shm::block_signal;
+
+use crate::method::Method;
+
+/// Every method, in the order of the list (kernel methods, the shared-memory
+/// floor, shmlink, then the probes).
+pub static METHODS: &[&dyn Method] = &[
+    &pipe::Pipe,
+    &fifo::Fifo,
+    &posix_mq::PosixMq,
+    &sysv_mq::SysvMq,
+    &uds::STREAM,
+    &uds::SEQPACKET,
+    &uds::DGRAM,
+    &inet::Tcp,
+    &inet::Udp,
+    &shm::SIGNAL,
+    &shm::EVENTFD,
+    &shm::FUTEX,
+    &shm::SPIN,
+    &shmlink::SHM,
+    &shmlink::SHM_BLOCKING,
+    &shmlink::UX,
+    &shmlink::TCP,
+    &absent::Tipc,
+    &absent::Vsock,
+];
+
+/// Removes the kernel objects with names or ids that this process created and that
+/// outlive it (message queues); for exits that skip destructors.
+pub fn cleanup() {
+    posix_mq::unlink_all();
+    sysv_mq::remove_all();
+}
+
+/// The method called `name`.
+pub fn find(name: &str) -> Option<&'static dyn Method> {
+    METHODS.iter().copied().find(|m| m.name() == name)
+}
+
+/// Every method's name, comma-separated (for error messages).
+pub fn names() -> String {
+    METHODS
+        .iter()
+        .map(|m| m.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

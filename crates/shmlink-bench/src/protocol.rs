@@ -1,0 +1,332 @@
+//! The two drivers and the peer's side of them, the same for every method.
+//!
+//! Every message the driver sends has the run's size; its first 8 bytes are the sequence
+//! number (see [`crate::payload`]) or one of two control tags:
+//!
+//! ```text
+//! driver                                   peer
+//!   data #0 … (warm-up, time-bounded)  ─▶   verified; latency: answered with data #i,
+//!                                           throughput: Ack(n) every ceil(window/2)
+//!   MARK                               ─▶   starts its CPU clock; answers MARK
+//!                                           (latency) or Ack(received) (throughput)
+//!   data … (measured)                  ─▶   as above
+//!   STOP                               ─▶   stops its clock, reports on stdout, exits
+//! ```
+//!
+//! Acks are 8-byte little-endian counts of messages received. Every message's length and
+//! sequence number are checked; the first `verify_count` messages are checksummed in
+//! full (the verification pass), the rest only checked for their sequence number so the
+//! measurement is not dominated by verification.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::method::{Endpoint, Mode};
+use crate::payload;
+use crate::sys::err;
+
+/// Control tag: the warm-up is over.
+pub const MARK: u64 = u64::MAX - 1;
+/// Control tag: the run is over.
+pub const STOP: u64 = u64::MAX;
+/// Smallest message: room for the sequence number or a control tag.
+pub const MIN_SIZE: usize = 8;
+/// Fewest measured messages of a time-bounded run.
+const MIN_MEASURED: u64 = 10;
+/// Most round-trip samples kept (a time-bounded run stops there).
+const MAX_SAMPLES: u64 = 20_000_000;
+
+/// When the measured part ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// After this many messages (round trips in latency mode; rounded up to a multiple of
+    /// the ack interval in throughput mode).
+    Count(u64),
+    /// After this many milliseconds (and at least a few messages).
+    Millis(u64),
+}
+
+/// What the driver does in a run.
+#[derive(Clone, Copy, Debug)]
+pub struct Plan {
+    pub size: usize,
+    pub mode: Mode,
+    pub window: u64,
+    /// Warm-up time (at least one message).
+    pub warmup: Duration,
+    pub stop: Stop,
+    pub verify_count: u64,
+}
+
+/// What the driver measured.
+pub struct Measured {
+    /// Round-trip times in ns (latency mode).
+    pub rtts: Option<Vec<u64>>,
+    /// Measured messages.
+    pub count: u64,
+    pub elapsed: Duration,
+    /// This process's CPU time in the measured part.
+    pub cpu: Duration,
+}
+
+fn tag_of(msg: &[u8]) -> u64 {
+    u64::from_le_bytes(msg[..8].try_into().expect("messages have at least 8 bytes"))
+}
+
+fn control(buf: &mut [u8], tag: u64) {
+    buf.fill(0);
+    buf[..8].copy_from_slice(&tag.to_le_bytes());
+}
+
+fn check(msg: &[u8], seq: u64, verify_count: u64) -> io::Result<()> {
+    let size = msg.len();
+    let res = if seq < verify_count {
+        payload::verify(msg, seq, size)
+    } else {
+        payload::check_seq(msg, seq, size)
+    };
+    res.map_err(|e| err(e.to_string()))
+}
+
+impl Plan {
+    fn done(&self, n: u64, t0: Instant) -> bool {
+        match self.stop {
+            Stop::Count(c) => n >= c,
+            Stop::Millis(ms) => {
+                n >= MAX_SAMPLES || (n >= MIN_MEASURED && t0.elapsed() >= Duration::from_millis(ms))
+            }
+        }
+    }
+
+    /// Whether the warm-up is over: its time is up and it sent at least one message.
+    /// (The verification pass, the first `verify_count` messages, normally lies inside
+    /// it; where it does not, the measured part pays for the extra checksums.)
+    fn warm(&self, n: u64, t0: Instant) -> bool {
+        n >= 1 && t0.elapsed() >= self.warmup
+    }
+
+    fn ack_every(&self) -> u64 {
+        self.window.div_ceil(2).max(1)
+    }
+}
+
+/// Runs the driver's side of a run on `ep`.
+pub fn drive(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
+    let ctx = |what: &'static str| move |e: io::Error| err(format!("{what}: {e}"));
+    match plan.mode {
+        Mode::Latency => latency(ep, plan),
+        Mode::Throughput => throughput(ep, plan),
+    }
+    .map_err(ctx("driver"))
+}
+
+fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
+    let mut out = vec![0u8; plan.size];
+    let mut inb = vec![0u8; plan.size];
+    let mut round_trip = |ep: &mut dyn Endpoint, seq: u64| -> io::Result<()> {
+        payload::write(&mut out, seq);
+        ep.send(&out)
+            .map_err(|e| err(format!("send #{seq}: {e}")))?;
+        ep.recv(&mut inb)
+            .map_err(|e| err(format!("receive answer #{seq}: {e}")))?;
+        check(&inb, seq, plan.verify_count).map_err(|e| err(format!("answer: {e}")))
+    };
+    let mut seq = 0;
+    let t_warm = Instant::now();
+    while !plan.warm(seq, t_warm) {
+        round_trip(ep, seq)?;
+        seq += 1;
+    }
+    let mut mark = vec![0u8; plan.size];
+    control(&mut mark, MARK);
+    ep.send(&mark)?;
+    ep.recv(&mut mark)?;
+    if tag_of(&mark) != MARK {
+        return Err(err("the peer did not answer the end-of-warm-up mark"));
+    }
+
+    let mut rtts = Vec::with_capacity(match plan.stop {
+        Stop::Count(c) => c.min(MAX_SAMPLES) as usize,
+        Stop::Millis(_) => 1 << 16,
+    });
+    let cpu0 = shmlink::cpu_time();
+    let t0 = Instant::now();
+    let mut n = 0;
+    while !plan.done(n, t0) {
+        let t = Instant::now();
+        round_trip(ep, seq)?;
+        rtts.push(t.elapsed().as_nanos() as u64);
+        seq += 1;
+        n += 1;
+    }
+    let elapsed = t0.elapsed();
+    let cpu = shmlink::cpu_time().saturating_sub(cpu0);
+    control(&mut mark, STOP);
+    ep.send(&mark)?;
+    Ok(Measured {
+        rtts: Some(rtts),
+        count: n,
+        elapsed,
+        cpu,
+    })
+}
+
+/// Receives the next cumulative ack, which must lie in `acked+1 ..= sent`.
+fn recv_ack(ep: &mut dyn Endpoint, acked: u64, sent: u64) -> io::Result<u64> {
+    let mut ack = [0u8; 8];
+    ep.recv(&mut ack)
+        .map_err(|e| err(format!("receive ack after {sent} sent: {e}")))?;
+    match u64::from_le_bytes(ack) {
+        n if n > acked && n <= sent => Ok(n),
+        n => Err(err(format!(
+            "ack for {n} messages after {acked} acknowledged and {sent} sent"
+        ))),
+    }
+}
+
+fn throughput(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
+    let mut out = vec![0u8; plan.size];
+    let every = plan.ack_every();
+    let (mut sent, mut acked) = (0u64, 0u64);
+    let mut send = |ep: &mut dyn Endpoint, sent: &mut u64, acked: &mut u64| -> io::Result<()> {
+        while *sent - *acked >= plan.window {
+            *acked = recv_ack(ep, *acked, *sent)?;
+        }
+        payload::write(&mut out, *sent);
+        ep.send(&out)
+            .map_err(|e| err(format!("send #{}: {e}", *sent)))?;
+        *sent += 1;
+        Ok(())
+    };
+    let t_warm = Instant::now();
+    while !(sent % every == 0 && plan.warm(sent, t_warm)) {
+        send(ep, &mut sent, &mut acked)?;
+    }
+    while acked < sent {
+        acked = recv_ack(ep, acked, sent)?;
+    }
+    let mut mark = vec![0u8; plan.size];
+    control(&mut mark, MARK);
+    ep.send(&mark)?;
+    let mut ack = [0u8; 8];
+    ep.recv(&mut ack)?;
+    if u64::from_le_bytes(ack) != sent {
+        return Err(err(format!(
+            "the peer answered the mark with ack {} after {sent} messages",
+            u64::from_le_bytes(ack)
+        )));
+    }
+
+    let start = sent;
+    let cpu0 = shmlink::cpu_time();
+    let t0 = Instant::now();
+    while !((sent - start) % every == 0 && plan.done(sent - start, t0)) {
+        send(ep, &mut sent, &mut acked)?;
+    }
+    while acked < sent {
+        acked = recv_ack(ep, acked, sent)?;
+    }
+    let elapsed = t0.elapsed();
+    let cpu = shmlink::cpu_time().saturating_sub(cpu0);
+    control(&mut mark, STOP);
+    ep.send(&mark)?;
+    Ok(Measured {
+        rtts: None,
+        count: sent - start,
+        elapsed,
+        cpu,
+    })
+}
+
+/// What the peer reports (one JSON line on its stdout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerReport {
+    /// Data messages received between the mark and the stop.
+    pub msgs: u64,
+    /// The peer's CPU time (user + sys) between the mark and the stop.
+    pub cpu_ns: u64,
+}
+
+/// A fault the peer injects, for tests of failure handling (`SHMLINK_BENCH_FAULT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Exit with status 3 on receiving data message #n (a crash mid-run).
+    Exit(u64),
+    /// Flip the last byte of the answer to message #n (latency mode).
+    Corrupt(u64),
+}
+
+impl Fault {
+    /// Parses `exit:N` or `corrupt:N`.
+    pub fn parse(text: &str) -> Option<Fault> {
+        let (what, n) = text.split_once(':')?;
+        let n = n.parse().ok()?;
+        match what {
+            "exit" => Some(Fault::Exit(n)),
+            "corrupt" => Some(Fault::Corrupt(n)),
+            _ => None,
+        }
+    }
+}
+
+/// The peer's side: answers until STOP.
+pub fn serve(
+    ep: &mut dyn Endpoint,
+    size: usize,
+    mode: Mode,
+    window: u64,
+    verify_count: u64,
+    fault: Option<Fault>,
+) -> io::Result<PeerReport> {
+    let every = window.div_ceil(2).max(1);
+    let mut inb = vec![0u8; size];
+    let mut out = vec![0u8; size];
+    let mut expected = 0u64;
+    let mut at_mark = 0;
+    let mut cpu0 = shmlink::cpu_time();
+    loop {
+        ep.recv(&mut inb)
+            .map_err(|e| err(format!("receive #{expected}: {e}")))?;
+        match tag_of(&inb) {
+            STOP => break,
+            MARK => {
+                cpu0 = shmlink::cpu_time();
+                at_mark = expected;
+                match mode {
+                    Mode::Latency => ep.send(&inb)?,
+                    Mode::Throughput => ep.send(&expected.to_le_bytes())?,
+                }
+            }
+            _ => {
+                check(&inb, expected, verify_count)?;
+                if fault == Some(Fault::Exit(expected)) {
+                    eprintln!("peer: injected fault: exiting at message #{expected}");
+                    std::process::exit(3);
+                }
+                expected += 1;
+                match mode {
+                    Mode::Latency => {
+                        payload::write(&mut out, expected - 1);
+                        if fault == Some(Fault::Corrupt(expected - 1)) {
+                            out[size - 1] ^= 1;
+                        }
+                        ep.send(&out)
+                            .map_err(|e| err(format!("answer #{}: {e}", expected - 1)))?;
+                    }
+                    Mode::Throughput if expected % every == 0 => {
+                        ep.send(&expected.to_le_bytes())
+                            .map_err(|e| err(format!("ack {expected}: {e}")))?;
+                    }
+                    Mode::Throughput => {}
+                }
+            }
+        }
+    }
+    Ok(PeerReport {
+        msgs: expected - at_mark,
+        cpu_ns: shmlink::cpu_time().saturating_sub(cpu0).as_nanos() as u64,
+    })
+}

@@ -1,0 +1,432 @@
+//! The suite's output: a text table per (mode, size) sorted by speed with ratios against
+//! `tcp` and `shm-spin`; the JSON report (round-trips through serde); CSV, one row per
+//! cell.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::method::Mode;
+use crate::suite::{Cell, Status, SuiteConfig};
+
+/// Version of the JSON and CSV layout.
+pub const SCHEMA: u32 = 1;
+
+/// The methods ratios are taken against.
+pub const REFERENCES: [&str; 2] = ["tcp", "shm-spin"];
+
+/// Where the suite ran.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    /// `uname -r`.
+    pub kernel: String,
+    /// CPUs this process could use (kernel CPU list).
+    pub cpus_allowed: String,
+}
+
+impl Machine {
+    /// This machine.
+    pub fn this() -> Machine {
+        Machine {
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "unknown".into()),
+            cpus_allowed: crate::cpus::format_cpu_list(&crate::cpus::allowed_cpus()),
+        }
+    }
+}
+
+/// The whole report (the `--json` file).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: u32,
+    pub shmlink_version: String,
+    /// The command line that produced it.
+    pub command: String,
+    /// Seconds since the Unix epoch at the start.
+    pub started_unix: u64,
+    /// Wall time of the whole suite.
+    pub wall_s: f64,
+    pub machine: Machine,
+    pub config: SuiteConfig,
+    pub results: Vec<Cell>,
+}
+
+impl Report {
+    /// Pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a Report serialises")
+    }
+
+    /// Parses a report written by [`Report::to_json`].
+    pub fn from_json(text: &str) -> serde_json::Result<Report> {
+        serde_json::from_str(text)
+    }
+}
+
+/// The CSV header line.
+pub const CSV_HEADER: &str = "method,mode,size,status,p50_ns,p90_ns,p99_ns,p999_ns,max_ns,\
+msgs_per_s,bytes_per_s,cpu_us_per_msg_driver,cpu_us_per_msg_peer,spread_pct,rounds,note";
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn status_name(s: Status) -> &'static str {
+    match s {
+        Status::Ok => "ok",
+        Status::Unsupported => "unsupported",
+        Status::Failed => "failed",
+        Status::Skipped => "skipped",
+    }
+}
+
+/// The cells as CSV: [`CSV_HEADER`], then one line per cell (empty fields where a figure
+/// does not apply).
+pub fn to_csv(cells: &[Cell]) -> String {
+    let mut out = String::from(CSV_HEADER);
+    out.push('\n');
+    for c in cells {
+        let s = c.summary.as_ref();
+        let p = s.and_then(|s| s.rtt_ns);
+        let num = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v}"));
+        let int = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
+        let fields = [
+            csv_field(&c.method),
+            c.mode.name().to_string(),
+            c.size.to_string(),
+            status_name(c.status).to_string(),
+            int(p.map(|p| p.p50)),
+            int(p.map(|p| p.p90)),
+            int(p.map(|p| p.p99)),
+            int(p.map(|p| p.p999)),
+            int(p.map(|p| p.max)),
+            num(s.and_then(|s| s.msgs_per_s)),
+            num(s.and_then(|s| s.bytes_per_s)),
+            num(s.map(|s| s.cpu_us_per_msg.driver)),
+            num(s.map(|s| s.cpu_us_per_msg.peer)),
+            num(s.map(|s| s.spread_pct)),
+            c.runs.len().to_string(),
+            csv_field(c.note.as_deref().unwrap_or("")),
+        ];
+        out.push_str(&fields.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// A byte count for people: `64 B`, `1 KiB`, `1.5 KiB`.
+pub fn human_size(bytes: usize) -> String {
+    for (shift, unit) in [(20, "MiB"), (10, "KiB")] {
+        if bytes >= 1 << shift {
+            let v = bytes as f64 / (1u64 << shift) as f64;
+            return if bytes % (1 << shift) == 0 {
+                format!("{} {unit}", bytes >> shift)
+            } else {
+                format!("{v:.1} {unit}")
+            };
+        }
+    }
+    format!("{bytes} B")
+}
+
+fn us(ns: u64) -> String {
+    let v = ns as f64 / 1000.0;
+    if v < 10.0 {
+        format!("{v:.2}")
+    } else if v < 1000.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn ratio(r: Option<f64>) -> String {
+    match r {
+        Some(r) if r.is_finite() && r >= 10.0 => format!("{r:.0}x"),
+        Some(r) if r.is_finite() => format!("{r:.2}x"),
+        _ => "-".into(),
+    }
+}
+
+fn count(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// Speed of `cell` relative to `reference` (>1: faster than it).
+fn speed_vs(cell: &Cell, reference: Option<&Cell>) -> Option<f64> {
+    let (x, r) = (cell.headline()?, reference?.headline()?);
+    Some(match cell.mode {
+        Mode::Latency => r / x,
+        Mode::Throughput => x / r,
+    })
+}
+
+/// The text table: one block per (mode, size), measured methods fastest first, then
+/// those that did not run with the reason.
+pub fn table(cells: &[Cell]) -> String {
+    let mut out = String::new();
+    let mut keys: Vec<(Mode, usize)> = Vec::new();
+    for c in cells {
+        if !keys.contains(&(c.mode, c.size)) {
+            keys.push((c.mode, c.size));
+        }
+    }
+    keys.sort_by_key(|&(m, s)| (m != Mode::Latency, s));
+    let w = cells
+        .iter()
+        .map(|c| c.method.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    for (mode, size) in keys {
+        let block: Vec<&Cell> = cells
+            .iter()
+            .filter(|c| c.mode == mode && c.size == size)
+            .collect();
+        let find = |name: &str| block.iter().copied().find(|c| c.method == name);
+        let (tcp, spin) = (find(REFERENCES[0]), find(REFERENCES[1]));
+        let mut ok: Vec<&Cell> = block
+            .iter()
+            .copied()
+            .filter(|c| c.status == Status::Ok && c.headline().is_some())
+            .collect();
+        match mode {
+            Mode::Latency => {
+                ok.sort_by(|a, b| a.headline().unwrap().total_cmp(&b.headline().unwrap()))
+            }
+            Mode::Throughput => {
+                ok.sort_by(|a, b| b.headline().unwrap().total_cmp(&a.headline().unwrap()))
+            }
+        }
+        let _ = writeln!(out);
+        match mode {
+            Mode::Latency => {
+                let _ = writeln!(
+                    out,
+                    "latency, {}: round trip in us (median of rounds); cpu us per round trip; speed vs tcp and vs shm-spin (>1 = faster)",
+                    human_size(size)
+                );
+                let _ = writeln!(
+                    out,
+                    "{:<w$} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>7} {:>7}",
+                    "method",
+                    "p50",
+                    "p90",
+                    "p99",
+                    "p99.9",
+                    "max",
+                    "spread",
+                    "cpu drv",
+                    "cpu peer",
+                    "vs tcp",
+                    "vs spin"
+                );
+            }
+            Mode::Throughput => {
+                let _ = writeln!(
+                    out,
+                    "throughput, {}: median of rounds; cpu us per message; speed vs tcp and vs shm-spin (>1 = faster)",
+                    human_size(size)
+                );
+                let _ = writeln!(
+                    out,
+                    "{:<w$} {:>9} {:>10} {:>7} {:>8} {:>8} {:>7} {:>7}",
+                    "method",
+                    "msgs/s",
+                    "MiB/s",
+                    "spread",
+                    "cpu drv",
+                    "cpu peer",
+                    "vs tcp",
+                    "vs spin"
+                );
+            }
+        }
+        for c in &ok {
+            let s = c.summary.as_ref().expect("ok cells have a summary");
+            let spread = format!("{:.0}%", s.spread_pct);
+            let cpu = |v: f64| format!("{v:.2}");
+            let (vt, vs) = (ratio(speed_vs(c, tcp)), ratio(speed_vs(c, spin)));
+            match (mode, s.rtt_ns) {
+                (Mode::Latency, Some(p)) => {
+                    let _ = writeln!(
+                        out,
+                        "{:<w$} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>7} {:>7}",
+                        c.method,
+                        us(p.p50),
+                        us(p.p90),
+                        us(p.p99),
+                        us(p.p999),
+                        us(p.max),
+                        spread,
+                        cpu(s.cpu_us_per_msg.driver),
+                        cpu(s.cpu_us_per_msg.peer),
+                        vt,
+                        vs
+                    );
+                }
+                _ => {
+                    let _ = writeln!(
+                        out,
+                        "{:<w$} {:>9} {:>10.1} {:>7} {:>8} {:>8} {:>7} {:>7}",
+                        c.method,
+                        count(s.msgs_per_s.unwrap_or(0.0)),
+                        s.bytes_per_s.unwrap_or(0.0) / (1u64 << 20) as f64,
+                        spread,
+                        cpu(s.cpu_us_per_msg.driver),
+                        cpu(s.cpu_us_per_msg.peer),
+                        vt,
+                        vs
+                    );
+                }
+            }
+        }
+        for c in block.iter().filter(|c| !ok.contains(c)) {
+            let what = match c.status {
+                Status::Unsupported => "n/a",
+                Status::Skipped => "skipped",
+                _ => "failed",
+            };
+            let _ = writeln!(
+                out,
+                "{:<w$} {what}{}",
+                c.method,
+                c.note
+                    .as_deref()
+                    .map_or(String::new(), |n| format!(" ({n})"))
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Stop;
+    use crate::run::{CpuPerMsg, RunOutput};
+    use crate::stats::Percentiles;
+    use crate::suite::Summary;
+
+    fn cell(method: &str, mode: Mode, head: f64, status: Status) -> Cell {
+        let rtt = Percentiles {
+            p50: head as u64,
+            p90: head as u64 + 1,
+            p99: head as u64 + 2,
+            p999: head as u64 + 3,
+            max: head as u64 + 4,
+        };
+        let cpu = CpuPerMsg {
+            driver: 0.125,
+            peer: 1.0 / 3.0,
+        };
+        let run = RunOutput {
+            count: 1000,
+            elapsed_ns: 123_456_789,
+            rtt_ns: (mode == Mode::Latency).then_some(rtt),
+            msgs_per_s: (mode == Mode::Throughput).then_some(head),
+            bytes_per_s: (mode == Mode::Throughput).then_some(head * 64.0),
+            cpu_us_per_msg: cpu,
+        };
+        let ok = status == Status::Ok;
+        Cell {
+            method: method.into(),
+            mode,
+            size: 64,
+            status,
+            note: (!ok).then(|| "max 8192 bytes: kernel.msgmax, \"quoted\"".into()),
+            runs: if ok { vec![run.clone()] } else { vec![] },
+            summary: ok.then_some(Summary {
+                rtt_ns: run.rtt_ns,
+                msgs_per_s: run.msgs_per_s,
+                bytes_per_s: run.bytes_per_s,
+                cpu_us_per_msg: cpu,
+                spread_pct: 0.1 + 0.2,
+            }),
+        }
+    }
+
+    fn sample() -> Vec<Cell> {
+        vec![
+            cell("tcp", Mode::Latency, 20_000.0, Status::Ok),
+            cell("shm-spin", Mode::Latency, 400.0, Status::Ok),
+            cell("pipe", Mode::Latency, 10_000.0, Status::Ok),
+            cell("sysv-mq", Mode::Latency, 0.0, Status::Unsupported),
+            cell("tcp", Mode::Throughput, 100_000.0, Status::Ok),
+            cell("shm-spin", Mode::Throughput, 10_000_000.0, Status::Ok),
+        ]
+    }
+
+    #[test]
+    fn json_round_trips() {
+        let report = Report {
+            schema: SCHEMA,
+            shmlink_version: "0.1.0".into(),
+            command: "shmlink bench --quick".into(),
+            started_unix: 1_700_000_000,
+            wall_s: 12.345678901234567,
+            machine: Machine::this(),
+            config: SuiteConfig {
+                methods: vec!["tcp".into(), "shm-spin".into()],
+                sizes: vec![64, 1 << 20],
+                modes: vec![Mode::Latency, Mode::Throughput],
+                rounds: 2,
+                warmup_ms: 30,
+                stop: Stop::Millis(100),
+                window: 64,
+                cpus: Some((0, 1)),
+                verify_count: 32,
+            },
+            results: sample(),
+        };
+        let text = report.to_json();
+        assert_eq!(Report::from_json(&text).unwrap(), report);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["results"][0]["mode"], "latency");
+        assert_eq!(v["results"][3]["status"], "unsupported");
+        assert_eq!(v["config"]["stop"]["millis"], 100);
+    }
+
+    #[test]
+    fn csv_has_the_header_and_one_line_per_cell() {
+        let csv = to_csv(&sample());
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines[0], CSV_HEADER);
+        assert_eq!(lines.len(), 1 + sample().len());
+        let columns = CSV_HEADER.split(',').count();
+        assert_eq!(columns, 16);
+        assert!(lines[1].starts_with("tcp,latency,64,ok,20000,20001,20002,20003,20004,,,"));
+        // The note with a comma and quotes is one quoted field.
+        assert!(lines[4].ends_with(",0,\"max 8192 bytes: kernel.msgmax, \"\"quoted\"\"\""));
+    }
+
+    #[test]
+    fn table_sorts_by_speed_with_ratios() {
+        let t = table(&sample());
+        let lat: Vec<&str> = t.lines().skip(3).take(4).collect();
+        assert!(lat[0].starts_with("shm-spin"), "{t}");
+        assert!(lat[1].starts_with("pipe"), "{t}");
+        assert!(lat[2].starts_with("tcp"), "{t}");
+        assert!(
+            lat[3].starts_with("sysv-mq") && lat[3].contains("n/a (max 8192"),
+            "{t}"
+        );
+        // shm-spin: 50x faster than tcp; tcp: 0.02x shm-spin.
+        assert!(lat[0].contains("50x") && lat[0].contains("1.00x"), "{t}");
+        assert!(lat[2].contains("1.00x") && lat[2].contains("0.02x"), "{t}");
+        assert!(t.contains("throughput, 64 B"), "{t}");
+        assert_eq!(human_size(1 << 20), "1 MiB");
+        assert_eq!(human_size(1536), "1.5 KiB");
+    }
+}

@@ -1,0 +1,358 @@
+//! One run as processes: the orchestrator starts a driver process (`shmlink __bench-run
+//! SPEC`), which sets the method up, starts the peer process (`shmlink __bench-peer
+//! SPEC`), drives the run and prints its result as JSON. A run that hangs or crashes
+//! takes only its own processes down: the orchestrator kills the driver after a
+//! timeout, and the peer dies with the driver (`PR_SET_PDEATHSIG`).
+
+use std::io::{self, BufRead, BufReader, Read};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::method::{Ctx, Mode};
+use crate::methods::{self, block_signal};
+use crate::protocol::{self, Fault, PeerReport, Plan, Stop};
+use crate::stats::Percentiles;
+use crate::sys::err;
+
+/// The hidden subcommand that runs a driver.
+pub const DRIVER_CMD: &str = "__bench-run";
+/// The hidden subcommand that runs a peer.
+pub const PEER_CMD: &str = "__bench-peer";
+/// Environment variable that makes peers inject a fault (`exit:N`, `corrupt:N`), for
+/// tests of failure handling.
+pub const FAULT_ENV: &str = "SHMLINK_BENCH_FAULT";
+
+/// One run, as the orchestrator asks for it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunSpec {
+    pub method: String,
+    pub size: usize,
+    pub mode: Mode,
+    /// Messages in flight (1 in latency mode).
+    pub window: u64,
+    pub warmup_ms: u64,
+    pub stop: Stop,
+    /// Messages (from the first) whose every byte is verified.
+    pub verify_count: u64,
+    /// CPUs of the driver and the peer; `None`: not pinned.
+    pub cpus: Option<(usize, usize)>,
+    /// Unique name for methods that rendezvous by name.
+    pub tag: String,
+}
+
+/// CPU time per message of each end, in microseconds (per round trip in latency mode).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CpuPerMsg {
+    pub driver: f64,
+    pub peer: f64,
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunOutput {
+    /// Measured messages (round trips in latency mode).
+    pub count: u64,
+    pub elapsed_ns: u64,
+    /// Latency mode: round-trip percentiles.
+    pub rtt_ns: Option<Percentiles>,
+    /// Throughput mode.
+    pub msgs_per_s: Option<f64>,
+    /// Throughput mode.
+    pub bytes_per_s: Option<f64>,
+    pub cpu_us_per_msg: CpuPerMsg,
+}
+
+/// The peer's instructions (one JSON argument).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct PeerSpec {
+    method: String,
+    size: usize,
+    mode: Mode,
+    window: u64,
+    verify_count: u64,
+    cpu: Option<usize>,
+    same_core: bool,
+    tag: String,
+    args: Vec<String>,
+}
+
+fn ctx_of(size: usize, mode: Mode, window: u64, same_core: bool, tag: &str) -> Ctx {
+    Ctx {
+        size,
+        mode,
+        window,
+        same_core,
+        tag: tag.to_string(),
+    }
+}
+
+fn pin(cpu: Option<usize>) -> io::Result<()> {
+    if let Some(cpu) = cpu {
+        shmlink::pin_to_cpu(cpu).map_err(|e| err(format!("pin to CPU {cpu}: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Runs `spec` in this process (the driver) with a peer started from `exe`.
+pub fn drive(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
+    block_signal()?;
+    let method = methods::find(&spec.method)
+        .ok_or_else(|| err(format!("unknown method {:?}", spec.method)))?;
+    if spec.size < protocol::MIN_SIZE {
+        return Err(err(format!(
+            "{}-byte messages are too small (at least {})",
+            spec.size,
+            protocol::MIN_SIZE
+        )));
+    }
+    pin(spec.cpus.map(|c| c.0))?;
+    let same_core = spec.cpus.is_some_and(|(a, b)| a == b);
+    let ctx = ctx_of(spec.size, spec.mode, spec.window, same_core, &spec.tag);
+    let prepared = method
+        .prepare(&ctx)
+        .map_err(|e| err(format!("set up: {e}")))?;
+    let peer = PeerSpec {
+        method: spec.method.clone(),
+        size: spec.size,
+        mode: spec.mode,
+        window: spec.window,
+        verify_count: spec.verify_count,
+        cpu: spec.cpus.map(|c| c.1),
+        same_core,
+        tag: spec.tag.clone(),
+        args: prepared.args,
+    };
+    let fds: Vec<RawFd> = prepared.inherit.iter().map(|f| f.as_raw_fd()).collect();
+    let mut cmd = Command::new(exe);
+    cmd.arg(PEER_CMD)
+        .arg(serde_json::to_string(&peer).expect("a PeerSpec serialises"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
+    // system calls (fcntl, prctl) on integers; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &fds {
+                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) == -1
+            {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| err(format!("start the peer: {e}")))?;
+    drop(prepared.inherit);
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let finished = Arc::new(AtomicBool::new(false));
+    let status = watch(child, finished.clone());
+
+    let mut ep = (prepared.finish)().map_err(|e| err(format!("connect: {e}")))?;
+    let plan = Plan {
+        size: spec.size,
+        mode: spec.mode,
+        window: spec.window,
+        warmup: Duration::from_millis(spec.warmup_ms),
+        stop: spec.stop,
+        verify_count: spec.verify_count,
+    };
+    let m = protocol::drive(ep.as_mut(), &plan);
+    finished.store(true, Ordering::SeqCst);
+    let m = m?;
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .map_err(|e| err(format!("read the peer's report: {e}")))?;
+    drop(ep);
+    match status.recv_timeout(Duration::from_secs(10)) {
+        Ok(Some(s)) if s.success() => {}
+        Ok(s) => return Err(err(format!("the peer failed: {s:?}"))),
+        Err(_) => return Err(err("the peer did not exit after the run")),
+    }
+    let report: PeerReport = serde_json::from_str(line.trim())
+        .map_err(|e| err(format!("the peer's report {line:?}: {e}")))?;
+    if report.msgs != m.count && spec.mode == Mode::Latency {
+        return Err(err(format!(
+            "the peer counted {} measured messages, the driver {}",
+            report.msgs, m.count
+        )));
+    }
+    let per_msg = |ns: f64| ns / 1000.0 / m.count.max(1) as f64;
+    let secs = m.elapsed.as_secs_f64();
+    let tput = |n: f64| (spec.mode == Mode::Throughput).then(|| n / secs);
+    Ok(RunOutput {
+        count: m.count,
+        elapsed_ns: m.elapsed.as_nanos() as u64,
+        rtt_ns: m.rtts.and_then(|mut v| Percentiles::of(&mut v)),
+        msgs_per_s: tput(m.count as f64),
+        bytes_per_s: tput((m.count * spec.size as u64) as f64),
+        cpu_us_per_msg: CpuPerMsg {
+            driver: per_msg(m.cpu.as_nanos() as f64),
+            peer: per_msg(report.cpu_ns as f64),
+        },
+    })
+}
+
+/// Waits for the peer in a thread; if it exits before the run is finished, this process
+/// exits with its status (a driver blocked on a dead peer would otherwise wait forever).
+fn watch(
+    mut child: Child,
+    finished: Arc<AtomicBool>,
+) -> mpsc::Receiver<Option<std::process::ExitStatus>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let status = child.wait().ok();
+        if !finished.load(Ordering::SeqCst) && !status.is_some_and(|s| s.success()) {
+            eprintln!(
+                "the peer exited during the run ({})",
+                status.map_or("unknown status".to_string(), |s| s.to_string())
+            );
+            methods::cleanup();
+            std::process::exit(1);
+        }
+        let _ = tx.send(status);
+    });
+    rx
+}
+
+/// `shmlink __bench-run SPEC`: prints the run's [`RunOutput`] as JSON; exit 1 with the
+/// error on stderr on failure.
+pub fn driver_main(spec_json: &str) -> ExitCode {
+    let res = serde_json::from_str::<RunSpec>(spec_json)
+        .map_err(|e| err(format!("bad run spec: {e}")))
+        .and_then(|spec| {
+            let exe =
+                std::env::current_exe().map_err(|e| err(format!("find this program: {e}")))?;
+            drive(&spec, &exe)
+        });
+    match res {
+        Ok(out) => {
+            println!(
+                "{}",
+                serde_json::to_string(&out).expect("a RunOutput serialises")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `shmlink __bench-peer SPEC`: the peer's side of a run.
+pub fn peer_main(spec_json: &str) -> ExitCode {
+    let res = (|| -> io::Result<PeerReport> {
+        let spec: PeerSpec =
+            serde_json::from_str(spec_json).map_err(|e| err(format!("bad peer spec: {e}")))?;
+        block_signal()?;
+        pin(spec.cpu)?;
+        let method = methods::find(&spec.method)
+            .ok_or_else(|| err(format!("unknown method {:?}", spec.method)))?;
+        let ctx = ctx_of(spec.size, spec.mode, spec.window, spec.same_core, &spec.tag);
+        let mut ep = method
+            .connect(&ctx, &spec.args)
+            .map_err(|e| err(format!("connect: {e}")))?;
+        let fault = std::env::var(FAULT_ENV).ok().and_then(|f| Fault::parse(&f));
+        protocol::serve(
+            ep.as_mut(),
+            spec.size,
+            spec.mode,
+            spec.window,
+            spec.verify_count,
+            fault,
+        )
+    })();
+    match res {
+        Ok(report) => {
+            println!(
+                "{}",
+                serde_json::to_string(&report).expect("a report serialises")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("peer: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Runs `spec` in a driver process started from `exe` (the `shmlink` binary), killing it
+/// after `timeout`. The error is what the driver and the peer said on stderr.
+pub fn run_isolated(exe: &Path, spec: &RunSpec, timeout: Duration) -> Result<RunOutput, String> {
+    let mut child = Command::new(exe)
+        .arg(DRIVER_CMD)
+        .arg(serde_json::to_string(spec).expect("a RunSpec serialises"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("start {}: {e}", exe.display()))?;
+    let pid = child.id();
+    let reader = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = reader(Box::new(child.stdout.take().expect("piped")));
+    let errs = reader(Box::new(child.stderr.take().expect("piped")));
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let deadline = Instant::now() + timeout;
+    let status = match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        Ok(s) => s.ok(),
+        Err(_) => {
+            // SAFETY: kill takes plain integers; `pid` is our child, not yet reaped
+            // (the waiting thread has not returned).
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            let _ = rx.recv();
+            let stderr = errs.join().unwrap_or_default();
+            return Err(format!(
+                "timed out after {:.0?}{}",
+                timeout,
+                summarize(&stderr).map_or(String::new(), |s| format!(" ({s})"))
+            ));
+        }
+    };
+    let stdout = out.join().unwrap_or_default();
+    let stderr = errs.join().unwrap_or_default();
+    match status {
+        Some(s) if s.success() => serde_json::from_str(stdout.trim())
+            .map_err(|e| format!("unreadable result {stdout:?}: {e}")),
+        s => Err(summarize(&stderr).unwrap_or_else(|| format!("driver failed: {s:?}"))),
+    }
+}
+
+/// The lines of a failed run's stderr, joined.
+fn summarize(stderr: &str) -> Option<String> {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("; "))
+}

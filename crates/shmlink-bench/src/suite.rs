@@ -1,0 +1,233 @@
+//! Many runs: every (size, mode, method) cell, run in rounds with the methods interleaved
+//! (A B C A B C …) so that drift of the machine hits every method alike, each run with
+//! its own warm-up; then each cell's median across rounds and its spread.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::method::Mode;
+use crate::methods;
+use crate::protocol::Stop;
+use crate::run::{run_isolated, CpuPerMsg, RunOutput, RunSpec};
+use crate::stats::{median_f64, spread_pct, Percentiles};
+
+/// What to run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SuiteConfig {
+    pub methods: Vec<String>,
+    pub sizes: Vec<usize>,
+    pub modes: Vec<Mode>,
+    /// Runs per cell; the methods are interleaved within each round.
+    pub rounds: u32,
+    /// Warm-up per run.
+    pub warmup_ms: u64,
+    /// The measured part of each run.
+    pub stop: Stop,
+    /// Messages in flight in throughput mode (less where a method cannot carry that many).
+    pub window: u64,
+    /// CPUs of the driver and the peer; `None`: not pinned.
+    pub cpus: Option<(usize, usize)>,
+    /// Messages at the start of each run whose every byte is verified.
+    pub verify_count: u64,
+}
+
+/// How a cell ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Measured.
+    Ok,
+    /// The method cannot carry this message size (the note says its maximum).
+    Unsupported,
+    /// A run failed (the note says how); later rounds skip the cell.
+    Failed,
+    /// The method is not available on this machine (the note has the kernel's reason).
+    Skipped,
+}
+
+/// A cell's summary across rounds: each figure's median.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub rtt_ns: Option<Percentiles>,
+    pub msgs_per_s: Option<f64>,
+    pub bytes_per_s: Option<f64>,
+    pub cpu_us_per_msg: CpuPerMsg,
+    /// `(max - min) / median` of the headline figure (p50 or msgs/s) across rounds, in %.
+    pub spread_pct: f64,
+}
+
+/// One (method, mode, size) cell.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cell {
+    pub method: String,
+    pub mode: Mode,
+    pub size: usize,
+    pub status: Status,
+    pub note: Option<String>,
+    /// One entry per successful round.
+    pub runs: Vec<RunOutput>,
+    pub summary: Option<Summary>,
+}
+
+impl Cell {
+    /// The headline figure: p50 in ns (latency) or messages/s (throughput).
+    pub fn headline(&self) -> Option<f64> {
+        let s = self.summary.as_ref()?;
+        match self.mode {
+            Mode::Latency => s.rtt_ns.map(|p| p.p50 as f64),
+            Mode::Throughput => s.msgs_per_s,
+        }
+    }
+}
+
+/// Progress of a suite, for a progress bar.
+pub struct Progress<'a> {
+    pub done: usize,
+    pub total: usize,
+    pub round: u32,
+    pub cell: &'a Cell,
+}
+
+/// The headline figure of one run.
+fn run_headline(mode: Mode, r: &RunOutput) -> f64 {
+    match mode {
+        Mode::Latency => r.rtt_ns.map_or(f64::NAN, |p| p.p50 as f64),
+        Mode::Throughput => r.msgs_per_s.unwrap_or(f64::NAN),
+    }
+}
+
+fn summarize(cell: &Cell) -> Option<Summary> {
+    if cell.runs.is_empty() {
+        return None;
+    }
+    let med = |f: fn(&RunOutput) -> Option<f64>| {
+        median_f64(&cell.runs.iter().filter_map(f).collect::<Vec<_>>())
+    };
+    let rtts: Vec<Percentiles> = cell.runs.iter().filter_map(|r| r.rtt_ns).collect();
+    let heads: Vec<f64> = cell
+        .runs
+        .iter()
+        .map(|r| run_headline(cell.mode, r))
+        .collect();
+    Some(Summary {
+        rtt_ns: Percentiles::median_of(&rtts),
+        msgs_per_s: med(|r| r.msgs_per_s),
+        bytes_per_s: med(|r| r.bytes_per_s),
+        cpu_us_per_msg: CpuPerMsg {
+            driver: med(|r| Some(r.cpu_us_per_msg.driver)).unwrap_or(0.0),
+            peer: med(|r| Some(r.cpu_us_per_msg.peer)).unwrap_or(0.0),
+        },
+        spread_pct: spread_pct(&heads),
+    })
+}
+
+/// The cells of `config` in table order, with the methods that cannot run marked.
+pub fn plan(config: &SuiteConfig) -> Vec<Cell> {
+    let mut cells = Vec::new();
+    for &size in &config.sizes {
+        for &mode in &config.modes {
+            for name in &config.methods {
+                let (status, note) = match methods::find(name) {
+                    None => (Status::Failed, Some(format!("unknown method {name:?}"))),
+                    Some(m) => match (m.unavailable(), m.size_limit()) {
+                        (Some(reason), _) => (Status::Skipped, Some(reason)),
+                        (None, Some(l)) if size > l.max => (
+                            Status::Unsupported,
+                            Some(format!("max {} bytes: {}", l.max, l.why)),
+                        ),
+                        _ => (Status::Ok, None),
+                    },
+                };
+                cells.push(Cell {
+                    method: name.clone(),
+                    mode,
+                    size,
+                    status,
+                    note,
+                    runs: Vec::new(),
+                    summary: None,
+                });
+            }
+        }
+    }
+    cells
+}
+
+/// How long one run may take before it is killed.
+fn timeout(config: &SuiteConfig) -> Duration {
+    match config.stop {
+        Stop::Millis(ms) => Duration::from_millis(15_000 + 3 * (ms + config.warmup_ms)),
+        Stop::Count(_) => Duration::from_secs(300),
+    }
+}
+
+/// The window a method runs with.
+fn window(config: &SuiteConfig, cell: &Cell) -> u64 {
+    match cell.mode {
+        Mode::Latency => 1,
+        Mode::Throughput => {
+            let max = methods::find(&cell.method).and_then(|m| m.max_window(cell.size));
+            config.window.min(max.unwrap_or(u64::MAX)).max(1)
+        }
+    }
+}
+
+/// Runs the suite with driver and peer processes started from `exe` (the `shmlink`
+/// binary). A failed run marks its cell failed and the suite goes on.
+pub fn run(exe: &Path, config: &SuiteConfig, mut progress: impl FnMut(Progress)) -> Vec<Cell> {
+    let mut cells = plan(config);
+    let runnable = cells.iter().filter(|c| c.status == Status::Ok).count();
+    let total = runnable * config.rounds as usize;
+    let mut done = 0;
+    let pid = std::process::id();
+    let mut serial = 0u64;
+    for round in 0..config.rounds {
+        for cell in cells.iter_mut() {
+            if cell.status != Status::Ok {
+                if cell.status == Status::Failed && cell.note.is_some() && round > 0 {
+                    // Failed in an earlier round: count its remaining runs as done.
+                    done += 1;
+                }
+                continue;
+            }
+            serial += 1;
+            let spec = RunSpec {
+                method: cell.method.clone(),
+                size: cell.size,
+                mode: cell.mode,
+                window: window(config, cell),
+                warmup_ms: config.warmup_ms,
+                stop: config.stop,
+                verify_count: config.verify_count,
+                cpus: config.cpus,
+                tag: format!("shmlink-bench-{pid}-{serial}"),
+            };
+            let t = Instant::now();
+            match run_isolated(exe, &spec, timeout(config)) {
+                Ok(out) => cell.runs.push(out),
+                Err(e) => {
+                    cell.status = Status::Failed;
+                    cell.note = Some(format!(
+                        "round {} of {} after {:.1?}: {e}",
+                        round + 1,
+                        config.rounds,
+                        t.elapsed()
+                    ));
+                }
+            }
+            done += 1;
+            progress(Progress {
+                done: done.min(total),
+                total,
+                round,
+                cell,
+            });
+        }
+    }
+    for cell in &mut cells {
+        cell.summary = summarize(cell);
+    }
+    cells
+}

@@ -1,0 +1,113 @@
+//! The OS calls the methods need that `std` does not offer: a `syscall!` macro that turns
+//! `-1/errno` into `io::Result`, and small fd helpers.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Calls a libc function and turns a `-1` return into the `errno` error.
+macro_rules! syscall {
+    ($fn:ident ( $($arg:expr),* $(,)? )) => {{
+        #[allow(unused_unsafe)]
+        // SAFETY: the caller of the macro guarantees the arguments are valid for `$fn`;
+        // each call site states why in its own SAFETY comment.
+        let res = unsafe { libc::$fn($($arg),*) };
+        if res == -1 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(res)
+        }
+    }};
+}
+pub(crate) use syscall;
+
+/// Puts what was being done in front of an I/O error.
+pub fn ctx(what: impl std::fmt::Display) -> impl FnOnce(io::Error) -> io::Error {
+    move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// A new `io::Error` of kind `Other`.
+pub fn err(msg: impl Into<String>) -> io::Error {
+    io::Error::other(msg.into())
+}
+
+/// Takes ownership of an fd number this process inherited from its parent.
+pub fn inherited_fd(text: &str) -> io::Result<OwnedFd> {
+    let fd: RawFd = text
+        .parse()
+        .map_err(|_| err(format!("invalid inherited fd {text:?}")))?;
+    // F_GETFD fails with EBADF unless the fd is open.
+    // SAFETY: F_GETFD reads the fd's flags and touches no memory.
+    syscall!(fcntl(fd, libc::F_GETFD)).map_err(ctx(format!("inherited fd {fd}")))?;
+    // SAFETY: the parent passed this open fd for this process to own; nothing else in
+    // this process refers to it (it was inherited, not opened here).
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A pipe: (read end, write end), both close-on-exec.
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` has room for the two fds pipe2 writes.
+    syscall!(pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC)).map_err(ctx("pipe2"))?;
+    // SAFETY: pipe2 succeeded, so both are new fds that nothing else owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// A connected pair of Unix sockets of `ty` (`SOCK_STREAM`, `SOCK_SEQPACKET`,
+/// `SOCK_DGRAM`), close-on-exec.
+pub fn socketpair(ty: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` has room for the two fds socketpair writes.
+    syscall!(socketpair(
+        libc::AF_UNIX,
+        ty | libc::SOCK_CLOEXEC,
+        0,
+        fds.as_mut_ptr()
+    ))
+    .map_err(ctx("socketpair"))?;
+    // SAFETY: socketpair succeeded, so both are new fds that nothing else owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Sets an `int` socket option.
+pub fn setsockopt_int(
+    fd: &impl AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: the option value is a valid c_int of the size passed.
+    syscall!(setsockopt(
+        fd.as_raw_fd(),
+        level,
+        name,
+        (&value as *const libc::c_int).cast(),
+        std::mem::size_of::<libc::c_int>() as libc::socklen_t
+    ))?;
+    Ok(())
+}
+
+/// Reads an `int` socket option.
+pub fn getsockopt_int(fd: &impl AsRawFd, level: libc::c_int, name: libc::c_int) -> io::Result<i32> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are valid for getsockopt to write an int into.
+    syscall!(getsockopt(
+        fd.as_raw_fd(),
+        level,
+        name,
+        (&mut value as *mut libc::c_int).cast(),
+        &mut len
+    ))?;
+    Ok(value)
+}
+
+/// A C string from a path or name without NUL bytes.
+pub fn cstring(s: &str) -> io::Result<CString> {
+    CString::new(s).map_err(|_| err(format!("name {s:?} contains a NUL byte")))
+}
+
+/// Reads an integer from a `/proc/sys` file.
+pub fn proc_sys(path: &str) -> Option<usize> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}

@@ -1,0 +1,426 @@
+//! `shmlink bench`: parses the arguments into a [`SuiteConfig`], runs the suite with a
+//! progress line, prints the table and writes the JSON and CSV reports.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use shmlink_bench::cpus::{different_cores, format_cpu_list};
+use shmlink_bench::method::Mode;
+use shmlink_bench::methods::{self, METHODS};
+use shmlink_bench::protocol::{Stop, MIN_SIZE};
+use shmlink_bench::report::{self, human_size, Machine, Report};
+use shmlink_bench::suite::{self, Status, SuiteConfig};
+
+use crate::args::{parse_size, Command, UsageError};
+use crate::help::BENCH_HELP;
+
+/// Largest message size the suite runs.
+pub const MAX_SIZE: usize = 16 << 20;
+
+/// `shmlink bench`'s arguments, with defaults applied.
+#[derive(Debug, PartialEq, Eq)]
+pub struct BenchArgs {
+    pub config: SuiteConfig,
+    pub json: Option<PathBuf>,
+    pub csv: Option<PathBuf>,
+    /// `--list`: print the methods and exit.
+    pub list: bool,
+}
+
+fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
+    Err(UsageError(msg.into()))
+}
+
+/// Parses `300ms`, `1s`, `0.5` (seconds), `2m` into milliseconds.
+fn parse_millis(flag: &str, text: &str) -> Result<u64, UsageError> {
+    let (num, scale) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1000.0)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, 60_000.0)
+    } else {
+        (text, 1000.0)
+    };
+    match num.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 && v * scale <= 3.6e6 => Ok((v * scale).round() as u64),
+        _ => usage(format!(
+            "invalid value {text:?} for {flag} (expected a time such as 300ms, 1s, 0.5)"
+        )),
+    }
+}
+
+fn parse_count(flag: &str, text: &str) -> Result<u64, UsageError> {
+    match text.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => usage(format!(
+            "invalid value {text:?} for {flag} (expected a positive integer)"
+        )),
+    }
+}
+
+fn parse_methods(text: &str) -> Result<Vec<String>, UsageError> {
+    if text == "all" {
+        return Ok(METHODS.iter().map(|m| m.name().to_string()).collect());
+    }
+    let mut out: Vec<String> = Vec::new();
+    for name in text.split(',').map(str::trim) {
+        if methods::find(name).is_none() {
+            return usage(format!(
+                "unknown method {name:?} (valid methods: all, {})",
+                methods::names()
+            ));
+        }
+        if !out.iter().any(|n| n == name) {
+            out.push(name.to_string());
+        }
+    }
+    Ok(out)
+}
+
+fn parse_sizes(text: &str) -> Result<Vec<usize>, UsageError> {
+    let mut out = Vec::new();
+    for s in text.split(',').map(str::trim) {
+        let valid =
+            "valid sizes: 8 B to 16 MiB with binary suffixes, e.g. 64,128,1k,4k,16k,64k,1M,16M";
+        let n = match parse_size(s) {
+            Ok(n) => n,
+            Err(e) => return usage(format!("--sizes: {e}; {valid}")),
+        };
+        if !(MIN_SIZE..=MAX_SIZE).contains(&n) {
+            return usage(format!("--sizes: {s} is out of range; {valid}"));
+        }
+        if !out.contains(&n) {
+            out.push(n);
+        }
+    }
+    Ok(out)
+}
+
+/// Where the ends run: `--cpus A,B`, `--cpus none`, `--same-core`, or the default.
+fn placement(
+    cpus_arg: Option<&str>,
+    same_core: bool,
+    allowed: &[usize],
+) -> Result<Option<(usize, usize)>, UsageError> {
+    let valid = || {
+        format!(
+            "valid CPUs: {} (A,B with A = B for the same core, --same-core, or none)",
+            format_cpu_list(allowed)
+        )
+    };
+    match (cpus_arg, same_core) {
+        (Some(_), true) => usage("--cpus and --same-core exclude each other"),
+        (None, true) => match allowed.first() {
+            Some(&a) => Ok(Some((a, a))),
+            None => Ok(None),
+        },
+        (Some("none"), false) => Ok(None),
+        (Some(text), false) => {
+            let parsed = text
+                .split_once(',')
+                .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+            let Some((a, b)) = parsed else {
+                return usage(format!("invalid value {text:?} for --cpus; {}", valid()));
+            };
+            if let Some(cpu) = [a, b].into_iter().find(|c| !allowed.contains(c)) {
+                return usage(format!(
+                    "--cpus {text}: CPU {cpu} is not available; {}",
+                    valid()
+                ));
+            }
+            Ok(Some((a, b)))
+        }
+        (None, false) => Ok(different_cores(allowed).or(allowed.first().map(|&a| (a, a)))),
+    }
+}
+
+/// Parses `shmlink bench`'s arguments; `allowed` are the CPUs this process may use.
+pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, UsageError> {
+    let mut methods = None;
+    let mut sizes = None;
+    let mut modes = None;
+    let mut stop = None;
+    let mut warmup = None;
+    let mut rounds = None;
+    let mut window = None;
+    let mut cpus: Option<String> = None;
+    let mut same_core = false;
+    let mut quick = false;
+    let mut list = false;
+    let mut json = None;
+    let mut csv = None;
+
+    let mut args = argv.into_iter();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut value = |what: &str| -> Result<String, UsageError> {
+            match inline.clone().or_else(|| args.next()) {
+                Some(v) => Ok(v),
+                None => usage(format!("{flag} needs a value ({what})")),
+            }
+        };
+        match flag.as_str() {
+            "-h" | "--help" => return Ok(Command::Help(BENCH_HELP)),
+            "--quick" => quick = true,
+            "--list" => list = true,
+            "--same-core" => same_core = true,
+            "--methods" => methods = Some(parse_methods(&value("LIST")?)?),
+            "--sizes" => sizes = Some(parse_sizes(&value("LIST")?)?),
+            "--mode" => {
+                modes = Some(match value("latency|throughput|both")?.as_str() {
+                    "latency" => vec![Mode::Latency],
+                    "throughput" => vec![Mode::Throughput],
+                    "both" => vec![Mode::Latency, Mode::Throughput],
+                    other => {
+                        return usage(format!(
+                            "invalid --mode {other:?} (valid: latency, throughput, both)"
+                        ))
+                    }
+                })
+            }
+            "--duration" => {
+                if matches!(stop, Some(Stop::Count(_))) {
+                    return usage("--duration and --iterations exclude each other");
+                }
+                match parse_millis(&flag, &value("TIME")?)? {
+                    0 => return usage("--duration must be more than 0"),
+                    ms => stop = Some(Stop::Millis(ms)),
+                }
+            }
+            "--iterations" => {
+                if matches!(stop, Some(Stop::Millis(_))) {
+                    return usage("--duration and --iterations exclude each other");
+                }
+                stop = Some(Stop::Count(parse_count(&flag, &value("N")?)?));
+            }
+            "--warmup" => warmup = Some(parse_millis(&flag, &value("TIME")?)?),
+            "--rounds" => rounds = Some(parse_count(&flag, &value("N")?)? as u32),
+            "--window" => window = Some(parse_count(&flag, &value("N")?)?),
+            "--cpus" => cpus = Some(value("A,B or none")?),
+            "--json" => json = Some(PathBuf::from(value("FILE")?)),
+            "--csv" => csv = Some(PathBuf::from(value("FILE")?)),
+            _ => {
+                return usage(format!(
+                    "unknown option {flag:?} (try 'shmlink bench --help')"
+                ))
+            }
+        }
+    }
+    let default_sizes = if quick {
+        vec![64, 64 << 10]
+    } else {
+        vec![64, 1 << 10, 64 << 10, 1 << 20]
+    };
+    let config = SuiteConfig {
+        methods: methods.unwrap_or_else(|| METHODS.iter().map(|m| m.name().to_string()).collect()),
+        sizes: sizes.unwrap_or(default_sizes),
+        modes: modes.unwrap_or(vec![Mode::Latency, Mode::Throughput]),
+        rounds: rounds.unwrap_or(if quick { 2 } else { 3 }),
+        warmup_ms: warmup.unwrap_or(if quick { 30 } else { 100 }),
+        stop: stop.unwrap_or(Stop::Millis(if quick { 100 } else { 300 })),
+        window: window.unwrap_or(64),
+        cpus: placement(cpus.as_deref(), same_core, allowed)?,
+        verify_count: 32,
+    };
+    Ok(Command::Bench(Box::new(BenchArgs {
+        config,
+        json,
+        csv,
+        list,
+    })))
+}
+
+fn list() -> ExitCode {
+    for m in METHODS {
+        let limit = m.size_limit().map_or(String::new(), |l| {
+            format!(" [max {} bytes: {}]", l.max, l.why)
+        });
+        match m.unavailable() {
+            Some(reason) => println!("{:<22} skipped here: {reason}", m.name()),
+            None => println!("{:<22} {}{limit}", m.name(), m.about()),
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// Runs the command; exit 1 if a run failed or a report could not be written.
+pub fn run(args: &BenchArgs) -> ExitCode {
+    if args.list {
+        return list();
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("shmlink bench: find this program: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let c = &args.config;
+    let cells = suite::plan(c);
+    let runnable = cells.iter().filter(|x| x.status == Status::Ok).count();
+    let per_run_ms = match c.stop {
+        Stop::Millis(ms) => ms + c.warmup_ms + 20,
+        Stop::Count(_) => 0,
+    };
+    let estimate = (runnable as u64 * c.rounds as u64 * per_run_ms) as f64 / 1000.0;
+    println!(
+        "# shmlink bench: {} methods x {} sizes x {} modes x {} rounds = {} runs{}; driver {}, peer {}",
+        c.methods.len(),
+        c.sizes.len(),
+        c.modes.len(),
+        c.rounds,
+        runnable * c.rounds as usize,
+        if per_run_ms > 0 { format!(" (about {estimate:.0} s)") } else { String::new() },
+        c.cpus.map_or("unpinned".to_string(), |(a, _)| format!("on CPU {a}")),
+        c.cpus.map_or("unpinned".to_string(), |(_, b)| format!("on CPU {b}")),
+    );
+    let started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let t0 = Instant::now();
+    let tty = std::io::stderr().is_terminal();
+    let cells = suite::run(&exe, c, |p| {
+        if tty {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(
+                err,
+                "\r\x1b[2K[{:>4}/{}] round {}: {} {} {}",
+                p.done,
+                p.total,
+                p.round + 1,
+                p.cell.method,
+                p.cell.mode.name(),
+                human_size(p.cell.size)
+            );
+            let _ = err.flush();
+        }
+        if p.cell.status == Status::Failed {
+            if tty {
+                eprintln!();
+            }
+            eprintln!(
+                "shmlink bench: {} {} {} failed: {}",
+                p.cell.method,
+                p.cell.mode.name(),
+                human_size(p.cell.size),
+                p.cell.note.as_deref().unwrap_or("")
+            );
+        }
+    });
+    if tty {
+        eprint!("\r\x1b[2K");
+    }
+    print!("{}", report::table(&cells));
+    let failed = cells.iter().filter(|x| x.status == Status::Failed).count();
+    let report = Report {
+        schema: report::SCHEMA,
+        shmlink_version: env!("CARGO_PKG_VERSION").to_string(),
+        command: std::iter::once("shmlink".to_string())
+            .chain(std::env::args().skip(1))
+            .collect::<Vec<_>>()
+            .join(" "),
+        started_unix: started,
+        wall_s: t0.elapsed().as_secs_f64(),
+        machine: Machine::this(),
+        config: c.clone(),
+        results: cells,
+    };
+    println!("\n# {:.1} s", report.wall_s);
+    let mut ok = failed == 0;
+    for (path, text) in [
+        (&args.json, args.json.as_ref().map(|_| report.to_json())),
+        (
+            &args.csv,
+            args.csv.as_ref().map(|_| report::to_csv(&report.results)),
+        ),
+    ] {
+        if let (Some(path), Some(text)) = (path, text) {
+            if let Err(e) = std::fs::write(path, text) {
+                eprintln!("shmlink bench: write {}: {e}", path.display());
+                ok = false;
+            }
+        }
+    }
+    if failed > 0 {
+        eprintln!(
+            "shmlink bench: {failed} of {} cells failed",
+            report.results.len()
+        );
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bench(args: &str) -> Result<BenchArgs, UsageError> {
+        let argv = args.split_whitespace().map(String::from).collect();
+        match parse_bench(argv, &[0, 1])? {
+            Command::Bench(b) => Ok(*b),
+            other => panic!("not a bench command: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_and_quick() {
+        let b = bench("").unwrap();
+        assert_eq!(b.config.sizes, vec![64, 1024, 65536, 1 << 20]);
+        assert_eq!(b.config.methods.len(), METHODS.len());
+        assert_eq!(b.config.modes, vec![Mode::Latency, Mode::Throughput]);
+        assert_eq!(b.config.stop, Stop::Millis(300));
+        let (a, p) = b.config.cpus.unwrap();
+        assert_ne!(a, p, "default placement: different cores");
+        let q = bench("--quick").unwrap();
+        assert_eq!(q.config.sizes, vec![64, 65536]);
+        assert_eq!(q.config.stop, Stop::Millis(100));
+        let s = bench("--same-core --mode latency --iterations 50 --sizes 8,4k,16M").unwrap();
+        assert_eq!(s.config.cpus, Some((0, 0)));
+        assert_eq!(s.config.stop, Stop::Count(50));
+        assert_eq!(s.config.sizes, vec![8, 4096, 16 << 20]);
+        assert_eq!(bench("--cpus 1,1").unwrap().config.cpus, Some((1, 1)));
+        assert_eq!(bench("--cpus none").unwrap().config.cpus, None);
+        assert_eq!(
+            bench("--duration 1.5s").unwrap().config.stop,
+            Stop::Millis(1500)
+        );
+    }
+
+    #[test]
+    fn bad_input_lists_the_valid_choices() {
+        let e = bench("--methods pipe,carrier-pigeon").unwrap_err().0;
+        assert!(
+            e.contains("carrier-pigeon") && e.contains("shm-spin") && e.contains("uds-dgram"),
+            "{e}"
+        );
+        let e = bench("--sizes 64,3x").unwrap_err().0;
+        assert!(e.contains("valid sizes"), "{e}");
+        let e = bench("--sizes 4").unwrap_err().0;
+        assert!(
+            e.contains("out of range") && e.contains("8 B to 16 MiB"),
+            "{e}"
+        );
+        let e = bench("--sizes 32M").unwrap_err().0;
+        assert!(e.contains("out of range"), "{e}");
+        let e = bench("--cpus 0,7").unwrap_err().0;
+        assert!(
+            e.contains("CPU 7 is not available") && e.contains("valid CPUs: 0-1"),
+            "{e}"
+        );
+        let e = bench("--mode fast").unwrap_err().0;
+        assert!(e.contains("latency, throughput, both"), "{e}");
+        assert!(bench("--duration 1s --iterations 5").is_err());
+        assert!(bench("--cpus 0,0 --same-core").is_err());
+        assert!(bench("--bogus").is_err());
+    }
+}

@@ -1,0 +1,262 @@
+//! `shmlink bench` end to end: every method does a short ping-pong and a short stream
+//! between two processes with every byte of every message verified; bad arguments exit
+//! 2 with the valid choices; a peer that crashes or corrupts a message fails its method
+//! and the suite goes on; the JSON and CSV files are written. Timings are never asserted.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use shmlink_bench::method::Mode;
+use shmlink_bench::methods::METHODS;
+use shmlink_bench::protocol::Stop;
+use shmlink_bench::report::{Report, CSV_HEADER};
+use shmlink_bench::run::{run_isolated, RunOutput, RunSpec, FAULT_ENV};
+use shmlink_bench::suite::Status;
+
+const BIN: &str = env!("CARGO_BIN_EXE_shmlink");
+
+/// A directory of this test's own (rendezvous files, reports), removed on drop.
+struct Dir(PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn dir(test: &str) -> Dir {
+    let d = std::env::temp_dir().join(format!("shmlink-bench-test-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    Dir(d)
+}
+
+fn spec(method: &str, mode: Mode, size: usize, count: u64, window: u64) -> RunSpec {
+    RunSpec {
+        method: method.into(),
+        size,
+        mode,
+        window,
+        warmup_ms: 0,
+        stop: Stop::Count(count),
+        verify_count: u64::MAX, // every byte of every message
+        cpus: None,
+        tag: format!("shmlink-bench-test-{method}-{}-{size}", std::process::id()),
+    }
+}
+
+/// One test at a time runs processes: busy-polling ends starve each other when more of
+/// them than CPUs run at once, and the machine may be measuring something else.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn run(spec: &RunSpec) -> RunOutput {
+    run_isolated(Path::new(BIN), spec, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{} {:?} {} B: {e}", spec.method, spec.mode, spec.size))
+}
+
+/// A short ping-pong and a short stream, at small sizes and at the method's largest size
+/// up to 1.5 MiB (more than a 1 MiB shared-memory ring: messages wrap and fragment).
+fn exercise(name: &str) {
+    let _serial = serial();
+    let method = shmlink_bench::methods::find(name).unwrap();
+    if let Some(reason) = method.unavailable() {
+        eprintln!("skipping {name}: {reason}");
+        return;
+    }
+    let big = method.size_limit().map_or(3 << 19, |l| l.max.min(3 << 19));
+    // Debug builds generate and checksum slowly: few messages of the big size.
+    for (size, count, stream) in [(8, 30, 120), (1000, 30, 120), (big, 2, 4)] {
+        let r = run(&spec(name, Mode::Latency, size, count, 1));
+        assert_eq!(r.count, count);
+        let p = r.rtt_ns.expect("latency percentiles");
+        assert!(p.p50 > 0 && p.p50 <= p.max);
+        let window = method.max_window(size).unwrap_or(8).min(8);
+        let r = run(&spec(name, Mode::Throughput, size, stream, window));
+        assert!(r.count >= stream, "{name}: {} messages", r.count);
+        assert!(r.msgs_per_s.unwrap() > 0.0);
+        let bytes = r.msgs_per_s.unwrap() * size as f64;
+        assert!((r.bytes_per_s.unwrap() - bytes).abs() <= bytes * 1e-9);
+    }
+}
+
+macro_rules! method_tests {
+    ($($test:ident => $name:literal),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                exercise($name);
+            }
+        )*
+
+        #[test]
+        fn every_method_has_a_test() {
+            let tested = [$($name),*];
+            for m in METHODS {
+                assert!(tested.contains(&m.name()), "no test for {}", m.name());
+            }
+        }
+    };
+}
+
+method_tests! {
+    pipe => "pipe",
+    fifo => "fifo",
+    posix_mq => "posix-mq",
+    sysv_mq => "sysv-mq",
+    uds_stream => "uds-stream",
+    uds_seqpacket => "uds-seqpacket",
+    uds_dgram => "uds-dgram",
+    tcp => "tcp",
+    udp => "udp",
+    shm_signal => "shm-signal",
+    shm_eventfd => "shm-eventfd",
+    shm_futex => "shm-futex",
+    shm_spin => "shm-spin",
+    shmlink_shm => "shmlink-shm",
+    shmlink_shm_blocking => "shmlink-shm-blocking",
+    shmlink_ux => "shmlink-ux",
+    shmlink_tcp => "shmlink-tcp",
+    tipc => "tipc",
+    vsock => "vsock",
+}
+
+#[test]
+fn same_core_placement_works_for_busy_polling() {
+    let _serial = serial();
+    for name in ["shm-spin", "shmlink-shm"] {
+        let mut s = spec(name, Mode::Latency, 64, 200, 1);
+        s.cpus = Some((0, 0));
+        run(&s);
+    }
+}
+
+fn bench(d: &Dir, args: &[&str], fault: Option<&str>) -> Output {
+    let _serial = serial();
+    let mut cmd = Command::new(BIN);
+    cmd.arg("bench").args(args).env("SHMLINK_DIR", &d.0);
+    if let Some(f) = fault {
+        cmd.env(FAULT_ENV, f);
+    }
+    cmd.output().expect("run shmlink bench")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn bad_input_exits_2_with_the_valid_choices() {
+    let d = dir("bad");
+    for (args, want) in [
+        (&["--methods", "pipe,telepathy"][..], "shm-spin"),
+        (&["--sizes", "64,huge"][..], "valid sizes"),
+        (&["--sizes", "1G"][..], "8 B to 16 MiB"),
+        (&["--cpus", "0,4096"][..], "valid CPUs"),
+        (&["--mode", "sideways"][..], "latency, throughput, both"),
+    ] {
+        let out = bench(&d, args, None);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_failing_method_is_reported_and_the_run_goes_on() {
+    let d = dir("fail");
+    let json = d.0.join("r.json");
+    // The peer dies at message #5: pipe sees EOF, shm-spin (no EOF) sees the watchdog.
+    let args = [
+        "--methods",
+        "pipe,shm-spin,sysv-mq",
+        "--sizes",
+        "64,16k",
+        "--mode",
+        "latency",
+        "--iterations",
+        "20",
+        "--warmup",
+        "0",
+        "--rounds",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    let out = bench(&d, &args, Some("exit:5"));
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let report = Report::from_json(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for c in &report.results {
+        match (c.method.as_str(), c.size) {
+            ("sysv-mq", 16384) => assert_eq!(c.status, Status::Unsupported),
+            _ => {
+                assert_eq!(c.status, Status::Failed, "{c:?}");
+                let note = c.note.as_deref().unwrap();
+                assert!(note.contains("exiting at message #5"), "{note}");
+            }
+        }
+    }
+    assert!(stdout.contains("failed (round 1 of 2"), "{stdout}");
+    assert!(stdout.contains("n/a (max 8192 bytes"), "{stdout}");
+
+    // A corrupted answer fails verification; the message says which one.
+    let out = bench(&d, &args[..12], Some("corrupt:3"));
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("message #3 (64 bytes) failed verification"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn json_and_csv_reports_are_written() {
+    let d = dir("reports");
+    let (json, csv) = (d.0.join("r.json"), d.0.join("r.csv"));
+    let out = bench(
+        &d,
+        &[
+            "--methods",
+            "pipe,shm-spin,tcp,udp,tipc",
+            "--sizes",
+            "64,128k",
+            "--iterations",
+            "50",
+            "--warmup",
+            "1ms",
+            "--rounds",
+            "2",
+            "--json",
+            json.to_str().unwrap(),
+            "--csv",
+            csv.to_str().unwrap(),
+        ],
+        None,
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("latency, 64 B") && stdout.contains("throughput, 128 KiB"));
+    assert!(stdout.contains("vs tcp") && stdout.contains("vs spin"));
+    let report = Report::from_json(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report.results.len(), 5 * 2 * 2);
+    for c in &report.results {
+        let expected = match (c.method.as_str(), c.size) {
+            ("tipc", _) => Status::Skipped,
+            ("udp", 131072) => Status::Unsupported,
+            _ => Status::Ok,
+        };
+        assert_eq!(c.status, expected, "{c:?}");
+        if expected == Status::Ok {
+            assert_eq!(c.runs.len(), 2, "two rounds");
+            assert!(c.summary.is_some());
+        }
+    }
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(csv.lines().next(), Some(CSV_HEADER));
+    assert_eq!(csv.lines().count(), 1 + 20);
+}
