@@ -1,7 +1,8 @@
 //! The library's own floor, without the pong tool's verification: round-trip percentiles
-//! of 64-byte messages, or a one-way stream of them, between two pinned processes.
+//! of 64-byte messages, or a one-way stream of them, between two pinned processes; or
+//! the CPU time an idle connected pair uses.
 //!
-//! `cargo run --release --example pingpong -- [--stream] [ADDR] [COUNT]`
+//! `cargo run --release --example pingpong -- [--stream | --idle SECONDS] [ADDR] [COUNT]`
 //!
 //! The parent binds ADDR (default `shm:pingpong-PID`), re-runs itself as the child (the
 //! echoing or draining end), and prints what it measured.
@@ -16,6 +17,13 @@ fn main() -> shmlink::Result<()> {
     match args.first().map(String::as_str) {
         Some("--child") => return child(&args[1], false),
         Some("--stream-child") => return child(&args[1], true),
+        Some("--idle") => return idle(args.get(1).and_then(|s| s.parse().ok()).unwrap_or(10)),
+        Some("--idle-child") => {
+            return idle_child(
+                &args[1],
+                args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10),
+            )
+        }
         _ => {}
     }
     let stream = args.first().is_some_and(|a| a == "--stream");
@@ -103,4 +111,36 @@ fn stream_to(mut conn: Connection, count: usize) -> shmlink::Result<String> {
         "{count} messages of 64 B streamed: {:.1} M msgs/s",
         count as f64 / secs / 1e6
     ))
+}
+
+/// Each end in turn blocks in `recv` for `secs` seconds while the other sleeps; each
+/// reports the CPU time its process used while blocked.
+fn idle(secs: u64) -> shmlink::Result<()> {
+    let addr = format!("shm:idle-{}", std::process::id());
+    let mut listener = Listener::bind(&addr, &Options::default())?;
+    let mut child: Child = Command::new(std::env::current_exe().expect("own path"))
+        .args(["--idle-child", &listener.local_addr(), &secs.to_string()])
+        .spawn()
+        .expect("spawn the child");
+    let mut conn = listener.accept()?;
+    let before = shmlink::cpu_time();
+    let msg = conn.recv_vec()?; // the child sends after `secs`
+    let used = shmlink::cpu_time() - before;
+    println!("{addr}: listener side blocked in recv for {secs} s used {used:?} of CPU");
+    std::thread::sleep(std::time::Duration::from_secs(secs)); // the child's turn
+    conn.send(&msg)?;
+    child.wait().expect("wait for the child");
+    Ok(())
+}
+
+/// The connecting end of `--idle`.
+fn idle_child(addr: &str, secs: u64) -> shmlink::Result<()> {
+    let mut conn = Connection::connect(addr, &Options::default())?;
+    std::thread::sleep(std::time::Duration::from_secs(secs)); // the listener's turn
+    conn.send(b"wake")?;
+    let before = shmlink::cpu_time();
+    conn.recv_vec()?;
+    let used = shmlink::cpu_time() - before;
+    println!("{addr}: connecting side blocked in recv for {secs} s used {used:?} of CPU");
+    Ok(())
 }
