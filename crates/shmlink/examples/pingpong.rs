@@ -122,15 +122,16 @@ fn idle(secs: u64) -> shmlink::Result<()> {
         .args(["--idle-child", &listener.local_addr(), &secs.to_string()])
         .spawn()
         .expect("spawn the child");
-    let mut conn = listener.accept()?;
-    let before = shmlink::cpu_time();
-    let msg = conn.recv_vec()?; // the child sends after `secs`
-    let used = shmlink::cpu_time() - before;
-    println!("{addr}: listener side blocked in recv for {secs} s used {used:?} of CPU");
-    std::thread::sleep(std::time::Duration::from_secs(secs)); // the child's turn
-    conn.send(&msg)?;
+    let result = listener.accept().and_then(|mut conn| {
+        let before = shmlink::cpu_time();
+        let msg = conn.recv_vec()?; // the child sends after `secs`
+        let used = shmlink::cpu_time() - before;
+        println!("{addr}: listener side blocked in recv for {secs} s used {used:?} of CPU");
+        std::thread::sleep(std::time::Duration::from_secs(secs)); // the child's turn
+        conn.send(&msg)
+    });
     child.wait().expect("wait for the child");
-    Ok(())
+    result
 }
 
 /// The connecting end of `--idle`.
