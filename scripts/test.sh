@@ -4,13 +4,15 @@
 # protocol, and a short run of each fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 
 echo "== unit, integration and doc tests"
-cargo test --workspace
+cargo test --workspace 2>&1 | tee -a "$log"
 
 echo "== loom model (ring + wake-up protocol)"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
-  cargo test -p shmlink --lib --release loom
+  cargo test -p shmlink --lib --release loom 2>&1 | tee -a "$log"
 
 echo "== fuzz targets, ${FUZZ_SECONDS:=30} s each (longer: FUZZ_SECONDS=600 scripts/test.sh)"
 if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
@@ -28,3 +30,6 @@ if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
 else
   echo "SKIPPED fuzz targets: they need a nightly toolchain, and this machine has none"
 fi
+
+# One closing line over every test binary above (each printed its own summary).
+awk '/^test result:/ { p += $4; f += $6 } END { printf "all: %d passed, %d failed\n", p, f }' "$log"

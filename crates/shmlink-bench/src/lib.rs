@@ -7,7 +7,7 @@
 //!   peer's side, with verification of every message ([`payload`], [`checksum`]).
 //! - [`run`]: one run as a driver process and a peer process.
 //! - [`suite`]: many runs, interleaved across methods in rounds, summarised;
-//!   [`report`]: the table, JSON and CSV.
+//!   [`report`]: the table, JSON and CSV; [`plot`]: the SVG/PNG charts.
 //! - [`stats`], [`cpus`]: percentiles and medians; CPU lists and placement.
 
 pub mod checksum;
@@ -15,6 +15,7 @@ pub mod cpus;
 pub mod method;
 pub mod methods;
 pub mod payload;
+pub mod plot;
 pub mod protocol;
 pub mod report;
 pub mod run;

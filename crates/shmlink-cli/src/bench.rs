@@ -1,14 +1,16 @@
 //! `shmlink bench`: parses the arguments into a [`SuiteConfig`], runs the suite with a
-//! progress line, prints the table and writes the JSON and CSV reports.
+//! progress line, prints the table and writes the JSON and CSV reports and the plot
+//! (by default all of them into `bench-results/<timestamp>/`).
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use shmlink_bench::cpus::{different_cores, format_cpu_list};
 use shmlink_bench::method::Mode;
 use shmlink_bench::methods::{self, METHODS};
+use shmlink_bench::plot;
 use shmlink_bench::protocol::{Stop, MIN_SIZE};
 use shmlink_bench::report::{self, human_size, Machine, Report};
 use shmlink_bench::suite::{self, Status, SuiteConfig};
@@ -25,6 +27,8 @@ pub struct BenchArgs {
     pub config: SuiteConfig,
     pub json: Option<PathBuf>,
     pub csv: Option<PathBuf>,
+    /// `--plot FILE`: SVG or PNG by the extension.
+    pub plot: Option<PathBuf>,
     /// `--list`: print the methods and exit.
     pub list: bool,
 }
@@ -152,6 +156,7 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
     let mut list = false;
     let mut json = None;
     let mut csv = None;
+    let mut plot_file = None;
 
     let mut args = argv.into_iter();
     while let Some(arg) = args.next() {
@@ -205,6 +210,13 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
             "--cpus" => cpus = Some(value("A,B or none")?),
             "--json" => json = Some(PathBuf::from(value("FILE")?)),
             "--csv" => csv = Some(PathBuf::from(value("FILE")?)),
+            "--plot" => {
+                let path = PathBuf::from(value("FILE.svg or FILE.png")?);
+                if let Err(e) = plot::Format::of(&path) {
+                    return usage(format!("--plot: {e}"));
+                }
+                plot_file = Some(path);
+            }
             _ => {
                 return usage(format!(
                     "unknown option {flag:?} (try 'shmlink bench --help')"
@@ -232,8 +244,102 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
         config,
         json,
         csv,
+        plot: plot_file,
         list,
     })))
+}
+
+/// Where the default run writes: `bench-results/<timestamp>/` under the current directory.
+pub const DEFAULT_DIR: &str = "bench-results";
+
+/// The files a run writes.
+#[derive(Debug, PartialEq, Eq)]
+struct Outputs {
+    /// The directory to create first (the default run's).
+    dir: Option<PathBuf>,
+    json: Option<PathBuf>,
+    csv: Option<PathBuf>,
+    plots: Vec<PathBuf>,
+}
+
+impl Outputs {
+    /// The files named by `--json`, `--csv` and `--plot`; without any of them,
+    /// `results.json`, `results.csv`, `plot.svg` and `plot.png` in
+    /// `bench-results/<timestamp>/` (UTC of `started_unix`).
+    fn of(args: &BenchArgs, started_unix: u64) -> Outputs {
+        if args.json.is_none() && args.csv.is_none() && args.plot.is_none() {
+            let dir = Path::new(DEFAULT_DIR).join(timestamp(started_unix));
+            return Outputs {
+                json: Some(dir.join("results.json")),
+                csv: Some(dir.join("results.csv")),
+                plots: vec![dir.join("plot.svg"), dir.join("plot.png")],
+                dir: Some(dir),
+            };
+        }
+        Outputs {
+            dir: None,
+            json: args.json.clone(),
+            csv: args.csv.clone(),
+            plots: args.plot.iter().cloned().collect(),
+        }
+    }
+}
+
+/// `YYYYMMDD-HHMMSS` in UTC for seconds since the Unix epoch.
+fn timestamp(unix: u64) -> String {
+    let (days, secs) = ((unix / 86_400) as i64, unix % 86_400);
+    // Days to a civil date (Howard Hinnant's algorithm, proleptic Gregorian calendar).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+/// Writes every output and says where; false if one could not be written.
+fn write_outputs(out: &Outputs, report: &Report) -> bool {
+    if let Some(dir) = &out.dir {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            eprintln!("shmlink bench: create {}: {e}", dir.display());
+            return false;
+        }
+    }
+    let mut ok = true;
+    let mut report_error = |what: String| {
+        eprintln!("shmlink bench: {what}");
+        ok = false;
+    };
+    for (path, text) in [
+        (&out.json, out.json.as_ref().map(|_| report.to_json())),
+        (
+            &out.csv,
+            out.csv.as_ref().map(|_| report::to_csv(&report.results)),
+        ),
+    ] {
+        if let (Some(path), Some(text)) = (path, text) {
+            match std::fs::write(path, text) {
+                Ok(()) => println!("# wrote {}", path.display()),
+                Err(e) => report_error(format!("write {}: {e}", path.display())),
+            }
+        }
+    }
+    for path in &out.plots {
+        match plot::write(path, &report.results) {
+            Ok(()) => println!("# wrote {}", path.display()),
+            Err(e) => report_error(e),
+        }
+    }
+    ok
 }
 
 fn list() -> ExitCode {
@@ -332,21 +438,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         results: cells,
     };
     println!("\n# {:.1} s", report.wall_s);
-    let mut ok = failed == 0;
-    for (path, text) in [
-        (&args.json, args.json.as_ref().map(|_| report.to_json())),
-        (
-            &args.csv,
-            args.csv.as_ref().map(|_| report::to_csv(&report.results)),
-        ),
-    ] {
-        if let (Some(path), Some(text)) = (path, text) {
-            if let Err(e) = std::fs::write(path, text) {
-                eprintln!("shmlink bench: write {}: {e}", path.display());
-                ok = false;
-            }
-        }
-    }
+    let ok = write_outputs(&Outputs::of(args, started), &report) && failed == 0;
     if failed > 0 {
         eprintln!(
             "shmlink bench: {failed} of {} cells failed",
@@ -397,6 +489,22 @@ mod tests {
     }
 
     #[test]
+    fn outputs_default_to_a_timestamped_directory() {
+        let d = Outputs::of(&bench("--quick").unwrap(), 1_795_314_600);
+        let dir = Path::new("bench-results/20261122-023000");
+        assert_eq!(d.dir.as_deref(), Some(dir));
+        assert_eq!(d.json, Some(dir.join("results.json")));
+        assert_eq!(d.csv, Some(dir.join("results.csv")));
+        assert_eq!(d.plots, vec![dir.join("plot.svg"), dir.join("plot.png")]);
+        let only = Outputs::of(&bench("--plot out/b.png").unwrap(), 0);
+        assert_eq!(only.dir, None);
+        assert_eq!(only.json, None);
+        assert_eq!(only.plots, vec![PathBuf::from("out/b.png")]);
+        assert_eq!(timestamp(0), "19700101-000000");
+        assert_eq!(timestamp(951_825_599), "20000229-115959");
+    }
+
+    #[test]
     fn bad_input_lists_the_valid_choices() {
         let e = bench("--methods pipe,carrier-pigeon").unwrap_err().0;
         assert!(
@@ -422,5 +530,7 @@ mod tests {
         assert!(bench("--duration 1s --iterations 5").is_err());
         assert!(bench("--cpus 0,0 --same-core").is_err());
         assert!(bench("--bogus").is_err());
+        let e = bench("--plot chart.jpg").unwrap_err().0;
+        assert!(e.contains(".svg, .png"), "{e}");
     }
 }

@@ -80,7 +80,7 @@ the CPU each end spends per message.
 Usage: shmlink bench [--methods LIST] [--sizes LIST] [--mode latency|throughput|both]
                      [--duration TIME | --iterations N] [--warmup TIME] [--rounds N]
                      [--window N] [--cpus A,B | --same-core | --cpus none] [--quick]
-                     [--json FILE] [--csv FILE] [--list]
+                     [--json FILE] [--csv FILE] [--plot FILE] [--list]
 
 Every run uses two separate processes (this program re-executed for each end; the peer
 dies with its driver). Runs are interleaved: each round runs every method once per size
@@ -116,6 +116,13 @@ Output:
   shm-spin (>1 = faster); methods that could not run are listed with the reason.
   --json FILE      the full report: configuration, machine, every run, summaries
   --csv FILE       one line per method, mode and size
+  --plot FILE      charts as SVG or PNG (by FILE's extension, .svg or .png), in one
+                   file: a panel per mode, round-trip p50 (us) and throughput (MiB/s)
+                   against message size on log-log axes, one series per method
+  (none of these)  write results.json, results.csv, plot.svg and plot.png into
+                   bench-results/<timestamp>/ (UTC, e.g. 20261122-023000) under the
+                   current directory; the paths are printed at the end
+  The schemas are documented in docs/benchmarks.md.
 
 Fairness: the sender writes every byte of every message (sequence number, generated
 payload, checksum) and the receiver copies it out and checks its length and sequence

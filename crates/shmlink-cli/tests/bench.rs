@@ -138,7 +138,11 @@ fn same_core_placement_works_for_busy_polling() {
 fn bench(d: &Dir, args: &[&str], fault: Option<&str>) -> Output {
     let _serial = serial();
     let mut cmd = Command::new(BIN);
-    cmd.arg("bench").args(args).env("SHMLINK_DIR", &d.0);
+    // In the test's own directory: a run without output flags writes bench-results/ there.
+    cmd.arg("bench")
+        .args(args)
+        .env("SHMLINK_DIR", &d.0)
+        .current_dir(&d.0);
     if let Some(f) = fault {
         cmd.env(FAULT_ENV, f);
     }
