@@ -2,6 +2,10 @@
 //! memory with one byte ring per direction ([`region`]); messages are an 8-byte length
 //! and the bytes, copied in by the sender and out by the receiver. The four differ only
 //! in how a waiting end waits ([`wake`]).
+//!
+//! Each end caches the other side's position on its rings (rtrb's `cached_head` /
+//! `cached_tail`) and reloads the shared atomic only when the cached value says there is
+//! not enough room or data, so the fast path touches no line the other core writes.
 
 mod region;
 mod wake;
@@ -45,9 +49,13 @@ struct ShmEnd {
     rx: usize,
     /// Write position on `tx` (ahead of the published tail while a message is copied).
     tx_pos: u64,
+    /// The reader's head on `tx` as last loaded (at most the real head).
+    tx_head: u64,
     /// Read position on `rx` (ahead of the published head until released).
     rx_pos: u64,
     rx_published: u64,
+    /// The writer's tail on `rx` as last loaded (at most the real tail).
+    rx_tail: u64,
 }
 
 impl ShmEnd {
@@ -56,10 +64,18 @@ impl ShmEnd {
         let (tx, rx) = if me == 0 { (0, 1) } else { (1, 0) };
         reg.u32_at(region::pid(me))
             .store(std::process::id(), Ordering::Relaxed);
+        // SYNC POINT: Acquire pairs with the other end's Release stores (the ring is fresh
+        // here, so these are all 0 in practice).
+        let tx_pos = reg.u64_at(tail(tx)).load(Ordering::Acquire);
+        let tx_head = reg.u64_at(head(tx)).load(Ordering::Acquire);
+        let rx_pos = reg.u64_at(head(rx)).load(Ordering::Acquire);
+        let rx_tail = reg.u64_at(tail(rx)).load(Ordering::Acquire);
         ShmEnd {
-            tx_pos: reg.u64_at(tail(tx)).load(Ordering::Relaxed),
-            rx_pos: reg.u64_at(head(rx)).load(Ordering::Relaxed),
-            rx_published: reg.u64_at(head(rx)).load(Ordering::Relaxed),
+            tx_pos,
+            tx_head,
+            rx_pos,
+            rx_published: rx_pos,
+            rx_tail,
             reg,
             wake,
             tx,
@@ -84,9 +100,13 @@ impl ShmEnd {
     fn take(&mut self, dst: &mut [u8]) -> io::Result<()> {
         let mut got = 0;
         while got < dst.len() {
-            // SYNC POINT: Acquire pairs with the writer's Release store of tail.
-            let avail =
-                (self.reg.u64_at(tail(self.rx)).load(Ordering::Acquire) - self.rx_pos) as usize;
+            let mut avail = (self.rx_tail - self.rx_pos) as usize;
+            if avail < dst.len() - got {
+                // The cached tail says too little: reload it.
+                // SYNC POINT: Acquire pairs with the writer's Release store of tail.
+                self.rx_tail = self.reg.u64_at(tail(self.rx)).load(Ordering::Acquire);
+                avail = (self.rx_tail - self.rx_pos) as usize;
+            }
             if avail == 0 {
                 // Release first: a writer may wait for the space we hold.
                 self.release()?;
@@ -116,9 +136,15 @@ impl Endpoint for ShmEnd {
         let (mut part, mut off) = (0, 0);
         let head_at = self.reg.u64_at(head(self.tx));
         let tail_at = self.reg.u64_at(tail(self.tx));
+        let mut left = 8 + msg.len();
         while part < parts.len() {
-            // SYNC POINT: Acquire pairs with the reader's Release store of head.
-            let free = CAP - (self.tx_pos - head_at.load(Ordering::Acquire)) as usize;
+            let mut free = CAP - (self.tx_pos - self.tx_head) as usize;
+            if free < left.min(CAP) {
+                // The cached head says too little room: reload it.
+                // SYNC POINT: Acquire pairs with the reader's Release store of head.
+                self.tx_head = head_at.load(Ordering::Acquire);
+                free = CAP - (self.tx_pos - self.tx_head) as usize;
+            }
             if free == 0 {
                 let pos = self.tx_pos;
                 self.wake.wait(&self.reg, space_slot(self.tx), || {
@@ -132,6 +158,7 @@ impl Endpoint for ShmEnd {
                 self.reg
                     .write(self.tx, self.tx_pos, &parts[part][off..off + n]);
                 self.tx_pos += n as u64;
+                left -= n;
                 room -= n;
                 off += n;
                 if off == parts[part].len() {
