@@ -26,6 +26,28 @@ impl fmt::Display for UsageError {
     }
 }
 
+/// Splits `--flag=value` into the flag and its inline value; any other argument is a flag
+/// whose value, if it takes one, is the next argument.
+pub fn split_flag(arg: &str) -> (String, Option<String>) {
+    match arg.split_once('=') {
+        Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+        _ => (arg.to_string(), None),
+    }
+}
+
+/// The value of `flag`: its inline value, else the next argument.
+pub fn flag_value(
+    flag: &str,
+    inline: &Option<String>,
+    args: &mut impl Iterator<Item = String>,
+    what: &str,
+) -> Result<String, UsageError> {
+    match inline.clone().or_else(|| args.next()) {
+        Some(v) => Ok(v),
+        None => usage(format!("{flag} needs a value ({what})")),
+    }
+}
+
 fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
     Err(UsageError(msg.into()))
 }
@@ -259,17 +281,8 @@ pub fn parse_pong(argv: Vec<String>, cpus: &[usize]) -> Result<Command, UsageErr
             addrs.push(arg);
             continue;
         }
-        // `--flag=value` or `--flag value`.
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let mut value = |what: &str| -> Result<String, UsageError> {
-            match inline.clone().or_else(|| args.next()) {
-                Some(v) => Ok(v),
-                None => usage(format!("{flag} needs a value ({what})")),
-            }
-        };
+        let (flag, inline) = split_flag(&arg);
+        let mut value = |what: &str| flag_value(&flag, &inline, &mut args, what);
         let takes_value = matches!(
             flag.as_str(),
             "-m" | "--size"

@@ -15,7 +15,7 @@ use shmlink_bench::protocol::{Stop, MIN_SIZE};
 use shmlink_bench::report::{self, human_size, Machine, Report};
 use shmlink_bench::suite::{self, Status, SuiteConfig};
 
-use crate::args::{parse_size, Command, UsageError};
+use crate::args::{flag_value, parse_size, split_flag, Command, UsageError};
 use crate::help::BENCH_HELP;
 
 /// Largest message size the suite runs.
@@ -160,16 +160,8 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
 
     let mut args = argv.into_iter();
     while let Some(arg) = args.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let mut value = |what: &str| -> Result<String, UsageError> {
-            match inline.clone().or_else(|| args.next()) {
-                Some(v) => Ok(v),
-                None => usage(format!("{flag} needs a value ({what})")),
-            }
-        };
+        let (flag, inline) = split_flag(&arg);
+        let mut value = |what: &str| flag_value(&flag, &inline, &mut args, what);
         match flag.as_str() {
             "-h" | "--help" => return Ok(Command::Help(BENCH_HELP)),
             "--quick" => quick = true,

@@ -263,10 +263,7 @@ fn killed_peer_messages_arrive_before_reset(t: &'static str) {
     child.sigkill();
     child.expect_killed();
     read_small(&mut conn);
-    for _ in 0..2 {
-        let e = conn.recv_vec().unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{t}: {e}");
-    }
+    expect_reset(&mut conn, t);
     drop(conn);
     drop(child);
     fx.finish();
@@ -320,13 +317,18 @@ fn exit_without_close_is_reset_after_draining(t: &'static str) {
     read_stream_and_ack(&mut conn);
     child.expect_success();
     read_small(&mut conn);
+    expect_reset(&mut conn, t);
+    drop(conn);
+    drop(child);
+    fx.finish();
+}
+
+/// The connection reports `ConnectionReset`, and keeps reporting it.
+fn expect_reset(conn: &mut Connection, t: &str) {
     for _ in 0..2 {
         let e = conn.recv_vec().unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{t}: {e}");
     }
-    drop(conn);
-    drop(child);
-    fx.finish();
 }
 
 /// Reads the child's stream, then lets it send the small messages.

@@ -196,10 +196,20 @@ fn eventfd() -> io::Result<OwnedFd> {
 }
 
 impl Shm {
-    fn spin(&self, c: &Ctx) -> Wake {
-        Wake::Spin {
-            yield_: c.same_core,
-        }
+    /// The wake-up of this method when it needs nothing passed between the processes
+    /// (all but eventfd, whose descriptors the driver creates and the peer inherits).
+    fn local_wake(&self, c: &Ctx) -> io::Result<Option<Wake>> {
+        Ok(Some(match self.kind {
+            Kind::Spin => Wake::Spin {
+                yield_: c.same_core,
+            },
+            Kind::Futex => Wake::Futex,
+            Kind::Signal => {
+                block_signal()?;
+                Wake::Signal
+            }
+            Kind::EventFd => return Ok(None),
+        }))
     }
 }
 
@@ -230,14 +240,9 @@ impl Method for Shm {
         let (reg, memfd) = Region::create()?;
         let mut args = vec![memfd.as_raw_fd().to_string()];
         let mut inherit = vec![memfd];
-        let wake = match self.kind {
-            Kind::Spin => self.spin(c),
-            Kind::Futex => Wake::Futex,
-            Kind::Signal => {
-                block_signal()?;
-                Wake::Signal
-            }
-            Kind::EventFd => {
+        let wake = match self.local_wake(c)? {
+            Some(wake) => wake,
+            None => {
                 let fds = [eventfd()?, eventfd()?, eventfd()?, eventfd()?];
                 for fd in &fds {
                     let theirs = fd.try_clone()?;
@@ -253,14 +258,9 @@ impl Method for Shm {
     fn connect(&self, c: &Ctx, args: &[String]) -> io::Result<Box<dyn Endpoint>> {
         let memfd = inherited_fd(arg(args, 0, "memfd")?)?;
         let reg = Region::map(&memfd)?;
-        let wake = match self.kind {
-            Kind::Spin => self.spin(c),
-            Kind::Futex => Wake::Futex,
-            Kind::Signal => {
-                block_signal()?;
-                Wake::Signal
-            }
-            Kind::EventFd => {
+        let wake = match self.local_wake(c)? {
+            Some(wake) => wake,
+            None => {
                 let fd = |i| inherited_fd(arg(args, i, "eventfd")?);
                 Wake::EventFd([fd(1)?, fd(2)?, fd(3)?, fd(4)?])
             }
