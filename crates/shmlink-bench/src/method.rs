@@ -34,6 +34,21 @@ pub trait Endpoint {
     /// Receives one message of exactly `buf.len()` bytes into `buf`; a message of another
     /// length is an error.
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<()>;
+    /// The zero-copy interface, for methods measured in place (the `-zc` rows): the
+    /// drivers then generate data messages straight into the method's buffer and check
+    /// them where they arrived.
+    fn in_place(&mut self) -> Option<&mut dyn InPlace> {
+        None
+    }
+}
+
+/// Sending and receiving in the method's own buffers, without a copy.
+pub trait InPlace {
+    /// Sends one message of `len` bytes that `fill` writes in place.
+    fn send_in_place(&mut self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> io::Result<()>;
+    /// Receives one message and hands it to `read` where it lies; `read`'s error is
+    /// returned after the message is released.
+    fn recv_in_place(&mut self, read: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()>;
 }
 
 /// What the driver set up for a run: the peer's arguments, the fds the peer inherits (at

@@ -81,6 +81,57 @@ fn control(buf: &mut [u8], tag: u64) {
     buf[..8].copy_from_slice(&tag.to_le_bytes());
 }
 
+/// Sends data message `seq` of `out.len()` bytes: generated into `out` and sent, or, for
+/// a zero-copy method, generated straight into its buffer. `corrupt` flips the last byte
+/// (fault injection).
+fn send_data(ep: &mut dyn Endpoint, out: &mut [u8], seq: u64, corrupt: bool) -> io::Result<()> {
+    let fill = |buf: &mut [u8]| {
+        payload::write(buf, seq);
+        if corrupt {
+            if let Some(last) = buf.last_mut() {
+                *last ^= 1;
+            }
+        }
+    };
+    match ep.in_place() {
+        Some(zc) => zc.send_in_place(out.len(), &mut { fill }),
+        None => {
+            fill(out);
+            ep.send(out)
+        }
+    }
+}
+
+/// Receives one message of `inb.len()` bytes and returns what `look` makes of it: read
+/// into `inb`, or, for a zero-copy method, looked at where it arrived.
+fn recv_msg<T>(
+    ep: &mut dyn Endpoint,
+    inb: &mut [u8],
+    mut look: impl FnMut(&[u8]) -> io::Result<T>,
+) -> io::Result<T> {
+    match ep.in_place() {
+        Some(zc) => {
+            let size = inb.len();
+            let mut out = None;
+            zc.recv_in_place(&mut |msg| {
+                if msg.len() != size {
+                    return Err(err(format!(
+                        "received a {}-byte message, expected {size} bytes",
+                        msg.len()
+                    )));
+                }
+                out = Some(look(msg)?);
+                Ok(())
+            })?;
+            Ok(out.expect("recv_in_place called the reader"))
+        }
+        None => {
+            ep.recv(inb)?;
+            look(inb)
+        }
+    }
+}
+
 fn check(msg: &[u8], seq: u64, verify_count: u64) -> io::Result<()> {
     let size = msg.len();
     let res = if seq < verify_count {
@@ -127,12 +178,11 @@ fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
     let mut out = vec![0u8; plan.size];
     let mut inb = vec![0u8; plan.size];
     let mut round_trip = |ep: &mut dyn Endpoint, seq: u64| -> io::Result<()> {
-        payload::write(&mut out, seq);
-        ep.send(&out)
-            .map_err(|e| err(format!("send #{seq}: {e}")))?;
-        ep.recv(&mut inb)
-            .map_err(|e| err(format!("receive answer #{seq}: {e}")))?;
-        check(&inb, seq, plan.verify_count).map_err(|e| err(format!("answer: {e}")))
+        send_data(ep, &mut out, seq, false).map_err(|e| err(format!("send #{seq}: {e}")))?;
+        recv_msg(ep, &mut inb, |msg| {
+            check(msg, seq, plan.verify_count).map_err(|e| err(format!("answer: {e}")))
+        })
+        .map_err(|e| err(format!("receive answer #{seq}: {e}")))
     };
     let mut seq = 0;
     let t_warm = Instant::now();
@@ -195,9 +245,7 @@ fn throughput(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
         while *sent - *acked >= plan.window {
             *acked = recv_ack(ep, *acked, *sent)?;
         }
-        payload::write(&mut out, *sent);
-        ep.send(&out)
-            .map_err(|e| err(format!("send #{}: {e}", *sent)))?;
+        send_data(ep, &mut out, *sent, false).map_err(|e| err(format!("send #{}: {e}", *sent)))?;
         *sent += 1;
         Ok(())
     };
@@ -288,20 +336,28 @@ pub fn serve(
     let mut at_mark = 0;
     let mut cpu0 = shmlink::cpu_time();
     loop {
-        ep.recv(&mut inb)
-            .map_err(|e| err(format!("receive #{expected}: {e}")))?;
-        match tag_of(&inb) {
+        let tag = recv_msg(ep, &mut inb, |msg| {
+            let tag = tag_of(msg);
+            if tag != STOP && tag != MARK {
+                check(msg, expected, verify_count)?;
+            }
+            Ok(tag)
+        })
+        .map_err(|e| err(format!("receive #{expected}: {e}")))?;
+        match tag {
             STOP => break,
             MARK => {
                 cpu0 = shmlink::cpu_time();
                 at_mark = expected;
                 match mode {
-                    Mode::Latency => ep.send(&inb)?,
+                    Mode::Latency => {
+                        control(&mut out, MARK);
+                        ep.send(&out)?
+                    }
                     Mode::Throughput => ep.send(&expected.to_le_bytes())?,
                 }
             }
             _ => {
-                check(&inb, expected, verify_count)?;
                 if fault == Some(Fault::Exit(expected)) {
                     eprintln!("peer: injected fault: exiting at message #{expected}");
                     std::process::exit(3);
@@ -309,12 +365,10 @@ pub fn serve(
                 expected += 1;
                 match mode {
                     Mode::Latency => {
-                        payload::write(&mut out, expected - 1);
-                        if fault == Some(Fault::Corrupt(expected - 1)) {
-                            out[size - 1] ^= 1;
-                        }
-                        ep.send(&out)
-                            .map_err(|e| err(format!("answer #{}: {e}", expected - 1)))?;
+                        let seq = expected - 1;
+                        let corrupt = fault == Some(Fault::Corrupt(seq));
+                        send_data(ep, &mut out, seq, corrupt)
+                            .map_err(|e| err(format!("answer #{seq}: {e}")))?;
                     }
                     Mode::Throughput if expected % every == 0 => {
                         ep.send(&expected.to_le_bytes())

@@ -5,7 +5,7 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use shmlink_bench::cpus::{different_cores, format_cpu_list};
 use shmlink_bench::method::Mode;
@@ -277,6 +277,34 @@ impl Outputs {
     }
 }
 
+/// Width of the progress bar in characters.
+const BAR: usize = 24;
+
+/// The progress line: a bar, runs done, time left (extrapolated from the time so far) and
+/// the run just finished.
+fn progress_line(p: &suite::Progress, elapsed: Duration) -> String {
+    let total = p.total.max(1);
+    let filled = p.done * BAR / total;
+    let left = if p.done == 0 {
+        "?".to_string()
+    } else {
+        let secs = elapsed.as_secs_f64() * (total - p.done.min(total)) as f64 / p.done as f64;
+        format!("{}:{:02}", secs as u64 / 60, secs as u64 % 60)
+    };
+    format!(
+        "[{}{}] {:>3}% {}/{} runs, {left} left; round {}: {} {} {}",
+        "#".repeat(filled),
+        ".".repeat(BAR - filled),
+        p.done * 100 / total,
+        p.done,
+        p.total,
+        p.round + 1,
+        p.cell.method,
+        p.cell.mode.name(),
+        human_size(p.cell.size)
+    )
+}
+
 /// `YYYYMMDD-HHMMSS` in UTC for seconds since the Unix epoch.
 fn timestamp(unix: u64) -> String {
     let (days, secs) = ((unix / 86_400) as i64, unix % 86_400);
@@ -383,20 +411,17 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         .map_or(0, |d| d.as_secs());
     let t0 = Instant::now();
     let tty = std::io::stderr().is_terminal();
+    let mut tenth = 0;
     let cells = suite::run(&exe, c, |p| {
+        let line = progress_line(&p, t0.elapsed());
         if tty {
             let mut err = std::io::stderr().lock();
-            let _ = write!(
-                err,
-                "\r\x1b[2K[{:>4}/{}] round {}: {} {} {}",
-                p.done,
-                p.total,
-                p.round + 1,
-                p.cell.method,
-                p.cell.mode.name(),
-                human_size(p.cell.size)
-            );
+            let _ = write!(err, "\r\x1b[2K{line}");
             let _ = err.flush();
+        } else if p.done * 10 / p.total.max(1) > tenth {
+            // A log, not a terminal: one line per tenth of the runs.
+            tenth = p.done * 10 / p.total.max(1);
+            eprintln!("{line}");
         }
         if p.cell.status == Status::Failed {
             if tty {
@@ -494,6 +519,42 @@ mod tests {
         assert_eq!(only.plots, vec![PathBuf::from("out/b.png")]);
         assert_eq!(timestamp(0), "19700101-000000");
         assert_eq!(timestamp(951_825_599), "20000229-115959");
+    }
+
+    #[test]
+    fn progress_line_shows_bar_count_and_time_left() {
+        let cell = suite::Cell {
+            method: "pipe".into(),
+            mode: Mode::Latency,
+            size: 64,
+            status: Status::Ok,
+            note: None,
+            runs: Vec::new(),
+            summary: None,
+        };
+        let at = |done| suite::Progress {
+            done,
+            total: 8,
+            round: 1,
+            cell: &cell,
+        };
+        let line = progress_line(&at(2), Duration::from_secs(30));
+        assert!(
+            line.starts_with(&format!("[{}{}]", "#".repeat(6), ".".repeat(18))),
+            "{line}"
+        );
+        assert!(
+            line.contains(" 25% 2/8 runs, 1:30 left; round 2: pipe latency 64 B"),
+            "{line}"
+        );
+        let line = progress_line(&at(0), Duration::ZERO);
+        assert!(line.contains("0/8 runs, ? left"), "{line}");
+        let line = progress_line(&at(8), Duration::from_secs(5));
+        assert!(
+            line.starts_with(&format!("[{}]", "#".repeat(BAR))),
+            "{line}"
+        );
+        assert!(line.contains("100% 8/8 runs, 0:00 left"), "{line}");
     }
 
     #[test]

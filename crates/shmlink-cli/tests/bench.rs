@@ -118,6 +118,7 @@ method_tests! {
     shm_futex => "shm-futex",
     shm_spin => "shm-spin",
     shmlink_shm => "shmlink-shm",
+    shmlink_shm_zc => "shmlink-shm-zc",
     shmlink_shm_blocking => "shmlink-shm-blocking",
     shmlink_ux => "shmlink-ux",
     shmlink_tcp => "shmlink-tcp",
@@ -128,7 +129,7 @@ method_tests! {
 #[test]
 fn same_core_placement_works_for_busy_polling() {
     let _serial = serial();
-    for name in ["shm-spin", "shmlink-shm"] {
+    for name in ["shm-spin", "shmlink-shm", "shmlink-shm-zc"] {
         let mut s = spec(name, Mode::Latency, 64, 200, 1);
         s.cpus = Some((0, 0));
         run(&s);

@@ -32,6 +32,7 @@ pub static METHODS: &[&dyn Method] = &[
     &shm::FUTEX,
     &shm::SPIN,
     &shmlink::SHM,
+    &shmlink::SHM_ZC,
     &shmlink::SHM_BLOCKING,
     &shmlink::UX,
     &shmlink::TCP,

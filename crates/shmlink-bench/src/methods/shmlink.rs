@@ -1,13 +1,15 @@
 //! `shmlink-shm`, `shmlink-shm-blocking`, `shmlink-ux`, `shmlink-tcp`: this library's
 //! transports, through its public API (`send` and `recv`, which copy like every other
-//! method). The driver binds a listener and accepts; the peer connects by address. The
-//! shm rings are 1 MiB per direction, like the `shm-*` methods'.
+//! method), and `shmlink-shm-zc`, the zero-copy row (`reserve`/`commit` and `recv_ref`:
+//! messages are generated and checked inside the ring). The driver binds a listener and
+//! accepts; the peer connects by address. The shm rings are 1 MiB per direction, like
+//! the `shm-*` methods'.
 
 use std::io;
 
 use shmlink::{Connection, Listener, Options, WaitPolicy};
 
-use crate::method::{arg, Ctx, Endpoint, Method, Prepared};
+use crate::method::{arg, Ctx, Endpoint, InPlace, Method, Prepared};
 use crate::sys::err;
 
 /// Ring bytes per direction for `shm:` (the same as the `shm-*` methods).
@@ -17,45 +19,61 @@ pub struct Shmlink {
     name: &'static str,
     transport: &'static str,
     wait: WaitPolicy,
+    zero_copy: bool,
 }
+
+const DEFAULT_WAIT: WaitPolicy = WaitPolicy {
+    spin: std::time::Duration::from_micros(20),
+    yield_: std::time::Duration::from_micros(30),
+};
 
 pub const SHM: Shmlink = Shmlink {
     name: "shmlink-shm",
     transport: "shm",
-    wait: WaitPolicy {
-        spin: std::time::Duration::from_micros(20),
-        yield_: std::time::Duration::from_micros(30),
-    },
+    wait: DEFAULT_WAIT,
+    zero_copy: false,
+};
+pub const SHM_ZC: Shmlink = Shmlink {
+    name: "shmlink-shm-zc",
+    transport: "shm",
+    wait: DEFAULT_WAIT,
+    zero_copy: true,
 };
 pub const SHM_BLOCKING: Shmlink = Shmlink {
     name: "shmlink-shm-blocking",
     transport: "shm",
     wait: WaitPolicy::BLOCKING,
+    zero_copy: false,
 };
 pub const UX: Shmlink = Shmlink {
     name: "shmlink-ux",
     transport: "ux",
     wait: WaitPolicy::BLOCKING,
+    zero_copy: false,
 };
 pub const TCP: Shmlink = Shmlink {
     name: "shmlink-tcp",
     transport: "tcp",
     wait: WaitPolicy::BLOCKING,
+    zero_copy: false,
 };
 
 fn io_err(e: shmlink::Error) -> io::Error {
     io::Error::other(e.to_string())
 }
 
-struct ShmlinkEnd(Connection);
+struct ShmlinkEnd {
+    conn: Connection,
+    zero_copy: bool,
+}
 
 impl Endpoint for ShmlinkEnd {
     fn send(&mut self, msg: &[u8]) -> io::Result<()> {
-        self.0.send(msg).map_err(io_err)
+        self.conn.send(msg).map_err(io_err)
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<()> {
-        let n = self.0.recv(buf).map_err(io_err)?;
+        let n = self.conn.recv(buf).map_err(io_err)?;
         if n != buf.len() {
             return Err(err(format!(
                 "received a {n}-byte message, expected {} bytes",
@@ -63,6 +81,27 @@ impl Endpoint for ShmlinkEnd {
             )));
         }
         Ok(())
+    }
+
+    fn in_place(&mut self) -> Option<&mut dyn InPlace> {
+        if self.zero_copy {
+            Some(self)
+        } else {
+            None
+        }
+    }
+}
+
+impl InPlace for ShmlinkEnd {
+    fn send_in_place(&mut self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> io::Result<()> {
+        let mut buf = self.conn.reserve(len).map_err(io_err)?;
+        fill(&mut buf);
+        buf.commit().map_err(io_err)
+    }
+
+    fn recv_in_place(&mut self, read: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
+        let msg = self.conn.recv_ref().map_err(io_err)?;
+        read(&msg)
     }
 }
 
@@ -84,6 +123,9 @@ impl Method for Shmlink {
 
     fn about(&self) -> &'static str {
         match (self.transport, self.wait == WaitPolicy::BLOCKING) {
+            ("shm", false) if self.zero_copy => {
+                "shmlink shm: zero-copy (reserve/commit, recv_ref: generated and checked in the ring)"
+            }
             ("shm", false) => "shmlink shm: transport, default wait policy (spin, yield, sleep)",
             ("shm", true) => "shmlink shm: transport, WaitPolicy::BLOCKING (always sleep)",
             ("ux", _) => "shmlink ux: transport (SOCK_SEQPACKET)",
@@ -102,12 +144,13 @@ impl Method for Shmlink {
         };
         let mut listener = Listener::bind(&addr, &self.options(c)).map_err(io_err)?;
         let args = vec![listener.local_addr()];
+        let zero_copy = self.zero_copy;
         Ok(Prepared {
             args,
             inherit: Vec::new(),
             finish: Box::new(move || {
                 let conn = listener.accept().map_err(io_err)?;
-                Ok(Box::new(ShmlinkEnd(conn)) as Box<dyn Endpoint>)
+                Ok(Box::new(ShmlinkEnd { conn, zero_copy }) as Box<dyn Endpoint>)
             }),
         })
     }
@@ -115,6 +158,9 @@ impl Method for Shmlink {
     fn connect(&self, c: &Ctx, args: &[String]) -> io::Result<Box<dyn Endpoint>> {
         let addr = arg(args, 0, "address")?;
         let conn = Connection::connect(addr, &self.options(c)).map_err(io_err)?;
-        Ok(Box::new(ShmlinkEnd(conn)))
+        Ok(Box::new(ShmlinkEnd {
+            conn,
+            zero_copy: self.zero_copy,
+        }))
     }
 }
