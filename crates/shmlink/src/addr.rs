@@ -1,4 +1,4 @@
-//! Addresses: `shm:`, `ux:` and `tcp:`, parsed and validated before anything touches the OS.
+//! Addresses: `shm:`, `ux:`, `tcp:` and `auto:`, parsed and validated before anything touches the OS.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, ErrorKind, Result};
 
 /// The transports an address may name, by prefix.
-pub const TRANSPORTS: &[&str] = &["shm", "ux", "tcp"];
+pub const TRANSPORTS: &[&str] = &["shm", "ux", "tcp", "auto"];
 
 /// Longest path that fits `sockaddr_un.sun_path` with its terminating NUL.
 const SUN_PATH_MAX: usize = 107;
@@ -37,6 +37,13 @@ pub enum Address {
     Ux(UnixName),
     /// `tcp:HOST:PORT`.
     Tcp {
+        /// Host name or IP literal (IPv6 without brackets).
+        host: String,
+        /// Port number; 0 lets the OS choose when binding.
+        port: u16,
+    },
+    /// `auto:HOST:PORT`: TCP, upgraded to `shm:` when both ends share a kernel.
+    Auto {
         /// Host name or IP literal (IPv6 without brackets).
         host: String,
         /// Port number; 0 lets the OS choose when binding.
@@ -90,26 +97,12 @@ impl Address {
                 }
             }
             "tcp" => {
-                let (host, port) = rest
-                    .rsplit_once(':')
-                    .ok_or_else(|| bad("expected tcp:HOST:PORT"))?;
-                let host = host
-                    .strip_prefix('[')
-                    .and_then(|h| h.strip_suffix(']'))
-                    .unwrap_or(host);
-                if host.is_empty() {
-                    return Err(bad("empty host"));
-                }
-                if host.contains(['/', '\0', ' ']) {
-                    return Err(bad("host contains '/', NUL or space"));
-                }
-                let port = port
-                    .parse::<u16>()
-                    .map_err(|_| bad(&format!("port {port:?} is not a number in 0..=65535")))?;
-                Ok(Address::Tcp {
-                    host: host.to_string(),
-                    port,
-                })
+                let (host, port) = host_port(rest).map_err(|w| bad(&w))?;
+                Ok(Address::Tcp { host, port })
+            }
+            "auto" => {
+                let (host, port) = host_port(rest).map_err(|w| bad(&w))?;
+                Ok(Address::Auto { host, port })
             }
             other => Err(bad(&format!(
                 "unknown transport {other:?} (expected one of {})",
@@ -124,6 +117,7 @@ impl Address {
             Address::Shm { .. } => "shm",
             Address::Ux(_) => "ux",
             Address::Tcp { .. } => "tcp",
+            Address::Auto { .. } => "auto",
         }
     }
 }
@@ -134,8 +128,14 @@ impl fmt::Display for Address {
             Address::Shm { text, .. } => write!(f, "shm:{text}"),
             Address::Ux(UnixName::Path(p)) => write!(f, "ux:{}", p.display()),
             Address::Ux(UnixName::Abstract(n)) => write!(f, "ux:{n}"),
-            Address::Tcp { host, port } if host.contains(':') => write!(f, "tcp:[{host}]:{port}"),
-            Address::Tcp { host, port } => write!(f, "tcp:{host}:{port}"),
+            Address::Tcp { host, port } | Address::Auto { host, port } => {
+                let prefix = self.transport();
+                if host.contains(':') {
+                    write!(f, "{prefix}:[{host}]:{port}")
+                } else {
+                    write!(f, "{prefix}:{host}:{port}")
+                }
+            }
         }
     }
 }
@@ -146,6 +146,27 @@ fn prefixes() -> String {
         .map(|t| format!("{t}:"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `HOST:PORT` of `tcp:` and `auto:` (an IPv6 host in brackets).
+fn host_port(rest: &str) -> std::result::Result<(String, u16), String> {
+    let (host, port) = rest
+        .rsplit_once(':')
+        .ok_or_else(|| "expected HOST:PORT".to_string())?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if host.is_empty() {
+        return Err("empty host".into());
+    }
+    if host.contains(['/', '\0', ' ']) {
+        return Err("host contains '/', NUL or space".into());
+    }
+    let port = port
+        .parse::<u16>()
+        .map_err(|_| format!("port {port:?} is not a number in 0..=65535"))?;
+    Ok((host.to_string(), port))
 }
 
 fn check_name(name: &str) -> std::result::Result<String, String> {

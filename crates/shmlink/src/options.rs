@@ -64,6 +64,9 @@ pub struct Options {
     pub(crate) wait: WaitPolicy,
     pub(crate) connect_timeout: Duration,
     pub(crate) handshake_timeout: Duration,
+    pub(crate) allow_uids: Vec<u32>,
+    pub(crate) allow_gids: Vec<u32>,
+    pub(crate) dir_mode: u32,
 }
 
 impl Default for Options {
@@ -74,6 +77,9 @@ impl Default for Options {
             wait: WaitPolicy::default(),
             connect_timeout: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(2),
+            allow_uids: Vec::new(),
+            allow_gids: Vec::new(),
+            dir_mode: 0o700,
         }
     }
 }
@@ -112,6 +118,32 @@ impl Options {
         self
     }
 
+    /// Listener: user ids allowed to connect over `shm:` besides the listener's own uid
+    /// and root (the default allows only those two). Checked against the client's
+    /// `SO_PEERCRED`; a client not allowed gets [`ErrorKind::PermissionDenied`] with the
+    /// reason. When other users are allowed, the rendezvous socket file is made writable
+    /// for everyone (the credential check is the gate), and the directory must let them
+    /// in: see [`Options::rendezvous_dir_mode`].
+    pub fn allow_uids(mut self, uids: impl IntoIterator<Item = u32>) -> Self {
+        self.allow_uids = uids.into_iter().collect();
+        self
+    }
+
+    /// Listener: group ids (the client's primary gid, from `SO_PEERCRED`) allowed to
+    /// connect over `shm:`, as [`Options::allow_uids`].
+    pub fn allow_gids(mut self, gids: impl IntoIterator<Item = u32>) -> Self {
+        self.allow_gids = gids.into_iter().collect();
+        self
+    }
+
+    /// Listener: the mode of the rendezvous directory when `shm:NAME` creates it
+    /// (default `0o700`: only this user can reach the sockets in it). An existing
+    /// directory is left as it is.
+    pub fn rendezvous_dir_mode(mut self, mode: u32) -> Self {
+        self.dir_mode = mode;
+        self
+    }
+
     /// The ring size set.
     pub fn get_ring_size(&self) -> usize {
         self.ring_size
@@ -144,6 +176,12 @@ impl Options {
                 self.max_msg_size
             ));
         }
+        if self.dir_mode & !0o7777 != 0 || self.dir_mode & 0o700 != 0o700 {
+            return bad(format!(
+                "option rendezvous_dir_mode = {:#o}: must be a permission mode (at most 0o7777) that includes 0o700",
+                self.dir_mode
+            ));
+        }
         if self.connect_timeout.is_zero() || self.handshake_timeout.is_zero() {
             return bad("options connect_timeout and handshake_timeout must be non-zero".into());
         }
@@ -164,6 +202,14 @@ mod tests {
             (
                 Options::default().connect_timeout(Duration::ZERO),
                 "connect_timeout",
+            ),
+            (
+                Options::default().rendezvous_dir_mode(0o070),
+                "rendezvous_dir_mode",
+            ),
+            (
+                Options::default().rendezvous_dir_mode(0o10700),
+                "rendezvous_dir_mode",
             ),
         ] {
             let e = opts.validate().unwrap_err();

@@ -1,5 +1,6 @@
-//! One conformance suite, run on every transport (`shm`, `ux`, `tcp`): the guarantees a
-//! connection gives whatever carries it.
+//! One conformance suite, run on every transport (`shm`, `ux`, `tcp`, and `auto` both
+//! upgraded to shared memory and left on TCP): the guarantees a connection gives
+//! whatever carries it.
 
 mod common;
 
@@ -34,7 +35,7 @@ macro_rules! conformance {
     )*};
 }
 
-conformance!(shm, ux, tcp);
+conformance!(shm, ux, tcp, auto, auto_tcp);
 
 fn echo(t: &str) {
     let (mut c, mut s) = pair(t);
@@ -328,7 +329,9 @@ fn counters_and_addresses(t: &str) {
     assert_eq!((cc.msgs_out, cc.bytes_out), (2, 30));
     let sc = s.counters();
     assert_eq!((sc.msgs_in, sc.bytes_in), (2, 30));
+    let t = path_of(t);
     assert_eq!(c.transport(), t);
+    assert_eq!(s.transport(), t);
     assert!(
         c.peer_addr().starts_with(&format!("{t}:")),
         "{}",
@@ -441,6 +444,7 @@ fn bad_addresses_and_options_are_typed_errors() {
     for t in TRANSPORTS {
         let addr = match *t {
             "tcp" => "tcp:127.0.0.1:1".to_string(),
+            "auto" | "auto_tcp" => "auto:127.0.0.1:1".to_string(),
             _ => fresh_addr(t),
         };
         let e = Connection::connect(&addr, &o).unwrap_err();

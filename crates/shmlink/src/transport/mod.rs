@@ -14,6 +14,7 @@ use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 
+pub(crate) mod auto;
 pub(crate) mod framed;
 pub(crate) mod shm;
 pub(crate) mod tcp;
@@ -131,7 +132,12 @@ pub(crate) struct Transport {
 }
 
 /// Every transport, by prefix.
-pub(crate) static REGISTRY: &[Transport] = &[shm::TRANSPORT, ux::TRANSPORT, tcp::TRANSPORT];
+pub(crate) static REGISTRY: &[Transport] = &[
+    shm::TRANSPORT,
+    ux::TRANSPORT,
+    tcp::TRANSPORT,
+    auto::TRANSPORT,
+];
 
 /// The transport that serves `addr`.
 pub(crate) fn lookup(addr: &Address) -> Result<&'static Transport> {

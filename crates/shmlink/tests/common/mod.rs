@@ -7,8 +7,18 @@ use std::time::{Duration, Instant};
 
 use shmlink::{Connection, ErrorKind, Listener, Options};
 
-/// The transports every conformance test runs on.
-pub const TRANSPORTS: &[&str] = &["shm", "ux", "tcp"];
+/// The transports every conformance test runs on: `auto` is `auto:` upgraded to shared
+/// memory, `auto_tcp` is `auto:` whose upgrade socket is gone, so it stays on TCP.
+pub const TRANSPORTS: &[&str] = &["shm", "ux", "tcp", "auto", "auto_tcp"];
+
+/// The path a connection of test transport `t` takes (what `Connection::transport` says).
+pub fn path_of(t: &str) -> &str {
+    match t {
+        "auto" => "shm",
+        "auto_tcp" => "tcp",
+        t => t,
+    }
+}
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
@@ -23,6 +33,7 @@ pub fn fresh_addr(transport: &str) -> String {
         }
         "ux" => format!("ux:shmlink-test-{pid}-{n}"),
         "tcp" => "tcp:127.0.0.1:0".to_string(),
+        "auto" | "auto_tcp" => "auto:127.0.0.1:0".to_string(),
         other => panic!("unknown transport {other}"),
     }
 }
@@ -38,7 +49,26 @@ pub fn test_dir() -> std::path::PathBuf {
 pub fn bind(transport: &str, opts: &Options) -> (Listener, String) {
     let l = Listener::bind(&fresh_addr(transport), opts).unwrap();
     let addr = l.local_addr();
+    if transport == "auto_tcp" {
+        remove_upgrade_socket(&addr);
+    }
     (l, addr)
+}
+
+/// Removes the upgrade socket of the `auto:` listener at `addr` (`auto-PORT-*.sock` in
+/// the rendezvous directory), so its clients stay on TCP.
+pub fn remove_upgrade_socket(addr: &str) {
+    let port = addr.rsplit(':').next().unwrap();
+    let prefix = format!("auto-{port}-");
+    let mut removed = 0;
+    for entry in std::fs::read_dir(shmlink::rendezvous_dir()).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            std::fs::remove_file(entry.path()).unwrap();
+            removed += 1;
+        }
+    }
+    assert_eq!(removed, 1, "upgrade socket of {addr}");
 }
 
 /// A connected (client, server) pair.

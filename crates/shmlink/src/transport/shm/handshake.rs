@@ -8,6 +8,13 @@
 //! | 1 `Hello` (client → server) | `features: u64, ring_c2s: u64, ring_s2c: u64, max_msg: u64` |
 //! | 2 `Accept` (server → client, memfd attached with SCM_RIGHTS) | same fields, as the server chose them |
 //! | 3 `Refuse` (server → client) | `code: u16, len: u16, reason: [u8; len]` (UTF-8) |
+//! | 4 `Upgrade` (client → server, `auto:`) | `Hello`'s fields, then `token: [u8; 16]` |
+//! | 5 `Upgraded` (server → client, memfd attached) | `Accept`'s fields, then `proof: [u8; 16]` |
+//!
+//! `Upgrade` and `Upgraded` move an `auto:` connection from TCP onto shared memory: the
+//! token and the proof were handed to the client over the TCP connection; the token
+//! names the connection to the listener, the proof shows the client that the listener
+//! behind this socket is the one it reached over TCP (see `transport::auto`).
 //!
 //! `Refuse` keeps its layout in every version, so a client of any version can read why it
 //! was refused. Packets are exactly as long as their kind says; anything else is a
@@ -33,6 +40,13 @@ const PARAMS_LEN: usize = PREFIX + 32;
 const KIND_HELLO: u16 = 1;
 const KIND_ACCEPT: u16 = 2;
 const KIND_REFUSE: u16 = 3;
+const KIND_UPGRADE: u16 = 4;
+const KIND_UPGRADED: u16 = 5;
+/// Bytes of an `auto:` upgrade token or proof.
+pub const TOKEN_LEN: usize = 16;
+
+/// An `auto:` upgrade token or proof: random bytes handed out over TCP.
+pub type Token = [u8; TOKEN_LEN];
 
 /// Ring sizes and limits, proposed in `Hello` and decided in `Accept`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,6 +111,10 @@ pub enum Packet {
     Accept(Params),
     /// Server's refusal.
     Refuse(RefuseCode, String),
+    /// Client's proposal for an `auto:` connection, with the token it got over TCP.
+    Upgrade(Params, Token),
+    /// Server's decision on an upgrade (the memfd travels with it), with the proof.
+    Upgraded(Params, Token),
 }
 
 impl Packet {
@@ -106,16 +124,18 @@ impl Packet {
             Packet::Hello(_) => KIND_HELLO,
             Packet::Accept(_) => KIND_ACCEPT,
             Packet::Refuse(..) => KIND_REFUSE,
+            Packet::Upgrade(..) => KIND_UPGRADE,
+            Packet::Upgraded(..) => KIND_UPGRADED,
         };
-        let mut out = Vec::with_capacity(PARAMS_LEN);
+        let mut out = Vec::with_capacity(PARAMS_LEN + TOKEN_LEN);
         out.extend_from_slice(&MAGIC.to_le_bytes());
         out.extend_from_slice(&VERSION.to_le_bytes());
         out.extend_from_slice(&kind.to_le_bytes());
         match self {
-            Packet::Hello(p) | Packet::Accept(p) => {
-                for v in [p.features, p.ring_c2s, p.ring_s2c, p.max_msg] {
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
+            Packet::Hello(p) | Packet::Accept(p) => encode_params(&mut out, p),
+            Packet::Upgrade(p, token) | Packet::Upgraded(p, token) => {
+                encode_params(&mut out, p);
+                out.extend_from_slice(token);
             }
             Packet::Refuse(code, reason) => {
                 let mut end = reason.len().min(MAX_REASON);
@@ -167,14 +187,13 @@ impl Packet {
                 format!("peer speaks protocol version {version}, this side speaks {VERSION}"),
             ));
         }
-        if kind != KIND_HELLO && kind != KIND_ACCEPT {
-            return bad(format!("unknown packet kind {kind}"));
-        }
-        if bytes.len() != PARAMS_LEN {
-            return bad(format!(
-                "packet of {} bytes, expected {PARAMS_LEN}",
-                bytes.len()
-            ));
+        let len = match kind {
+            KIND_HELLO | KIND_ACCEPT => PARAMS_LEN,
+            KIND_UPGRADE | KIND_UPGRADED => PARAMS_LEN + TOKEN_LEN,
+            _ => return bad(format!("unknown packet kind {kind}")),
+        };
+        if bytes.len() != len {
+            return bad(format!("packet of {} bytes, expected {len}", bytes.len()));
         }
         let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
         let p = Params {
@@ -183,11 +202,19 @@ impl Packet {
             ring_s2c: u64_at(24),
             max_msg: u64_at(32),
         };
-        Ok(if kind == KIND_HELLO {
-            Packet::Hello(p)
-        } else {
-            Packet::Accept(p)
+        let token = || -> Token { bytes[PARAMS_LEN..].try_into().expect("checked length") };
+        Ok(match kind {
+            KIND_HELLO => Packet::Hello(p),
+            KIND_ACCEPT => Packet::Accept(p),
+            KIND_UPGRADE => Packet::Upgrade(p, token()),
+            _ => Packet::Upgraded(p, token()),
         })
+    }
+}
+
+fn encode_params(out: &mut Vec<u8>, p: &Params) {
+    for v in [p.features, p.ring_c2s, p.ring_s2c, p.max_msg] {
+        out.extend_from_slice(&v.to_le_bytes());
     }
 }
 
@@ -207,6 +234,8 @@ mod tests {
             Packet::Hello(p),
             Packet::Accept(p),
             Packet::Refuse(RefuseCode::Permission, "uid 5 not allowed".into()),
+            Packet::Upgrade(p, [7; TOKEN_LEN]),
+            Packet::Upgraded(p, [9; TOKEN_LEN]),
         ] {
             assert_eq!(Packet::decode(&pkt.encode()).unwrap(), pkt);
         }

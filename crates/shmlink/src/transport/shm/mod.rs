@@ -2,9 +2,10 @@
 //! over a Unix `SOCK_SEQPACKET` rendezvous socket that stays open for doorbells and
 //! liveness (DESIGN §3–5).
 
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,7 @@ pub(crate) mod segment;
 use crate::ring::FenceMode;
 
 pub(crate) use conn::{Setup, ShmConn};
-use handshake::{Packet, Params, RefuseCode, FEATURE_ASYM_FENCE, MAX_PACKET};
+use handshake::{Packet, Params, RefuseCode, Token, FEATURE_ASYM_FENCE, MAX_PACKET};
 use segment::{Segment, C2S, S2C};
 
 pub(crate) const TRANSPORT: Transport = Transport {
@@ -70,23 +71,58 @@ fn fence_mode(features: u64) -> FenceMode {
 }
 
 fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
+    client(
+        socket_of(addr),
+        &addr.to_string(),
+        opts,
+        None,
+        Instant::now() + opts.connect_timeout,
+    )
+}
+
+/// `auto:`'s upgrade: connects to the listener's upgrade socket at `path`, presents
+/// `token` and checks that the listener answers with `proof`.
+pub(crate) fn connect_upgrade(
+    path: &std::path::Path,
+    opts: &Options,
+    token: Token,
+    proof: Token,
+    deadline: Instant,
+) -> Result<Box<dyn ConnOps>> {
+    let name = UnixName::Path(path.to_path_buf());
+    let text = format!("shm:{}", path.display());
+    client(&name, &text, opts, Some((token, proof)), deadline)
+}
+
+/// The client's side of a handshake with the listener at `socket`: a hello, or an
+/// upgrade with a token when `upgrade` holds `(token, expected proof)`.
+fn client(
+    socket: &UnixName,
+    name: &str,
+    opts: &Options,
+    upgrade: Option<(Token, Token)>,
+    deadline: Instant,
+) -> Result<Box<dyn ConnOps>> {
     // Before connecting: registering can take milliseconds in a multi-threaded process,
     // which must not eat into the listener's handshake window.
     let offered = own_features(opts);
-    let deadline = Instant::now() + opts.connect_timeout;
-    let sock = socket::connect(socket_of(addr), deadline).map_err(|e| match e.kind() {
+    let sock = socket::connect(socket, deadline).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => Error::new(
             ErrorKind::ConnectionRefused,
-            format!("no listener at {addr} ({e})"),
+            format!("no listener at {name} ({e})"),
         ),
         _ => Error::io("rendezvous socket", e),
     })?;
-    let hello = Packet::Hello(Params {
+    let want = Params {
         features: offered,
         ring_c2s: opts.ring_size as u64,
         ring_s2c: opts.ring_size as u64,
         max_msg: opts.max_msg_size as u64,
-    });
+    };
+    let hello = match upgrade {
+        None => Packet::Hello(want),
+        Some((token, _)) => Packet::Upgrade(want, token),
+    };
     socket::send(sock.as_fd(), &hello.encode()).map_err(|e| Error::io("send hello", e))?;
     let mut buf = [0u8; MAX_PACKET];
     let mut fds = Vec::new();
@@ -103,15 +139,26 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
             "listener closed the connection during the handshake",
         ));
     }
-    let params = match Packet::decode(&buf[..n])? {
-        Packet::Accept(p) => p,
-        Packet::Refuse(code, reason) => {
+    let params = match (Packet::decode(&buf[..n])?, upgrade) {
+        (Packet::Accept(p), None) => p,
+        (Packet::Upgraded(p, proof), Some((_, want))) if proof == want => p,
+        (Packet::Upgraded(..), Some(_)) => {
+            return Err(Error::new(
+                ErrorKind::PermissionDenied,
+                format!("the listener at {name} is not the one reached over TCP (wrong proof)"),
+            ))
+        }
+        (Packet::Refuse(code, reason), _) => {
             return Err(Error::new(
                 code.kind(),
                 format!("refused by listener: {reason}"),
             ))
         }
-        Packet::Hello(_) => return Err(Error::violation("listener answered with a hello")),
+        (other, _) => {
+            return Err(Error::violation(format!(
+                "listener answered the handshake with {other:?}"
+            )))
+        }
     };
     if !valid_ring(params.ring_c2s)
         || !valid_ring(params.ring_s2c)
@@ -136,7 +183,7 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         ))
     })?;
     let seg = Segment::attach(&memfd, [params.ring_c2s as usize, params.ring_s2c as usize])?;
-    let name = addr.to_string();
+    let name = name.to_string();
     Ok(Box::new(ShmConn::new(Setup {
         seg,
         tx_ring: C2S,
@@ -151,6 +198,29 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     })))
 }
 
+/// Whether a client with `uid` and primary `gid` may connect: the listener's own uid,
+/// root, and the uids and gids the options allow.
+fn check_cred(opts: &Options, uid: u32, gid: u32) -> std::result::Result<(), String> {
+    let me = sys::euid();
+    if uid == me || uid == 0 || opts.allow_uids.contains(&uid) || opts.allow_gids.contains(&gid) {
+        return Ok(());
+    }
+    let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+    let mut allowed = format!("uid {me} and root");
+    if !opts.allow_uids.is_empty() {
+        allowed += &format!(", uids {}", list(&opts.allow_uids));
+    }
+    if !opts.allow_gids.is_empty() {
+        allowed += &format!(", gids {}", list(&opts.allow_gids));
+    }
+    Err(format!(
+        "uid {uid} (gid {gid}) may not connect (allowed: {allowed})"
+    ))
+}
+
+/// A connection a listener set up, with the `auto:` upgrade token it came with.
+pub(crate) type Accepted = (Option<Token>, Box<dyn ConnOps>);
+
 /// A client between connect and a completed handshake.
 struct Pending {
     sock: OwnedFd,
@@ -163,6 +233,8 @@ struct Handshake {
     memfd: OwnedFd,
     accept: Params,
     client_max_msg: u64,
+    /// The `auto:` upgrade's token and proof.
+    upgrade: Option<(Token, Token)>,
 }
 
 /// A bound `shm:` listener.
@@ -176,55 +248,73 @@ pub(crate) struct ShmListener {
     /// The socket file and its (device, inode), removed on drop if still ours.
     file: Option<(PathBuf, u64, u64)>,
     events: Vec<(u64, u32)>,
+    /// An `auto:` listener's upgrade socket: the tokens handed out over TCP and their
+    /// proofs. Such a listener accepts only upgrades with a token from this book.
+    pub(crate) upgrades: Option<HashMap<Token, Token>>,
 }
 
 fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
-    let name = socket_of(addr);
-    if let UnixName::Path(path) = name {
-        prepare_path(addr, path)?;
+    Ok(Box::new(ShmListener::bind(addr, opts)?))
+}
+
+impl ShmListener {
+    pub(crate) fn bind(addr: &Address, opts: &Options) -> Result<ShmListener> {
+        let name = socket_of(addr);
+        if let UnixName::Path(path) = name {
+            prepare_path(addr, path, opts.dir_mode)?;
+        }
+        let listen = socket::listen(name, 128).map_err(|e| {
+            if e.kind() == io::ErrorKind::AddrInUse {
+                Error::new(ErrorKind::AddrInUse, format!("{addr} is already bound"))
+            } else {
+                Error::io("bind rendezvous socket", e)
+            }
+        })?;
+        let file = match name {
+            UnixName::Path(p) => {
+                // Connecting needs write permission on the socket file: the owner only, unless
+                // the options allow others (then the credential check is the gate).
+                let others = !opts.allow_uids.is_empty() || !opts.allow_gids.is_empty();
+                let mode = if others { 0o666 } else { 0o600 };
+                std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+                    .map_err(|e| Error::io("set the rendezvous socket's mode", e))?;
+                let m = std::fs::metadata(p).map_err(|e| Error::io("stat rendezvous socket", e))?;
+                Some((p.clone(), m.dev(), m.ino()))
+            }
+            UnixName::Abstract(_) => None,
+        };
+        let epoll = Epoll::new().map_err(|e| Error::io("epoll", e))?;
+        epoll
+            .add(listen.as_raw_fd(), libc::EPOLLIN as u32, LISTEN_TOKEN)
+            .map_err(|e| Error::io("epoll", e))?;
+        Ok(ShmListener {
+            listen,
+            epoll,
+            pending: Vec::new(),
+            opts: opts.clone(),
+            addr: addr.to_string(),
+            file,
+            events: Vec::new(),
+            upgrades: None,
+        })
     }
-    let listen = socket::listen(name, 128).map_err(|e| {
-        if e.kind() == io::ErrorKind::AddrInUse {
-            Error::new(ErrorKind::AddrInUse, format!("{addr} is already bound"))
-        } else {
-            Error::io("bind rendezvous socket", e)
-        }
-    })?;
-    let file = match name {
-        UnixName::Path(p) => {
-            let m = std::fs::metadata(p).map_err(|e| Error::io("stat rendezvous socket", e))?;
-            Some((p.clone(), m.dev(), m.ino()))
-        }
-        UnixName::Abstract(_) => None,
-    };
-    let epoll = Epoll::new().map_err(|e| Error::io("epoll", e))?;
-    epoll
-        .add(listen.as_raw_fd(), libc::EPOLLIN as u32, LISTEN_TOKEN)
-        .map_err(|e| Error::io("epoll", e))?;
-    Ok(Box::new(ShmListener {
-        listen,
-        epoll,
-        pending: Vec::new(),
-        opts: opts.clone(),
-        addr: addr.to_string(),
-        file,
-        events: Vec::new(),
-    }))
 }
 
 /// Creates the rendezvous directory (0700) for `shm:NAME` and removes a stale socket
 /// file; a live listener on the path is `AddrInUse`.
-fn prepare_path(addr: &Address, path: &std::path::Path) -> Result<()> {
+fn prepare_path(addr: &Address, path: &std::path::Path, dir_mode: u32) -> Result<()> {
     let in_default_dir = matches!(addr, Address::Shm { text, .. } if !text.starts_with('/'));
     if in_default_dir {
-        if let Some(dir) = path.parent() {
+        if let Some(dir) = path.parent().filter(|d| !d.exists()) {
+            let ctx = |e| Error::io(format!("create rendezvous directory {}", dir.display()), e);
             std::fs::DirBuilder::new()
                 .recursive(true)
-                .mode(0o700)
+                .mode(dir_mode)
                 .create(dir)
-                .map_err(|e| {
-                    Error::io(format!("create rendezvous directory {}", dir.display()), e)
-                })?;
+                .map_err(ctx)?;
+            // The mode exactly, whatever the umask.
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(dir_mode))
+                .map_err(ctx)?;
         }
     }
     if std::fs::symlink_metadata(path).is_ok() {
@@ -273,7 +363,7 @@ impl ShmListener {
 
     /// Runs the handshake with pending client `i` if its hello has arrived. The client
     /// leaves `pending` unless it has not spoken yet.
-    fn try_handshake(&mut self, i: usize) -> Option<Box<dyn ConnOps>> {
+    fn try_handshake(&mut self, i: usize) -> Option<Accepted> {
         let mut buf = [0u8; MAX_PACKET];
         let mut fds = Vec::new();
         let res = socket::recv_with_fds(self.pending[i].sock.as_fd(), &mut buf, &mut fds);
@@ -293,9 +383,17 @@ impl ShmListener {
         };
         match verdict {
             Ok(h) => {
-                let accept = Packet::Accept(h.accept).encode();
-                socket::send_with_fds(p.sock.as_fd(), &accept, &[h.memfd.as_raw_fd()]).ok()?;
-                Some(Box::new(ShmConn::new(Setup {
+                let answer = match h.upgrade {
+                    None => Packet::Accept(h.accept),
+                    Some((_, proof)) => Packet::Upgraded(h.accept, proof),
+                };
+                let token = h.upgrade.map(|(token, _)| token);
+                if let (Some(book), Some(token)) = (&mut self.upgrades, token) {
+                    book.remove(&token); // used once
+                }
+                socket::send_with_fds(p.sock.as_fd(), &answer.encode(), &[h.memfd.as_raw_fd()])
+                    .ok()?;
+                let conn = Box::new(ShmConn::new(Setup {
                     seg: h.seg,
                     tx_ring: S2C,
                     rx_ring: C2S,
@@ -306,7 +404,8 @@ impl ShmListener {
                     max_recv: self.opts.max_msg_size,
                     local: self.addr.clone(),
                     peer: self.addr.clone(),
-                })))
+                }));
+                Some((token, conn))
             }
             Err((code, reason)) => {
                 let _ = socket::send(p.sock.as_fd(), &Packet::Refuse(code, reason).encode());
@@ -328,26 +427,33 @@ impl ShmListener {
                 "hello must not carry descriptors".into(),
             ));
         }
-        let want = match Packet::decode(hello) {
-            Ok(Packet::Hello(p)) => p,
-            Ok(_) => return Err((RefuseCode::Protocol, "expected a hello".into())),
-            Err(e) if e.kind() == ErrorKind::VersionMismatch => {
+        let (want, upgrade) = match (Packet::decode(hello), &self.upgrades) {
+            (Ok(Packet::Hello(p)), None) => (p, None),
+            (Ok(Packet::Upgrade(p, token)), Some(book)) => match book.get(&token) {
+                Some(proof) => (p, Some((token, *proof))),
+                None => {
+                    return Err((
+                        RefuseCode::Permission,
+                        "unknown or already used upgrade token".into(),
+                    ))
+                }
+            },
+            (Ok(_), None) => return Err((RefuseCode::Protocol, "expected a hello".into())),
+            (Ok(_), Some(_)) => {
+                return Err((
+                    RefuseCode::Protocol,
+                    "this is an auto: upgrade socket: expected an upgrade".into(),
+                ))
+            }
+            (Err(e), _) if e.kind() == ErrorKind::VersionMismatch => {
                 return Err((RefuseCode::Version, e.message().to_string()))
             }
-            Err(e) => return Err((RefuseCode::Protocol, e.message().to_string())),
+            (Err(e), _) => return Err((RefuseCode::Protocol, e.message().to_string())),
         };
         let cred = socket::peer_cred(sock.as_fd())
             .map_err(|e| (RefuseCode::Permission, format!("no peer credentials: {e}")))?;
-        let me = sys::euid();
-        if cred.uid != me && cred.uid != 0 {
-            return Err((
-                RefuseCode::Permission,
-                format!(
-                    "uid {} may not connect to {} (allowed: uid {me} and root)",
-                    cred.uid, self.addr
-                ),
-            ));
-        }
+        check_cred(&self.opts, cred.uid, cred.gid)
+            .map_err(|why| (RefuseCode::Permission, format!("{why} on {}", self.addr)))?;
         if !valid_ring(want.ring_c2s) || !valid_ring(want.ring_s2c) {
             return Err((
                 RefuseCode::Invalid,
@@ -371,7 +477,43 @@ impl ShmListener {
             memfd,
             accept,
             client_max_msg: want.max_msg,
+            upgrade,
         })
+    }
+
+    /// Takes waiting clients and runs the handshakes whose hello has arrived, without
+    /// blocking; returns the first connection set up (with its upgrade token).
+    pub(crate) fn step(&mut self) -> Result<Option<Accepted>> {
+        self.accept_backlog()?;
+        let mut events = std::mem::take(&mut self.events);
+        self.epoll
+            .wait(Some(Instant::now()), &mut events)
+            .map_err(|e| Error::io("epoll", e))?;
+        let mut found = None;
+        for &(token, _) in &events {
+            if token == LISTEN_TOKEN || found.is_some() {
+                continue;
+            }
+            if let Some(i) = self
+                .pending
+                .iter()
+                .position(|p| p.sock.as_raw_fd() as u64 == token)
+            {
+                found = self.try_handshake(i);
+            }
+        }
+        self.events = events;
+        self.expire(Instant::now());
+        Ok(found)
+    }
+
+    /// Waits until a client or a hello arrives, a pending client's deadline passes, or
+    /// `until`.
+    pub(crate) fn wait(&mut self, until: Option<Instant>) -> Result<()> {
+        let deadline = self.pending.iter().map(|p| p.deadline).chain(until).min();
+        self.epoll
+            .wait(deadline, &mut self.events)
+            .map_err(|e| Error::io("epoll", e))
     }
 
     /// Drops clients that did not say hello in time.
@@ -390,37 +532,13 @@ impl ShmListener {
 impl ListenerOps for ShmListener {
     fn accept(&mut self, blocking: bool) -> Result<Box<dyn ConnOps>> {
         loop {
-            self.accept_backlog()?;
-            let mut events = std::mem::take(&mut self.events);
-            self.epoll
-                .wait(Some(Instant::now()), &mut events)
-                .map_err(|e| Error::io("epoll", e))?;
-            let mut found = None;
-            for &(token, _) in &events {
-                if token == LISTEN_TOKEN || found.is_some() {
-                    continue;
-                }
-                if let Some(i) = self
-                    .pending
-                    .iter()
-                    .position(|p| p.sock.as_raw_fd() as u64 == token)
-                {
-                    found = self.try_handshake(i);
-                }
-            }
-            self.events = events;
-            if let Some(conn) = found {
+            if let Some((_, conn)) = self.step()? {
                 return Ok(conn);
             }
-            let now = Instant::now();
-            self.expire(now);
             if !blocking {
                 return Err(Error::would_block());
             }
-            let deadline = self.pending.iter().map(|p| p.deadline).min();
-            self.epoll
-                .wait(deadline, &mut self.events)
-                .map_err(|e| Error::io("epoll", e))?;
+            self.wait(None)?;
         }
     }
 

@@ -1,0 +1,628 @@
+//! The `auto:` transport: TCP that becomes shared memory when both ends share a kernel
+//! (DESIGN §6, the XWAY idea of one address for local and remote peers).
+//!
+//! A client connects over `tcp:` and the two ends exchange a few messages on that
+//! connection before the application sees it:
+//!
+//! ```text
+//! client                                      listener
+//!   Hello(boot id)                       ─▶   same boot id and an upgrade socket?
+//!                                        ◀─   Offer(token, proof, socket name, path)
+//!                                             or NoOffer(reason) → stays on TCP
+//!   connect to the upgrade socket (Unix)
+//!   Upgrade(params, token)      ─ unix ─▶     token known? credentials allowed?
+//!                               ◀─ unix ─     Upgraded(params, proof) + memfd
+//!   proof right? → Decision(upgraded)    ─▶   hands out the shm connection
+//!   otherwise    → Decision(stay)        ─▶   hands out the TCP connection
+//! ```
+//!
+//! The client alone decides, after it knows whether the upgrade worked, and says so on the
+//! TCP connection, which both ends read in order: the listener never guesses, so the two
+//! ends cannot end up on different paths (an `Upgraded` the client did not take is
+//! dropped with the client's `Decision(stay)`). The token is single-use and names the TCP
+//! connection to the listener; the proof, which never travels over the Unix socket,
+//! shows the client that the listener behind the socket is the one it reached over TCP,
+//! so a socket of another server at the same path (another container's directory, a
+//! replayed token) is never taken. The boot id (`/proc/sys/kernel/random/boot_id`) tells
+//! whether both ends share a kernel; reaching the socket tells whether they share the
+//! rendezvous directory. Everything else stays on TCP: another host, a container without
+//! the shared directory, a uid the listener does not allow.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::shm::handshake::{Token, TOKEN_LEN};
+use super::shm::{self, ShmListener};
+use crate::addr::{rendezvous_dir, Address, UnixName};
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::Options;
+use crate::sys::stream::EventFlag;
+use crate::sys::{self, Epoll};
+use crate::transport::{tcp, ConnOps, ListenerOps, Transport};
+
+/// The `auto:` entry in the transport registry.
+pub(crate) const TRANSPORT: Transport = Transport {
+    name: "auto",
+    connect,
+    bind,
+};
+
+/// Every negotiation message starts with this and [`VERSION`].
+const MAGIC: &[u8; 8] = b"SHMLAUTO";
+const VERSION: u16 = 1;
+const PREFIX: usize = MAGIC.len() + 4;
+const KIND_HELLO: u16 = 1;
+const KIND_OFFER: u16 = 2;
+const KIND_NO_OFFER: u16 = 3;
+const KIND_DECISION: u16 = 4;
+/// Longest boot id, socket name, socket path and reason accepted.
+const MAX_BOOT_ID: usize = 64;
+const MAX_NAME: usize = 255;
+const MAX_PATH: usize = 4096;
+const MAX_REASON: usize = 256;
+
+/// Most connections a listener keeps in negotiation; beyond that the oldest is dropped.
+const MAX_DECIDING: usize = 128;
+const TOKEN_TCP: u64 = 0;
+const TOKEN_SHM: u64 = 1;
+const TOKEN_READY: u64 = 2;
+
+/// A negotiation message, carried as one message of the TCP connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Msg {
+    /// Client → listener: the client's kernel boot id (empty if unknown).
+    Hello { boot_id: Vec<u8> },
+    /// Listener → client: where to upgrade, and with what.
+    Offer {
+        token: Token,
+        proof: Token,
+        /// File name of the upgrade socket in the rendezvous directory.
+        name: String,
+        /// Its absolute path as the listener sees it.
+        path: String,
+    },
+    /// Listener → client: stay on TCP, and why.
+    NoOffer { reason: String },
+    /// Client → listener: whether the client took the upgrade.
+    Decision { upgraded: bool },
+}
+
+impl Msg {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        let put = |out: &mut Vec<u8>, bytes: &[u8]| {
+            out.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
+            out.extend_from_slice(bytes);
+        };
+        match self {
+            Msg::Hello { boot_id } => {
+                out.extend_from_slice(&KIND_HELLO.to_le_bytes());
+                put(&mut out, boot_id);
+            }
+            Msg::Offer {
+                token,
+                proof,
+                name,
+                path,
+            } => {
+                out.extend_from_slice(&KIND_OFFER.to_le_bytes());
+                out.extend_from_slice(token);
+                out.extend_from_slice(proof);
+                put(&mut out, name.as_bytes());
+                put(&mut out, path.as_bytes());
+            }
+            Msg::NoOffer { reason } => {
+                out.extend_from_slice(&KIND_NO_OFFER.to_le_bytes());
+                put(&mut out, reason.as_bytes());
+            }
+            Msg::Decision { upgraded } => {
+                out.extend_from_slice(&KIND_DECISION.to_le_bytes());
+                out.push(u8::from(*upgraded));
+            }
+        }
+        out
+    }
+
+    /// Parses a message from an untrusted peer: every length checked, nothing left over.
+    fn decode(bytes: &[u8]) -> Result<Msg> {
+        let bad = |why: String| Error::violation(format!("auto: negotiation: {why}"));
+        if bytes.len() < PREFIX || &bytes[..MAGIC.len()] != MAGIC {
+            return Err(bad(
+                "not an auto: message (is the peer an auto: endpoint?)".into()
+            ));
+        }
+        let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+        if version != VERSION {
+            return Err(Error::new(
+                ErrorKind::VersionMismatch,
+                format!("auto: peer speaks version {version}, this side speaks {VERSION}"),
+            ));
+        }
+        let kind = u16::from_le_bytes([bytes[10], bytes[11]]);
+        let mut r = Reader(&bytes[PREFIX..]);
+        let msg = match kind {
+            KIND_HELLO => Msg::Hello {
+                boot_id: r.field(MAX_BOOT_ID, "boot id")?,
+            },
+            KIND_OFFER => Msg::Offer {
+                token: r.token("token")?,
+                proof: r.token("proof")?,
+                name: r.text(MAX_NAME, "socket name")?,
+                path: r.text(MAX_PATH, "socket path")?,
+            },
+            KIND_NO_OFFER => Msg::NoOffer {
+                reason: r.text(MAX_REASON, "reason")?,
+            },
+            KIND_DECISION => match r.take(1, "decision")?[0] {
+                0 => Msg::Decision { upgraded: false },
+                1 => Msg::Decision { upgraded: true },
+                v => return Err(bad(format!("decision {v} (expected 0 or 1)"))),
+            },
+            k => return Err(bad(format!("unknown message kind {k}"))),
+        };
+        let rest = r.0;
+        if !rest.is_empty() {
+            return Err(bad(format!("{} bytes after the message", rest.len())));
+        }
+        Ok(msg)
+    }
+}
+
+/// Takes fields off the front of an untrusted message.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
+        if self.0.len() < n {
+            return Err(Error::violation(format!(
+                "auto: negotiation: truncated {what}"
+            )));
+        }
+        let (head, tail) = self.0.split_at(n);
+        self.0 = tail;
+        Ok(head)
+    }
+
+    fn token(&mut self, what: &str) -> Result<Token> {
+        Ok(self
+            .take(TOKEN_LEN, what)?
+            .try_into()
+            .expect("TOKEN_LEN bytes"))
+    }
+
+    /// A `u16` length, then that many bytes (at most `max`).
+    fn field(&mut self, max: usize, what: &str) -> Result<Vec<u8>> {
+        let len = self.take(2, what)?;
+        let len = u16::from_le_bytes([len[0], len[1]]) as usize;
+        if len > max {
+            return Err(Error::violation(format!(
+                "auto: negotiation: {what} of {len} bytes (at most {max})"
+            )));
+        }
+        Ok(self.take(len, what)?.to_vec())
+    }
+
+    fn text(&mut self, max: usize, what: &str) -> Result<String> {
+        String::from_utf8(self.field(max, what)?)
+            .map_err(|_| Error::violation(format!("auto: negotiation: {what} is not UTF-8")))
+    }
+}
+
+/// This kernel's boot id; empty if it cannot be read (then nothing is upgraded).
+fn boot_id() -> Vec<u8> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().as_bytes().to_vec())
+        .unwrap_or_default()
+}
+
+/// Random bytes from the kernel.
+fn random_token() -> Result<Token> {
+    let mut t = [0u8; TOKEN_LEN];
+    let mut got = 0;
+    while got < t.len() {
+        // SAFETY: the pointer and length describe the unfilled tail of `t`.
+        match crate::sys::syscall!(getrandom(t[got..].as_mut_ptr().cast(), t.len() - got, 0)) {
+            Ok(n) => got += n as usize,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io("getrandom", e)),
+        }
+    }
+    Ok(t)
+}
+
+/// The `tcp:` address an `auto:` address runs over.
+fn tcp_address(addr: &Address) -> Address {
+    match addr {
+        Address::Auto { host, port } => Address::Tcp {
+            host: host.clone(),
+            port: *port,
+        },
+        _ => unreachable!("the registry only hands auto: addresses to the auto transport"),
+    }
+}
+
+/// Sends one negotiation message.
+fn send_msg(conn: &mut dyn ConnOps, msg: &Msg) -> Result<()> {
+    conn.send(&msg.encode(), true)
+}
+
+/// Receives one negotiation message, waiting until `deadline`.
+fn recv_msg(conn: &mut dyn ConnOps, deadline: Instant) -> Result<Msg> {
+    loop {
+        match conn.recv_next(false) {
+            Ok(_) => {
+                let msg = Msg::decode(conn.current());
+                conn.release();
+                return msg;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                let ready = sys::poll_fd(conn.fd(), libc::POLLIN, Some(deadline))
+                    .map_err(|e| Error::io("wait for the auto: negotiation", e))?;
+                if ready == 0 {
+                    return Err(Error::new(
+                        ErrorKind::TimedOut,
+                        "listener did not answer the auto: negotiation",
+                    ));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
+    let deadline = Instant::now() + opts.connect_timeout;
+    let mut conn = (tcp::TRANSPORT.connect)(&tcp_address(addr), opts)?;
+    send_msg(&mut *conn, &Msg::Hello { boot_id: boot_id() })?;
+    match recv_msg(&mut *conn, deadline)? {
+        Msg::NoOffer { .. } => Ok(conn),
+        Msg::Offer {
+            token,
+            proof,
+            name,
+            path,
+        } => {
+            let upgraded = upgrade(&name, &path, opts, token, proof, deadline);
+            send_msg(
+                &mut *conn,
+                &Msg::Decision {
+                    upgraded: upgraded.is_ok(),
+                },
+            )?;
+            match upgraded {
+                Ok(shm) => {
+                    let _ = conn.close(false);
+                    Ok(shm)
+                }
+                Err(_) => Ok(conn),
+            }
+        }
+        other => Err(Error::violation(format!(
+            "auto: listener answered the hello with {other:?}"
+        ))),
+    }
+}
+
+/// Tries the upgrade socket where this process finds it: under its own rendezvous
+/// directory (a directory shared between containers may be mounted elsewhere), then at
+/// the listener's path.
+fn upgrade(
+    name: &str,
+    path: &str,
+    opts: &Options,
+    token: Token,
+    proof: Token,
+    deadline: Instant,
+) -> Result<Box<dyn ConnOps>> {
+    let plain_name = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
+    let mut tried = Vec::new();
+    if plain_name {
+        tried.push(rendezvous_dir().join(name));
+    }
+    if Path::new(path).is_absolute() && !tried.iter().any(|p| p == Path::new(path)) {
+        tried.push(PathBuf::from(path));
+    }
+    let mut last = Error::new(
+        ErrorKind::ConnectionRefused,
+        "auto: listener offered no usable socket",
+    );
+    for p in tried {
+        match shm::connect_upgrade(&p, opts, token, proof, deadline) {
+            Ok(conn) => return Ok(conn),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// A TCP connection in negotiation on the listener's side.
+struct Deciding {
+    conn: Box<dyn ConnOps>,
+    deadline: Instant,
+    /// The token offered, once the hello has been answered with an offer.
+    offer: Option<Token>,
+    /// The shm connection set up with that token, waiting for the client's decision.
+    shm: Option<Box<dyn ConnOps>>,
+}
+
+/// What one negotiation step left to do.
+enum Step {
+    Wait,
+    Drop,
+    /// Hand out the TCP connection.
+    Tcp,
+    /// Hand out this shm connection (the TCP connection is closed).
+    Shm(Box<dyn ConnOps>),
+}
+
+/// A bound `auto:` listener: a `tcp:` listener, an upgrade socket in the rendezvous
+/// directory, and the connections in negotiation.
+struct AutoListener {
+    tcp: Box<dyn ListenerOps>,
+    /// `None` when the upgrade socket could not be created (then every client stays on
+    /// TCP, told why).
+    shm: Option<ShmListener>,
+    shm_path: PathBuf,
+    /// Why there is no upgrade socket.
+    no_shm: String,
+    boot_id: Vec<u8>,
+    /// The listener's fd: the TCP listener, the upgrade socket, every connection in
+    /// negotiation and `ready_flag`.
+    epoll: Epoll,
+    /// Set while `ready` holds connections.
+    ready_flag: EventFlag,
+    deciding: HashMap<u64, Deciding>,
+    next_token: u64,
+    ready: VecDeque<Box<dyn ConnOps>>,
+    timeout: Duration,
+    addr: String,
+    events: Vec<(u64, u32)>,
+}
+
+fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
+    let tcp = (tcp::TRANSPORT.bind)(&tcp_address(addr), opts)?;
+    let bound = tcp.local_addr();
+    let host_port = bound.strip_prefix("tcp:").unwrap_or(&bound);
+    let port = host_port.rsplit(':').next().unwrap_or("0");
+    let tag = random_token()?;
+    let name = format!(
+        "auto-{port}-{:02x}{:02x}{:02x}{:02x}.sock",
+        tag[0], tag[1], tag[2], tag[3]
+    );
+    let shm_path = rendezvous_dir().join(&name);
+    let shm_addr = Address::Shm {
+        socket: UnixName::Path(shm_path.clone()),
+        text: name,
+    };
+    let (shm, no_shm) = match ShmListener::bind(&shm_addr, opts) {
+        Ok(mut l) => {
+            l.upgrades = Some(HashMap::new());
+            (Some(l), String::new())
+        }
+        Err(e) => (None, format!("the listener has no upgrade socket: {e}")),
+    };
+    let ctx = |e| Error::io("create the auto: listener's epoll set", e);
+    let epoll = Epoll::new().map_err(ctx)?;
+    let ready_flag = EventFlag::new().map_err(ctx)?;
+    let watch = |fd: BorrowedFd<'_>, token| epoll.add(fd.as_raw_fd(), libc::EPOLLIN as u32, token);
+    watch(tcp.fd(), TOKEN_TCP).map_err(ctx)?;
+    watch(ready_flag.fd(), TOKEN_READY).map_err(ctx)?;
+    if let Some(l) = &shm {
+        watch(l.fd(), TOKEN_SHM).map_err(ctx)?;
+    }
+    Ok(Box::new(AutoListener {
+        tcp,
+        shm,
+        shm_path,
+        no_shm,
+        boot_id: boot_id(),
+        epoll,
+        ready_flag,
+        deciding: HashMap::new(),
+        next_token: TOKEN_READY + 1,
+        ready: VecDeque::new(),
+        timeout: opts.handshake_timeout,
+        addr: format!("auto:{host_port}"),
+        events: Vec::new(),
+    }))
+}
+
+impl AutoListener {
+    /// Takes new TCP connections, completed upgrades and negotiation messages, without
+    /// blocking.
+    fn poll(&mut self) -> Result<()> {
+        loop {
+            match self.tcp.accept(false) {
+                Ok(conn) => self.start(conn),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        while let Some((token, conn)) = match &mut self.shm {
+            Some(l) => l.step()?,
+            None => None,
+        } {
+            let owner = self
+                .deciding
+                .values_mut()
+                .find(|d| token.is_some() && d.offer == token);
+            if let Some(d) = owner {
+                d.shm = Some(conn);
+            }
+        }
+        let now = Instant::now();
+        let keys: Vec<u64> = self.deciding.keys().copied().collect();
+        for key in keys {
+            let d = self.deciding.get_mut(&key).expect("key from the map");
+            let step = if d.deadline <= now {
+                Step::Drop
+            } else {
+                Self::advance(
+                    d,
+                    &mut self.shm,
+                    &self.boot_id,
+                    &self.no_shm,
+                    &self.shm_path,
+                )
+            };
+            match step {
+                Step::Wait => {}
+                Step::Drop => drop(self.finish(key)),
+                Step::Tcp => {
+                    if let Some(d) = self.finish(key) {
+                        self.ready.push_back(d.conn);
+                    }
+                }
+                Step::Shm(conn) => {
+                    drop(self.finish(key));
+                    self.ready.push_back(conn);
+                }
+            }
+        }
+        if !self.ready.is_empty() {
+            self.ready_flag
+                .set()
+                .map_err(|e| Error::io("auto: listener", e))?;
+        }
+        Ok(())
+    }
+
+    /// A new TCP connection enters negotiation.
+    fn start(&mut self, conn: Box<dyn ConnOps>) {
+        if self.deciding.len() >= MAX_DECIDING {
+            if let Some(&oldest) = self.deciding.keys().min() {
+                drop(self.finish(oldest));
+            }
+        }
+        let key = self.next_token;
+        self.next_token += 1;
+        if self
+            .epoll
+            .add(conn.fd().as_raw_fd(), libc::EPOLLIN as u32, key)
+            .is_err()
+        {
+            return; // dropped: the client sees its connection close
+        }
+        self.deciding.insert(
+            key,
+            Deciding {
+                conn,
+                deadline: Instant::now() + self.timeout,
+                offer: None,
+                shm: None,
+            },
+        );
+    }
+
+    /// Ends negotiation `key`: forgets its token, stops watching it and returns it.
+    fn finish(&mut self, key: u64) -> Option<Deciding> {
+        let d = self.deciding.remove(&key)?;
+        let _ = self.epoll.delete(d.conn.fd().as_raw_fd());
+        if let (Some(token), Some(l)) = (d.offer, &mut self.shm) {
+            if let Some(book) = &mut l.upgrades {
+                book.remove(&token);
+            }
+        }
+        Some(d)
+    }
+
+    /// Reads the next negotiation message of `d`, if it has arrived, and acts on it.
+    fn advance(
+        d: &mut Deciding,
+        shm: &mut Option<ShmListener>,
+        boot_id: &[u8],
+        no_shm: &str,
+        shm_path: &Path,
+    ) -> Step {
+        match d.conn.recv_next(false) {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Step::Wait,
+            Err(_) => return Step::Drop,
+        }
+        let msg = Msg::decode(d.conn.current());
+        d.conn.release();
+        match (msg, d.offer) {
+            (Ok(Msg::Hello { boot_id: theirs }), None) => {
+                let reason = match shm {
+                    _ if theirs.is_empty() || boot_id.is_empty() => {
+                        "a boot id is unknown".to_string()
+                    }
+                    _ if theirs != boot_id => "another kernel (different boot id)".to_string(),
+                    None => no_shm.to_string(),
+                    Some(l) => {
+                        let (Ok(token), Ok(proof)) = (random_token(), random_token()) else {
+                            return Step::Drop;
+                        };
+                        let offer = Msg::Offer {
+                            token,
+                            proof,
+                            name: shm_path
+                                .file_name()
+                                .map(|n| n.to_string_lossy().into_owned())
+                                .unwrap_or_default(),
+                            path: shm_path.to_string_lossy().into_owned(),
+                        };
+                        if send_msg(&mut *d.conn, &offer).is_err() {
+                            return Step::Drop;
+                        }
+                        if let Some(book) = &mut l.upgrades {
+                            book.insert(token, proof);
+                        }
+                        d.offer = Some(token);
+                        return Step::Wait;
+                    }
+                };
+                match send_msg(&mut *d.conn, &Msg::NoOffer { reason }) {
+                    Ok(()) => Step::Tcp,
+                    Err(_) => Step::Drop,
+                }
+            }
+            (Ok(Msg::Decision { upgraded: true }), Some(_)) => match d.shm.take() {
+                Some(conn) => Step::Shm(conn),
+                // The client claims an upgrade this listener never completed.
+                None => Step::Drop,
+            },
+            (Ok(Msg::Decision { upgraded: false }), Some(_)) => {
+                d.shm = None;
+                Step::Tcp
+            }
+            // Out of order, malformed or not an auto: client: the connection is dropped.
+            _ => Step::Drop,
+        }
+    }
+}
+
+impl ListenerOps for AutoListener {
+    fn accept(&mut self, blocking: bool) -> Result<Box<dyn ConnOps>> {
+        loop {
+            self.poll()?;
+            if let Some(conn) = self.ready.pop_front() {
+                if self.ready.is_empty() {
+                    self.ready_flag
+                        .clear()
+                        .map_err(|e| Error::io("auto: listener", e))?;
+                }
+                return Ok(conn);
+            }
+            if !blocking {
+                return Err(Error::would_block());
+            }
+            let deadline = self.deciding.values().map(|d| d.deadline).min();
+            self.epoll
+                .wait(deadline, &mut self.events)
+                .map_err(|e| Error::io("auto: listener", e))?;
+        }
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.epoll.fd()
+    }
+
+    fn local_addr(&self) -> String {
+        self.addr.clone()
+    }
+}
