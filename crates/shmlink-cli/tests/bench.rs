@@ -122,8 +122,47 @@ method_tests! {
     shmlink_shm_blocking => "shmlink-shm-blocking",
     shmlink_ux => "shmlink-ux",
     shmlink_tcp => "shmlink-tcp",
+    zmq_ipc => "zmq-ipc",
+    zmq_tcp => "zmq-tcp",
     tipc => "tipc",
     vsock => "vsock",
+}
+
+/// The ZeroMQ methods run exactly when the `zmq` feature is on (then the method tests
+/// above exercise them, and none of them may skip); without it the suite lists them as
+/// skipped with the way to get them.
+#[test]
+fn zmq_methods_run_with_the_zmq_feature_and_are_skipped_without() {
+    let d = dir("zmq");
+    let json = d.0.join("r.json");
+    let args = [
+        "--methods",
+        "zmq-ipc,zmq-tcp",
+        "--sizes",
+        "64",
+        "--iterations",
+        "20",
+        "--warmup",
+        "0",
+        "--rounds",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    let out = bench(&d, &args, None);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let report = Report::from_json(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report.results.len(), 2 * 2);
+    for c in &report.results {
+        if cfg!(feature = "zmq") {
+            assert_eq!(c.status, Status::Ok, "{c:?}");
+        } else {
+            assert_eq!(c.status, Status::Skipped, "{c:?}");
+            let note = c.note.as_deref().unwrap();
+            assert!(note.contains("built without the `zmq` feature"), "{note}");
+        }
+    }
 }
 
 #[test]

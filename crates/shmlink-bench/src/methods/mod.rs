@@ -10,13 +10,14 @@ mod shm;
 mod shmlink;
 mod sysv_mq;
 mod uds;
+mod zmq;
 
 pub use shm::block_signal;
 
 use crate::method::Method;
 
 /// Every method, in the order of the list (kernel methods, the shared-memory
-/// floor, shmlink, then the probes).
+/// floor, shmlink, ZeroMQ, then the probes).
 pub static METHODS: &[&dyn Method] = &[
     &pipe::Pipe,
     &fifo::Fifo,
@@ -36,6 +37,8 @@ pub static METHODS: &[&dyn Method] = &[
     &shmlink::SHM_BLOCKING,
     &shmlink::UX,
     &shmlink::TCP,
+    &zmq::IPC,
+    &zmq::TCP,
     &absent::Tipc,
     &absent::Vsock,
 ];
