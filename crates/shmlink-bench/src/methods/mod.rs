@@ -3,6 +3,7 @@
 mod absent;
 mod fdio;
 mod fifo;
+mod iceoryx2;
 mod inet;
 mod pipe;
 mod posix_mq;
@@ -16,7 +17,7 @@ pub use shm::block_signal;
 use crate::method::Method;
 
 /// Every method, in the order of the list (kernel methods, the shared-memory
-/// floor, shmlink, then the probes).
+/// floor, shmlink, iceoryx2, then the probes).
 pub static METHODS: &[&dyn Method] = &[
     &pipe::Pipe,
     &fifo::Fifo,
@@ -36,6 +37,8 @@ pub static METHODS: &[&dyn Method] = &[
     &shmlink::SHM_BLOCKING,
     &shmlink::UX,
     &shmlink::TCP,
+    &iceoryx2::COPY,
+    &iceoryx2::ZERO_COPY,
     &absent::Tipc,
     &absent::Vsock,
 ];
