@@ -127,6 +127,11 @@ pub trait Method: Sync {
     fn prepare(&self, ctx: &Ctx) -> io::Result<Prepared>;
     /// Peer side: connects with the arguments [`Method::prepare`] produced.
     fn connect(&self, ctx: &Ctx, args: &[String]) -> io::Result<Box<dyn Endpoint>>;
+    /// Orchestrator side, after a run whose driver failed or was killed: removes what the
+    /// run's processes (named by the run's `tag`) left behind because their destructors
+    /// did not run. For methods whose resources outlive a dead process and cannot be
+    /// reclaimed by the driver alone.
+    fn clean_up_after_failure(&self, _tag: &str) {}
 }
 
 /// The argument at `i`, or an error naming what is missing.

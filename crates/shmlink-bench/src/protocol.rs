@@ -370,7 +370,7 @@ pub fn serve(
                         send_data(ep, &mut out, seq, corrupt)
                             .map_err(|e| err(format!("answer #{seq}: {e}")))?;
                     }
-                    Mode::Throughput if expected % every == 0 => {
+                    Mode::Throughput if expected.is_multiple_of(every) => {
                         ep.send(&expected.to_le_bytes())
                             .map_err(|e| err(format!("ack {expected}: {e}")))?;
                     }

@@ -124,7 +124,7 @@ pub fn human_size(bytes: usize) -> String {
     for (shift, unit) in [(20, "MiB"), (10, "KiB")] {
         if bytes >= 1 << shift {
             let v = bytes as f64 / (1u64 << shift) as f64;
-            return if bytes % (1 << shift) == 0 {
+            return if bytes.is_multiple_of(1 << shift) {
                 format!("{} {unit}", bytes >> shift)
             } else {
                 format!("{v:.1} {unit}")

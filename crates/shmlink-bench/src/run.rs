@@ -2,7 +2,9 @@
 //! SPEC`), which sets the method up, starts the peer process (`shmlink __bench-peer
 //! SPEC`), drives the run and prints its result as JSON. A run that hangs or crashes
 //! takes only its own processes down: the orchestrator kills the driver after a
-//! timeout, and the peer dies with the driver (`PR_SET_PDEATHSIG`).
+//! timeout, and the peer dies with the driver (`PR_SET_PDEATHSIG`); the method then
+//! removes what the dead processes left behind
+//! ([`Method::clean_up_after_failure`](crate::method::Method::clean_up_after_failure)).
 
 use std::io::{self, BufRead, BufReader, Read};
 use std::os::fd::{AsRawFd, RawFd};
@@ -330,6 +332,7 @@ pub fn run_isolated(exe: &Path, spec: &RunSpec, timeout: Duration) -> Result<Run
             // (the waiting thread has not returned).
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
             let _ = rx.recv();
+            clean_up_after_failure(spec);
             let stderr = errs.join().unwrap_or_default();
             return Err(format!(
                 "timed out after {:.0?}{}",
@@ -343,7 +346,17 @@ pub fn run_isolated(exe: &Path, spec: &RunSpec, timeout: Duration) -> Result<Run
     match status {
         Some(s) if s.success() => serde_json::from_str(stdout.trim())
             .map_err(|e| format!("unreadable result {stdout:?}: {e}")),
-        s => Err(summarize(&stderr).unwrap_or_else(|| format!("driver failed: {s:?}"))),
+        s => {
+            clean_up_after_failure(spec);
+            Err(summarize(&stderr).unwrap_or_else(|| format!("driver failed: {s:?}")))
+        }
+    }
+}
+
+/// Lets the method remove what a failed run's processes left behind.
+fn clean_up_after_failure(spec: &RunSpec) {
+    if let Some(m) = methods::find(&spec.method) {
+        m.clean_up_after_failure(&spec.tag);
     }
 }
 

@@ -194,7 +194,7 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
 /// Formats a byte count with the largest binary suffix that divides it.
 pub fn format_size(bytes: usize) -> String {
     for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
             return format!("{}{unit}", bytes >> shift);
         }
     }

@@ -3,6 +3,7 @@
 //! 2 with the valid choices; a peer that crashes or corrupts a message fails its method
 //! and the suite goes on; the JSON and CSV files are written. Timings are never asserted.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
@@ -122,6 +123,8 @@ method_tests! {
     shmlink_shm_blocking => "shmlink-shm-blocking",
     shmlink_ux => "shmlink-ux",
     shmlink_tcp => "shmlink-tcp",
+    iceoryx2 => "iceoryx2",
+    iceoryx2_zc => "iceoryx2-zc",
     zmq_ipc => "zmq-ipc",
     zmq_tcp => "zmq-tcp",
     tipc => "tipc",
@@ -168,11 +171,50 @@ fn zmq_methods_run_with_the_zmq_feature_and_are_skipped_without() {
 #[test]
 fn same_core_placement_works_for_busy_polling() {
     let _serial = serial();
-    for name in ["shm-spin", "shmlink-shm", "shmlink-shm-zc"] {
+    for name in [
+        "shm-spin",
+        "shmlink-shm",
+        "shmlink-shm-zc",
+        "iceoryx2",
+        "iceoryx2-zc",
+    ] {
         let mut s = spec(name, Mode::Latency, 64, 200, 1);
         s.cpus = Some((0, 0));
         run(&s);
     }
+}
+
+/// iceoryx2's files: its shared memory (`iox2_*` in /dev/shm) and its node and service
+/// files (under its default root, /tmp/iceoryx2).
+fn iceoryx2_files() -> BTreeSet<PathBuf> {
+    let mut files = BTreeSet::new();
+    for (dir, prefix) in [
+        ("/dev/shm", "iox2_"),
+        ("/tmp/iceoryx2/nodes", ""),
+        ("/tmp/iceoryx2/services", ""),
+    ] {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if e.file_name().to_string_lossy().starts_with(prefix) {
+                files.insert(e.path());
+            }
+        }
+    }
+    files
+}
+
+/// Both processes of a run killed (the driver at the timeout, the peer with it) run no
+/// destructors; the orchestrator's cleanup still removes every iceoryx2 resource of the
+/// run.
+#[test]
+fn iceoryx2_leaves_nothing_after_a_killed_run() {
+    let _serial = serial();
+    let before = iceoryx2_files();
+    let s = spec("iceoryx2", Mode::Throughput, 1000, u64::MAX / 2, 8);
+    let e = run_isolated(Path::new(BIN), &s, Duration::from_secs(2)).unwrap_err();
+    assert!(e.contains("timed out"), "{e}");
+    let after = iceoryx2_files();
+    let left: Vec<_> = after.difference(&before).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 fn bench(d: &Dir, args: &[&str], fault: Option<&str>) -> Output {

@@ -3,6 +3,7 @@
 mod absent;
 mod fdio;
 mod fifo;
+mod iceoryx2;
 mod inet;
 mod pipe;
 mod posix_mq;
@@ -17,7 +18,7 @@ pub use shm::block_signal;
 use crate::method::Method;
 
 /// Every method, in the order of the list (kernel methods, the shared-memory
-/// floor, shmlink, ZeroMQ, then the probes).
+/// floor, shmlink, iceoryx2, ZeroMQ, then the probes).
 pub static METHODS: &[&dyn Method] = &[
     &pipe::Pipe,
     &fifo::Fifo,
@@ -37,6 +38,8 @@ pub static METHODS: &[&dyn Method] = &[
     &shmlink::SHM_BLOCKING,
     &shmlink::UX,
     &shmlink::TCP,
+    &iceoryx2::COPY,
+    &iceoryx2::ZERO_COPY,
     &zmq::IPC,
     &zmq::TCP,
     &absent::Tipc,

@@ -88,7 +88,7 @@ impl Region {
 
     /// The u64 atomic at `off` (a multiple of 8 inside the header).
     pub fn u64_at(&self, off: usize) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off + 8 <= HEADER);
+        assert!(off.is_multiple_of(8) && off + 8 <= HEADER);
         // SAFETY: in bounds and 8-aligned (the mapping is page-aligned); AtomicU64 has
         // the layout of u64, and the mapping lives as long as `self`.
         unsafe { &*self.ptr.add(off).cast::<AtomicU64>() }
@@ -96,7 +96,7 @@ impl Region {
 
     /// The u32 atomic at `off` (a multiple of 4 inside the header).
     pub fn u32_at(&self, off: usize) -> &AtomicU32 {
-        assert!(off % 4 == 0 && off + 4 <= HEADER);
+        assert!(off.is_multiple_of(4) && off + 4 <= HEADER);
         // SAFETY: as in `u64_at`, for 4 bytes.
         unsafe { &*self.ptr.add(off).cast::<AtomicU32>() }
     }
