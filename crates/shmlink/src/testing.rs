@@ -15,8 +15,14 @@ use crate::transport::shm::segment::{Segment, C2S, S2C};
 use crate::transport::shm::{Setup, ShmConn};
 use crate::transport::ConnOps;
 
+pub use crate::transport::auto::Msg as AutoMsg;
 pub use crate::transport::shm::handshake::{Packet as HandshakePacket, Params as HandshakeParams};
 pub use crate::transport::shm::handshake::{RefuseCode, VERSION};
+
+/// This kernel's boot id, as an `auto:` client sends it.
+pub fn boot_id() -> Vec<u8> {
+    crate::transport::auto::boot_id()
+}
 
 fn socket_path(addr: &str) -> Result<UnixName> {
     match Address::parse(addr)? {
@@ -213,9 +219,16 @@ pub fn segment_memfd(ring_size: usize) -> Result<OwnedFd> {
     Segment::create([ring_size, ring_size]).map(|(_, fd)| fd)
 }
 
-/// Fuzz entry point: the handshake parser must reject or accept any bytes without
-/// panicking, and what it accepts must survive a round trip.
+/// Fuzz entry point: the handshake parsers (`shm:` packets and `auto:` negotiation
+/// messages) must reject or accept any bytes without panicking, and what they accept
+/// must survive a round trip.
 pub fn fuzz_handshake(data: &[u8]) {
+    if let Ok(m) = AutoMsg::decode(data) {
+        assert_eq!(
+            AutoMsg::decode(&m.encode()).expect("re-encoded message parses"),
+            m
+        );
+    }
     if let Ok(p) = Packet::decode(data) {
         let again = Packet::decode(&p.encode()).expect("re-encoded packet parses");
         if let Packet::Refuse(code, _) = &p {

@@ -72,12 +72,17 @@ const TOKEN_READY: u64 = 2;
 
 /// A negotiation message, carried as one message of the TCP connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Msg {
+pub enum Msg {
     /// Client → listener: the client's kernel boot id (empty if unknown).
-    Hello { boot_id: Vec<u8> },
+    Hello {
+        /// `/proc/sys/kernel/random/boot_id`, trimmed.
+        boot_id: Vec<u8>,
+    },
     /// Listener → client: where to upgrade, and with what.
     Offer {
+        /// Names this TCP connection on the upgrade socket; single-use.
         token: Token,
+        /// What the upgrade socket answers, so the client knows it is this listener.
         proof: Token,
         /// File name of the upgrade socket in the rendezvous directory.
         name: String,
@@ -85,13 +90,20 @@ enum Msg {
         path: String,
     },
     /// Listener → client: stay on TCP, and why.
-    NoOffer { reason: String },
+    NoOffer {
+        /// Why not (another kernel, no upgrade socket, …).
+        reason: String,
+    },
     /// Client → listener: whether the client took the upgrade.
-    Decision { upgraded: bool },
+    Decision {
+        /// `true`: continue on shared memory; `false`: stay on TCP.
+        upgraded: bool,
+    },
 }
 
 impl Msg {
-    fn encode(&self) -> Vec<u8> {
+    /// The message's bytes.
+    pub fn encode(&self) -> Vec<u8> {
         let mut out = MAGIC.to_vec();
         out.extend_from_slice(&VERSION.to_le_bytes());
         let put = |out: &mut Vec<u8>, bytes: &[u8]| {
@@ -128,7 +140,7 @@ impl Msg {
     }
 
     /// Parses a message from an untrusted peer: every length checked, nothing left over.
-    fn decode(bytes: &[u8]) -> Result<Msg> {
+    pub fn decode(bytes: &[u8]) -> Result<Msg> {
         let bad = |why: String| Error::violation(format!("auto: negotiation: {why}"));
         if bytes.len() < PREFIX || &bytes[..MAGIC.len()] != MAGIC {
             return Err(bad(
@@ -213,7 +225,7 @@ impl<'a> Reader<'a> {
 }
 
 /// This kernel's boot id; empty if it cannot be read (then nothing is upgraded).
-fn boot_id() -> Vec<u8> {
+pub(crate) fn boot_id() -> Vec<u8> {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().as_bytes().to_vec())
         .unwrap_or_default()

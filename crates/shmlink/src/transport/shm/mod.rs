@@ -111,6 +111,13 @@ fn client(
             ErrorKind::ConnectionRefused,
             format!("no listener at {name} ({e})"),
         ),
+        io::ErrorKind::PermissionDenied => Error::new(
+            ErrorKind::PermissionDenied,
+            format!(
+                "no permission to reach {name} ({e}): a listener admits only its own uid and \
+                 root unless its options allow other uids or gids"
+            ),
+        ),
         _ => Error::io("rendezvous socket", e),
     })?;
     let want = Params {
@@ -206,7 +213,11 @@ fn check_cred(opts: &Options, uid: u32, gid: u32) -> std::result::Result<(), Str
         return Ok(());
     }
     let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
-    let mut allowed = format!("uid {me} and root");
+    let mut allowed = if me == 0 {
+        "root".to_string()
+    } else {
+        format!("uid {me} and root")
+    };
     if !opts.allow_uids.is_empty() {
         allowed += &format!(", uids {}", list(&opts.allow_uids));
     }

@@ -1,0 +1,246 @@
+//! Who may connect over `shm:`, and what another user can reach: a client under another
+//! uid is refused (with the reason) unless the listener allows its uid or gid, and the
+//! connection's memory is out of reach through /proc.
+//!
+//! The other user is `nobody` (65534): this test binary re-runs itself under that uid
+//! (the ignored test `child`), which needs root; without root the tests say so and pass.
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use shmlink::{Connection, ErrorKind, Listener, Options};
+
+const NOBODY: u32 = 65534;
+const ROLE: &str = "SHMLINK_ACCESS_ROLE";
+const ARG: &str = "SHMLINK_ACCESS_ARG";
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipping: needs root (runs a client as uid {NOBODY})");
+    }
+    root
+}
+
+/// Runs this binary's `child` test as `uid`/`gid` with `role` and `arg`; returns the
+/// line it printed after `RESULT `.
+fn run_as(uid: u32, gid: u32, role: &str, arg: &str) -> String {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "child",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(ROLE, role)
+    .env(ARG, arg)
+    .uid(uid)
+    .gid(gid);
+    // (Dropping privileges from root, std also clears the supplementary groups.)
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .find_map(|l| l.split_once("RESULT ").map(|(_, r)| r))
+        .unwrap_or_else(|| {
+            panic!(
+                "child printed no result: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+        .to_string()
+}
+
+/// The other user's side, started by [`run_as`].
+#[test]
+#[ignore = "run by the other tests of this file under another uid"]
+fn child() {
+    let (Ok(role), Ok(arg)) = (std::env::var(ROLE), std::env::var(ARG)) else {
+        return;
+    };
+    let result = match role.as_str() {
+        "connect" => {
+            let opts = Options::default().connect_timeout(Duration::from_secs(3));
+            match Connection::connect(&arg, &opts) {
+                Ok(mut c) => {
+                    c.send(b"hello").unwrap();
+                    format!("ok {}", String::from_utf8_lossy(&c.recv_vec().unwrap()))
+                }
+                Err(e) => format!("{:?} {e}", e.kind()),
+            }
+        }
+        "proc" => {
+            // Everything of process `arg` that could lead to its memory.
+            let mut opened = Vec::new();
+            let mut denied = 0;
+            for sub in ["fd", "map_files"] {
+                let dir = format!("/proc/{arg}/{sub}");
+                let entries = match std::fs::read_dir(&dir) {
+                    Ok(e) => e.filter_map(|e| e.ok()).map(|e| e.path()).collect(),
+                    Err(_) => {
+                        denied += 1;
+                        Vec::new()
+                    }
+                };
+                for p in entries {
+                    match std::fs::File::open(&p) {
+                        Ok(_) => opened.push(match std::fs::read_link(&p) {
+                            Ok(target) => target.display().to_string(),
+                            Err(_) => p.display().to_string(),
+                        }),
+                        Err(_) => denied += 1,
+                    }
+                }
+            }
+            for file in ["maps", "mem"] {
+                match std::fs::read(format!("/proc/{arg}/{file}")) {
+                    Ok(_) => opened.push(file.to_string()),
+                    Err(_) => denied += 1,
+                }
+            }
+            format!("opened={} denied={denied} {opened:?}", opened.len())
+        }
+        other => panic!("unknown role {other}"),
+    };
+    println!("RESULT {result}");
+}
+
+/// A listener served by a thread: every connection gets its first message echoed with
+/// `echo: ` in front. Stops when the returned flag is set.
+fn serve(mut l: Listener) -> (Arc<AtomicBool>, JoinHandle<usize>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    l.set_nonblocking(true);
+    let t = std::thread::spawn(move || {
+        let mut served = 0;
+        while !flag.load(Ordering::Relaxed) {
+            match l.accept() {
+                Ok(mut c) => {
+                    let m = c.recv_vec().unwrap();
+                    c.send(&[b"echo: ", &m[..]].concat()).unwrap();
+                    served += 1;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        }
+        served
+    });
+    (stop, t)
+}
+
+/// A directory everybody may enter, removed on drop.
+struct OpenDir(PathBuf);
+
+impl OpenDir {
+    fn new(name: &str) -> OpenDir {
+        let dir = std::env::temp_dir().join(format!("shmlink-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        OpenDir(dir)
+    }
+
+    fn addr(&self, name: &str) -> String {
+        format!("shm:{}/{name}.sock", self.0.display())
+    }
+}
+
+impl Drop for OpenDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn other_users_are_refused_unless_allowed() {
+    if !root() {
+        return;
+    }
+    let dir = OpenDir::new("access");
+    // (name, options, start of the child's result, text it contains)
+    let cases: [(&str, Options, &str, &str); 4] = [
+        // The default: only our uid and root; the socket file is not even writable.
+        (
+            "default",
+            Options::default(),
+            "PermissionDenied",
+            "no permission to reach",
+        ),
+        // Another uid allowed: the socket is open to all, the credential check refuses.
+        (
+            "other-uid",
+            Options::default().allow_uids([4242]),
+            "PermissionDenied",
+            "refused by listener: uid 65534 (gid 65534) may not connect",
+        ),
+        (
+            "uid",
+            Options::default().allow_uids([NOBODY]),
+            "ok",
+            "echo: hello",
+        ),
+        (
+            "gid",
+            Options::default().allow_gids([NOBODY]),
+            "ok",
+            "echo: hello",
+        ),
+    ];
+    let mut results = HashMap::new();
+    for (name, opts, kind, text) in cases {
+        let addr = dir.addr(name);
+        let (stop, server) = serve(Listener::bind(&addr, &opts).unwrap());
+        let got = run_as(NOBODY, NOBODY, "connect", &addr);
+        // The listener still serves its own uid after refusing the other one.
+        let mut c = Connection::connect(&addr, &Options::default()).unwrap();
+        c.send(b"me").unwrap();
+        assert_eq!(c.recv_vec().unwrap(), b"echo: me");
+        stop.store(true, Ordering::Relaxed);
+        let served = server.join().unwrap();
+        assert!(got.starts_with(kind) && got.contains(text), "{name}: {got}");
+        assert_eq!(served, if kind == "ok" { 2 } else { 1 }, "{name}");
+        results.insert(name, got);
+    }
+    eprintln!("{results:#?}");
+}
+
+#[test]
+fn connection_memory_is_out_of_reach_of_other_users() {
+    if !root() {
+        return;
+    }
+    let dir = OpenDir::new("proc");
+    let addr = dir.addr("p");
+    let mut l = Listener::bind(&addr, &Options::default()).unwrap();
+    let a = addr.clone();
+    let client = std::thread::spawn(move || Connection::connect(&a, &Options::default()).unwrap());
+    let mut server = l.accept().unwrap();
+    let mut client = client.join().unwrap();
+    client.send(b"x").unwrap();
+    assert_eq!(server.recv_vec().unwrap(), b"x");
+
+    let pid = std::process::id().to_string();
+    // The probe works: our own uid opens the connection's mapping through /proc …
+    let same = run_as(0, 0, "proc", &pid);
+    assert!(same.contains("memfd:"), "{same}");
+    // … another uid opens nothing.
+    let other = run_as(NOBODY, NOBODY, "proc", &pid);
+    assert!(other.starts_with("opened=0 "), "{other}");
+    // And nothing of the connection has a name outside the rendezvous socket.
+    let names: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["p.sock"]);
+}

@@ -1,0 +1,350 @@
+//! `auto:` beyond the conformance suite: the upgrade goes only to the listener the client
+//! reached over TCP (another server's socket at the same path, a wrong or replayed token
+//! are refused and the connection stays on TCP), and clients racing a listener that
+//! restarts never hang and never end up on different paths at the two ends.
+
+mod common;
+
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use shmlink::testing::{raw_handshake, AutoMsg, HandshakePacket, HandshakeParams};
+use shmlink::{Connection, ErrorKind, Listener, Options};
+
+/// The upgrade socket of the `auto:` listener bound at `addr`.
+fn upgrade_socket(addr: &str) -> PathBuf {
+    let port = addr.rsplit(':').next().unwrap();
+    let prefix = format!("auto-{port}-");
+    std::fs::read_dir(shmlink::rendezvous_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&prefix)
+        })
+        .unwrap_or_else(|| panic!("no upgrade socket for {addr}"))
+}
+
+/// Serves `l` on a thread: every connection answers each message with its transport's
+/// name, until the peer leaves. Stops accepting when the flag is set.
+fn serve(mut l: Listener) -> (Arc<AtomicBool>, JoinHandle<Vec<&'static str>>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    l.set_nonblocking(true);
+    let t = std::thread::spawn(move || {
+        let mut paths = Vec::new();
+        while !flag.load(Ordering::Relaxed) {
+            match l.accept() {
+                Ok(c) => {
+                    paths.push(c.transport());
+                    std::thread::spawn(move || answer_with_transport(c));
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        }
+        paths
+    });
+    (stop, t)
+}
+
+fn answer_with_transport(mut c: Connection) {
+    while c.recv_vec().is_ok() {
+        if c.send(c.transport().as_bytes()).is_err() {
+            break;
+        }
+    }
+}
+
+const PARAMS: HandshakeParams = HandshakeParams {
+    features: 0,
+    ring_c2s: 64 << 10,
+    ring_s2c: 64 << 10,
+    max_msg: 1 << 20,
+};
+
+/// Speaks the client's side of the negotiation by hand over a `tcp:` connection to the
+/// `auto:` listener at `addr`; returns the connection and the offer.
+fn offer_from(addr: &str) -> (Connection, [u8; 16], [u8; 16], String) {
+    let tcp = addr.replacen("auto:", "tcp:", 1);
+    let mut c = Connection::connect(&tcp, &Options::default()).unwrap();
+    let hello = AutoMsg::Hello {
+        boot_id: shmlink::testing::boot_id(),
+    };
+    c.send(&hello.encode()).unwrap();
+    match AutoMsg::decode(&c.recv_vec().unwrap()).unwrap() {
+        AutoMsg::Offer {
+            token, proof, path, ..
+        } => (c, token, proof, path),
+        other => panic!("expected an offer, got {other:?}"),
+    }
+}
+
+/// Presents `token` at the upgrade socket `path`; returns the answer.
+fn present(path: &str, token: [u8; 16]) -> HandshakePacket {
+    let hello = HandshakePacket::Upgrade(PARAMS, token).encode();
+    let (answer, _fds) = raw_handshake(&format!("shm:{path}"), &hello).unwrap();
+    HandshakePacket::decode(&answer).unwrap()
+}
+
+fn refused_because(p: &HandshakePacket, why: &str) -> bool {
+    matches!(p, HandshakePacket::Refuse(_, reason) if reason.contains(why))
+}
+
+#[test]
+fn tokens_are_checked_and_single_use() {
+    let l = Listener::bind("auto:127.0.0.1:0", &Options::default()).unwrap();
+    let addr = l.local_addr();
+    let (stop, server) = serve(l);
+    let (mut c, token, proof, path) = offer_from(&addr);
+
+    let mut wrong = token;
+    wrong[0] ^= 1;
+    assert!(refused_because(
+        &present(&path, wrong),
+        "unknown or already used"
+    ));
+    // A plain hello is not an upgrade.
+    let hello = HandshakePacket::Hello(PARAMS).encode();
+    let (answer, _) = raw_handshake(&format!("shm:{path}"), &hello).unwrap();
+    let answer = HandshakePacket::decode(&answer).unwrap();
+    assert!(
+        refused_because(&answer, "expected an upgrade"),
+        "{answer:?}"
+    );
+    // The right token is answered with the proof, once.
+    match present(&path, token) {
+        HandshakePacket::Upgraded(_, p) => assert_eq!(p, proof),
+        other => panic!("expected the upgrade, got {other:?}"),
+    }
+    assert!(refused_because(
+        &present(&path, token),
+        "unknown or already used"
+    ));
+
+    // The client decides to stay on TCP: the listener hands out the TCP connection.
+    c.send(&AutoMsg::Decision { upgraded: false }.encode())
+        .unwrap();
+    c.send(b"which?").unwrap();
+    assert_eq!(c.recv_vec().unwrap(), b"tcp");
+    drop(c);
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(server.join().unwrap(), ["tcp"]);
+}
+
+#[test]
+fn a_claimed_upgrade_that_never_happened_is_dropped() {
+    let l = Listener::bind("auto:127.0.0.1:0", &Options::default()).unwrap();
+    let addr = l.local_addr();
+    let (stop, server) = serve(l);
+    let (mut c, ..) = offer_from(&addr);
+    c.send(&AutoMsg::Decision { upgraded: true }.encode())
+        .unwrap();
+    let e = c.recv_vec().unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::EndOfStream | ErrorKind::ConnectionReset
+        ),
+        "{e}"
+    );
+    stop.store(true, Ordering::Relaxed);
+    assert!(server.join().unwrap().is_empty());
+}
+
+#[test]
+fn another_servers_socket_at_the_same_path_is_not_taken() {
+    let a = Listener::bind("auto:127.0.0.1:0", &Options::default()).unwrap();
+    let b = Listener::bind("auto:127.0.0.1:0", &Options::default()).unwrap();
+    let (a_addr, b_addr) = (a.local_addr(), b.local_addr());
+    // What a client finds at A's path is B (as if another container's directory were
+    // mounted there).
+    std::fs::rename(upgrade_socket(&b_addr), upgrade_socket(&a_addr)).unwrap();
+    let (stop_a, server_a) = serve(a);
+    let (stop_b, server_b) = serve(b);
+
+    let mut c = Connection::connect(&a_addr, &Options::default()).unwrap();
+    assert_eq!(c.transport(), "tcp");
+    c.send(b"which?").unwrap();
+    assert_eq!(c.recv_vec().unwrap(), b"tcp");
+    drop(c);
+    stop_a.store(true, Ordering::Relaxed);
+    stop_b.store(true, Ordering::Relaxed);
+    assert_eq!(server_a.join().unwrap(), ["tcp"]);
+    assert!(
+        server_b.join().unwrap().is_empty(),
+        "B handed out a connection"
+    );
+}
+
+#[test]
+fn a_listener_whose_upgrade_socket_is_gone_serves_over_tcp() {
+    let l = Listener::bind("auto:127.0.0.1:0", &Options::default()).unwrap();
+    let addr = l.local_addr();
+    std::fs::remove_file(upgrade_socket(&addr)).unwrap();
+    let (stop, server) = serve(l);
+    let mut c = Connection::connect(&addr, &Options::default()).unwrap();
+    c.send(b"which?").unwrap();
+    assert_eq!(c.recv_vec().unwrap(), b"tcp");
+    drop(c);
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(server.join().unwrap(), ["tcp"]);
+}
+
+#[test]
+fn garbage_and_silent_clients_do_not_stop_the_listener() {
+    let opts = Options::default().handshake_timeout(Duration::from_millis(200));
+    let l = Listener::bind("auto:127.0.0.1:0", &opts).unwrap();
+    let addr = l.local_addr();
+    let (stop, server) = serve(l);
+    let tcp = addr.replacen("auto:", "tcp:", 1);
+    let mut garbage = Connection::connect(&tcp, &Options::default()).unwrap();
+    garbage.send(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    let _silent = Connection::connect(&tcp, &Options::default()).unwrap();
+    let e = garbage.recv_vec().unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::EndOfStream | ErrorKind::ConnectionReset
+        ),
+        "{e}"
+    );
+    let mut c = Connection::connect(&addr, &Options::default()).unwrap();
+    c.send(b"which?").unwrap();
+    assert_eq!(c.recv_vec().unwrap(), b"shm");
+    drop(c);
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(server.join().unwrap(), ["shm"]);
+}
+
+/// Receives one message within `limit`, or says why not.
+fn recv_within(c: &mut Connection, limit: Duration) -> Result<Vec<u8>, String> {
+    c.set_nonblocking(true);
+    let deadline = Instant::now() + limit;
+    loop {
+        match c.recv_vec() {
+            Ok(m) => return Ok(m),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                assert!(!left.is_zero(), "no answer within {limit:?}: a hang");
+                let mut p = libc::pollfd {
+                    fd: std::os::fd::AsRawFd::as_raw_fd(&c.as_fd()),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                unsafe { libc::poll(&mut p, 1, left.as_millis().min(100) as i32) };
+            }
+            Err(e) => return Err(format!("{:?}", e.kind())),
+        }
+    }
+}
+
+#[test]
+fn clients_racing_a_restarting_listener_never_hang_or_split() {
+    const CLIENTS: usize = 2;
+    const CONNECTS: usize = 600; // per client
+    let first = Listener::bind("auto:127.0.0.1:0", &Options::default()).unwrap();
+    let addr = first.local_addr();
+    let done = Arc::new(AtomicUsize::new(0));
+
+    // The listener: up for a few ms, down for a few ms, again and again.
+    let d = done.clone();
+    let a = addr.clone();
+    let restarts = std::thread::spawn(move || {
+        let mut l = Some(first);
+        let mut restarts = 0;
+        while d.load(Ordering::Relaxed) < CLIENTS {
+            let (stop, server) = serve(l.take().unwrap());
+            std::thread::sleep(Duration::from_millis(20));
+            stop.store(true, Ordering::Relaxed);
+            server.join().unwrap(); // the listener is dropped here
+            std::thread::sleep(Duration::from_millis(2));
+            let deadline = Instant::now() + Duration::from_secs(5);
+            l = loop {
+                match Listener::bind(&a, &Options::default()) {
+                    Ok(l) => break Some(l),
+                    Err(e) if Instant::now() < deadline => {
+                        eprintln!("rebind: {e}");
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(e) => panic!("rebind {a}: {e}"),
+                }
+            };
+            restarts += 1;
+        }
+        restarts
+    });
+
+    let opts = Options::default().connect_timeout(Duration::from_secs(2));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (addr, opts, done) = (addr.clone(), opts.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut tally = std::collections::BTreeMap::<String, usize>::new();
+                for _ in 0..CONNECTS {
+                    let t0 = Instant::now();
+                    let outcome = match Connection::connect(&addr, &opts) {
+                        Ok(mut c) => {
+                            let mine = c.transport();
+                            match c.send(b"which?") {
+                                Ok(()) => match recv_within(&mut c, Duration::from_secs(5)) {
+                                    // Both ends on the same path, whichever it is.
+                                    Ok(theirs) => {
+                                        assert_eq!(theirs, mine.as_bytes(), "split connection");
+                                        format!("ok {mine}")
+                                    }
+                                    Err(kind) => format!("lost {kind}"),
+                                },
+                                Err(e) => format!("send {:?}", e.kind()),
+                            }
+                        }
+                        Err(e) => {
+                            // Nobody listens right now: try again a moment later.
+                            std::thread::sleep(Duration::from_millis(1));
+                            format!("connect {:?}", e.kind())
+                        }
+                    };
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(8),
+                        "{outcome} took too long"
+                    );
+                    *tally.entry(outcome).or_default() += 1;
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                tally
+            })
+        })
+        .collect();
+    let mut total = std::collections::BTreeMap::<String, usize>::new();
+    for c in clients {
+        for (k, v) in c.join().unwrap() {
+            *total.entry(k).or_default() += v;
+        }
+    }
+    let restarts = restarts.join().unwrap();
+    eprintln!(
+        "{} connects over {restarts} restarts: {total:?}",
+        CLIENTS * CONNECTS
+    );
+    assert!(restarts >= 10, "{restarts} restarts");
+    assert!(total.get("ok shm").copied().unwrap_or(0) > 0, "{total:?}");
+    for outcome in total.keys() {
+        assert!(
+            outcome.starts_with("ok ")
+                || outcome.contains("ConnectionRefused")
+                || outcome.contains("ConnectionReset")
+                || outcome.contains("EndOfStream")
+                || outcome.contains("TimedOut"),
+            "unexpected outcome {outcome}: {total:?}"
+        );
+    }
+}
