@@ -1,4 +1,5 @@
-//! Addresses: `shm:`, `ux:` and `tcp:`, parsed and validated before anything touches the OS.
+//! Addresses: `shm:`, `ux:`, `tcp:` and `tls:`, parsed and validated before anything
+//! touches the OS.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -6,7 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, ErrorKind, Result};
 
 /// The transports an address may name, by prefix.
-pub const TRANSPORTS: &[&str] = &["shm", "ux", "tcp"];
+pub const TRANSPORTS: &[&str] = &["shm", "ux", "tcp", "tls"];
 
 /// Longest path that fits `sockaddr_un.sun_path` with its terminating NUL.
 const SUN_PATH_MAX: usize = 107;
@@ -37,6 +38,15 @@ pub enum Address {
     Ux(UnixName),
     /// `tcp:HOST:PORT`.
     Tcp {
+        /// Host name or IP literal (IPv6 without brackets).
+        host: String,
+        /// Port number; 0 lets the OS choose when binding.
+        port: u16,
+    },
+    /// `tls:HOST:PORT`: TCP with TLS. A client verifies that the listener's certificate
+    /// is valid for `host` unless told another name (see
+    /// [`TlsOptions`](crate::TlsOptions)).
+    Tls {
         /// Host name or IP literal (IPv6 without brackets).
         host: String,
         /// Port number; 0 lets the OS choose when binding.
@@ -89,10 +99,10 @@ impl Address {
                     )))
                 }
             }
-            "tcp" => {
+            "tcp" | "tls" => {
                 let (host, port) = rest
                     .rsplit_once(':')
-                    .ok_or_else(|| bad("expected tcp:HOST:PORT"))?;
+                    .ok_or_else(|| bad(&format!("expected {prefix}:HOST:PORT")))?;
                 let host = host
                     .strip_prefix('[')
                     .and_then(|h| h.strip_suffix(']'))
@@ -106,9 +116,11 @@ impl Address {
                 let port = port
                     .parse::<u16>()
                     .map_err(|_| bad(&format!("port {port:?} is not a number in 0..=65535")))?;
-                Ok(Address::Tcp {
-                    host: host.to_string(),
-                    port,
+                let host = host.to_string();
+                Ok(if prefix == "tcp" {
+                    Address::Tcp { host, port }
+                } else {
+                    Address::Tls { host, port }
                 })
             }
             other => Err(bad(&format!(
@@ -118,12 +130,13 @@ impl Address {
         }
     }
 
-    /// The transport's prefix (`"shm"`, `"ux"`, `"tcp"`).
+    /// The transport's prefix (`"shm"`, `"ux"`, `"tcp"`, `"tls"`).
     pub fn transport(&self) -> &'static str {
         match self {
             Address::Shm { .. } => "shm",
             Address::Ux(_) => "ux",
             Address::Tcp { .. } => "tcp",
+            Address::Tls { .. } => "tls",
         }
     }
 }
@@ -134,8 +147,12 @@ impl fmt::Display for Address {
             Address::Shm { text, .. } => write!(f, "shm:{text}"),
             Address::Ux(UnixName::Path(p)) => write!(f, "ux:{}", p.display()),
             Address::Ux(UnixName::Abstract(n)) => write!(f, "ux:{n}"),
-            Address::Tcp { host, port } if host.contains(':') => write!(f, "tcp:[{host}]:{port}"),
-            Address::Tcp { host, port } => write!(f, "tcp:{host}:{port}"),
+            Address::Tcp { host, port } | Address::Tls { host, port } if host.contains(':') => {
+                write!(f, "{}:[{host}]:{port}", self.transport())
+            }
+            Address::Tcp { host, port } | Address::Tls { host, port } => {
+                write!(f, "{}:{host}:{port}", self.transport())
+            }
         }
     }
 }
@@ -227,6 +244,17 @@ mod tests {
             Address::parse("tcp:[::1]:80").unwrap().to_string(),
             "tcp:[::1]:80"
         );
+        assert_eq!(
+            Address::parse("tls:localhost:443").unwrap(),
+            Address::Tls {
+                host: "localhost".into(),
+                port: 443
+            }
+        );
+        assert_eq!(
+            Address::parse("tls:[::1]:443").unwrap().to_string(),
+            "tls:[::1]:443"
+        );
         let a = Address::parse("shm:@x").unwrap();
         assert_eq!(a.to_string(), "shm:@x");
         let Address::Shm {
@@ -251,6 +279,8 @@ mod tests {
             "tcp:host",
             "tcp::80",
             "tcp:h:99999",
+            "tls:host",
+            "tls::443",
             "shm:@",
         ] {
             let e = Address::parse(bad).unwrap_err();
@@ -260,7 +290,7 @@ mod tests {
         assert!(Address::parse("foo:bar")
             .unwrap_err()
             .to_string()
-            .contains("shm:, ux:, tcp:"));
+            .contains("shm:, ux:, tcp:, tls:"));
         assert_eq!(
             kind(&format!("ux:/{}", "x".repeat(200))),
             ErrorKind::InvalidAddress

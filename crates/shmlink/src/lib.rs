@@ -61,6 +61,8 @@ struct ReadmeDoctests;
 pub use addr::{rendezvous_dir, Address, UnixName, TRANSPORTS};
 pub use conn::{Connection, Counters, Listener, RecvBuf, SendBuf};
 pub use error::{Error, ErrorKind, Result};
-pub use options::{Options, WaitPolicy, MAX_MSG_SIZE_LIMIT, MAX_RING_SIZE, MIN_RING_SIZE};
+pub use options::{
+    Options, Pem, TlsOptions, WaitPolicy, MAX_MSG_SIZE_LIMIT, MAX_RING_SIZE, MIN_RING_SIZE,
+};
 
 pub use sys::{cpu_time, pin_to_cpu};

@@ -17,6 +17,7 @@ use crate::options::Options;
 pub(crate) mod framed;
 pub(crate) mod shm;
 pub(crate) mod tcp;
+pub(crate) mod tls;
 pub(crate) mod ux;
 
 /// One connection's transport-specific half.
@@ -131,7 +132,12 @@ pub(crate) struct Transport {
 }
 
 /// Every transport, by prefix.
-pub(crate) static REGISTRY: &[Transport] = &[shm::TRANSPORT, ux::TRANSPORT, tcp::TRANSPORT];
+pub(crate) static REGISTRY: &[Transport] = &[
+    shm::TRANSPORT,
+    ux::TRANSPORT,
+    tcp::TRANSPORT,
+    tls::TRANSPORT,
+];
 
 /// The transport that serves `addr`.
 pub(crate) fn lookup(addr: &Address) -> Result<&'static Transport> {
