@@ -438,7 +438,7 @@ impl<W: Wire> ConnOps for FramedConn<W> {
             let backlog = self.backlog();
             let kernel_blocking = blocking && !backlog;
             let res = self.wire.read(&mut self.link, kernel_blocking);
-            if self.link.pending_output() != backlog {
+            if self.backlog() != backlog {
                 // Reading made the link answer (TLS: an alert or a key update).
                 self.sync_output()?;
             }
