@@ -120,6 +120,10 @@ pub struct PongArgs {
     pub json: bool,
     pub ring_size: Option<usize>,
     pub spin_us: Option<u64>,
+    /// `tls:` PEM files: this end's certificate chain and key, the CA it trusts.
+    pub cert: Option<String>,
+    pub key: Option<String>,
+    pub ca: Option<String>,
     /// Addresses, in order; never empty (without ADDR, both ends run on
     /// [`default_addrs`]; a server has exactly one).
     pub addrs: Vec<String>,
@@ -145,7 +149,17 @@ impl PongArgs {
             let d = std::time::Duration::from_micros(us);
             opts = opts.wait_policy(shmlink::WaitPolicy { spin: d, yield_: d });
         }
-        opts
+        let mut tls = shmlink::TlsOptions::new();
+        if let Some(cert) = &self.cert {
+            tls = tls.cert(shmlink::Pem::file(cert));
+        }
+        if let Some(key) = &self.key {
+            tls = tls.key(shmlink::Pem::file(key));
+        }
+        if let Some(ca) = &self.ca {
+            tls = tls.ca(shmlink::Pem::file(ca));
+        }
+        opts.tls(tls)
     }
 }
 
@@ -268,6 +282,7 @@ pub fn parse_pong(argv: Vec<String>, cpus: &[usize]) -> Result<Command, UsageErr
     let mut pinning = None;
     let mut ring_size = None;
     let mut spin_us = None;
+    let (mut cert, mut key, mut ca) = (None, None, None);
     let mut parent_pid = None;
     let mut addrs = Vec::new();
 
@@ -293,6 +308,9 @@ pub fn parse_pong(argv: Vec<String>, cpus: &[usize]) -> Result<Command, UsageErr
                 | "--cpus"
                 | "--ring-size"
                 | "--spin-us"
+                | "--cert"
+                | "--key"
+                | "--ca"
                 | "--parent-pid"
         );
         if inline.is_some() && !takes_value {
@@ -338,6 +356,9 @@ pub fn parse_pong(argv: Vec<String>, cpus: &[usize]) -> Result<Command, UsageErr
                     }
                 }
             }
+            "--cert" => cert = Some(value("FILE")?),
+            "--key" => key = Some(value("FILE")?),
+            "--ca" => ca = Some(value("FILE")?),
             "--parent-pid" => {
                 let v = value("PID")?;
                 parent_pid = Some(
@@ -398,6 +419,9 @@ pub fn parse_pong(argv: Vec<String>, cpus: &[usize]) -> Result<Command, UsageErr
             return usage(e.to_string());
         }
     }
+    if cert.is_some() != key.is_some() {
+        return usage("--cert and --key go together");
+    }
     if mode == Mode::Latency && window.is_some() {
         return usage("-w/--window applies to throughput mode, not --latency");
     }
@@ -440,6 +464,9 @@ pub fn parse_pong(argv: Vec<String>, cpus: &[usize]) -> Result<Command, UsageErr
         json,
         ring_size,
         spin_us,
+        cert,
+        key,
+        ca,
         addrs,
         once,
         parent_pid,
@@ -556,6 +583,15 @@ mod tests {
         );
         assert_eq!(p.pinning, Pinning::Off);
         assert_eq!(pong("-w 8 -- ux:-odd").unwrap().addrs, ["ux:-odd"]);
+        let p = pong("--cert c.pem --key k.pem --ca=ca.pem tls:127.0.0.1:0").unwrap();
+        let tls = p.options().get_tls().clone();
+        assert_eq!(
+            tls,
+            shmlink::TlsOptions::new()
+                .cert(shmlink::Pem::file("c.pem"))
+                .key(shmlink::Pem::file("k.pem"))
+                .ca(shmlink::Pem::file("ca.pem"))
+        );
     }
 
     #[test]
@@ -585,6 +621,8 @@ mod tests {
             ("--client", "at least one ADDR"),
             ("--latency -w 4", "throughput mode"),
             ("--once", "internal"),
+            ("--cert c.pem tls:h:1", "--cert and --key go together"),
+            ("--ca", "--ca needs a value"),
             ("foo:bar", "unknown transport \"foo\""),
             ("shm:ok tcp:nohost", "invalid address \"tcp:nohost\""),
         ] {

@@ -19,7 +19,8 @@ pub const PONG_HELP: &str = "\
 Measure round-trip latency or streaming throughput between two processes.
 
 Usage: shmlink pong [--server | --client] [--latency] [-m SIZE] [-n COUNT] [-w WINDOW]
-                    [--cpus A,B|none] [--ring-size SIZE] [--spin-us N] [--json] [ADDR...]
+                    [--cpus A,B|none] [--ring-size SIZE] [--spin-us N] [--json]
+                    [--cert FILE --key FILE] [--ca FILE] [ADDR...]
 
 Roles:
   (neither)        run both ends: for each ADDR, start a server as a separate process
@@ -30,9 +31,17 @@ Roles:
   --client         run against servers already listening on each ADDR (connecting is
                    retried for 10 s while nobody listens yet)
 
-Addresses: shm:NAME, shm:/path.sock, shm:@name, ux:NAME, ux:/path, tcp:HOST:PORT.
-  Without ADDR both ends run on every transport: shm:pong-PID ux:pong-PID
-  tcp:127.0.0.1:0 (port 0: the server picks a free port and tells the client).
+Addresses: shm:NAME, shm:/path.sock, shm:@name, ux:NAME, ux:/path, tcp:HOST:PORT,
+  tls:HOST:PORT. Without ADDR both ends run on shm:pong-PID ux:pong-PID tcp:127.0.0.1:0
+  (port 0, also on tls:: the server picks a free port and tells the client).
+
+TLS (tls: addresses; PEM files; when pong runs both ends, both use the same files):
+  --cert FILE      this end's certificate chain; with --key. A server needs them; a
+                   client presents them to a server that asks (mutual TLS)
+  --key FILE       the private key of --cert
+  --ca FILE        the CA certificates trusted to sign the peer's certificate: a client
+                   needs it (the server's certificate must also be valid for HOST); a
+                   server with it requires client certificates
 
 Measurement:
   --latency        one message in flight: the client sends, the server answers with a

@@ -21,7 +21,8 @@ const RETRY_PAUSE: Duration = Duration::from_millis(5);
 /// A running server process; killed (and reaped) on drop unless it has exited.
 pub struct ServerProcess {
     child: Child,
-    /// The address to connect to (for `tcp:HOST:0`, with the port the server got).
+    /// The address to connect to (for `tcp:HOST:0` and `tls:HOST:0`, with the port the
+    /// server got).
     pub addr: String,
 }
 
@@ -39,6 +40,15 @@ impl ServerProcess {
         }
         if let Some(us) = args.spin_us {
             cmd.arg("--spin-us").arg(us.to_string());
+        }
+        for (flag, file) in [
+            ("--cert", &args.cert),
+            ("--key", &args.key),
+            ("--ca", &args.ca),
+        ] {
+            if let Some(file) = file {
+                cmd.arg(flag).arg(file);
+            }
         }
         cmd.arg("--").arg(addr);
         cmd.stdin(Stdio::null())
@@ -76,7 +86,10 @@ impl ServerProcess {
         };
         // Only a port the OS chose needs the server's word; other addresses are used as
         // given (the server's rendering of them need not be connectable from here).
-        if matches!(Address::parse(addr), Ok(Address::Tcp { port: 0, .. })) {
+        if matches!(
+            Address::parse(addr),
+            Ok(Address::Tcp { port: 0, .. } | Address::Tls { port: 0, .. })
+        ) {
             server.addr = bound;
         }
         Ok(server)

@@ -1,4 +1,5 @@
-//! Addresses: `shm:`, `ux:`, `tcp:` and `auto:`, parsed and validated before anything touches the OS.
+//! Addresses: `shm:`, `ux:`, `tcp:`, `tls:` and `auto:`, parsed and validated before
+//! anything touches the OS.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -6,7 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, ErrorKind, Result};
 
 /// The transports an address may name, by prefix.
-pub const TRANSPORTS: &[&str] = &["shm", "ux", "tcp", "auto"];
+pub const TRANSPORTS: &[&str] = &["shm", "ux", "tcp", "tls", "auto"];
 
 /// Longest path that fits `sockaddr_un.sun_path` with its terminating NUL.
 const SUN_PATH_MAX: usize = 107;
@@ -42,7 +43,17 @@ pub enum Address {
         /// Port number; 0 lets the OS choose when binding.
         port: u16,
     },
-    /// `auto:HOST:PORT`: TCP, upgraded to `shm:` when both ends share a kernel.
+    /// `tls:HOST:PORT`: TCP with TLS. A client verifies that the listener's certificate
+    /// is valid for `host` unless told another name (see
+    /// [`TlsOptions`](crate::TlsOptions)).
+    Tls {
+        /// Host name or IP literal (IPv6 without brackets).
+        host: String,
+        /// Port number; 0 lets the OS choose when binding.
+        port: u16,
+    },
+    /// `auto:HOST:PORT`: TCP (TLS when TLS options are set), upgraded to `shm:` when
+    /// both ends share a kernel.
     Auto {
         /// Host name or IP literal (IPv6 without brackets).
         host: String,
@@ -96,13 +107,14 @@ impl Address {
                     )))
                 }
             }
-            "tcp" => {
-                let (host, port) = host_port(rest).map_err(|w| bad(&w))?;
-                Ok(Address::Tcp { host, port })
-            }
-            "auto" => {
-                let (host, port) = host_port(rest).map_err(|w| bad(&w))?;
-                Ok(Address::Auto { host, port })
+            "tcp" | "tls" | "auto" => {
+                let (host, port) = host_port(rest)
+                    .map_err(|w| bad(&format!("{w} (expected {prefix}:HOST:PORT)")))?;
+                Ok(match prefix {
+                    "tcp" => Address::Tcp { host, port },
+                    "tls" => Address::Tls { host, port },
+                    _ => Address::Auto { host, port },
+                })
             }
             other => Err(bad(&format!(
                 "unknown transport {other:?} (expected one of {})",
@@ -111,12 +123,13 @@ impl Address {
         }
     }
 
-    /// The transport's prefix (`"shm"`, `"ux"`, `"tcp"`).
+    /// The transport's prefix (`"shm"`, `"ux"`, `"tcp"`, `"tls"`).
     pub fn transport(&self) -> &'static str {
         match self {
             Address::Shm { .. } => "shm",
             Address::Ux(_) => "ux",
             Address::Tcp { .. } => "tcp",
+            Address::Tls { .. } => "tls",
             Address::Auto { .. } => "auto",
         }
     }
@@ -128,7 +141,9 @@ impl fmt::Display for Address {
             Address::Shm { text, .. } => write!(f, "shm:{text}"),
             Address::Ux(UnixName::Path(p)) => write!(f, "ux:{}", p.display()),
             Address::Ux(UnixName::Abstract(n)) => write!(f, "ux:{n}"),
-            Address::Tcp { host, port } | Address::Auto { host, port } => {
+            Address::Tcp { host, port }
+            | Address::Tls { host, port }
+            | Address::Auto { host, port } => {
                 let prefix = self.transport();
                 if host.contains(':') {
                     write!(f, "{prefix}:[{host}]:{port}")
@@ -248,6 +263,17 @@ mod tests {
             Address::parse("tcp:[::1]:80").unwrap().to_string(),
             "tcp:[::1]:80"
         );
+        assert_eq!(
+            Address::parse("tls:localhost:443").unwrap(),
+            Address::Tls {
+                host: "localhost".into(),
+                port: 443
+            }
+        );
+        assert_eq!(
+            Address::parse("tls:[::1]:443").unwrap().to_string(),
+            "tls:[::1]:443"
+        );
         let a = Address::parse("shm:@x").unwrap();
         assert_eq!(a.to_string(), "shm:@x");
         let Address::Shm {
@@ -272,6 +298,8 @@ mod tests {
             "tcp:host",
             "tcp::80",
             "tcp:h:99999",
+            "tls:host",
+            "tls::443",
             "shm:@",
         ] {
             let e = Address::parse(bad).unwrap_err();
@@ -281,7 +309,7 @@ mod tests {
         assert!(Address::parse("foo:bar")
             .unwrap_err()
             .to_string()
-            .contains("shm:, ux:, tcp:"));
+            .contains("shm:, ux:, tcp:, tls:"));
         assert_eq!(
             kind(&format!("ux:/{}", "x".repeat(200))),
             ErrorKind::InvalidAddress

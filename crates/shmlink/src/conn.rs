@@ -45,7 +45,7 @@ pub struct Listener {
 }
 
 impl Listener {
-    /// Binds `addr` (`shm:NAME`, `ux:NAME`, `tcp:HOST:PORT`, …).
+    /// Binds `addr` (`shm:NAME`, `ux:NAME`, `tcp:HOST:PORT`, `tls:HOST:PORT`, …).
     pub fn bind(addr: &str, opts: &Options) -> Result<Listener> {
         opts.validate()?;
         let parsed = Address::parse(addr)?;
@@ -70,7 +70,7 @@ impl Listener {
         self.nonblocking = nonblocking;
     }
 
-    /// The bound address (for `tcp:HOST:0`, with the port the OS chose).
+    /// The bound address (for `tcp:HOST:0` and `tls:HOST:0`, with the port the OS chose).
     pub fn local_addr(&self) -> String {
         self.ops.local_addr()
     }
@@ -260,9 +260,9 @@ impl Connection {
     /// it makes progress ([`ErrorKind::TimedOut`] if it takes nothing for a while).
     ///
     /// Dropping a connection closes it too, but never blocks: such queued messages are
-    /// then delivered in the background on `ux:`/`tcp:` (until the process exits) and
-    /// lost on `shm:` (the peer sees [`ErrorKind::ConnectionReset`]). Call `close` to be
-    /// sure.
+    /// then delivered in the background on `ux:`/`tcp:`/`tls:` (until the process exits)
+    /// and lost on `shm:` (the peer sees [`ErrorKind::ConnectionReset`]). Call `close` to
+    /// be sure.
     pub fn close(mut self) -> Result<()> {
         self.closed = true;
         with_conn!(&mut self.ops, |c| c.close(true))
@@ -278,7 +278,7 @@ impl Connection {
         with_conn!(&self.ops, |c| c.max_send_size())
     }
 
-    /// The transport's name (`"shm"`, `"ux"`, `"tcp"`).
+    /// The transport's name (`"shm"`, `"ux"`, `"tcp"`, `"tls"`).
     pub fn transport(&self) -> &'static str {
         let addr = with_conn!(&self.ops, |c| c.local_addr());
         transport::REGISTRY

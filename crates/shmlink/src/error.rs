@@ -27,14 +27,17 @@ pub enum ErrorKind {
     InvalidInput,
     /// The address is malformed or names an unknown transport.
     InvalidAddress,
-    /// The listener's credential policy refused this process, or the OS denied access.
+    /// The listener's credential policy refused this process, the OS denied access, or
+    /// (`tls:`) a certificate was refused: the listener's by this client (unknown CA,
+    /// not valid for the server name, expired) or this client's by the listener (missing
+    /// or not signed by a CA it trusts). The message says which.
     PermissionDenied,
     /// Another listener already serves this address.
     AddrInUse,
     /// The peer speaks another protocol version.
     VersionMismatch,
     /// The peer wrote something that breaks the protocol (shared-memory indices, record
-    /// headers, handshake bytes). The connection is unusable afterwards.
+    /// headers, handshake bytes, TLS records). The connection is unusable afterwards.
     ProtocolViolation,
     /// The message is larger than the connection's maximum, or than the caller's buffer.
     MessageTooLarge,

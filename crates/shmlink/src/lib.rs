@@ -8,6 +8,7 @@
 //! | `shm:NAME`, `shm:/path.sock`, `shm:@name` | shared-memory rings (a sealed memfd per connection) |
 //! | `ux:NAME` (abstract), `ux:/path` | Unix `SOCK_SEQPACKET` |
 //! | `tcp:HOST:PORT` | TCP, length-prefixed frames, `TCP_NODELAY` |
+//! | `tls:HOST:PORT` | `tcp:` inside TLS 1.3 (rustls); certificates in [`TlsOptions`] |
 //!
 //! On `shm:` sending and receiving between awake peers touches only shared memory; system
 //! calls happen only to sleep and to wake a sleeper. Every connection exposes one fd for
@@ -61,6 +62,8 @@ struct ReadmeDoctests;
 pub use addr::{rendezvous_dir, Address, UnixName, TRANSPORTS};
 pub use conn::{Connection, Counters, Listener, RecvBuf, SendBuf};
 pub use error::{Error, ErrorKind, Result};
-pub use options::{Options, WaitPolicy, MAX_MSG_SIZE_LIMIT, MAX_RING_SIZE, MIN_RING_SIZE};
+pub use options::{
+    Options, Pem, TlsOptions, WaitPolicy, MAX_MSG_SIZE_LIMIT, MAX_RING_SIZE, MIN_RING_SIZE,
+};
 
 pub use sys::{cpu_time, pin_to_cpu};

@@ -1,5 +1,7 @@
-//! Connection and listener options.
+//! Connection and listener options, TLS settings among them.
 
+use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -46,6 +48,155 @@ impl Default for WaitPolicy {
     }
 }
 
+/// Where a PEM document comes from: a file, or the text itself.
+///
+/// Its `Debug` form never shows the text, which may be a private key.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Pem {
+    /// The path of a file holding PEM text.
+    File(PathBuf),
+    /// PEM text (`-----BEGIN …-----` blocks).
+    Text(String),
+}
+
+impl Pem {
+    /// PEM read from the file at `path` (when the connection or listener is set up).
+    pub fn file(path: impl Into<PathBuf>) -> Pem {
+        Pem::File(path.into())
+    }
+
+    /// PEM given as text.
+    pub fn text(pem: impl Into<String>) -> Pem {
+        Pem::Text(pem.into())
+    }
+}
+
+impl fmt::Debug for Pem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Pem::File(path) => f.debug_tuple("File").field(path).finish(),
+            Pem::Text(text) => write!(f, "Text(<{} bytes>)", text.len()),
+        }
+    }
+}
+
+impl fmt::Display for Pem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Pem::File(path) => write!(f, "file {}", path.display()),
+            Pem::Text(_) => f.write_str("PEM text"),
+        }
+    }
+}
+
+/// TLS settings for `tls:HOST:PORT` (set with [`Options::tls`]; other transports ignore
+/// them).
+///
+/// - A **listener** needs its certificate chain ([`cert`](Self::cert)) and private key
+///   ([`key`](Self::key)). With a [`ca`](Self::ca) too, it requires every client to
+///   present a certificate signed by that CA (mutual TLS) and refuses the others.
+/// - A **client** needs the [`ca`](Self::ca) that signed the listener's certificate:
+///   there are no system roots. It checks that the certificate is valid for the host
+///   name or IP address of the address it connects to — or for
+///   [`server_name`](Self::server_name) — unless [`verify_hostname`](Self::verify_hostname)
+///   is switched off. With [`cert`](Self::cert) and [`key`](Self::key) it presents a
+///   certificate to a listener that asks for one.
+///
+/// A refused certificate, ours or the peer's, fails `connect` with
+/// [`ErrorKind::PermissionDenied`] and a message that says what was wrong. Only TLS 1.3
+/// is spoken.
+///
+/// ```
+/// use shmlink::{Options, Pem, TlsOptions};
+/// let server = Options::default().tls(
+///     TlsOptions::new()
+///         .cert(Pem::file("/etc/myapp/server.pem"))
+///         .key(Pem::file("/etc/myapp/server.key"))
+///         .ca(Pem::file("/etc/myapp/clients-ca.pem")), // require client certificates
+/// );
+/// let client = Options::default().tls(
+///     TlsOptions::new()
+///         .ca(Pem::file("/etc/myapp/ca.pem"))
+///         .server_name("server.example"), // the name in the listener's certificate
+/// );
+/// # let _ = (server, client);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsOptions {
+    pub(crate) cert: Option<Pem>,
+    pub(crate) key: Option<Pem>,
+    pub(crate) ca: Option<Pem>,
+    pub(crate) server_name: Option<String>,
+    pub(crate) verify_hostname: bool,
+}
+
+impl Default for TlsOptions {
+    fn default() -> Self {
+        TlsOptions {
+            cert: None,
+            key: None,
+            ca: None,
+            server_name: None,
+            verify_hostname: true,
+        }
+    }
+}
+
+impl TlsOptions {
+    /// No certificates, hostname verification on.
+    pub fn new() -> TlsOptions {
+        TlsOptions::default()
+    }
+
+    /// This side's certificate chain: its own certificate first, then any intermediates.
+    pub fn cert(mut self, pem: Pem) -> Self {
+        self.cert = Some(pem);
+        self
+    }
+
+    /// This side's private key (PKCS#8, PKCS#1 or SEC1), for [`cert`](Self::cert).
+    pub fn key(mut self, pem: Pem) -> Self {
+        self.key = Some(pem);
+        self
+    }
+
+    /// The certificates of the CA(s) this side trusts to sign the peer's certificate.
+    /// Required on a client; on a listener it turns on mutual TLS.
+    pub fn ca(mut self, pem: Pem) -> Self {
+        self.ca = Some(pem);
+        self
+    }
+
+    /// The name (DNS name or IP address) the listener's certificate must be valid for,
+    /// when it differs from the host in the address (the default).
+    pub fn server_name(mut self, name: impl Into<String>) -> Self {
+        self.server_name = Some(name.into());
+        self
+    }
+
+    /// Whether a client checks that the listener's certificate is valid for the server
+    /// name (default: on). Off, any certificate the CA signed is accepted, whatever name
+    /// it is for.
+    pub fn verify_hostname(mut self, on: bool) -> Self {
+        self.verify_hostname = on;
+        self
+    }
+
+    /// Checks what can be checked without reading files; the error names the option.
+    fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::new(ErrorKind::InvalidInput, msg));
+        match (&self.cert, &self.key) {
+            (Some(_), None) => return bad("option tls.cert is set without tls.key".into()),
+            (None, Some(_)) => return bad("option tls.key is set without tls.cert".into()),
+            _ => {}
+        }
+        if self.server_name.as_deref() == Some("") {
+            return bad("option tls.server_name is empty".into());
+        }
+        Ok(())
+    }
+}
+
 /// Options for [`Connection::connect`](crate::Connection::connect) and
 /// [`Listener::bind`](crate::Listener::bind).
 ///
@@ -67,6 +218,7 @@ pub struct Options {
     pub(crate) allow_uids: Vec<u32>,
     pub(crate) allow_gids: Vec<u32>,
     pub(crate) dir_mode: u32,
+    pub(crate) tls: TlsOptions,
 }
 
 impl Default for Options {
@@ -80,6 +232,7 @@ impl Default for Options {
             allow_uids: Vec::new(),
             allow_gids: Vec::new(),
             dir_mode: 0o700,
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -112,7 +265,8 @@ impl Options {
         self
     }
 
-    /// How long a listener waits for a client's hello before dropping it.
+    /// How long a listener waits for a client's hello (and, on `tls:`, its TLS
+    /// handshake) before dropping it.
     pub fn handshake_timeout(mut self, t: Duration) -> Self {
         self.handshake_timeout = t;
         self
@@ -142,6 +296,17 @@ impl Options {
     pub fn rendezvous_dir_mode(mut self, mode: u32) -> Self {
         self.dir_mode = mode;
         self
+    }
+
+    /// TLS settings, for `tls:` addresses.
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// The TLS settings set.
+    pub fn get_tls(&self) -> &TlsOptions {
+        &self.tls
     }
 
     /// The ring size set.
@@ -185,7 +350,7 @@ impl Options {
         if self.connect_timeout.is_zero() || self.handshake_timeout.is_zero() {
             return bad("options connect_timeout and handshake_timeout must be non-zero".into());
         }
-        Ok(())
+        self.tls.validate()
     }
 }
 
@@ -211,11 +376,35 @@ mod tests {
                 Options::default().rendezvous_dir_mode(0o10700),
                 "rendezvous_dir_mode",
             ),
+            (
+                Options::default().tls(TlsOptions::new().cert(Pem::text("x"))),
+                "tls.key",
+            ),
+            (
+                Options::default().tls(TlsOptions::new().key(Pem::file("k.pem"))),
+                "tls.cert",
+            ),
+            (
+                Options::default().tls(TlsOptions::new().server_name("")),
+                "tls.server_name",
+            ),
         ] {
             let e = opts.validate().unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidInput);
             assert!(e.to_string().contains(name), "{e}");
         }
         Options::default().validate().unwrap();
+    }
+
+    #[test]
+    fn pem_text_is_never_shown() {
+        let secret = "-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n-----END PRIVATE KEY-----\n";
+        let opts = Options::default().tls(TlsOptions::new().key(Pem::text(secret)));
+        let shown = format!("{opts:?}");
+        assert!(!shown.contains("c2VjcmV0"), "{shown}");
+        assert!(
+            shown.contains(&format!("<{} bytes>", secret.len())),
+            "{shown}"
+        );
     }
 }

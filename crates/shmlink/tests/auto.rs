@@ -348,3 +348,21 @@ fn clients_racing_a_restarting_listener_never_hang_or_split() {
         );
     }
 }
+
+#[test]
+fn with_tls_options_the_negotiation_runs_over_tls_and_still_upgrades() {
+    let opts = common::opts("tls");
+    let l = Listener::bind("auto:127.0.0.1:0", &opts).unwrap();
+    let addr = l.local_addr();
+    let (stop, server) = serve(l);
+    // A plain TCP client cannot even start the negotiation.
+    let tcp = addr.replacen("auto:", "tcp:", 1);
+    assert!(Connection::connect(&tcp, &Options::default()).is_err());
+    let mut c = Connection::connect(&addr, &opts).unwrap();
+    assert_eq!(c.transport(), "shm");
+    c.send(b"which?").unwrap();
+    assert_eq!(c.recv_vec().unwrap(), b"shm");
+    drop(c);
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(server.join().unwrap(), ["shm"]);
+}

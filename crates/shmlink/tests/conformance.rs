@@ -1,6 +1,6 @@
-//! One conformance suite, run on every transport (`shm`, `ux`, `tcp`, and `auto` both
-//! upgraded to shared memory and left on TCP): the guarantees a connection gives
-//! whatever carries it.
+//! One conformance suite, run on every transport (`shm`, `ux`, `tcp`, `tls`, and `auto`
+//! both upgraded to shared memory and left on TCP): the guarantees a connection gives
+//! whatever carries it. On `tls`, both ends use the test certificates ([`common::opts`]).
 
 mod common;
 
@@ -35,7 +35,7 @@ macro_rules! conformance {
     )*};
 }
 
-conformance!(shm, ux, tcp, auto, auto_tcp);
+conformance!(shm, ux, tcp, tls, auto, auto_tcp, auto_tls);
 
 fn echo(t: &str) {
     let (mut c, mut s) = pair(t);
@@ -94,7 +94,7 @@ fn zero_length_messages(t: &str) {
 }
 
 fn nonblocking_sender_gets_would_block_and_loses_nothing(t: &str) {
-    let opts = Options::default().ring_size(64 << 10);
+    let opts = opts(t).ring_size(64 << 10);
     let (mut c, mut s) = pair_with(t, &opts);
     c.set_nonblocking(true);
     let mut sent = 0u64;
@@ -119,7 +119,7 @@ fn nonblocking_sender_gets_would_block_and_loses_nothing(t: &str) {
 fn slow_receiver_makes_blocking_sender_wait(t: &str) {
     const N: u64 = 4096;
     const LEN: usize = 64 << 10; // 256 MiB in all: more than any socket or ring buffers
-    let opts = Options::default().ring_size(256 << 10);
+    let opts = opts(t).ring_size(256 << 10);
     let (mut c, mut s) = pair_with(t, &opts);
     let progress = Arc::new(AtomicU64::new(0));
     let p = progress.clone();
@@ -149,13 +149,14 @@ fn slow_receiver_makes_blocking_sender_wait(t: &str) {
 fn epoll_serves_64_connections(t: &str) {
     const CLIENTS: usize = 64;
     const MSGS: u64 = 200;
-    let (mut l, addr) = bind(t, &Options::default());
+    let (mut l, addr) = bind(t, &opts(t));
     l.set_nonblocking(true);
     let clients: Vec<_> = (0..CLIENTS)
         .map(|i| {
             let addr = addr.clone();
+            let o = opts(t);
             std::thread::spawn(move || {
-                let mut c = Connection::connect(&addr, &Options::default()).unwrap();
+                let mut c = Connection::connect(&addr, &o).unwrap();
                 for seq in 0..MSGS {
                     c.send(&payload(seq, 16 + i)).unwrap();
                     verify(seq, 16 + i, &c.recv_vec().unwrap());
@@ -277,8 +278,8 @@ fn too_small_buffer_keeps_the_message(t: &str) {
 }
 
 fn oversized_message_is_refused(t: &str) {
-    let opts = Options::default().max_msg_size(1000);
-    let (mut c, mut s) = pair_with(t, &opts);
+    let small = opts(t).max_msg_size(1000);
+    let (mut c, mut s) = pair_with(t, &small);
     let e = c.send(&[0u8; 1001]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::MessageTooLarge);
     assert!(e.to_string().contains("1001"), "{e}");
@@ -286,8 +287,9 @@ fn oversized_message_is_refused(t: &str) {
     c.send(&[1u8; 1000]).unwrap();
     assert_eq!(s.recv_vec().unwrap().len(), 1000);
     // A peer with a smaller limit caps what we may send.
-    let (mut l, addr) = bind(t, &Options::default().max_msg_size(500));
-    let client = std::thread::spawn(move || Connection::connect(&addr, &Options::default()));
+    let (mut l, addr) = bind(t, &opts(t).max_msg_size(500));
+    let o = opts(t);
+    let client = std::thread::spawn(move || Connection::connect(&addr, &o));
     let _server = l.accept().unwrap();
     let mut c = client.join().unwrap().unwrap();
     assert_eq!(c.max_msg_size(), 500);
@@ -404,10 +406,11 @@ fn idle_wait_uses_no_cpu(t: &str) {
 #[test]
 fn listener_fd_is_readable_when_a_client_waits() {
     for t in TRANSPORTS {
-        let (mut l, addr) = bind(t, &Options::default());
+        let (mut l, addr) = bind(t, &opts(t));
         l.set_nonblocking(true);
         assert_eq!(l.accept().unwrap_err().kind(), ErrorKind::WouldBlock);
-        let client = std::thread::spawn(move || Connection::connect(&addr, &Options::default()));
+        let o = opts(t);
+        let client = std::thread::spawn(move || Connection::connect(&addr, &o));
         let mut p = libc::pollfd {
             fd: l.as_raw_fd(),
             events: libc::POLLIN,
@@ -431,6 +434,7 @@ fn bad_addresses_and_options_are_typed_errors() {
         ("shm:", ErrorKind::InvalidAddress),
         ("ux:", ErrorKind::InvalidAddress),
         ("tcp:nope", ErrorKind::InvalidAddress),
+        ("tls:nope", ErrorKind::InvalidAddress),
     ] {
         let e = Connection::connect(addr, &o).unwrap_err();
         assert_eq!(e.kind(), kind, "{addr}: {e}");
@@ -443,11 +447,11 @@ fn bad_addresses_and_options_are_typed_errors() {
     assert!(e.to_string().contains("ring_size"), "{e}");
     for t in TRANSPORTS {
         let addr = match *t {
-            "tcp" => "tcp:127.0.0.1:1".to_string(),
-            "auto" | "auto_tcp" => "auto:127.0.0.1:1".to_string(),
+            "tcp" | "tls" => format!("{t}:127.0.0.1:1"),
+            "auto" | "auto_tcp" | "auto_tls" => "auto:127.0.0.1:1".to_string(),
             _ => fresh_addr(t),
         };
-        let e = Connection::connect(&addr, &o).unwrap_err();
+        let e = Connection::connect(&addr, &opts(t)).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{addr}: {e}");
         assert!(e.to_string().contains(&addr), "{e}");
     }

@@ -1,4 +1,4 @@
-//! Socket I/O for the framed transports (`ux:`, `tcp:`): gather writes, reads straight into
+//! Socket I/O for the framed transports (`ux:`, `tcp:`, `tls:`): gather writes, reads straight into
 //! a vector's spare capacity, readiness waits, and the eventfd flag that keeps a
 //! connection's pollable fd readable while frames wait in user space.
 //!
@@ -65,6 +65,51 @@ pub fn send_parts(
             sock.as_raw_fd(),
             &msg,
             libc::MSG_NOSIGNAL | dontwait(blocking)
+        )) {
+            Ok(n) => return Ok(n as usize),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Sends the buffers in order with one `sendmsg`. Returns the number of bytes the kernel
+/// took.
+pub fn send_vectored(
+    sock: BorrowedFd<'_>,
+    bufs: &[io::IoSlice<'_>],
+    blocking: bool,
+) -> io::Result<usize> {
+    // SAFETY: msghdr is plain data; all-zero is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // `IoSlice` is guaranteed to be ABI-compatible with `iovec` on Unix.
+    msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = bufs.len().min(libc::UIO_MAXIOV as usize);
+    loop {
+        // SAFETY: `msg` points at `msg_iovlen` iovecs (the caller's IoSlices) describing
+        // live, readable buffers of the lengths they declare; the kernel only reads them.
+        match syscall!(sendmsg(
+            sock.as_raw_fd(),
+            &msg,
+            libc::MSG_NOSIGNAL | dontwait(blocking)
+        )) {
+            Ok(n) => return Ok(n as usize),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Receives up to `buf.len()` bytes from a stream socket into `buf`. Returns the number of
+/// bytes received; 0 is end of stream.
+pub fn recv_into(sock: BorrowedFd<'_>, buf: &mut [u8], blocking: bool) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is a valid writable buffer of its length.
+        match syscall!(recv(
+            sock.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            dontwait(blocking)
         )) {
             Ok(n) => return Ok(n as usize),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -1,8 +1,10 @@
 //! The `auto:` transport: TCP that becomes shared memory when both ends share a kernel
 //! (DESIGN §6, the XWAY idea of one address for local and remote peers).
 //!
-//! A client connects over `tcp:` and the two ends exchange a few messages on that
-//! connection before the application sees it:
+//! A client connects over `tcp:` (`tls:` when the options carry TLS settings: then the
+//! negotiation, token and proof included, is encrypted and both ends authenticated as
+//! TLS configures) and the two ends exchange a few messages on that connection before
+//! the application sees it:
 //!
 //! ```text
 //! client                                      listener
@@ -38,10 +40,10 @@ use super::shm::handshake::{Token, TOKEN_LEN};
 use super::shm::{self, ShmListener};
 use crate::addr::{rendezvous_dir, Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};
-use crate::options::Options;
+use crate::options::{Options, TlsOptions};
 use crate::sys::stream::EventFlag;
 use crate::sys::{self, Epoll};
-use crate::transport::{tcp, ConnOps, ListenerOps, Transport};
+use crate::transport::{tcp, tls, ConnOps, ListenerOps, Transport};
 
 /// The `auto:` entry in the transport registry.
 pub(crate) const TRANSPORT: Transport = Transport {
@@ -246,14 +248,17 @@ fn random_token() -> Result<Token> {
     Ok(t)
 }
 
-/// The `tcp:` address an `auto:` address runs over.
-fn tcp_address(addr: &Address) -> Address {
-    match addr {
-        Address::Auto { host, port } => Address::Tcp {
-            host: host.clone(),
-            port: *port,
-        },
+/// What an `auto:` address runs over until it is upgraded: `tls:` when TLS options are
+/// set, else `tcp:`.
+fn outer(addr: &Address, opts: &Options) -> (Address, &'static Transport) {
+    let (host, port) = match addr {
+        Address::Auto { host, port } => (host.clone(), *port),
         _ => unreachable!("the registry only hands auto: addresses to the auto transport"),
+    };
+    if *opts.get_tls() != TlsOptions::default() {
+        (Address::Tls { host, port }, &tls::TRANSPORT)
+    } else {
+        (Address::Tcp { host, port }, &tcp::TRANSPORT)
     }
 }
 
@@ -288,7 +293,8 @@ fn recv_msg(conn: &mut dyn ConnOps, deadline: Instant) -> Result<Msg> {
 
 fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     let deadline = Instant::now() + opts.connect_timeout;
-    let mut conn = (tcp::TRANSPORT.connect)(&tcp_address(addr), opts)?;
+    let (outer_addr, transport) = outer(addr, opts);
+    let mut conn = (transport.connect)(&outer_addr, opts)?;
     send_msg(&mut *conn, &Msg::Hello { boot_id: boot_id() })?;
     match recv_msg(&mut *conn, deadline)? {
         Msg::NoOffer { .. } => Ok(conn),
@@ -396,9 +402,10 @@ struct AutoListener {
 }
 
 fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
-    let tcp = (tcp::TRANSPORT.bind)(&tcp_address(addr), opts)?;
+    let (outer_addr, transport) = outer(addr, opts);
+    let tcp = (transport.bind)(&outer_addr, opts)?;
     let bound = tcp.local_addr();
-    let host_port = bound.strip_prefix("tcp:").unwrap_or(&bound);
+    let host_port = bound.split_once(':').map_or(bound.as_str(), |(_, hp)| hp);
     let port = host_port.rsplit(':').next().unwrap_or("0");
     let tag = random_token()?;
     let name = format!(

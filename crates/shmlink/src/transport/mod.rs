@@ -18,6 +18,7 @@ pub(crate) mod auto;
 pub(crate) mod framed;
 pub(crate) mod shm;
 pub(crate) mod tcp;
+pub(crate) mod tls;
 pub(crate) mod ux;
 
 /// One connection's transport-specific half.
@@ -136,6 +137,7 @@ pub(crate) static REGISTRY: &[Transport] = &[
     shm::TRANSPORT,
     ux::TRANSPORT,
     tcp::TRANSPORT,
+    tls::TRANSPORT,
     auto::TRANSPORT,
 ];
 

@@ -1,4 +1,6 @@
-//! The `tcp:` transport: TCP with `TCP_NODELAY`, one length-prefixed frame per message.
+//! The `tcp:` transport: TCP with `TCP_NODELAY`, one length-prefixed frame per message —
+//! and the byte-stream machinery it shares with `tls:`, which puts a TLS session between
+//! the frames and the socket ([`StreamLink`]).
 //!
 //! A frame is a [`HEADER_LEN`]-byte header — kind ([`KIND_DATA`] or [`KIND_FIN`]) and
 //! payload length (`u32`, little-endian) — followed by the payload; a frame is written with
@@ -6,16 +8,25 @@
 //! small messages in place from its read buffer; a message larger than the buffer is read
 //! straight into its own vector, which grows as the bytes arrive. Handshake, flow control
 //! and end-of-stream rules are those of [`framed`](super::framed).
+//!
+//! # Entry points on a connected stream
+//!
+//! [`connect_stream`] (client) and [`accept_stream`] (listener) run the handshake — TLS
+//! first when asked, then the hello — on a TCP stream that is already connected, and
+//! return the framed connection. `tcp:` and `tls:` use them after dialling or accepting;
+//! a transport that negotiates on the stream before (`auto:`) can hand it over the same
+//! way.
 
 use std::io;
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Instant;
 
 use super::framed::{
     bad_data, client_handshake, recycle, take_vec, Acceptor, Frame, FramedConn, FramedListener,
-    Incoming, Wire, HELLO_LEN,
+    Incoming, Link, ServerHandshake, Wire, HELLO_LEN,
 };
+use super::tls::{ClientTls, ServerTls, TlsSession};
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
@@ -51,8 +62,120 @@ enum Current {
     Big,
 }
 
+/// A connected TCP socket, with or without a TLS session over it.
+pub(crate) struct StreamLink {
+    sock: OwnedFd,
+    layer: Layer,
+}
+
+/// What lies between the frames and the socket.
+enum Layer {
+    /// Nothing: frames go to the kernel as they are.
+    Plain,
+    /// TLS.
+    Tls(Box<TlsSession>),
+    /// The TLS session moved to a closing thread ([`Link::detach`]).
+    Detached,
+}
+
+impl StreamLink {
+    /// `sock`, with `tls` over it if given (its handshake not run yet).
+    pub(crate) fn new(sock: OwnedFd, tls: Option<TlsSession>) -> StreamLink {
+        let layer = match tls {
+            Some(t) => Layer::Tls(Box::new(t)),
+            None => Layer::Plain,
+        };
+        StreamLink { sock, layer }
+    }
+
+    /// The prefix of the addresses of a connection over this link.
+    fn scheme(&self) -> &'static str {
+        match self.layer {
+            Layer::Plain => "tcp",
+            Layer::Tls(_) | Layer::Detached => "tls",
+        }
+    }
+}
+
+fn detached() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotConnected,
+        "the TLS session moved to the closing thread",
+    )
+}
+
+impl Link for StreamLink {
+    fn sock(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
+    fn handshake(&mut self) -> io::Result<bool> {
+        match &mut self.layer {
+            Layer::Plain => Ok(true),
+            Layer::Tls(t) => t.handshake(self.sock.as_fd()),
+            Layer::Detached => Err(detached()),
+        }
+    }
+
+    #[inline]
+    fn send_parts(&mut self, head: &[u8], body: &[u8], blocking: bool) -> io::Result<usize> {
+        match &mut self.layer {
+            Layer::Plain => stream::send_parts(self.sock.as_fd(), head, body, blocking),
+            Layer::Tls(t) => t.send(self.sock.as_fd(), head, body, blocking),
+            Layer::Detached => Err(detached()),
+        }
+    }
+
+    #[inline]
+    fn recv_append(&mut self, buf: &mut Vec<u8>, max: usize, blocking: bool) -> io::Result<usize> {
+        match &mut self.layer {
+            Layer::Plain => stream::recv_append(self.sock.as_fd(), buf, max, blocking),
+            Layer::Tls(t) => t.recv_append(self.sock.as_fd(), buf, max, blocking),
+            Layer::Detached => Err(detached()),
+        }
+    }
+
+    #[inline]
+    fn pending_output(&self) -> bool {
+        match &self.layer {
+            Layer::Tls(t) => t.pending_output(),
+            Layer::Plain | Layer::Detached => false,
+        }
+    }
+
+    fn flush(&mut self, blocking: bool) -> io::Result<bool> {
+        match &mut self.layer {
+            Layer::Tls(t) => t.flush(self.sock.as_fd(), blocking),
+            Layer::Plain | Layer::Detached => Ok(true),
+        }
+    }
+
+    #[inline]
+    fn buffered_input(&self) -> bool {
+        match &self.layer {
+            Layer::Tls(t) => t.buffered_input(),
+            Layer::Plain | Layer::Detached => false,
+        }
+    }
+
+    fn close_notify(&mut self) {
+        if let Layer::Tls(t) = &mut self.layer {
+            t.close_notify();
+        }
+    }
+
+    fn detach(&mut self) -> io::Result<StreamLink> {
+        let sock = self.sock.try_clone()?;
+        let layer = match self.layer {
+            Layer::Plain => Layer::Plain,
+            _ => std::mem::replace(&mut self.layer, Layer::Detached),
+        };
+        Ok(StreamLink { sock, layer })
+    }
+}
+
 /// Length-prefixed frames on a byte stream.
-struct TcpWire {
+pub(crate) struct TcpWire {
     max_recv: usize,
     /// Bytes read and not yet parsed start at `pos`; capacity [`READ_BUF`].
     buf: Vec<u8>,
@@ -85,7 +208,7 @@ impl TcpWire {
     /// Continues reading a frame too large for the read buffer.
     fn read_big(
         &mut self,
-        sock: BorrowedFd<'_>,
+        link: &mut StreamLink,
         total: usize,
         blocking: bool,
     ) -> io::Result<Incoming> {
@@ -96,7 +219,7 @@ impl TcpWire {
                 self.big
                     .reserve_exact(self.big.len().max(READ_BUF).min(missing));
             }
-            match stream::recv_append(sock, &mut self.big, missing, blocking) {
+            match link.recv_append(&mut self.big, missing, blocking) {
                 Ok(0) => return Ok(Incoming::Eof),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Incoming::Empty),
@@ -110,6 +233,8 @@ impl TcpWire {
 }
 
 impl Wire for TcpWire {
+    type Link = StreamLink;
+
     fn new(max_recv: usize) -> TcpWire {
         TcpWire {
             max_recv,
@@ -122,7 +247,7 @@ impl Wire for TcpWire {
     }
 
     fn write(
-        sock: BorrowedFd<'_>,
+        link: &mut StreamLink,
         frame: Frame,
         payload: &[u8],
         sent: &mut usize,
@@ -142,7 +267,7 @@ impl Wire for TcpWire {
                 Some(rest) if !rest.is_empty() => (rest, payload),
                 _ => (&[][..], &payload[*sent - HEADER_LEN..]),
             };
-            match stream::send_parts(sock, head, body, blocking) {
+            match link.send_parts(head, body, blocking) {
                 Ok(n) => *sent += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
                 Err(e) => return Err(e),
@@ -151,10 +276,10 @@ impl Wire for TcpWire {
         Ok(true)
     }
 
-    fn read(&mut self, sock: BorrowedFd<'_>, blocking: bool) -> io::Result<Incoming> {
+    fn read(&mut self, link: &mut StreamLink, blocking: bool) -> io::Result<Incoming> {
         loop {
             if let Some(total) = self.big_len {
-                return self.read_big(sock, total, blocking);
+                return self.read_big(link, total, blocking);
             }
             if let Some((frame, len)) = self.header()? {
                 let start = self.pos + HEADER_LEN;
@@ -180,7 +305,7 @@ impl Wire for TcpWire {
             self.buf.drain(..self.pos);
             self.pos = 0;
             let room = READ_BUF - self.buf.len();
-            match stream::recv_append(sock, &mut self.buf, room, blocking) {
+            match link.recv_append(&mut self.buf, room, blocking) {
                 Ok(0) => return Ok(Incoming::Eof),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Incoming::Empty),
@@ -221,10 +346,10 @@ impl Wire for TcpWire {
         }
     }
 
-    fn recv_hello(sock: BorrowedFd<'_>, got: &mut Vec<u8>) -> io::Result<usize> {
+    fn recv_hello(link: &mut StreamLink, got: &mut Vec<u8>) -> io::Result<usize> {
         let missing = HELLO_LEN.saturating_sub(got.len());
         got.reserve_exact(missing);
-        stream::recv_append(sock, got, missing, false)
+        link.recv_append(got, missing, false)
     }
 }
 
@@ -241,48 +366,123 @@ fn host_port(addr: &Address) -> Result<(&str, u16)> {
 fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     let (host, port) = host_port(addr)?;
     let deadline = Instant::now() + opts.connect_timeout;
+    let stream = dial(host, port, deadline)?;
+    Ok(Box::new(connect_stream(stream, None, opts, deadline)?))
+}
+
+fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
+    let (host, port) = host_port(addr)?;
+    listen(host, port, None, opts)
+}
+
+/// Connects to `host:port`, trying each address the name resolves to in turn until the
+/// deadline.
+pub(crate) fn dial(host: &str, port: u16, deadline: Instant) -> Result<TcpStream> {
     let mut last = Error::new(
         ErrorKind::ConnectionRefused,
         format!("{host} resolves to no address"),
     );
-    let mut stream = None;
     for sa in (host, port)
         .to_socket_addrs()
         .map_err(|e| Error::io(format!("resolve {host}"), e))?
     {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            last = Error::new(ErrorKind::TimedOut, "connect timeout expired");
-            break;
+            return Err(Error::new(ErrorKind::TimedOut, "connect timeout expired"));
         }
         match TcpStream::connect_timeout(&sa, left) {
-            Ok(s) => {
-                stream = Some(s);
-                break;
-            }
+            Ok(s) => return Ok(s),
             Err(e) => last = Error::io(format!("connect to {sa}"), e),
         }
     }
-    let stream = stream.ok_or(last)?;
-    let setup = |e| Error::io("set up the socket", e);
-    stream.set_nodelay(true).map_err(setup)?;
-    let local = format!("tcp:{}", stream.local_addr().map_err(setup)?);
-    let peer = format!("tcp:{}", stream.peer_addr().map_err(setup)?);
-    let sock = OwnedFd::from(stream);
-    let peer_max = client_handshake::<TcpWire>(sock.as_fd(), opts.max_msg_size, deadline)?;
-    let conn = FramedConn::<TcpWire>::new(sock, opts.max_msg_size, peer_max, local, peer)
-        .map_err(setup)?;
-    Ok(Box::new(conn))
+    Err(last)
 }
 
-fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
-    let (host, port) = host_port(addr)?;
+/// The text of a socket address with a transport prefix.
+fn addr_text(scheme: &str, sa: SocketAddr) -> String {
+    format!("{scheme}:{sa}")
+}
+
+/// Runs the client's half of the handshake on a connected TCP stream — the TLS
+/// handshake first when `tls` is given, then the hello — before `deadline`, and returns
+/// the connection. Its addresses read `tls:` or `tcp:` accordingly.
+pub(crate) fn connect_stream(
+    stream: TcpStream,
+    tls: Option<&ClientTls>,
+    opts: &Options,
+    deadline: Instant,
+) -> Result<FramedConn<TcpWire>> {
+    let setup = |e| Error::io("set up the socket", e);
+    stream.set_nodelay(true).map_err(setup)?;
+    let (local, peer) = (
+        stream.local_addr().map_err(setup)?,
+        stream.peer_addr().map_err(setup)?,
+    );
+    let session = tls
+        .map(ClientTls::session)
+        .transpose()
+        .map_err(|e| Error::io("start a TLS session", e))?;
+    let mut link = StreamLink::new(OwnedFd::from(stream), session);
+    let scheme = link.scheme();
+    let peer_max = client_handshake::<TcpWire>(&mut link, opts.max_msg_size, deadline)?;
+    FramedConn::new(
+        link,
+        opts.max_msg_size,
+        peer_max,
+        addr_text(scheme, local),
+        addr_text(scheme, peer),
+    )
+    .map_err(setup)
+}
+
+/// Starts the listener's half of the handshake on an accepted TCP stream — the TLS
+/// handshake first when `tls` is given, then the hello; drive it with
+/// [`ServerHandshake::advance`] (it never blocks) and finish it with
+/// [`ServerHandshake::finish`]. `local` is the listener's address as clients see it.
+#[cfg_attr(not(test), allow(dead_code))] // the entry point for `auto:`
+pub(crate) fn accept_stream(
+    stream: TcpStream,
+    tls: Option<&ServerTls>,
+    local: String,
+    opts: &Options,
+) -> io::Result<ServerHandshake<TcpWire>> {
+    let peer = stream.peer_addr()?;
+    let (link, peer) = stream_link(stream, peer, tls)?;
+    Ok(ServerHandshake::new(link, local, peer, opts))
+}
+
+/// An accepted stream as a link, with its peer's address text.
+fn stream_link(
+    stream: TcpStream,
+    peer: SocketAddr,
+    tls: Option<&ServerTls>,
+) -> io::Result<(StreamLink, String)> {
+    stream.set_nodelay(true)?;
+    let session = tls.map(ServerTls::session).transpose()?;
+    let link = StreamLink::new(OwnedFd::from(stream), session);
+    let peer = addr_text(link.scheme(), peer);
+    Ok((link, peer))
+}
+
+/// Binds a listening TCP socket and serves `tcp:` clients on it, or `tls:` clients with
+/// `tls`.
+pub(crate) fn listen(
+    host: &str,
+    port: u16,
+    tls: Option<ServerTls>,
+    opts: &Options,
+) -> Result<Box<dyn ListenerOps>> {
     let listener = TcpListener::bind((host, port)).map_err(|e| Error::io("socket bind", e))?;
     let setup = |e| Error::io("set up the listening socket", e);
     listener.set_nonblocking(true).map_err(setup)?;
-    let addr = format!("tcp:{}", listener.local_addr().map_err(setup)?);
+    let scheme = if tls.is_some() { "tls" } else { "tcp" };
+    let addr = addr_text(scheme, listener.local_addr().map_err(setup)?);
     Ok(Box::new(FramedListener::new(
-        TcpAcceptor { listener, addr },
+        TcpAcceptor {
+            listener,
+            addr,
+            tls,
+        },
         opts,
     )?))
 }
@@ -291,6 +491,8 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
 struct TcpAcceptor {
     listener: TcpListener,
     addr: String,
+    /// Set on a `tls:` listener.
+    tls: Option<ServerTls>,
 }
 
 impl Acceptor for TcpAcceptor {
@@ -300,13 +502,13 @@ impl Acceptor for TcpAcceptor {
         self.listener.as_fd()
     }
 
-    fn accept(&mut self) -> io::Result<Option<(OwnedFd, String)>> {
+    fn accept(&mut self) -> io::Result<Option<(StreamLink, String)>> {
         loop {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
                     // A client that is already gone fails here; skip it.
-                    if stream.set_nodelay(true).is_ok() {
-                        return Ok(Some((OwnedFd::from(stream), format!("tcp:{peer}"))));
+                    if let Ok(link) = stream_link(stream, peer, self.tls.as_ref()) {
+                        return Ok(Some(link));
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
@@ -326,7 +528,7 @@ impl Acceptor for TcpAcceptor {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::transport::framed::conformance::{self, RawPeer, PATIENCE};
     use crate::{Connection, Listener};
@@ -336,11 +538,12 @@ mod tests {
     const ANY: &str = "tcp:127.0.0.1:0";
 
     /// A raw TCP client.
-    struct RawTcp(TcpStream);
+    /// A raw TCP client (of a `tcp:` or a `tls:` listener).
+    pub(crate) struct RawTcp(TcpStream);
 
     impl RawPeer for RawTcp {
         fn connect(addr: &str) -> RawTcp {
-            let s = TcpStream::connect(addr.strip_prefix("tcp:").unwrap()).unwrap();
+            let s = TcpStream::connect(addr.split_once(':').unwrap().1).unwrap();
             s.set_read_timeout(Some(PATIENCE)).unwrap();
             RawTcp(s)
         }
@@ -383,7 +586,8 @@ mod tests {
         }
     }
 
-    fn header(kind: u8, len: u32) -> [u8; HEADER_LEN] {
+    /// A frame header.
+    pub(crate) fn header(kind: u8, len: u32) -> [u8; HEADER_LEN] {
         let mut h = [kind, 0, 0, 0, 0];
         h[1..].copy_from_slice(&len.to_le_bytes());
         h

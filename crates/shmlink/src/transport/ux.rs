@@ -57,6 +57,8 @@ struct UxWire {
 }
 
 impl Wire for UxWire {
+    type Link = OwnedFd;
+
     fn new(max_recv: usize) -> UxWire {
         UxWire {
             max_recv,
@@ -66,7 +68,7 @@ impl Wire for UxWire {
     }
 
     fn write(
-        sock: BorrowedFd<'_>,
+        sock: &mut OwnedFd,
         frame: Frame,
         payload: &[u8],
         sent: &mut usize,
@@ -82,7 +84,7 @@ impl Wire for UxWire {
                 Frame::Data if end == payload.len() => KIND_LAST,
                 Frame::Data => KIND_MORE,
             };
-            match stream::send_parts(sock, &[kind], &payload[start..end], blocking) {
+            match stream::send_parts(sock.as_fd(), &[kind], &payload[start..end], blocking) {
                 Ok(_) => *sent += 1 + end - start,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
                 Err(e) => return Err(e),
@@ -93,12 +95,18 @@ impl Wire for UxWire {
         }
     }
 
-    fn read(&mut self, sock: BorrowedFd<'_>, blocking: bool) -> io::Result<Incoming> {
+    fn read(&mut self, sock: &mut OwnedFd, blocking: bool) -> io::Result<Incoming> {
         loop {
             // Grows with the data that arrives, one fragment at a time.
             self.msg.reserve(FRAGMENT);
             let mut kind = [0u8];
-            let n = match stream::recv_packet(sock, &mut kind, &mut self.msg, FRAGMENT, blocking) {
+            let n = match stream::recv_packet(
+                sock.as_fd(),
+                &mut kind,
+                &mut self.msg,
+                FRAGMENT,
+                blocking,
+            ) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Incoming::Empty),
                 // A peer that closes with unread input makes the kernel report ECONNRESET
@@ -157,9 +165,9 @@ impl Wire for UxWire {
         take_vec(&mut self.msg)
     }
 
-    fn recv_hello(sock: BorrowedFd<'_>, got: &mut Vec<u8>) -> io::Result<usize> {
+    fn recv_hello(sock: &mut OwnedFd, got: &mut Vec<u8>) -> io::Result<usize> {
         let mut buf = [0u8; HELLO_LEN];
-        let n = socket::recv(sock, &mut buf)?;
+        let n = socket::recv(sock.as_fd(), &mut buf)?;
         if n != 0 && n != HELLO_LEN {
             return Err(bad_data(format!(
                 "hello packet of {n} bytes, expected {HELLO_LEN}"
@@ -183,8 +191,8 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         ));
     };
     let deadline = Instant::now() + opts.connect_timeout;
-    let sock = socket::connect(name, deadline).map_err(|e| Error::io("socket connect", e))?;
-    let peer_max = client_handshake::<UxWire>(sock.as_fd(), opts.max_msg_size, deadline)?;
+    let mut sock = socket::connect(name, deadline).map_err(|e| Error::io("socket connect", e))?;
+    let peer_max = client_handshake::<UxWire>(&mut sock, opts.max_msg_size, deadline)?;
     let conn = FramedConn::<UxWire>::new(
         sock,
         opts.max_msg_size,

@@ -1,22 +1,47 @@
-//! Helpers shared by the integration tests: unique addresses per transport, connected
-//! pairs, and self-verifying payloads.
+//! Helpers shared by the integration tests: unique addresses per transport, options that
+//! carry the test certificates for `tls:`, connected pairs, and self-verifying payloads.
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use shmlink::{Connection, ErrorKind, Listener, Options};
+use shmlink::{Connection, ErrorKind, Listener, Options, Pem, TlsOptions};
+
+#[path = "../../src/transport/tls/test_pki.rs"]
+pub mod test_pki;
+pub use test_pki::pki;
 
 /// The transports every conformance test runs on: `auto` is `auto:` upgraded to shared
-/// memory, `auto_tcp` is `auto:` whose upgrade socket is gone, so it stays on TCP.
-pub const TRANSPORTS: &[&str] = &["shm", "ux", "tcp", "auto", "auto_tcp"];
+/// memory, `auto_tcp` is `auto:` whose upgrade socket is gone, so it stays on TCP, and
+/// `auto_tls` the same with TLS options, so it stays on TLS.
+pub const TRANSPORTS: &[&str] = &["shm", "ux", "tcp", "tls", "auto", "auto_tcp", "auto_tls"];
 
 /// The path a connection of test transport `t` takes (what `Connection::transport` says).
 pub fn path_of(t: &str) -> &str {
     match t {
         "auto" => "shm",
         "auto_tcp" => "tcp",
+        "auto_tls" => "tls",
         t => t,
+    }
+}
+
+/// TLS options for both ends of a test connection: the listener's certificate (for
+/// localhost and 127.0.0.1) and key, and the test CA, which makes a listener require
+/// client certificates (mutual TLS) — the same certificate serves the client.
+pub fn test_tls() -> TlsOptions {
+    let pki = pki();
+    TlsOptions::new()
+        .cert(Pem::text(&pki.server.cert))
+        .key(Pem::text(&pki.server.key))
+        .ca(Pem::text(&pki.ca))
+}
+
+/// Default options for `transport`: with [`test_tls`] on `tls`.
+pub fn opts(transport: &str) -> Options {
+    match transport {
+        "tls" | "auto_tls" => Options::default().tls(test_tls()),
+        _ => Options::default(),
     }
 }
 
@@ -33,7 +58,8 @@ pub fn fresh_addr(transport: &str) -> String {
         }
         "ux" => format!("ux:shmlink-test-{pid}-{n}"),
         "tcp" => "tcp:127.0.0.1:0".to_string(),
-        "auto" | "auto_tcp" => "auto:127.0.0.1:0".to_string(),
+        "auto" | "auto_tcp" | "auto_tls" => "auto:127.0.0.1:0".to_string(),
+        "tls" => "tls:127.0.0.1:0".to_string(),
         other => panic!("unknown transport {other}"),
     }
 }
@@ -49,7 +75,7 @@ pub fn test_dir() -> std::path::PathBuf {
 pub fn bind(transport: &str, opts: &Options) -> (Listener, String) {
     let l = Listener::bind(&fresh_addr(transport), opts).unwrap();
     let addr = l.local_addr();
-    if transport == "auto_tcp" {
+    if transport == "auto_tcp" || transport == "auto_tls" {
         remove_upgrade_socket(&addr);
     }
     (l, addr)
@@ -80,9 +106,9 @@ pub fn pair_with(transport: &str, opts: &Options) -> (Connection, Connection) {
     (client.join().unwrap(), server)
 }
 
-/// A connected pair with default options.
+/// A connected pair with default options ([`opts`]).
 pub fn pair(transport: &str) -> (Connection, Connection) {
-    pair_with(transport, &Options::default())
+    pair_with(transport, &opts(transport))
 }
 
 /// FNV-1a over the bytes.

@@ -1,5 +1,5 @@
 //! The behaviour every framed transport must show, as functions each transport's tests
-//! call with its addresses.
+//! call with its addresses (options follow the address: [`opts_for`]).
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::thread;
@@ -11,6 +11,16 @@ use crate::error::ErrorKind;
 use crate::options::Options;
 use crate::sys::stream::{self, Ready};
 use crate::{Connection, Listener};
+
+/// Default options for a listener or client at `addr`: on `tls:`, with the test
+/// certificates (both ends share one identity and require each other's: mutual TLS).
+pub(crate) fn opts_for(addr: &str) -> Options {
+    if addr.starts_with("tls:") {
+        Options::default().tls(crate::transport::tls::test_tls())
+    } else {
+        Options::default()
+    }
+}
 
 /// How long a test waits for something that should happen at once.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(10);
@@ -55,7 +65,7 @@ struct Knock(String);
 
 impl Drop for Knock {
     fn drop(&mut self) {
-        let _ = Connection::connect(&self.0, &Options::default());
+        let _ = Connection::connect(&self.0, &opts_for(&self.0));
     }
 }
 
@@ -80,8 +90,8 @@ fn pair_with(
 
 /// Each side sends up to the smaller of both maxima.
 pub(crate) fn smaller_maximum_wins(bind: &str) {
-    let small = Options::default().max_msg_size(1000);
-    let big = Options::default();
+    let small = opts_for(bind).max_msg_size(1000);
+    let big = opts_for(bind);
     for (server_opts, client_opts) in [(&small, &big), (&big, &small)] {
         let (_l, mut client, mut server) = pair_with(bind, server_opts, client_opts);
         assert_eq!((client.max_msg_size(), server.max_msg_size()), (1000, 1000));
@@ -126,7 +136,7 @@ fn echo_server(mut conn: Connection) -> thread::JoinHandle<usize> {
 /// Messages of many sizes (zero and fragment boundaries included) come back intact,
 /// through every receive call.
 pub(crate) fn echo(bind: &str) {
-    let (_l, mut client, server) = pair(bind, &Options::default());
+    let (_l, mut client, server) = pair(bind, &opts_for(bind));
     let server = echo_server(server);
     let sizes = [0, 1, 5, 100, 65535, 65536, 65537, 200_000, 1 << 20, 0, 3];
     let mut buf = vec![0u8; 1 << 20];
@@ -154,7 +164,7 @@ pub(crate) fn echo(bind: &str) {
 /// A message of the maximum size (64 MiB by default) crosses, written in place; one
 /// byte more is refused before anything is sent.
 pub(crate) fn largest_message(bind: &str) {
-    let (_l, mut client, mut server) = pair(bind, &Options::default());
+    let (_l, mut client, mut server) = pair(bind, &opts_for(bind));
     let max = client.max_msg_size();
     assert_eq!(max, 64 << 20);
     assert_eq!(server.max_msg_size(), max);
@@ -177,7 +187,7 @@ pub(crate) fn largest_message(bind: &str) {
 
 /// Zero-length messages are messages; the end of the stream is an error, never 0.
 pub(crate) fn zero_length_and_end_of_stream(bind: &str) {
-    let (_l, mut client, mut server) = pair(bind, &Options::default());
+    let (_l, mut client, mut server) = pair(bind, &opts_for(bind));
     client.send(b"").unwrap();
     client.send(b"").unwrap();
     assert_eq!(server.recv(&mut []).unwrap(), 0);
@@ -199,7 +209,7 @@ pub(crate) fn zero_length_and_end_of_stream(bind: &str) {
 /// Sending to a peer that went away fails with ConnectionReset, even before its FIN
 /// has been read.
 pub(crate) fn send_after_peer_left(bind: &str) {
-    let (_l, mut client, server) = pair(bind, &Options::default());
+    let (_l, mut client, server) = pair(bind, &opts_for(bind));
     drop(server);
     let deadline = Instant::now() + PATIENCE;
     let e = loop {
@@ -224,7 +234,7 @@ pub(crate) fn send_after_peer_left(bind: &str) {
 /// Non-blocking calls return WouldBlock and the fd tells when to call again; a slow
 /// receiver pushes back on a non-blocking sender without losing anything.
 pub(crate) fn nonblocking_flow_control(bind: &str) {
-    let (_l, mut client, mut server) = pair(bind, &Options::default());
+    let (_l, mut client, mut server) = pair(bind, &opts_for(bind));
     client.set_nonblocking(true);
     server.set_nonblocking(true);
     assert_eq!(server.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
@@ -278,7 +288,7 @@ pub(crate) fn nonblocking_flow_control(bind: &str) {
 /// Messages that arrived together (and sit in user space on stream transports) keep
 /// the fd readable until each is received.
 pub(crate) fn fd_stays_readable_while_messages_wait(bind: &str) {
-    let (_l, mut client, mut server) = pair(bind, &Options::default());
+    let (_l, mut client, mut server) = pair(bind, &opts_for(bind));
     for i in 0..10u8 {
         client.send(&[i; 10]).unwrap();
     }
@@ -301,7 +311,7 @@ pub(crate) fn fd_stays_readable_while_messages_wait(bind: &str) {
 
 /// A blocking sender waits for a slow receiver; nothing is lost or reordered.
 pub(crate) fn blocking_flow_control(bind: &str) {
-    let (_l, mut client, mut server) = pair(bind, &Options::default());
+    let (_l, mut client, mut server) = pair(bind, &opts_for(bind));
     let sender = thread::spawn(move || {
         for i in 0..300u32 {
             let mut msg = pattern(50_000, i as u8);
@@ -320,7 +330,7 @@ pub(crate) fn blocking_flow_control(bind: &str) {
 
 /// What a non-blocking send queued is still delivered when the sender closes at once.
 pub(crate) fn close_delivers_queued_messages(bind: &str) {
-    let (_l, mut client, mut server) = pair(bind, &Options::default());
+    let (_l, mut client, mut server) = pair(bind, &opts_for(bind));
     client.set_nonblocking(true);
     let big = pattern(4 << 20, 3);
     client.send(&big).unwrap();
@@ -336,7 +346,7 @@ pub(crate) fn close_delivers_queued_messages(bind: &str) {
 /// A message that does not fit the caller's buffer stays queued; an aborted
 /// reservation sends nothing; a lent message is the same until released.
 pub(crate) fn in_place_calls(bind: &str) {
-    let (_l, mut client, mut server) = pair(bind, &Options::default());
+    let (_l, mut client, mut server) = pair(bind, &opts_for(bind));
     drop(client.reserve(3).unwrap());
     let mut buf = client.reserve(5).unwrap();
     buf.copy_from_slice(b"hello");
@@ -352,13 +362,13 @@ pub(crate) fn in_place_calls(bind: &str) {
 
 /// A non-blocking listener says WouldBlock and its fd announces clients.
 pub(crate) fn nonblocking_accept(bind: &str) {
-    let mut listener = Listener::bind(bind, &Options::default()).unwrap();
+    let mut listener = Listener::bind(bind, &opts_for(bind)).unwrap();
     listener.set_nonblocking(true);
     assert_eq!(listener.accept().unwrap_err().kind(), ErrorKind::WouldBlock);
     assert!(!readable(listener.as_fd(), now()));
     let addr = listener.local_addr();
     let client = thread::spawn(move || {
-        let mut c = Connection::connect(&addr, &Options::default()).unwrap();
+        let mut c = Connection::connect(&addr, &opts_for(&addr)).unwrap();
         c.send(b"hi").unwrap();
         c
     });
@@ -378,7 +388,7 @@ pub(crate) fn nonblocking_accept(bind: &str) {
 
 /// Connecting where nobody listens is refused.
 pub(crate) fn connect_refused(addr: &str) {
-    let e = Connection::connect(addr, &Options::default()).unwrap_err();
+    let e = Connection::connect(addr, &opts_for(addr)).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
     assert!(e.to_string().contains(addr), "{e}");
 }
@@ -409,7 +419,7 @@ pub(crate) trait RawPeer: Sized {
 /// A client that sends garbage, and one that sends nothing, are dropped without
 /// holding up the listener, which serves a good client meanwhile.
 pub(crate) fn bad_clients_are_dropped<R: RawPeer + Send + 'static>(bind: &str) {
-    let opts = Options::default().handshake_timeout(Duration::from_millis(300));
+    let opts = opts_for(bind).handshake_timeout(Duration::from_millis(300));
     let mut listener = Listener::bind(bind, &opts).unwrap();
     let addr = listener.local_addr();
     let mut garbage = R::connect(&addr);
@@ -418,7 +428,7 @@ pub(crate) fn bad_clients_are_dropped<R: RawPeer + Send + 'static>(bind: &str) {
     let good = {
         let addr = addr.clone();
         thread::spawn(move || {
-            let mut c = Connection::connect(&addr, &Options::default()).unwrap();
+            let mut c = Connection::connect(&addr, &opts_for(&addr)).unwrap();
             c.send(b"good").unwrap();
             c
         })
@@ -441,7 +451,7 @@ pub(crate) fn bad_clients_are_dropped<R: RawPeer + Send + 'static>(bind: &str) {
 /// they are fewer than a hello and its handshake deadline lies far beyond the test's
 /// patience.
 pub(crate) fn garbage_is_dropped_at_once<R: RawPeer + Send + 'static>(bind: &str) {
-    let opts = Options::default().handshake_timeout(Duration::from_secs(3600));
+    let opts = opts_for(bind).handshake_timeout(Duration::from_secs(3600));
     let mut listener = Listener::bind(bind, &opts).unwrap();
     let addr = listener.local_addr();
     let peer = thread::spawn(move || {
@@ -461,7 +471,7 @@ pub(crate) fn garbage_is_dropped_at_once<R: RawPeer + Send + 'static>(bind: &str
 /// A client of another protocol version gets our hello (so it can report the
 /// mismatch) and is dropped.
 pub(crate) fn other_version_is_told_and_dropped<R: RawPeer + Send + 'static>(bind: &str) {
-    let mut listener = Listener::bind(bind, &Options::default()).unwrap();
+    let mut listener = Listener::bind(bind, &opts_for(bind)).unwrap();
     let addr = listener.local_addr();
     let peer = thread::spawn(move || {
         let _knock = Knock(addr.clone());
@@ -485,7 +495,7 @@ pub(crate) fn other_version_is_told_and_dropped<R: RawPeer + Send + 'static>(bin
 /// socket is a reset (the peer crashed).
 pub(crate) fn fin_versus_crash<R: RawPeer + Send + 'static>(bind: &str) {
     for graceful in [true, false] {
-        let mut listener = Listener::bind(bind, &Options::default()).unwrap();
+        let mut listener = Listener::bind(bind, &opts_for(bind)).unwrap();
         let addr = listener.local_addr();
         let peer = thread::spawn(move || {
             let mut raw = R::handshake(&addr);
@@ -512,7 +522,7 @@ pub(crate) fn fin_versus_crash<R: RawPeer + Send + 'static>(bind: &str) {
 /// Frames that break the protocol end the connection with ProtocolViolation (the
 /// listener's maximum message size is 1000 bytes). Each case is a list of writes.
 pub(crate) fn hostile_frames<R: RawPeer + Send + 'static>(bind: &str, cases: &[&[&[u8]]]) {
-    let opts = Options::default().max_msg_size(1000);
+    let opts = opts_for(bind).max_msg_size(1000);
     let mut listener = Listener::bind(bind, &opts).unwrap();
     for case in cases {
         let addr = listener.local_addr();
@@ -555,7 +565,7 @@ pub(crate) fn client_checks_listener_hello(
         (Vec::new(), ErrorKind::ConnectionRefused),
     ] {
         let (addr, server) = fake(reply);
-        let e = Connection::connect(&addr, &Options::default()).unwrap_err();
+        let e = Connection::connect(&addr, &opts_for(&addr)).unwrap_err();
         assert_eq!(e.kind(), kind, "{e}");
         assert!(e.to_string().contains(&addr), "{e}");
         server.join().unwrap();

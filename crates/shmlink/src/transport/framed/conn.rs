@@ -3,10 +3,10 @@
 //! epoll set, and the close that never blocks (see the [parent module](super)).
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
-use super::{recycle, Frame, Incoming, Wire};
+use super::{recycle, Frame, Incoming, Link, Wire};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::stream::{self, EventFlag, Ready};
 use crate::sys::Epoll;
@@ -48,16 +48,16 @@ struct Queued {
 }
 
 /// Writes one frame, waiting for room in blocking mode. Returns false when a non-blocking
-/// write found the socket full.
+/// write found the link full.
 fn write_frame<W: Wire>(
-    sock: BorrowedFd<'_>,
+    link: &mut W::Link,
     frame: Frame,
     payload: &[u8],
     sent: &mut usize,
     blocking: bool,
 ) -> io::Result<bool> {
     loop {
-        if W::write(sock, frame, payload, sent, blocking)? {
+        if W::write(link, frame, payload, sent, blocking)? {
             return Ok(true);
         }
         if !blocking {
@@ -65,20 +65,21 @@ fn write_frame<W: Wire>(
         }
         // The socket is in blocking mode, so the kernel waits for room itself; should it
         // ever report EAGAIN anyway, wait here rather than spin.
-        stream::wait(sock, Ready::Write, None)?;
+        stream::wait(link.sock(), Ready::Write, None)?;
     }
 }
 
 /// A connection over a framed socket transport.
 pub(crate) struct FramedConn<W: Wire> {
-    sock: OwnedFd,
+    link: W::Link,
     wire: W,
     /// The pollable descriptor ([`ConnOps::fd`]).
     epoll: Epoll,
-    /// Set while whole frames wait in the wire's buffer (created on first need).
+    /// Set while input waits in user space (created on first need).
     flag: Option<EventFlag>,
     flag_set: bool,
-    /// Whether the epoll set watches the socket for output (exactly while `queued`).
+    /// Whether the epoll set watches the socket for output (exactly while output waits
+    /// in user space: `queued`, or the link's pending output).
     out_watched: bool,
     queued: Option<Queued>,
     /// The message being built in place; its capacity is reused.
@@ -94,20 +95,20 @@ pub(crate) struct FramedConn<W: Wire> {
 }
 
 impl<W: Wire> FramedConn<W> {
-    /// Wraps a socket whose handshake is done. `max_recv` is our limit, `peer_max` the
+    /// Wraps a link whose handshake is done. `max_recv` is our limit, `peer_max` the
     /// peer's.
     pub(crate) fn new(
-        sock: OwnedFd,
+        link: W::Link,
         max_recv: usize,
         peer_max: usize,
         local: String,
         peer: String,
     ) -> io::Result<FramedConn<W>> {
-        stream::set_blocking(sock.as_fd())?;
+        stream::set_blocking(link.sock())?;
         let epoll = Epoll::new()?;
-        epoll.add(sock.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_SOCKET)?;
-        Ok(FramedConn {
-            sock,
+        epoll.add(link.sock().as_raw_fd(), libc::EPOLLIN as u32, TOKEN_SOCKET)?;
+        let mut conn = FramedConn {
+            link,
             wire: W::new(max_recv),
             epoll,
             flag: None,
@@ -122,7 +123,16 @@ impl<W: Wire> FramedConn<W> {
             max_send: max_recv.min(peer_max),
             local,
             peer,
-        })
+        };
+        // The link may hold input that arrived with the end of its handshake.
+        conn.sync_flag().map_err(io::Error::from)?;
+        Ok(conn)
+    }
+
+    /// Whether output waits in user space: the rest of a queued frame, or bytes the link
+    /// took but could not write yet (TLS records).
+    fn backlog(&self) -> bool {
+        self.queued.is_some() || self.link.pending_output()
     }
 
     fn send_error(&self, e: io::Error) -> Error {
@@ -165,24 +175,27 @@ impl<W: Wire> FramedConn<W> {
         }
     }
 
-    /// Makes the epoll set watch the socket for output exactly while bytes are queued.
-    fn watch_output(&mut self, on: bool) -> Result<()> {
+    /// Makes the epoll set watch the socket for output exactly while output waits in
+    /// user space.
+    fn sync_output(&mut self) -> Result<()> {
+        let on = self.backlog();
         if on != self.out_watched {
             let mut events = libc::EPOLLIN as u32;
             if on {
                 events |= libc::EPOLLOUT as u32;
             }
             self.epoll
-                .modify(self.sock.as_raw_fd(), events, TOKEN_SOCKET)
+                .modify(self.link.sock().as_raw_fd(), events, TOKEN_SOCKET)
                 .map_err(|e| Error::io(format!("watch the connection to {}", self.peer), e))?;
             self.out_watched = on;
         }
         Ok(())
     }
 
-    /// Makes the eventfd flag mirror whether whole frames wait in the wire's buffer.
+    /// Makes the eventfd flag mirror whether input waits in user space: whole frames in
+    /// the wire's buffer, or bytes the link decrypted.
     fn sync_flag(&mut self) -> Result<()> {
-        let want = self.wire.buffered();
+        let want = self.wire.buffered() || self.link.buffered_input();
         if want == self.flag_set {
             return Ok(());
         }
@@ -200,30 +213,45 @@ impl<W: Wire> FramedConn<W> {
         Ok(())
     }
 
-    /// Writes queued bytes. Returns true when the queue is empty.
+    /// Writes what waits in user space: the rest of a queued frame, then what the link
+    /// holds. Returns true when no frame is queued (the link may still hold bytes; it
+    /// pushes back on its own).
     fn flush(&mut self, blocking: bool) -> Result<bool> {
-        let Some(q) = &mut self.queued else {
-            return Ok(true);
-        };
-        let sock = self.sock.as_fd();
-        match write_frame::<W>(sock, Frame::Data, &q.payload, &mut q.sent, blocking) {
-            Ok(true) => {
-                let q = self.queued.take().expect("checked above");
-                if self.staging.capacity() < q.payload.capacity() {
-                    self.staging = q.payload;
-                    recycle(&mut self.staging);
+        if let Some(q) = &mut self.queued {
+            match write_frame::<W>(
+                &mut self.link,
+                Frame::Data,
+                &q.payload,
+                &mut q.sent,
+                blocking,
+            ) {
+                Ok(true) => {
+                    let q = self.queued.take().expect("checked above");
+                    if self.staging.capacity() < q.payload.capacity() {
+                        self.staging = q.payload;
+                        recycle(&mut self.staging);
+                    }
                 }
-                self.watch_output(false)?;
-                Ok(true)
-            }
-            Ok(false) => Ok(false),
-            Err(e) => {
-                let e = self.send_error(e);
-                let e = self.end_tx(e);
-                self.watch_output(false)?;
-                Err(e)
+                Ok(false) => {}
+                Err(e) => return Err(self.send_failed(e)),
             }
         }
+        if self.link.pending_output() {
+            if let Err(e) = self.link.flush(blocking) {
+                return Err(self.send_failed(e));
+            }
+        }
+        self.sync_output()?;
+        Ok(self.queued.is_none())
+    }
+
+    /// Ends the send side after a failed write.
+    fn send_failed(&mut self, e: io::Error) -> Error {
+        let e = self.send_error(e);
+        let e = self.end_tx(e);
+        // The send side is over; failing to unwatch its output changes nothing.
+        let _ = self.sync_output();
+        e
     }
 
     /// Gets ready to send one more message: the queue must drain first.
@@ -238,15 +266,14 @@ impl<W: Wire> FramedConn<W> {
     /// Queues what a non-blocking write left of a frame.
     fn enqueue(&mut self, payload: Vec<u8>, sent: usize) -> Result<()> {
         self.queued = Some(Queued { payload, sent });
-        self.watch_output(true)
+        self.sync_output()
     }
 
     /// Sends the staged message.
     fn send_staged(&mut self) -> Result<()> {
         let mut sent = 0;
-        let sock = self.sock.as_fd();
         match write_frame::<W>(
-            sock,
+            &mut self.link,
             Frame::Data,
             &self.staging,
             &mut sent,
@@ -254,37 +281,39 @@ impl<W: Wire> FramedConn<W> {
         ) {
             Ok(true) => {
                 recycle(&mut self.staging);
-                Ok(())
+                self.sync_output()
             }
             Ok(false) => {
                 let frame = std::mem::take(&mut self.staging);
                 self.enqueue(frame, sent)
             }
-            Err(e) => {
-                let e = self.send_error(e);
-                Err(self.end_tx(e))
-            }
+            Err(e) => Err(self.send_failed(e)),
         }
     }
 
-    /// Delivers the queue and a FIN. With `wait`, in this thread, failing when the peer is
-    /// gone or takes nothing for [`CLOSE_LINGER`]; without, what the peer's full buffers
-    /// do not take now is left to a thread, so that dropping never blocks (like the
-    /// kernel, which delivers a closed TCP socket's buffer in the background).
+    /// Delivers the queue and a FIN (and, on `tls:`, `close_notify`). With `wait`, in this
+    /// thread, failing when the peer is gone or takes nothing for [`CLOSE_LINGER`];
+    /// without, what the peer's full buffers do not take now is left to a thread, so that
+    /// dropping never blocks (like the kernel, which delivers a closed TCP socket's buffer
+    /// in the background).
     fn finish(&mut self, wait: bool) -> Result<()> {
         let mut fin_sent = 0;
+        let mut fin_done = false;
         if self.flush(false)? {
-            let sock = self.sock.as_fd();
-            if W::write(sock, Frame::Fin, &[], &mut fin_sent, false)
-                .map_err(|e| self.send_error(e))?
-            {
-                stream::discard_input(sock);
-                return Ok(());
+            fin_done = W::write(&mut self.link, Frame::Fin, &[], &mut fin_sent, false)
+                .map_err(|e| self.send_error(e))?;
+            if fin_done {
+                self.link.close_notify();
+                if self.link.flush(false).map_err(|e| self.send_error(e))? {
+                    stream::discard_input(self.link.sock());
+                    return Ok(());
+                }
             }
         }
         let queued = self.queued.take();
+        let fin = (!fin_done).then_some(fin_sent);
         if wait {
-            return match linger::<W>(self.sock.as_fd(), queued, fin_sent) {
+            return match linger::<W>(&mut self.link, queued, fin) {
                 Ok(true) => Ok(()),
                 Ok(false) => Err(Error::new(
                     ErrorKind::TimedOut,
@@ -296,41 +325,55 @@ impl<W: Wire> FramedConn<W> {
                 Err(e) => Err(self.send_error(e)),
             };
         }
-        let sock = self
-            .sock
-            .try_clone()
+        let mut link = self
+            .link
+            .detach()
             .map_err(|e| Error::io("keep the socket for closing", e))?;
         std::thread::Builder::new()
             .name("shmlink-close".into())
-            .spawn(move || linger::<W>(sock.as_fd(), queued, fin_sent))
+            .spawn(move || linger::<W>(&mut link, queued, fin))
             .map_err(|e| Error::io("start the closing thread", e))?;
         Ok(())
     }
 }
 
-/// Writes what a closed connection has left: the queue, then the FIN. `Ok(false)` when the
-/// peer takes nothing for [`CLOSE_LINGER`].
+/// Writes what a closed connection has left: the queue, the FIN unless it is written
+/// (`fin` holds the bytes of it written so far), and what the link holds. `Ok(false)` when
+/// the peer takes nothing for [`CLOSE_LINGER`].
 fn linger<W: Wire>(
-    sock: BorrowedFd<'_>,
+    link: &mut W::Link,
     queued: Option<Queued>,
-    mut fin_sent: usize,
+    fin: Option<usize>,
 ) -> io::Result<bool> {
-    let write_all = |frame, payload: &[u8], sent: &mut usize| -> io::Result<bool> {
-        while !W::write(sock, frame, payload, sent, false)? {
-            if !stream::wait(sock, Ready::Write, Some(Instant::now() + CLOSE_LINGER))? {
+    let room = |link: &W::Link| {
+        stream::wait(
+            link.sock(),
+            Ready::Write,
+            Some(Instant::now() + CLOSE_LINGER),
+        )
+    };
+    if let Some(mut q) = queued {
+        while !W::write(link, Frame::Data, &q.payload, &mut q.sent, false)? {
+            if !room(link)? {
                 return Ok(false);
             }
         }
-        Ok(true)
-    };
-    let done = match queued {
-        Some(mut q) => write_all(Frame::Data, &q.payload, &mut q.sent)?,
-        None => true,
-    } && write_all(Frame::Fin, &[], &mut fin_sent)?;
-    if done {
-        stream::discard_input(sock);
     }
-    Ok(done)
+    if let Some(mut sent) = fin {
+        while !W::write(link, Frame::Fin, &[], &mut sent, false)? {
+            if !room(link)? {
+                return Ok(false);
+            }
+        }
+        link.close_notify();
+    }
+    while !link.flush(false)? {
+        if !room(link)? {
+            return Ok(false);
+        }
+    }
+    stream::discard_input(link.sock());
+    Ok(true)
 }
 
 impl<W: Wire> ConnOps for FramedConn<W> {
@@ -341,9 +384,9 @@ impl<W: Wire> ConnOps for FramedConn<W> {
     fn send(&mut self, msg: &[u8], blocking: bool) -> Result<()> {
         self.before_send(blocking)?;
         let mut sent = 0;
-        let sock = self.sock.as_fd();
-        match write_frame::<W>(sock, Frame::Data, msg, &mut sent, blocking) {
-            Ok(true) => Ok(()),
+        match write_frame::<W>(&mut self.link, Frame::Data, msg, &mut sent, blocking) {
+            // A TLS link may hold records of it that the socket had no room for.
+            Ok(true) => self.sync_output(),
             Ok(false) => {
                 // Accepted: the rest goes out on later calls.
                 let mut frame = std::mem::take(&mut self.staging);
@@ -351,10 +394,7 @@ impl<W: Wire> ConnOps for FramedConn<W> {
                 frame.extend_from_slice(msg);
                 self.enqueue(frame, sent)
             }
-            Err(e) => {
-                let e = self.send_error(e);
-                Err(self.end_tx(e))
-            }
+            Err(e) => Err(self.send_failed(e)),
         }
     }
 
@@ -393,11 +433,16 @@ impl<W: Wire> ConnOps for FramedConn<W> {
         // be waiting here.
         let _ = self.flush(false);
         loop {
-            // With bytes queued, a blocking read must also wake for output room, or two
+            // With output waiting, a blocking read must also wake for output room, or two
             // peers could wait for each other.
-            let kernel_blocking = blocking && self.queued.is_none();
-            let sock = self.sock.as_fd();
-            match self.wire.read(sock, kernel_blocking) {
+            let backlog = self.backlog();
+            let kernel_blocking = blocking && !backlog;
+            let res = self.wire.read(&mut self.link, kernel_blocking);
+            if self.backlog() != backlog {
+                // Reading made the link answer (TLS: an alert or a key update).
+                self.sync_output()?;
+            }
+            match res {
                 Ok(Incoming::Message(n)) => {
                     self.current = Some(n);
                     self.sync_flag()?;
@@ -416,12 +461,12 @@ impl<W: Wire> ConnOps for FramedConn<W> {
                     return Err(self.end_rx(e));
                 }
                 Ok(Incoming::Empty) if blocking => {
-                    let ready = if self.queued.is_some() {
+                    let ready = if self.backlog() {
                         Ready::ReadWrite
                     } else {
                         Ready::Read
                     };
-                    stream::wait(sock, ready, None).map_err(|e| self.recv_error(e))?;
+                    stream::wait(self.link.sock(), ready, None).map_err(|e| self.recv_error(e))?;
                     let _ = self.flush(false);
                 }
                 Ok(Incoming::Empty) => {
@@ -469,7 +514,7 @@ impl<W: Wire> ConnOps for FramedConn<W> {
     fn close(&mut self, wait: bool) -> Result<()> {
         if self.tx_end.is_some() || self.rx_end.is_some() {
             // The peer is gone or finished (or broke the protocol): nothing to deliver.
-            stream::discard_input(self.sock.as_fd());
+            stream::discard_input(self.link.sock());
             return Ok(());
         }
         self.finish(wait)

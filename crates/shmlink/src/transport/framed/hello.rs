@@ -3,10 +3,9 @@
 //! [`FramedListener`](super::FramedListener), which must not block on any one client.
 
 use std::io;
-use std::os::fd::BorrowedFd;
 use std::time::Instant;
 
-use super::Wire;
+use super::{Link, Wire};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::stream::{self, Ready};
 
@@ -56,9 +55,9 @@ pub(super) fn may_be_hello(got: &[u8]) -> bool {
     got[..n] == HELLO_MAGIC[..n]
 }
 
-/// Sends our hello on a fresh socket, whose empty send buffer always takes it whole.
-pub(super) fn send_hello(sock: BorrowedFd<'_>, max_msg: usize) -> io::Result<()> {
-    if stream::send_parts(sock, &hello(max_msg), &[], false)? != HELLO_LEN {
+/// Sends our hello on a fresh link, whose empty send buffer always takes it whole.
+pub(super) fn send_hello<L: Link>(link: &mut L, max_msg: usize) -> io::Result<()> {
+    if link.send_parts(&hello(max_msg), &[], false)? != HELLO_LEN || !link.flush(false)? {
         return Err(io::Error::new(
             io::ErrorKind::WriteZero,
             "hello did not fit a fresh socket",
@@ -67,17 +66,51 @@ pub(super) fn send_hello(sock: BorrowedFd<'_>, max_msg: usize) -> io::Result<()>
     Ok(())
 }
 
-/// Runs the client's half of the handshake on a connected socket; returns the largest
-/// message the listener accepts.
+/// An error of the link's handshake or of the hello exchange, as the client reports it.
+fn handshake_error(what: &str, e: io::Error) -> Error {
+    match e.kind() {
+        io::ErrorKind::InvalidData => Error::violation(format!("{what}: {e}")),
+        // TLS: a certificate was refused, ours or the listener's; the message says which.
+        io::ErrorKind::PermissionDenied => {
+            Error::new(ErrorKind::PermissionDenied, format!("{what}: {e}"))
+        }
+        _ => Error::io(what, e),
+    }
+}
+
+/// Waits until `link` may make progress: input, or room for output that waits.
+fn wait_for<L: Link>(link: &L, deadline: Instant) -> io::Result<bool> {
+    let ready = if link.pending_output() {
+        Ready::ReadWrite
+    } else {
+        Ready::Read
+    };
+    stream::wait(link.sock(), ready, Some(deadline))
+}
+
+/// Runs the client's half of the handshake on a connected link — the link's own
+/// handshake (TLS) first, then the hello — and returns the largest message the listener
+/// accepts.
 pub(crate) fn client_handshake<W: Wire>(
-    sock: BorrowedFd<'_>,
+    link: &mut W::Link,
     max_msg: usize,
     deadline: Instant,
 ) -> Result<usize> {
-    send_hello(sock, max_msg).map_err(|e| Error::io("send hello", e))?;
+    while !link
+        .handshake()
+        .map_err(|e| handshake_error("TLS handshake", e))?
+    {
+        if !wait_for(link, deadline).map_err(|e| Error::io("wait for the TLS handshake", e))? {
+            return Err(Error::new(
+                ErrorKind::TimedOut,
+                "no TLS handshake with the listener within the connect timeout",
+            ));
+        }
+    }
+    send_hello(link, max_msg).map_err(|e| handshake_error("send hello", e))?;
     let mut got = Vec::with_capacity(HELLO_LEN);
     while got.len() < HELLO_LEN {
-        match W::recv_hello(sock, &mut got) {
+        match W::recv_hello(link, &mut got) {
             Ok(0) => {
                 return Err(Error::new(
                     ErrorKind::ConnectionRefused,
@@ -86,19 +119,20 @@ pub(crate) fn client_handshake<W: Wire>(
             }
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if !stream::wait(sock, Ready::Read, Some(deadline))
-                    .map_err(|e| Error::io("wait for hello", e))?
-                {
+                let _ = link.flush(false);
+                if !wait_for(link, deadline).map_err(|e| Error::io("wait for hello", e))? {
                     return Err(Error::new(
                         ErrorKind::TimedOut,
                         "no hello from the listener within the connect timeout",
                     ));
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
-                return Err(Error::violation(format!("listener's hello: {e}")))
+            // TLS 1.3: a listener refuses the client's certificate after the client
+            // finished its part of the TLS handshake, so the refusal arrives here.
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                return Err(handshake_error("TLS handshake", e))
             }
-            Err(e) => return Err(Error::io("receive hello", e)),
+            Err(e) => return Err(handshake_error("receive the listener's hello", e)),
         }
     }
     parse_hello(got[..].try_into().expect("HELLO_LEN bytes"))

@@ -1,15 +1,17 @@
 //! [`FramedListener`]: accepts clients of an [`Acceptor`] and runs the listener's half of
-//! their handshakes side by side, so that a slow or hostile client holds up no one.
+//! their handshakes ([`ServerHandshake`]) side by side, so that a slow or hostile client
+//! holds up no one.
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::time::{Duration, Instant};
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::Instant;
 
 use super::hello::{may_be_hello, parse_hello, send_hello, HELLO_LEN};
-use super::{FramedConn, Wire};
+use super::{bad_data, FramedConn, Link, Wire};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
+use crate::sys::stream;
 use crate::sys::Epoll;
 use crate::transport::{ConnOps, ListenerOps};
 
@@ -26,19 +28,122 @@ pub(crate) trait Acceptor: Send + 'static {
     type Wire: Wire;
     /// The listening socket.
     fn listen_fd(&self) -> BorrowedFd<'_>;
-    /// Takes one waiting client without blocking: its socket and address text. `None`
-    /// when nobody waits.
-    fn accept(&mut self) -> io::Result<Option<(OwnedFd, String)>>;
+    /// Takes one waiting client without blocking: its link (whose own handshake, if any,
+    /// has not started) and address text. `None` when nobody waits.
+    #[allow(clippy::type_complexity)]
+    fn accept(&mut self) -> io::Result<Option<(<Self::Wire as Wire>::Link, String)>>;
     /// The bound address, as text with the transport prefix.
     fn local_addr(&self) -> String;
 }
 
-/// A client whose hello has not arrived yet.
-struct Pending {
-    sock: OwnedFd,
+/// The listener's half of one client's handshake — the link's own (TLS), then the
+/// hello — driven without blocking: call [`advance`](Self::advance) whenever the socket
+/// is ready as [`wants_write`](Self::wants_write) says, until it returns true or fails or
+/// the [`deadline`](Self::deadline) passes, then [`finish`](Self::finish).
+///
+/// [`FramedListener`] keeps many of these side by side; a transport that accepts its
+/// sockets itself (such as `auto:`, which looks at a client's first bytes before it
+/// picks `tcp:` or `tls:`) can drive them the same way.
+pub(crate) struct ServerHandshake<W: Wire> {
+    link: W::Link,
+    local: String,
     peer: String,
     deadline: Instant,
     hello: Vec<u8>,
+    max_msg: usize,
+}
+
+impl<W: Wire> ServerHandshake<W> {
+    /// Starts the handshake of a client on `link`, with the limits in `opts`.
+    pub(crate) fn new(link: W::Link, local: String, peer: String, opts: &Options) -> Self {
+        ServerHandshake {
+            link,
+            local,
+            peer,
+            deadline: Instant::now() + opts.handshake_timeout,
+            hello: Vec::with_capacity(HELLO_LEN),
+            max_msg: opts.max_msg_size,
+        }
+    }
+
+    /// The socket to watch.
+    pub(crate) fn sock(&self) -> BorrowedFd<'_> {
+        self.link.sock()
+    }
+
+    /// Whether to watch the socket for output too (the link's handshake has records to
+    /// write that did not fit the socket).
+    pub(crate) fn wants_write(&self) -> bool {
+        self.link.pending_output()
+    }
+
+    /// When the client is dropped if it has not completed its handshake.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Reads what the client sent and answers the link's handshake, without blocking.
+    /// Returns true once its hello is complete. An error means the client is to be
+    /// dropped: it failed the link's handshake, sent something that is not a hello (found
+    /// out as soon as it arrives), or left.
+    pub(crate) fn advance(&mut self) -> io::Result<bool> {
+        if !self.link.handshake()? {
+            return Ok(false);
+        }
+        while self.hello.len() < HELLO_LEN {
+            match W::recv_hello(&mut self.link, &mut self.hello) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the client left during the handshake",
+                    ))
+                }
+                Ok(_) if !may_be_hello(&self.hello) => {
+                    return Err(bad_data("the client's first bytes are not a hello".into()))
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Checks the complete hello, answers it and returns the connection; `None` when the
+    /// client is refused (one of another protocol version is sent our hello first, so
+    /// that it can report the mismatch) or has left. Errors are this side's own failures.
+    pub(crate) fn finish(mut self) -> Result<Option<FramedConn<W>>> {
+        let hello = self.hello[..].try_into().expect("advance returned true");
+        let peer_max = match parse_hello(hello) {
+            Ok(max) => max,
+            Err(e) => {
+                if e.kind() == ErrorKind::VersionMismatch {
+                    let _ = send_hello(&mut self.link, self.max_msg);
+                }
+                return Ok(None);
+            }
+        };
+        if send_hello(&mut self.link, self.max_msg).is_err() {
+            return Ok(None);
+        }
+        FramedConn::new(self.link, self.max_msg, peer_max, self.local, self.peer)
+            .map(Some)
+            .map_err(|e| Error::io("set up an accepted connection", e))
+    }
+
+    /// Drops the client, first reading what it sent, so that closing the socket does not
+    /// make TCP reset the connection (which can destroy a TLS alert still in flight that
+    /// tells the client why).
+    pub(crate) fn refuse(self) {
+        stream::discard_input(self.link.sock());
+    }
+}
+
+/// A client in the middle of its handshake, as the listener watches it.
+struct Pending<W: Wire> {
+    handshake: ServerHandshake<W>,
+    /// Whether the epoll set watches its socket for output.
+    out_watched: bool,
 }
 
 /// A listener over a framed socket transport: accepts sockets, runs their handshakes
@@ -47,11 +152,10 @@ pub(crate) struct FramedListener<A: Acceptor> {
     acceptor: A,
     /// Holds the listening socket and every pending client ([`ListenerOps::fd`]).
     epoll: Epoll,
-    pending: HashMap<u64, Pending>,
+    pending: HashMap<u64, Pending<A::Wire>>,
     next_token: u64,
     events: Vec<(u64, u32)>,
-    max_msg: usize,
-    handshake_timeout: Duration,
+    opts: Options,
 }
 
 impl<A: Acceptor> FramedListener<A> {
@@ -72,8 +176,7 @@ impl<A: Acceptor> FramedListener<A> {
             pending: HashMap::new(),
             next_token: TOKEN_LISTEN + 1,
             events: Vec::new(),
-            max_msg: opts.max_msg_size,
-            handshake_timeout: opts.handshake_timeout,
+            opts: opts.clone(),
         })
     }
 
@@ -84,7 +187,7 @@ impl<A: Acceptor> FramedListener<A> {
 
     /// Takes one new client into the pending set and tries its handshake at once.
     fn accept_new(&mut self) -> Result<Option<Box<dyn ConnOps>>> {
-        let Some((sock, peer)) = self
+        let Some((link, peer)) = self
             .acceptor
             .accept()
             .map_err(|e| self.error("accept", e))?
@@ -95,7 +198,7 @@ impl<A: Acceptor> FramedListener<A> {
             let oldest = self
                 .pending
                 .iter()
-                .min_by_key(|(_, p)| p.deadline)
+                .min_by_key(|(_, p)| p.handshake.deadline())
                 .map(|(&t, _)| t);
             if let Some(t) = oldest {
                 self.pending.remove(&t);
@@ -103,72 +206,59 @@ impl<A: Acceptor> FramedListener<A> {
         }
         let token = self.next_token;
         self.next_token += 1;
+        let handshake = ServerHandshake::new(link, self.acceptor.local_addr(), peer, &self.opts);
         self.epoll
-            .add(sock.as_raw_fd(), libc::EPOLLIN as u32, token)
+            .add(handshake.sock().as_raw_fd(), libc::EPOLLIN as u32, token)
             .map_err(|e| self.error("watch a new client", e))?;
         self.pending.insert(
             token,
             Pending {
-                sock,
-                peer,
-                deadline: Instant::now() + self.handshake_timeout,
-                hello: Vec::with_capacity(HELLO_LEN),
+                handshake,
+                out_watched: false,
             },
         );
         self.advance(token)
     }
 
-    /// Reads what a pending client sent; returns its connection once its hello is
-    /// complete and valid. Bad clients are dropped (closing a socket also removes it from
-    /// the epoll set), those that send garbage as soon as it arrives.
+    /// Advances a pending client's handshake; returns its connection once it is
+    /// complete. Bad clients are dropped (closing a socket also removes it from the epoll
+    /// set), those that send garbage as soon as it arrives.
     fn advance(&mut self, token: u64) -> Result<Option<Box<dyn ConnOps>>> {
         let Some(p) = self.pending.get_mut(&token) else {
             return Ok(None);
         };
-        match <A::Wire as Wire>::recv_hello(p.sock.as_fd(), &mut p.hello) {
-            Ok(0) => {
-                self.pending.remove(&token);
+        match p.handshake.advance() {
+            Ok(true) => {}
+            Ok(false) => {
+                let want = p.handshake.wants_write();
+                if want != p.out_watched {
+                    let mut events = libc::EPOLLIN as u32;
+                    if want {
+                        events |= libc::EPOLLOUT as u32;
+                    }
+                    let fd = p.handshake.sock().as_raw_fd();
+                    p.out_watched = want;
+                    if let Err(e) = self.epoll.modify(fd, events, token) {
+                        return Err(self.error("watch a client", e));
+                    }
+                }
                 return Ok(None);
             }
-            Ok(_) if !may_be_hello(&p.hello) => {
-                self.pending.remove(&token);
-                return Ok(None);
-            }
-            Ok(_) if p.hello.len() < HELLO_LEN => return Ok(None),
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
             Err(_) => {
-                self.pending.remove(&token);
+                let p = self.pending.remove(&token).expect("looked up above");
+                p.handshake.refuse();
                 return Ok(None);
             }
         }
         let p = self.pending.remove(&token).expect("looked up above");
-        let peer_max = match parse_hello(p.hello[..].try_into().expect("HELLO_LEN bytes")) {
-            Ok(max) => max,
-            Err(e) => {
-                if e.kind() == ErrorKind::VersionMismatch {
-                    // Tell the client which version we speak; it reports the mismatch.
-                    let _ = send_hello(p.sock.as_fd(), self.max_msg);
-                }
-                return Ok(None);
-            }
-        };
         // The socket moves to the connection's own epoll set.
         self.epoll
-            .delete(p.sock.as_raw_fd())
+            .delete(p.handshake.sock().as_raw_fd())
             .map_err(|e| self.error("unwatch a client", e))?;
-        if send_hello(p.sock.as_fd(), self.max_msg).is_err() {
-            return Ok(None);
+        match p.handshake.finish() {
+            Ok(conn) => Ok(conn.map(|c| Box::new(c) as Box<dyn ConnOps>)),
+            Err(e) => Err(e.context(format_args!("on {}", self.acceptor.local_addr()))),
         }
-        let conn = FramedConn::<A::Wire>::new(
-            p.sock,
-            self.max_msg,
-            peer_max,
-            self.acceptor.local_addr(),
-            p.peer,
-        )
-        .map_err(|e| self.error("set up an accepted connection", e))?;
-        Ok(Some(Box::new(conn)))
     }
 
     /// Handles one batch of readiness events.
@@ -192,9 +282,9 @@ impl<A: Acceptor> ListenerOps for FramedListener<A> {
     fn accept(&mut self, blocking: bool) -> Result<Box<dyn ConnOps>> {
         loop {
             let now = Instant::now();
-            self.pending.retain(|_, p| p.deadline > now);
+            self.pending.retain(|_, p| p.handshake.deadline() > now);
             let deadline = if blocking {
-                self.pending.values().map(|p| p.deadline).min()
+                self.pending.values().map(|p| p.handshake.deadline()).min()
             } else {
                 Some(now)
             };

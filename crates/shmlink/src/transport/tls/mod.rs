@@ -1,0 +1,88 @@
+//! The `tls:` transport: `tcp:`'s frames inside TLS 1.3 (rustls with the *ring* provider).
+//!
+//! TLS is a layer between the frames and the TCP socket
+//! ([`StreamLink`](super::tcp::StreamLink)); framing, hello, flow control, end of stream,
+//! non-blocking mode and readiness are those of `tcp:`. The TLS handshake runs first on
+//! both sides: a client within its connect timeout, a listener side by side with its
+//! other clients' handshakes, dropping a client that fails it or does not complete it
+//! within the handshake timeout. Certificates, keys and CAs come from
+//! [`TlsOptions`](crate::TlsOptions).
+//!
+//! | file         | what it holds                                                       |
+//! |--------------|---------------------------------------------------------------------|
+//! | `mod.rs`     | the registry entry: `connect` and `bind`                            |
+//! | `config.rs`  | options turned into rustls configurations ([`ClientTls`], [`ServerTls`]) |
+//! | `session.rs` | [`TlsSession`]: rustls driven over a socket, TLS errors explained   |
+//!
+//! A certificate refused during the handshake — the listener's by the client (unknown
+//! CA, wrong name, expired) or the client's by the listener (missing, unknown CA) — fails
+//! `connect` with [`ErrorKind::PermissionDenied`] and a message that says which. With
+//! TLS 1.3 the listener checks the client's certificate after the client has finished its
+//! part, so the client learns of that refusal when it waits for the listener's hello.
+
+use std::time::Instant;
+
+use crate::addr::Address;
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::Options;
+use crate::transport::{tcp, ConnOps, ListenerOps, Transport};
+
+mod config;
+mod session;
+
+pub(crate) use config::{ClientTls, ServerTls};
+pub(crate) use session::TlsSession;
+
+/// The `tls:` entry in the transport registry.
+pub(crate) const TRANSPORT: Transport = Transport {
+    name: "tls",
+    connect,
+    bind,
+};
+
+fn host_port(addr: &Address) -> Result<(&str, u16)> {
+    match addr {
+        Address::Tls { host, port } => Ok((host, *port)),
+        _ => Err(Error::new(
+            ErrorKind::InvalidAddress,
+            format!("{addr} is not a tls: address"),
+        )),
+    }
+}
+
+fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
+    let (host, port) = host_port(addr)?;
+    let tls = ClientTls::new(&opts.tls, host)?;
+    let deadline = Instant::now() + opts.connect_timeout;
+    let stream = tcp::dial(host, port, deadline)?;
+    Ok(Box::new(tcp::connect_stream(
+        stream,
+        Some(&tls),
+        opts,
+        deadline,
+    )?))
+}
+
+fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
+    let (host, port) = host_port(addr)?;
+    let tls = ServerTls::new(&opts.tls)?;
+    tcp::listen(host, port, Some(tls), opts)
+}
+
+/// TLS options for both ends of a test connection: the test listener certificate (for
+/// localhost, 127.0.0.1 and ::1), its key, and the test CA — so a listener requires client
+/// certificates and a client presents the same one.
+#[cfg(test)]
+pub(crate) fn test_tls() -> crate::options::TlsOptions {
+    use crate::options::{Pem, TlsOptions};
+    let pki = test_pki::pki();
+    TlsOptions::new()
+        .cert(Pem::text(&pki.server.cert))
+        .key(Pem::text(&pki.server.key))
+        .ca(Pem::text(&pki.ca))
+}
+
+#[cfg(test)]
+mod test_pki;
+#[cfg(test)]
+mod tests;
