@@ -32,8 +32,10 @@ Roles:
                    retried for 10 s while nobody listens yet)
 
 Addresses: shm:NAME, shm:/path.sock, shm:@name, ux:NAME, ux:/path, tcp:HOST:PORT,
-  tls:HOST:PORT. Without ADDR both ends run on shm:pong-PID ux:pong-PID tcp:127.0.0.1:0
-  (port 0, also on tls:: the server picks a free port and tells the client).
+  tls:HOST:PORT, auto:HOST:PORT (TCP, or TLS with --cert/--key/--ca, upgraded to shm
+  when both ends share a kernel and the rendezvous directory; the transport column says
+  which). Without ADDR both ends run on shm:pong-PID ux:pong-PID tcp:127.0.0.1:0 (port 0,
+  also on tls: and auto:: the server picks a free port and tells the client).
 
 TLS (tls: addresses; PEM files; when pong runs both ends, both use the same files):
   --cert FILE      this end's certificate chain; with --key. A server needs them; a

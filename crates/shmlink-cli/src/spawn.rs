@@ -21,7 +21,7 @@ const RETRY_PAUSE: Duration = Duration::from_millis(5);
 /// A running server process; killed (and reaped) on drop unless it has exited.
 pub struct ServerProcess {
     child: Child,
-    /// The address to connect to (for `tcp:HOST:0` and `tls:HOST:0`, with the port the
+    /// The address to connect to (for `tcp:`, `tls:` and `auto:HOST:0`, with the port the
     /// server got).
     pub addr: String,
 }
@@ -88,7 +88,9 @@ impl ServerProcess {
         // given (the server's rendering of them need not be connectable from here).
         if matches!(
             Address::parse(addr),
-            Ok(Address::Tcp { port: 0, .. } | Address::Tls { port: 0, .. })
+            Ok(Address::Tcp { port: 0, .. }
+                | Address::Tls { port: 0, .. }
+                | Address::Auto { port: 0, .. })
         ) {
             server.addr = bound;
         }

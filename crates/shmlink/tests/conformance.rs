@@ -24,6 +24,7 @@ macro_rules! conformance {
                 graceful_close_delivers_everything, too_small_buffer_keeps_the_message,
                 oversized_message_is_refused, zero_copy_send_and_receive,
                 counters_and_addresses, nonblocking_recv_and_fd_readiness,
+                close_while_polled_wakes_with_end_of_stream,
                 idle_wait_uses_no_cpu);
         }
     )*};
@@ -367,6 +368,38 @@ fn nonblocking_recv_and_fd_readiness(t: &str) {
     drop(c);
     assert!(readable(&s, 5000), "fd not readable after the peer closed");
     expect_eos(&mut s);
+}
+
+/// The fd becomes readable when the peer closes while we poll, and then `recv` reports
+/// the end of the stream, not `WouldBlock` (a close announced in shared memory before the
+/// socket closes must count).
+fn close_while_polled_wakes_with_end_of_stream(t: &str) {
+    for round in 0..40 {
+        let (c, mut s) = pair(t);
+        s.set_nonblocking(true);
+        assert_eq!(s.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
+        let poller = std::thread::spawn(move || {
+            let mut p = libc::pollfd {
+                fd: s.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            assert_eq!(unsafe { libc::poll(&mut p, 1, 5000) }, 1, "never readable");
+            s.recv_vec().map(drop).map_err(|e| e.kind())
+        });
+        std::thread::sleep(Duration::from_millis(1));
+        if round % 2 == 0 {
+            drop(c);
+        } else {
+            c.close().unwrap();
+        }
+        assert_eq!(
+            poller.join().unwrap(),
+            Err(ErrorKind::EndOfStream),
+            "round {round}"
+        );
+    }
 }
 
 /// CPU time the calling thread has used.

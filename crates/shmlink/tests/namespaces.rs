@@ -106,6 +106,13 @@ fn hosts_tcp_passes_the_conformance_suite() {
     Scenario::hosts("tcp", "tcp").run();
 }
 
+/// `tls:` between separate hosts, mutual TLS with the test certificates (made for
+/// `localhost`: the client names the server so).
+#[test]
+fn hosts_tls_passes_the_conformance_suite() {
+    Scenario::hosts("tls", "tls").run();
+}
+
 /// A client whose kernel has another boot id gets no offer: `auto:` stays on TCP even
 /// though the rendezvous directory is shared.
 #[test]
@@ -320,6 +327,13 @@ impl Scenario {
             .env(ADDR_VAR, addr)
             .env(CASES_VAR, self.cases)
             .env("SHMLINK_DIR", &dir);
+        if self.transport == "tls" {
+            // Both peers use this process's test certificates (each would make its own).
+            let pki = common::pki();
+            cmd.env(remote::TLS_CA_VAR, &pki.ca)
+                .env(remote::TLS_CERT_VAR, &pki.server.cert)
+                .env(remote::TLS_KEY_VAR, &pki.server.key);
+        }
         cmd
     }
 }

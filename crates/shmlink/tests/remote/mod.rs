@@ -13,7 +13,7 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use shmlink::{Connection, ErrorKind, Listener, Options};
+use shmlink::{Connection, ErrorKind, Listener, Options, Pem, TlsOptions};
 
 use crate::common::{expect_eos, payload, verify};
 
@@ -75,7 +75,28 @@ pub const TRANSPORTS: &[Transport] = &[
         addressing: Addressing::Ip,
         options: |_| Options::default(),
     },
+    Transport {
+        prefix: "tls",
+        addressing: Addressing::Ip,
+        options: |_| Options::default().tls(tls_from_env()),
+    },
 ];
+
+/// Environment variables that hand `tls:` peers the test's CA, certificate and key (PEM).
+pub const TLS_CA_VAR: &str = "SHMLINK_NS_TLS_CA";
+pub const TLS_CERT_VAR: &str = "SHMLINK_NS_TLS_CERT";
+pub const TLS_KEY_VAR: &str = "SHMLINK_NS_TLS_KEY";
+
+/// Mutual TLS with the certificates in the environment; the certificate is made for
+/// `localhost`, which the client expects instead of the server's veth address.
+fn tls_from_env() -> TlsOptions {
+    let var = |name| std::env::var(name).unwrap_or_else(|_| panic!("{name} not set"));
+    TlsOptions::new()
+        .ca(Pem::text(var(TLS_CA_VAR)))
+        .cert(Pem::text(var(TLS_CERT_VAR)))
+        .key(Pem::text(var(TLS_KEY_VAR)))
+        .server_name("localhost")
+}
 
 /// The socket name a [`Addressing::Rendezvous`] server binds and its client dials.
 pub const RENDEZVOUS_NAME: &str = "ns-conformance";

@@ -456,7 +456,9 @@ impl ShmConn {
         }
         self.drain_stale(blocking)?;
         loop {
-            if self.peer_eof {
+            // A graceful close sets the ring's closed flag and rings the doorbell before
+            // the control socket closes: either one ends the wait.
+            if self.peer_eof || self.rx.peer_closed() {
                 return self.end_of_data();
             }
             if self.rx.arm()? {
