@@ -1032,7 +1032,7 @@ fn check_pod(pod: &PodCheck, p: &mut Problems, out: &mut Vec<ShmlinkContainer>) 
         "affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution",
     ) {
         for term in aff.as_sequence().into_iter().flatten() {
-            if !str_at(term, "topologyKey").is_some_and(|k| !k.is_empty()) {
+            if str_at(term, "topologyKey").is_none_or(|k| k.is_empty()) {
                 p.add(here, "a podAffinity term needs a topologyKey");
             }
             if at(term, "labelSelector").is_none() {
