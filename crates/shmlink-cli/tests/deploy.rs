@@ -1058,7 +1058,7 @@ fn check_pod(pod: &PodCheck, p: &mut Problems, out: &mut Vec<ShmlinkContainer>) 
             if !names.insert(name.to_string()) {
                 p.add(&here, "two containers with this name");
             }
-            if !str_at(c, "image").is_some_and(|i| !i.is_empty()) {
+            if str_at(c, "image").is_none_or(|i| i.is_empty()) {
                 p.add(&here, "needs an image");
             }
             match (list, str_at(c, "restartPolicy")) {
