@@ -3,7 +3,8 @@
 //! method), and `shmlink-shm-zc`, the zero-copy row (`reserve`/`commit` and `recv_ref`:
 //! messages are generated and checked inside the ring). The driver binds a listener and
 //! accepts; the peer connects by address. The shm rings are 1 MiB per direction, like
-//! the `shm-*` methods'.
+//! the `shm-*` methods'; the zero-copy row's are larger where a message needs it to lie
+//! whole in the ring (4 MiB for 1 MiB messages).
 
 use std::io;
 
@@ -110,7 +111,14 @@ impl Shmlink {
         let default_max = Options::default().get_max_msg_size();
         let mut opts = Options::default().max_msg_size(c.size.max(default_max));
         if self.transport == "shm" {
-            opts = opts.ring_size(RING).wait_policy(self.wait);
+            // In place means in one ring record, at most half a ring: the zero-copy row
+            // gets a ring that holds its message whole (as iceoryx2 sizes its pool).
+            let ring = if self.zero_copy {
+                RING.max((2 * (c.size + 8)).next_power_of_two())
+            } else {
+                RING
+            };
+            opts = opts.ring_size(ring).wait_policy(self.wait);
         }
         opts
     }
