@@ -10,6 +10,10 @@
 //! | `tcp:HOST:PORT` | TCP, length-prefixed frames, `TCP_NODELAY` |
 //! | `tls:HOST:PORT` | `tcp:` inside TLS 1.3 (rustls); certificates in [`TlsOptions`] |
 //!
+//! [`Publisher`] and [`Subscriber`] add publish/subscribe over shared memory: one write
+//! per message whatever the number of subscribers, a lossless (`block`) or lossy
+//! (`overwrite`) policy, late joiners with history (see [`pubsub`](crate::Publisher)).
+//!
 //! On `shm:` sending and receiving between awake peers touches only shared memory; system
 //! calls happen only to sleep and to wake a sleeper. Every connection exposes one fd for
 //! event loops, and a peer's death is reported as [`ErrorKind::ConnectionReset`].
@@ -46,6 +50,7 @@ mod conn;
 mod error;
 mod notify;
 mod options;
+mod pubsub;
 mod ring;
 mod sync;
 mod sys;
@@ -64,6 +69,10 @@ pub use conn::{Connection, Counters, Listener, RecvBuf, SendBuf};
 pub use error::{Error, ErrorKind, Result};
 pub use options::{
     Options, Pem, TlsOptions, WaitPolicy, MAX_MSG_SIZE_LIMIT, MAX_RING_SIZE, MIN_RING_SIZE,
+};
+pub use pubsub::{
+    Loan, Policy, PubSubOptions, Publisher, PublisherStats, Sample, Subscriber, SubscriberInfo,
+    SubscriberStats, MAX_SUBSCRIBERS,
 };
 
 pub use sys::{cpu_time, pin_to_cpu};
