@@ -21,7 +21,9 @@ use std::time::Instant;
 
 use super::handshake::{Packet, Subscribe, Subscribed, MAX_PACKET, POLICY_BLOCK, POLICY_OVERWRITE};
 use super::options::{Policy, PubSubOptions};
-use super::publisher::{sub_token, token_sub, Leave, Sub, Table, Topic, TIMER_TOKEN};
+use super::publisher::{
+    sub_token, token_sub, Leave, Sub, Table, Topic, CHANGED_TOKEN, TIMER_TOKEN,
+};
 use super::segment::{header_len, BellSegment, CursorSegment, TopicSegment};
 use crate::addr::Address;
 use crate::error::{Error, Result};
@@ -73,6 +75,10 @@ pub(crate) fn start(
     pub_epoll
         .add(timer.fd().as_raw_fd(), libc::EPOLLIN as u32, TIMER_TOKEN)
         .map_err(|e| Error::io("epoll", e))?;
+    let changed = socket::seqpacket_pair().map_err(|e| Error::io("socketpair", e))?;
+    pub_epoll
+        .add(changed.1.as_raw_fd(), libc::EPOLLIN as u32, CHANGED_TOKEN)
+        .map_err(|e| Error::io("epoll", e))?;
     let (listen, file) = bind_rendezvous(addr, &opts.base)?;
     let (stop_tx, stop) = socket::seqpacket_pair().map_err(|e| Error::io("socketpair", e))?;
     let ctl_err = |e| Error::io("epoll", e);
@@ -105,6 +111,7 @@ pub(crate) fn start(
         pub_epoll,
         ctl_epoll,
         timer,
+        changed,
     });
     let mut control = Control {
         topic: topic.clone(),

@@ -38,6 +38,8 @@ use crate::sys::{Epoll, TimerFd};
 
 /// Epoll token of the stall timer in the publisher's set.
 pub(crate) const TIMER_TOKEN: u64 = u64::MAX;
+/// Epoll token of the table-changed signal in the publisher's set.
+pub(crate) const CHANGED_TOKEN: u64 = u64::MAX - 1;
 
 /// Epoll token of subscriber `slot` of generation `gen`.
 pub(crate) fn sub_token(slot: usize, gen: u64) -> u64 {
@@ -109,6 +111,9 @@ pub(crate) struct Topic {
     pub ctl_epoll: Epoll,
     /// Fires at the earliest stall deadline, for a non-blocking publisher's event loop.
     pub timer: TimerFd,
+    /// A byte on `changed.0` makes `changed.1` (in the publisher's set) readable: a
+    /// subscriber left the table, so a publisher waiting for it may go on.
+    pub changed: (OwnedFd, OwnedFd),
 }
 
 impl Topic {
@@ -141,6 +146,8 @@ impl Topic {
         self.ring().clear_bell(self.bell.get(), slot);
         let _ = socket::shutdown(sub.sock.as_fd());
         table.count -= 1;
+        // The publisher may be waiting for this one (its socket just left the set).
+        let _ = socket::send(self.changed.0.as_fd(), &[1]);
     }
 }
 
@@ -462,6 +469,15 @@ impl Publisher {
         for &(token, _) in &self.events {
             if token == TIMER_TOKEN {
                 let _ = topic.timer.set(None);
+                continue;
+            }
+            if token == CHANGED_TOKEN {
+                let mut buf = [0u8; 64];
+                for _ in 0..64 {
+                    if socket::recv(topic.changed.1.as_fd(), &mut buf).is_err() {
+                        break;
+                    }
+                }
                 continue;
             }
             let (slot, gen) = token_sub(token);
