@@ -11,8 +11,9 @@
 //! | `tls:HOST:PORT` | `tcp:` inside TLS 1.3 (rustls); certificates in [`TlsOptions`] |
 //!
 //! [`Publisher`] and [`Subscriber`] add publish/subscribe over shared memory: one write
-//! per message whatever the number of subscribers, a lossless (`block`) or lossy
-//! (`overwrite`) policy, late joiners with history (see [`pubsub`](crate::Publisher)).
+//! per message whatever the number of subscribers, a lossless ([`Policy::Block`]) or
+//! lossy ([`Policy::Overwrite`]) policy, late joiners with history, options in
+//! [`PubSubOptions`] (an example is on [`Publisher`]).
 //!
 //! On `shm:` sending and receiving between awake peers touches only shared memory; system
 //! calls happen only to sleep and to wake a sleeper. Every connection exposes one fd for

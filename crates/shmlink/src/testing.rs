@@ -314,8 +314,7 @@ pub fn fuzz_shm_reader(data: &[u8]) {
 // --- publish/subscribe ----------------------------------------------------------------
 
 use crate::pubsub::handshake::{
-    Packet as SubPacket, Subscribe as SubRequest, MAX_PACKET as SUB_MAX_PACKET,
-    POLICY_BLOCK,
+    Packet as SubPacket, Subscribe as SubRequest, MAX_PACKET as SUB_MAX_PACKET, POLICY_BLOCK,
 };
 use crate::pubsub::ring::{Geometry, PAYLOAD_OFFSET};
 use crate::pubsub::segment::{BellSegment, CursorSegment, TopicSegment};
@@ -397,9 +396,7 @@ impl HostileSubscriber {
         });
         out.push(("mprotect read-only mapping to read-write", mprotect));
         // SAFETY: writes 8 bytes from a local buffer at offset 4096 of the file.
-        let w = unsafe {
-            libc::pwrite(fd.as_raw_fd(), [0xffu8; 8].as_ptr().cast(), 8, 4096)
-        };
+        let w = unsafe { libc::pwrite(fd.as_raw_fd(), [0xffu8; 8].as_ptr().cast(), 8, 4096) };
         out.push((
             "pwrite",
             if w == 8 {
@@ -424,9 +421,7 @@ impl HostileSubscriber {
             .read(true)
             .write(true)
             .open(path)
-            .and_then(|f| {
-                Region::map(f.as_fd(), self.topic_len, true).map(drop)
-            });
+            .and_then(|f| Region::map(f.as_fd(), self.topic_len, true).map(drop));
         out.push(("reopen through /proc and mmap read-write", reopen));
         out
     }
@@ -449,7 +444,11 @@ impl HostileSubscriber {
                 1 => 0,
                 _ => value,
             };
-            let region = if place & 256 == 0 { &self.bell } else { &self.page };
+            let region = if place & 256 == 0 {
+                &self.bell
+            } else {
+                &self.page
+            };
             let off = ((place >> 16) as usize % words) * 8;
             // SAFETY: `off + 8` lies inside the one-page writable mapping.
             unsafe {

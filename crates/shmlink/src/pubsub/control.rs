@@ -100,6 +100,7 @@ pub(crate) fn start(
         cached_min: AtomicU64::new(u64::MAX),
         table: Mutex::new(Table {
             subs: (0..opts.max_subscribers).map(|_| None).collect(),
+            next_slot: 0,
             next_gen: 1,
             count: 0,
             joined: 0,
@@ -212,7 +213,11 @@ impl Control {
             Ok(n) => n,
             // Truncated (oversized) packet or too many descriptors: say why.
             Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                return refuse(&sock, RefuseCode::Protocol, format!("request rejected: {e}"))
+                return refuse(
+                    &sock,
+                    RefuseCode::Protocol,
+                    format!("request rejected: {e}"),
+                )
             }
             Err(_) => return,
         };
@@ -288,7 +293,11 @@ impl Control {
         if table.closed {
             return refuse(sock, RefuseCode::Resources, "the topic is closing".into());
         }
-        let Some(slot) = table.subs.iter().position(Option::is_none) else {
+        let slots = table.subs.len();
+        let free = (0..slots)
+            .map(|i| (table.next_slot + i) % slots)
+            .find(|&i| table.subs[i].is_none());
+        let Some(slot) = free else {
             let n = table.subs.len();
             return refuse(
                 sock,
@@ -350,6 +359,7 @@ impl Control {
             return Ok(()); // the client left; nobody to tell
         }
         table.next_gen += 1;
+        table.next_slot = slot + 1;
         table.subs[slot] = Some(Sub {
             gen,
             page,

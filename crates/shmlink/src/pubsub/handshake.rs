@@ -215,7 +215,12 @@ mod tests {
             Packet::decode(&other).unwrap_err().kind(),
             ErrorKind::VersionMismatch
         );
-        for bad in [&good[..7], &good[..20], &[&good[..], &[0]].concat()[..], b"GET / HTTP/1.1"] {
+        for bad in [
+            &good[..7],
+            &good[..20],
+            &[&good[..], &[0]].concat()[..],
+            b"GET / HTTP/1.1",
+        ] {
             assert_eq!(
                 Packet::decode(bad).unwrap_err().kind(),
                 ErrorKind::ProtocolViolation

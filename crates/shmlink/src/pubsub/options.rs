@@ -259,8 +259,14 @@ mod tests {
         for (opts, name) in [
             (PubSubOptions::default().slots(3), "slots"),
             (PubSubOptions::default().slots(1), "slots"),
-            (PubSubOptions::default().max_subscribers(0), "max_subscribers"),
-            (PubSubOptions::default().max_subscribers(129), "max_subscribers"),
+            (
+                PubSubOptions::default().max_subscribers(0),
+                "max_subscribers",
+            ),
+            (
+                PubSubOptions::default().max_subscribers(129),
+                "max_subscribers",
+            ),
             (
                 PubSubOptions::default().stall_timeout(Duration::ZERO),
                 "stall_timeout",
@@ -270,7 +276,9 @@ mod tests {
                 "max_msg_size",
             ),
             (
-                PubSubOptions::default().slots(1 << 20).max_msg_size(1 << 20),
+                PubSubOptions::default()
+                    .slots(1 << 20)
+                    .max_msg_size(1 << 20),
                 "slots",
             ),
         ] {

@@ -79,6 +79,10 @@ pub(crate) struct Sub {
 /// The subscribers, under the topic's lock.
 pub(crate) struct Table {
     pub subs: Vec<Option<Sub>>,
+    /// Where the search for a free slot starts: slots are handed out round-robin, so a
+    /// slot just freed is reused last (its former subscriber, if alive, may still touch
+    /// its bell bit until it notices it was removed).
+    pub next_slot: usize,
     pub next_gen: u64,
     pub count: usize,
     pub joined: u64,

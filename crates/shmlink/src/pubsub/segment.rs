@@ -186,10 +186,10 @@ impl<T> PageSegment<T> {
     pub fn create(name: &str) -> Result<(PageSegment<T>, OwnedFd)> {
         let size = page_size();
         assert!(std::mem::size_of::<T>() <= size);
-        let fd = memfd::create_sealed(name, size)
-            .map_err(|e| Error::io(format!("{name}: memfd"), e))?;
-        let map =
-            Region::map(fd.as_fd(), size, true).map_err(|e| Error::io(format!("{name}: mmap"), e))?;
+        let fd =
+            memfd::create_sealed(name, size).map_err(|e| Error::io(format!("{name}: memfd"), e))?;
+        let map = Region::map(fd.as_fd(), size, true)
+            .map_err(|e| Error::io(format!("{name}: mmap"), e))?;
         Ok((
             PageSegment {
                 map,
@@ -204,8 +204,8 @@ impl<T> PageSegment<T> {
         let size = page_size();
         memfd::check_sealed(fd.as_fd(), size)
             .map_err(|e| Error::violation(format!("{name}: {e}")))?;
-        let map =
-            Region::map(fd.as_fd(), size, true).map_err(|e| Error::io(format!("{name}: mmap"), e))?;
+        let map = Region::map(fd.as_fd(), size, true)
+            .map_err(|e| Error::io(format!("{name}: mmap"), e))?;
         Ok(PageSegment {
             map,
             _t: std::marker::PhantomData,

@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::handshake::{Packet, Subscribe, MAX_PACKET, POLICY_BLOCK, POLICY_OVERWRITE};
 use super::options::{Policy, PubSubOptions};
-use super::ring::{
-    arm_subscriber, disarm_subscriber, Geometry, Peek, Ring, MAX_SUBSCRIBERS,
-};
+use super::ring::{arm_subscriber, disarm_subscriber, Geometry, Peek, Ring, MAX_SUBSCRIBERS};
 use super::segment::{BellSegment, CursorSegment, TopicSegment};
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
@@ -89,7 +87,8 @@ impl Subscriber {
                 format!("publish/subscribe supports shm: addresses only, not {addr}"),
             ));
         }
-        Subscriber::handshake(&parsed, addr, opts).map_err(|e| e.context(format_args!("subscribe {addr}")))
+        Subscriber::handshake(&parsed, addr, opts)
+            .map_err(|e| e.context(format_args!("subscribe {addr}")))
     }
 
     fn handshake(parsed: &Address, addr: &str, opts: &PubSubOptions) -> Result<Subscriber> {
@@ -324,7 +323,11 @@ impl Subscriber {
             match self.ring.peek(self.cursor) {
                 Ok(Peek::Ready { ptr, len }) => {
                     if self.armed {
-                        disarm_subscriber(self.bell.get(), self.slot);
+                        // Once the publisher is gone or removed us, the slot (and the
+                        // bit) may belong to someone else: leave it alone.
+                        if !self.peer_eof {
+                            disarm_subscriber(self.bell.get(), self.slot);
+                        }
                         self.armed = false;
                     }
                     return Ok((ptr, len));
@@ -387,7 +390,11 @@ impl Subscriber {
     fn consume(&mut self) {
         self.cursor += 1;
         self.received += 1;
-        if self.page.get().advance(self.cursor, self.missed, self.block) {
+        if self
+            .page
+            .get()
+            .advance(self.cursor, self.missed, self.block)
+        {
             // The publisher waits for us: its doorbell.
             let _ = socket::send(self.sock.as_fd(), &[1]);
         }
@@ -464,8 +471,12 @@ impl Subscriber {
             if !blocking {
                 return Err(Error::would_block());
             }
-            let woke = poll_fd(self.sock.as_fd(), libc::POLLIN, Some(Instant::now() + RECHECK))
-                .map_err(|e| Error::io(format!("{}: poll", self.addr), e))?;
+            let woke = poll_fd(
+                self.sock.as_fd(),
+                libc::POLLIN,
+                Some(Instant::now() + RECHECK),
+            )
+            .map_err(|e| Error::io(format!("{}: poll", self.addr), e))?;
             if woke != 0 {
                 self.take_doorbell()?;
             }

@@ -237,7 +237,6 @@ impl Region {
     pub fn base(&self) -> NonNull<u8> {
         self.base
     }
-
 }
 
 impl Drop for Region {

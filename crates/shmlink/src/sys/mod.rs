@@ -178,9 +178,8 @@ impl TimerFd {
             libc::TFD_CLOEXEC | libc::TFD_NONBLOCK
         ))?;
         // SAFETY: timerfd_create returned a fresh descriptor.
-        Ok(TimerFd {
-            fd: unsafe { owned(fd) },
-        })
+        let fd = unsafe { owned(fd) };
+        Ok(TimerFd { fd })
     }
 
     /// Arms the timer to fire `after` from now (at least 1 ns), or disarms it (`None`).
