@@ -52,3 +52,14 @@ pub use options::{Policy, PubSubOptions};
 pub use publisher::{Loan, Publisher, PublisherStats, SubscriberInfo};
 pub use ring::MAX_SUBSCRIBERS;
 pub use subscriber::{Sample, Subscriber, SubscriberStats};
+
+#[cfg(test)]
+mod tests {
+    /// Publishers and subscribers move between threads (event loops, async runtimes).
+    #[test]
+    fn publishers_and_subscribers_are_send() {
+        fn send<T: Send>() {}
+        send::<super::Publisher>();
+        send::<super::Subscriber>();
+    }
+}
