@@ -683,6 +683,45 @@ fn nonblocking_mode_and_fds() {
     });
 }
 
+/// Zero-copy on both ends under `overwrite`: a message borrowed in place that the
+/// publisher laps is reported as no longer intact, and the next `recv` reports exactly
+/// the messages lost; a loan may publish fewer bytes than it reserved.
+#[test]
+fn overwrite_lapping_a_borrowed_message_is_detected() {
+    run("overwrite borrow", || {
+        let addr = fresh_addr("shm");
+        let opts = PubSubOptions::default()
+            .slots(4)
+            .max_msg_size(64)
+            .policy(Policy::Overwrite);
+        let mut publisher = Publisher::bind(&addr, &opts).unwrap();
+        let mut sub = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
+        publisher.wait_for_subscribers(1, WAIT).unwrap();
+        let mut loan = publisher.loan(64).unwrap();
+        fill(0, &mut loan[..msg_len(0)]);
+        loan.publish_len(msg_len(0)).unwrap();
+        let msg = sub.recv_ref().unwrap();
+        assert_eq!((check(&msg), msg.position()), (0, 0));
+        assert!(msg.intact());
+        // The publisher never waits: it laps the borrowed message.
+        for seq in 1..10 {
+            publish(&mut publisher, seq);
+        }
+        assert!(!msg.intact(), "a lapped message still looks intact");
+        drop(msg);
+        let e = sub.recv_vec().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Lagged, "{e}");
+        // 10 written, 4 slots: 6..10 are in the ring, 0..6 are lost.
+        assert_eq!(e.missed(), Some(6), "{e}");
+        for seq in 6..10 {
+            assert_eq!(check(&sub.recv_vec().unwrap()), seq);
+        }
+        let s = sub.stats();
+        assert_eq!((s.received, s.missed, s.lag), (4, 6, 0));
+        assert_eq!(publisher.subscribers()[0].missed, 6);
+    });
+}
+
 /// Plain `shm:` peers and publish/subscribe peers that meet are refused with a reason.
 #[test]
 fn wrong_kind_of_peer_is_refused_with_a_reason() {

@@ -600,7 +600,8 @@ pub struct Sample<'a> {
 impl Sample<'_> {
     /// Whether the publisher has left the message alone so far: `false` means it
     /// overwrote it (`overwrite` policy, or this subscriber was detached) and what was
-    /// read may be torn. The next `recv` then reports the loss.
+    /// read may be torn. The message then counts as lost: the next `recv` reports it
+    /// among the missed ones ([`ErrorKind::Lagged`]).
     #[inline]
     pub fn intact(&self) -> bool {
         self.sub.ring.intact(self.sub.cursor)
