@@ -63,6 +63,12 @@ pub const MAX_SUBSCRIBERS: usize = 128;
 /// Words of the bell bitmap.
 const BELL_WORDS: usize = MAX_SUBSCRIBERS / 64;
 
+/// The highest message position a subscriber accepts from shared memory (2^62: more
+/// than a century at a billion messages a second). Bounding positions keeps every
+/// stamp computation (`done`, `busy`) and cursor increment free of overflow, whatever a
+/// hostile publisher writes.
+pub const MAX_POSITION: u64 = 1 << 62;
+
 /// One cache line (two on CPUs with adjacent-line prefetch), so that fields written by
 /// different processes never share a line.
 #[repr(C, align(128))]
@@ -566,7 +572,14 @@ impl Ring {
         if stamp == 0 {
             return Ok(Peek::Empty);
         }
-        let at = (stamp >> 1) - 1; // the position the stamp names
+        // The position the stamp names; stamps 1 and beyond `MAX_POSITION` no correct
+        // publisher writes.
+        let at = (stamp >> 1).wrapping_sub(1);
+        if at > MAX_POSITION {
+            return Err(Error::violation(format!(
+                "slot of message {pos} has the impossible stamp {stamp:#x}"
+            )));
+        }
         if at.wrapping_sub(pos) & (self.geom.slots - 1) != 0 {
             return Err(Error::violation(format!(
                 "slot of message {pos} is stamped with message {at}, which belongs to another slot"
@@ -708,6 +721,11 @@ mod tests {
         h.data[32 / 8] = done(1);
         h.data[32 / 8 + 1] = 1000;
         assert!(r.peek(1).is_err());
+        // Stamps that name no position or an impossible one.
+        for stamp in [1, u64::MAX, done(MAX_POSITION + 4)] {
+            h.data[0] = stamp;
+            assert!(r.peek(0).is_err(), "stamp {stamp:#x}");
+        }
     }
 
     #[test]

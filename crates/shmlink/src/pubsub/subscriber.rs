@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use super::handshake::{Packet, Subscribe, MAX_PACKET, POLICY_BLOCK, POLICY_OVERWRITE};
 use super::options::{Policy, PubSubOptions};
-use super::ring::{arm_subscriber, disarm_subscriber, Geometry, Peek, Ring, MAX_SUBSCRIBERS};
+use super::ring::{
+    arm_subscriber, disarm_subscriber, Geometry, Peek, Ring, MAX_POSITION, MAX_SUBSCRIBERS,
+};
 use super::segment::{BellSegment, CursorSegment, TopicSegment};
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
@@ -149,10 +151,10 @@ impl Subscriber {
             slot_size: usize::try_from(ok.slot_size).unwrap_or(usize::MAX),
             max_msg: usize::try_from(ok.max_msg).unwrap_or(usize::MAX),
         };
-        if ok.slot as usize >= MAX_SUBSCRIBERS || !geom.valid() {
+        if ok.slot as usize >= MAX_SUBSCRIBERS || !geom.valid() || ok.start > MAX_POSITION {
             return Err(Error::violation(format!(
-                "publisher announced slot {} and geometry {geom:?}",
-                ok.slot
+                "publisher announced slot {}, start {} and geometry {geom:?}",
+                ok.slot, ok.start
             )));
         }
         if let Some(max) = opts.max_msg_size {
@@ -368,6 +370,11 @@ impl Subscriber {
             )));
         }
         let next = self.ring.skip_to(self.cursor, newer);
+        if next > MAX_POSITION {
+            return self.fail(Error::violation(format!(
+                "the publisher claims message {next}, beyond any possible position"
+            )));
+        }
         let missed = next - self.cursor;
         self.cursor = next;
         self.missed += missed;
