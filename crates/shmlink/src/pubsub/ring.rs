@@ -533,7 +533,8 @@ impl Ring {
     #[inline(always)]
     pub fn peek(&self, pos: u64) -> Result<Peek> {
         let (slot, payload) = self.slot(pos);
-        // SYNC POINT (data): Acquire pairs with the Release stamp store in `commit`.
+        // SYNC POINT (data): Acquire pairs with the Release stamp store in `commit`;
+        // (detach) and with the Release busy stamp in `begin`.
         let stamp = slot.stamp.load(Ordering::Acquire);
         if stamp == done(pos) {
             let len = slot.len.load(Ordering::Relaxed) as usize;
@@ -557,6 +558,8 @@ impl Ring {
     #[cold]
     fn peek_overwritten(&self, pos: u64) -> Result<Peek> {
         let (slot, _) = self.slot(pos);
+        // SYNC POINT (detach): Acquire pairs with the Release busy stamp in `begin`: the
+        // subscriber that sees the newer stamp sees the publisher's detach mark too.
         let stamp = slot.stamp.load(Ordering::Acquire);
         match self.classify(pos, stamp)? {
             Peek::Overwritten { newer } => Ok(Peek::Overwritten { newer }),
