@@ -47,6 +47,7 @@ mod error;
 mod notify;
 mod options;
 mod ring;
+mod status;
 mod sync;
 mod sys;
 mod transport;
@@ -64,6 +65,10 @@ pub use conn::{Connection, Counters, Listener, RecvBuf, SendBuf};
 pub use error::{Error, ErrorKind, Result};
 pub use options::{
     Options, Pem, TlsOptions, WaitPolicy, MAX_MSG_SIZE_LIMIT, MAX_RING_SIZE, MIN_RING_SIZE,
+};
+pub use status::{
+    inspect, ConnectionStatus, ListenerStatus, ProcessCred, SocketReport, SocketState,
+    DEFAULT_INSPECT_TIMEOUT,
 };
 
 pub use sys::{cpu_time, pin_to_cpu};
