@@ -14,6 +14,10 @@
 //! calls happen only to sleep and to wake a sleeper. Every connection exposes one fd for
 //! event loops, and a peer's death is reported as [`ErrorKind::ConnectionReset`].
 //!
+//! [`inspect`] lists the listeners with a socket in a rendezvous directory and the
+//! connections each one holds, with peers and counters (what `shmlink ls` shows); a
+//! listener answers while its process accepts or polls it.
+//!
 //! ```
 //! # std::env::set_var("SHMLINK_DIR", std::env::temp_dir().join(format!("shmlink-doc-{}", std::process::id())));
 //! use shmlink::{Connection, ErrorKind, Listener, Options};
