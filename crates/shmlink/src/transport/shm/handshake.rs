@@ -150,7 +150,7 @@ pub enum Packet {
     /// Client's question: what does this listener serve?
     Query,
     /// Server's answer to a query. Encoding leaves out the connections that do not fit
-    /// [`MAX_STATUS`] and sets `truncated`.
+    /// `MAX_STATUS` (64 KiB) and sets `truncated`.
     Status(ListenerStatus),
 }
 
