@@ -14,6 +14,10 @@
 //! calls happen only to sleep and to wake a sleeper. Every connection exposes one fd for
 //! event loops, and a peer's death is reported as [`ErrorKind::ConnectionReset`].
 //!
+//! [`inspect`] lists the listeners with a socket in a rendezvous directory and the
+//! connections each one holds, with peers and counters (what `shmlink ls` shows); a
+//! listener answers while its process accepts or polls it.
+//!
 //! ```
 //! # std::env::set_var("SHMLINK_DIR", std::env::temp_dir().join(format!("shmlink-doc-{}", std::process::id())));
 //! use shmlink::{Connection, ErrorKind, Listener, Options};
@@ -47,6 +51,7 @@ mod error;
 mod notify;
 mod options;
 mod ring;
+mod status;
 mod sync;
 mod sys;
 mod transport;
@@ -64,6 +69,10 @@ pub use conn::{Connection, Counters, Listener, RecvBuf, SendBuf};
 pub use error::{Error, ErrorKind, Result};
 pub use options::{
     Options, Pem, TlsOptions, WaitPolicy, MAX_MSG_SIZE_LIMIT, MAX_RING_SIZE, MIN_RING_SIZE,
+};
+pub use status::{
+    inspect, ConnectionStatus, ListenerStatus, ProcessCred, SocketReport, SocketState,
+    DEFAULT_INSPECT_TIMEOUT,
 };
 
 pub use sys::{cpu_time, pin_to_cpu};

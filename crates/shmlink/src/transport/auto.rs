@@ -43,7 +43,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::options::{Options, TlsOptions};
 use crate::sys::stream::EventFlag;
 use crate::sys::{self, Epoll};
-use crate::transport::{tcp, tls, ConnOps, ListenerOps, Transport};
+use crate::transport::{tcp, tls, Accepted, ConnOps, ListenerOps, Transport};
 
 /// The `auto:` entry in the transport registry.
 pub(crate) const TRANSPORT: Transport = Transport {
@@ -364,7 +364,7 @@ struct Deciding {
     /// The token offered, once the hello has been answered with an offer.
     offer: Option<Token>,
     /// The shm connection set up with that token, waiting for the client's decision.
-    shm: Option<Box<dyn ConnOps>>,
+    shm: Option<Accepted>,
 }
 
 /// What one negotiation step left to do.
@@ -374,13 +374,19 @@ enum Step {
     /// Hand out the TCP connection.
     Tcp,
     /// Hand out this shm connection (the TCP connection is closed).
-    Shm(Box<dyn ConnOps>),
+    Shm(Accepted),
 }
 
 /// A bound `auto:` listener: a `tcp:` listener, an upgrade socket in the rendezvous
 /// directory, and the connections in negotiation.
+///
+/// The upgrade socket also answers `shmlink ls` for the whole listener: its registry
+/// holds the connections upgraded to shared memory (the upgrade socket's own) and those
+/// that stayed on TCP (registered here), and names the listener by its `auto:` address.
 struct AutoListener {
     tcp: Box<dyn ListenerOps>,
+    /// `"tcp"` or `"tls"`.
+    outer: &'static str,
     /// `None` when the upgrade socket could not be created (then every client stays on
     /// TCP, told why).
     shm: Option<ShmListener>,
@@ -395,7 +401,7 @@ struct AutoListener {
     ready_flag: EventFlag,
     deciding: HashMap<u64, Deciding>,
     next_token: u64,
-    ready: VecDeque<Box<dyn ConnOps>>,
+    ready: VecDeque<Accepted>,
     timeout: Duration,
     addr: String,
     events: Vec<(u64, u32)>,
@@ -406,6 +412,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     let tcp = (transport.bind)(&outer_addr, opts)?;
     let bound = tcp.local_addr();
     let host_port = bound.split_once(':').map_or(bound.as_str(), |(_, hp)| hp);
+    let addr = format!("auto:{host_port}");
     let port = host_port.rsplit(':').next().unwrap_or("0");
     let tag = random_token()?;
     let name = format!(
@@ -420,6 +427,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     let (shm, no_shm) = match ShmListener::bind(&shm_addr, opts) {
         Ok(mut l) => {
             l.upgrades = Some(HashMap::new());
+            l.registry.set_auto(addr.clone(), bound.clone());
             (Some(l), String::new())
         }
         Err(e) => (None, format!("the listener has no upgrade socket: {e}")),
@@ -435,6 +443,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     }
     Ok(Box::new(AutoListener {
         tcp,
+        outer: transport.name,
         shm,
         shm_path,
         no_shm,
@@ -445,7 +454,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         next_token: TOKEN_READY + 1,
         ready: VecDeque::new(),
         timeout: opts.handshake_timeout,
-        addr: format!("auto:{host_port}"),
+        addr,
         events: Vec::new(),
     }))
 }
@@ -456,7 +465,7 @@ impl AutoListener {
     fn poll(&mut self) -> Result<()> {
         loop {
             match self.tcp.accept(false) {
-                Ok(conn) => self.start(conn),
+                Ok(accepted) => self.start(accepted.conn),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) => return Err(e),
             }
@@ -493,7 +502,14 @@ impl AutoListener {
                 Step::Drop => drop(self.finish(key)),
                 Step::Tcp => {
                     if let Some(d) = self.finish(key) {
-                        self.ready.push_back(d.conn);
+                        let counters = self
+                            .shm
+                            .as_mut()
+                            .map(|l| l.registry.track(self.outer, None, Some(d.conn.peer_addr())));
+                        self.ready.push_back(Accepted {
+                            conn: d.conn,
+                            counters,
+                        });
                     }
                 }
                 Step::Shm(conn) => {
@@ -616,7 +632,7 @@ impl AutoListener {
 }
 
 impl ListenerOps for AutoListener {
-    fn accept(&mut self, blocking: bool) -> Result<Box<dyn ConnOps>> {
+    fn accept(&mut self, blocking: bool) -> Result<Accepted> {
         loop {
             self.poll()?;
             if let Some(conn) = self.ready.pop_front() {
