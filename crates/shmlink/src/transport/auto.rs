@@ -42,7 +42,7 @@ use crate::addr::{rendezvous_dir, Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::{Options, TlsOptions};
 use crate::sys::stream::EventFlag;
-use crate::sys::{self, Epoll};
+use crate::sys::{self, socket, Epoll};
 use crate::transport::{tcp, tls, Accepted, ConnOps, ListenerOps, Transport};
 
 /// The `auto:` entry in the transport registry.
@@ -419,6 +419,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         "auto-{port}-{:02x}{:02x}{:02x}{:02x}.sock",
         tag[0], tag[1], tag[2], tag[3]
     );
+    remove_stale_upgrade_sockets(port);
     let shm_path = rendezvous_dir().join(&name);
     let shm_addr = Address::Shm {
         socket: UnixName::Path(shm_path.clone()),
@@ -457,6 +458,33 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         addr,
         events: Vec::new(),
     }))
+}
+
+/// Removes the upgrade sockets of earlier listeners on `port` that died without
+/// removing theirs (each listener names its socket anew): a socket nobody listens on
+/// refuses the connection. Live ones (another network namespace's listener on the same
+/// port) answer and are kept.
+fn remove_stale_upgrade_sockets(port: &str) {
+    let prefix = format!("auto-{port}-");
+    let Ok(entries) = std::fs::read_dir(rendezvous_dir()) else {
+        return;
+    };
+    for path in entries.filter_map(|e| e.ok()).map(|e| e.path()) {
+        let ours = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".sock"));
+        if !ours {
+            continue;
+        }
+        let probe = socket::connect(
+            &UnixName::Path(path.clone()),
+            Instant::now() + Duration::from_millis(100),
+        );
+        if matches!(&probe, Err(e) if e.kind() == io::ErrorKind::ConnectionRefused) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
 }
 
 impl AutoListener {
