@@ -83,7 +83,7 @@ pub type Token = [u8; TOKEN_LEN];
 /// Ring sizes and limits, proposed in `Hello` and decided in `Accept`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Params {
-    /// Feature bits ([`FEATURE_ASYM_FENCE`]); a server answers with the bits both sides
+    /// Feature bits (`FEATURE_ASYM_FENCE`); a server answers with the bits both sides
     /// have, so unknown bits are dropped.
     pub features: u64,
     /// Client-to-server ring size in bytes.
