@@ -143,9 +143,10 @@ figure's median over the rounds and the spread (max - min) / median of the headl
 
 Selection:
   --methods LIST   comma-separated method names, or all [default: all]; --list shows them
-  --sizes LIST     message sizes, 8 B to 16 MiB, binary suffixes (64,1k,64k,1M)
-                   [default: 64,1k,64k,1M; --quick: 64,64k]. A size a method cannot carry
-                   is shown as n/a with the method's maximum.
+  --sizes LIST     message sizes, 8 B to 16 MiB, binary suffixes (64,1k,64k,1M), or
+                   all (64,128,1k,4k,16k,64k,1M) [default: 64,1k,64k,1M; --quick:
+                   64,64k]. A size a method cannot carry is shown as n/a with the
+                   method's maximum.
   --mode M         latency (ping-pong, one message in flight: round-trip p50, p90, p99,
                    p99.9, max), throughput (a window of messages in flight: messages/s,
                    bytes/s), or both [default: both]
