@@ -5,7 +5,8 @@ use std::ffi::OsString;
 use std::fmt;
 
 use crate::bench::{parse_bench, BenchArgs};
-use crate::help::{BENCH_HELP, PONG_HELP, TOP_HELP};
+use crate::help::{BENCH_HELP, LS_HELP, PONG_HELP, TOP_HELP};
+use crate::ls::{parse_ls, LsArgs};
 use crate::wire::Mode;
 use shmlink_bench::cpus::format_cpu_list;
 
@@ -60,6 +61,7 @@ pub enum Command {
     Version,
     Pong(PongArgs),
     Bench(Box<BenchArgs>),
+    Ls(LsArgs),
 }
 
 /// Which ends of the pong this process runs.
@@ -261,10 +263,12 @@ pub fn parse(argv: Vec<OsString>, cpus: &[usize]) -> Result<Command, UsageError>
             None => Ok(Command::Help(TOP_HELP)),
             Some("pong") => Ok(Command::Help(PONG_HELP)),
             Some("bench") => Ok(Command::Help(BENCH_HELP)),
+            Some("ls") => Ok(Command::Help(LS_HELP)),
             Some(other) => usage(format!("no help for unknown command {other:?}")),
         },
         "pong" => parse_pong(argv.collect::<Result<Vec<_>, _>>()?, cpus),
         "bench" => parse_bench(argv.collect::<Result<Vec<_>, _>>()?, cpus),
+        "ls" => parse_ls(argv.collect::<Result<Vec<_>, _>>()?),
         other => usage(format!("unknown command {other:?} (try 'shmlink --help')")),
     }
 }
@@ -636,6 +640,8 @@ mod tests {
         let parse = |args: &[&str]| parse(args.iter().map(OsString::from).collect(), &[0]);
         assert_eq!(parse(&["--help"]), Ok(Command::Help(TOP_HELP)));
         assert_eq!(parse(&["help", "pong"]), Ok(Command::Help(PONG_HELP)));
+        assert_eq!(parse(&["help", "ls"]), Ok(Command::Help(LS_HELP)));
+        assert_eq!(parse(&["ls", "--help"]), Ok(Command::Help(LS_HELP)));
         assert_eq!(parse(&["pong", "-h"]), Ok(Command::Help(PONG_HELP)));
         assert_eq!(parse(&["-V"]), Ok(Command::Version));
         assert!(parse(&[]).unwrap_err().0.contains("missing command"));

@@ -84,11 +84,18 @@ fn parse_methods(text: &str) -> Result<Vec<String>, UsageError> {
     Ok(out)
 }
 
+/// `--sizes all`: the seeds' size series, 64 B to 1 MiB (about 7 minutes with every
+/// method; the default run takes four of them).
+const ALL_SIZES: [usize; 7] = [64, 128, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 1 << 20];
+
 fn parse_sizes(text: &str) -> Result<Vec<usize>, UsageError> {
+    if text.trim() == "all" {
+        return Ok(ALL_SIZES.to_vec());
+    }
     let mut out = Vec::new();
     for s in text.split(',').map(str::trim) {
         let valid =
-            "valid sizes: 8 B to 16 MiB with binary suffixes, e.g. 64,128,1k,4k,16k,64k,1M,16M";
+            "valid sizes: 8 B to 16 MiB with binary suffixes, e.g. 64,128,1k,4k,16k,64k,1M,16M, or all";
         let n = match parse_size(s) {
             Ok(n) => n,
             Err(e) => return usage(format!("--sizes: {e}; {valid}")),
@@ -497,6 +504,8 @@ mod tests {
         assert_eq!(s.config.cpus, Some((0, 0)));
         assert_eq!(s.config.stop, Stop::Count(50));
         assert_eq!(s.config.sizes, vec![8, 4096, 16 << 20]);
+        let a = bench("--sizes all").unwrap();
+        assert_eq!(a.config.sizes, ALL_SIZES);
         assert_eq!(bench("--cpus 1,1").unwrap().config.cpus, Some((1, 1)));
         assert_eq!(bench("--cpus none").unwrap().config.cpus, None);
         assert_eq!(

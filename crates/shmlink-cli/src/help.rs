@@ -8,6 +8,7 @@ Usage: shmlink <COMMAND> [ARGS]
 Commands:
   bench    compare every IPC method side by side (latency, throughput, CPU)
   pong     measure latency and throughput between two processes
+  ls       list the listeners under a rendezvous directory and their connections
   help     print this help, or a command's help (shmlink help pong)
 
 Options:
@@ -84,6 +85,48 @@ part, divided by COUNT (per round trip in latency mode); the server reports its 
 Exit status: 0 on success, 1 if a run failed, 2 on bad arguments.
 ";
 
+pub const LS_HELP: &str = "\
+List the listeners under a rendezvous directory and their live connections, with
+message and byte counters (like XCM's xcmctl).
+
+Usage: shmlink ls [DIR] [--json] [--timeout MS]
+
+  DIR            the directory to scan [default: the rendezvous directory: $SHMLINK_DIR,
+                 else $XDG_RUNTIME_DIR/shmlink, else /tmp/shmlink-<uid>]
+  --json         print one JSON object: {\"dir\", \"listeners\": [...]}, each listener
+                 with path, state (answered, not_answering, stale, permission_denied,
+                 error), reason, pid, uid, gid, address, transport, over, started_unix_ms,
+                 age_ms, truncated and connections [{transport, peer_pid, peer_uid,
+                 peer_gid, peer_addr, accepted_unix_ms, age_ms, msgs_in, msgs_out,
+                 bytes_in, bytes_out}] (null where unknown)
+  --timeout MS   how long to wait for the listeners' answers, all asked at once
+                 [default: 500]
+  -h, --help     print this help
+
+Every socket (*.sock) in DIR is asked over the socket itself; nothing else of a
+connection can be found by name. The kernel tells the listening process's PID and UID
+(SO_PEERCRED) even when it does not answer. The table has a line per listener: its
+address, transport (shm, or auto/tcp and auto/tls for auto: listeners, found through
+their upgrade sockets), PID, UID, age and number of connections, or its state:
+
+  not answering  a process listens but did not answer within the timeout: a listener
+                 answers only while its process is in accept() or polls the listener
+                 (an event loop); a process busy with one client does not
+  stale          nobody listens: the socket file of a listener that died
+  permission denied
+                 the socket or the listener does not admit this user (a query passes
+                 the same credential check as a connection)
+
+Under each listener, a line per connection it accepted that its process still holds:
+the peer's PID (shm:, in the listener's PID namespace) or address (auto: connections
+that stayed on TCP), UID, age, and the listener side's counters: MSGS IN are the
+messages the peer sent. ux:, tcp: and tls: listeners have no socket in DIR and are not
+listed.
+
+Exit status: 0 when DIR could be read (even if some listeners do not answer), 1 if it
+cannot be read, 2 on bad arguments.
+";
+
 pub const BENCH_HELP: &str = "\
 Compare IPC methods side by side: latency and throughput between two processes, with
 the CPU each end spends per message.
@@ -100,9 +143,10 @@ figure's median over the rounds and the spread (max - min) / median of the headl
 
 Selection:
   --methods LIST   comma-separated method names, or all [default: all]; --list shows them
-  --sizes LIST     message sizes, 8 B to 16 MiB, binary suffixes (64,1k,64k,1M)
-                   [default: 64,1k,64k,1M; --quick: 64,64k]. A size a method cannot carry
-                   is shown as n/a with the method's maximum.
+  --sizes LIST     message sizes, 8 B to 16 MiB, binary suffixes (64,1k,64k,1M), or
+                   all (64,128,1k,4k,16k,64k,1M) [default: 64,1k,64k,1M; --quick:
+                   64,64k]. A size a method cannot carry is shown as n/a with the
+                   method's maximum.
   --mode M         latency (ping-pong, one message in flight: round-trip p50, p90, p99,
                    p99.9, max), throughput (a window of messages in flight: messages/s,
                    bytes/s), or both [default: both]

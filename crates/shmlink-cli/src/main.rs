@@ -1,5 +1,7 @@
 //! The `shmlink` command. `shmlink pong` measures latency and throughput between two
 //! processes over any transport, verifying every message; see `shmlink pong --help`.
+//! `shmlink bench` compares IPC methods; `shmlink ls` lists the listeners of a
+//! rendezvous directory and their connections.
 
 mod args;
 mod bench;
@@ -7,6 +9,7 @@ mod client;
 mod conn_io;
 mod error;
 mod help;
+mod ls;
 mod pong;
 mod report;
 mod server;
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
             }
         },
         Ok(Command::Bench(b)) => bench::run(&b),
+        Ok(Command::Ls(l)) => ls::run(&l),
         Err(e) => {
             eprintln!("shmlink: {e}");
             ExitCode::from(2)

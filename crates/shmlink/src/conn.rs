@@ -3,11 +3,13 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::Arc;
 
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
-use crate::transport::{self, with_conn, Conn, ConnOps, ListenerOps};
+use crate::sync::{AtomicU64, Ordering};
+use crate::transport::{self, with_conn, Accepted, Conn, ConnOps, ListenerOps};
 
 /// Per-connection message and byte counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -20,6 +22,76 @@ pub struct Counters {
     pub msgs_in: u64,
     /// Payload bytes received.
     pub bytes_in: u64,
+}
+
+/// A connection's counters where the listener that accepted it can read them (for
+/// `shmlink ls`, see [`inspect`](crate::inspect())) without slowing the connection down.
+///
+/// The connection's owner is the only writer: every update happens through
+/// `&mut Connection`. So an update is a plain load and store, never a read-modify-write
+/// (`fetch_add` is a locked instruction on x86, tens of cycles on every message); with one
+/// writer no update can be lost.
+///
+/// Aligned to a cache line so the writes never share one with unrelated data of another
+/// thread.
+#[derive(Debug)]
+#[repr(align(64))]
+pub(crate) struct SharedCounters {
+    msgs_out: AtomicU64,
+    bytes_out: AtomicU64,
+    msgs_in: AtomicU64,
+    bytes_in: AtomicU64,
+}
+
+impl SharedCounters {
+    pub(crate) fn new() -> SharedCounters {
+        SharedCounters {
+            msgs_out: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            msgs_in: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+        }
+    }
+
+    // SYNC POINT: counters. Relaxed everywhere, on purpose. The single writer reads back
+    // its own last store (program order), so `store(load + n)` never loses an update; a
+    // connection that moves to another thread moves with a happens-before edge (spawn,
+    // channel), so its next owner reads the latest values too. A reader in another thread
+    // (the listener answering `ls`) needs no ordering with anything: each load returns
+    // some value the counter held, never a torn one; the four counters may be caught
+    // between two updates of one message (msgs_out already counted, bytes_out not yet),
+    // which a status display tolerates.
+    #[inline]
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.store(
+            counter.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Counts one message of `n` bytes sent. Only the connection's owner calls this.
+    #[inline]
+    fn count_out(&self, n: usize) {
+        Self::add(&self.msgs_out, 1);
+        Self::add(&self.bytes_out, n as u64);
+    }
+
+    /// Counts one message of `n` bytes received. Only the connection's owner calls this.
+    #[inline]
+    fn count_in(&self, n: usize) {
+        Self::add(&self.msgs_in, 1);
+        Self::add(&self.bytes_in, n as u64);
+    }
+
+    /// The counters now, from any thread.
+    pub(crate) fn get(&self) -> Counters {
+        Counters {
+            msgs_out: self.msgs_out.load(Ordering::Relaxed),
+            bytes_out: self.bytes_out.load(Ordering::Relaxed),
+            msgs_in: self.msgs_in.load(Ordering::Relaxed),
+            bytes_in: self.bytes_in.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// A server socket: binds an address and accepts connections.
@@ -61,8 +133,8 @@ impl Listener {
     /// handshake are refused with a reason and skipped; the listener keeps serving.
     /// In non-blocking mode, returns [`ErrorKind::WouldBlock`] when no client is ready.
     pub fn accept(&mut self) -> Result<Connection> {
-        let ops = self.ops.accept(!self.nonblocking)?;
-        Ok(Connection::from_ops(ops))
+        let Accepted { conn, counters } = self.ops.accept(!self.nonblocking)?;
+        Ok(Connection::from_ops(conn, counters))
     }
 
     /// Switches non-blocking mode; the listener's fd is readable when `accept` may succeed.
@@ -107,17 +179,19 @@ pub struct Connection {
     /// The transport's limit, cached: it is checked on every send.
     max_send: usize,
     nonblocking: bool,
-    counters: Counters,
+    /// Shared with the listener that accepted the connection, if it keeps track of it.
+    counters: Arc<SharedCounters>,
     closed: bool,
 }
 
 impl Connection {
-    fn from_ops(ops: Box<dyn ConnOps>) -> Connection {
+    /// `counters`: those the listener reads, if it keeps track of the connection.
+    fn from_ops(ops: Box<dyn ConnOps>, counters: Option<Arc<SharedCounters>>) -> Connection {
         Connection {
             max_send: ops.max_send_size(),
             ops: ops.into(),
             nonblocking: false,
-            counters: Counters::default(),
+            counters: counters.unwrap_or_else(|| Arc::new(SharedCounters::new())),
             closed: false,
         }
     }
@@ -128,7 +202,7 @@ impl Connection {
         let parsed = Address::parse(addr)?;
         let ops = (transport::lookup(&parsed)?.connect)(&parsed, opts)
             .map_err(|e| e.context(format_args!("connect {addr}")))?;
-        Ok(Connection::from_ops(ops))
+        Ok(Connection::from_ops(ops, None))
     }
 
     #[inline]
@@ -160,8 +234,7 @@ impl Connection {
         self.check_open()?;
         self.check_size(msg.len())?;
         with_conn!(&mut self.ops, |c| c.send(msg, !self.nonblocking))?;
-        self.counters.msgs_out += 1;
-        self.counters.bytes_out += msg.len() as u64;
+        self.counters.count_out(msg.len());
         Ok(())
     }
 
@@ -196,8 +269,7 @@ impl Connection {
 
     #[inline]
     fn count_in(&mut self, n: usize) {
-        self.counters.msgs_in += 1;
-        self.counters.bytes_in += n as u64;
+        self.counters.count_in(n);
     }
 
     /// Receives one message into `buf`; returns its length. If the message does not fit,
@@ -268,9 +340,10 @@ impl Connection {
         with_conn!(&mut self.ops, |c| c.close(true))
     }
 
-    /// Message and byte counters.
+    /// Message and byte counters. The listener that accepted the connection reads the
+    /// same counters when `shmlink ls` asks it (see [`inspect`](crate::inspect())).
     pub fn counters(&self) -> Counters {
-        self.counters
+        self.counters.get()
     }
 
     /// Largest message `send` accepts on this connection (both sides' limits applied).
@@ -325,7 +398,7 @@ impl fmt::Debug for Connection {
         f.debug_struct("Connection")
             .field("local", &self.local_addr())
             .field("peer", &self.peer_addr())
-            .field("counters", &self.counters)
+            .field("counters", &self.counters())
             .finish()
     }
 }
@@ -344,8 +417,7 @@ impl SendBuf<'_> {
     pub fn commit(mut self) -> Result<()> {
         self.done = true;
         with_conn!(&mut self.conn.ops, |c| c.commit())?;
-        self.conn.counters.msgs_out += 1;
-        self.conn.counters.bytes_out += self.len as u64;
+        self.conn.counters.count_out(self.len);
         Ok(())
     }
 }

@@ -19,6 +19,10 @@
 //! calls happen only to sleep and to wake a sleeper. Every connection exposes one fd for
 //! event loops, and a peer's death is reported as [`ErrorKind::ConnectionReset`].
 //!
+//! [`inspect`] lists the listeners with a socket in a rendezvous directory and the
+//! connections each one holds, with peers and counters (what `shmlink ls` shows); a
+//! listener answers while its process accepts or polls it.
+//!
 //! ```
 //! # std::env::set_var("SHMLINK_DIR", std::env::temp_dir().join(format!("shmlink-doc-{}", std::process::id())));
 //! use shmlink::{Connection, ErrorKind, Listener, Options};
@@ -53,6 +57,7 @@ mod notify;
 mod options;
 mod pubsub;
 mod ring;
+mod status;
 mod sync;
 mod sys;
 mod transport;
@@ -74,6 +79,10 @@ pub use options::{
 pub use pubsub::{
     Loan, Policy, PubSubOptions, Publisher, PublisherStats, Sample, Subscriber, SubscriberInfo,
     SubscriberStats, MAX_SUBSCRIBERS,
+};
+pub use status::{
+    inspect, ConnectionStatus, ListenerStatus, ProcessCred, SocketReport, SocketState,
+    DEFAULT_INSPECT_TIMEOUT,
 };
 
 pub use sys::{cpu_time, pin_to_cpu};

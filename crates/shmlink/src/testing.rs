@@ -219,9 +219,9 @@ pub fn segment_memfd(ring_size: usize) -> Result<OwnedFd> {
     Segment::create([ring_size, ring_size]).map(|(_, fd)| fd)
 }
 
-/// Fuzz entry point: the handshake parsers (`shm:` packets and `auto:` negotiation
-/// messages) must reject or accept any bytes without panicking, and what they accept
-/// must survive a round trip.
+/// Fuzz entry point: the handshake parsers (`shm:` packets, `ls` status answers included,
+/// and `auto:` negotiation messages) must reject or accept any bytes without panicking,
+/// and what they accept must survive a round trip.
 pub fn fuzz_handshake(data: &[u8]) {
     if let Ok(m) = AutoMsg::decode(data) {
         assert_eq!(

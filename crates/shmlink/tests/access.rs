@@ -1,6 +1,6 @@
 //! Who may connect over `shm:`, and what another user can reach: a client under another
-//! uid is refused (with the reason) unless the listener allows its uid or gid, and the
-//! connection's memory is out of reach through /proc.
+//! uid is refused (with the reason) unless the listener allows its uid or gid, so is its
+//! `shmlink ls` query, and the connection's memory is out of reach through /proc.
 //!
 //! The other user is `nobody` (65534): this test binary re-runs itself under that uid
 //! (the ignored test `child`), which needs root; without root the tests say so and pass.
@@ -108,6 +108,26 @@ fn child() {
                 }
             }
             format!("opened={} denied={denied} {opened:?}", opened.len())
+        }
+        "inspect" => {
+            let reports =
+                shmlink::inspect(std::path::Path::new(&arg), Duration::from_secs(3)).unwrap();
+            let states: Vec<String> = reports
+                .iter()
+                .map(|r| {
+                    let name = r.path.file_name().unwrap().to_string_lossy().into_owned();
+                    match &r.state {
+                        shmlink::SocketState::Answered(s) => {
+                            format!("{name}=answered:{}", s.address)
+                        }
+                        shmlink::SocketState::PermissionDenied(why) => {
+                            format!("{name}=denied:{why}")
+                        }
+                        other => format!("{name}={other:?}"),
+                    }
+                })
+                .collect();
+            states.join(" | ")
         }
         other => panic!("unknown role {other}"),
     };
@@ -243,4 +263,38 @@ fn connection_memory_is_out_of_reach_of_other_users() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(names, ["p.sock"]);
+}
+
+#[test]
+fn queries_pass_the_same_credential_check() {
+    if !root() {
+        return;
+    }
+    let dir = OpenDir::new("query-access");
+    let listeners: Vec<_> = [
+        ("a-default", Options::default()),
+        ("b-other-uid", Options::default().allow_uids([4242])),
+        ("c-nobody", Options::default().allow_uids([NOBODY])),
+    ]
+    .into_iter()
+    .map(|(name, opts)| serve(Listener::bind(&dir.addr(name), &opts).unwrap()))
+    .collect();
+    let got = run_as(NOBODY, NOBODY, "inspect", dir.0.to_str().unwrap());
+    for (stop, server) in listeners {
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(server.join().unwrap(), 0, "a query is not a connection");
+    }
+    let states: Vec<&str> = got.split(" | ").collect();
+    assert_eq!(states.len(), 3, "{got}");
+    // The socket file keeps the other user out; then the listener's check does.
+    assert!(states[0].starts_with("a-default.sock=denied:"), "{got}");
+    assert!(
+        states[1].starts_with("b-other-uid.sock=denied:")
+            && states[1].contains("uid 65534 (gid 65534) may not connect"),
+        "{got}"
+    );
+    assert_eq!(
+        states[2],
+        format!("c-nobody.sock=answered:{}", dir.addr("c-nobody"))
+    );
 }

@@ -167,7 +167,8 @@ fn another_servers_socket_at_the_same_path_is_not_taken() {
     let (a_addr, b_addr) = (a.local_addr(), b.local_addr());
     // What a client finds at A's path is B (as if another container's directory were
     // mounted there).
-    std::fs::rename(upgrade_socket(&b_addr), upgrade_socket(&a_addr)).unwrap();
+    let a_socket = upgrade_socket(&a_addr);
+    std::fs::rename(upgrade_socket(&b_addr), &a_socket).unwrap();
     let (stop_a, server_a) = serve(a);
     let (stop_b, server_b) = serve(b);
 
@@ -183,6 +184,25 @@ fn another_servers_socket_at_the_same_path_is_not_taken() {
         server_b.join().unwrap().is_empty(),
         "B handed out a connection"
     );
+    // Neither listener owns the moved socket file any more.
+    std::fs::remove_file(a_socket).unwrap();
+}
+
+#[test]
+fn a_listener_removes_upgrade_sockets_that_dead_listeners_left_on_its_port() {
+    let l = Listener::bind("auto:127.0.0.1:0", &Options::default()).unwrap();
+    let addr = l.local_addr();
+    drop(l);
+    // A listener of this port that died: its socket file stays, nobody listens.
+    let port = addr.rsplit(':').next().unwrap();
+    let stale = shmlink::rendezvous_dir().join(format!("auto-{port}-deadbeef.sock"));
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    assert!(stale.exists());
+    let l = Listener::bind(&addr, &Options::default()).unwrap();
+    assert!(!stale.exists(), "stale upgrade socket left in place");
+    let live = upgrade_socket(&addr);
+    drop(l);
+    assert!(!live.exists());
 }
 
 #[test]

@@ -42,8 +42,8 @@ use crate::addr::{rendezvous_dir, Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::{Options, TlsOptions};
 use crate::sys::stream::EventFlag;
-use crate::sys::{self, Epoll};
-use crate::transport::{tcp, tls, ConnOps, ListenerOps, Transport};
+use crate::sys::{self, socket, Epoll};
+use crate::transport::{tcp, tls, Accepted, ConnOps, ListenerOps, Transport};
 
 /// The `auto:` entry in the transport registry.
 pub(crate) const TRANSPORT: Transport = Transport {
@@ -364,7 +364,7 @@ struct Deciding {
     /// The token offered, once the hello has been answered with an offer.
     offer: Option<Token>,
     /// The shm connection set up with that token, waiting for the client's decision.
-    shm: Option<Box<dyn ConnOps>>,
+    shm: Option<Accepted>,
 }
 
 /// What one negotiation step left to do.
@@ -374,13 +374,19 @@ enum Step {
     /// Hand out the TCP connection.
     Tcp,
     /// Hand out this shm connection (the TCP connection is closed).
-    Shm(Box<dyn ConnOps>),
+    Shm(Accepted),
 }
 
 /// A bound `auto:` listener: a `tcp:` listener, an upgrade socket in the rendezvous
 /// directory, and the connections in negotiation.
+///
+/// The upgrade socket also answers `shmlink ls` for the whole listener: its registry
+/// holds the connections upgraded to shared memory (the upgrade socket's own) and those
+/// that stayed on TCP (registered here), and names the listener by its `auto:` address.
 struct AutoListener {
     tcp: Box<dyn ListenerOps>,
+    /// `"tcp"` or `"tls"`.
+    outer: &'static str,
     /// `None` when the upgrade socket could not be created (then every client stays on
     /// TCP, told why).
     shm: Option<ShmListener>,
@@ -395,7 +401,7 @@ struct AutoListener {
     ready_flag: EventFlag,
     deciding: HashMap<u64, Deciding>,
     next_token: u64,
-    ready: VecDeque<Box<dyn ConnOps>>,
+    ready: VecDeque<Accepted>,
     timeout: Duration,
     addr: String,
     events: Vec<(u64, u32)>,
@@ -406,12 +412,14 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     let tcp = (transport.bind)(&outer_addr, opts)?;
     let bound = tcp.local_addr();
     let host_port = bound.split_once(':').map_or(bound.as_str(), |(_, hp)| hp);
+    let addr = format!("auto:{host_port}");
     let port = host_port.rsplit(':').next().unwrap_or("0");
     let tag = random_token()?;
     let name = format!(
         "auto-{port}-{:02x}{:02x}{:02x}{:02x}.sock",
         tag[0], tag[1], tag[2], tag[3]
     );
+    remove_stale_upgrade_sockets(port);
     let shm_path = rendezvous_dir().join(&name);
     let shm_addr = Address::Shm {
         socket: UnixName::Path(shm_path.clone()),
@@ -420,6 +428,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     let (shm, no_shm) = match ShmListener::bind(&shm_addr, opts) {
         Ok(mut l) => {
             l.upgrades = Some(HashMap::new());
+            l.registry.set_auto(addr.clone(), bound.clone());
             (Some(l), String::new())
         }
         Err(e) => (None, format!("the listener has no upgrade socket: {e}")),
@@ -435,6 +444,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     }
     Ok(Box::new(AutoListener {
         tcp,
+        outer: transport.name,
         shm,
         shm_path,
         no_shm,
@@ -445,9 +455,36 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         next_token: TOKEN_READY + 1,
         ready: VecDeque::new(),
         timeout: opts.handshake_timeout,
-        addr: format!("auto:{host_port}"),
+        addr,
         events: Vec::new(),
     }))
+}
+
+/// Removes the upgrade sockets of earlier listeners on `port` that died without
+/// removing theirs (each listener names its socket anew): a socket nobody listens on
+/// refuses the connection. Live ones (another network namespace's listener on the same
+/// port) answer and are kept.
+fn remove_stale_upgrade_sockets(port: &str) {
+    let prefix = format!("auto-{port}-");
+    let Ok(entries) = std::fs::read_dir(rendezvous_dir()) else {
+        return;
+    };
+    for path in entries.filter_map(|e| e.ok()).map(|e| e.path()) {
+        let ours = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".sock"));
+        if !ours {
+            continue;
+        }
+        let probe = socket::connect(
+            &UnixName::Path(path.clone()),
+            Instant::now() + Duration::from_millis(100),
+        );
+        if matches!(&probe, Err(e) if e.kind() == io::ErrorKind::ConnectionRefused) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
 }
 
 impl AutoListener {
@@ -456,7 +493,7 @@ impl AutoListener {
     fn poll(&mut self) -> Result<()> {
         loop {
             match self.tcp.accept(false) {
-                Ok(conn) => self.start(conn),
+                Ok(accepted) => self.start(accepted.conn),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) => return Err(e),
             }
@@ -493,7 +530,14 @@ impl AutoListener {
                 Step::Drop => drop(self.finish(key)),
                 Step::Tcp => {
                     if let Some(d) = self.finish(key) {
-                        self.ready.push_back(d.conn);
+                        let counters = self
+                            .shm
+                            .as_mut()
+                            .map(|l| l.registry.track(self.outer, None, Some(d.conn.peer_addr())));
+                        self.ready.push_back(Accepted {
+                            conn: d.conn,
+                            counters,
+                        });
                     }
                 }
                 Step::Shm(conn) => {
@@ -616,7 +660,7 @@ impl AutoListener {
 }
 
 impl ListenerOps for AutoListener {
-    fn accept(&mut self, blocking: bool) -> Result<Box<dyn ConnOps>> {
+    fn accept(&mut self, blocking: bool) -> Result<Accepted> {
         loop {
             self.poll()?;
             if let Some(conn) = self.ready.pop_front() {

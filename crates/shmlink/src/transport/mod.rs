@@ -9,8 +9,10 @@
 //! [`Listener`]: crate::Listener
 
 use std::os::fd::BorrowedFd;
+use std::sync::Arc;
 
 use crate::addr::Address;
+use crate::conn::SharedCounters;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 
@@ -112,11 +114,30 @@ macro_rules! with_conn {
 }
 pub(crate) use with_conn;
 
+/// A connection a listener set up.
+pub(crate) struct Accepted {
+    pub conn: Box<dyn ConnOps>,
+    /// The connection's counters, when the listener keeps track of the connection to
+    /// report it to `shmlink ls` (`shm:` and `auto:` listeners); the new
+    /// [`Connection`](crate::Connection) counts into them.
+    pub counters: Option<Arc<SharedCounters>>,
+}
+
+impl Accepted {
+    /// A connection the listener does not keep track of.
+    pub(crate) fn untracked(conn: Box<dyn ConnOps>) -> Accepted {
+        Accepted {
+            conn,
+            counters: None,
+        }
+    }
+}
+
 /// One listener's transport-specific half.
 pub(crate) trait ListenerOps: Send {
     /// Accepts one connection, completing its handshake. Clients that fail the handshake
     /// are refused and skipped; they never surface here.
-    fn accept(&mut self, blocking: bool) -> Result<Box<dyn ConnOps>>;
+    fn accept(&mut self, blocking: bool) -> Result<Accepted>;
     /// The descriptor an event loop watches (readable when `accept` may succeed).
     fn fd(&self) -> BorrowedFd<'_>;
     /// The bound address, as text with the transport prefix (with the real port for

@@ -11,11 +11,11 @@
 //!
 //! # Entry points on a connected stream
 //!
-//! [`connect_stream`] (client) and [`accept_stream`] (listener) run the handshake — TLS
-//! first when asked, then the hello — on a TCP stream that is already connected, and
-//! return the framed connection. `tcp:` and `tls:` use them after dialling or accepting;
-//! a transport that negotiates on the stream before (`auto:`) can hand it over the same
-//! way.
+//! [`connect_stream`] runs the client's handshake — TLS first when asked, then the
+//! hello — on a TCP stream that is already connected and returns the framed connection;
+//! the listener drives its half without blocking
+//! (`framed::listener::ServerHandshake`). (`auto:` needs
+//! neither: it negotiates with messages on an established `tcp:` or `tls:` connection.)
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use super::framed::{
     bad_data, client_handshake, recycle, take_vec, Acceptor, Frame, FramedConn, FramedListener,
-    Incoming, Link, ServerHandshake, Wire, HELLO_LEN,
+    Incoming, Link, Wire, HELLO_LEN,
 };
 use super::tls::{ClientTls, ServerTls, TlsSession};
 use crate::addr::Address;
@@ -439,16 +439,16 @@ pub(crate) fn connect_stream(
 /// handshake first when `tls` is given, then the hello; drive it with
 /// [`ServerHandshake::advance`] (it never blocks) and finish it with
 /// [`ServerHandshake::finish`]. `local` is the listener's address as clients see it.
-#[cfg_attr(not(test), allow(dead_code))] // the entry point for `auto:`
+#[cfg(test)]
 pub(crate) fn accept_stream(
     stream: TcpStream,
     tls: Option<&ServerTls>,
     local: String,
     opts: &Options,
-) -> io::Result<ServerHandshake<TcpWire>> {
+) -> io::Result<super::framed::ServerHandshake<TcpWire>> {
     let peer = stream.peer_addr()?;
     let (link, peer) = stream_link(stream, peer, tls)?;
-    Ok(ServerHandshake::new(link, local, peer, opts))
+    Ok(super::framed::ServerHandshake::new(link, local, peer, opts))
 }
 
 /// An accepted stream as a link, with its peer's address text.
@@ -599,55 +599,7 @@ pub(crate) mod tests {
         format!("tcp:{}", l.local_addr().unwrap())
     }
 
-    #[test]
-    fn echo() {
-        conformance::echo(ANY);
-    }
-
-    #[test]
-    fn largest_message() {
-        conformance::largest_message(ANY);
-    }
-
-    #[test]
-    fn zero_length_and_end_of_stream() {
-        conformance::zero_length_and_end_of_stream(ANY);
-    }
-
-    #[test]
-    fn send_after_peer_left() {
-        conformance::send_after_peer_left(ANY);
-    }
-
-    #[test]
-    fn nonblocking_flow_control() {
-        conformance::nonblocking_flow_control(ANY);
-    }
-
-    #[test]
-    fn fd_stays_readable_while_messages_wait() {
-        conformance::fd_stays_readable_while_messages_wait(ANY);
-    }
-
-    #[test]
-    fn blocking_flow_control() {
-        conformance::blocking_flow_control(ANY);
-    }
-
-    #[test]
-    fn close_delivers_queued_messages() {
-        conformance::close_delivers_queued_messages(ANY);
-    }
-
-    #[test]
-    fn in_place_calls() {
-        conformance::in_place_calls(ANY);
-    }
-
-    #[test]
-    fn nonblocking_accept() {
-        conformance::nonblocking_accept(ANY);
-    }
+    conformance::bind_tests!(ANY);
 
     #[test]
     fn connect_refused() {

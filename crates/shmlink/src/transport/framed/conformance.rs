@@ -571,3 +571,22 @@ pub(crate) fn client_checks_listener_hello(
         server.join().unwrap();
     }
 }
+
+/// The tests above that take nothing but the address to bind, as `#[test]` functions of
+/// the calling module: `bind_tests!(ANY);`.
+macro_rules! bind_tests {
+    ($bind:expr) => {
+        $crate::transport::framed::conformance::bind_tests!(@each $bind;
+            echo, largest_message, zero_length_and_end_of_stream, send_after_peer_left,
+            nonblocking_flow_control, fd_stays_readable_while_messages_wait,
+            blocking_flow_control, close_delivers_queued_messages, in_place_calls,
+            nonblocking_accept);
+    };
+    (@each $bind:expr; $($test:ident),*) => {$(
+        #[test]
+        fn $test() {
+            $crate::transport::framed::conformance::$test($bind);
+        }
+    )*};
+}
+pub(crate) use bind_tests;

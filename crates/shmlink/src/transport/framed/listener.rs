@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::sys::stream;
 use crate::sys::Epoll;
-use crate::transport::{ConnOps, ListenerOps};
+use crate::transport::{Accepted, ConnOps, ListenerOps};
 
 /// Most clients a listener keeps in the middle of their handshake; beyond that the oldest
 /// is dropped, so a flood of idle clients cannot exhaust descriptors.
@@ -279,7 +279,7 @@ impl<A: Acceptor> FramedListener<A> {
 }
 
 impl<A: Acceptor> ListenerOps for FramedListener<A> {
-    fn accept(&mut self, blocking: bool) -> Result<Box<dyn ConnOps>> {
+    fn accept(&mut self, blocking: bool) -> Result<Accepted> {
         loop {
             let now = Instant::now();
             self.pending.retain(|_, p| p.handshake.deadline() > now);
@@ -296,7 +296,7 @@ impl<A: Acceptor> ListenerOps for FramedListener<A> {
                 .and_then(|()| self.handle(&events));
             self.events = events;
             if let Some(conn) = res? {
-                return Ok(conn);
+                return Ok(Accepted::untracked(conn));
             }
             if !blocking {
                 return Err(Error::would_block());

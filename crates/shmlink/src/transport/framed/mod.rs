@@ -64,7 +64,9 @@ mod listener;
 
 pub(crate) use conn::FramedConn;
 pub(crate) use hello::{client_handshake, HELLO_LEN};
-pub(crate) use listener::{Acceptor, FramedListener, ServerHandshake};
+#[cfg(test)]
+pub(crate) use listener::ServerHandshake;
+pub(crate) use listener::{Acceptor, FramedListener};
 
 /// Vectors larger than this are freed after use instead of kept for the next message.
 const RETAIN_MAX: usize = 4 << 20;

@@ -10,24 +10,52 @@
 //! | 3 `Refuse` (server → client) | `code: u16, len: u16, reason: [u8; len]` (UTF-8) |
 //! | 4 `Upgrade` (client → server, `auto:`) | `Hello`'s fields, then `token: [u8; 16]` |
 //! | 5 `Upgraded` (server → client, memfd attached) | `Accept`'s fields, then `proof: [u8; 16]` |
+//! | 6 `Query` (client → server, `shmlink ls`) | nothing |
+//! | 7 `Status` (server → client) | the listener and its connections, below; at most [`MAX_STATUS`] bytes |
+//!
+//! A `Status` body, every `str` a `len: u16` and that many bytes of UTF-8:
+//!
+//! ```text
+//! flags: u16 (bit 0: connections left out to fit MAX_STATUS), started_ms: u64,
+//! address: str, transport: str ("shm" or "auto"), over: str (auto:'s tcp:/tls: address, or empty),
+//! count: u32, then count times:
+//!   transport: str, flags: u16 (bit 0: peer credentials known), pid: u32, uid: u32, gid: u32,
+//!   accepted_ms: u64, msgs_in: u64, bytes_in: u64, msgs_out: u64, bytes_out: u64,
+//!   peer_addr: str (tcp:/tls: peers, or empty)
+//! ```
+//!
+//! Times are milliseconds since the Unix epoch. Unknown flag bits, credentials without
+//! their flag, text that is not UTF-8 and bytes left over are violations, as everywhere.
 //!
 //! `Upgrade` and `Upgraded` move an `auto:` connection from TCP onto shared memory: the
 //! token and the proof were handed to the client over the TCP connection; the token
 //! names the connection to the listener, the proof shows the client that the listener
 //! behind this socket is the one it reached over TCP (see `transport::auto`).
 //!
+//! `Query` and `Status` serve introspection (`crate::status`): the listener checks the
+//! querying client's credentials like a hello's, answers from its accept processing and
+//! closes the socket.
+//!
 //! `Refuse` keeps its layout in every version, so a client of any version can read why it
 //! was refused. Packets are exactly as long as their kind says; anything else is a
 //! [`ErrorKind::ProtocolViolation`].
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::conn::Counters;
 use crate::error::{Error, ErrorKind, Result};
+use crate::status::{ConnectionStatus, ListenerStatus, ProcessCred};
 
 /// "SHML", little endian.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"SHML");
 /// This implementation's protocol version.
 pub const VERSION: u16 = 1;
-/// Longest packet either side sends or accepts.
+/// Longest packet either side sends or accepts during a handshake.
 pub const MAX_PACKET: usize = PREFIX + 4 + MAX_REASON;
+/// Longest `Status` packet (64 KiB).
+pub const MAX_STATUS: usize = 64 * 1024;
+/// Longest text field of a `Status`.
+const MAX_TEXT: usize = 4096;
 /// Longest refusal reason, in bytes.
 pub const MAX_REASON: usize = 256;
 
@@ -42,6 +70,10 @@ const KIND_ACCEPT: u16 = 2;
 const KIND_REFUSE: u16 = 3;
 const KIND_UPGRADE: u16 = 4;
 const KIND_UPGRADED: u16 = 5;
+const KIND_QUERY: u16 = 6;
+const KIND_STATUS: u16 = 7;
+const STATUS_TRUNCATED: u16 = 1;
+const CONN_HAS_CRED: u16 = 1;
 /// Bytes of an `auto:` upgrade token or proof.
 pub const TOKEN_LEN: usize = 16;
 
@@ -51,7 +83,7 @@ pub type Token = [u8; TOKEN_LEN];
 /// Ring sizes and limits, proposed in `Hello` and decided in `Accept`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Params {
-    /// Feature bits ([`FEATURE_ASYM_FENCE`]); a server answers with the bits both sides
+    /// Feature bits (`FEATURE_ASYM_FENCE`); a server answers with the bits both sides
     /// have, so unknown bits are dropped.
     pub features: u64,
     /// Client-to-server ring size in bytes.
@@ -115,6 +147,11 @@ pub enum Packet {
     Upgrade(Params, Token),
     /// Server's decision on an upgrade (the memfd travels with it), with the proof.
     Upgraded(Params, Token),
+    /// Client's question: what does this listener serve?
+    Query,
+    /// Server's answer to a query. Encoding leaves out the connections that do not fit
+    /// `MAX_STATUS` (64 KiB) and sets `truncated`.
+    Status(ListenerStatus),
 }
 
 impl Packet {
@@ -126,6 +163,8 @@ impl Packet {
             Packet::Refuse(..) => KIND_REFUSE,
             Packet::Upgrade(..) => KIND_UPGRADE,
             Packet::Upgraded(..) => KIND_UPGRADED,
+            Packet::Query => KIND_QUERY,
+            Packet::Status(_) => KIND_STATUS,
         };
         let mut out = Vec::with_capacity(PARAMS_LEN + TOKEN_LEN);
         out.extend_from_slice(&MAGIC.to_le_bytes());
@@ -146,6 +185,8 @@ impl Packet {
                 out.extend_from_slice(&(end as u16).to_le_bytes());
                 out.extend_from_slice(&reason.as_bytes()[..end]);
             }
+            Packet::Query => {}
+            Packet::Status(status) => encode_status(&mut out, status),
         }
         out
     }
@@ -190,10 +231,21 @@ impl Packet {
         let len = match kind {
             KIND_HELLO | KIND_ACCEPT => PARAMS_LEN,
             KIND_UPGRADE | KIND_UPGRADED => PARAMS_LEN + TOKEN_LEN,
+            KIND_QUERY => PREFIX,
+            KIND_STATUS if bytes.len() > MAX_STATUS => {
+                return bad(format!(
+                    "status of {} bytes (at most {MAX_STATUS})",
+                    bytes.len()
+                ))
+            }
+            KIND_STATUS => return decode_status(&bytes[PREFIX..]).map(Packet::Status),
             _ => return bad(format!("unknown packet kind {kind}")),
         };
         if bytes.len() != len {
             return bad(format!("packet of {} bytes, expected {len}", bytes.len()));
+        }
+        if kind == KIND_QUERY {
+            return Ok(Packet::Query);
         }
         let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
         let p = Params {
@@ -218,9 +270,206 @@ fn encode_params(out: &mut Vec<u8>, p: &Params) {
     }
 }
 
+fn millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Appends `text` as a `str` field, cut to [`MAX_TEXT`] bytes on a character boundary.
+fn put_text(out: &mut Vec<u8>, text: &str) {
+    let mut end = text.len().min(MAX_TEXT);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.extend_from_slice(&(end as u16).to_le_bytes());
+    out.extend_from_slice(&text.as_bytes()[..end]);
+}
+
+/// Appends a `Status` body; connections that would take the packet past [`MAX_STATUS`]
+/// are left out and the truncated flag set.
+fn encode_status(out: &mut Vec<u8>, s: &ListenerStatus) {
+    let flags_at = out.len();
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&millis(s.started).to_le_bytes());
+    put_text(out, &s.address);
+    put_text(out, &s.transport);
+    put_text(out, s.over.as_deref().unwrap_or(""));
+    let count_at = out.len();
+    out.extend_from_slice(&0u32.to_le_bytes());
+    let mut count = 0u32;
+    let mut truncated = s.truncated;
+    let mut record = Vec::new();
+    for c in &s.connections {
+        record.clear();
+        put_text(&mut record, &c.transport);
+        let (flags, cred) = match c.peer {
+            Some(p) => (CONN_HAS_CRED, [p.pid, p.uid, p.gid]),
+            None => (0, [0; 3]),
+        };
+        record.extend_from_slice(&flags.to_le_bytes());
+        for v in cred {
+            record.extend_from_slice(&v.to_le_bytes());
+        }
+        let k = &c.counters;
+        for v in [
+            millis(c.accepted),
+            k.msgs_in,
+            k.bytes_in,
+            k.msgs_out,
+            k.bytes_out,
+        ] {
+            record.extend_from_slice(&v.to_le_bytes());
+        }
+        put_text(&mut record, c.peer_addr.as_deref().unwrap_or(""));
+        if out.len() + record.len() > MAX_STATUS {
+            truncated = true;
+            break;
+        }
+        out.extend_from_slice(&record);
+        count += 1;
+    }
+    out[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
+    let flags = if truncated { STATUS_TRUNCATED } else { 0 };
+    out[flags_at..flags_at + 2].copy_from_slice(&flags.to_le_bytes());
+}
+
+/// Takes fields off the front of an untrusted `Status` body.
+struct Fields<'a>(&'a [u8]);
+
+impl<'a> Fields<'a> {
+    fn take<const N: usize>(&mut self, what: &str) -> Result<[u8; N]> {
+        if self.0.len() < N {
+            return Err(Error::violation(format!(
+                "handshake: status: truncated {what}"
+            )));
+        }
+        let (head, tail) = self.0.split_at(N);
+        self.0 = tail;
+        Ok(head.try_into().expect("N bytes"))
+    }
+
+    fn u16(&mut self, what: &str) -> Result<u16> {
+        self.take(what).map(u16::from_le_bytes)
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32> {
+        self.take(what).map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64> {
+        self.take(what).map(u64::from_le_bytes)
+    }
+
+    fn time(&mut self, what: &str) -> Result<SystemTime> {
+        let ms = self.u64(what)?;
+        UNIX_EPOCH
+            .checked_add(Duration::from_millis(ms))
+            .ok_or_else(|| Error::violation(format!("handshake: status: {what} {ms} ms")))
+    }
+
+    fn text(&mut self, what: &str) -> Result<String> {
+        let len = self.u16(what)? as usize;
+        if len > MAX_TEXT || len > self.0.len() {
+            return Err(Error::violation(format!(
+                "handshake: status: {what} of {len} bytes ({} left, at most {MAX_TEXT})",
+                self.0.len()
+            )));
+        }
+        let (head, tail) = self.0.split_at(len);
+        self.0 = tail;
+        String::from_utf8(head.to_vec())
+            .map_err(|_| Error::violation(format!("handshake: status: {what} is not UTF-8")))
+    }
+}
+
+fn decode_status(body: &[u8]) -> Result<ListenerStatus> {
+    let bad = |why: String| Err(Error::violation(format!("handshake: status: {why}")));
+    let mut f = Fields(body);
+    let flags = f.u16("flags")?;
+    if flags & !STATUS_TRUNCATED != 0 {
+        return bad(format!("unknown flags {flags:#x}"));
+    }
+    let started = f.time("start time")?;
+    let address = f.text("address")?;
+    let transport = f.text("transport")?;
+    let over = Some(f.text("outer address")?).filter(|o| !o.is_empty());
+    let count = f.u32("connection count")?;
+    let mut connections = Vec::new();
+    for _ in 0..count {
+        let transport = f.text("connection transport")?;
+        let cflags = f.u16("connection flags")?;
+        let [pid, uid, gid] = [f.u32("pid")?, f.u32("uid")?, f.u32("gid")?];
+        let peer = match cflags {
+            CONN_HAS_CRED => Some(ProcessCred { pid, uid, gid }),
+            0 if [pid, uid, gid] == [0; 3] => None,
+            0 => return bad("peer credentials without their flag".into()),
+            _ => return bad(format!("unknown connection flags {cflags:#x}")),
+        };
+        let accepted = f.time("accept time")?;
+        let counters = Counters {
+            msgs_in: f.u64("counters")?,
+            bytes_in: f.u64("counters")?,
+            msgs_out: f.u64("counters")?,
+            bytes_out: f.u64("counters")?,
+        };
+        let peer_addr = Some(f.text("peer address")?).filter(|a| !a.is_empty());
+        connections.push(ConnectionStatus {
+            transport,
+            peer,
+            peer_addr,
+            accepted,
+            counters,
+        });
+    }
+    if !f.0.is_empty() {
+        return bad(format!("{} bytes after the last connection", f.0.len()));
+    }
+    Ok(ListenerStatus {
+        address,
+        transport,
+        over,
+        started,
+        connections,
+        truncated: flags & STATUS_TRUNCATED != 0,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn at(ms: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
+    /// A status with `n` connections, alternately `shm:` and `tcp:` ones.
+    fn status(n: usize) -> ListenerStatus {
+        ListenerStatus {
+            address: "auto:127.0.0.1:4000".into(),
+            transport: "auto".into(),
+            over: Some("tcp:127.0.0.1:4000".into()),
+            started: at(1_700_000_000_123),
+            truncated: false,
+            connections: (0..n as u64)
+                .map(|i| ConnectionStatus {
+                    transport: if i % 2 == 0 { "shm" } else { "tcp" }.into(),
+                    peer: (i % 2 == 0).then_some(ProcessCred {
+                        pid: 100 + i as u32,
+                        uid: 1000,
+                        gid: 1000,
+                    }),
+                    peer_addr: (i % 2 == 1).then(|| format!("tcp:127.0.0.1:{}", 50000 + i)),
+                    accepted: at(1_700_000_001_000 + i),
+                    counters: Counters {
+                        msgs_in: i,
+                        bytes_in: 64 * i,
+                        msgs_out: 2 * i,
+                        bytes_out: u64::MAX - i,
+                    },
+                })
+                .collect(),
+        }
+    }
 
     #[test]
     fn packets_round_trip() {
@@ -236,9 +485,34 @@ mod tests {
             Packet::Refuse(RefuseCode::Permission, "uid 5 not allowed".into()),
             Packet::Upgrade(p, [7; TOKEN_LEN]),
             Packet::Upgraded(p, [9; TOKEN_LEN]),
+            Packet::Query,
+            Packet::Status(status(0)),
+            Packet::Status(status(5)),
+            Packet::Status(ListenerStatus {
+                address: "shm:é".into(),
+                transport: "shm".into(),
+                over: None,
+                truncated: true,
+                ..status(1)
+            }),
         ] {
             assert_eq!(Packet::decode(&pkt.encode()).unwrap(), pkt);
         }
+    }
+
+    #[test]
+    fn a_status_is_cut_to_fit_and_says_so() {
+        let bytes = Packet::Status(status(5000)).encode();
+        assert!(bytes.len() <= MAX_STATUS && bytes.len() > MAX_STATUS - 200);
+        let Packet::Status(s) = Packet::decode(&bytes).unwrap() else {
+            panic!()
+        };
+        assert!(s.truncated);
+        assert!(s.connections.len() > 500 && s.connections.len() < 5000);
+        assert_eq!(
+            s.connections[..],
+            status(5000).connections[..s.connections.len()]
+        );
     }
 
     #[test]
@@ -280,5 +554,66 @@ mod tests {
         let mut refuse = Packet::Refuse(RefuseCode::Invalid, "x".into()).encode();
         refuse[10] = 200; // claims a longer reason than it carries
         assert!(Packet::decode(&refuse).is_err());
+    }
+
+    /// Every single-byte change and every cut of a status either parses into something
+    /// that survives a round trip or is refused: the fuzz target's check, on every byte.
+    #[test]
+    fn corrupted_statuses_never_panic() {
+        let good = Packet::Status(status(3)).encode();
+        for i in 0..good.len() {
+            for v in [0u8, 1, 0x7f, 0x80, 0xff, good[i] ^ 1] {
+                let mut b = good.clone();
+                b[i] = v;
+                crate::testing::fuzz_handshake(&b);
+            }
+            crate::testing::fuzz_handshake(&good[..i]);
+        }
+    }
+
+    #[test]
+    fn malformed_queries_and_statuses_are_violations() {
+        let query = Packet::Query.encode();
+        assert_eq!(query.len(), PREFIX);
+        let good = Packet::Status(status(2)).encode();
+        let flip = |at: usize, v: u8| {
+            let mut b = good.clone();
+            b[at] = v;
+            b
+        };
+        // Offsets in `good`: flags at 8, started at 10, address length at 18 (19 bytes),
+        // transport at 39 (4), over at 45 (18), count at 65, the first connection at 69:
+        // transport length (3 bytes), flags at 74, pid at 76 ...
+        assert_eq!(u32::from_le_bytes(good[65..69].try_into().unwrap()), 2);
+        let mut bad_utf8 = good.clone();
+        bad_utf8[20] = 0xff;
+        let mut over_max = good.clone();
+        over_max.resize(MAX_STATUS + 1, 0);
+        let mut cred_without_flag = good.clone();
+        cred_without_flag[74] = 0;
+        for (what, bad) in [
+            ("query with a body", [query.as_slice(), &[0]].concat()),
+            ("status without a body", query[..].to_vec()),
+            ("truncated status", good[..good.len() - 1].to_vec()),
+            ("status with bytes after", [good.as_slice(), &[0]].concat()),
+            ("unknown status flag", flip(8, 2)),
+            ("count too high", flip(65, 3)),
+            ("count too low", flip(65, 1)),
+            ("address longer than the packet", flip(19, 0xff)),
+            ("address not UTF-8", bad_utf8),
+            ("unknown connection flag", flip(74, 3)),
+            ("credentials without their flag", cred_without_flag),
+            ("status over 64 KiB", over_max),
+        ] {
+            let mut bad = bad;
+            if what == "status without a body" {
+                bad[6] = KIND_STATUS as u8;
+            }
+            assert_eq!(
+                Packet::decode(&bad).map_err(|e| e.kind()),
+                Err(ErrorKind::ProtocolViolation),
+                "{what}"
+            );
+        }
     }
 }

@@ -12,17 +12,21 @@ use std::time::{Duration, Instant};
 use crate::addr::{Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::{Options, WaitPolicy, MAX_RING_SIZE, MIN_RING_SIZE};
+use crate::status::ProcessCred;
+use crate::sys::socket::PeerCred;
 use crate::sys::{self, socket, Epoll};
-use crate::transport::{ConnOps, ListenerOps, Transport};
+use crate::transport::{Accepted, ConnOps, ListenerOps, Transport};
 
 mod conn;
 pub(crate) mod handshake;
+mod registry;
 pub(crate) mod segment;
 
 use crate::ring::FenceMode;
 
 pub(crate) use conn::{Setup, ShmConn};
 use handshake::{Packet, Params, RefuseCode, Token, FEATURE_ASYM_FENCE, MAX_PACKET};
+use registry::Registry;
 use segment::{Segment, C2S, S2C};
 
 pub(crate) const TRANSPORT: Transport = Transport {
@@ -230,7 +234,7 @@ pub(crate) fn check_cred(opts: &Options, uid: u32, gid: u32) -> std::result::Res
 }
 
 /// A connection a listener set up, with the `auto:` upgrade token it came with.
-pub(crate) type Accepted = (Option<Token>, Box<dyn ConnOps>);
+pub(crate) type Stepped = (Option<Token>, Accepted);
 
 /// A client between connect and a completed handshake.
 struct Pending {
@@ -246,6 +250,15 @@ struct Handshake {
     client_max_msg: u64,
     /// The `auto:` upgrade's token and proof.
     upgrade: Option<(Token, Token)>,
+    cred: PeerCred,
+}
+
+/// How the listener answers a client's first packet, unless it refuses.
+enum Answer {
+    /// Set up a connection.
+    Connect(Handshake),
+    /// Answer a query with the listener's status.
+    Status,
 }
 
 /// A bound `shm:` listener.
@@ -262,6 +275,8 @@ pub(crate) struct ShmListener {
     /// An `auto:` listener's upgrade socket: the tokens handed out over TCP and their
     /// proofs. Such a listener accepts only upgrades with a token from this book.
     pub(crate) upgrades: Option<HashMap<Token, Token>>,
+    /// The connections accepted, for queries.
+    pub(crate) registry: Registry,
 }
 
 fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
@@ -331,6 +346,7 @@ impl ShmListener {
             file,
             events: Vec::new(),
             upgrades: None,
+            registry: Registry::new(),
         })
     }
 }
@@ -396,9 +412,10 @@ impl ShmListener {
         Ok(())
     }
 
-    /// Runs the handshake with pending client `i` if its hello has arrived. The client
-    /// leaves `pending` unless it has not spoken yet.
-    fn try_handshake(&mut self, i: usize) -> Option<Accepted> {
+    /// Runs the handshake with pending client `i` if its hello (or query) has arrived.
+    /// The client leaves `pending` unless it has not spoken yet; a query is answered and
+    /// the client dropped.
+    fn try_handshake(&mut self, i: usize) -> Option<Stepped> {
         let mut buf = [0u8; MAX_PACKET];
         let mut fds = Vec::new();
         let res = socket::recv_with_fds(self.pending[i].sock.as_fd(), &mut buf, &mut fds);
@@ -417,7 +434,12 @@ impl ShmListener {
             Err(_) => return None,
         };
         match verdict {
-            Ok(h) => {
+            Ok(Answer::Status) => {
+                let status = self.registry.status(&self.addr);
+                let _ = socket::send(p.sock.as_fd(), &Packet::Status(status).encode());
+                None
+            }
+            Ok(Answer::Connect(h)) => {
                 let answer = match h.upgrade {
                     None => Packet::Accept(h.accept),
                     Some((_, proof)) => Packet::Upgraded(h.accept, proof),
@@ -440,7 +462,16 @@ impl ShmListener {
                     local: self.addr.clone(),
                     peer: self.addr.clone(),
                 }));
-                Some((token, conn))
+                let counters = self
+                    .registry
+                    .track("shm", Some(ProcessCred::from(h.cred)), None);
+                Some((
+                    token,
+                    Accepted {
+                        conn,
+                        counters: Some(counters),
+                    },
+                ))
             }
             Err((code, reason)) => {
                 let _ = socket::send(p.sock.as_fd(), &Packet::Refuse(code, reason).encode());
@@ -449,13 +480,22 @@ impl ShmListener {
         }
     }
 
-    /// Checks a client's hello and credentials and sets up its segment.
+    /// The client's credentials, if the options allow it to connect.
+    fn client_cred(&self, sock: &OwnedFd) -> std::result::Result<PeerCred, (RefuseCode, String)> {
+        let cred = socket::peer_cred(sock.as_fd())
+            .map_err(|e| (RefuseCode::Permission, format!("no peer credentials: {e}")))?;
+        check_cred(&self.opts, cred.uid, cred.gid)
+            .map_err(|why| (RefuseCode::Permission, format!("{why} on {}", self.addr)))?;
+        Ok(cred)
+    }
+
+    /// Checks a client's hello (or query) and credentials and sets up its segment.
     fn handshake(
         &self,
         sock: &OwnedFd,
         hello: &[u8],
         nfds: usize,
-    ) -> std::result::Result<Handshake, (RefuseCode, String)> {
+    ) -> std::result::Result<Answer, (RefuseCode, String)> {
         if nfds != 0 {
             return Err((
                 RefuseCode::Protocol,
@@ -463,6 +503,8 @@ impl ShmListener {
             ));
         }
         let (want, upgrade) = match (Packet::decode(hello), &self.upgrades) {
+            // The same gate as a connection: who may not connect learns nothing.
+            (Ok(Packet::Query), _) => return self.client_cred(sock).map(|_| Answer::Status),
             (Ok(Packet::Hello(p)), None) => (p, None),
             (Ok(Packet::Upgrade(p, token)), Some(book)) => match book.get(&token) {
                 Some(proof) => (p, Some((token, *proof))),
@@ -485,10 +527,7 @@ impl ShmListener {
             }
             (Err(e), _) => return Err((RefuseCode::Protocol, e.message().to_string())),
         };
-        let cred = socket::peer_cred(sock.as_fd())
-            .map_err(|e| (RefuseCode::Permission, format!("no peer credentials: {e}")))?;
-        check_cred(&self.opts, cred.uid, cred.gid)
-            .map_err(|why| (RefuseCode::Permission, format!("{why} on {}", self.addr)))?;
+        let cred = self.client_cred(sock)?;
         if !valid_ring(want.ring_c2s) || !valid_ring(want.ring_s2c) {
             return Err((
                 RefuseCode::Invalid,
@@ -507,18 +546,21 @@ impl ShmListener {
         };
         let (seg, memfd) = Segment::create([accept.ring_c2s as usize, accept.ring_s2c as usize])
             .map_err(|e| (RefuseCode::Resources, e.to_string()))?;
-        Ok(Handshake {
+        Ok(Answer::Connect(Handshake {
             seg,
             memfd,
             accept,
             client_max_msg: want.max_msg,
             upgrade,
-        })
+            cred,
+        }))
     }
 
     /// Takes waiting clients and runs the handshakes whose hello has arrived, without
-    /// blocking; returns the first connection set up (with its upgrade token).
-    pub(crate) fn step(&mut self) -> Result<Option<Accepted>> {
+    /// blocking; returns the first connection set up (with its upgrade token). Queries
+    /// (`shmlink ls`) are answered here too: a listener answers while its process
+    /// accepts or polls it.
+    pub(crate) fn step(&mut self) -> Result<Option<Stepped>> {
         self.accept_backlog()?;
         let mut events = std::mem::take(&mut self.events);
         self.epoll
@@ -565,10 +607,10 @@ impl ShmListener {
 }
 
 impl ListenerOps for ShmListener {
-    fn accept(&mut self, blocking: bool) -> Result<Box<dyn ConnOps>> {
+    fn accept(&mut self, blocking: bool) -> Result<Accepted> {
         loop {
-            if let Some((_, conn)) = self.step()? {
-                return Ok(conn);
+            if let Some((_, accepted)) = self.step()? {
+                return Ok(accepted);
             }
             if !blocking {
                 return Err(Error::would_block());

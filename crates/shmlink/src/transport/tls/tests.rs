@@ -120,55 +120,7 @@ impl RawPeer for RawTls {
     }
 }
 
-#[test]
-fn echo() {
-    conformance::echo(ANY);
-}
-
-#[test]
-fn largest_message() {
-    conformance::largest_message(ANY);
-}
-
-#[test]
-fn zero_length_and_end_of_stream() {
-    conformance::zero_length_and_end_of_stream(ANY);
-}
-
-#[test]
-fn send_after_peer_left() {
-    conformance::send_after_peer_left(ANY);
-}
-
-#[test]
-fn nonblocking_flow_control() {
-    conformance::nonblocking_flow_control(ANY);
-}
-
-#[test]
-fn fd_stays_readable_while_messages_wait() {
-    conformance::fd_stays_readable_while_messages_wait(ANY);
-}
-
-#[test]
-fn blocking_flow_control() {
-    conformance::blocking_flow_control(ANY);
-}
-
-#[test]
-fn close_delivers_queued_messages() {
-    conformance::close_delivers_queued_messages(ANY);
-}
-
-#[test]
-fn in_place_calls() {
-    conformance::in_place_calls(ANY);
-}
-
-#[test]
-fn nonblocking_accept() {
-    conformance::nonblocking_accept(ANY);
-}
+conformance::bind_tests!(ANY);
 
 #[test]
 fn connect_refused() {

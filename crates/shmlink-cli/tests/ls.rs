@@ -1,0 +1,265 @@
+//! Runs the built `shmlink ls` against a directory with a `pong --server` process, a
+//! listener in this process holding connections with known counters, and a stale
+//! socket: the table, the JSON, a listener busy with a client shown as not answering,
+//! and the exit codes.
+
+use std::io::{BufRead, BufReader};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use shmlink::{Connection, ErrorKind, Listener, Options};
+
+const BIN: &str = env!("CARGO_BIN_EXE_shmlink");
+
+/// A directory of this test's own, removed on drop.
+struct Dir(PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process, killed on drop.
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ls(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("ls")
+        .args(args)
+        .output()
+        .expect("run shmlink ls")
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+/// Accepts on `listener` until stopped, keeping every connection; each one's first
+/// message says how many more follow, and all are answered with one 5-byte message.
+fn serve(mut listener: Listener, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        listener.set_nonblocking(true);
+        let mut conns = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            match listener.accept() {
+                Ok(mut c) => {
+                    let n = c.recv_vec().unwrap()[0];
+                    for _ in 0..n {
+                        c.recv_vec().unwrap();
+                    }
+                    c.send(b"done!").unwrap();
+                    conns.push(c);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    let mut pfd = libc::pollfd {
+                        fd: listener.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd.
+                    unsafe { libc::poll(&mut pfd, 1, 10) };
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        }
+    })
+}
+
+/// Starts `shmlink pong --server --once` on `addr`; returns once it listens.
+fn pong_server(addr: &str) -> Kill {
+    let mut child = Command::new(BIN)
+        .args(["pong", "--server", "--once", addr])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start pong --server");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), addr, "pong --server reports its address");
+    Kill(child)
+}
+
+/// The line of the listener at `addr` (or socket path).
+fn row(lines: &[&str], addr: &str) -> usize {
+    lines
+        .iter()
+        .position(|l| l.starts_with(addr))
+        .unwrap_or_else(|| panic!("no line for {addr} in\n{}", lines.join("\n")))
+}
+
+#[test]
+fn ls_lists_listeners_connections_and_stale_sockets() {
+    let dir = Dir(std::env::temp_dir().join(format!("shmlink-cli-ls-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let d = dir.0.to_str().unwrap().to_string();
+    let here = format!("shm:{d}/here.sock");
+    let pong = format!("shm:{d}/pong.sock");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = serve(
+        Listener::bind(&here, &Options::default()).unwrap(),
+        stop.clone(),
+    );
+    // Two clients: 1 + 2 messages of 1000 bytes, and 1 + 9.
+    let mut clients = Vec::new();
+    for more in [2u8, 9] {
+        let mut c = Connection::connect(&here, &Options::default()).unwrap();
+        for _ in 0..=more {
+            c.send(&[more; 1000]).unwrap();
+        }
+        assert_eq!(c.recv_vec().unwrap(), b"done!");
+        clients.push(c);
+    }
+    let pong_child = pong_server(&pong);
+    let pong_pid = pong_child.0.id();
+    drop(std::os::unix::net::UnixListener::bind(dir.0.join("stale.sock")).unwrap());
+
+    let table = stdout(&ls(&[&d]));
+    eprintln!("{table}");
+    let lines: Vec<&str> = table.lines().collect();
+    let words = |l: &str| l.split_whitespace().map(String::from).collect::<Vec<_>>();
+    assert_eq!(
+        words(lines[0]),
+        ["ADDRESS", "TRANSPORT", "PID", "UID", "AGE", "CONNS"]
+    );
+    let me = std::process::id().to_string();
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() }.to_string();
+    let h = row(&lines, &here);
+    let w = words(lines[h]);
+    assert_eq!(
+        (&w[1], &w[2], &w[3], &w[5]),
+        (&"shm".into(), &me, &uid, &"2".into()),
+        "{}",
+        lines[h]
+    );
+    assert_eq!(
+        words(lines[h + 1]),
+        ["PEER", "UID", "AGE", "MSGS", "IN", "MSGS", "OUT", "BYTES", "IN", "BYTES", "OUT"]
+    );
+    let mut conns: Vec<Vec<String>> = vec![words(lines[h + 2]), words(lines[h + 3])];
+    conns.sort_by_key(|c| c[3].parse::<u64>().unwrap());
+    for (c, (msgs, bytes)) in conns.iter().zip([("3", "2.9KiB"), ("10", "9.8KiB")]) {
+        assert!(lines[h + 2].starts_with("  "), "connections are indented");
+        assert_eq!(
+            (&c[0], &c[1], &c[3], &c[4], &c[5], &c[6]),
+            (
+                &me,
+                &uid,
+                &msgs.into(),
+                &"1".into(),
+                &bytes.into(),
+                &"5B".into()
+            ),
+        );
+    }
+    let p = row(&lines, &pong);
+    let w = words(lines[p]);
+    assert_eq!(
+        (&w[1], &w[2], &w[5]),
+        (&"shm".into(), &pong_pid.to_string(), &"0".into())
+    );
+    let s = row(&lines, &format!("{d}/stale.sock"));
+    assert!(lines[s].ends_with("stale (nobody listens)"), "{}", lines[s]);
+
+    // The same as JSON.
+    let json: Value = serde_json::from_str(&stdout(&ls(&["--json", &d]))).unwrap();
+    assert_eq!(json["dir"], d.as_str());
+    let listeners = json["listeners"].as_array().unwrap();
+    assert_eq!(listeners.len(), 3);
+    let by_path = |name: &str| {
+        listeners
+            .iter()
+            .find(|l| l["path"] == format!("{d}/{name}").as_str())
+            .unwrap_or_else(|| panic!("{name} in {json}"))
+    };
+    let l = by_path("here.sock");
+    assert_eq!(l["state"], "answered");
+    assert_eq!(l["address"], here.as_str());
+    assert_eq!(l["pid"], std::process::id());
+    assert_eq!(l["transport"], "shm");
+    let mut msgs_in: Vec<u64> = l["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            assert_eq!(c["peer_pid"], std::process::id());
+            assert_eq!(
+                c["bytes_in"].as_u64().unwrap(),
+                1000 * c["msgs_in"].as_u64().unwrap()
+            );
+            assert_eq!(
+                (c["msgs_out"].as_u64(), c["bytes_out"].as_u64()),
+                (Some(1), Some(5))
+            );
+            c["msgs_in"].as_u64().unwrap()
+        })
+        .collect();
+    msgs_in.sort();
+    assert_eq!(msgs_in, [3, 10]);
+    assert_eq!(by_path("pong.sock")["pid"], pong_pid);
+    assert_eq!(by_path("stale.sock")["state"], "stale");
+    assert_eq!(by_path("stale.sock")["pid"], Value::Null);
+
+    // A connection gone from the application is gone from the list.
+    clients.pop();
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap();
+
+    // pong's server serves one client at a time: while it does, it is not in accept and
+    // does not answer; ls says so, with its pid, and does not wait longer than told.
+    let _busy = Connection::connect(&pong, &Options::default()).unwrap();
+    let start = Instant::now();
+    let table = stdout(&ls(&["--timeout", "200", &d]));
+    assert!(start.elapsed() < Duration::from_secs(5));
+    let lines: Vec<&str> = table.lines().collect();
+    let w = words(lines[row(&lines, &format!("{d}/pong.sock"))]);
+    assert_eq!(w[2], pong_pid.to_string());
+    assert!(table.contains("not answering"), "{table}");
+    // `here` stopped accepting too (its listener is gone with the thread).
+    assert!(!table.contains(&here), "{table}");
+}
+
+#[test]
+fn ls_exit_codes() {
+    let out = ls(&["/nonexistent/shmlink-ls-dir"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/shmlink-ls-dir"));
+    for bad in [&["a", "b"][..], &["--timeout", "x"], &["--what"]] {
+        let out = ls(bad);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).starts_with("shmlink: "));
+    }
+    let help = stdout(&ls(&["--help"]));
+    assert!(help.starts_with("List the listeners"), "{help}");
+    let empty = std::env::temp_dir().join(format!("shmlink-cli-ls-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let _dir = Dir(empty.clone());
+    assert_eq!(stdout(&ls(&[empty.to_str().unwrap()])), "no listeners\n");
+    let json: Value =
+        serde_json::from_str(&stdout(&ls(&["--json", empty.to_str().unwrap()]))).unwrap();
+    assert_eq!(json["listeners"], Value::Array(vec![]));
+}
