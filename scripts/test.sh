@@ -17,7 +17,7 @@ RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
 echo "== fuzz targets, ${FUZZ_SECONDS:=30} s each (longer: FUZZ_SECONDS=600 scripts/test.sh)"
 if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
   command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-  for target in handshake shm_reader; do
+  for target in handshake shm_reader pubsub_reader; do
     (cd crates/shmlink/fuzz &&
       cargo +nightly fuzz run -O "$target" -- -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 2>&1 |
       grep -E '^#[0-9]+[[:space:]]+DONE|ERROR|SUMMARY|panicked' || true)

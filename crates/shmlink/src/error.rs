@@ -43,6 +43,16 @@ pub enum ErrorKind {
     MessageTooLarge,
     /// The connection was already closed by this side.
     Closed,
+    /// Publish/subscribe, `overwrite` policy: the publisher overwrote messages this
+    /// subscriber had not read yet. [`Error::missed`] says exactly how many it lost; the
+    /// subscription goes on with the oldest message still in the ring, so the next
+    /// `recv` returns a message again.
+    Lagged,
+    /// Publish/subscribe, `block` policy: the publisher detached this subscriber because
+    /// it made no progress for the stall timeout while the publisher waited for it (or
+    /// because it broke the protocol). The subscription is over; connect again to
+    /// resubscribe.
+    Detached,
     /// Any other operating-system error.
     Other,
 }
@@ -62,6 +72,8 @@ impl ErrorKind {
             ErrorKind::VersionMismatch | ErrorKind::ProtocolViolation => io::ErrorKind::InvalidData,
             ErrorKind::MessageTooLarge => io::ErrorKind::InvalidInput,
             ErrorKind::Closed => io::ErrorKind::NotConnected,
+            ErrorKind::Lagged => io::ErrorKind::Other,
+            ErrorKind::Detached => io::ErrorKind::ConnectionAborted,
             ErrorKind::Other => io::ErrorKind::Other,
         }
     }
@@ -88,6 +100,8 @@ pub struct Error {
     kind: ErrorKind,
     msg: String,
     source: Option<io::Error>,
+    /// For [`ErrorKind::Lagged`]: how many messages were lost.
+    missed: u64,
 }
 
 /// `Result` with shmlink's [`Error`].
@@ -100,6 +114,7 @@ impl Error {
             kind,
             msg: msg.into(),
             source: None,
+            missed: 0,
         }
     }
 
@@ -109,12 +124,19 @@ impl Error {
             kind: ErrorKind::from_io(err.kind()),
             msg: context.into(),
             source: Some(err),
+            missed: 0,
         }
     }
 
     /// The error's kind.
     pub fn kind(&self) -> ErrorKind {
         self.kind
+    }
+
+    /// For [`ErrorKind::Lagged`]: exactly how many messages the subscriber lost since the
+    /// message it received last. `None` for every other kind.
+    pub fn missed(&self) -> Option<u64> {
+        (self.kind == ErrorKind::Lagged).then_some(self.missed)
     }
 
     /// The context message (without the OS error).
@@ -138,6 +160,15 @@ impl Error {
 
     pub(crate) fn violation(what: impl Into<String>) -> Error {
         Error::new(ErrorKind::ProtocolViolation, what)
+    }
+
+    pub(crate) fn lagged(missed: u64, context: impl fmt::Display) -> Error {
+        let mut e = Error::new(
+            ErrorKind::Lagged,
+            format!("{context}: lagged behind the publisher and missed {missed} messages"),
+        );
+        e.missed = missed;
+        e
     }
 
     pub(crate) fn eos() -> Error {
@@ -201,5 +232,18 @@ mod tests {
             ErrorKind::EndOfStream.io_kind(),
             io::ErrorKind::UnexpectedEof
         );
+        assert_eq!(
+            ErrorKind::Detached.io_kind(),
+            io::ErrorKind::ConnectionAborted
+        );
+    }
+
+    #[test]
+    fn lagged_errors_carry_the_exact_count() {
+        let e = Error::lagged(17, "shm:t");
+        assert_eq!(e.kind(), ErrorKind::Lagged);
+        assert_eq!(e.missed(), Some(17));
+        assert!(e.to_string().contains("missed 17 messages"), "{e}");
+        assert_eq!(Error::eos().missed(), None);
     }
 }

@@ -10,6 +10,11 @@
 //! | `tcp:HOST:PORT` | TCP, length-prefixed frames, `TCP_NODELAY` |
 //! | `tls:HOST:PORT` | `tcp:` inside TLS 1.3 (rustls); certificates in [`TlsOptions`] |
 //!
+//! [`Publisher`] and [`Subscriber`] add publish/subscribe over shared memory: one write
+//! per message whatever the number of subscribers, a lossless ([`Policy::Block`]) or
+//! lossy ([`Policy::Overwrite`]) policy, late joiners with history, options in
+//! [`PubSubOptions`] (an example is on [`Publisher`]).
+//!
 //! On `shm:` sending and receiving between awake peers touches only shared memory; system
 //! calls happen only to sleep and to wake a sleeper. Every connection exposes one fd for
 //! event loops, and a peer's death is reported as [`ErrorKind::ConnectionReset`].
@@ -50,6 +55,7 @@ mod conn;
 mod error;
 mod notify;
 mod options;
+mod pubsub;
 mod ring;
 mod status;
 mod sync;
@@ -69,6 +75,10 @@ pub use conn::{Connection, Counters, Listener, RecvBuf, SendBuf};
 pub use error::{Error, ErrorKind, Result};
 pub use options::{
     Options, Pem, TlsOptions, WaitPolicy, MAX_MSG_SIZE_LIMIT, MAX_RING_SIZE, MIN_RING_SIZE,
+};
+pub use pubsub::{
+    Loan, Policy, PubSubOptions, Publisher, PublisherStats, Sample, Subscriber, SubscriberInfo,
+    SubscriberStats, MAX_SUBSCRIBERS,
 };
 pub use status::{
     inspect, ConnectionStatus, ListenerStatus, ProcessCred, SocketReport, SocketState,

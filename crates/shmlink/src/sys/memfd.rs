@@ -18,6 +18,19 @@ pub fn create_sealed(name: &str, size: usize) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Adds `seals` to a sealable memfd.
+pub fn add_seals(fd: BorrowedFd<'_>, seals: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain integer arguments on a descriptor the caller holds.
+    syscall!(fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals))?;
+    Ok(())
+}
+
+/// The seals a memfd carries (`EINVAL`-based error if it is no sealable file).
+pub fn seals(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {
+    // SAFETY: plain integer arguments on a descriptor the caller holds.
+    syscall!(fcntl(fd.as_raw_fd(), libc::F_GET_SEALS))
+}
+
 /// Creates an anonymous, sealable memfd of `size` bytes, zero-filled, without seals.
 pub fn create_unsealed(name: &str, size: usize) -> io::Result<OwnedFd> {
     let cname = std::ffi::CString::new(name)
@@ -171,6 +184,69 @@ impl Mapping {
     }
 }
 
+/// One plain shared mapping of a whole file (no double mapping), readable, and writable
+/// if asked for: the publish/subscribe segments.
+pub struct Region {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a Region is a plain region of shared memory; all access to its contents goes
+// through raw pointers whose users synchronise with atomics.
+unsafe impl Send for Region {}
+// SAFETY: see Send; the struct itself is never mutated after creation.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Maps the first `len` bytes of `fd` shared, read-only or read-write. A read-only
+    /// mapping of a file sealed with `F_SEAL_FUTURE_WRITE` can never be made writable
+    /// (the kernel refuses `mprotect`), which is what protects a segment from the
+    /// processes that only read it.
+    pub fn map(fd: BorrowedFd<'_>, len: usize, writable: bool) -> io::Result<Region> {
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty mapping"));
+        }
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: a fresh shared mapping chosen by the kernel; no existing memory is
+        // affected. The caller checked that the file is at least `len` bytes and sealed
+        // against shrinking, so every mapped page stays backed (no SIGBUS).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Region {
+            base: NonNull::new(base.cast()).expect("mmap never returns null on success"),
+            len,
+        })
+    }
+
+    /// Start of the mapping (page-aligned).
+    pub fn base(&self) -> NonNull<u8> {
+        self.base
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: base/len describe exactly the mapping made in `map`; its users borrow
+        // the Region's owner, so nothing refers to it once the Region is gone.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: base/len describe exactly the reservation made in `map`; nothing refers
@@ -195,6 +271,38 @@ mod tests {
             r1.as_ptr().add(5).write(42);
             assert_eq!(r1.as_ptr().add(size + 5).read(), 42);
         }
+    }
+
+    #[test]
+    fn future_write_seal_keeps_readers_read_only() {
+        let page = page_size();
+        let fd = create_unsealed("t", page).unwrap();
+        let rw = Region::map(fd.as_fd(), page, true).unwrap();
+        add_seals(fd.as_fd(), SEALS | libc::F_SEAL_FUTURE_WRITE).unwrap();
+        // The creator's mapping stays writable …
+        // SAFETY: offset 0 of a one-page writable mapping.
+        unsafe { rw.base().as_ptr().write(7) };
+        // … nobody can map the file writable any more, or make a read-only mapping
+        // writable, or write through the descriptor.
+        assert!(Region::map(fd.as_fd(), page, false).is_ok());
+        let err = Region::map(fd.as_fd(), page, true).err().unwrap();
+        assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+        let ro = Region::map(fd.as_fd(), page, false).unwrap();
+        // SAFETY: asks to change the protection of our own read-only mapping.
+        let r = unsafe {
+            libc::mprotect(
+                ro.base().as_ptr().cast(),
+                page,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        assert_eq!(r, -1);
+        // SAFETY: a one-byte buffer.
+        let w = unsafe { libc::write(fd.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+        assert_eq!(w, -1);
+        // SAFETY: offset 0 of a one-page readable mapping of the same file.
+        assert_eq!(unsafe { ro.base().as_ptr().read() }, 7);
+        assert!(seals(fd.as_fd()).unwrap() & libc::F_SEAL_FUTURE_WRITE != 0);
     }
 
     #[test]

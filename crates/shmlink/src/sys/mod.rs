@@ -163,6 +163,65 @@ impl Epoll {
     }
 }
 
+/// A monotonic-clock timer descriptor: readable once its deadline has passed (until
+/// re-armed), so that an event loop wakes for a deadline of ours.
+pub struct TimerFd {
+    fd: OwnedFd,
+}
+
+impl TimerFd {
+    /// A new, disarmed, non-blocking timer.
+    pub fn new() -> io::Result<TimerFd> {
+        // SAFETY: no pointers; valid constants.
+        let fd = syscall!(timerfd_create(
+            libc::CLOCK_MONOTONIC,
+            libc::TFD_CLOEXEC | libc::TFD_NONBLOCK
+        ))?;
+        // SAFETY: timerfd_create returned a fresh descriptor.
+        let fd = unsafe { owned(fd) };
+        Ok(TimerFd { fd })
+    }
+
+    /// Arms the timer to fire `after` from now (at least 1 ns), or disarms it (`None`).
+    /// Re-arming also clears an expiry that was not read yet.
+    pub fn set(&self, after: Option<Duration>) -> io::Result<()> {
+        let value = match after {
+            None => libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            Some(d) => {
+                let d = d.max(Duration::from_nanos(1));
+                libc::timespec {
+                    tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
+                    tv_nsec: d.subsec_nanos() as libc::c_long,
+                }
+            }
+        };
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: value,
+        };
+        // SAFETY: `spec` is a valid itimerspec; a null old-value pointer is allowed.
+        syscall!(timerfd_settime(
+            self.fd.as_raw_fd(),
+            0,
+            &spec,
+            std::ptr::null_mut()
+        ))?;
+        Ok(())
+    }
+
+    /// The descriptor, for epoll.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+}
+
 /// Pins the calling process to one CPU.
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     // SAFETY: cpu_set_t is plain data; all-zero is the empty set.

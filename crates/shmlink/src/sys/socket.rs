@@ -315,6 +315,14 @@ pub fn recv_until(
     }
 }
 
+/// Shuts both directions of a socket down: the peer sees end-of-file at once, even while
+/// other descriptors of the socket stay open in this process.
+pub fn shutdown(sock: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: plain integer arguments.
+    syscall!(shutdown(sock.as_raw_fd(), libc::SHUT_RDWR))?;
+    Ok(())
+}
+
 /// Credentials of the process at the other end of a Unix socket, as the kernel saw them at
 /// connect time (translated into our namespaces).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

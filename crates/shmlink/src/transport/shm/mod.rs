@@ -40,7 +40,7 @@ pub(crate) const TRANSPORT: Transport = Transport {
 const MAX_PENDING: usize = 128;
 const LISTEN_TOKEN: u64 = u64::MAX;
 
-fn socket_of(addr: &Address) -> &UnixName {
+pub(crate) fn socket_of(addr: &Address) -> &UnixName {
     match addr {
         Address::Shm { socket, .. } => socket,
         _ => unreachable!("the registry only hands shm: addresses to the shm transport"),
@@ -211,7 +211,7 @@ fn client(
 
 /// Whether a client with `uid` and primary `gid` may connect: the listener's own uid,
 /// root, and the uids and gids the options allow.
-fn check_cred(opts: &Options, uid: u32, gid: u32) -> std::result::Result<(), String> {
+pub(crate) fn check_cred(opts: &Options, uid: u32, gid: u32) -> std::result::Result<(), String> {
     let me = sys::euid();
     if uid == me || uid == 0 || opts.allow_uids.contains(&uid) || opts.allow_gids.contains(&gid) {
         return Ok(());
@@ -270,7 +270,7 @@ pub(crate) struct ShmListener {
     opts: Options,
     addr: String,
     /// The socket file and its (device, inode), removed on drop if still ours.
-    file: Option<(PathBuf, u64, u64)>,
+    file: SocketFile,
     events: Vec<(u64, u32)>,
     /// An `auto:` listener's upgrade socket: the tokens handed out over TCP and their
     /// proofs. Such a listener accepts only upgrades with a token from this book.
@@ -283,32 +283,56 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     Ok(Box::new(ShmListener::bind(addr, opts)?))
 }
 
+/// A bound rendezvous socket file: its path and (device, inode), so that it is removed
+/// on drop only if it is still ours (a later listener may have replaced it).
+pub(crate) type SocketFile = Option<(PathBuf, u64, u64)>;
+
+/// Binds the rendezvous socket of a `shm:` address: creates the directory for `shm:NAME`
+/// (mode `opts.dir_mode`), takes over a stale socket file, refuses a live one
+/// (`AddrInUse`), and gives the socket file the mode the access options need. Shared by
+/// the `shm:` listener and the publish/subscribe publisher.
+pub(crate) fn bind_rendezvous(addr: &Address, opts: &Options) -> Result<(OwnedFd, SocketFile)> {
+    let name = socket_of(addr);
+    if let UnixName::Path(path) = name {
+        prepare_path(addr, path, opts.dir_mode)?;
+    }
+    let listen = socket::listen(name, 128).map_err(|e| {
+        if e.kind() == io::ErrorKind::AddrInUse {
+            Error::new(ErrorKind::AddrInUse, format!("{addr} is already bound"))
+        } else {
+            Error::io("bind rendezvous socket", e)
+        }
+    })?;
+    let file = match name {
+        UnixName::Path(p) => {
+            // Connecting needs write permission on the socket file: the owner only, unless
+            // the options allow others (then the credential check is the gate).
+            let others = !opts.allow_uids.is_empty() || !opts.allow_gids.is_empty();
+            let mode = if others { 0o666 } else { 0o600 };
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| Error::io("set the rendezvous socket's mode", e))?;
+            let m = std::fs::metadata(p).map_err(|e| Error::io("stat rendezvous socket", e))?;
+            Some((p.clone(), m.dev(), m.ino()))
+        }
+        UnixName::Abstract(_) => None,
+    };
+    Ok((listen, file))
+}
+
+/// Removes a socket file `bind_rendezvous` created, if it is still the same file.
+pub(crate) fn remove_socket_file(file: &SocketFile) {
+    if let Some((path, dev, ino)) = file {
+        if let Ok(m) = std::fs::symlink_metadata(path) {
+            if m.dev() == *dev && m.ino() == *ino {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}
+
 impl ShmListener {
     pub(crate) fn bind(addr: &Address, opts: &Options) -> Result<ShmListener> {
-        let name = socket_of(addr);
-        if let UnixName::Path(path) = name {
-            prepare_path(addr, path, opts.dir_mode)?;
-        }
-        let listen = socket::listen(name, 128).map_err(|e| {
-            if e.kind() == io::ErrorKind::AddrInUse {
-                Error::new(ErrorKind::AddrInUse, format!("{addr} is already bound"))
-            } else {
-                Error::io("bind rendezvous socket", e)
-            }
-        })?;
-        let file = match name {
-            UnixName::Path(p) => {
-                // Connecting needs write permission on the socket file: the owner only, unless
-                // the options allow others (then the credential check is the gate).
-                let others = !opts.allow_uids.is_empty() || !opts.allow_gids.is_empty();
-                let mode = if others { 0o666 } else { 0o600 };
-                std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
-                    .map_err(|e| Error::io("set the rendezvous socket's mode", e))?;
-                let m = std::fs::metadata(p).map_err(|e| Error::io("stat rendezvous socket", e))?;
-                Some((p.clone(), m.dev(), m.ino()))
-            }
-            UnixName::Abstract(_) => None,
-        };
+        let (listen, file) = bind_rendezvous(addr, opts)?;
         let epoll = Epoll::new().map_err(|e| Error::io("epoll", e))?;
         epoll
             .add(listen.as_raw_fd(), libc::EPOLLIN as u32, LISTEN_TOKEN)
@@ -606,12 +630,6 @@ impl ListenerOps for ShmListener {
 
 impl Drop for ShmListener {
     fn drop(&mut self) {
-        if let Some((path, dev, ino)) = &self.file {
-            if let Ok(m) = std::fs::symlink_metadata(path) {
-                if m.dev() == *dev && m.ino() == *ino {
-                    let _ = std::fs::remove_file(path);
-                }
-            }
-        }
+        remove_socket_file(&self.file);
     }
 }

@@ -1,0 +1,377 @@
+//! The publisher's control thread: admits subscribers on the rendezvous socket (versioned
+//! handshake, credentials checked with the `shm:` listener's rules) and removes them the
+//! moment their socket hangs up — so a subscriber that dies frees its slot at once, and
+//! never holds the publisher up, even while the publisher is not publishing.
+//!
+//! # Joining (`block` policy)
+//!
+//! Under the table lock the thread picks the newcomer's start `s` from `written` and the
+//! history it may replay, lowers `cached_min` to `s`, issues a SeqCst fence and reads
+//! `written` again (`w1`). The publisher may be writing message `w1` with an older
+//! minimum — which overwrites `w1 - slots` — so the start moves up to at least
+//! `w1 + 1 - slots`. Every later write the publisher checks against a minimum it loads
+//! after the SeqCst fence following its previous commit; since our load of `written`
+//! did not see that commit, our fence came first, and the publisher sees the lowered
+//! minimum. The start is final before the subscriber gets its page.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use super::handshake::{Packet, Subscribe, Subscribed, MAX_PACKET, POLICY_BLOCK, POLICY_OVERWRITE};
+use super::options::{Policy, PubSubOptions};
+use super::publisher::{
+    sub_token, token_sub, Leave, Sub, Table, Topic, CHANGED_TOKEN, TIMER_TOKEN,
+};
+use super::segment::{header_len, BellSegment, CursorSegment, TopicSegment};
+use crate::addr::Address;
+use crate::error::{Error, Result};
+use crate::sync::{fence, AtomicU64, Ordering};
+use crate::sys::{socket, Epoll, TimerFd};
+use crate::transport::shm::handshake::RefuseCode;
+use crate::transport::shm::{bind_rendezvous, check_cred, remove_socket_file, SocketFile};
+
+const LISTEN_TOKEN: u64 = u64::MAX;
+const STOP_TOKEN: u64 = u64::MAX - 1;
+const PENDING_BIT: u64 = 1 << 63;
+/// Most clients that may sit between connect and their request at once; the oldest is
+/// dropped beyond this, so a flood of silent clients cannot exhaust descriptors.
+const MAX_PENDING: usize = 128;
+
+/// A client between connect and its request.
+struct Pending {
+    sock: OwnedFd,
+    deadline: Instant,
+}
+
+struct Control {
+    topic: Arc<Topic>,
+    listen: OwnedFd,
+    file: SocketFile,
+    /// Read end of the stop signal (registered in the epoll set; kept open here).
+    _stop: OwnedFd,
+    pending: Vec<Pending>,
+    events: Vec<(u64, u32)>,
+}
+
+/// Creates the topic, binds its socket and starts the control thread. Returns the shared
+/// topic, the stop signal's write end and the thread.
+pub(crate) fn start(
+    addr: &Address,
+    opts: &PubSubOptions,
+) -> Result<(Arc<Topic>, OwnedFd, JoinHandle<()>)> {
+    let geom = opts.geometry();
+    let policy = opts.policy;
+    let wire_policy = match policy {
+        Policy::Block => POLICY_BLOCK,
+        Policy::Overwrite => POLICY_OVERWRITE,
+    };
+    let (seg, seg_fd) = TopicSegment::create(geom, wire_policy)?;
+    let (bell, bell_fd) = BellSegment::create("shmlink-bell")?;
+    let epoll = || Epoll::new().map_err(|e| Error::io("epoll", e));
+    let (pub_epoll, ctl_epoll) = (epoll()?, epoll()?);
+    let timer = TimerFd::new().map_err(|e| Error::io("timerfd", e))?;
+    pub_epoll
+        .add(timer.fd().as_raw_fd(), libc::EPOLLIN as u32, TIMER_TOKEN)
+        .map_err(|e| Error::io("epoll", e))?;
+    let changed = socket::seqpacket_pair().map_err(|e| Error::io("socketpair", e))?;
+    pub_epoll
+        .add(changed.1.as_raw_fd(), libc::EPOLLIN as u32, CHANGED_TOKEN)
+        .map_err(|e| Error::io("epoll", e))?;
+    let (listen, file) = bind_rendezvous(addr, &opts.base)?;
+    let (stop_tx, stop) = socket::seqpacket_pair().map_err(|e| Error::io("socketpair", e))?;
+    let ctl_err = |e| Error::io("epoll", e);
+    ctl_epoll
+        .add(listen.as_raw_fd(), libc::EPOLLIN as u32, LISTEN_TOKEN)
+        .map_err(ctl_err)?;
+    ctl_epoll
+        .add(stop.as_raw_fd(), libc::EPOLLIN as u32, STOP_TOKEN)
+        .map_err(ctl_err)?;
+    let topic = Arc::new(Topic {
+        addr: addr.to_string(),
+        opts: opts.clone(),
+        geom,
+        policy,
+        seg,
+        seg_fd,
+        bell,
+        bell_fd,
+        cached_min: AtomicU64::new(u64::MAX),
+        table: Mutex::new(Table {
+            subs: (0..opts.max_subscribers).map(|_| None).collect(),
+            next_slot: 0,
+            next_gen: 1,
+            count: 0,
+            joined: 0,
+            left: 0,
+            detached: 0,
+            closed: false,
+        }),
+        joins: Condvar::new(),
+        pub_epoll,
+        ctl_epoll,
+        timer,
+        changed,
+    });
+    let mut control = Control {
+        topic: topic.clone(),
+        listen,
+        file,
+        _stop: stop,
+        pending: Vec::new(),
+        events: Vec::new(),
+    };
+    let thread = std::thread::Builder::new()
+        .name("shmlink-publisher".into())
+        .spawn(move || control.run())
+        .map_err(|e| Error::io("spawn the publisher's control thread", e))?;
+    Ok((topic, stop_tx, thread))
+}
+
+impl Control {
+    fn run(&mut self) {
+        loop {
+            let deadline = self.pending.iter().map(|p| p.deadline).min();
+            let mut events = std::mem::take(&mut self.events);
+            if self.topic.ctl_epoll.wait(deadline, &mut events).is_err() {
+                // EINTR is retried inside; anything else leaves nothing to do but wait
+                // for the stop signal.
+                events.clear();
+            }
+            for &(token, _) in &events {
+                match token {
+                    STOP_TOKEN => {
+                        remove_socket_file(&self.file);
+                        return;
+                    }
+                    LISTEN_TOKEN => self.accept_backlog(),
+                    t if t & PENDING_BIT != 0 => self.pending_ready((t & !PENDING_BIT) as i32),
+                    t => {
+                        // A subscriber's socket hung up (the only events asked for).
+                        let (slot, gen) = token_sub(t);
+                        let mut table = self.topic.lock();
+                        if matches!(table.subs.get(slot), Some(Some(s)) if s.gen == gen) {
+                            self.topic.remove(&mut table, slot, Leave::Gone);
+                        }
+                    }
+                }
+            }
+            self.events = events;
+            let now = Instant::now();
+            let epoll = &self.topic.ctl_epoll;
+            self.pending.retain(|p| {
+                let keep = p.deadline > now;
+                if !keep {
+                    let _ = epoll.delete(p.sock.as_raw_fd());
+                }
+                keep
+            });
+        }
+    }
+
+    fn accept_backlog(&mut self) {
+        while let Ok(Some(sock)) = socket::accept(self.listen.as_fd()) {
+            if self.pending.len() >= MAX_PENDING {
+                let old = self.pending.remove(0);
+                let _ = self.topic.ctl_epoll.delete(old.sock.as_raw_fd());
+            }
+            let fd = sock.as_raw_fd();
+            if self
+                .topic
+                .ctl_epoll
+                .add(fd, libc::EPOLLIN as u32, PENDING_BIT | fd as u64)
+                .is_ok()
+            {
+                self.pending.push(Pending {
+                    sock,
+                    deadline: Instant::now() + self.topic.opts.base.handshake_timeout,
+                });
+            }
+        }
+    }
+
+    /// A pending client's request arrived (or it left): answer it.
+    fn pending_ready(&mut self, fd: i32) {
+        let Some(i) = self.pending.iter().position(|p| p.sock.as_raw_fd() == fd) else {
+            return;
+        };
+        let mut buf = [0u8; MAX_PACKET];
+        let mut fds = Vec::new();
+        let res = socket::recv_with_fds(self.pending[i].sock.as_fd(), &mut buf, &mut fds);
+        if matches!(&res, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock) {
+            return;
+        }
+        let p = self.pending.swap_remove(i);
+        let _ = self.topic.ctl_epoll.delete(p.sock.as_raw_fd());
+        let sock = p.sock;
+        let refuse = |sock: &OwnedFd, code, reason: String| {
+            let _ = socket::send(sock.as_fd(), &Packet::Refuse(code, reason).encode());
+        };
+        let n = match res {
+            Ok(0) => return, // the client left
+            Ok(n) => n,
+            // Truncated (oversized) packet or too many descriptors: say why.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                return refuse(
+                    &sock,
+                    RefuseCode::Protocol,
+                    format!("request rejected: {e}"),
+                )
+            }
+            Err(_) => return,
+        };
+        if !fds.is_empty() {
+            let why = "a subscribe request must not carry descriptors".to_string();
+            return refuse(&sock, RefuseCode::Protocol, why);
+        }
+        match Packet::decode(&buf[..n]) {
+            Ok(Packet::Subscribe(req)) => {
+                if let Err((sock, code, why)) = self.join(sock, req) {
+                    refuse(&sock, code, why);
+                }
+            }
+            Ok(Packet::ShmClient) => {
+                let why = format!(
+                    "{} is a publish/subscribe topic: connect with Subscriber::connect",
+                    self.topic.addr
+                );
+                refuse(&sock, RefuseCode::Protocol, why);
+            }
+            Ok(other) => {
+                let why = format!("expected a subscribe request, got {other:?}");
+                refuse(&sock, RefuseCode::Protocol, why);
+            }
+            Err(e) if e.kind() == crate::ErrorKind::VersionMismatch => {
+                refuse(&sock, RefuseCode::Version, e.message().to_string());
+            }
+            Err(e) => refuse(&sock, RefuseCode::Protocol, e.message().to_string()),
+        }
+    }
+
+    /// Admits a subscriber: checks it, gives it a slot, a cursor page and its start.
+    fn join(
+        &mut self,
+        sock: OwnedFd,
+        req: Subscribe,
+    ) -> std::result::Result<(), (OwnedFd, RefuseCode, String)> {
+        let topic = &*self.topic;
+        let geom = topic.geom;
+        let refuse = |sock, code, why: String| Err((sock, code, why));
+        let cred = match socket::peer_cred(sock.as_fd()) {
+            Ok(c) => c,
+            Err(e) => {
+                return refuse(
+                    sock,
+                    RefuseCode::Permission,
+                    format!("no peer credentials: {e}"),
+                )
+            }
+        };
+        if let Err(why) = check_cred(&topic.opts.base, cred.uid, cred.gid) {
+            return refuse(
+                sock,
+                RefuseCode::Permission,
+                format!("{why} on {}", topic.addr),
+            );
+        }
+        if req.max_msg != 0 && (geom.max_msg as u64) > req.max_msg {
+            return refuse(
+                sock,
+                RefuseCode::Invalid,
+                format!(
+                    "{} carries messages of up to {} bytes, more than the subscriber's maximum of {}",
+                    topic.addr, geom.max_msg, req.max_msg
+                ),
+            );
+        }
+        let (page, page_fd) = match CursorSegment::create("shmlink-cursor") {
+            Ok(x) => x,
+            Err(e) => return refuse(sock, RefuseCode::Resources, e.to_string()),
+        };
+        let mut table = topic.lock();
+        if table.closed {
+            return refuse(sock, RefuseCode::Resources, "the topic is closing".into());
+        }
+        let slots = table.subs.len();
+        let free = (0..slots)
+            .map(|i| (table.next_slot + i) % slots)
+            .find(|&i| table.subs[i].is_none());
+        let Some(slot) = free else {
+            let n = table.subs.len();
+            return refuse(
+                sock,
+                RefuseCode::Resources,
+                format!("{} already has its maximum of {n} subscribers", topic.addr),
+            );
+        };
+        let ring = topic.ring();
+        let n = geom.slots;
+        let history = req.history.min(topic.opts.publisher_history());
+        let w0 = ring.written();
+        let mut start = w0.saturating_sub(history).max((w0 + 1).saturating_sub(n));
+        if topic.policy == Policy::Block {
+            // SYNC POINT (join): pairs with the SeqCst fence in `Ring::sleepers` after
+            // each commit, before the publisher loads `cached_min` for its next write
+            // (see the module docs). Under the lock, like the publisher's rescans.
+            topic.cached_min.fetch_min(start, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            let w1 = ring.written();
+            start = start.max((w1 + 1).saturating_sub(n));
+        }
+        page.get().init(start);
+        topic.bell.get().init(slot);
+        let gen = table.next_gen;
+        let token = sub_token(slot, gen);
+        let fd = sock.as_raw_fd();
+        let registered = topic
+            .pub_epoll
+            .add(fd, libc::EPOLLIN as u32, token)
+            .and_then(|()| {
+                topic
+                    .ctl_epoll
+                    .add(fd, (libc::EPOLLRDHUP | libc::EPOLLHUP) as u32, token)
+            });
+        let answer = Packet::Subscribed(Subscribed {
+            slot: slot as u32,
+            policy: topic.seg.policy(),
+            slots: n,
+            slot_size: geom.slot_size as u64,
+            max_msg: geom.max_msg as u64,
+            header_len: header_len() as u64,
+            start,
+        });
+        let sent = registered.is_ok()
+            && socket::send_with_fds(
+                sock.as_fd(),
+                &answer.encode(),
+                &[
+                    topic.seg_fd.as_raw_fd(),
+                    topic.bell_fd.as_raw_fd(),
+                    page_fd.as_raw_fd(),
+                ],
+            )
+            .is_ok();
+        if !sent {
+            let _ = topic.pub_epoll.delete(fd);
+            let _ = topic.ctl_epoll.delete(fd);
+            ring.clear_bell(topic.bell.get(), slot);
+            return Ok(()); // the client left; nobody to tell
+        }
+        table.next_gen += 1;
+        table.next_slot = slot + 1;
+        table.subs[slot] = Some(Sub {
+            gen,
+            page,
+            sock,
+            cred,
+            known: start,
+            stall: None,
+        });
+        table.count += 1;
+        table.joined += 1;
+        drop(table);
+        topic.joins.notify_all();
+        Ok(())
+    }
+}

@@ -1,0 +1,65 @@
+//! Publish/subscribe over shared memory (DESIGN §7): one [`Publisher`] writes each
+//! message once into a broadcast ring; any number of [`Subscriber`]s (up to 128), in
+//! other processes, read it in place with their own cursors.
+//!
+//! ```text
+//!             ┌──────────── topic memfd (subscribers: read-only) ────────────┐
+//! Publisher ─▶│ header │ written │ closed │ slot 0 │ slot 1 │ … │ slot n-1 │
+//!             └──────────────────────────────────────────────────────────────┘
+//!                  ▲ cursor page (one per subscriber, shared with the publisher only)
+//! Subscriber ──────┘ + a Unix socket to the publisher: doorbells both ways, liveness
+//! ```
+//!
+//! - **Addresses** are `shm:` addresses, resolved like a [`Listener`](crate::Listener)'s:
+//!   the publisher binds a `SOCK_SEQPACKET` rendezvous socket there, with the same
+//!   access rules (same uid or root, plus [`Options::allow_uids`] /
+//!   [`Options::allow_gids`], checked with `SO_PEERCRED`).
+//! - **One write per message**: the publisher's cost does not grow with the number of
+//!   subscribers. It reads subscribers' cursors only when the ring looks full (the
+//!   cached minimum says so) and wakes only subscribers that announced sleep.
+//! - **Policies** ([`Policy`]): `Block` is lossless and waits for the slowest
+//!   subscriber, detaching one that stalls for the stall timeout; `Overwrite` never
+//!   waits and tells a lagging subscriber exactly how many messages it lost
+//!   ([`ErrorKind::Lagged`](crate::ErrorKind::Lagged), [`Error::missed`](crate::Error::missed)).
+//! - **Late joiners** start with the next message, or replay up to
+//!   [`PubSubOptions::history`] messages still in the ring.
+//! - **Robustness**: a subscriber that dies is removed the moment its socket closes
+//!   (its slot is free for the next one); a publisher that dies gives every subscriber
+//!   [`ErrorKind::ConnectionReset`](crate::ErrorKind::ConnectionReset), one that closes
+//!   gives [`ErrorKind::EndOfStream`](crate::ErrorKind::EndOfStream) after the last
+//!   message. Subscribers map the messages read-only (`F_SEAL_FUTURE_WRITE`), so a
+//!   hostile subscriber cannot change what the others read, and every value a
+//!   subscriber reads from shared memory is validated.
+//!
+//! Only `shm:` is served so far; a TCP fan-out for remote subscribers can join later as
+//! another reader of the same ring, without changing the publishing path.
+//!
+//! [`Options::allow_uids`]: crate::Options::allow_uids
+//! [`Options::allow_gids`]: crate::Options::allow_gids
+
+mod control;
+pub(crate) mod handshake;
+mod options;
+mod publisher;
+pub(crate) mod ring;
+pub(crate) mod segment;
+pub(crate) mod subscriber;
+
+#[cfg(all(test, loom))]
+mod loom_model;
+
+pub use options::{Policy, PubSubOptions};
+pub use publisher::{Loan, Publisher, PublisherStats, SubscriberInfo};
+pub use ring::MAX_SUBSCRIBERS;
+pub use subscriber::{Sample, Subscriber, SubscriberStats};
+
+#[cfg(test)]
+mod tests {
+    /// Publishers and subscribers move between threads (event loops, async runtimes).
+    #[test]
+    fn publishers_and_subscribers_are_send() {
+        fn send<T: Send>() {}
+        send::<super::Publisher>();
+        send::<super::Subscriber>();
+    }
+}

@@ -1,0 +1,306 @@
+//! Options of a topic: its ring, its policy, and the transport options around it.
+
+use std::time::Duration;
+
+use super::ring::{Geometry, MAX_SUBSCRIBERS, PAYLOAD_OFFSET};
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::{Options, WaitPolicy, MAX_MSG_SIZE_LIMIT};
+
+/// What the publisher does when the ring is full, i.e. when the oldest message in it
+/// has not been read by every subscriber yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// The publisher waits for the slowest live subscriber (lossless). A subscriber that
+    /// makes no progress for [`PubSubOptions::stall_timeout`] while the publisher waits
+    /// for it is detached: its next `recv` fails with
+    /// [`ErrorKind::Detached`](crate::ErrorKind::Detached), and it may subscribe again.
+    Block,
+    /// The publisher never waits: it overwrites the oldest message. A subscriber that
+    /// fell behind gets [`ErrorKind::Lagged`](crate::ErrorKind::Lagged) once, with the
+    /// exact number of messages it lost ([`Error::missed`](crate::Error::missed)), and
+    /// then continues with the oldest message still in the ring.
+    Overwrite,
+}
+
+/// Slots a topic has unless told otherwise.
+pub const DEFAULT_SLOTS: usize = 1024;
+/// Largest message unless told otherwise: a slot of 4 KiB with its 16-byte header.
+pub const DEFAULT_MAX_MSG: usize = 4096 - PAYLOAD_OFFSET;
+/// Most slots a topic may have.
+pub const MAX_SLOTS: usize = 1 << 24;
+/// Largest slot area (slots × slot size) a topic may have.
+pub const MAX_TOPIC_BYTES: usize = 1 << 32;
+
+/// Options for [`Publisher::bind`](crate::Publisher::bind) and
+/// [`Subscriber::connect`](crate::Subscriber::connect).
+///
+/// The ring is `slots` fixed-size slots, each large enough for the largest message
+/// (`max_msg_size`, rounded up with a 16-byte header to a multiple of 64 bytes). Set
+/// the number of slots directly or through a byte budget ([`capacity`](Self::capacity)).
+/// The options about the ring, the policy and the stall timeout are the publisher's;
+/// a subscriber learns them from the publisher. [`history`](Self::history) and
+/// [`max_msg_size`](Self::max_msg_size) are meaningful on both sides. Access control,
+/// timeouts and the wait policy come from the [`Options`] set with
+/// [`options`](Self::options).
+///
+/// ```
+/// use std::time::Duration;
+/// use shmlink::{Policy, PubSubOptions};
+/// let opts = PubSubOptions::default()
+///     .slots(4096)
+///     .max_msg_size(256)
+///     .policy(Policy::Block)
+///     .stall_timeout(Duration::from_millis(500))
+///     .history(100);
+/// assert_eq!(opts.get_slots(), 4096);
+/// assert_eq!(opts.slot_size(), 320); // 16-byte header + 256, rounded up to 64
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PubSubOptions {
+    pub(crate) base: Options,
+    pub(crate) slots: usize,
+    pub(crate) capacity: Option<usize>,
+    pub(crate) max_msg_size: Option<usize>,
+    pub(crate) policy: Policy,
+    pub(crate) stall_timeout: Duration,
+    pub(crate) history: Option<u64>,
+    pub(crate) max_subscribers: usize,
+}
+
+impl Default for PubSubOptions {
+    fn default() -> Self {
+        PubSubOptions {
+            base: Options::default(),
+            slots: DEFAULT_SLOTS,
+            capacity: None,
+            max_msg_size: None,
+            policy: Policy::Block,
+            stall_timeout: Duration::from_secs(1),
+            history: None,
+            max_subscribers: MAX_SUBSCRIBERS,
+        }
+    }
+}
+
+impl PubSubOptions {
+    /// Publisher: the number of slots (messages the ring holds), a power of two in
+    /// `2..=2^24` (default 1024). Overrides an earlier [`capacity`](Self::capacity).
+    pub fn slots(mut self, n: usize) -> Self {
+        self.slots = n;
+        self.capacity = None;
+        self
+    }
+
+    /// Publisher: a byte budget for the ring instead of a slot count: the largest
+    /// power-of-two number of slots whose slots fit in `bytes` (at least 2).
+    pub fn capacity(mut self, bytes: usize) -> Self {
+        self.capacity = Some(bytes);
+        self
+    }
+
+    /// Publisher: the largest message (default 4080 bytes: 4 KiB slots). Subscriber:
+    /// the largest message it accepts; it refuses to subscribe to a topic whose maximum
+    /// is larger (default: any).
+    pub fn max_msg_size(mut self, bytes: usize) -> Self {
+        self.max_msg_size = Some(bytes);
+        self
+    }
+
+    /// Publisher: what happens when the ring is full (default [`Policy::Block`]).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Publisher, [`Policy::Block`]: how long a subscriber may hold the publisher up
+    /// without reading anything before it is detached (default 1 s). A subscriber that
+    /// dies is dropped at once, without waiting for this.
+    pub fn stall_timeout(mut self, t: Duration) -> Self {
+        self.stall_timeout = t;
+        self
+    }
+
+    /// Publisher: how many past messages a late joiner may replay (default 0: it starts
+    /// with the next message published); at most `slots - 1`, and never more than the
+    /// ring still holds. Subscriber: how many it wants (default: all the publisher
+    /// offers; 0: start with the next message).
+    pub fn history(mut self, messages: u64) -> Self {
+        self.history = Some(messages);
+        self
+    }
+
+    /// Publisher: most subscribers at once (`1..=128`, default 128); more are refused
+    /// with [`ErrorKind::ConnectionRefused`] until one leaves.
+    pub fn max_subscribers(mut self, n: usize) -> Self {
+        self.max_subscribers = n;
+        self
+    }
+
+    /// The transport options: access control (`allow_uids`, `allow_gids`, the
+    /// rendezvous directory's mode), connect and handshake timeouts, and the wait policy
+    /// of blocking calls. Their ring and message sizes do not apply to a topic.
+    pub fn options(mut self, options: Options) -> Self {
+        self.base = options;
+        self
+    }
+
+    /// Shorthand for the wait policy in [`options`](Self::options).
+    pub fn wait_policy(mut self, policy: WaitPolicy) -> Self {
+        self.base = self.base.wait_policy(policy);
+        self
+    }
+
+    /// The slot count the options give (after [`capacity`](Self::capacity)).
+    pub fn get_slots(&self) -> usize {
+        match self.capacity {
+            None => self.slots,
+            Some(bytes) => {
+                let fit = (bytes / self.slot_size()).clamp(2, MAX_SLOTS);
+                1 << fit.ilog2()
+            }
+        }
+    }
+
+    /// The largest message (the publisher's default if unset).
+    pub fn get_max_msg_size(&self) -> usize {
+        self.max_msg_size.unwrap_or(DEFAULT_MAX_MSG)
+    }
+
+    /// Bytes per slot: the 16-byte header and the largest message, rounded up to 64.
+    pub fn slot_size(&self) -> usize {
+        (PAYLOAD_OFFSET + self.get_max_msg_size()).next_multiple_of(64)
+    }
+
+    /// The policy set.
+    pub fn get_policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// The transport options.
+    pub fn get_options(&self) -> &Options {
+        &self.base
+    }
+
+    /// The ring these options describe.
+    pub(crate) fn geometry(&self) -> Geometry {
+        Geometry {
+            slots: self.get_slots() as u64,
+            slot_size: self.slot_size(),
+            max_msg: self.get_max_msg_size(),
+        }
+    }
+
+    /// Checks every option; the error names the option and the allowed range.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::new(ErrorKind::InvalidInput, msg));
+        self.base.validate()?;
+        let max_msg = self.get_max_msg_size();
+        if max_msg > MAX_MSG_SIZE_LIMIT {
+            return bad(format!(
+                "option max_msg_size = {max_msg}: must be at most {MAX_MSG_SIZE_LIMIT}"
+            ));
+        }
+        let slots = self.get_slots();
+        if !slots.is_power_of_two() || !(2..=MAX_SLOTS).contains(&slots) {
+            return bad(format!(
+                "option slots = {slots}: must be a power of two in 2..={MAX_SLOTS}"
+            ));
+        }
+        if slots.saturating_mul(self.slot_size()) > MAX_TOPIC_BYTES {
+            return bad(format!(
+                "options slots = {slots} and max_msg_size = {max_msg} make a ring of more than {MAX_TOPIC_BYTES} bytes"
+            ));
+        }
+        if !(1..=MAX_SUBSCRIBERS).contains(&self.max_subscribers) {
+            return bad(format!(
+                "option max_subscribers = {}: must be in 1..={MAX_SUBSCRIBERS}",
+                self.max_subscribers
+            ));
+        }
+        if self.stall_timeout.is_zero() {
+            return bad("option stall_timeout must be non-zero".into());
+        }
+        Ok(())
+    }
+
+    /// Checks the options a publisher uses beyond [`validate`](Self::validate).
+    pub(crate) fn validate_publisher(&self) -> Result<()> {
+        self.validate()?;
+        let slots = self.get_slots() as u64;
+        let history = self.publisher_history();
+        if history >= slots {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("option history = {history}: must be below the slot count {slots}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl PubSubOptions {
+    /// Past messages a publisher keeps for late joiners.
+    pub(crate) fn publisher_history(&self) -> u64 {
+        self.history.unwrap_or(0)
+    }
+
+    /// Past messages a subscriber asks for (`u64::MAX`: all the publisher offers).
+    pub(crate) fn subscriber_history(&self) -> u64 {
+        self.history.unwrap_or(u64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_options_name_the_option() {
+        for (opts, name) in [
+            (PubSubOptions::default().slots(3), "slots"),
+            (PubSubOptions::default().slots(1), "slots"),
+            (
+                PubSubOptions::default().max_subscribers(0),
+                "max_subscribers",
+            ),
+            (
+                PubSubOptions::default().max_subscribers(129),
+                "max_subscribers",
+            ),
+            (
+                PubSubOptions::default().stall_timeout(Duration::ZERO),
+                "stall_timeout",
+            ),
+            (
+                PubSubOptions::default().max_msg_size(usize::MAX),
+                "max_msg_size",
+            ),
+            (
+                PubSubOptions::default()
+                    .slots(1 << 20)
+                    .max_msg_size(1 << 20),
+                "slots",
+            ),
+        ] {
+            let e = opts.validate().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput);
+            assert!(e.to_string().contains(name), "{e}");
+        }
+        let e = PubSubOptions::default()
+            .slots(8)
+            .history(8)
+            .validate_publisher()
+            .unwrap_err();
+        assert!(e.to_string().contains("history"), "{e}");
+        PubSubOptions::default().validate_publisher().unwrap();
+    }
+
+    #[test]
+    fn capacity_picks_a_power_of_two_of_slots() {
+        let o = PubSubOptions::default().max_msg_size(48).capacity(1000);
+        assert_eq!(o.slot_size(), 64);
+        assert_eq!(o.get_slots(), 8); // 15 fit, 8 is the power of two below
+        assert_eq!(o.clone().capacity(10).get_slots(), 2);
+        assert_eq!(o.slots(64).get_slots(), 64);
+    }
+}

@@ -1,0 +1,726 @@
+//! The publisher: the topic's memory, the subscriber table, the publishing path and its
+//! waits. The control thread ([`super::control`]) admits subscribers and notices their
+//! death; everything else happens in the calls of the thread that owns the
+//! [`Publisher`].
+//!
+//! # The subscriber table and the cached minimum (`block` policy)
+//!
+//! The publisher may write message `pos` once every live subscriber's cursor is past
+//! `pos - slots`. It keeps `cached_min`, the lowest cursor seen at the last rescan, and
+//! rescans the cursor pages (under the table lock) only when `cached_min` says the write
+//! would block — Shimmy's slowest-consumer scanner, run on demand, so a publisher whose
+//! subscribers keep up reads no cursor page at all on most messages.
+//!
+//! A joining subscriber must not be overtaken between the moment the control thread
+//! picks its start position and the moment the publisher learns of it. The control
+//! thread lowers `cached_min` to the start (`fetch_min`), issues a SeqCst fence and reads
+//! `written` again; the publisher reads `cached_min` for its next write only after the
+//! SeqCst fence that follows each commit ([`Ring::sleepers`]). Of the two fences one is
+//! first: either the control thread sees the newer `written` and moves the start past
+//! what the publisher may overwrite, or the publisher sees the lowered minimum and
+//! rescans before overwriting (Dekker's pattern; see [`super::control`]).
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::options::{Policy, PubSubOptions};
+use super::ring::{Geometry, Ring, MAX_SUBSCRIBERS};
+use super::segment::{BellSegment, CursorSegment, TopicSegment};
+use crate::addr::Address;
+use crate::error::{Error, ErrorKind, Result};
+use crate::notify::spin_then_yield;
+use crate::sync::{AtomicU64, Ordering};
+use crate::sys::socket::{self, PeerCred};
+use crate::sys::{Epoll, TimerFd};
+
+/// Epoll token of the stall timer in the publisher's set.
+pub(crate) const TIMER_TOKEN: u64 = u64::MAX;
+/// Epoll token of the table-changed signal in the publisher's set.
+pub(crate) const CHANGED_TOKEN: u64 = u64::MAX - 1;
+
+/// Epoll token of subscriber `slot` of generation `gen`.
+pub(crate) fn sub_token(slot: usize, gen: u64) -> u64 {
+    gen << 8 | slot as u64
+}
+
+/// The slot and generation in a subscriber token.
+pub(crate) fn token_sub(token: u64) -> (usize, u64) {
+    ((token & 0xff) as usize, token >> 8)
+}
+
+/// Why a subscriber leaves the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Leave {
+    /// Its socket closed: it unsubscribed, exited or died.
+    Gone,
+    /// It held the publisher up for the stall timeout.
+    Stalled,
+    /// Its cursor page said something impossible.
+    Violation,
+}
+
+/// One subscriber, as the publisher keeps it.
+pub(crate) struct Sub {
+    /// Tells this subscriber from later ones in the same slot (epoll tokens).
+    pub gen: u64,
+    pub page: CursorSegment,
+    /// The control socket: doorbells both ways, EOF when either side goes.
+    pub sock: OwnedFd,
+    pub cred: PeerCred,
+    /// Its cursor as last read and validated (cursors only move forward).
+    pub known: u64,
+    /// Since when it has held the publisher up at `known` (`block` policy).
+    pub stall: Option<Instant>,
+}
+
+/// The subscribers, under the topic's lock.
+pub(crate) struct Table {
+    pub subs: Vec<Option<Sub>>,
+    /// Where the search for a free slot starts: slots are handed out round-robin, so a
+    /// slot just freed is reused last (its former subscriber, if alive, may still touch
+    /// its bell bit until it notices it was removed).
+    pub next_slot: usize,
+    pub next_gen: u64,
+    pub count: usize,
+    pub joined: u64,
+    pub left: u64,
+    pub detached: u64,
+    /// Set when the publisher closes: no more joins.
+    pub closed: bool,
+}
+
+/// What the publisher and the control thread share.
+pub(crate) struct Topic {
+    pub addr: String,
+    pub opts: PubSubOptions,
+    pub geom: Geometry,
+    pub policy: Policy,
+    pub seg: TopicSegment,
+    pub seg_fd: OwnedFd,
+    pub bell: BellSegment,
+    pub bell_fd: OwnedFd,
+    /// Lowest cursor of a live subscriber at the last rescan (`u64::MAX`: none), lowered
+    /// by joins. Read by the publisher without the lock; written under it.
+    pub cached_min: AtomicU64,
+    pub table: Mutex<Table>,
+    /// Signalled when a subscriber joins.
+    pub joins: Condvar,
+    /// The publisher's sleep set: every subscriber socket (doorbells, EOF) and the timer.
+    pub pub_epoll: Epoll,
+    /// The control thread's set: the listener, handshakes, every subscriber socket for
+    /// hang-ups only, and the stop signal.
+    pub ctl_epoll: Epoll,
+    /// Fires at the earliest stall deadline, for a non-blocking publisher's event loop.
+    pub timer: TimerFd,
+    /// A byte on `changed.0` makes `changed.1` (in the publisher's set) readable: a
+    /// subscriber left the table, so a publisher waiting for it may go on.
+    pub changed: (OwnedFd, OwnedFd),
+}
+
+impl Topic {
+    pub fn ring(&self) -> Ring {
+        self.seg.ring()
+    }
+
+    /// Locks the table (a panic elsewhere does not make the table unusable: every
+    /// update to it is a single assignment).
+    pub fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Removes subscriber `slot` from the table. A detached one finds the mark in its
+    /// page; every one sees its socket close.
+    pub fn remove(&self, table: &mut Table, slot: usize, why: Leave) {
+        let Some(sub) = table.subs[slot].take() else {
+            return;
+        };
+        let fd = sub.sock.as_raw_fd();
+        let _ = self.pub_epoll.delete(fd);
+        let _ = self.ctl_epoll.delete(fd);
+        if why != Leave::Gone {
+            // Before the socket closes: the subscriber looks for the mark on EOF.
+            sub.page.get().set_detached();
+            table.detached += 1;
+        } else {
+            table.left += 1;
+        }
+        self.ring().clear_bell(self.bell.get(), slot);
+        let _ = socket::shutdown(sub.sock.as_fd());
+        table.count -= 1;
+        // The publisher may be waiting for this one (its socket just left the set).
+        let _ = socket::send(self.changed.0.as_fd(), &[1]);
+    }
+}
+
+/// Rings a subscriber's doorbell: one byte on its socket. A full socket already holds
+/// doorbells it has not taken; a closed one belongs to a subscriber the control thread
+/// is about to remove.
+fn doorbell(sock: BorrowedFd<'_>) {
+    let _ = socket::send(sock, &[1]);
+}
+
+/// Publisher statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PublisherStats {
+    /// Messages published.
+    pub published: u64,
+    /// Subscribers now.
+    pub subscribers: usize,
+    /// Subscribers admitted since the topic was bound.
+    pub joined: u64,
+    /// Subscribers that went away (unsubscribed, exited or died).
+    pub left: u64,
+    /// Subscribers the publisher detached (stalled, or broke the protocol).
+    pub detached: u64,
+}
+
+/// One subscriber as the publisher sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SubscriberInfo {
+    /// Its slot in the topic (0..128).
+    pub slot: usize,
+    /// Its process id (0 if it lives in a PID namespace the publisher cannot see into).
+    pub pid: i32,
+    /// Its user id.
+    pub uid: u32,
+    /// Messages published that it has not read yet.
+    pub lag: u64,
+    /// Messages it lost to overwriting (`overwrite` policy), as it reports them.
+    pub missed: u64,
+}
+
+/// The publishing end of a topic.
+///
+/// `bind` creates the topic — a sealed memfd that subscribers map read-only — and a
+/// rendezvous socket at the address; a background thread admits subscribers there and
+/// notices when they go. Each message is written once, whatever the number of
+/// subscribers. With [`Policy::Block`] a full ring makes `publish` wait for the slowest
+/// subscriber (or, in non-blocking mode, fail with [`ErrorKind::WouldBlock`]; the
+/// publisher's fd becomes readable when it may try again); with [`Policy::Overwrite`]
+/// it never waits.
+///
+/// ```
+/// # std::env::set_var("SHMLINK_DIR", std::env::temp_dir().join(format!("shmlink-doc-{}", std::process::id())));
+/// use std::time::Duration;
+/// use shmlink::{Publisher, PubSubOptions, Subscriber};
+///
+/// let opts = PubSubOptions::default().slots(256).max_msg_size(64);
+/// let mut publisher = Publisher::bind("shm:doc-prices", &opts)?;
+/// let mut subscriber = Subscriber::connect("shm:doc-prices", &PubSubOptions::default())?;
+/// publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+///
+/// publisher.publish(b"EURUSD 1.0842")?;
+/// let mut loan = publisher.loan(13)?; // zero-copy: fill the slot in place
+/// loan.copy_from_slice(b"EURUSD 1.0843");
+/// loan.publish()?;
+///
+/// let mut buf = [0u8; 64];
+/// let n = subscriber.recv(&mut buf)?;
+/// assert_eq!(&buf[..n], b"EURUSD 1.0842");
+/// let msg = subscriber.recv_ref()?; // borrowed in place
+/// assert_eq!(&msg[..], b"EURUSD 1.0843");
+/// drop(msg);
+///
+/// publisher.close()?;
+/// assert_eq!(subscriber.recv_vec().unwrap_err().kind(), shmlink::ErrorKind::EndOfStream);
+/// # Ok::<(), shmlink::Error>(())
+/// ```
+pub struct Publisher {
+    topic: Arc<Topic>,
+    ring: Ring,
+    /// Position of the next message (`written` as we stored it).
+    next: u64,
+    nonblocking: bool,
+    closed: bool,
+    /// Write end of the control thread's stop signal: dropping it stops the thread.
+    stop: Option<OwnedFd>,
+    control: Option<JoinHandle<()>>,
+    events: Vec<(u64, u32)>,
+    /// A loan is out at `next` (its slot is stamped busy).
+    loaned: bool,
+}
+
+impl Publisher {
+    /// Creates the topic and binds its rendezvous socket at `addr` (`shm:NAME`,
+    /// `shm:/path.sock` or `shm:@name`, as for [`Listener::bind`](crate::Listener::bind)).
+    pub fn bind(addr: &str, opts: &PubSubOptions) -> Result<Publisher> {
+        opts.validate_publisher()?;
+        let parsed = Address::parse(addr)?;
+        if !matches!(parsed, Address::Shm { .. }) {
+            return Err(Error::new(
+                ErrorKind::InvalidAddress,
+                format!("publish/subscribe supports shm: addresses only, not {addr}"),
+            ));
+        }
+        super::control::start(&parsed, opts)
+            .map(|(topic, stop, control)| Publisher {
+                ring: topic.ring(),
+                topic,
+                next: 0,
+                nonblocking: false,
+                closed: false,
+                stop: Some(stop),
+                control: Some(control),
+                events: Vec::new(),
+                loaned: false,
+            })
+            .map_err(|e| e.context(format_args!("bind {addr}")))
+    }
+
+    #[inline]
+    fn check(&self, len: usize) -> Result<()> {
+        if self.closed {
+            return Err(Error::new(ErrorKind::Closed, "publisher already closed"));
+        }
+        let max = self.topic.geom.max_msg;
+        if len > max {
+            return Err(Error::new(
+                ErrorKind::MessageTooLarge,
+                format!(
+                    "message of {len} bytes exceeds the maximum of {max} bytes on {}",
+                    self.topic.addr
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Publishes one message to every subscriber. Under [`Policy::Block`] waits while the
+    /// slowest subscriber holds the oldest slot (at most the stall timeout per
+    /// subscriber that makes no progress).
+    #[inline]
+    pub fn publish(&mut self, msg: &[u8]) -> Result<()> {
+        self.check(msg.len())?;
+        let dst = self.reserve()?;
+        // SAFETY: `reserve` stamped the slot busy and returned its payload area of
+        // `max_msg` bytes, which `check` bounds `msg.len()` by; nobody else writes it.
+        unsafe {
+            dst.as_ptr()
+                .copy_from_nonoverlapping(msg.as_ptr(), msg.len())
+        };
+        self.commit(msg.len());
+        Ok(())
+    }
+
+    /// Lends the next slot to be filled in place (zero-copy); [`Loan::publish`] publishes
+    /// it, dropping the loan publishes nothing. Waits like [`publish`](Self::publish).
+    #[inline]
+    pub fn loan(&mut self, len: usize) -> Result<Loan<'_>> {
+        self.check(len)?;
+        let ptr = self.reserve()?;
+        self.loaned = true;
+        Ok(Loan {
+            publisher: self,
+            ptr,
+            len,
+            done: false,
+        })
+    }
+
+    /// Room for the next message: its slot stamped busy, its payload area.
+    #[inline(always)]
+    fn reserve(&mut self) -> Result<NonNull<u8>> {
+        let pos = self.next;
+        if self.topic.policy == Policy::Block {
+            // SYNC POINT (join): Relaxed suffices — the load follows the SeqCst fence in
+            // `Ring::sleepers` after our previous commit, which pairs with the fence in
+            // the control thread's join (see the module docs).
+            let min = self.topic.cached_min.load(Ordering::Relaxed);
+            if pos.saturating_sub(min) >= self.topic.geom.slots && !self.loaned {
+                self.wait_room()?;
+            }
+        }
+        Ok(self.ring.begin(pos))
+    }
+
+    /// Publishes the message at `next` and wakes subscribers that sleep.
+    #[inline(always)]
+    fn commit(&mut self, len: usize) {
+        self.ring.commit(self.next, len);
+        self.next += 1;
+        self.loaned = false;
+        let bits = self.ring.sleepers(self.topic.bell.get());
+        if bits != [0, 0] {
+            self.wake(bits);
+        }
+    }
+
+    /// Rings the doorbells of the subscribers that armed.
+    #[cold]
+    #[inline(never)]
+    fn wake(&mut self, bits: [u64; 2]) {
+        let table = self.topic.lock();
+        for (w, mut word) in bits.into_iter().enumerate() {
+            while word != 0 {
+                let slot = w * 64 + word.trailing_zeros() as usize;
+                word &= word - 1;
+                let Some(Some(sub)) = table.subs.get(slot) else {
+                    continue; // a forged or stale bit: nobody to wake
+                };
+                if self.ring.take_sleeper(sub.page.get()) {
+                    doorbell(sub.sock.as_fd());
+                }
+            }
+        }
+    }
+
+    /// `block` policy, ring full by the cached minimum: rescan, spin, announce, sleep —
+    /// until every live subscriber is past the slot, detaching those that stall.
+    #[cold]
+    #[inline(never)]
+    fn wait_room(&mut self) -> Result<()> {
+        let need = self.next + 1 - self.topic.geom.slots;
+        let mut spun = false;
+        loop {
+            self.handle_events(Some(Instant::now()))?;
+            let (blocked, deadline) = self.rescan(need);
+            if !blocked {
+                return Ok(());
+            }
+            if !self.nonblocking && !spun {
+                spun = true;
+                let wait = self.topic.opts.base.wait;
+                if spin_then_yield(&wait, || Ok(!self.rescan(need).0))? {
+                    return Ok(());
+                }
+            }
+            // Announce to every subscriber we wait for, then look again.
+            {
+                let table = self.topic.lock();
+                for sub in table.subs.iter().flatten() {
+                    if sub.known < need {
+                        sub.page.get().arm_publisher();
+                    }
+                }
+            }
+            self.ring.publisher_recheck();
+            let (blocked, deadline2) = self.rescan(need);
+            if !blocked {
+                return Ok(()); // flags left set: at most one spurious doorbell each
+            }
+            let deadline = deadline.min(deadline2);
+            if self.nonblocking {
+                let after = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                self.topic
+                    .timer
+                    .set(after)
+                    .map_err(|e| Error::io("stall timer", e))?;
+                return Err(Error::would_block());
+            }
+            self.handle_events(deadline)?;
+        }
+    }
+
+    /// Reads every live cursor (validated), detaches subscribers that stalled, updates
+    /// the cached minimum. Returns whether some subscriber still holds a slot before
+    /// `need`, and the earliest stall deadline among those that do.
+    fn rescan(&self, need: u64) -> (bool, Option<Instant>) {
+        let topic = &*self.topic;
+        let now = Instant::now();
+        let stall_timeout = topic.opts.stall_timeout;
+        let mut table = topic.lock();
+        let mut min = u64::MAX;
+        let mut blocked = false;
+        let mut deadline: Option<Instant> = None;
+        for slot in 0..table.subs.len() {
+            let Some(sub) = table.subs[slot].as_mut() else {
+                continue;
+            };
+            // Read once, validate, then use: the subscriber may write anything here.
+            let c = sub.page.get().load_cursor();
+            if c < sub.known || c > self.next {
+                topic.remove(&mut table, slot, Leave::Violation);
+                continue;
+            }
+            if c != sub.known {
+                sub.known = c;
+                sub.stall = None;
+            }
+            if c < need {
+                let since = *sub.stall.get_or_insert(now);
+                if now.duration_since(since) >= stall_timeout {
+                    topic.remove(&mut table, slot, Leave::Stalled);
+                    continue;
+                }
+                blocked = true;
+                let d = since + stall_timeout;
+                deadline = Some(deadline.map_or(d, |x| x.min(d)));
+            } else {
+                sub.stall = None;
+            }
+            min = min.min(c);
+        }
+        // SYNC POINT (join): under the lock, like the control thread's `fetch_min`.
+        topic.cached_min.store(min, Ordering::Relaxed);
+        (blocked, deadline)
+    }
+
+    /// Takes what the sleep set reports (doorbells, hang-ups, the timer), waiting until
+    /// `deadline` (`None`: until something happens).
+    fn handle_events(&mut self, deadline: Option<Instant>) -> Result<()> {
+        let topic = &*self.topic;
+        topic
+            .pub_epoll
+            .wait(deadline, &mut self.events)
+            .map_err(|e| Error::io("epoll", e))?;
+        if self.events.is_empty() {
+            return Ok(());
+        }
+        let mut table = topic.lock();
+        for &(token, _) in &self.events {
+            if token == TIMER_TOKEN {
+                let _ = topic.timer.set(None);
+                continue;
+            }
+            if token == CHANGED_TOKEN {
+                let mut buf = [0u8; 64];
+                for _ in 0..64 {
+                    if socket::recv(topic.changed.1.as_fd(), &mut buf).is_err() {
+                        break;
+                    }
+                }
+                continue;
+            }
+            let (slot, gen) = token_sub(token);
+            let Some(Some(sub)) = table.subs.get(slot) else {
+                continue;
+            };
+            if sub.gen != gen {
+                continue;
+            }
+            let mut gone = false;
+            let mut buf = [0u8; 64];
+            // Bounded: a subscriber that keeps ringing cannot keep us here.
+            for _ in 0..16 {
+                match socket::recv(sub.sock.as_fd(), &mut buf) {
+                    Ok(0) => gone = true,
+                    Ok(_) => continue,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => gone = true,
+                }
+                break;
+            }
+            if gone {
+                topic.remove(&mut table, slot, Leave::Gone);
+            }
+        }
+        Ok(())
+    }
+
+    /// Switches non-blocking mode: `publish` and `loan` fail with
+    /// [`ErrorKind::WouldBlock`] instead of waiting for a slow subscriber, and the
+    /// publisher's fd becomes readable when it is worth trying again (a subscriber moved
+    /// on or went away, or a stall timeout passed — call `publish` again to apply it).
+    pub fn set_nonblocking(&mut self, nonblocking: bool) {
+        self.nonblocking = nonblocking;
+    }
+
+    /// Waits until at least `n` subscribers are subscribed, or `timeout` passes
+    /// ([`ErrorKind::TimedOut`]).
+    pub fn wait_for_subscribers(&self, n: usize, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let mut table = self.topic.lock();
+        while table.count < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::new(
+                    ErrorKind::TimedOut,
+                    format!(
+                        "{}: {} of {n} subscribers after {timeout:?}",
+                        self.topic.addr, table.count
+                    ),
+                ));
+            }
+            table = self
+                .topic
+                .joins
+                .wait_timeout(table, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        Ok(())
+    }
+
+    /// Subscribers now.
+    pub fn subscriber_count(&self) -> usize {
+        self.topic.lock().count
+    }
+
+    /// Every subscriber now, with its lag and the losses it reports.
+    pub fn subscribers(&self) -> Vec<SubscriberInfo> {
+        let table = self.topic.lock();
+        table
+            .subs
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, sub)| {
+                let sub = sub.as_ref()?;
+                let page = sub.page.get();
+                // Untrusted values: clamp them into what is possible.
+                let cursor = page.load_cursor().min(self.next);
+                Some(SubscriberInfo {
+                    slot,
+                    pid: sub.cred.pid,
+                    uid: sub.cred.uid,
+                    lag: self.next - cursor,
+                    missed: page.missed().min(self.next),
+                })
+            })
+            .collect()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> PublisherStats {
+        let table = self.topic.lock();
+        PublisherStats {
+            published: self.next,
+            subscribers: table.count,
+            joined: table.joined,
+            left: table.left,
+            detached: table.detached,
+        }
+    }
+
+    /// Largest message `publish` accepts.
+    pub fn max_msg_size(&self) -> usize {
+        self.topic.geom.max_msg
+    }
+
+    /// The number of slots in the ring.
+    pub fn slots(&self) -> usize {
+        self.topic.geom.slots as usize
+    }
+
+    /// The topic's policy.
+    pub fn policy(&self) -> Policy {
+        self.topic.policy
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> String {
+        self.topic.addr.clone()
+    }
+
+    /// Closes the topic gracefully: every subscriber receives what was published, then
+    /// [`ErrorKind::EndOfStream`]; the address is free again. Dropping the publisher
+    /// closes it too.
+    pub fn close(mut self) -> Result<()> {
+        self.shutdown();
+        Ok(())
+    }
+
+    fn shutdown(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        // After the last message; every subscriber sees it before its socket closes.
+        self.ring.close();
+        drop(self.stop.take()); // stops the control thread, which removes the socket file
+        if let Some(control) = self.control.take() {
+            let _ = control.join();
+        }
+        let topic = &*self.topic;
+        let mut table = topic.lock();
+        table.closed = true;
+        for slot in 0..table.subs.len() {
+            if let Some(sub) = &table.subs[slot] {
+                doorbell(sub.sock.as_fd());
+            }
+            topic.remove(&mut table, slot, Leave::Gone);
+        }
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl AsFd for Publisher {
+    /// Readable when a `publish` that would block may succeed now (see
+    /// [`set_nonblocking`](Publisher::set_nonblocking)).
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.topic.pub_epoll.fd()
+    }
+}
+
+impl AsRawFd for Publisher {
+    fn as_raw_fd(&self) -> RawFd {
+        self.topic.pub_epoll.fd().as_raw_fd()
+    }
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("addr", &self.topic.addr)
+            .field("policy", &self.topic.policy)
+            .field("published", &self.next)
+            .finish()
+    }
+}
+
+/// A slot lent by [`Publisher::loan`], written in place; [`publish`](Loan::publish)
+/// publishes it, dropping it publishes nothing.
+pub struct Loan<'a> {
+    publisher: &'a mut Publisher,
+    ptr: NonNull<u8>,
+    len: usize,
+    done: bool,
+}
+
+impl Loan<'_> {
+    /// Publishes the message (all `len` bytes of the loan).
+    #[inline]
+    pub fn publish(mut self) -> Result<()> {
+        self.done = true;
+        self.publisher.commit(self.len);
+        Ok(())
+    }
+
+    /// Publishes only the first `len` bytes (`len` at most the loan's length).
+    pub fn publish_len(mut self, len: usize) -> Result<()> {
+        if len > self.len {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("publish_len({len}) on a loan of {} bytes", self.len),
+            ));
+        }
+        self.len = len;
+        self.publish()
+    }
+}
+
+impl std::ops::Deref for Loan<'_> {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `reserve` gave us the slot's payload area (at least `len` bytes, checked
+        // against max_msg); subscribers only read it, and only after `commit`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for Loan<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`; `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Loan<'_> {
+    fn drop(&mut self) {
+        // Not published: the slot stays stamped busy for `next`, which the next `publish`
+        // or `loan` reuses without waiting again (`loaned` stays set). Its previous
+        // message is gone either way.
+        debug_assert!(self.done || self.publisher.loaned);
+    }
+}
+
+const _: () = assert!(MAX_SUBSCRIBERS <= 256); // slots fit the low byte of a token

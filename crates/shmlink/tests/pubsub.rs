@@ -1,0 +1,1086 @@
+//! Publish/subscribe between processes: fan-out to 1, 4 and 64 subscriber processes
+//! under `block`, exact loss counts under `overwrite`, a subscriber or the publisher
+//! killed with SIGKILL, graceful close, a stalled subscriber detached, a hostile
+//! subscriber, late joiners with history, non-blocking mode and fds.
+//!
+//! The other processes are this test binary run again as `--exact child_main` with a
+//! role in [`ROLE_VAR`], the address in [`ADDR_VAR`] and an argument in [`ARG_VAR`] (see
+//! [`child_main`]); a child reports on stdout behind [`MARK`]. Every wait is for a
+//! condition, with a deadline.
+//!
+//! Message counts: the fan-out tests send 1,000,000 messages to 1, 4 and 64 subscribers
+//! (about 40 s for 64 in a debug build on two CPUs).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{checksum, fresh_addr};
+use shmlink::{
+    Connection, ErrorKind, Listener, Options, Policy, PubSubOptions, Publisher, Subscriber,
+};
+
+/// Environment variable carrying a child's role; absent in normal test runs.
+const ROLE_VAR: &str = "SHMLINK_PUBSUB_ROLE";
+/// Environment variable carrying the topic's address.
+const ADDR_VAR: &str = "SHMLINK_PUBSUB_ADDR";
+/// Environment variable carrying the role's argument.
+const ARG_VAR: &str = "SHMLINK_PUBSUB_ARG";
+/// What a child's report lines start with.
+const MARK: &str = "SHMLINK-PUBSUB:";
+/// Deadline for one awaited condition (a child connecting, a report, a wake-up after a
+/// kill — the latter also checked against a much tighter bound where it matters).
+const WAIT: Duration = Duration::from_secs(60);
+/// Whole-test deadline: a hang fails the test instead of blocking CI.
+const TEST_DEADLINE: Duration = Duration::from_secs(900);
+
+// ---------------------------------------------------------------------------------------
+// Messages: sequence number, checksum, 16..=64 bytes.
+
+fn msg_len(seq: u64) -> usize {
+    16 + (seq % 49) as usize
+}
+
+/// Fills `buf` (of `msg_len(seq)` bytes) with message `seq`: the sequence number, a
+/// checksum of the rest, and bytes derived from the sequence number.
+fn fill(seq: u64, buf: &mut [u8]) {
+    for (i, b) in buf.iter_mut().enumerate().skip(12) {
+        *b = (seq as usize).wrapping_mul(31).wrapping_add(i) as u8;
+    }
+    let sum = checksum(&buf[12..]);
+    buf[..8].copy_from_slice(&seq.to_le_bytes());
+    buf[8..12].copy_from_slice(&sum.to_le_bytes());
+}
+
+/// The sequence number of a message, after checking its length and checksum.
+fn check(msg: &[u8]) -> u64 {
+    assert!(msg.len() >= 16, "message of {} bytes", msg.len());
+    let seq = u64::from_le_bytes(msg[..8].try_into().unwrap());
+    assert_eq!(msg.len(), msg_len(seq), "message {seq}: wrong length");
+    let sum = u32::from_le_bytes(msg[8..12].try_into().unwrap());
+    assert_eq!(
+        sum,
+        checksum(&msg[12..]),
+        "message {seq}: checksum mismatch"
+    );
+    let mut want = vec![0u8; msg.len()];
+    fill(seq, &mut want);
+    assert_eq!(msg, &want[..], "message {seq}: corrupted");
+    seq
+}
+
+fn publish(p: &mut Publisher, seq: u64) {
+    let mut loan = p.loan(msg_len(seq)).unwrap();
+    fill(seq, &mut loan);
+    loan.publish().unwrap();
+}
+
+fn kind_name(k: ErrorKind) -> String {
+    format!("{k:?}")
+}
+
+// ---------------------------------------------------------------------------------------
+// The tests.
+
+#[test]
+fn block_fan_out_to_1_subscriber_process() {
+    run("fan-out 1", || fan_out(1, 1_000_000));
+}
+
+#[test]
+fn block_fan_out_to_4_subscriber_processes() {
+    run("fan-out 4", || fan_out(4, 1_000_000));
+}
+
+#[test]
+fn block_fan_out_to_64_subscriber_processes() {
+    run("fan-out 64", || fan_out(64, 1_000_000));
+}
+
+/// `subs` subscriber processes each receive all `total` messages, in order, intact,
+/// then end-of-stream.
+fn fan_out(subs: usize, total: u64) {
+    let addr = fresh_addr("shm");
+    let opts = PubSubOptions::default().slots(4096).max_msg_size(64);
+    let mut publisher = Publisher::bind(&addr, &opts).unwrap();
+    let mut children: Vec<_> = (0..subs)
+        .map(|_| ChildProc::spawn("reader", &addr, ""))
+        .collect();
+    publisher.wait_for_subscribers(subs, WAIT).unwrap();
+    let cpu = shmlink::cpu_time();
+    let t = Instant::now();
+    for seq in 0..total {
+        publish(&mut publisher, seq);
+    }
+    let (elapsed, cpu) = (t.elapsed(), shmlink::cpu_time() - cpu);
+    let stats = publisher.stats();
+    assert_eq!(stats.detached, 0, "{stats:?}");
+    publisher.close().unwrap();
+    for c in &mut children {
+        let r = c.report("result");
+        assert_eq!(
+            r,
+            format!("first=0 received={total} error=EndOfStream"),
+            "subscriber {}",
+            c.id()
+        );
+        c.expect_success();
+    }
+    eprintln!(
+        "{subs} subscribers x {total} messages: {:.0} msgs/s, publisher CPU {:.0} ns/msg (test process)",
+        total as f64 / elapsed.as_secs_f64(),
+        cpu.as_nanos() as f64 / total as f64
+    );
+}
+
+/// Under `overwrite` with a deliberately slow subscriber: the fast ones (which the test
+/// keeps up with) lose nothing; the slow one's reported losses equal the gaps in the
+/// sequence numbers it received, event by event and in total.
+#[test]
+fn overwrite_slow_subscriber_reports_exactly_what_it_missed() {
+    run("overwrite slow", || {
+        let total = 1_000_000;
+        let slots = 256;
+        let addr = fresh_addr("shm");
+        let opts = PubSubOptions::default()
+            .slots(slots)
+            .max_msg_size(64)
+            .policy(Policy::Overwrite);
+        let mut publisher = Publisher::bind(&addr, &opts).unwrap();
+        let mut fast: Vec<_> = (0..2)
+            .map(|_| ChildProc::spawn("reader", &addr, ""))
+            .collect();
+        let mut slow = ChildProc::spawn("slow", &addr, "");
+        publisher.wait_for_subscribers(3, WAIT).unwrap();
+        let slow_pid = slow.id() as i32;
+        for seq in 0..total {
+            if seq % 32 == 0 {
+                // The test's own flow control for the fast subscribers only: they must
+                // not lose anything, so keep them within half the ring.
+                let deadline = Instant::now() + WAIT;
+                while publisher
+                    .subscribers()
+                    .iter()
+                    .any(|s| s.pid != slow_pid && s.lag > slots as u64 / 2)
+                {
+                    assert!(Instant::now() < deadline, "fast subscribers stopped");
+                    std::thread::yield_now();
+                }
+            }
+            publish(&mut publisher, seq);
+        }
+        publisher.close().unwrap();
+        for c in &mut fast {
+            assert_eq!(
+                c.report("result"),
+                format!("first=0 received={total} error=EndOfStream")
+            );
+            c.expect_success();
+        }
+        let r = slow.report("result");
+        let field = |name: &str| -> u64 {
+            let v = r
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                .unwrap_or_else(|| panic!("no {name} in {r:?}"));
+            v.parse().unwrap()
+        };
+        let (received, missed, events) = (field("received"), field("missed"), field("events"));
+        eprintln!("slow subscriber: {r}");
+        assert_eq!(received + missed, total, "{r}");
+        assert!(
+            missed > 0 && events > 0,
+            "the slow subscriber never lagged: {r}"
+        );
+        assert_eq!(field("stats_missed"), missed, "{r}");
+        slow.expect_success();
+    });
+}
+
+/// Under `block`, a subscriber that stops reading holds the publisher up; SIGKILL frees
+/// the publisher at once (long before the stall timeout) and frees the slot for a new
+/// subscriber.
+#[test]
+fn killed_subscriber_frees_the_publisher_and_its_slot() {
+    run("subscriber sigkill", || {
+        let addr = fresh_addr("shm");
+        let opts = PubSubOptions::default()
+            .slots(16)
+            .max_msg_size(64)
+            .max_subscribers(2)
+            .stall_timeout(Duration::from_secs(120));
+        let mut publisher = Publisher::bind(&addr, &opts).unwrap();
+        let mut reader = ChildProc::spawn("reader", &addr, "");
+        let mut idle = ChildProc::spawn("idle", &addr, "");
+        publisher.wait_for_subscribers(2, WAIT).unwrap();
+        // A third is refused: the topic is full.
+        let e = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+        assert!(e.to_string().contains("maximum of 2"), "{e}");
+
+        publisher.set_nonblocking(true);
+        let mut seq = 0;
+        loop {
+            let mut loan = match publisher.loan(msg_len(seq)) {
+                Ok(l) => l,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            };
+            fill(seq, &mut loan);
+            loan.publish().unwrap();
+            seq += 1;
+        }
+        assert_eq!(seq, 16, "the idle subscriber holds the ring");
+        // The reader caught up; the publisher is still held by the idle one.
+        assert!(common::wait_until(WAIT, || publisher
+            .subscribers()
+            .iter()
+            .any(|s| s.lag == 0)));
+        assert_eq!(
+            publisher.loan(16).err().map(|e| e.kind()),
+            Some(ErrorKind::WouldBlock)
+        );
+        assert!(!readable(&publisher, Duration::ZERO));
+
+        let killed = idle.sigkill();
+        // The publisher's fd turns readable and the publish goes through.
+        let deadline = killed + Duration::from_secs(5);
+        loop {
+            let res = publisher.loan(msg_len(seq)).map(|mut loan| {
+                fill(seq, &mut loan);
+                loan.publish().unwrap();
+            });
+            match res {
+                Ok(()) => {
+                    seq += 1;
+                    break;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    assert!(!left.is_zero(), "publisher still blocked 5 s after SIGKILL");
+                    readable(&publisher, left);
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let freed = killed.elapsed();
+        eprintln!("SIGKILL -> publisher free after {freed:?} (stall timeout 120 s)");
+        idle.expect_killed();
+        assert_eq!(publisher.subscriber_count(), 1);
+
+        // The slot is free: a new subscriber takes it and receives what follows.
+        let mut late = ChildProc::spawn("reader", &addr, "");
+        publisher.wait_for_subscribers(2, WAIT).unwrap();
+        let first_late = seq;
+        publisher.set_nonblocking(false);
+        for _ in 0..1000 {
+            publish(&mut publisher, seq);
+            seq += 1;
+        }
+        let stats = publisher.stats();
+        assert_eq!(
+            (stats.joined, stats.left, stats.detached),
+            (3, 1, 0),
+            "{stats:?}"
+        );
+        publisher.close().unwrap();
+        assert_eq!(
+            reader.report("result"),
+            format!("first=0 received={seq} error=EndOfStream")
+        );
+        assert_eq!(
+            late.report("result"),
+            format!(
+                "first={first_late} received={} error=EndOfStream",
+                seq - first_late
+            )
+        );
+        reader.expect_success();
+        late.expect_success();
+    });
+}
+
+/// The same with the publisher blocked in `publish` (blocking mode, parked in the
+/// kernel): SIGKILL of the subscriber it waits for returns the call promptly.
+#[test]
+fn killed_subscriber_returns_a_blocked_publish() {
+    run("subscriber sigkill, blocking publish", || {
+        let addr = fresh_addr("shm");
+        let opts = PubSubOptions::default()
+            .slots(16)
+            .max_msg_size(64)
+            .stall_timeout(Duration::from_secs(120));
+        let mut publisher = Publisher::bind(&addr, &opts).unwrap();
+        let mut idle = ChildProc::spawn("idle", &addr, "");
+        publisher.wait_for_subscribers(1, WAIT).unwrap();
+        for seq in 0..16 {
+            publish(&mut publisher, seq);
+        }
+        let (tx, rx) = mpsc::channel();
+        let blocked = std::thread::spawn(move || {
+            tx.send(()).unwrap();
+            publish(&mut publisher, 16); // blocks: the idle subscriber holds slot 0
+            (Instant::now(), publisher)
+        });
+        rx.recv().unwrap();
+        // Parked, not spinning: give it the spin budget and more, then check it is
+        // still blocked (it cannot have finished: the subscriber reads nothing).
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(200) {
+            std::thread::yield_now();
+        }
+        assert!(
+            !blocked.is_finished(),
+            "publish did not wait for the subscriber"
+        );
+        let killed = idle.sigkill();
+        assert!(
+            common::wait_until(WAIT, || blocked.is_finished()),
+            "publish still blocked after SIGKILL"
+        );
+        let (done, publisher) = blocked.join().unwrap();
+        let after = done.duration_since(killed);
+        eprintln!("SIGKILL -> blocked publish returned after {after:?} (stall timeout 120 s)");
+        assert!(after < Duration::from_secs(5), "{after:?}");
+        idle.expect_killed();
+        assert_eq!(publisher.subscriber_count(), 0);
+        assert_eq!(publisher.stats().published, 17);
+    });
+}
+
+/// Under `block`, a live subscriber that reads nothing for the stall timeout is
+/// detached: the publisher goes on, the subscriber's next `recv` says `Detached`, and it
+/// may subscribe again.
+#[test]
+fn stalled_subscriber_is_detached_and_may_resubscribe() {
+    run("stall", || {
+        let addr = fresh_addr("shm");
+        let stall = Duration::from_millis(300);
+        let opts = PubSubOptions::default()
+            .slots(16)
+            .max_msg_size(64)
+            .stall_timeout(stall);
+        let mut publisher = Publisher::bind(&addr, &opts).unwrap();
+        let mut reader = ChildProc::spawn("reader", &addr, "");
+        let mut stalled = ChildProc::spawn("stall", &addr, "");
+        publisher.wait_for_subscribers(2, WAIT).unwrap();
+        for seq in 0..16 {
+            publish(&mut publisher, seq);
+        }
+        let t = Instant::now();
+        publish(&mut publisher, 16); // waits for the stalled one, then detaches it
+        let held = t.elapsed();
+        eprintln!("publisher held {held:?} by a stalled subscriber (stall timeout {stall:?})");
+        assert!(held >= stall, "detached before the stall timeout: {held:?}");
+        assert!(held < stall + Duration::from_secs(10), "{held:?}");
+        assert_eq!(publisher.stats().detached, 1);
+        assert_eq!(publisher.subscriber_count(), 1);
+        stalled.say("go");
+        assert_eq!(stalled.report("detached"), "error=Detached");
+        publisher.wait_for_subscribers(2, WAIT).unwrap(); // it subscribed again
+        for seq in 17..100 {
+            publish(&mut publisher, seq);
+        }
+        publisher.close().unwrap();
+        assert_eq!(
+            reader.report("result"),
+            "first=0 received=100 error=EndOfStream"
+        );
+        let again = stalled.report("result");
+        assert!(again.ends_with("error=EndOfStream"), "{again}");
+        reader.expect_success();
+        stalled.expect_success();
+    });
+}
+
+/// A publisher killed with SIGKILL: every subscriber — blocked in `recv`, or waiting on
+/// its fd in non-blocking mode — gets `ConnectionReset` promptly, after every message
+/// published before.
+#[test]
+fn killed_publisher_resets_every_subscriber() {
+    run("publisher sigkill", || {
+        const SUBS: usize = 4;
+        const SENT: u64 = 500;
+        let addr = fresh_addr("shm");
+        let mut publisher = ChildProc::spawn("publisher", &addr, &format!("{SUBS} {SENT}"));
+        publisher.report("bound");
+        let (tx, rx) = mpsc::channel();
+        let threads: Vec<_> = (0..SUBS)
+            .map(|i| {
+                let (addr, tx) = (addr.clone(), tx.clone());
+                std::thread::spawn(move || {
+                    let mut sub = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
+                    let nonblocking = i == 0;
+                    sub.set_nonblocking(nonblocking);
+                    let mut buf = [0u8; 64];
+                    let mut got = 0;
+                    let err = loop {
+                        match sub.recv(&mut buf) {
+                            Ok(n) => {
+                                assert_eq!(check(&buf[..n]), got);
+                                got += 1;
+                                if got == SENT {
+                                    tx.send(()).unwrap();
+                                }
+                            }
+                            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                                assert!(readable(&sub, WAIT), "fd never turned readable");
+                            }
+                            Err(e) => break e,
+                        }
+                    };
+                    (got, err.kind(), Instant::now())
+                })
+            })
+            .collect();
+        for _ in 0..SUBS {
+            rx.recv_timeout(WAIT)
+                .expect("a subscriber did not get every message");
+        }
+        let killed = publisher.sigkill();
+        publisher.expect_killed();
+        for t in threads {
+            assert!(
+                common::wait_until(WAIT, || t.is_finished()),
+                "subscriber still blocked"
+            );
+            let (got, kind, at) = t.join().unwrap();
+            let after = at.duration_since(killed);
+            eprintln!("SIGKILL -> {kind:?} after {after:?}");
+            assert_eq!((got, kind), (SENT, ErrorKind::ConnectionReset));
+            assert!(after < Duration::from_secs(2), "reset took {after:?}");
+        }
+    });
+}
+
+/// A publisher that closes right after publishing: every subscriber receives every
+/// message — reading them after the publisher is gone — then end-of-stream, again and
+/// again; the address is free afterwards.
+#[test]
+fn graceful_close_is_end_of_stream_after_the_last_message() {
+    run("graceful close", || {
+        let addr = fresh_addr("shm");
+        let opts = PubSubOptions::default().slots(1024).max_msg_size(64);
+        let mut publisher = Publisher::bind(&addr, &opts).unwrap();
+        let mut children: Vec<_> = (0..3)
+            .map(|_| ChildProc::spawn("wait-then-read", &addr, ""))
+            .collect();
+        let mut local = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
+        publisher.wait_for_subscribers(4, WAIT).unwrap();
+        for seq in 0..1000 {
+            publish(&mut publisher, seq);
+        }
+        publisher.close().unwrap();
+        for c in &mut children {
+            c.say("go"); // read only now, with the publisher closed
+            assert_eq!(
+                c.report("result"),
+                "first=0 received=1000 error=EndOfStream"
+            );
+            c.expect_success();
+        }
+        for seq in 0..1000 {
+            assert_eq!(check(&local.recv_vec().unwrap()), seq);
+        }
+        for _ in 0..3 {
+            assert_eq!(local.recv_vec().unwrap_err().kind(), ErrorKind::EndOfStream);
+        }
+        let e = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+        Publisher::bind(&addr, &opts).unwrap();
+    });
+}
+
+/// A hostile subscriber cannot write the topic (every attempt fails), and whatever it
+/// writes into what it can write — the bell page, its cursor page, its socket — the
+/// other subscribers read every message intact, under both policies.
+#[test]
+fn hostile_subscriber_cannot_corrupt_what_others_read() {
+    run("hostile", || {
+        for policy in [Policy::Block, Policy::Overwrite] {
+            let total = 200_000;
+            let slots = 256;
+            let addr = fresh_addr("shm");
+            let opts = PubSubOptions::default()
+                .slots(slots)
+                .max_msg_size(64)
+                .policy(policy)
+                .stall_timeout(Duration::from_millis(200));
+            let mut publisher = Publisher::bind(&addr, &opts).unwrap();
+            let mut honest: Vec<_> = (0..2)
+                .map(|_| ChildProc::spawn("reader", &addr, ""))
+                .collect();
+            publisher.wait_for_subscribers(2, WAIT).unwrap();
+            let honest_pids: Vec<i32> = honest.iter().map(|c| c.id() as i32).collect();
+            let mut hostile = ChildProc::spawn("hostile", &addr, "");
+            let attacks = hostile.report("attacked");
+            eprintln!("{policy:?}: hostile subscriber's attacks on the topic: {attacks}");
+            assert!(!attacks.contains("OK"), "an attack went through: {attacks}");
+            hostile.report("scribbling");
+            for seq in 0..total {
+                if policy == Policy::Overwrite && seq % 32 == 0 {
+                    // Keep the honest ones within the ring: they must lose nothing.
+                    let deadline = Instant::now() + WAIT;
+                    while publisher
+                        .subscribers()
+                        .iter()
+                        .any(|s| honest_pids.contains(&s.pid) && s.lag > slots as u64 / 2)
+                    {
+                        assert!(Instant::now() < deadline, "honest subscribers stopped");
+                        std::thread::yield_now();
+                    }
+                }
+                publish(&mut publisher, seq);
+            }
+            let stats = publisher.stats();
+            publisher.close().unwrap();
+            for c in &mut honest {
+                assert_eq!(
+                    c.report("result"),
+                    format!("first=0 received={total} error=EndOfStream"),
+                    "{policy:?}"
+                );
+                c.expect_success();
+            }
+            hostile.sigkill();
+            eprintln!("{policy:?}: publisher after the attack: {stats:?}");
+        }
+    });
+}
+
+/// Late joiners start with the next message, or replay the history they ask for (up to
+/// what the publisher keeps).
+#[test]
+fn late_joiners_replay_history_or_start_with_the_next_message() {
+    run("history", || {
+        for policy in [Policy::Block, Policy::Overwrite] {
+            let addr = fresh_addr("shm");
+            let opts = PubSubOptions::default()
+                .slots(64)
+                .max_msg_size(64)
+                .policy(policy)
+                .history(10);
+            let mut publisher = Publisher::bind(&addr, &opts).unwrap();
+            for seq in 0..100 {
+                publish(&mut publisher, seq); // nobody listens yet
+            }
+            let join = |history: Option<u64>| {
+                let mut o = PubSubOptions::default();
+                if let Some(h) = history {
+                    o = o.history(h);
+                }
+                let mut s = Subscriber::connect(&addr, &o).unwrap();
+                s.set_nonblocking(true);
+                s
+            };
+            let mut all = join(None); // everything the publisher keeps: 10
+            let mut three = join(Some(3));
+            let mut none = join(Some(0));
+            let mut more = join(Some(1000)); // asks for more than kept
+            publisher.wait_for_subscribers(4, WAIT).unwrap();
+            let drain = |s: &mut Subscriber| -> Vec<u64> {
+                let mut got = Vec::new();
+                loop {
+                    match s.recv_vec() {
+                        Ok(m) => got.push(check(&m)),
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => return got,
+                        Err(e) => panic!("{policy:?}: {e}"),
+                    }
+                }
+            };
+            assert_eq!(drain(&mut all), (90..100).collect::<Vec<_>>(), "{policy:?}");
+            assert_eq!(
+                drain(&mut three),
+                (97..100).collect::<Vec<_>>(),
+                "{policy:?}"
+            );
+            assert_eq!(drain(&mut none), Vec::<u64>::new(), "{policy:?}");
+            assert_eq!(
+                drain(&mut more),
+                (90..100).collect::<Vec<_>>(),
+                "{policy:?}"
+            );
+            for seq in 100..110 {
+                publish(&mut publisher, seq);
+            }
+            for s in [&mut all, &mut three, &mut none, &mut more] {
+                assert_eq!(drain(s), (100..110).collect::<Vec<_>>(), "{policy:?}");
+            }
+        }
+    });
+}
+
+/// Non-blocking mode: a subscriber's fd turns readable when a message arrives; a
+/// publisher held by a subscriber gets `WouldBlock`, and its fd turns readable when the
+/// subscriber reads. Counters follow.
+#[test]
+fn nonblocking_mode_and_fds() {
+    run("nonblocking", || {
+        let addr = fresh_addr("shm");
+        let opts = PubSubOptions::default().slots(4).max_msg_size(64);
+        let mut publisher = Publisher::bind(&addr, &opts).unwrap();
+        let mut sub = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
+        publisher.wait_for_subscribers(1, WAIT).unwrap();
+        sub.set_nonblocking(true);
+        publisher.set_nonblocking(true);
+        assert_eq!(sub.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
+        assert!(!readable(&sub, Duration::ZERO));
+        publish(&mut publisher, 0);
+        assert!(readable(&sub, WAIT), "subscriber fd did not turn readable");
+        assert_eq!(check(&sub.recv_vec().unwrap()), 0);
+        for seq in 1..5 {
+            publish(&mut publisher, seq);
+        }
+        let info = publisher.subscribers();
+        assert_eq!(info.len(), 1);
+        assert_eq!((info[0].lag, info[0].pid), (4, std::process::id() as i32));
+        assert_eq!(sub.stats().lag, 4);
+        let e = publisher.loan(16).err().unwrap();
+        assert_eq!(e.kind(), ErrorKind::WouldBlock);
+        assert!(!readable(&publisher, Duration::ZERO));
+        let msg = sub.recv_ref().unwrap();
+        assert_eq!(check(&msg), 1);
+        assert!(msg.intact());
+        drop(msg);
+        assert!(
+            readable(&publisher, WAIT),
+            "publisher fd did not turn readable"
+        );
+        publish(&mut publisher, 5);
+        for seq in 2..6 {
+            assert_eq!(check(&sub.recv_vec().unwrap()), seq);
+        }
+        let s = sub.stats();
+        assert_eq!((s.received, s.missed, s.lag), (6, 0, 0));
+        assert_eq!(publisher.stats().published, 6);
+        // Oversized messages are refused, and a subscriber buffer too small keeps it.
+        let e = publisher.publish(&[0u8; 65]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MessageTooLarge);
+        publish(&mut publisher, 6);
+        let mut small = [0u8; 8];
+        assert_eq!(
+            sub.recv(&mut small).unwrap_err().kind(),
+            ErrorKind::MessageTooLarge
+        );
+        assert_eq!(check(&sub.recv_vec().unwrap()), 6);
+    });
+}
+
+/// Zero-copy on both ends under `overwrite`: a message borrowed in place that the
+/// publisher laps is reported as no longer intact, and the next `recv` reports exactly
+/// the messages lost; a loan may publish fewer bytes than it reserved.
+#[test]
+fn overwrite_lapping_a_borrowed_message_is_detected() {
+    run("overwrite borrow", || {
+        let addr = fresh_addr("shm");
+        let opts = PubSubOptions::default()
+            .slots(4)
+            .max_msg_size(64)
+            .policy(Policy::Overwrite);
+        let mut publisher = Publisher::bind(&addr, &opts).unwrap();
+        let mut sub = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
+        publisher.wait_for_subscribers(1, WAIT).unwrap();
+        let mut loan = publisher.loan(64).unwrap();
+        fill(0, &mut loan[..msg_len(0)]);
+        loan.publish_len(msg_len(0)).unwrap();
+        let msg = sub.recv_ref().unwrap();
+        assert_eq!((check(&msg), msg.position()), (0, 0));
+        assert!(msg.intact());
+        // The publisher never waits: it laps the borrowed message.
+        for seq in 1..10 {
+            publish(&mut publisher, seq);
+        }
+        assert!(!msg.intact(), "a lapped message still looks intact");
+        drop(msg);
+        let e = sub.recv_vec().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Lagged, "{e}");
+        // 10 written, 4 slots: 6..10 are in the ring, 0..6 are lost.
+        assert_eq!(e.missed(), Some(6), "{e}");
+        for seq in 6..10 {
+            assert_eq!(check(&sub.recv_vec().unwrap()), seq);
+        }
+        let s = sub.stats();
+        assert_eq!((s.received, s.missed, s.lag), (4, 6, 0));
+        assert_eq!(publisher.subscribers()[0].missed, 6);
+    });
+}
+
+/// Plain `shm:` peers and publish/subscribe peers that meet are refused with a reason.
+#[test]
+fn wrong_kind_of_peer_is_refused_with_a_reason() {
+    run("wrong peer", || {
+        let topic = fresh_addr("shm");
+        let _publisher = Publisher::bind(&topic, &PubSubOptions::default()).unwrap();
+        let e = Connection::connect(&topic, &Options::default()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ProtocolViolation, "{e}");
+        assert!(e.to_string().contains("publish/subscribe topic"), "{e}");
+
+        let plain = fresh_addr("shm");
+        let mut listener = Listener::bind(&plain, &Options::default()).unwrap();
+        listener.set_nonblocking(true);
+        let a = plain.clone();
+        let sub = std::thread::spawn(move || Subscriber::connect(&a, &PubSubOptions::default()));
+        // The listener answers handshakes while it accepts.
+        while !sub.is_finished() {
+            match listener.accept() {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    readable(&listener, Duration::from_millis(10));
+                }
+                other => panic!("accepted a subscriber: {other:?}"),
+            }
+        }
+        let e = sub.join().unwrap().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ProtocolViolation, "{e}");
+        assert!(e.to_string().contains("a publisher?"), "{e}");
+
+        let small = PubSubOptions::default().max_msg_size(100);
+        let e = Subscriber::connect(&topic, &small).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains("4080"), "{e}");
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// The child side.
+
+/// The child's entry point: a no-op in normal runs; with [`ROLE_VAR`] set it plays that
+/// role and ends the process without returning.
+#[test]
+fn child_main() {
+    let Ok(role) = std::env::var(ROLE_VAR) else {
+        return;
+    };
+    let addr = std::env::var(ADDR_VAR).expect("child without an address");
+    let arg = std::env::var(ARG_VAR).unwrap_or_default();
+    let opts = PubSubOptions::default().options(Options::default().connect_timeout(WAIT));
+    let connect =
+        || Subscriber::connect(&addr, &opts).unwrap_or_else(|e| panic!("child {role}: {e}"));
+    match role.as_str() {
+        // Reads until an error; reports the first sequence number, the count (all
+        // consecutive, intact) and the error.
+        "reader" => {
+            let mut sub = connect();
+            report("result", &read_all(&mut sub));
+        }
+        // Like "reader", after the test says "go".
+        "wait-then-read" => {
+            let mut sub = connect();
+            wait_for_go();
+            report("result", &read_all(&mut sub));
+        }
+        // Reads slowly; checks each loss report against the gap it leaves.
+        "slow" => {
+            let mut sub = connect();
+            let (mut next, mut received, mut missed, mut events) = (0u64, 0u64, 0u64, 0u64);
+            let mut buf = [0u8; 64];
+            loop {
+                match sub.recv(&mut buf) {
+                    Ok(n) => {
+                        let seq = check(&buf[..n]);
+                        assert_eq!(seq, next, "gap not reported (missed so far {missed})");
+                        next += 1;
+                        received += 1;
+                        if received % 16 == 0 {
+                            // Deliberately slow: this is the behaviour under test.
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::Lagged => {
+                        let m = e.missed().expect("Lagged carries a count");
+                        assert!(m > 0);
+                        next += m;
+                        missed += m;
+                        events += 1;
+                    }
+                    Err(e) if e.kind() == ErrorKind::EndOfStream => break,
+                    Err(e) => panic!("slow subscriber: {e}"),
+                }
+            }
+            let stats = sub.stats();
+            report(
+                "result",
+                &format!(
+                    "received={received} missed={missed} events={events} stats_missed={}",
+                    stats.missed
+                ),
+            );
+        }
+        // Subscribes and reads nothing; stays until killed or its stdin closes.
+        "idle" => {
+            let _sub = connect();
+            idle();
+        }
+        // Subscribes, reads nothing until "go", then expects to be detached, subscribes
+        // again and reads to the end.
+        "stall" => {
+            let mut sub = connect();
+            wait_for_go();
+            let mut buf = [0u8; 64];
+            let err = loop {
+                match sub.recv(&mut buf) {
+                    Ok(n) => {
+                        check(&buf[..n]);
+                    }
+                    Err(e) => break e,
+                }
+            };
+            report("detached", &format!("error={}", kind_name(err.kind())));
+            drop(sub);
+            let mut sub = connect();
+            report("result", &read_all(&mut sub));
+        }
+        // Binds the topic, waits for the subscribers, publishes, stays until killed.
+        "publisher" => {
+            let (subs, count) = arg.split_once(' ').unwrap();
+            let (subs, count): (usize, u64) = (subs.parse().unwrap(), count.parse().unwrap());
+            let mut p = Publisher::bind(&addr, &PubSubOptions::default()).unwrap();
+            report("bound", "");
+            p.wait_for_subscribers(subs, WAIT).unwrap();
+            for seq in 0..count {
+                publish(&mut p, seq);
+            }
+            report("sent", "");
+            idle();
+        }
+        // Attacks the topic, reports, then scribbles over everything it can write and
+        // floods its socket until killed.
+        "hostile" => {
+            let h = shmlink::testing::HostileSubscriber::connect(&addr).unwrap();
+            let results: Vec<String> = h
+                .attack_topic()
+                .into_iter()
+                .map(|(what, r)| match r {
+                    Ok(()) => format!("{what}: OK"),
+                    Err(e) => format!("{what}: refused ({e})"),
+                })
+                .collect();
+            report("attacked", &results.join("; "));
+            report("scribbling", "");
+            let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ std::process::id() as u64;
+            loop {
+                h.scribble(&mut seed, 64);
+                let _ = h.send(&[0xff; 32]);
+                std::thread::yield_now();
+            }
+        }
+        other => panic!("unknown child role {other:?}"),
+    }
+    std::process::exit(0)
+}
+
+/// Reads until an error: "first=F received=N error=KIND", all messages consecutive.
+fn read_all(sub: &mut Subscriber) -> String {
+    let mut buf = [0u8; 64];
+    let (mut first, mut next, mut received) = (None, 0u64, 0u64);
+    let err = loop {
+        match sub.recv(&mut buf) {
+            Ok(n) => {
+                let seq = check(&buf[..n]);
+                if first.is_none() {
+                    first = Some(seq);
+                    next = seq;
+                }
+                assert_eq!(seq, next, "out of order or lost");
+                next += 1;
+                received += 1;
+            }
+            Err(e) => break e,
+        }
+    };
+    format!(
+        "first={} received={received} error={}",
+        first.unwrap_or(0),
+        kind_name(err.kind())
+    )
+}
+
+fn report(what: &str, rest: &str) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{MARK} {what} {rest}").unwrap();
+    out.flush().unwrap();
+}
+
+fn wait_for_go() {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "go");
+}
+
+/// Blocks until the test closes our stdin (or dies).
+fn idle() -> ! {
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    std::process::exit(3)
+}
+
+// ---------------------------------------------------------------------------------------
+// The test side.
+
+/// Runs one test body alone (the fan-out tests need the CPUs) under a deadline.
+fn run(name: &str, body: impl FnOnce() + Send + 'static) {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let worker = std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            body();
+            let _ = done_tx.send(());
+        })
+        .unwrap();
+    match done_rx.recv_timeout(TEST_DEADLINE) {
+        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+            if let Err(panic) = worker.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{name}: hung, no result within {TEST_DEADLINE:?}")
+        }
+    }
+}
+
+/// Whether `fd` turns readable within `timeout`.
+fn readable(fd: &impl AsFd, timeout: Duration) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.as_fd().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd that lives across the call.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    n == 1
+}
+
+/// A child process playing a role; killed and reaped on drop if still running.
+struct ChildProc {
+    role: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    status: Option<ExitStatus>,
+}
+
+impl ChildProc {
+    fn spawn(role: &str, addr: &str, arg: &str) -> ChildProc {
+        let exe = std::env::current_exe().unwrap();
+        let mut child = Command::new(exe)
+            .args(["--exact", "child_main", "--nocapture", "--test-threads=1"])
+            .env(ROLE_VAR, role)
+            .env(ADDR_VAR, addr)
+            .env(ARG_VAR, arg)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout: ChildStdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        // A reader thread, so that waiting for a report can have a deadline.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        ChildProc {
+            role: role.to_string(),
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            status: None,
+        }
+    }
+
+    fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The rest of the child's next `MARK what` line (the test harness prints text of
+    /// its own, some of it on the same line).
+    fn report(&mut self, what: &str) -> String {
+        let mark = format!("{MARK} {what}");
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some((_, rest)) = line.split_once(&mark) {
+                        return rest.trim().to_string();
+                    }
+                }
+                Err(_) => {
+                    let status = self.child.try_wait().unwrap();
+                    panic!(
+                        "child {} ({}): no {what:?} report within {WAIT:?} (status {status:?})",
+                        self.role,
+                        self.id()
+                    );
+                }
+            }
+        }
+    }
+
+    /// Sends a line to the child's stdin.
+    fn say(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Sends SIGKILL; returns the instant just before.
+    fn sigkill(&mut self) -> Instant {
+        assert!(self.status.is_none(), "child {} already reaped", self.role);
+        let pid = self.child.id() as libc::pid_t;
+        let at = Instant::now();
+        // SAFETY: kill has no memory-safety preconditions; `pid` is our child and not yet
+        // reaped, so the number cannot name another process.
+        let r = unsafe { libc::kill(pid, libc::SIGKILL) };
+        assert_eq!(r, 0, "kill: {}", std::io::Error::last_os_error());
+        at
+    }
+
+    fn wait(&mut self) -> ExitStatus {
+        if self.status.is_none() {
+            drop(self.stdin.take());
+            self.status = Some(self.child.wait().unwrap());
+        }
+        self.status.unwrap()
+    }
+
+    fn expect_killed(&mut self) {
+        let status = self.wait();
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGKILL),
+            "child {}: {status}",
+            self.role
+        );
+    }
+
+    fn expect_success(&mut self) {
+        let status = self.wait();
+        assert!(
+            status.success(),
+            "child {} ({}): {status}",
+            self.role,
+            self.id()
+        );
+    }
+}
+
+impl Drop for ChildProc {
+    fn drop(&mut self) {
+        if self.status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
