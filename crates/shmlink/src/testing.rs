@@ -318,7 +318,7 @@ use crate::pubsub::handshake::{
 };
 use crate::pubsub::ring::{Geometry, PAYLOAD_OFFSET};
 use crate::pubsub::segment::{BellSegment, CursorSegment, TopicSegment};
-use crate::pubsub::subscriber::Subscriber as PubSubscriber;
+use crate::pubsub::shm_subscriber::ShmSubscriber as PubSubscriber;
 use crate::pubsub::Policy;
 use crate::sys::memfd::Region;
 

@@ -113,6 +113,7 @@ pub(crate) fn start(
         ctl_epoll,
         timer,
         changed,
+        remotes: Mutex::new(std::collections::HashMap::new()),
     });
     let mut control = Control {
         topic: topic.clone(),

@@ -38,12 +38,16 @@
 //! [`Options::allow_gids`]: crate::Options::allow_gids
 
 mod control;
+mod fanout;
 pub(crate) mod handshake;
 mod options;
 mod publisher;
+mod remote;
 pub(crate) mod ring;
 pub(crate) mod segment;
+pub(crate) mod shm_subscriber;
 pub(crate) mod subscriber;
+pub(crate) mod wire;
 
 #[cfg(all(test, loom))]
 mod loom_model;

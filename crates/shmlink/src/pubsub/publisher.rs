@@ -20,12 +20,15 @@
 //! what the publisher may overwrite, or the publisher sees the lowered minimum and
 //! rescans before overwriting (Dekker's pattern; see [`super::control`]).
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::fanout::NetSide;
 use super::options::{Policy, PubSubOptions};
 use super::ring::{Geometry, Ring, MAX_SUBSCRIBERS};
 use super::segment::{BellSegment, CursorSegment, TopicSegment};
@@ -118,11 +121,18 @@ pub(crate) struct Topic {
     /// A byte on `changed.0` makes `changed.1` (in the publisher's set) readable: a
     /// subscriber left the table, so a publisher waiting for it may go on.
     pub changed: (OwnedFd, OwnedFd),
+    /// The network peers of the subscribers the fan-out thread reads for, by slot.
+    pub remotes: Mutex<HashMap<usize, SocketAddr>>,
 }
 
 impl Topic {
     pub fn ring(&self) -> Ring {
         self.seg.ring()
+    }
+
+    /// Locks the map of remote subscribers' peers.
+    pub fn remotes(&self) -> MutexGuard<'_, HashMap<usize, SocketAddr>> {
+        self.remotes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Locks the table (a panic elsewhere does not make the table unusable: every
@@ -190,6 +200,9 @@ pub struct SubscriberInfo {
     pub lag: u64,
     /// Messages it lost to overwriting (`overwrite` policy), as it reports them.
     pub missed: u64,
+    /// For a subscriber over `tcp:`/`tls:`/`auto:`, its network address (its `pid` and
+    /// `uid` are then the publisher's own: the fan-out thread reads for it).
+    pub remote: Option<SocketAddr>,
 }
 
 /// The publishing end of a topic.
@@ -238,36 +251,58 @@ pub struct Publisher {
     /// Write end of the control thread's stop signal: dropping it stops the thread.
     stop: Option<OwnedFd>,
     control: Option<JoinHandle<()>>,
+    /// The fan-out to remote subscribers, for a topic bound at a network address.
+    net: Option<NetSide>,
     events: Vec<(u64, u32)>,
     /// A loan is out at `next` (its slot is stamped busy).
     loaned: bool,
 }
 
 impl Publisher {
-    /// Creates the topic and binds its rendezvous socket at `addr` (`shm:NAME`,
-    /// `shm:/path.sock` or `shm:@name`, as for [`Listener::bind`](crate::Listener::bind)).
+    /// Creates the topic and binds it at `addr`:
+    ///
+    /// - `shm:NAME`, `shm:/path.sock` or `shm:@name` (as for
+    ///   [`Listener::bind`](crate::Listener::bind)): its rendezvous socket;
+    /// - `tcp:HOST:PORT`, `tls:HOST:PORT` (TLS settings in the
+    ///   [`Options`](crate::Options) of `opts`) or `auto:HOST:PORT`: a listener for
+    ///   remote subscribers, served by a fan-out thread (see the
+    ///   [module docs](crate::pubsub)), and a rendezvous socket named
+    ///   `topic-PORT-RANDOM.sock` in the rendezvous directory, which `auto:`
+    ///   subscribers on this kernel are pointed to.
     pub fn bind(addr: &str, opts: &PubSubOptions) -> Result<Publisher> {
         opts.validate_publisher()?;
         let parsed = Address::parse(addr)?;
-        if !matches!(parsed, Address::Shm { .. }) {
-            return Err(Error::new(
-                ErrorKind::InvalidAddress,
-                format!("publish/subscribe supports shm: addresses only, not {addr}"),
-            ));
+        let ctx = |e: Error| e.context(format_args!("bind {addr}"));
+        let (shm, plan) = match parsed {
+            Address::Shm { .. } => (parsed, None),
+            Address::Ux(_) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidAddress,
+                    format!("publish/subscribe does not serve ux: addresses ({addr})"),
+                ))
+            }
+            _ => {
+                let plan = super::fanout::plan(&parsed, opts).map_err(ctx)?;
+                (plan.shm.clone(), Some(plan))
+            }
+        };
+        let (topic, stop, control) = super::control::start(&shm, opts).map_err(ctx)?;
+        let mut publisher = Publisher {
+            ring: topic.ring(),
+            topic,
+            next: 0,
+            nonblocking: false,
+            closed: false,
+            stop: Some(stop),
+            control: Some(control),
+            net: None,
+            events: Vec::new(),
+            loaned: false,
+        };
+        if let Some(plan) = plan {
+            publisher.net = Some(super::fanout::spawn(plan, publisher.topic.clone()).map_err(ctx)?);
         }
-        super::control::start(&parsed, opts)
-            .map(|(topic, stop, control)| Publisher {
-                ring: topic.ring(),
-                topic,
-                next: 0,
-                nonblocking: false,
-                closed: false,
-                stop: Some(stop),
-                control: Some(control),
-                events: Vec::new(),
-                loaned: false,
-            })
-            .map_err(|e| e.context(format_args!("bind {addr}")))
+        Ok(publisher)
     }
 
     #[inline]
@@ -552,6 +587,7 @@ impl Publisher {
     /// Every subscriber now, with its lag and the losses it reports.
     pub fn subscribers(&self) -> Vec<SubscriberInfo> {
         let table = self.topic.lock();
+        let remotes = self.topic.remotes();
         table
             .subs
             .iter()
@@ -567,6 +603,7 @@ impl Publisher {
                     uid: sub.cred.uid,
                     lag: self.next - cursor,
                     missed: page.missed().min(self.next),
+                    remote: remotes.get(&slot).copied(),
                 })
             })
             .collect()
@@ -599,9 +636,12 @@ impl Publisher {
         self.topic.policy
     }
 
-    /// The bound address.
+    /// The bound address (for `tcp:HOST:0`, with the port chosen).
     pub fn local_addr(&self) -> String {
-        self.topic.addr.clone()
+        match &self.net {
+            Some(net) => net.addr.clone(),
+            None => self.topic.addr.clone(),
+        }
     }
 
     /// Closes the topic gracefully: every subscriber receives what was published, then
@@ -619,6 +659,10 @@ impl Publisher {
         self.closed = true;
         // After the last message; every subscriber sees it before its socket closes.
         self.ring.close();
+        // Remote subscribers get the rest and their FIN (bounded by the stall timeout).
+        if let Some(mut net) = self.net.take() {
+            net.finish();
+        }
         drop(self.stop.take()); // stops the control thread, which removes the socket file
         if let Some(control) = self.control.take() {
             let _ = control.join();
