@@ -79,7 +79,7 @@ pub(crate) struct NetPlan {
     pub listener: Box<dyn ListenerOps>,
     /// The public address.
     pub addr: String,
-    /// The topic's rendezvous socket.
+    /// The topic's rendezvous socket (local and `auto:` subscribers).
     pub shm: Address,
     /// Its file name in the rendezvous directory and full path, offered to `auto:`
     /// subscribers on this kernel; `None` for `tcp:` and `tls:` topics.
@@ -144,7 +144,6 @@ pub(crate) fn spawn(plan: NetPlan, topic: Arc<Topic>) -> Result<NetSide> {
     let mut fanout = Fanout {
         listener: Some(plan.listener),
         topic,
-        shm: plan.shm,
         shm_text,
         local: plan.local,
         boot_id: auto::boot_id(),
@@ -206,7 +205,7 @@ enum Turn {
 struct Fanout {
     listener: Option<Box<dyn ListenerOps>>,
     topic: Arc<Topic>,
-    shm: Address,
+    /// The topic's address, for errors.
     shm_text: String,
     local: Option<(String, String)>,
     boot_id: Vec<u8>,
@@ -473,7 +472,7 @@ impl Fanout {
         if history != u64::MAX {
             ring_opts = ring_opts.history(history);
         }
-        let mut sub = match ShmSubscriber::connect(&self.shm, &self.shm_text, &ring_opts) {
+        let mut sub = match self.join_ring(&ring_opts) {
             Ok(sub) => sub,
             Err(e) => {
                 let code = if e.kind() == ErrorKind::ConnectionRefused {
@@ -505,6 +504,16 @@ impl Fanout {
         r.state = State::Streaming(Box::new(sub));
         r.progress = Instant::now();
         self.stream(id, r)
+    }
+
+    /// Joins the ring as a new reader, over a socket pair handed to the control thread.
+    fn join_ring(&self, opts: &PubSubOptions) -> Result<ShmSubscriber> {
+        let ctx = |e| Error::io("join the ring", e);
+        let (ours, theirs) = socket::seqpacket_pair().map_err(ctx)?;
+        socket::send_with_fds(self.topic.inject.0.as_fd(), &[0], &[theirs.as_raw_fd()])
+            .map_err(ctx)?;
+        drop(theirs);
+        ShmSubscriber::connect_on(ours, &self.shm_text, opts)
     }
 
     /// Forwards up to [`BATCH`] messages from the ring reader to the connection.

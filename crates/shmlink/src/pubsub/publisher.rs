@@ -123,6 +123,11 @@ pub(crate) struct Topic {
     pub changed: (OwnedFd, OwnedFd),
     /// The network peers of the subscribers the fan-out thread reads for, by slot.
     pub remotes: Mutex<HashMap<usize, SocketAddr>>,
+    /// A socket pair to the control thread: the fan-out thread passes one end of a new
+    /// pair over `inject.0` (`SCM_RIGHTS`) and subscribes on the other, so its ring
+    /// readers join without the rendezvous socket file (which `auto:` tests or an
+    /// operator may remove).
+    pub inject: (OwnedFd, OwnedFd),
 }
 
 impl Topic {

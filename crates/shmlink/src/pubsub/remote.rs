@@ -98,7 +98,7 @@ pub(crate) fn connect(parsed: &Address, addr: &str, opts: &PubSubOptions) -> Res
         };
         conn.send(&request.encode(), true)?;
         wait_readable(&mut *conn, deadline)?;
-        let answer = Record::parse(conn.current(), 0);
+        let answer = Record::parse(conn.current(), usize::MAX);
         let next = match answer {
             Ok(Record::Welcome {
                 policy,

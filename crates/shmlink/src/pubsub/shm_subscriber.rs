@@ -69,6 +69,18 @@ impl ShmSubscriber {
             .map_err(|e| e.context(format_args!("subscribe {addr}")))
     }
 
+    /// Subscribes over `sock`, a socket already connected to the topic's control thread
+    /// (the fan-out's ring readers); `addr` names the topic in errors.
+    pub(crate) fn connect_on(
+        sock: OwnedFd,
+        addr: &str,
+        opts: &PubSubOptions,
+    ) -> Result<ShmSubscriber> {
+        let deadline = Instant::now() + opts.base.connect_timeout;
+        ShmSubscriber::handshake_on(sock, addr, opts, deadline)
+            .map_err(|e| e.context(format_args!("subscribe {addr}")))
+    }
+
     fn handshake(parsed: &Address, addr: &str, opts: &PubSubOptions) -> Result<ShmSubscriber> {
         let deadline = Instant::now() + opts.base.connect_timeout;
         let sock = socket::connect(socket_of(parsed), deadline).map_err(|e| match e.kind() {
@@ -82,6 +94,15 @@ impl ShmSubscriber {
             ),
             _ => Error::io("rendezvous socket", e),
         })?;
+        ShmSubscriber::handshake_on(sock, addr, opts, deadline)
+    }
+
+    fn handshake_on(
+        sock: OwnedFd,
+        addr: &str,
+        opts: &PubSubOptions,
+        deadline: Instant,
+    ) -> Result<ShmSubscriber> {
         let req = Packet::Subscribe(Subscribe {
             features: 0,
             history: opts.subscriber_history(),
