@@ -220,6 +220,45 @@ pub struct SubscriberInfo {
 /// publisher's fd becomes readable when it may try again); with [`Policy::Overwrite`]
 /// it never waits.
 ///
+/// # Remote subscribers
+///
+/// A publisher bound at `tcp:`, `tls:` (TLS settings in [`PubSubOptions::options`](crate::PubSubOptions::options)) or
+/// `auto:` still creates the ring — the publishing path does not change — and also a
+/// framed listener whose hello announces a topic (a point-to-point
+/// [`Connection`](crate::Connection) that reaches it, or a subscriber that reaches a
+/// plain [`Listener`](crate::Listener), fails at once with
+/// [`ErrorKind::ProtocolViolation`](crate::ErrorKind::ProtocolViolation)). A fan-out
+/// thread joins the ring once per remote subscriber, as an ordinary reader with a cursor
+/// page, and forwards its messages on that subscriber's connection:
+///
+/// - `block`: a message leaves the ring (the reader's cursor advances) only once the
+///   connection accepted it, so a slow remote slows the publisher through TCP flow
+///   control, and one that stalls is detached after the stall timeout and then told so
+///   ([`ErrorKind::Detached`](crate::ErrorKind::Detached)) after what it was already sent
+///   — or reset, if it takes nothing for another stall timeout.
+/// - `overwrite`: a remote whose socket stays full loses messages in the ring like a
+///   local one and learns the exact count ([`ErrorKind::Lagged`](crate::ErrorKind::Lagged)).
+/// - The publisher's death resets every remote
+///   ([`ErrorKind::ConnectionReset`](crate::ErrorKind::ConnectionReset)); `close`
+///   delivers what was published, then end of stream, waiting for each remote until it
+///   takes nothing for the stall timeout.
+/// - An `auto:` subscriber on the publisher's kernel (same boot id) is pointed to the
+///   topic's rendezvous socket (`topic-PORT-RANDOM.sock` in the rendezvous directory) and
+///   subscribes there over shared memory, with the usual credential check; when that
+///   fails it stays on the network ([`Subscriber::transport`](crate::Subscriber::transport) tells which).
+///
+/// Limits: one thread serves every remote (at most 256 messages per remote per turn);
+/// remote subscribers count against the 128 subscribers of the topic; a remote receives
+/// copies (`recv_ref` lends from a buffer of the subscriber's); its
+/// [`SubscriberStats::lag`](crate::SubscriberStats::lag) is 0 (not known on its side), and [`SubscriberInfo`] shows it
+/// with the publisher's own pid and uid and its network address. A publisher's hello
+/// announces at least 4.5 KiB (the largest control record), whatever `max_msg_size`.
+/// The `auto:` socket offered on the same kernel is found by name; unlike the
+/// point-to-point `auto:` upgrade there is no proof that the socket found belongs to the
+/// publisher reached over TCP (a different publisher's socket of the same random name
+/// in a shared directory would be subscribed to).
+///
+///
 /// ```
 /// # std::env::set_var("SHMLINK_DIR", std::env::temp_dir().join(format!("shmlink-doc-{}", std::process::id())));
 /// use std::time::Duration;
@@ -270,8 +309,8 @@ impl Publisher {
     ///   [`Listener::bind`](crate::Listener::bind)): its rendezvous socket;
     /// - `tcp:HOST:PORT`, `tls:HOST:PORT` (TLS settings in the
     ///   [`Options`](crate::Options) of `opts`) or `auto:HOST:PORT`: a listener for
-    ///   remote subscribers, served by a fan-out thread (see the
-    ///   [module docs](crate::pubsub)), and a rendezvous socket named
+    ///   remote subscribers, served by a fan-out thread (see
+    ///   [Remote subscribers](Publisher#remote-subscribers)), and a rendezvous socket named
     ///   `topic-PORT-RANDOM.sock` in the rendezvous directory, which `auto:`
     ///   subscribers on this kernel are pointed to.
     pub fn bind(addr: &str, opts: &PubSubOptions) -> Result<Publisher> {

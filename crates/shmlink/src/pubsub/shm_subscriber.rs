@@ -280,11 +280,11 @@ impl ShmSubscriber {
     }
 
     /// Receives the next message and lends it in place, in the shared ring; it is
-    /// consumed when the [`Sample`] drops.
+    /// consumed when the [`ShmSample`] drops.
     ///
     /// Under [`Policy::Block`] the publisher does not reuse the slot before then (unless
     /// it detaches this subscriber). Under [`Policy::Overwrite`] it may overwrite it at
-    /// any time: check [`Sample::intact`] after using the bytes, or use [`recv`], which
+    /// any time: check [`ShmSample::intact`] after using the bytes, or use [`recv`], which
     /// checks for you.
     ///
     /// [`recv`]: ShmSubscriber::recv
