@@ -227,19 +227,19 @@ pub struct SubscriberInfo {
 /// framed listener whose hello announces a topic (a point-to-point
 /// [`Connection`](crate::Connection) that reaches it, or a subscriber that reaches a
 /// plain [`Listener`](crate::Listener), fails at once with
-/// [`ErrorKind::ProtocolViolation`](crate::ErrorKind::ProtocolViolation)). A fan-out
+/// [`ErrorKind::ProtocolViolation`]). A fan-out
 /// thread joins the ring once per remote subscriber, as an ordinary reader with a cursor
 /// page, and forwards its messages on that subscriber's connection:
 ///
 /// - `block`: a message leaves the ring (the reader's cursor advances) only once the
 ///   connection accepted it, so a slow remote slows the publisher through TCP flow
 ///   control, and one that stalls is detached after the stall timeout and then told so
-///   ([`ErrorKind::Detached`](crate::ErrorKind::Detached)) after what it was already sent
+///   ([`ErrorKind::Detached`]) after what it was already sent
 ///   — or reset, if it takes nothing for another stall timeout.
 /// - `overwrite`: a remote whose socket stays full loses messages in the ring like a
-///   local one and learns the exact count ([`ErrorKind::Lagged`](crate::ErrorKind::Lagged)).
+///   local one and learns the exact count ([`ErrorKind::Lagged`]).
 /// - The publisher's death resets every remote
-///   ([`ErrorKind::ConnectionReset`](crate::ErrorKind::ConnectionReset)); `close`
+///   ([`ErrorKind::ConnectionReset`]); `close`
 ///   delivers what was published, then end of stream, waiting for each remote until it
 ///   takes nothing for the stall timeout.
 /// - An `auto:` subscriber on the publisher's kernel (same boot id) is pointed to the
