@@ -228,6 +228,57 @@ fn killed_remote_subscriber_frees_the_publisher() {
     });
 }
 
+/// Under `block`, a remote subscriber that stops reading is detached after the stall
+/// timeout (its socket and then the ring full); when it reads again it gets every
+/// message that was sent to it, then `Detached`; it may subscribe again. The other
+/// subscriber loses nothing.
+#[test]
+fn stalled_remote_subscriber_is_detached_and_may_resubscribe() {
+    run("tcp stall", || {
+        let opts = PubSubOptions::default()
+            .slots(16)
+            .max_msg_size(64)
+            .stall_timeout(Duration::from_millis(500));
+        let mut publisher = Publisher::bind(TCP, &opts).unwrap();
+        let addr = publisher.local_addr();
+        let mut reader = ChildProc::spawn("reader", &addr, "");
+        let mut stalled = ChildProc::spawn("stall", &addr, "");
+        publisher.wait_for_subscribers(2, WAIT).unwrap();
+        let deadline = Instant::now() + WAIT;
+        let mut seq = 0;
+        while publisher.stats().detached == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "not detached after {seq} messages"
+            );
+            for _ in 0..256 {
+                publish(&mut publisher, seq);
+                seq += 1;
+            }
+        }
+        eprintln!("stalled remote detached after {seq} messages");
+        stalled.say("go");
+        assert_eq!(stalled.report("detached"), "error=Detached");
+        publisher.wait_for_subscribers(2, WAIT).unwrap();
+        let rejoined_at = seq;
+        for _ in 0..1000 {
+            publish(&mut publisher, seq);
+            seq += 1;
+        }
+        publisher.close().unwrap();
+        assert_eq!(
+            reader.report("result"),
+            format!("first=0 received={seq} error=EndOfStream")
+        );
+        assert_eq!(
+            stalled.report("result"),
+            format!("first={rejoined_at} received=1000 error=EndOfStream")
+        );
+        reader.expect_success();
+        stalled.expect_success();
+    });
+}
+
 /// Publishes message `seq` (the publisher may be non-blocking).
 fn try_publish(p: &mut Publisher, seq: u64) -> Result<(), ErrorKind> {
     let mut loan = p.loan(msg_len(seq)).map_err(|e| e.kind())?;

@@ -155,10 +155,14 @@ pub fn child_main() {
             let mut sub = connect();
             wait_for_go();
             let mut buf = [0u8; 64];
+            let mut next = None;
             let err = loop {
                 match sub.recv(&mut buf) {
                     Ok(n) => {
-                        check(&buf[..n]);
+                        // Whatever arrives before the detachment is consecutive.
+                        let seq = check(&buf[..n]);
+                        assert_eq!(seq, next.unwrap_or(seq), "lost before detachment");
+                        next = Some(seq + 1);
                     }
                     Err(e) => break e,
                 }
