@@ -303,6 +303,8 @@ impl Fanout {
         if let Some(l) = self.listener.take() {
             let _ = self.epoll.delete(l.fd().as_raw_fd());
         }
+        // Every reader finds the end of the ring now, without waiting for the tick.
+        self.again.extend(self.remotes.keys().copied());
     }
 
     /// Takes the connections the listener has completed (bounded per call).
@@ -414,7 +416,10 @@ impl Fanout {
         }
         match r.conn.recv_next(false) {
             Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(Turn::Keep { more: false }),
+            // A closing topic does not wait for requests.
+            Err(e) if e.kind() == ErrorKind::WouldBlock && !self.closing => {
+                return Ok(Turn::Keep { more: false })
+            }
             Err(_) => return Ok(Turn::Abort),
         }
         let (version, flags, history, max_msg, same_kernel) =

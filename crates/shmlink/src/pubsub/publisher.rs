@@ -690,7 +690,8 @@ impl Publisher {
 
     /// Closes the topic gracefully: every subscriber receives what was published, then
     /// [`ErrorKind::EndOfStream`]; the address is free again. Dropping the publisher
-    /// closes it too.
+    /// closes it too. Remote subscribers are waited for until their connections took
+    /// everything; one that takes nothing for the stall timeout is reset instead.
     pub fn close(mut self) -> Result<()> {
         self.shutdown();
         Ok(())
