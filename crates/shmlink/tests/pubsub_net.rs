@@ -91,7 +91,7 @@ fn overwrite_slow_remote_subscriber_reports_exactly_what_it_missed() {
             .policy(Policy::Overwrite);
         let mut publisher = Publisher::bind(TCP, &opts).unwrap();
         let addr = publisher.local_addr();
-        let mut slow = ChildProc::spawn("slow", &addr, "4");
+        let mut slow = ChildProc::spawn("slow", &addr, "32");
         publisher.wait_for_subscribers(1, WAIT).unwrap();
         let slow_slot = publisher.subscribers()[0].slot;
         let mut fast: Vec<_> = (0..2)
@@ -464,6 +464,38 @@ fn auto_subscriber_picks_shm_locally_and_tcp_otherwise() {
         for sub in [&mut local, &mut remote] {
             assert_eq!(read_all(sub), "first=0 received=100 error=EndOfStream");
         }
+    });
+}
+
+/// Late remote joiners replay the history they ask for; refusals (a topic full, messages
+/// larger than the subscriber accepts) carry their reason over the network.
+#[test]
+fn remote_history_and_refusals() {
+    run("history and refusals", || {
+        let opts = PubSubOptions::default()
+            .slots(64)
+            .max_msg_size(64)
+            .history(10)
+            .max_subscribers(2);
+        let mut publisher = Publisher::bind(TCP, &opts).unwrap();
+        let addr = publisher.local_addr();
+        for seq in 0..20 {
+            publish(&mut publisher, seq);
+        }
+        let mut all = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
+        assert_eq!(all.position(), 10);
+        let mut three = Subscriber::connect(&addr, &PubSubOptions::default().history(3)).unwrap();
+        assert_eq!(three.position(), 17);
+        let e = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+        assert!(e.to_string().contains("maximum of 2"), "{e}");
+        drop(three);
+        assert!(common::wait_until(WAIT, || publisher.subscriber_count() == 1));
+        let e = Subscriber::connect(&addr, &PubSubOptions::default().max_msg_size(16)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains("up to 64 bytes"), "{e}");
+        publisher.close().unwrap();
+        assert_eq!(read_all(&mut all), "first=10 received=10 error=EndOfStream");
     });
 }
 
