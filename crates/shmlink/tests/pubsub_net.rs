@@ -484,7 +484,7 @@ fn remote_history_and_refusals() {
         }
         let mut all = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
         assert_eq!(all.position(), 10);
-        let mut three = Subscriber::connect(&addr, &PubSubOptions::default().history(3)).unwrap();
+        let three = Subscriber::connect(&addr, &PubSubOptions::default().history(3)).unwrap();
         assert_eq!(three.position(), 17);
         let e = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
