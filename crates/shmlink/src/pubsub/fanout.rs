@@ -21,6 +21,10 @@
 //! - **End**: when the publisher closes, each remote gets what was published, then the
 //!   connection's FIN; [`Publisher::close`](crate::Publisher::close) waits for that,
 //!   aborting a remote that takes nothing for the stall timeout.
+//! - **Limits**: one `send` per message and remote (no batching of small messages into
+//!   one write), plus one copy into a record buffer; at most [`MAX_HANDSHAKES`] clients
+//!   between connect and request; the thread wakes every [`TICK`] while it serves
+//!   anyone, to look at readers parked on a doorbell and at remotes whose socket is full.
 //! - **`auto:`**: a subscriber on this kernel is told where the rendezvous socket is
 //!   (`Local`) and attaches over shared memory instead, or asks again to stay here.
 
@@ -49,6 +53,10 @@ pub(crate) const BATCH: usize = 256;
 /// a doorbell (see `RECHECK` in the shared-memory subscriber), and remotes whose socket
 /// is full (were they detached? are they past their deadline?).
 const TICK: Duration = Duration::from_millis(100);
+
+/// Most remotes in their handshake at once; beyond that the oldest is dropped, so that
+/// clients which never send their request cannot pile up.
+const MAX_HANDSHAKES: usize = 128;
 
 const LISTEN_TOKEN: u64 = u64::MAX;
 const STOP_TOKEN: u64 = u64::MAX - 1;
@@ -309,14 +317,15 @@ impl Fanout {
 
     /// Takes the connections the listener has completed (bounded per call).
     fn accept(&mut self) {
-        let Some(listener) = self.listener.as_mut() else {
-            return;
-        };
         for _ in 0..16 {
+            let Some(listener) = self.listener.as_mut() else {
+                return;
+            };
             let conn = match listener.accept(false) {
                 Ok(a) => a.conn,
                 Err(_) => return, // WouldBlock, or one client's failure: nobody to serve
             };
+            self.limit_handshakes();
             let id = self.next_id;
             self.next_id += 1;
             if self
@@ -341,6 +350,22 @@ impl Fanout {
                 },
             );
             self.again.push(id);
+        }
+    }
+
+    /// Drops the oldest remote in its handshake if [`MAX_HANDSHAKES`] are.
+    fn limit_handshakes(&mut self) {
+        let waiting = self
+            .remotes
+            .iter()
+            .filter(|(_, r)| matches!(r.state, State::Handshake));
+        if waiting.clone().count() < MAX_HANDSHAKES {
+            return;
+        }
+        if let Some(id) = waiting.min_by_key(|(_, r)| r.since).map(|(&id, _)| id) {
+            if let Some(mut r) = self.remotes.remove(&id) {
+                self.forget(&mut r);
+            }
         }
     }
 
