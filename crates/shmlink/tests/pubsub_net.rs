@@ -396,6 +396,68 @@ fn graceful_close_is_end_of_stream_after_the_last_message() {
     });
 }
 
+/// `close` waits for remotes to take what they are owed, but not for one that takes
+/// nothing: after the stall timeout it is reset, and `close` returns; the others got
+/// everything.
+#[test]
+fn close_is_bounded_by_a_stuck_remote() {
+    run("tcp close with a stuck remote", || {
+        let slots = 64;
+        let opts = PubSubOptions::default()
+            .slots(slots)
+            .max_msg_size(64)
+            .policy(Policy::Overwrite)
+            .stall_timeout(Duration::from_millis(500));
+        let mut publisher = Publisher::bind(TCP, &opts).unwrap();
+        let addr = publisher.local_addr();
+        let mut idle = ChildProc::spawn("idle", &addr, "");
+        publisher.wait_for_subscribers(1, WAIT).unwrap();
+        let idle_slot = publisher.subscribers()[0].slot;
+        let mut reader = ChildProc::spawn("reader", &addr, "");
+        publisher.wait_for_subscribers(2, WAIT).unwrap();
+        // Publish until the idle one's socket is full (loopback buffers took about
+        // 90,000 of these messages in `killed_remote_subscriber_frees_the_publisher`)
+        // and its ring reader overtaken.
+        let deadline = Instant::now() + WAIT;
+        let mut seq = 0;
+        loop {
+            let subs = publisher.subscribers();
+            if seq >= 300_000 && subs.iter().any(|s| s.slot == idle_slot && s.missed > 0) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "idle remote never overtaken");
+            if subs
+                .iter()
+                .any(|s| s.slot != idle_slot && s.lag > slots as u64 / 2)
+            {
+                std::thread::yield_now();
+                continue;
+            }
+            for _ in 0..16 {
+                publish(&mut publisher, seq);
+                seq += 1;
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let closing = Instant::now();
+        std::thread::spawn(move || tx.send(publisher.close()).unwrap());
+        rx.recv_timeout(WAIT)
+            .expect("close did not return")
+            .unwrap();
+        eprintln!(
+            "close with a stuck remote returned after {:?} (stall timeout 500 ms)",
+            closing.elapsed()
+        );
+        assert_eq!(
+            reader.report("result"),
+            format!("first=0 received={seq} error=EndOfStream")
+        );
+        reader.expect_success();
+        idle.sigkill();
+        idle.expect_killed();
+    });
+}
+
 /// One topic bound at `auto:`: two subscriber processes attach over shared memory, two
 /// over `tcp:` (the same port); all four receive everything.
 #[test]
