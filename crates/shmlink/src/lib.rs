@@ -13,7 +13,8 @@
 //! [`Publisher`] and [`Subscriber`] add publish/subscribe over shared memory: one write
 //! per message whatever the number of subscribers, a lossless ([`Policy::Block`]) or
 //! lossy ([`Policy::Overwrite`]) policy, late joiners with history, options in
-//! [`PubSubOptions`] (an example is on [`Publisher`]).
+//! [`PubSubOptions`] (an example is on [`Publisher`]). A topic bound at `tcp:`, `tls:`
+//! or `auto:` also serves remote subscribers, from the same ring.
 //!
 //! On `shm:` sending and receiving between awake peers touches only shared memory; system
 //! calls happen only to sleep and to wake a sleeper. Every connection exposes one fd for

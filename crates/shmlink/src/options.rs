@@ -219,6 +219,20 @@ pub struct Options {
     pub(crate) allow_gids: Vec<u32>,
     pub(crate) dir_mode: u32,
     pub(crate) tls: TlsOptions,
+    /// What a framed listener serves or a framed client expects (set by pub/sub only).
+    pub(crate) role: Role,
+}
+
+/// What a framed endpoint is, announced in its hello so that a point-to-point peer and a
+/// publish/subscribe peer that meet refuse each other with a clear error.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A [`Connection`](crate::Connection) or [`Listener`](crate::Listener).
+    #[default]
+    Connection = 0,
+    /// A publish/subscribe topic: a [`Publisher`](crate::Publisher) or
+    /// [`Subscriber`](crate::Subscriber).
+    Topic = 1,
 }
 
 impl Default for Options {
@@ -233,6 +247,7 @@ impl Default for Options {
             allow_gids: Vec::new(),
             dir_mode: 0o700,
             tls: TlsOptions::default(),
+            role: Role::Connection,
         }
     }
 }

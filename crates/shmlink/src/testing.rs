@@ -220,9 +220,11 @@ pub fn segment_memfd(ring_size: usize) -> Result<OwnedFd> {
 }
 
 /// Fuzz entry point: the handshake parsers (`shm:` packets, `ls` status answers included,
-/// and `auto:` negotiation messages) must reject or accept any bytes without panicking,
-/// and what they accept must survive a round trip.
+/// `auto:` negotiation messages, and the records of a topic served over the network)
+/// must reject or accept any bytes without panicking, and what they accept must survive
+/// a round trip.
 pub fn fuzz_handshake(data: &[u8]) {
+    crate::pubsub::wire::fuzz_records(data);
     if let Ok(m) = AutoMsg::decode(data) {
         assert_eq!(
             AutoMsg::decode(&m.encode()).expect("re-encoded message parses"),
@@ -318,7 +320,7 @@ use crate::pubsub::handshake::{
 };
 use crate::pubsub::ring::{Geometry, PAYLOAD_OFFSET};
 use crate::pubsub::segment::{BellSegment, CursorSegment, TopicSegment};
-use crate::pubsub::subscriber::Subscriber as PubSubscriber;
+use crate::pubsub::shm_subscriber::ShmSubscriber as PubSubscriber;
 use crate::pubsub::Policy;
 use crate::sys::memfd::Region;
 

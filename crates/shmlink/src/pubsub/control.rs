@@ -34,6 +34,7 @@ use crate::transport::shm::{bind_rendezvous, check_cred, remove_socket_file, Soc
 
 const LISTEN_TOKEN: u64 = u64::MAX;
 const STOP_TOKEN: u64 = u64::MAX - 1;
+const INJECT_TOKEN: u64 = u64::MAX - 2;
 const PENDING_BIT: u64 = 1 << 63;
 /// Most clients that may sit between connect and their request at once; the oldest is
 /// dropped beyond this, so a flood of silent clients cannot exhaust descriptors.
@@ -88,6 +89,10 @@ pub(crate) fn start(
     ctl_epoll
         .add(stop.as_raw_fd(), libc::EPOLLIN as u32, STOP_TOKEN)
         .map_err(ctl_err)?;
+    let inject = socket::seqpacket_pair().map_err(|e| Error::io("socketpair", e))?;
+    ctl_epoll
+        .add(inject.1.as_raw_fd(), libc::EPOLLIN as u32, INJECT_TOKEN)
+        .map_err(ctl_err)?;
     let topic = Arc::new(Topic {
         addr: addr.to_string(),
         opts: opts.clone(),
@@ -113,6 +118,8 @@ pub(crate) fn start(
         ctl_epoll,
         timer,
         changed,
+        remotes: Mutex::new(std::collections::HashMap::new()),
+        inject,
     });
     let mut control = Control {
         topic: topic.clone(),
@@ -146,6 +153,7 @@ impl Control {
                         return;
                     }
                     LISTEN_TOKEN => self.accept_backlog(),
+                    INJECT_TOKEN => self.take_injected(),
                     t if t & PENDING_BIT != 0 => self.pending_ready((t & !PENDING_BIT) as i32),
                     t => {
                         // A subscriber's socket hung up (the only events asked for).
@@ -172,22 +180,41 @@ impl Control {
 
     fn accept_backlog(&mut self) {
         while let Ok(Some(sock)) = socket::accept(self.listen.as_fd()) {
-            if self.pending.len() >= MAX_PENDING {
-                let old = self.pending.remove(0);
-                let _ = self.topic.ctl_epoll.delete(old.sock.as_raw_fd());
+            self.add_pending(sock);
+        }
+    }
+
+    /// Takes the sockets the fan-out thread passed in (one end of a socket pair each,
+    /// whose other end runs the subscriber handshake in this process): they join like
+    /// accepted clients, without the rendezvous socket file.
+    fn take_injected(&mut self) {
+        for _ in 0..16 {
+            let mut buf = [0u8; 8];
+            let mut fds = Vec::new();
+            match socket::recv_with_fds(self.topic.inject.1.as_fd(), &mut buf, &mut fds) {
+                Ok(n) if n > 0 => fds.into_iter().for_each(|fd| self.add_pending(fd)),
+                _ => return,
             }
-            let fd = sock.as_raw_fd();
-            if self
-                .topic
-                .ctl_epoll
-                .add(fd, libc::EPOLLIN as u32, PENDING_BIT | fd as u64)
-                .is_ok()
-            {
-                self.pending.push(Pending {
-                    sock,
-                    deadline: Instant::now() + self.topic.opts.base.handshake_timeout,
-                });
-            }
+        }
+    }
+
+    /// A client between connect and its request.
+    fn add_pending(&mut self, sock: OwnedFd) {
+        if self.pending.len() >= MAX_PENDING {
+            let old = self.pending.remove(0);
+            let _ = self.topic.ctl_epoll.delete(old.sock.as_raw_fd());
+        }
+        let fd = sock.as_raw_fd();
+        if self
+            .topic
+            .ctl_epoll
+            .add(fd, libc::EPOLLIN as u32, PENDING_BIT | fd as u64)
+            .is_ok()
+        {
+            self.pending.push(Pending {
+                sock,
+                deadline: Instant::now() + self.topic.opts.base.handshake_timeout,
+            });
         }
     }
 

@@ -1,6 +1,8 @@
-//! Publish/subscribe over shared memory (DESIGN §7): one [`Publisher`] writes each
-//! message once into a broadcast ring; any number of [`Subscriber`]s (up to 128), in
-//! other processes, read it in place with their own cursors.
+//! Publish/subscribe over shared memory (DESIGN §7), with remote subscribers over
+//! `tcp:`, `tls:` and `auto:`: one [`Publisher`] writes each message once into a
+//! broadcast ring; any number of [`Subscriber`]s (up to 128), in other processes, read
+//! it in place with their own cursors — or, on other hosts, receive it from the
+//! publisher's fan-out thread, which reads the same ring for them.
 //!
 //! ```text
 //!             ┌──────────── topic memfd (subscribers: read-only) ────────────┐
@@ -10,10 +12,11 @@
 //! Subscriber ──────┘ + a Unix socket to the publisher: doorbells both ways, liveness
 //! ```
 //!
-//! - **Addresses** are `shm:` addresses, resolved like a [`Listener`](crate::Listener)'s:
+//! - **Addresses**: `shm:` addresses are resolved like a [`Listener`](crate::Listener)'s:
 //!   the publisher binds a `SOCK_SEQPACKET` rendezvous socket there, with the same
 //!   access rules (same uid or root, plus [`Options::allow_uids`] /
-//!   [`Options::allow_gids`], checked with `SO_PEERCRED`).
+//!   [`Options::allow_gids`], checked with `SO_PEERCRED`). `tcp:HOST:PORT`,
+//!   `tls:HOST:PORT` and `auto:HOST:PORT` bind a network listener as well (below).
 //! - **One write per message**: the publisher's cost does not grow with the number of
 //!   subscribers. It reads subscribers' cursors only when the ring looks full (the
 //!   cached minimum says so) and wakes only subscribers that announced sleep.
@@ -31,19 +34,26 @@
 //!   hostile subscriber cannot change what the others read, and every value a
 //!   subscriber reads from shared memory is validated.
 //!
-//! Only `shm:` is served so far; a TCP fan-out for remote subscribers can join later as
-//! another reader of the same ring, without changing the publishing path.
+//! # Over the network
+//!
+//! See [`Publisher`]'s docs ("Remote subscribers"): a fan-out thread ([`fanout`])
+//! reads the ring once per remote subscriber and forwards the messages as records
+//! ([`wire`]) on framed connections; [`remote`] is the subscriber's side.
 //!
 //! [`Options::allow_uids`]: crate::Options::allow_uids
 //! [`Options::allow_gids`]: crate::Options::allow_gids
 
 mod control;
+mod fanout;
 pub(crate) mod handshake;
 mod options;
 mod publisher;
+mod remote;
 pub(crate) mod ring;
 pub(crate) mod segment;
+pub(crate) mod shm_subscriber;
 pub(crate) mod subscriber;
+pub(crate) mod wire;
 
 #[cfg(all(test, loom))]
 mod loom_model;

@@ -20,12 +20,15 @@
 //! what the publisher may overwrite, or the publisher sees the lowered minimum and
 //! rescans before overwriting (Dekker's pattern; see [`super::control`]).
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::fanout::NetSide;
 use super::options::{Policy, PubSubOptions};
 use super::ring::{Geometry, Ring, MAX_SUBSCRIBERS};
 use super::segment::{BellSegment, CursorSegment, TopicSegment};
@@ -118,11 +121,23 @@ pub(crate) struct Topic {
     /// A byte on `changed.0` makes `changed.1` (in the publisher's set) readable: a
     /// subscriber left the table, so a publisher waiting for it may go on.
     pub changed: (OwnedFd, OwnedFd),
+    /// The network peers of the subscribers the fan-out thread reads for, by slot.
+    pub remotes: Mutex<HashMap<usize, SocketAddr>>,
+    /// A socket pair to the control thread: the fan-out thread passes one end of a new
+    /// pair over `inject.0` (`SCM_RIGHTS`) and subscribes on the other, so its ring
+    /// readers join without the rendezvous socket file (which `auto:` tests or an
+    /// operator may remove).
+    pub inject: (OwnedFd, OwnedFd),
 }
 
 impl Topic {
     pub fn ring(&self) -> Ring {
         self.seg.ring()
+    }
+
+    /// Locks the map of remote subscribers' peers.
+    pub fn remotes(&self) -> MutexGuard<'_, HashMap<usize, SocketAddr>> {
+        self.remotes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Locks the table (a panic elsewhere does not make the table unusable: every
@@ -190,6 +205,9 @@ pub struct SubscriberInfo {
     pub lag: u64,
     /// Messages it lost to overwriting (`overwrite` policy), as it reports them.
     pub missed: u64,
+    /// For a subscriber over `tcp:`/`tls:`/`auto:`, its network address (its `pid` and
+    /// `uid` are then the publisher's own: the fan-out thread reads for it).
+    pub remote: Option<SocketAddr>,
 }
 
 /// The publishing end of a topic.
@@ -201,6 +219,47 @@ pub struct SubscriberInfo {
 /// subscriber (or, in non-blocking mode, fail with [`ErrorKind::WouldBlock`]; the
 /// publisher's fd becomes readable when it may try again); with [`Policy::Overwrite`]
 /// it never waits.
+///
+/// # Remote subscribers
+///
+/// A publisher bound at `tcp:`, `tls:` (TLS settings in [`PubSubOptions::options`](crate::PubSubOptions::options)) or
+/// `auto:` still creates the ring — the publishing path does not change — and also a
+/// framed listener whose hello announces a topic (a point-to-point
+/// [`Connection`](crate::Connection) that reaches it, or a subscriber that reaches a
+/// plain [`Listener`](crate::Listener), fails at once with
+/// [`ErrorKind::ProtocolViolation`]). A fan-out
+/// thread joins the ring once per remote subscriber, as an ordinary reader with a cursor
+/// page, and forwards its messages on that subscriber's connection:
+///
+/// - `block`: a message leaves the ring (the reader's cursor advances) only once the
+///   connection accepted it, so a slow remote slows the publisher through TCP flow
+///   control, and one that stalls is detached after the stall timeout and then told so
+///   ([`ErrorKind::Detached`]) after what it was already sent
+///   — or reset, if it takes nothing for another stall timeout.
+/// - `overwrite`: a remote whose socket stays full loses messages in the ring like a
+///   local one and learns the exact count ([`ErrorKind::Lagged`]).
+/// - The publisher's death resets every remote
+///   ([`ErrorKind::ConnectionReset`]); `close`
+///   delivers what was published, then end of stream, waiting for each remote until it
+///   takes nothing for the stall timeout.
+/// - An `auto:` subscriber on the publisher's kernel (same boot id) is pointed to the
+///   topic's rendezvous socket (`topic-PORT-RANDOM.sock` in the rendezvous directory) and
+///   subscribes there over shared memory, with the usual credential check; when that
+///   fails it stays on the network ([`Subscriber::transport`](crate::Subscriber::transport) tells which).
+///
+/// Limits: one thread serves every remote (at most 256 messages per remote per turn);
+/// remote subscribers count against the 128 subscribers of the topic; a remote receives
+/// copies (`recv_ref` lends from a buffer of the subscriber's); its
+/// [`SubscriberStats::lag`](crate::SubscriberStats::lag) is 0 (not known on its side), and [`SubscriberInfo`] shows it
+/// with the publisher's own pid and uid and its network address; its `lag` there counts
+/// the messages not yet handed to its connection (what waits in socket buffers is not
+/// known). The fan-out makes one `send` per message and remote, without batching small
+/// messages into one write. A publisher's hello announces at least 4.5 KiB (the largest control record), whatever `max_msg_size`.
+/// The `auto:` socket offered on the same kernel is found by name; unlike the
+/// point-to-point `auto:` upgrade there is no proof that the socket found belongs to the
+/// publisher reached over TCP (a different publisher's socket of the same random name
+/// in a shared directory would be subscribed to).
+///
 ///
 /// ```
 /// # std::env::set_var("SHMLINK_DIR", std::env::temp_dir().join(format!("shmlink-doc-{}", std::process::id())));
@@ -238,36 +297,58 @@ pub struct Publisher {
     /// Write end of the control thread's stop signal: dropping it stops the thread.
     stop: Option<OwnedFd>,
     control: Option<JoinHandle<()>>,
+    /// The fan-out to remote subscribers, for a topic bound at a network address.
+    net: Option<NetSide>,
     events: Vec<(u64, u32)>,
     /// A loan is out at `next` (its slot is stamped busy).
     loaned: bool,
 }
 
 impl Publisher {
-    /// Creates the topic and binds its rendezvous socket at `addr` (`shm:NAME`,
-    /// `shm:/path.sock` or `shm:@name`, as for [`Listener::bind`](crate::Listener::bind)).
+    /// Creates the topic and binds it at `addr`:
+    ///
+    /// - `shm:NAME`, `shm:/path.sock` or `shm:@name` (as for
+    ///   [`Listener::bind`](crate::Listener::bind)): its rendezvous socket;
+    /// - `tcp:HOST:PORT`, `tls:HOST:PORT` (TLS settings in the
+    ///   [`Options`](crate::Options) of `opts`) or `auto:HOST:PORT`: a listener for
+    ///   remote subscribers, served by a fan-out thread (see
+    ///   [Remote subscribers](Publisher#remote-subscribers)), and a rendezvous socket named
+    ///   `topic-PORT-RANDOM.sock` in the rendezvous directory, which `auto:`
+    ///   subscribers on this kernel are pointed to.
     pub fn bind(addr: &str, opts: &PubSubOptions) -> Result<Publisher> {
         opts.validate_publisher()?;
         let parsed = Address::parse(addr)?;
-        if !matches!(parsed, Address::Shm { .. }) {
-            return Err(Error::new(
-                ErrorKind::InvalidAddress,
-                format!("publish/subscribe supports shm: addresses only, not {addr}"),
-            ));
+        let ctx = |e: Error| e.context(format_args!("bind {addr}"));
+        let (shm, plan) = match parsed {
+            Address::Shm { .. } => (parsed, None),
+            Address::Ux(_) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidAddress,
+                    format!("publish/subscribe does not serve ux: addresses ({addr})"),
+                ))
+            }
+            _ => {
+                let plan = super::fanout::plan(&parsed, opts).map_err(ctx)?;
+                (plan.shm.clone(), Some(plan))
+            }
+        };
+        let (topic, stop, control) = super::control::start(&shm, opts).map_err(ctx)?;
+        let mut publisher = Publisher {
+            ring: topic.ring(),
+            topic,
+            next: 0,
+            nonblocking: false,
+            closed: false,
+            stop: Some(stop),
+            control: Some(control),
+            net: None,
+            events: Vec::new(),
+            loaned: false,
+        };
+        if let Some(plan) = plan {
+            publisher.net = Some(super::fanout::spawn(plan, publisher.topic.clone()).map_err(ctx)?);
         }
-        super::control::start(&parsed, opts)
-            .map(|(topic, stop, control)| Publisher {
-                ring: topic.ring(),
-                topic,
-                next: 0,
-                nonblocking: false,
-                closed: false,
-                stop: Some(stop),
-                control: Some(control),
-                events: Vec::new(),
-                loaned: false,
-            })
-            .map_err(|e| e.context(format_args!("bind {addr}")))
+        Ok(publisher)
     }
 
     #[inline]
@@ -552,6 +633,7 @@ impl Publisher {
     /// Every subscriber now, with its lag and the losses it reports.
     pub fn subscribers(&self) -> Vec<SubscriberInfo> {
         let table = self.topic.lock();
+        let remotes = self.topic.remotes();
         table
             .subs
             .iter()
@@ -567,6 +649,7 @@ impl Publisher {
                     uid: sub.cred.uid,
                     lag: self.next - cursor,
                     missed: page.missed().min(self.next),
+                    remote: remotes.get(&slot).copied(),
                 })
             })
             .collect()
@@ -599,14 +682,18 @@ impl Publisher {
         self.topic.policy
     }
 
-    /// The bound address.
+    /// The bound address (for `tcp:HOST:0`, with the port chosen).
     pub fn local_addr(&self) -> String {
-        self.topic.addr.clone()
+        match &self.net {
+            Some(net) => net.addr.clone(),
+            None => self.topic.addr.clone(),
+        }
     }
 
     /// Closes the topic gracefully: every subscriber receives what was published, then
     /// [`ErrorKind::EndOfStream`]; the address is free again. Dropping the publisher
-    /// closes it too.
+    /// closes it too. Remote subscribers are waited for until their connections took
+    /// everything; one that takes nothing for the stall timeout is reset instead.
     pub fn close(mut self) -> Result<()> {
         self.shutdown();
         Ok(())
@@ -619,6 +706,10 @@ impl Publisher {
         self.closed = true;
         // After the last message; every subscriber sees it before its socket closes.
         self.ring.close();
+        // Remote subscribers get the rest and their FIN (bounded by the stall timeout).
+        if let Some(mut net) = self.net.take() {
+            net.finish();
+        }
         drop(self.stop.take()); // stops the control thread, which removes the socket file
         if let Some(control) = self.control.take() {
             let _ = control.join();

@@ -234,7 +234,7 @@ pub(crate) fn boot_id() -> Vec<u8> {
 }
 
 /// Random bytes from the kernel.
-fn random_token() -> Result<Token> {
+pub(crate) fn random_token() -> Result<Token> {
     let mut t = [0u8; TOKEN_LEN];
     let mut got = 0;
     while got < t.len() {
@@ -465,7 +465,12 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
 /// refuses the connection. Live ones (another network namespace's listener on the same
 /// port) answer and are kept.
 fn remove_stale_upgrade_sockets(port: &str) {
-    let prefix = format!("auto-{port}-");
+    remove_stale_sockets(&format!("auto-{port}-"));
+}
+
+/// Removes the sockets named `PREFIX….sock` in the rendezvous directory that nobody
+/// listens on any more (their owner died); live ones answer and are kept.
+pub(crate) fn remove_stale_sockets(prefix: &str) {
     let Ok(entries) = std::fs::read_dir(rendezvous_dir()) else {
         return;
     };
@@ -473,7 +478,7 @@ fn remove_stale_upgrade_sockets(port: &str) {
         let ours = path
             .file_name()
             .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".sock"));
+            .is_some_and(|n| n.starts_with(prefix) && n.ends_with(".sock"));
         if !ours {
             continue;
         }

@@ -70,6 +70,11 @@ pub(crate) trait ConnOps: Send {
         self.release();
         v
     }
+    /// Writes what a non-blocking send queued, without blocking; true when the next
+    /// non-blocking send will be accepted (nothing is queued any more).
+    fn writable(&mut self) -> Result<bool> {
+        Ok(true)
+    }
     /// Largest message the peer accepts (the smaller of both sides' maxima).
     fn max_send_size(&self) -> usize;
     /// The descriptor an event loop watches.

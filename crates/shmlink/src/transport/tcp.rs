@@ -424,7 +424,7 @@ pub(crate) fn connect_stream(
         .map_err(|e| Error::io("start a TLS session", e))?;
     let mut link = StreamLink::new(OwnedFd::from(stream), session);
     let scheme = link.scheme();
-    let peer_max = client_handshake::<TcpWire>(&mut link, opts.max_msg_size, deadline)?;
+    let peer_max = client_handshake::<TcpWire>(&mut link, opts.max_msg_size, opts.role, deadline)?;
     FramedConn::new(
         link,
         opts.max_msg_size,

@@ -192,7 +192,7 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     };
     let deadline = Instant::now() + opts.connect_timeout;
     let mut sock = socket::connect(name, deadline).map_err(|e| Error::io("socket connect", e))?;
-    let peer_max = client_handshake::<UxWire>(&mut sock, opts.max_msg_size, deadline)?;
+    let peer_max = client_handshake::<UxWire>(&mut sock, opts.max_msg_size, opts.role, deadline)?;
     let conn = FramedConn::<UxWire>::new(
         sock,
         opts.max_msg_size,

@@ -503,6 +503,11 @@ impl<W: Wire> ConnOps for FramedConn<W> {
         }
     }
 
+    fn writable(&mut self) -> Result<bool> {
+        self.check_tx()?;
+        self.flush(false)
+    }
+
     fn max_send_size(&self) -> usize {
         self.max_send
     }

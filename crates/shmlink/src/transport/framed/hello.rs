@@ -7,25 +7,57 @@ use std::time::Instant;
 
 use super::{Link, Wire};
 use crate::error::{Error, ErrorKind, Result};
+use crate::options::Role;
 use crate::sys::stream::{self, Ready};
 
 /// First bytes of every hello.
 const HELLO_MAGIC: [u8; 4] = *b"SLNK";
 /// Version of the framed protocol.
 pub(super) const PROTOCOL_VERSION: u8 = 1;
-/// Length of a hello: magic, version, three reserved bytes, largest message accepted.
+/// Length of a hello: magic, version, role, two reserved bytes, largest message accepted.
 pub(crate) const HELLO_LEN: usize = 16;
 
-/// A hello announcing `max_msg`.
+/// A hello announcing `max_msg`, for a point-to-point connection.
+#[cfg(test)]
 pub(super) fn hello(max_msg: usize) -> [u8; HELLO_LEN] {
+    hello_as(max_msg, Role::Connection)
+}
+
+/// A hello announcing `max_msg` and what this side is.
+pub(super) fn hello_as(max_msg: usize, role: Role) -> [u8; HELLO_LEN] {
     let mut h = [0u8; HELLO_LEN];
     h[..4].copy_from_slice(&HELLO_MAGIC);
     h[4] = PROTOCOL_VERSION;
+    h[5] = role as u8;
     h[8..].copy_from_slice(&(max_msg as u64).to_le_bytes());
     h
 }
 
-/// Checks a peer's hello; returns the largest message the peer accepts.
+/// What a role is called in errors.
+fn role_name(role: u8) -> &'static str {
+    match role {
+        0 => "a point-to-point peer (Connection/Listener)",
+        1 => "a publish/subscribe topic (Publisher/Subscriber)",
+        _ => "an unknown kind of peer",
+    }
+}
+
+/// Checks a peer's hello, which must announce `role`; returns the largest message the
+/// peer accepts.
+pub(super) fn parse_hello_as(h: &[u8; HELLO_LEN], role: Role) -> Result<usize> {
+    let max = parse_hello(h)?;
+    if h[5] != role as u8 {
+        return Err(Error::violation(format!(
+            "the peer is {}, this side is {}",
+            role_name(h[5]),
+            role_name(role as u8)
+        )));
+    }
+    Ok(max)
+}
+
+/// Checks a peer's hello (all but its role); returns the largest message the peer
+/// accepts.
 pub(super) fn parse_hello(h: &[u8; HELLO_LEN]) -> Result<usize> {
     if h[..4] != HELLO_MAGIC {
         return Err(Error::violation(format!(
@@ -56,8 +88,8 @@ pub(super) fn may_be_hello(got: &[u8]) -> bool {
 }
 
 /// Sends our hello on a fresh link, whose empty send buffer always takes it whole.
-pub(super) fn send_hello<L: Link>(link: &mut L, max_msg: usize) -> io::Result<()> {
-    if link.send_parts(&hello(max_msg), &[], false)? != HELLO_LEN || !link.flush(false)? {
+pub(super) fn send_hello<L: Link>(link: &mut L, max_msg: usize, role: Role) -> io::Result<()> {
+    if link.send_parts(&hello_as(max_msg, role), &[], false)? != HELLO_LEN || !link.flush(false)? {
         return Err(io::Error::new(
             io::ErrorKind::WriteZero,
             "hello did not fit a fresh socket",
@@ -90,10 +122,11 @@ fn wait_for<L: Link>(link: &L, deadline: Instant) -> io::Result<bool> {
 
 /// Runs the client's half of the handshake on a connected link — the link's own
 /// handshake (TLS) first, then the hello — and returns the largest message the listener
-/// accepts.
+/// accepts. The listener must be of the same `role`.
 pub(crate) fn client_handshake<W: Wire>(
     link: &mut W::Link,
     max_msg: usize,
+    role: Role,
     deadline: Instant,
 ) -> Result<usize> {
     while !link
@@ -107,7 +140,7 @@ pub(crate) fn client_handshake<W: Wire>(
             ));
         }
     }
-    send_hello(link, max_msg).map_err(|e| handshake_error("send hello", e))?;
+    send_hello(link, max_msg, role).map_err(|e| handshake_error("send hello", e))?;
     let mut got = Vec::with_capacity(HELLO_LEN);
     while got.len() < HELLO_LEN {
         match W::recv_hello(link, &mut got) {
@@ -135,7 +168,7 @@ pub(crate) fn client_handshake<W: Wire>(
             Err(e) => return Err(handshake_error("receive the listener's hello", e)),
         }
     }
-    parse_hello(got[..].try_into().expect("HELLO_LEN bytes"))
+    parse_hello_as(got[..].try_into().expect("HELLO_LEN bytes"), role)
 }
 
 #[cfg(test)]
@@ -156,6 +189,20 @@ mod tests {
         let e = parse_hello(&newer).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::VersionMismatch);
         assert!(e.to_string().contains("version 2"), "{e}");
+    }
+
+    #[test]
+    fn a_topic_and_a_connection_refuse_each_other_by_role() {
+        let topic = hello_as(7, Role::Topic);
+        assert_eq!(parse_hello_as(&topic, Role::Topic).unwrap(), 7);
+        let e = parse_hello_as(&topic, Role::Connection).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ProtocolViolation);
+        assert!(e.to_string().contains("publish/subscribe"), "{e}");
+        let e = parse_hello_as(&hello(7), Role::Topic).unwrap_err();
+        assert!(e.to_string().contains("point-to-point"), "{e}");
+        let mut odd = hello(7);
+        odd[5] = 9;
+        assert!(parse_hello_as(&odd, Role::Connection).is_err());
     }
 
     #[test]

@@ -7,10 +7,10 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::Instant;
 
-use super::hello::{may_be_hello, parse_hello, send_hello, HELLO_LEN};
+use super::hello::{may_be_hello, parse_hello_as, send_hello, HELLO_LEN};
 use super::{bad_data, FramedConn, Link, Wire};
 use crate::error::{Error, ErrorKind, Result};
-use crate::options::Options;
+use crate::options::{Options, Role};
 use crate::sys::stream;
 use crate::sys::Epoll;
 use crate::transport::{Accepted, ConnOps, ListenerOps};
@@ -51,6 +51,7 @@ pub(crate) struct ServerHandshake<W: Wire> {
     deadline: Instant,
     hello: Vec<u8>,
     max_msg: usize,
+    role: Role,
 }
 
 impl<W: Wire> ServerHandshake<W> {
@@ -63,6 +64,7 @@ impl<W: Wire> ServerHandshake<W> {
             deadline: Instant::now() + opts.handshake_timeout,
             hello: Vec::with_capacity(HELLO_LEN),
             max_msg: opts.max_msg_size,
+            role: opts.role,
         }
     }
 
@@ -114,16 +116,21 @@ impl<W: Wire> ServerHandshake<W> {
     /// that it can report the mismatch) or has left. Errors are this side's own failures.
     pub(crate) fn finish(mut self) -> Result<Option<FramedConn<W>>> {
         let hello = self.hello[..].try_into().expect("advance returned true");
-        let peer_max = match parse_hello(hello) {
+        let peer_max = match parse_hello_as(hello, self.role) {
             Ok(max) => max,
             Err(e) => {
-                if e.kind() == ErrorKind::VersionMismatch {
-                    let _ = send_hello(&mut self.link, self.max_msg);
+                // Another version or the other role: our hello tells the client why.
+                if matches!(
+                    e.kind(),
+                    ErrorKind::VersionMismatch | ErrorKind::ProtocolViolation
+                ) && may_be_hello(&self.hello)
+                {
+                    let _ = send_hello(&mut self.link, self.max_msg, self.role);
                 }
                 return Ok(None);
             }
         };
-        if send_hello(&mut self.link, self.max_msg).is_err() {
+        if send_hello(&mut self.link, self.max_msg, self.role).is_err() {
             return Ok(None);
         }
         FramedConn::new(self.link, self.max_msg, peer_max, self.local, self.peer)

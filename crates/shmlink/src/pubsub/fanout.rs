@@ -1,0 +1,658 @@
+//! The fan-out thread of a topic bound at `tcp:`, `tls:` or `auto:`: it serves remote
+//! subscribers from the same shared-memory ring local ones read, so the publishing path
+//! does not change (one write per message, whoever reads it).
+//!
+//! Each remote subscriber is a framed connection ([`super::wire`] records) and an
+//! in-process [`ShmSubscriber`] that joined the ring through the topic's rendezvous socket
+//! like any local subscriber: it has a cursor page and obeys `block`/`overwrite` and the
+//! stall timeout the same way. The thread waits (epoll) on the listener, every
+//! connection and every ring reader's doorbell socket, and moves messages from a reader
+//! to its connection:
+//!
+//! - **Back-pressure** (`block`): a message is forwarded straight from its slot and the
+//!   reader's cursor advances only once the connection accepted it; a connection whose
+//!   socket is full is not read for until it drains. So a slow remote holds the
+//!   publisher up through TCP flow control, and one that stalls is detached after the
+//!   stall timeout like a local one; it then gets the `Detached` record after what was
+//!   already sent — or, if it does not drain within another stall timeout, a reset.
+//! - **Losses** (`overwrite`): a reader that was overtaken forwards `Missed(n)` with the
+//!   exact count, then continues.
+//! - **Fairness**: at most [`BATCH`] messages per remote per turn.
+//! - **End**: when the publisher closes, each remote gets what was published, then the
+//!   connection's FIN; [`Publisher::close`](crate::Publisher::close) waits for that,
+//!   aborting a remote that takes nothing for the stall timeout.
+//! - **Limits**: one `send` per message and remote (no batching of small messages into
+//!   one write), plus one copy into a record buffer; at most [`MAX_HANDSHAKES`] clients
+//!   between connect and request; the thread wakes every [`TICK`] while it serves
+//!   anyone, to look at readers parked on a doorbell and at remotes whose socket is full.
+//! - **`auto:`**: a subscriber on this kernel is told where the rendezvous socket is
+//!   (`Local`) and attaches over shared memory instead, or asks again to stay here.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::options::{Policy, PubSubOptions};
+use super::publisher::Topic;
+use super::remote::framed_max;
+use super::shm_subscriber::ShmSubscriber;
+use super::wire::{self, Record, RefuseCode, FLAG_LOCAL_OK, KIND_DATA};
+use crate::addr::{rendezvous_dir, Address, UnixName};
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::Role;
+use crate::sys::{socket, Epoll};
+use crate::transport::{auto, ConnOps, ListenerOps};
+
+/// Most messages forwarded to one remote per turn, so that a fast one cannot starve
+/// the others.
+pub(crate) const BATCH: usize = 256;
+/// How often the thread looks at every remote without an event: ring readers parked on
+/// a doorbell (see `RECHECK` in the shared-memory subscriber), and remotes whose socket
+/// is full (were they detached? are they past their deadline?).
+const TICK: Duration = Duration::from_millis(100);
+
+/// Most remotes in their handshake at once; beyond that the oldest is dropped, so that
+/// clients which never send their request cannot pile up.
+const MAX_HANDSHAKES: usize = 128;
+
+const LISTEN_TOKEN: u64 = u64::MAX;
+const STOP_TOKEN: u64 = u64::MAX - 1;
+
+/// The network side of a publisher: the address, the fan-out thread and its stop signal.
+pub(crate) struct NetSide {
+    /// The bound address (`tcp:HOST:PORT`, `tls:…`, `auto:…`; the real port).
+    pub addr: String,
+    stop: OwnedFd,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl NetSide {
+    /// Asks the thread to deliver what was published to every remote, close their
+    /// connections and end; waits for it (bounded by the stall timeout per remote that
+    /// makes no progress).
+    pub(crate) fn finish(&mut self) {
+        let _ = socket::send(self.stop.as_fd(), &[1]);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What the fan-out needs to know to start: where the network listener is and where the
+/// ring's rendezvous socket is.
+pub(crate) struct NetPlan {
+    pub listener: Box<dyn ListenerOps>,
+    /// The public address.
+    pub addr: String,
+    /// The topic's rendezvous socket (local and `auto:` subscribers).
+    pub shm: Address,
+    /// Its file name in the rendezvous directory and full path, offered to `auto:`
+    /// subscribers on this kernel; `None` for `tcp:` and `tls:` topics.
+    pub local: Option<(String, String)>,
+}
+
+/// Binds the network listener of a topic at `parsed` and picks the name of its
+/// rendezvous socket (`topic-PORT-RANDOM.sock` in the rendezvous directory).
+pub(crate) fn plan(parsed: &Address, opts: &PubSubOptions) -> Result<NetPlan> {
+    let (outer, transport, is_auto) =
+        super::remote::outer(parsed, &opts.base).expect("called for network addresses only");
+    let mut base = opts
+        .base
+        .clone()
+        .max_msg_size(framed_max(opts.get_max_msg_size()));
+    base.role = Role::Topic;
+    let listener = (transport.bind)(&outer, &base)?;
+    let bound = listener.local_addr();
+    let host_port = bound.split_once(':').map_or(bound.as_str(), |(_, hp)| hp);
+    let addr = if is_auto {
+        format!("auto:{host_port}")
+    } else {
+        bound.clone()
+    };
+    let port = host_port.rsplit(':').next().unwrap_or("0");
+    auto::remove_stale_sockets(&format!("topic-{port}-"));
+    let tag = auto::random_token()?;
+    let name = format!(
+        "topic-{port}-{:02x}{:02x}{:02x}{:02x}.sock",
+        tag[0], tag[1], tag[2], tag[3]
+    );
+    let path = rendezvous_dir().join(&name);
+    let local = is_auto.then(|| (name.clone(), path.display().to_string()));
+    Ok(NetPlan {
+        listener,
+        addr,
+        shm: Address::Shm {
+            socket: UnixName::Path(path),
+            text: name,
+        },
+        local,
+    })
+}
+
+/// Starts the fan-out thread for `topic`, whose control thread already serves the
+/// rendezvous socket of `plan`.
+pub(crate) fn spawn(plan: NetPlan, topic: Arc<Topic>) -> Result<NetSide> {
+    let ctx = |e| Error::io("set up the fan-out thread", e);
+    let (stop_tx, stop) = socket::seqpacket_pair().map_err(ctx)?;
+    let epoll = Epoll::new().map_err(ctx)?;
+    epoll
+        .add(
+            plan.listener.fd().as_raw_fd(),
+            libc::EPOLLIN as u32,
+            LISTEN_TOKEN,
+        )
+        .map_err(ctx)?;
+    epoll
+        .add(stop.as_raw_fd(), libc::EPOLLIN as u32, STOP_TOKEN)
+        .map_err(ctx)?;
+    let shm_text = format!("{}", plan.shm);
+    let mut fanout = Fanout {
+        listener: Some(plan.listener),
+        topic,
+        shm_text,
+        local: plan.local,
+        boot_id: auto::boot_id(),
+        epoll,
+        stop,
+        remotes: HashMap::new(),
+        next_id: 0,
+        closing: false,
+        again: Vec::new(),
+        scratch: Vec::new(),
+    };
+    let thread = std::thread::Builder::new()
+        .name("shmlink-fanout".into())
+        .spawn(move || fanout.run())
+        .map_err(|e| Error::io("spawn the fan-out thread", e))?;
+    Ok(NetSide {
+        addr: plan.addr,
+        stop: stop_tx,
+        thread: Some(thread),
+    })
+}
+
+/// Where a remote subscriber is.
+enum State {
+    /// Connected; its `Subscribe` has not come yet (or it was offered `Local`).
+    Handshake,
+    /// Forwarding from its ring reader.
+    Streaming(Box<ShmSubscriber>),
+    /// Its reader is done (end of stream, or detached): what is queued goes out, then
+    /// the `Detached` record if `detached` and not yet sent, then the FIN.
+    Ending { detached: bool },
+}
+
+/// One remote subscriber.
+struct Remote {
+    conn: Box<dyn ConnOps>,
+    peer: Option<SocketAddr>,
+    state: State,
+    /// Since when it was in the handshake, or in `Ending`.
+    since: Instant,
+    /// When its connection last took a message or drained its queue.
+    progress: Instant,
+    /// Whether the epoll set watches its ring reader's socket.
+    ring_watched: bool,
+    /// Its slot in the topic while it has a reader.
+    slot: Option<usize>,
+}
+
+/// What a turn decided for a remote.
+enum Turn {
+    /// Keep it; `more` if it stopped at the batch limit with messages left.
+    Keep { more: bool },
+    /// Close its connection gracefully (everything it is owed was accepted).
+    Close,
+    /// Drop its connection without a FIN: the subscriber sees a reset.
+    Abort,
+}
+
+struct Fanout {
+    listener: Option<Box<dyn ListenerOps>>,
+    topic: Arc<Topic>,
+    /// The topic's address, for errors.
+    shm_text: String,
+    local: Option<(String, String)>,
+    boot_id: Vec<u8>,
+    epoll: Epoll,
+    stop: OwnedFd,
+    remotes: HashMap<u64, Remote>,
+    next_id: u64,
+    closing: bool,
+    /// Remotes that stopped at the batch limit: their next turn comes without waiting.
+    again: Vec<u64>,
+    /// A data record being built (kind byte, message).
+    scratch: Vec<u8>,
+}
+
+fn conn_token(id: u64) -> u64 {
+    id << 1
+}
+
+fn ring_token(id: u64) -> u64 {
+    id << 1 | 1
+}
+
+/// The socket address in a connection's address text (`tcp:1.2.3.4:5`).
+fn socket_addr(text: &str) -> Option<SocketAddr> {
+    text.split_once(':')?.1.parse().ok()
+}
+
+/// Sends a control record; the connection must be writable (see [`writable`]).
+fn send_record(conn: &mut dyn ConnOps, rec: &Record<'_>) -> Result<()> {
+    conn.send(&rec.encode(), false)
+}
+
+/// Whether the connection takes another message now (its queue drained).
+fn writable(r: &mut Remote) -> Result<bool> {
+    let ok = r.conn.writable()?;
+    if ok {
+        r.progress = Instant::now();
+    }
+    Ok(ok)
+}
+
+impl Fanout {
+    fn run(&mut self) {
+        let mut events = Vec::new();
+        let mut next_tick = Instant::now() + TICK;
+        loop {
+            if self.closing && self.remotes.is_empty() {
+                break;
+            }
+            let now = Instant::now();
+            let deadline = if self.again.is_empty() {
+                Some(next_tick.max(now))
+            } else {
+                Some(now)
+            };
+            if self.epoll.wait(deadline, &mut events).is_err() {
+                // Nothing sensible left to do: the remotes see their connections close.
+                break;
+            }
+            let mut turn: Vec<u64> = std::mem::take(&mut self.again);
+            for &(token, _) in &events {
+                match token {
+                    LISTEN_TOKEN => self.accept(),
+                    STOP_TOKEN => self.start_closing(),
+                    t => turn.push(t >> 1),
+                }
+            }
+            if Instant::now() >= next_tick {
+                next_tick = Instant::now() + TICK;
+                turn.extend(self.remotes.keys().copied());
+            }
+            turn.sort_unstable();
+            turn.dedup();
+            for id in turn {
+                self.turn(id);
+            }
+        }
+        // Whatever is left (an epoll failure) is dropped: a reset for those remotes.
+        for (_, r) in self.remotes.drain() {
+            if let Some(slot) = r.slot {
+                self.topic.remotes().remove(&slot);
+            }
+        }
+    }
+
+    /// The publisher closes: no more subscribers; those in their handshake are refused.
+    fn start_closing(&mut self) {
+        let mut buf = [0u8; 16];
+        let _ = socket::recv(self.stop.as_fd(), &mut buf);
+        if self.closing {
+            return;
+        }
+        self.closing = true;
+        let _ = self.epoll.delete(self.stop.as_raw_fd());
+        if let Some(l) = self.listener.take() {
+            let _ = self.epoll.delete(l.fd().as_raw_fd());
+        }
+        // Every reader finds the end of the ring now, without waiting for the tick.
+        self.again.extend(self.remotes.keys().copied());
+    }
+
+    /// Takes the connections the listener has completed (bounded per call).
+    fn accept(&mut self) {
+        for _ in 0..16 {
+            let Some(listener) = self.listener.as_mut() else {
+                return;
+            };
+            let conn = match listener.accept(false) {
+                Ok(a) => a.conn,
+                Err(_) => return, // WouldBlock, or one client's failure: nobody to serve
+            };
+            self.limit_handshakes();
+            let id = self.next_id;
+            self.next_id += 1;
+            if self
+                .epoll
+                .add(conn.fd().as_raw_fd(), libc::EPOLLIN as u32, conn_token(id))
+                .is_err()
+            {
+                continue;
+            }
+            let now = Instant::now();
+            let peer = socket_addr(&conn.peer_addr());
+            self.remotes.insert(
+                id,
+                Remote {
+                    conn,
+                    peer,
+                    state: State::Handshake,
+                    since: now,
+                    progress: now,
+                    ring_watched: false,
+                    slot: None,
+                },
+            );
+            self.again.push(id);
+        }
+    }
+
+    /// Drops the oldest remote in its handshake if [`MAX_HANDSHAKES`] are.
+    fn limit_handshakes(&mut self) {
+        let waiting = self
+            .remotes
+            .iter()
+            .filter(|(_, r)| matches!(r.state, State::Handshake));
+        if waiting.clone().count() < MAX_HANDSHAKES {
+            return;
+        }
+        if let Some(id) = waiting.min_by_key(|(_, r)| r.since).map(|(&id, _)| id) {
+            if let Some(mut r) = self.remotes.remove(&id) {
+                self.forget(&mut r);
+            }
+        }
+    }
+
+    /// One turn of remote `id`.
+    fn turn(&mut self, id: u64) {
+        let Some(mut r) = self.remotes.remove(&id) else {
+            return;
+        };
+        let res = match r.state {
+            State::Handshake => self.handshake(id, &mut r),
+            State::Streaming(_) => self.stream(id, &mut r),
+            State::Ending { .. } => self.ending(&mut r),
+        };
+        match res {
+            Ok(Turn::Keep { more }) => {
+                if more {
+                    self.again.push(id);
+                }
+                self.remotes.insert(id, r);
+            }
+            Ok(Turn::Close) => {
+                self.forget(&mut r);
+                let _ = r.conn.close(false);
+            }
+            Ok(Turn::Abort) | Err(_) => self.forget(&mut r),
+        }
+    }
+
+    /// Unregisters a remote that leaves (its reader, if any, drops with it).
+    fn forget(&mut self, r: &mut Remote) {
+        let _ = self.epoll.delete(r.conn.fd().as_raw_fd());
+        if let State::Streaming(sub) = &r.state {
+            if r.ring_watched {
+                let _ = self.epoll.delete(sub.as_raw_fd());
+            }
+        }
+        if let Some(slot) = r.slot.take() {
+            self.topic.remotes().remove(&slot);
+        }
+        r.state = State::Ending { detached: false };
+    }
+
+    /// Watches the ring reader's socket or not.
+    fn watch_ring(&self, id: u64, r: &mut Remote, on: bool) -> Result<()> {
+        if r.ring_watched == on {
+            return Ok(());
+        }
+        let State::Streaming(sub) = &r.state else {
+            return Ok(());
+        };
+        let fd = sub.as_raw_fd();
+        let res = if on {
+            self.epoll.add(fd, libc::EPOLLIN as u32, ring_token(id))
+        } else {
+            self.epoll.delete(fd)
+        };
+        res.map_err(|e| Error::io("watch a ring reader", e))?;
+        r.ring_watched = on;
+        Ok(())
+    }
+
+    /// Refuses a subscriber: the record, then the FIN.
+    fn refuse(r: &mut Remote, code: RefuseCode, reason: &str) -> Result<Turn> {
+        send_record(&mut *r.conn, &Record::Refuse { code, reason })?;
+        Ok(Turn::Close)
+    }
+
+    /// Waits for the `Subscribe` record and admits the subscriber.
+    fn handshake(&mut self, id: u64, r: &mut Remote) -> Result<Turn> {
+        let opts = &self.topic.opts;
+        if r.since.elapsed() > opts.base.handshake_timeout {
+            return Ok(Turn::Abort);
+        }
+        match r.conn.recv_next(false) {
+            Ok(_) => {}
+            // A closing topic does not wait for requests.
+            Err(e) if e.kind() == ErrorKind::WouldBlock && !self.closing => {
+                return Ok(Turn::Keep { more: false })
+            }
+            Err(_) => return Ok(Turn::Abort),
+        }
+        let (version, flags, history, max_msg, same_kernel) =
+            match Record::parse(r.conn.current(), 0) {
+                Ok(Record::Subscribe {
+                    version,
+                    flags,
+                    history,
+                    max_msg,
+                    boot_id,
+                }) => (
+                    version,
+                    flags,
+                    history,
+                    max_msg,
+                    !boot_id.is_empty() && boot_id == self.boot_id,
+                ),
+                // Anything else from a subscriber breaks the protocol.
+                _ => return Ok(Turn::Abort),
+            };
+        r.conn.release();
+        if version != wire::VERSION {
+            let reason = format!(
+                "the publisher speaks topic record version {}, the subscriber {version}",
+                wire::VERSION
+            );
+            return Self::refuse(r, RefuseCode::Version, &reason);
+        }
+        if self.closing {
+            return Self::refuse(r, RefuseCode::Closing, "the topic is closing");
+        }
+        if let (true, true, Some((name, path))) =
+            (flags & FLAG_LOCAL_OK != 0, same_kernel, &self.local)
+        {
+            send_record(&mut *r.conn, &Record::Local { name, path })?;
+            r.since = Instant::now();
+            return Ok(Turn::Keep { more: false });
+        }
+        let geom = self.topic.geom;
+        if (max_msg != 0 && (geom.max_msg as u64) > max_msg)
+            || r.conn.max_send_size() < geom.max_msg + 1
+        {
+            let reason = format!(
+                "the topic carries messages of up to {} bytes, the subscriber accepts at most {}",
+                geom.max_msg,
+                if max_msg == 0 {
+                    r.conn.max_send_size().saturating_sub(1) as u64
+                } else {
+                    max_msg
+                }
+            );
+            return Self::refuse(r, RefuseCode::Unsuitable, &reason);
+        }
+        let mut ring_opts = PubSubOptions::default().options(opts.base.clone());
+        if history != u64::MAX {
+            ring_opts = ring_opts.history(history);
+        }
+        let mut sub = match self.join_ring(&ring_opts) {
+            Ok(sub) => sub,
+            Err(e) => {
+                let code = if e.kind() == ErrorKind::ConnectionRefused {
+                    RefuseCode::Full
+                } else {
+                    RefuseCode::Unsuitable
+                };
+                return Self::refuse(r, code, &e.to_string());
+            }
+        };
+        sub.set_nonblocking(true);
+        let policy = match self.topic.policy {
+            Policy::Block => wire::POLICY_BLOCK,
+            Policy::Overwrite => wire::POLICY_OVERWRITE,
+        };
+        send_record(
+            &mut *r.conn,
+            &Record::Welcome {
+                policy,
+                max_msg: geom.max_msg as u64,
+                start: sub.position(),
+            },
+        )?;
+        let slot = sub.slot();
+        if let Some(peer) = r.peer {
+            self.topic.remotes().insert(slot, peer);
+        }
+        r.slot = Some(slot);
+        r.state = State::Streaming(Box::new(sub));
+        r.progress = Instant::now();
+        self.stream(id, r)
+    }
+
+    /// Joins the ring as a new reader, over a socket pair handed to the control thread.
+    fn join_ring(&self, opts: &PubSubOptions) -> Result<ShmSubscriber> {
+        let ctx = |e| Error::io("join the ring", e);
+        let (ours, theirs) = socket::seqpacket_pair().map_err(ctx)?;
+        socket::send_with_fds(self.topic.inject.0.as_fd(), &[0], &[theirs.as_raw_fd()])
+            .map_err(ctx)?;
+        drop(theirs);
+        ShmSubscriber::connect_on(ours, &self.shm_text, opts)
+    }
+
+    /// Forwards up to [`BATCH`] messages from the ring reader to the connection.
+    fn stream(&mut self, id: u64, r: &mut Remote) -> Result<Turn> {
+        // The subscriber sends nothing after its request: input is its end or a breach.
+        match r.conn.recv_next(false) {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            _ => return Ok(Turn::Abort),
+        }
+        let stall = self.topic.opts.stall_timeout;
+        let block = self.topic.policy == Policy::Block;
+        for _ in 0..BATCH {
+            if !writable(r)? {
+                // Full: wait for the connection, not the ring; see whether the publisher
+                // gave up on this reader meanwhile.
+                self.watch_ring(id, r, false)?;
+                let State::Streaming(sub) = &r.state else {
+                    unreachable!()
+                };
+                if sub.is_detached() {
+                    return self.end_stream(r, true);
+                }
+                if self.closing && r.progress.elapsed() > stall {
+                    return Ok(Turn::Abort);
+                }
+                return Ok(Turn::Keep { more: false });
+            }
+            let State::Streaming(sub) = &mut r.state else {
+                unreachable!()
+            };
+            let conn = &mut r.conn;
+            let scratch = &mut self.scratch;
+            let res = if block {
+                sub.forward(|msg| {
+                    scratch.clear();
+                    scratch.push(KIND_DATA);
+                    scratch.extend_from_slice(msg);
+                    conn.send(scratch, false)
+                })
+            } else {
+                scratch.resize(self.topic.geom.max_msg + 1, 0);
+                scratch[0] = KIND_DATA;
+                match sub.recv(&mut scratch[1..]) {
+                    Ok(n) => conn.send(&scratch[..n + 1], false),
+                    Err(e) => match e.missed() {
+                        Some(n) if e.kind() == ErrorKind::Lagged => {
+                            send_record(&mut **conn, &Record::Missed(n))
+                        }
+                        _ => Err(e),
+                    },
+                }
+            };
+            match res {
+                Ok(()) => {}
+                Err(e) => {
+                    return match e.kind() {
+                        ErrorKind::WouldBlock => {
+                            self.watch_ring(id, r, true)?;
+                            Ok(Turn::Keep { more: false })
+                        }
+                        ErrorKind::EndOfStream => self.end_stream(r, false),
+                        ErrorKind::Detached => self.end_stream(r, true),
+                        _ => Ok(Turn::Abort),
+                    }
+                }
+            }
+        }
+        Ok(Turn::Keep { more: true })
+    }
+
+    /// The reader is done: drop it and deliver the rest.
+    fn end_stream(&mut self, r: &mut Remote, detached: bool) -> Result<Turn> {
+        if let State::Streaming(sub) = &r.state {
+            if r.ring_watched {
+                let _ = self.epoll.delete(sub.as_raw_fd());
+                r.ring_watched = false;
+            }
+        }
+        if let Some(slot) = r.slot.take() {
+            self.topic.remotes().remove(&slot);
+        }
+        r.state = State::Ending { detached };
+        r.since = Instant::now();
+        self.ending(r)
+    }
+
+    /// Delivers the `Detached` record if owed, then closes once everything was taken;
+    /// aborts a remote that takes nothing for the stall timeout.
+    fn ending(&mut self, r: &mut Remote) -> Result<Turn> {
+        let State::Ending { detached } = r.state else {
+            unreachable!()
+        };
+        match r.conn.recv_next(false) {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            _ => return Ok(Turn::Abort), // gone, or talking out of turn
+        }
+        if !writable(r)? {
+            if r.progress.elapsed() > self.topic.opts.stall_timeout
+                && r.since.elapsed() > self.topic.opts.stall_timeout
+            {
+                return Ok(Turn::Abort);
+            }
+            return Ok(Turn::Keep { more: false });
+        }
+        if detached {
+            send_record(&mut *r.conn, &Record::Detached)?;
+            r.state = State::Ending { detached: false };
+            return self.ending(r);
+        }
+        Ok(Turn::Close)
+    }
+}

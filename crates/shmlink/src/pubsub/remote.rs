@@ -1,0 +1,352 @@
+//! A subscriber over `tcp:`, `tls:` or `auto:`: a framed connection to the publisher's
+//! fan-out thread ([`super::fanout`]), which forwards the topic's messages as records
+//! ([`super::wire`]). An `auto:` subscriber on the publisher's kernel attaches to the
+//! shared memory instead, when the publisher offers its rendezvous socket and that
+//! socket admits us.
+
+use std::os::fd::BorrowedFd;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::options::{Policy, PubSubOptions};
+use super::shm_subscriber::ShmSubscriber;
+use super::subscriber::SubscriberStats;
+use super::wire::{self, Record, FLAG_LOCAL_OK, MAX_CONTROL_RECORD};
+use crate::addr::{rendezvous_dir, Address, UnixName};
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::{Options, Role, TlsOptions, MAX_MSG_SIZE_LIMIT};
+use crate::sys;
+use crate::transport::{auto, tcp, tls, ConnOps, Transport};
+
+/// What the framed connection of a topic announces as its largest message: a record
+/// of the largest message accepted (one kind byte more), and never less than the largest
+/// control record.
+pub(crate) fn framed_max(max_msg: usize) -> usize {
+    (max_msg + 1).max(MAX_CONTROL_RECORD)
+}
+
+/// The framed transport under a network topic address (`auto:` runs over `tls:` when
+/// TLS options are set, else `tcp:`), its address, and whether it is `auto:`.
+pub(crate) fn outer(addr: &Address, opts: &Options) -> Option<(Address, &'static Transport, bool)> {
+    Some(match addr {
+        Address::Tcp { .. } => (addr.clone(), &tcp::TRANSPORT, false),
+        Address::Tls { .. } => (addr.clone(), &tls::TRANSPORT, false),
+        Address::Auto { host, port } => {
+            let (host, port) = (host.clone(), *port);
+            if *opts.get_tls() != TlsOptions::default() {
+                (Address::Tls { host, port }, &tls::TRANSPORT, true)
+            } else {
+                (Address::Tcp { host, port }, &tcp::TRANSPORT, true)
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// How a network subscription ended; every later call reports it again.
+struct Ended {
+    kind: ErrorKind,
+    msg: String,
+}
+
+/// A subscriber that receives the topic over a framed connection.
+pub(crate) struct NetSubscriber {
+    conn: Box<dyn ConnOps>,
+    transport: &'static str,
+    policy: Policy,
+    max_msg: usize,
+    /// Position of the next message.
+    position: u64,
+    received: u64,
+    missed: u64,
+    nonblocking: bool,
+    ended: Option<Ended>,
+    /// The message `recv_ref` lends (copied out of the connection).
+    lent: Vec<u8>,
+    addr: String,
+}
+
+/// What [`connect`] found: the publisher over the network, or, for `auto:`, its
+/// shared memory.
+pub(crate) enum Connected {
+    Net(NetSubscriber),
+    Shm(ShmSubscriber),
+}
+
+/// Subscribes to the topic at `parsed` (`tcp:`, `tls:` or `auto:`).
+pub(crate) fn connect(parsed: &Address, addr: &str, opts: &PubSubOptions) -> Result<Connected> {
+    let (outer_addr, transport, is_auto) =
+        outer(parsed, &opts.base).expect("called for network addresses only");
+    let deadline = Instant::now() + opts.base.connect_timeout;
+    let accept = opts.max_msg_size.unwrap_or(MAX_MSG_SIZE_LIMIT);
+    let mut base = opts.base.clone().max_msg_size(framed_max(accept));
+    base.role = Role::Topic;
+    let mut conn = (transport.connect)(&outer_addr, &base)?;
+    let boot_id = if is_auto { auto::boot_id() } else { Vec::new() };
+    let mut flags = if is_auto && !boot_id.is_empty() {
+        FLAG_LOCAL_OK
+    } else {
+        0
+    };
+    loop {
+        let request = Record::Subscribe {
+            version: wire::VERSION,
+            flags,
+            history: opts.subscriber_history(),
+            max_msg: opts.max_msg_size.unwrap_or(0) as u64,
+            boot_id: &boot_id,
+        };
+        conn.send(&request.encode(), true)?;
+        wait_readable(&mut *conn, deadline)?;
+        let answer = Record::parse(conn.current(), usize::MAX);
+        let next = match answer {
+            Ok(Record::Welcome {
+                policy,
+                max_msg,
+                start,
+            }) => {
+                let policy = if policy == wire::POLICY_BLOCK {
+                    Policy::Block
+                } else {
+                    Policy::Overwrite
+                };
+                let max_msg = max_msg as usize;
+                if max_msg > accept || conn.max_send_size() < max_msg + 1 {
+                    return Err(Error::violation(format!(
+                        "publisher welcomed us for messages up to {max_msg} bytes, we accept at most {accept}"
+                    )));
+                }
+                conn.release();
+                return Ok(Connected::Net(NetSubscriber {
+                    transport: if outer_addr.transport() == "tls" {
+                        "tls"
+                    } else {
+                        "tcp"
+                    },
+                    conn,
+                    policy,
+                    max_msg,
+                    position: start,
+                    received: 0,
+                    missed: 0,
+                    nonblocking: false,
+                    ended: None,
+                    lent: Vec::new(),
+                    addr: addr.to_string(),
+                }));
+            }
+            Ok(Record::Refuse { code, reason }) => {
+                return Err(Error::new(code.kind(), format!("refused: {reason}")))
+            }
+            Ok(Record::Local { name, path }) if flags & FLAG_LOCAL_OK != 0 => {
+                Some((name.to_string(), path.to_string()))
+            }
+            Ok(other) => {
+                return Err(Error::violation(format!(
+                    "publisher answered the subscription with {other:?}"
+                )))
+            }
+            Err(e) => return Err(e),
+        };
+        conn.release();
+        if let Some((name, path)) = next {
+            if let Some(sub) = attach_local(&name, &path, opts) {
+                // The publisher drops the connection when it ends without a request.
+                let _ = conn.close(false);
+                return Ok(Connected::Shm(sub));
+            }
+            flags &= !FLAG_LOCAL_OK;
+        }
+    }
+}
+
+/// Waits for the next record of the handshake, until `deadline`.
+fn wait_readable(conn: &mut dyn ConnOps, deadline: Instant) -> Result<()> {
+    loop {
+        match conn.recv_next(false) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                let ready = sys::poll_fd(conn.fd(), libc::POLLIN, Some(deadline))
+                    .map_err(|e| Error::io("wait for the publisher's answer", e))?;
+                if ready == 0 {
+                    return Err(Error::new(
+                        ErrorKind::TimedOut,
+                        "publisher did not answer the subscription within the connect timeout",
+                    ));
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::EndOfStream => {
+                return Err(Error::new(
+                    ErrorKind::ConnectionRefused,
+                    "publisher closed the connection during the subscription",
+                ))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Tries the topic's rendezvous socket where this process finds it: under its own
+/// rendezvous directory (a shared directory may be mounted elsewhere), then at the
+/// publisher's path. The socket checks our credentials like any `shm:` subscriber's.
+fn attach_local(name: &str, path: &str, opts: &PubSubOptions) -> Option<ShmSubscriber> {
+    let plain_name = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
+    let mut tried: Vec<PathBuf> = Vec::new();
+    if plain_name {
+        tried.push(rendezvous_dir().join(name));
+    }
+    if Path::new(path).is_absolute() && !tried.iter().any(|p| p == Path::new(path)) {
+        tried.push(PathBuf::from(path));
+    }
+    tried.into_iter().find_map(|p| {
+        let text = format!("{}", p.display());
+        let parsed = Address::Shm {
+            socket: UnixName::Path(p),
+            text: text.clone(),
+        };
+        ShmSubscriber::connect(&parsed, &format!("shm:{text}"), opts).ok()
+    })
+}
+
+impl NetSubscriber {
+    /// Remembers how the subscription ended.
+    fn end(&mut self, e: Error) -> Error {
+        if self.ended.is_none() {
+            self.ended = Some(Ended {
+                kind: e.kind(),
+                msg: e.message().to_string(),
+            });
+        }
+        e
+    }
+
+    /// Makes the next data record current and returns its message's length; reports
+    /// losses, detachment and the end of the stream.
+    fn next(&mut self) -> Result<usize> {
+        if let Some(end) = &self.ended {
+            return Err(Error::new(end.kind, end.msg.clone()));
+        }
+        let e = match self.conn.recv_next(!self.nonblocking) {
+            Ok(_) => match Record::parse(self.conn.current(), self.max_msg) {
+                Ok(Record::Data(msg)) => return Ok(msg.len()),
+                Ok(Record::Missed(n)) if self.policy == Policy::Overwrite => {
+                    self.conn.release();
+                    self.position += n;
+                    self.missed += n;
+                    return Err(Error::lagged(n, &self.addr));
+                }
+                Ok(Record::Detached) if self.policy == Policy::Block => Error::new(
+                    ErrorKind::Detached,
+                    format!(
+                        "{}: the publisher detached this subscriber (it made no progress for the stall timeout while the publisher waited for it); subscribe again to resume",
+                        self.addr
+                    ),
+                ),
+                Ok(other) => Error::violation(format!(
+                    "{}: unexpected record {other:?} under the {:?} policy",
+                    self.addr, self.policy
+                )),
+                Err(e) => e.context(format_args!("{}", self.addr)),
+            },
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Err(e),
+            Err(e) => e,
+        };
+        self.conn.release();
+        Err(self.end(e))
+    }
+
+    /// The current data record's message.
+    fn current(&self) -> &[u8] {
+        &self.conn.current()[1..]
+    }
+
+    /// Consumes the current data record.
+    fn consume(&mut self) {
+        self.conn.release();
+        self.position += 1;
+        self.received += 1;
+    }
+
+    pub(crate) fn recv(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let len = self.next()?;
+        if len > buf.len() {
+            return Err(Error::new(
+                ErrorKind::MessageTooLarge,
+                format!(
+                    "message of {len} bytes does not fit the {}-byte buffer (still queued)",
+                    buf.len()
+                ),
+            ));
+        }
+        buf[..len].copy_from_slice(self.current());
+        self.consume();
+        Ok(len)
+    }
+
+    pub(crate) fn recv_vec(&mut self) -> Result<Vec<u8>> {
+        self.next()?;
+        let v = self.current().to_vec();
+        self.consume();
+        Ok(v)
+    }
+
+    /// The next message, copied into a buffer the subscriber keeps; returns its
+    /// position.
+    pub(crate) fn recv_lent(&mut self) -> Result<(&[u8], u64)> {
+        self.next()?;
+        let mut lent = std::mem::take(&mut self.lent);
+        lent.clear();
+        lent.extend_from_slice(self.current());
+        self.lent = lent;
+        let at = self.position;
+        self.consume();
+        Ok((&self.lent, at))
+    }
+
+    pub(crate) fn set_nonblocking(&mut self, nonblocking: bool) {
+        self.nonblocking = nonblocking;
+    }
+
+    pub(crate) fn is_nonblocking(&self) -> bool {
+        self.nonblocking
+    }
+
+    /// Counters. The lag is not known over the network: 0.
+    pub(crate) fn stats(&self) -> SubscriberStats {
+        SubscriberStats {
+            received: self.received,
+            missed: self.missed,
+            lag: 0,
+        }
+    }
+
+    pub(crate) fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    pub(crate) fn max_msg_size(&self) -> usize {
+        self.max_msg
+    }
+
+    pub(crate) fn position(&self) -> u64 {
+        self.position
+    }
+
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    pub(crate) fn transport(&self) -> &'static str {
+        self.transport
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.conn.fd()
+    }
+}
+
+impl Drop for NetSubscriber {
+    fn drop(&mut self) {
+        let _ = self.conn.close(false);
+    }
+}

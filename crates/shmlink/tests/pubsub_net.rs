@@ -1,0 +1,760 @@
+//! Publish/subscribe over the network: the scenarios of `pubsub.rs` with subscribers
+//! over `tcp:` (fan-out to 1 and 4 subscriber processes under `block`, exact loss counts
+//! under `overwrite`, a subscriber or the publisher killed with SIGKILL, graceful close),
+//! local `shm:` and remote subscribers on one topic, `tls:`, `auto:` choosing shared
+//! memory on this kernel, peers of the wrong role, and hostile bytes on the wire.
+//!
+//! The other processes are this test binary run again (see [`pubsub_common`]).
+//! Message counts are smaller than over `shm:` (every message crosses loopback TCP in a
+//! debug build): 50,000 to one subscriber, 20,000 to four.
+
+mod common;
+mod pubsub_common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::opts;
+use pubsub_common::*;
+use shmlink::{
+    Connection, ErrorKind, Listener, Options, Policy, PubSubOptions, Publisher, Subscriber,
+};
+
+const TCP: &str = "tcp:127.0.0.1:0";
+
+/// The child processes' entry point (see [`pubsub_common::child_main`]).
+#[test]
+fn child_main() {
+    pubsub_common::child_main();
+}
+
+#[test]
+fn block_fan_out_over_tcp_to_1_subscriber_process() {
+    run("tcp fan-out 1", || fan_out(1, 50_000));
+}
+
+#[test]
+fn block_fan_out_over_tcp_to_4_subscriber_processes() {
+    run("tcp fan-out 4", || fan_out(4, 20_000));
+}
+
+/// `subs` subscriber processes each receive all `total` messages over TCP, in order,
+/// intact, then end-of-stream.
+fn fan_out(subs: usize, total: u64) {
+    let opts = PubSubOptions::default().slots(1024).max_msg_size(64);
+    let mut publisher = Publisher::bind(TCP, &opts).unwrap();
+    let addr = publisher.local_addr();
+    assert!(addr.starts_with("tcp:127.0.0.1:"), "{addr}");
+    let mut children: Vec<_> = (0..subs)
+        .map(|_| ChildProc::spawn("reader", &addr, ""))
+        .collect();
+    publisher.wait_for_subscribers(subs, WAIT).unwrap();
+    // The fan-out thread notes the peer right after the ring reader joined.
+    assert!(common::wait_until(WAIT, || publisher
+        .subscribers()
+        .iter()
+        .all(|s| s.remote.is_some())));
+    let t = Instant::now();
+    for seq in 0..total {
+        publish(&mut publisher, seq);
+    }
+    let stats = publisher.stats();
+    assert_eq!(stats.detached, 0, "{stats:?}");
+    publisher.close().unwrap();
+    for c in &mut children {
+        assert_eq!(
+            c.report("result"),
+            format!("first=0 received={total} error=EndOfStream"),
+            "subscriber {}",
+            c.id()
+        );
+        c.expect_success();
+    }
+    eprintln!(
+        "{subs} tcp subscribers x {total} messages: {:.0} msgs/s end to end",
+        total as f64 / t.elapsed().as_secs_f64()
+    );
+}
+
+/// Under `overwrite` with a deliberately slow remote subscriber: the fast ones (which
+/// the test keeps up with) lose nothing; the slow one's reported losses equal the gaps
+/// in the sequence numbers it received. The test publishes until the slow one has lost
+/// messages (its socket full, its ring reader overtaken).
+#[test]
+fn overwrite_slow_remote_subscriber_reports_exactly_what_it_missed() {
+    run("tcp overwrite slow", || {
+        let slots = 256;
+        let opts = PubSubOptions::default()
+            .slots(slots)
+            .max_msg_size(64)
+            .policy(Policy::Overwrite);
+        let mut publisher = Publisher::bind(TCP, &opts).unwrap();
+        let addr = publisher.local_addr();
+        let mut slow = ChildProc::spawn("slow", &addr, "32");
+        publisher.wait_for_subscribers(1, WAIT).unwrap();
+        let slow_slot = publisher.subscribers()[0].slot;
+        let mut fast: Vec<_> = (0..2)
+            .map(|_| ChildProc::spawn("reader", &addr, ""))
+            .collect();
+        publisher.wait_for_subscribers(3, WAIT).unwrap();
+        let deadline = Instant::now() + WAIT;
+        let mut seq = 0u64;
+        loop {
+            if seq % 32 == 0 {
+                let subs = publisher.subscribers();
+                let slow_missed = subs
+                    .iter()
+                    .find(|s| s.slot == slow_slot)
+                    .map_or(0, |s| s.missed);
+                if seq >= 20_000 && slow_missed > 0 {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the slow subscriber lost nothing after {seq} messages"
+                );
+                // The test's own flow control for the fast subscribers only.
+                let wait = Instant::now() + WAIT;
+                while publisher
+                    .subscribers()
+                    .iter()
+                    .any(|s| s.slot != slow_slot && s.lag > slots as u64 / 2)
+                {
+                    assert!(Instant::now() < wait, "fast subscribers stopped");
+                    std::thread::yield_now();
+                }
+            }
+            publish(&mut publisher, seq);
+            seq += 1;
+        }
+        let total = seq;
+        publisher.close().unwrap();
+        for c in &mut fast {
+            assert_eq!(
+                c.report("result"),
+                format!("first=0 received={total} error=EndOfStream")
+            );
+            c.expect_success();
+        }
+        let r = slow.report("result");
+        let field = |name: &str| -> u64 {
+            r.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                .unwrap_or_else(|| panic!("no {name} in {r:?}"))
+                .parse()
+                .unwrap()
+        };
+        let (received, missed, events) = (field("received"), field("missed"), field("events"));
+        eprintln!("slow tcp subscriber of {total} messages: {r}");
+        assert_eq!(received + missed, total, "{r}");
+        assert!(missed > 0 && events > 0, "{r}");
+        assert_eq!(field("stats_missed"), missed, "{r}");
+        slow.expect_success();
+    });
+}
+
+/// Under `block`, a remote subscriber that stops reading holds the publisher up once
+/// its socket and the ring are full; SIGKILL frees the publisher long before the stall
+/// timeout, and the other subscriber receives everything.
+#[test]
+fn killed_remote_subscriber_frees_the_publisher() {
+    run("tcp subscriber sigkill", || {
+        let stall = Duration::from_secs(120);
+        let opts = PubSubOptions::default()
+            .slots(16)
+            .max_msg_size(64)
+            .stall_timeout(stall);
+        let mut publisher = Publisher::bind(TCP, &opts).unwrap();
+        let addr = publisher.local_addr();
+        let mut reader = ChildProc::spawn("reader", &addr, "");
+        let mut idle = ChildProc::spawn("idle", &addr, "");
+        publisher.wait_for_subscribers(2, WAIT).unwrap();
+        publisher.set_nonblocking(true);
+        let mut seq = 0;
+        let deadline = Instant::now() + WAIT;
+        // Fill the idle subscriber's socket buffers and then the ring.
+        loop {
+            match try_publish(&mut publisher, seq) {
+                Ok(()) => seq += 1,
+                Err(ErrorKind::WouldBlock) => {
+                    // Blocked, for now: by the idle one once the reader caught up.
+                    if readable(&publisher, Duration::from_millis(200)) {
+                        continue;
+                    }
+                    let lags: Vec<u64> = publisher.subscribers().iter().map(|s| s.lag).collect();
+                    if lags.contains(&0) {
+                        break;
+                    }
+                    assert!(Instant::now() < deadline, "never blocked: {lags:?}");
+                }
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        eprintln!("blocked by the idle remote after {seq} messages");
+        let killed = idle.sigkill();
+        let deadline = killed + stall;
+        loop {
+            match try_publish(&mut publisher, seq) {
+                Ok(()) => {
+                    seq += 1;
+                    break;
+                }
+                Err(ErrorKind::WouldBlock) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    assert!(!left.is_zero(), "publisher blocked for the stall timeout");
+                    readable(&publisher, left);
+                }
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        eprintln!(
+            "SIGKILL -> publisher free after {:?} (stall timeout {stall:?})",
+            killed.elapsed()
+        );
+        idle.expect_killed();
+        assert!(common::wait_until(WAIT, || publisher.subscriber_count() == 1));
+        publisher.set_nonblocking(false);
+        for _ in 0..100 {
+            publish(&mut publisher, seq);
+            seq += 1;
+        }
+        publisher.close().unwrap();
+        assert_eq!(
+            reader.report("result"),
+            format!("first=0 received={seq} error=EndOfStream")
+        );
+        reader.expect_success();
+    });
+}
+
+/// Under `block`, a remote subscriber that stops reading is detached after the stall
+/// timeout (its socket and then the ring full); when it reads again it gets every
+/// message that was sent to it, then `Detached`; it may subscribe again. The other
+/// subscriber loses nothing.
+#[test]
+fn stalled_remote_subscriber_is_detached_and_may_resubscribe() {
+    run("tcp stall", || {
+        let opts = PubSubOptions::default()
+            .slots(16)
+            .max_msg_size(64)
+            .stall_timeout(Duration::from_millis(500));
+        let mut publisher = Publisher::bind(TCP, &opts).unwrap();
+        let addr = publisher.local_addr();
+        let mut reader = ChildProc::spawn("reader", &addr, "");
+        let mut stalled = ChildProc::spawn("stall", &addr, "");
+        publisher.wait_for_subscribers(2, WAIT).unwrap();
+        let deadline = Instant::now() + WAIT;
+        let mut seq = 0;
+        while publisher.stats().detached == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "not detached after {seq} messages"
+            );
+            for _ in 0..256 {
+                publish(&mut publisher, seq);
+                seq += 1;
+            }
+        }
+        eprintln!("stalled remote detached after {seq} messages");
+        stalled.say("go");
+        assert_eq!(stalled.report("detached"), "error=Detached");
+        publisher.wait_for_subscribers(2, WAIT).unwrap();
+        let rejoined_at = seq;
+        for _ in 0..1000 {
+            publish(&mut publisher, seq);
+            seq += 1;
+        }
+        publisher.close().unwrap();
+        assert_eq!(
+            reader.report("result"),
+            format!("first=0 received={seq} error=EndOfStream")
+        );
+        assert_eq!(
+            stalled.report("result"),
+            format!("first={rejoined_at} received=1000 error=EndOfStream")
+        );
+        reader.expect_success();
+        stalled.expect_success();
+    });
+}
+
+/// Publishes message `seq` (the publisher may be non-blocking).
+fn try_publish(p: &mut Publisher, seq: u64) -> Result<(), ErrorKind> {
+    let mut loan = p.loan(msg_len(seq)).map_err(|e| e.kind())?;
+    fill(seq, &mut loan);
+    loan.publish().map_err(|e| e.kind())
+}
+
+/// A publisher process killed with SIGKILL: every remote subscriber receives a
+/// consecutive run of messages from the first, then `ConnectionReset`.
+#[test]
+fn killed_publisher_resets_every_remote_subscriber() {
+    run("tcp publisher sigkill", || {
+        const SENT: u64 = 10_000;
+        let mut publisher = ChildProc::spawn("publisher", TCP, &format!("2 {SENT}"));
+        let addr = publisher.report("bound");
+        assert!(addr.starts_with("tcp:"), "{addr}");
+        let mut readers: Vec<_> = (0..2)
+            .map(|_| ChildProc::spawn("reader", &addr, ""))
+            .collect();
+        publisher.report("sent");
+        publisher.sigkill();
+        publisher.expect_killed();
+        for r in &mut readers {
+            let res = r.report("result");
+            assert!(
+                res.starts_with("first=0 ") && res.ends_with(" error=ConnectionReset"),
+                "{res}"
+            );
+            let received: u64 = res
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix("received="))
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(received <= SENT, "{res}");
+            r.expect_success();
+        }
+    });
+}
+
+/// `close` delivers every message to remote subscribers (also through `recv_ref` and in
+/// non-blocking mode), then end-of-stream, and frees the port.
+#[test]
+fn graceful_close_is_end_of_stream_after_the_last_message() {
+    run("tcp graceful close", || {
+        const TOTAL: u64 = 10_000;
+        let opts = PubSubOptions::default().slots(64).max_msg_size(64);
+        let mut publisher = Publisher::bind(TCP, &opts).unwrap();
+        let addr = publisher.local_addr();
+        let a = addr.clone();
+        let by_ref = std::thread::spawn(move || {
+            let mut sub = Subscriber::connect(&a, &PubSubOptions::default()).unwrap();
+            assert_eq!(sub.transport(), "tcp");
+            assert_eq!(sub.policy(), Policy::Block);
+            assert_eq!(sub.max_msg_size(), 64);
+            let mut n = 0;
+            loop {
+                match sub.recv_ref() {
+                    Ok(m) => {
+                        assert_eq!(check(&m), n);
+                        assert_eq!(m.position(), n);
+                        assert!(m.intact());
+                        n += 1;
+                    }
+                    Err(e) => {
+                        assert_eq!(e.kind(), ErrorKind::EndOfStream, "{e}");
+                        break;
+                    }
+                }
+            }
+            assert_eq!(sub.stats().received, n);
+            // The end is remembered.
+            assert_eq!(sub.recv_vec().unwrap_err().kind(), ErrorKind::EndOfStream);
+            n
+        });
+        let a = addr.clone();
+        let nonblocking = std::thread::spawn(move || {
+            let mut sub = Subscriber::connect(&a, &PubSubOptions::default()).unwrap();
+            sub.set_nonblocking(true);
+            assert!(sub.is_nonblocking());
+            let mut buf = [0u8; 64];
+            let mut n = 0;
+            loop {
+                match sub.recv(&mut buf) {
+                    Ok(len) => {
+                        assert_eq!(check(&buf[..len]), n);
+                        n += 1;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        assert!(readable(&sub, WAIT), "fd not readable within {WAIT:?}");
+                    }
+                    Err(e) => {
+                        assert_eq!(e.kind(), ErrorKind::EndOfStream, "{e}");
+                        break;
+                    }
+                }
+            }
+            n
+        });
+        publisher.wait_for_subscribers(2, WAIT).unwrap();
+        for seq in 0..TOTAL {
+            publish(&mut publisher, seq);
+        }
+        publisher.close().unwrap();
+        assert_eq!(by_ref.join().unwrap(), TOTAL);
+        assert_eq!(nonblocking.join().unwrap(), TOTAL);
+        let e = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap_err();
+        assert!(
+            matches!(
+                e.kind(),
+                ErrorKind::ConnectionRefused | ErrorKind::Other | ErrorKind::ConnectionReset
+            ),
+            "{e}"
+        );
+    });
+}
+
+/// `close` waits for remotes to take what they are owed, but not for one that takes
+/// nothing: after the stall timeout it is reset, and `close` returns; the others got
+/// everything.
+#[test]
+fn close_is_bounded_by_a_stuck_remote() {
+    run("tcp close with a stuck remote", || {
+        let slots = 64;
+        let opts = PubSubOptions::default()
+            .slots(slots)
+            .max_msg_size(64)
+            .policy(Policy::Overwrite)
+            .stall_timeout(Duration::from_millis(500));
+        let mut publisher = Publisher::bind(TCP, &opts).unwrap();
+        let addr = publisher.local_addr();
+        let mut idle = ChildProc::spawn("idle", &addr, "");
+        publisher.wait_for_subscribers(1, WAIT).unwrap();
+        let idle_slot = publisher.subscribers()[0].slot;
+        let mut reader = ChildProc::spawn("reader", &addr, "");
+        publisher.wait_for_subscribers(2, WAIT).unwrap();
+        // Publish until the idle one's socket is full (loopback buffers took about
+        // 90,000 of these messages in `killed_remote_subscriber_frees_the_publisher`)
+        // and its ring reader overtaken.
+        let deadline = Instant::now() + WAIT;
+        let mut seq = 0;
+        loop {
+            let subs = publisher.subscribers();
+            if seq >= 300_000 && subs.iter().any(|s| s.slot == idle_slot && s.missed > 0) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "idle remote never overtaken");
+            if subs
+                .iter()
+                .any(|s| s.slot != idle_slot && s.lag > slots as u64 / 2)
+            {
+                std::thread::yield_now();
+                continue;
+            }
+            for _ in 0..16 {
+                publish(&mut publisher, seq);
+                seq += 1;
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let closing = Instant::now();
+        std::thread::spawn(move || tx.send(publisher.close()).unwrap());
+        rx.recv_timeout(WAIT)
+            .expect("close did not return")
+            .unwrap();
+        eprintln!(
+            "close with a stuck remote returned after {:?} (stall timeout 500 ms)",
+            closing.elapsed()
+        );
+        assert_eq!(
+            reader.report("result"),
+            format!("first=0 received={seq} error=EndOfStream")
+        );
+        reader.expect_success();
+        idle.sigkill();
+        idle.expect_killed();
+    });
+}
+
+/// One topic bound at `auto:`: two subscriber processes attach over shared memory, two
+/// over `tcp:` (the same port); all four receive everything.
+#[test]
+fn local_shm_and_remote_tcp_subscribers_share_a_topic() {
+    run("mixed shm and tcp", || {
+        const TOTAL: u64 = 20_000;
+        let opts = PubSubOptions::default().slots(1024).max_msg_size(64);
+        let mut publisher = Publisher::bind("auto:127.0.0.1:0", &opts).unwrap();
+        let auto = publisher.local_addr();
+        let tcp = auto.replacen("auto:", "tcp:", 1);
+        let mut children: Vec<_> = [&auto, &auto, &tcp, &tcp]
+            .into_iter()
+            .map(|a| ChildProc::spawn("reader", a, ""))
+            .collect();
+        publisher.wait_for_subscribers(4, WAIT).unwrap();
+        let remote = || {
+            let subs = publisher.subscribers();
+            subs.iter().filter(|s| s.remote.is_some()).count()
+        };
+        assert!(common::wait_until(WAIT, || remote() == 2));
+        for seq in 0..TOTAL {
+            publish(&mut publisher, seq);
+        }
+        publisher.close().unwrap();
+        for c in &mut children {
+            assert_eq!(
+                c.report("result"),
+                format!("first=0 received={TOTAL} error=EndOfStream")
+            );
+            c.expect_success();
+        }
+    });
+}
+
+/// `auto:` on the publisher's kernel subscribes over shared memory; without the topic's
+/// rendezvous socket it stays on TCP and still receives everything.
+#[test]
+fn auto_subscriber_picks_shm_locally_and_tcp_otherwise() {
+    run("auto", || {
+        let mut publisher =
+            Publisher::bind("auto:127.0.0.1:0", &PubSubOptions::default().slots(256)).unwrap();
+        let addr = publisher.local_addr();
+        let mut local = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
+        assert_eq!(local.transport(), "shm");
+        // Remove the rendezvous socket (its name carries the port): the next one stays
+        // on TCP.
+        let port = addr.rsplit(':').next().unwrap();
+        let dir = shmlink::rendezvous_dir();
+        let mut removed = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            if name.starts_with(&format!("topic-{port}-")) {
+                std::fs::remove_file(&p).unwrap();
+                removed += 1;
+            }
+        }
+        assert_eq!(removed, 1, "no topic socket for port {port} in {dir:?}");
+        let mut remote = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
+        assert_eq!(remote.transport(), "tcp");
+        publisher.wait_for_subscribers(2, WAIT).unwrap();
+        for seq in 0..100 {
+            publish(&mut publisher, seq);
+        }
+        publisher.close().unwrap();
+        for sub in [&mut local, &mut remote] {
+            assert_eq!(read_all(sub), "first=0 received=100 error=EndOfStream");
+        }
+    });
+}
+
+/// Late remote joiners replay the history they ask for; refusals (a topic full, messages
+/// larger than the subscriber accepts) carry their reason over the network.
+#[test]
+fn remote_history_and_refusals() {
+    run("history and refusals", || {
+        let opts = PubSubOptions::default()
+            .slots(64)
+            .max_msg_size(64)
+            .history(10)
+            .max_subscribers(2);
+        let mut publisher = Publisher::bind(TCP, &opts).unwrap();
+        let addr = publisher.local_addr();
+        for seq in 0..20 {
+            publish(&mut publisher, seq);
+        }
+        let mut all = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
+        assert_eq!(all.position(), 10);
+        let three = Subscriber::connect(&addr, &PubSubOptions::default().history(3)).unwrap();
+        assert_eq!(three.position(), 17);
+        let e = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+        assert!(e.to_string().contains("maximum of 2"), "{e}");
+        drop(three);
+        assert!(common::wait_until(WAIT, || publisher.subscriber_count() == 1));
+        let e = Subscriber::connect(&addr, &PubSubOptions::default().max_msg_size(16)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains("up to 64 bytes"), "{e}");
+        publisher.close().unwrap();
+        assert_eq!(read_all(&mut all), "first=10 received=10 error=EndOfStream");
+    });
+}
+
+/// `tls:` with the test certificates (mutual TLS): subscribe, receive, end of stream.
+#[test]
+fn tls_topic_smoke() {
+    run("tls", || {
+        let opts = PubSubOptions::default().options(opts("tls")).slots(64);
+        let mut publisher = Publisher::bind("tls:127.0.0.1:0", &opts).unwrap();
+        let addr = publisher.local_addr();
+        assert!(addr.starts_with("tls:"), "{addr}");
+        let o = opts.clone();
+        let sub = std::thread::spawn(move || {
+            let mut sub = Subscriber::connect(&addr, &o).unwrap();
+            assert_eq!(sub.transport(), "tls");
+            read_all(&mut sub)
+        });
+        publisher.wait_for_subscribers(1, WAIT).unwrap();
+        for seq in 0..1000 {
+            publish(&mut publisher, seq);
+        }
+        publisher.close().unwrap();
+        assert_eq!(
+            sub.join().unwrap(),
+            "first=0 received=1000 error=EndOfStream"
+        );
+    });
+}
+
+/// A point-to-point `Connection` that reaches a topic, and a `Subscriber` that reaches a
+/// `Listener`, fail at once with `ProtocolViolation` naming the other side's role.
+#[test]
+fn wrong_role_peers_get_a_protocol_violation() {
+    run("wrong role", || {
+        for bind in [TCP, "auto:127.0.0.1:0"] {
+            let publisher = Publisher::bind(bind, &PubSubOptions::default()).unwrap();
+            let e = Connection::connect(&publisher.local_addr(), &Options::default()).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::ProtocolViolation, "{bind}: {e}");
+            assert!(e.to_string().contains("publish/subscribe"), "{e}");
+            // The topic still serves subscribers.
+            Subscriber::connect(&publisher.local_addr(), &PubSubOptions::default()).unwrap();
+        }
+        for bind in [TCP, "auto:127.0.0.1:0"] {
+            let mut listener = Listener::bind(bind, &Options::default()).unwrap();
+            let addr = listener.local_addr();
+            // The listener runs handshakes in `accept`: a subscriber, then a connection.
+            let clients = std::thread::spawn(move || {
+                let sub = Subscriber::connect(&addr, &PubSubOptions::default());
+                let conn = Connection::connect(&addr, &Options::default());
+                (sub.err(), conn.is_ok())
+            });
+            listener.accept().unwrap();
+            let (e, conn_ok) = clients.join().unwrap();
+            let e = e.expect("a subscriber to a listener must fail");
+            assert_eq!(e.kind(), ErrorKind::ProtocolViolation, "{bind}: {e}");
+            assert!(e.to_string().contains("point-to-point"), "{e}");
+            assert!(conn_ok, "the listener still serves connections");
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Hostile bytes: a fake publisher and a fake subscriber that speak the framed hello and
+// then break the record protocol.
+
+/// A framed hello of the topic role announcing `max` bytes.
+fn topic_hello(max: u64) -> Vec<u8> {
+    let mut h = b"SLNK".to_vec();
+    h.extend_from_slice(&[1, 1, 0, 0]);
+    h.extend_from_slice(&max.to_le_bytes());
+    h
+}
+
+/// A `tcp:` data frame carrying `payload`.
+fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![1u8];
+    f.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A welcome record: `block`, 64-byte messages, starting at 0.
+fn welcome() -> Vec<u8> {
+    let mut w = vec![2u8, 1];
+    w.extend_from_slice(&64u64.to_le_bytes());
+    w.extend_from_slice(&0u64.to_le_bytes());
+    w
+}
+
+/// Serves one subscriber from a fake publisher that answers with `records`; returns what
+/// the subscriber's connect and first `recv` report.
+fn against_fake_publisher(records: Vec<Vec<u8>>) -> (Option<ErrorKind>, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = format!("tcp:{}", listener.local_addr().unwrap());
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut hello = [0u8; 16];
+        s.read_exact(&mut hello).unwrap();
+        s.write_all(&topic_hello(1 << 20)).unwrap();
+        let mut head = [0u8; 5];
+        s.read_exact(&mut head).unwrap(); // the Subscribe frame
+        let mut body = vec![0u8; u32::from_le_bytes(head[1..].try_into().unwrap()) as usize];
+        s.read_exact(&mut body).unwrap();
+        for r in records {
+            s.write_all(&frame(&r)).unwrap();
+        }
+        // Keep the socket open until the subscriber is done with it.
+        let _ = s.read(&mut [0u8; 1]);
+    });
+    let opts = PubSubOptions::default().options(Options::default().connect_timeout(WAIT));
+    let result = match Subscriber::connect(&addr, &opts) {
+        Err(e) => (Some(e.kind()), e.to_string()),
+        Ok(mut sub) => match sub.recv_vec() {
+            Err(e) => (Some(e.kind()), e.to_string()),
+            Ok(m) => (None, format!("received {m:?}")),
+        },
+    };
+    server.join().unwrap();
+    result
+}
+
+#[test]
+fn hostile_publisher_bytes_are_protocol_violations() {
+    run("hostile publisher", || {
+        let bad_welcome = {
+            let mut w = welcome();
+            w[1] = 7;
+            w
+        };
+        let cases: Vec<(Vec<Vec<u8>>, &str)> = vec![
+            (vec![bad_welcome], "unknown policy"),
+            (vec![[welcome(), vec![0]].concat()], "after its last field"),
+            (vec![vec![]], "empty"),
+            (vec![vec![99]], "unknown kind"),
+            (vec![vec![5, 1, 2]], "publisher answered"), // Data before Welcome
+            (
+                vec![welcome(), [&[5u8][..], &[0; 65]].concat()],
+                "maximum is 64",
+            ),
+            (
+                vec![welcome(), [&[6u8][..], &[1, 0, 0, 0, 0, 0, 0, 0]].concat()],
+                "policy",
+            ),
+            (vec![welcome(), welcome()], "unexpected record Welcome"),
+        ];
+        for (records, want) in cases {
+            let (kind, msg) = against_fake_publisher(records.clone());
+            assert_eq!(
+                kind,
+                Some(ErrorKind::ProtocolViolation),
+                "{records:?}: {msg}"
+            );
+            assert!(msg.contains(want), "{records:?}: {msg}");
+        }
+        // A well-formed stream passes, for contrast.
+        let (kind, msg) = against_fake_publisher(vec![welcome(), [&[5u8][..], b"hi"].concat()]);
+        assert_eq!((kind, msg.as_str()), (None, "received [104, 105]"));
+    });
+}
+
+#[test]
+fn hostile_subscriber_bytes_are_dropped_and_others_served() {
+    run("hostile subscriber", || {
+        let mut publisher = Publisher::bind(TCP, &PubSubOptions::default().slots(64)).unwrap();
+        let addr = publisher.local_addr();
+        let sock_addr = addr.strip_prefix("tcp:").unwrap().to_string();
+        let garbage: Vec<Vec<u8>> = vec![
+            vec![],
+            vec![1],                                              // truncated Subscribe
+            vec![1, 1, 0x80, 0, 0],                               // unknown flags, truncated
+            vec![5, 1, 2, 3],                                     // Data from a subscriber
+            [&[1u8, 1, 0][..], &[0; 16], &[0xff, 0xff]].concat(), // boot id too long
+        ];
+        for g in garbage {
+            let mut s = TcpStream::connect(&sock_addr).unwrap();
+            s.set_read_timeout(Some(WAIT)).unwrap();
+            s.write_all(&topic_hello(1 << 20)).unwrap();
+            let mut hello = [0u8; 16];
+            s.read_exact(&mut hello).unwrap();
+            assert_eq!(&hello[..6], b"SLNK\x01\x01", "the topic's hello");
+            s.write_all(&frame(&g)).unwrap();
+            // The publisher hangs up without admitting it.
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest);
+            assert!(rest.is_empty(), "{g:?}: answered {rest:?}");
+        }
+        assert_eq!(publisher.subscriber_count(), 0);
+        let a = addr.clone();
+        let sub = std::thread::spawn(move || {
+            let mut sub = Subscriber::connect(&a, &PubSubOptions::default()).unwrap();
+            read_all(&mut sub)
+        });
+        publisher.wait_for_subscribers(1, WAIT).unwrap();
+        for seq in 0..10 {
+            publish(&mut publisher, seq);
+        }
+        publisher.close().unwrap();
+        assert_eq!(sub.join().unwrap(), "first=0 received=10 error=EndOfStream");
+    });
+}
