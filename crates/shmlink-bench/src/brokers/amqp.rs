@@ -12,7 +12,9 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
-use super::frame::{self, Args, MethodFrame, BODY, FRAME_END, FRAME_OVERHEAD, HEADER, HEARTBEAT, METHOD};
+use super::frame::{
+    self, Args, MethodFrame, BODY, FRAME_END, FRAME_OVERHEAD, HEADER, HEARTBEAT, METHOD,
+};
 use super::wire::Wire;
 use super::{CONNECT_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_MESSAGE};
 
@@ -108,7 +110,10 @@ impl Connection {
         let mut wire = Wire::connect(addr, BROKER, CONNECT_TIMEOUT)?;
         wire.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
         wire.write_all(&mut [IoSlice::new(&frame::PROTOCOL_HEADER)])?;
-        let mut conn = Connection { wire, frame_max: FRAME_MAX_BEFORE_TUNE };
+        let mut conn = Connection {
+            wire,
+            frame_max: FRAME_MAX_BEFORE_TUNE,
+        };
 
         let start = conn.expect(0, CONNECTION_START)?;
         let mut a = Args::new(&start, "Connection.Start");
@@ -116,7 +121,10 @@ impl Connection {
         a.long_str()?; // server properties
         let mechanisms = a.long_str()?;
         if version != (0, 9) {
-            return Err(conn.wire.invalid(format!("server speaks AMQP {}-{}, not 0-9", version.0, version.1)));
+            return Err(conn.wire.invalid(format!(
+                "server speaks AMQP {}-{}, not 0-9",
+                version.0, version.1
+            )));
         }
         if !mechanisms.split(|&b| b == b' ').any(|m| m == b"PLAIN") {
             return Err(conn.wire.invalid(format!(
@@ -142,11 +150,21 @@ impl Connection {
         let tune = conn.expect(0, CONNECTION_TUNE)?;
         let mut a = Args::new(&tune, "Connection.Tune");
         let (channel_max, frame_max, _heartbeat) = (a.u16()?, a.u32()?, a.u16()?);
-        let frame_max = if frame_max == 0 { FRAME_MAX } else { frame_max.min(FRAME_MAX) };
+        let frame_max = if frame_max == 0 {
+            FRAME_MAX
+        } else {
+            frame_max.min(FRAME_MAX)
+        };
         if frame_max < frame::FRAME_MIN {
-            return Err(conn.wire.invalid(format!("server frame_max {frame_max} is below 4096")));
+            return Err(conn
+                .wire
+                .invalid(format!("server frame_max {frame_max} is below 4096")));
         }
-        let channel_max = if channel_max == 0 { 1 } else { channel_max.min(1) };
+        let channel_max = if channel_max == 0 {
+            1
+        } else {
+            channel_max.min(1)
+        };
         conn.send(
             MethodFrame::new(0, CONNECTION_TUNE_OK.0, CONNECTION_TUNE_OK.1)
                 .u16(channel_max)
@@ -157,10 +175,17 @@ impl Connection {
         conn.frame_max = frame_max;
         conn.call(
             0,
-            MethodFrame::new(0, CONNECTION_OPEN.0, CONNECTION_OPEN.1).short_str(b"/").short_str(b"").u8(0),
+            MethodFrame::new(0, CONNECTION_OPEN.0, CONNECTION_OPEN.1)
+                .short_str(b"/")
+                .short_str(b"")
+                .u8(0),
             CONNECTION_OPEN_OK,
         )?;
-        conn.call(CHANNEL, MethodFrame::new(CHANNEL, CHANNEL_OPEN.0, CHANNEL_OPEN.1).short_str(b""), CHANNEL_OPEN_OK)?;
+        conn.call(
+            CHANNEL,
+            MethodFrame::new(CHANNEL, CHANNEL_OPEN.0, CHANNEL_OPEN.1).short_str(b""),
+            CHANNEL_OPEN_OK,
+        )?;
         Ok(conn)
     }
 
@@ -185,7 +210,12 @@ impl Connection {
     }
 
     /// Sends a method and waits for its reply `reply` on `channel`; its arguments.
-    fn call(&mut self, channel: u16, method: MethodFrame, reply: (u16, u16)) -> io::Result<Vec<u8>> {
+    fn call(
+        &mut self,
+        channel: u16,
+        method: MethodFrame,
+        reply: (u16, u16),
+    ) -> io::Result<Vec<u8>> {
         self.send(method.finish())?;
         self.expect(channel, reply)
     }
@@ -195,10 +225,14 @@ impl Connection {
     /// else is a protocol violation.
     fn expect(&mut self, channel: u16, id: (u16, u16)) -> io::Result<Vec<u8>> {
         loop {
-            let Some(frame) = self.next_frame(true)? else { continue };
+            let Some(frame) = self.next_frame(true)? else {
+                continue;
+            };
             match frame {
                 Incoming::Heartbeat => {}
-                Incoming::Method(ch, method) if ch == channel && method.id == id => return Ok(method.args),
+                Incoming::Method(ch, method) if ch == channel && method.id == id => {
+                    return Ok(method.args)
+                }
                 Incoming::Method(ch, method) => {
                     if let Some(e) = self.close_error(ch, &method)? {
                         return Err(e);
@@ -224,13 +258,20 @@ impl Connection {
     /// complete frame is readable.
     fn next_frame(&mut self, blocking: bool) -> io::Result<Option<Incoming>> {
         loop {
-            let parsed = frame::parse(self.wire.data(), self.frame_max).map_err(|e| self.wire.invalid(e))?;
+            let parsed =
+                frame::parse(self.wire.data(), self.frame_max).map_err(|e| self.wire.invalid(e))?;
             if let Some((f, used)) = parsed {
                 let incoming = match f.kind {
                     METHOD => {
                         let mut a = Args::new(f.payload, "method frame");
                         let id = (a.u16()?, a.u16()?);
-                        Incoming::Method(f.channel, Method { id, args: f.payload[4..].to_vec() })
+                        Incoming::Method(
+                            f.channel,
+                            Method {
+                                id,
+                                args: f.payload[4..].to_vec(),
+                            },
+                        )
                     }
                     HEARTBEAT => Incoming::Heartbeat,
                     kind => Incoming::Content(f.channel, kind),
@@ -260,7 +301,11 @@ impl Connection {
         let cause = (a.u16()?, a.u16()?);
         // Best effort: the error to report is the server's.
         let _ = self.send(MethodFrame::new(channel, ok.0, ok.1).finish());
-        let during = if cause == (0, 0) { String::new() } else { format!(" (in reply to {})", method_name(cause)) };
+        let during = if cause == (0, 0) {
+            String::new()
+        } else {
+            format!(" (in reply to {})", method_name(cause))
+        };
         Ok(Some(self.wire.context(
             &format!("server closed the {scope}"),
             io::Error::other(format!("{code} {text}{during}")),
@@ -329,7 +374,13 @@ impl Publisher {
             .short_str(b"")
             .u8(0) // mandatory 0, immediate 0
             .finish();
-        Ok(Publisher { conn, publish_frame, glue: Vec::new(), cuts: Vec::new(), since_check: 0 })
+        Ok(Publisher {
+            conn,
+            publish_frame,
+            glue: Vec::new(),
+            cuts: Vec::new(),
+            since_check: 0,
+        })
     }
 
     /// Publishes `msg` (up to [`MAX_MESSAGE`] bytes): the method frame, the content header
@@ -339,7 +390,10 @@ impl Publisher {
         if msg.len() > MAX_MESSAGE {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("message of {} bytes is over the limit of {MAX_MESSAGE}", msg.len()),
+                format!(
+                    "message of {} bytes is over the limit of {MAX_MESSAGE}",
+                    msg.len()
+                ),
             ));
         }
         self.since_check += 1;
@@ -378,15 +432,21 @@ impl Publisher {
         while let Some(incoming) = self.conn.next_frame(false)? {
             match incoming {
                 Incoming::Heartbeat => {}
-                Incoming::Method(0, m) if m.id == CONNECTION_BLOCKED || m.id == CONNECTION_UNBLOCKED => {}
+                Incoming::Method(0, m)
+                    if m.id == CONNECTION_BLOCKED || m.id == CONNECTION_UNBLOCKED => {}
                 Incoming::Method(ch, m) => {
                     if let Some(e) = self.conn.close_error(ch, &m)? {
                         return Err(e);
                     }
-                    return Err(self.conn.wire.invalid(format!("unexpected {} on channel {ch}", method_name(m.id))));
+                    return Err(self
+                        .conn
+                        .wire
+                        .invalid(format!("unexpected {} on channel {ch}", method_name(m.id))));
                 }
                 Incoming::Content(ch, kind) => {
-                    return Err(self.conn.wire.invalid(format!("unexpected content frame type {kind} on channel {ch}")));
+                    return Err(self.conn.wire.invalid(format!(
+                        "unexpected content frame type {kind} on channel {ch}"
+                    )));
                 }
             }
         }
@@ -436,10 +496,16 @@ impl Subscriber {
         let flags = 0b0000_1100; // passive 0, durable 0, exclusive 1, auto-delete 1, no-wait 0
         let declared = conn.call(
             CHANNEL,
-            MethodFrame::new(CHANNEL, QUEUE_DECLARE.0, QUEUE_DECLARE.1).u16(0).short_str(b"").u8(flags).empty_table(),
+            MethodFrame::new(CHANNEL, QUEUE_DECLARE.0, QUEUE_DECLARE.1)
+                .u16(0)
+                .short_str(b"")
+                .u8(flags)
+                .empty_table(),
             QUEUE_DECLARE_OK,
         )?;
-        let queue = Args::new(&declared, "Queue.DeclareOk").short_str()?.to_vec();
+        let queue = Args::new(&declared, "Queue.DeclareOk")
+            .short_str()?
+            .to_vec();
         if queue.is_empty() {
             return Err(conn.wire.invalid("Queue.DeclareOk without a queue name"));
         }
@@ -456,7 +522,10 @@ impl Subscriber {
         )?;
         conn.call(
             CHANNEL,
-            MethodFrame::new(CHANNEL, BASIC_QOS.0, BASIC_QOS.1).u32(0).u16(PREFETCH).u8(0),
+            MethodFrame::new(CHANNEL, BASIC_QOS.0, BASIC_QOS.1)
+                .u32(0)
+                .u16(PREFETCH)
+                .u8(0),
             BASIC_QOS_OK,
         )?;
         let flags = 0b0000_0010; // no-local 0, no-ack 1, exclusive 0, no-wait 0
@@ -472,7 +541,12 @@ impl Subscriber {
         )?;
         conn.wire.set_read_timeout(None)?;
         let queue = String::from_utf8_lossy(&queue).into_owned();
-        Ok(Subscriber { conn, queue, state: Content::Idle, body: Vec::new() })
+        Ok(Subscriber {
+            conn,
+            queue,
+            state: Content::Idle,
+            body: Vec::new(),
+        })
     }
 
     /// The name the server gave this subscriber's queue.
@@ -529,7 +603,9 @@ impl Subscriber {
     /// `buf`), `Some(false)` when it was something else, `None` when no frame is complete.
     fn step(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<bool>> {
         let wire = &self.conn.wire;
-        let Some((f, used)) = frame::parse(wire.data(), self.conn.frame_max).map_err(|e| wire.invalid(e))? else {
+        let Some((f, used)) =
+            frame::parse(wire.data(), self.conn.frame_max).map_err(|e| wire.invalid(e))?
+        else {
             return Ok(None);
         };
         let (kind, channel) = (f.kind, f.channel);
@@ -550,12 +626,19 @@ impl Subscriber {
                     a.short_str()?;
                     self.state = Content::Header;
                 } else {
-                    let method = Method { id, args: f.payload[4..].to_vec() };
+                    let method = Method {
+                        id,
+                        args: f.payload[4..].to_vec(),
+                    };
                     self.conn.wire.consume(used);
                     if let Some(e) = self.conn.close_error(channel, &method)? {
                         return Err(e);
                     }
-                    let what = if id == BASIC_CANCEL { " (the server cancelled the consumer)" } else { "" };
+                    let what = if id == BASIC_CANCEL {
+                        " (the server cancelled the consumer)"
+                    } else {
+                        ""
+                    };
                     return Err(self.conn.wire.invalid(format!(
                         "unexpected {} on channel {channel}{what}",
                         method_name(id)
@@ -566,7 +649,9 @@ impl Subscriber {
                 let mut a = Args::new(f.payload, "content header");
                 let (class, _weight, size) = (a.u16()?, a.u16()?, a.u64()?);
                 if class != BASIC_DELIVER.0 {
-                    return Err(wire.invalid(format!("content header of class {class}, not Basic (60)")));
+                    return Err(
+                        wire.invalid(format!("content header of class {class}, not Basic (60)"))
+                    );
                 }
                 if size > MAX_MESSAGE as u64 {
                     return Err(wire.invalid(format!(
@@ -578,7 +663,9 @@ impl Subscriber {
                 if size == 0 {
                     complete = true;
                 } else {
-                    self.state = Content::Body { remaining: size as usize };
+                    self.state = Content::Body {
+                        remaining: size as usize,
+                    };
                 }
             }
             (BODY, CHANNEL, Content::Body { remaining }) => {
@@ -622,7 +709,10 @@ fn check_name(exchange: &str) -> io::Result<()> {
     if exchange.len() > 255 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("exchange name of {} bytes (AMQP allows 255)", exchange.len()),
+            format!(
+                "exchange name of {} bytes (AMQP allows 255)",
+                exchange.len()
+            ),
         ));
     }
     Ok(())

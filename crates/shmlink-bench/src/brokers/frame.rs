@@ -47,12 +47,17 @@ pub(crate) fn parse(input: &[u8], frame_max: u32) -> io::Result<Option<(Frame<'_
     if input.len() >= 4 && input[..4] == PROTOCOL_HEADER[..4] {
         // A server that does not speak our version answers with the header of one it
         // does, then closes.
-        let version = input.get(4..8).map(|v| format!(" {v:?}")).unwrap_or_default();
+        let version = input
+            .get(4..8)
+            .map(|v| format!(" {v:?}"))
+            .unwrap_or_default();
         return Err(invalid(format!(
             "the server refused AMQP 0-9-1 and offered protocol header AMQP{version}"
         )));
     }
-    let Some(header) = input.get(..FRAME_HEADER) else { return Ok(None) };
+    let Some(header) = input.get(..FRAME_HEADER) else {
+        return Ok(None);
+    };
     let kind = header[0];
     let channel = u16::from_be_bytes([header[1], header[2]]);
     let size = u32::from_be_bytes([header[3], header[4], header[5], header[6]]);
@@ -66,7 +71,9 @@ pub(crate) fn parse(input: &[u8], frame_max: u32) -> io::Result<Option<(Frame<'_
     }
     let size = size as usize; // at most frame_max: fits
     let total = FRAME_OVERHEAD + size;
-    let Some(frame) = input.get(..total) else { return Ok(None) };
+    let Some(frame) = input.get(..total) else {
+        return Ok(None);
+    };
     let end = frame[total - 1];
     if end != FRAME_END {
         return Err(invalid(format!(
@@ -74,7 +81,14 @@ pub(crate) fn parse(input: &[u8], frame_max: u32) -> io::Result<Option<(Frame<'_
              {size} bytes)"
         )));
     }
-    Ok(Some((Frame { kind, channel, payload: &frame[FRAME_HEADER..total - 1] }, total)))
+    Ok(Some((
+        Frame {
+            kind,
+            channel,
+            payload: &frame[FRAME_HEADER..total - 1],
+        },
+        total,
+    )))
 }
 
 /// Reads method arguments and content headers field by field; running out of bytes is an
@@ -91,7 +105,11 @@ impl<'a> Args<'a> {
 
     fn take(&mut self, n: usize) -> io::Result<&'a [u8]> {
         if self.bytes.len() < n {
-            return Err(invalid(format!("truncated {}: {} bytes short", self.what, n - self.bytes.len())));
+            return Err(invalid(format!(
+                "truncated {}: {} bytes short",
+                self.what,
+                n - self.bytes.len()
+            )));
         }
         let (head, rest) = self.bytes.split_at(n);
         self.bytes = rest;
@@ -224,10 +242,24 @@ mod tests {
         let mut input = frame(METHOD, 1, b"\x00\x3c\x00\x28abc");
         input.extend(frame(HEARTBEAT, 0, b""));
         let (f, n) = parse(&input, 131072).unwrap().unwrap();
-        assert_eq!(f, Frame { kind: METHOD, channel: 1, payload: b"\x00\x3c\x00\x28abc" });
+        assert_eq!(
+            f,
+            Frame {
+                kind: METHOD,
+                channel: 1,
+                payload: b"\x00\x3c\x00\x28abc"
+            }
+        );
         assert_eq!(n, 15);
         let (f, n) = parse(&input[n..], 131072).unwrap().unwrap();
-        assert_eq!(f, Frame { kind: HEARTBEAT, channel: 0, payload: b"" });
+        assert_eq!(
+            f,
+            Frame {
+                kind: HEARTBEAT,
+                channel: 0,
+                payload: b""
+            }
+        );
         assert_eq!(n, 8);
     }
 
@@ -235,7 +267,11 @@ mod tests {
     fn every_split_point_waits_for_more() {
         let input = frame(BODY, 7, &[0x5a; 100]);
         for cut in 0..input.len() {
-            assert_eq!(parse(&input[..cut], 131072).unwrap(), None, "prefix of {cut} bytes");
+            assert_eq!(
+                parse(&input[..cut], 131072).unwrap(),
+                None,
+                "prefix of {cut} bytes"
+            );
         }
         assert!(parse(&input, 131072).unwrap().is_some());
     }
@@ -249,7 +285,9 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
         assert!(e.to_string().contains("over the frame size limit"), "{e}");
         // Exactly frame_max is fine, one more is not.
-        assert!(parse(&frame(BODY, 1, &[0; 4096 - 8]), 4096).unwrap().is_some());
+        assert!(parse(&frame(BODY, 1, &[0; 4096 - 8]), 4096)
+            .unwrap()
+            .is_some());
         assert!(parse(&frame(BODY, 1, &[0; 4096 - 7]), 4096).is_err());
     }
 
@@ -271,10 +309,17 @@ mod tests {
         assert_eq!(a.u8().unwrap(), 0);
         let e = a.short_str().unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
-        assert!(e.to_string().contains("truncated Test.Method: 2 bytes short"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("truncated Test.Method: 2 bytes short"),
+            "{e}"
+        );
         let mut a = Args::new(b"\xff\xff\xff\xff", "Table");
         assert!(a.long_str().is_err());
-        let mut a = Args::new(b"\x00\x01\x00\x00\x00\x02\x00\x00\x00\x00\x00\x00\x00\x03\x02hi", "T");
+        let mut a = Args::new(
+            b"\x00\x01\x00\x00\x00\x02\x00\x00\x00\x00\x00\x00\x00\x03\x02hi",
+            "T",
+        );
         assert_eq!(a.u16().unwrap(), 1);
         assert_eq!(a.u32().unwrap(), 2);
         assert_eq!(a.u64().unwrap(), 3);
@@ -292,6 +337,9 @@ mod tests {
         assert_eq!(n, h.len());
         assert_eq!(f.kind, HEADER);
         let mut a = Args::new(f.payload, "header");
-        assert_eq!((a.u16().unwrap(), a.u16().unwrap(), a.u64().unwrap()), (60, 0, 1 << 20));
+        assert_eq!(
+            (a.u16().unwrap(), a.u16().unwrap(), a.u64().unwrap()),
+            (60, 0, 1 << 20)
+        );
     }
 }

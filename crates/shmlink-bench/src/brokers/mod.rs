@@ -117,10 +117,38 @@ pub fn amqp_addr() -> Result<SocketAddr, String> {
 
 fn probe(broker: &str, env: &str, default: &str) -> Result<SocketAddr, String> {
     let text = std::env::var(env).unwrap_or_else(|_| default.to_owned());
-    let addr: SocketAddr =
-        text.parse().map_err(|e| format!("{env}={text:?} is not an address like {default}: {e}"))?;
+    let addr: SocketAddr = text
+        .parse()
+        .map_err(|e| format!("{env}={text:?} is not an address like {default}: {e}"))?;
     match TcpStream::connect_timeout(&addr, PROBE_TIMEOUT) {
         Ok(_) => Ok(addr),
-        Err(_) => Err(format!("{broker} not running on {addr} (start it with scripts/brokers.sh start)")),
+        Err(_) => Err(format!(
+            "{broker} not running on {addr} (start it with scripts/brokers.sh start)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreachable_broker_is_a_skip_reason() {
+        // Nothing listens on port 1 (privileged, unassigned on loopback).
+        let err = probe("redis", "SHMLINK_TEST_UNSET_VARIABLE", "127.0.0.1:1").unwrap_err();
+        assert_eq!(
+            err,
+            "redis not running on 127.0.0.1:1 (start it with scripts/brokers.sh start)"
+        );
+    }
+
+    #[test]
+    fn a_bad_address_says_which_variable() {
+        // PATH is set and not an address.
+        let err = probe("redis", "PATH", "127.0.0.1:1").unwrap_err();
+        assert!(
+            err.starts_with("PATH=") && err.contains("is not an address"),
+            "{err}"
+        );
     }
 }

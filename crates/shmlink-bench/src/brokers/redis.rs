@@ -43,7 +43,11 @@ impl Publisher {
         publisher.wire.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
         match publisher.command(&[b"PING"])? {
             Reply::Simple(s) if s == b"PONG" => {}
-            other => return Err(publisher.wire.invalid(format!("PING answered with {other:?}"))),
+            other => {
+                return Err(publisher
+                    .wire
+                    .invalid(format!("PING answered with {other:?}")))
+            }
         }
         publisher.wire.set_read_timeout(None)?;
         Ok(publisher)
@@ -56,12 +60,23 @@ impl Publisher {
         if msg.len() > MAX_MESSAGE {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("message of {} bytes is over the limit of {MAX_MESSAGE}", msg.len()),
+                format!(
+                    "message of {} bytes is over the limit of {MAX_MESSAGE}",
+                    msg.len()
+                ),
             ));
         }
         self.head.clear();
-        resp::encode_command(&mut self.head, &[b"PUBLISH", &self.channel], Some(msg.len()));
-        let mut bufs = [IoSlice::new(&self.head), IoSlice::new(msg), IoSlice::new(b"\r\n")];
+        resp::encode_command(
+            &mut self.head,
+            &[b"PUBLISH", &self.channel],
+            Some(msg.len()),
+        );
+        let mut bufs = [
+            IoSlice::new(&self.head),
+            IoSlice::new(msg),
+            IoSlice::new(b"\r\n"),
+        ];
         self.wire.write_all(&mut bufs)?;
         self.pending += 1;
         while self.pending >= self.window {
@@ -98,9 +113,13 @@ impl Publisher {
                 [Reply::Bulk(name), Reply::Int(n)] if name == channel.as_bytes() => {
                     usize::try_from(*n).map_err(|_| self.wire.invalid(format!("NUMSUB count {n}")))
                 }
-                _ => Err(self.wire.invalid(format!("PUBSUB NUMSUB answered with {items:?}"))),
+                _ => Err(self
+                    .wire
+                    .invalid(format!("PUBSUB NUMSUB answered with {items:?}"))),
             },
-            other => Err(self.wire.invalid(format!("PUBSUB NUMSUB answered with {other:?}"))),
+            other => Err(self
+                .wire
+                .invalid(format!("PUBSUB NUMSUB answered with {other:?}"))),
         }
     }
 
@@ -131,7 +150,9 @@ impl Publisher {
         match reply {
             Reply::Int(_) => Ok(()),
             Reply::Error(text) => Err(server_error(&self.wire, "PUBLISH", &text)),
-            other => Err(self.wire.invalid(format!("PUBLISH answered with {other:?}"))),
+            other => Err(self
+                .wire
+                .invalid(format!("PUBLISH answered with {other:?}"))),
         }
     }
 
@@ -182,7 +203,10 @@ impl Subscriber {
             other => return Err(wire.invalid(format!("SUBSCRIBE answered with {other:?}"))),
         }
         wire.set_read_timeout(None)?;
-        Ok(Subscriber { wire, channel: channel.as_bytes().to_vec() })
+        Ok(Subscriber {
+            wire,
+            channel: channel.as_bytes().to_vec(),
+        })
     }
 
     /// Waits for the next message and puts its payload in `buf` (replacing what was
@@ -224,13 +248,15 @@ impl Subscriber {
 
     /// Takes the first buffered message, if complete, into `buf`.
     fn take(&mut self, buf: &mut Vec<u8>) -> io::Result<bool> {
-        let Some((value, used)) = resp::parse(self.wire.data()).map_err(|e| self.wire.invalid(e))?
+        let Some((value, used)) =
+            resp::parse(self.wire.data()).map_err(|e| self.wire.invalid(e))?
         else {
             return Ok(false);
         };
         match &value {
             Value::Array(Some(items)) => match items.as_slice() {
-                [Value::Bulk(Some(b"message")), Value::Bulk(Some(name)), Value::Bulk(Some(payload))] => {
+                [Value::Bulk(Some(b"message")), Value::Bulk(Some(name)), Value::Bulk(Some(payload))] =>
+                {
                     if *name != self.channel.as_slice() {
                         return Err(self.wire.invalid(format!(
                             "message for channel {:?}, subscribed to {:?}",
@@ -241,13 +267,21 @@ impl Subscriber {
                     buf.clear();
                     buf.extend_from_slice(payload);
                 }
-                _ => return Err(self.wire.invalid(format!("unexpected push {:?}", Reply::from(&value)))),
+                _ => {
+                    return Err(self
+                        .wire
+                        .invalid(format!("unexpected push {:?}", Reply::from(&value))))
+                }
             },
             Value::Error(text) => {
                 let text = text.to_vec();
                 return Err(server_error(&self.wire, "SUBSCRIBE", &text));
             }
-            _ => return Err(self.wire.invalid(format!("unexpected push {:?}", Reply::from(&value)))),
+            _ => {
+                return Err(self
+                    .wire
+                    .invalid(format!("unexpected push {:?}", Reply::from(&value))))
+            }
         }
         self.wire.consume(used);
         Ok(true)
@@ -289,7 +323,11 @@ impl std::fmt::Debug for Reply {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let text = |b: &[u8]| {
             let shown = String::from_utf8_lossy(&b[..b.len().min(64)]).into_owned();
-            if b.len() > 64 { format!("{shown}... ({} bytes)", b.len()) } else { shown }
+            if b.len() > 64 {
+                format!("{shown}... ({} bytes)", b.len())
+            } else {
+                shown
+            }
         };
         match self {
             Reply::Simple(s) => write!(f, "+{}", text(s)),
@@ -316,5 +354,8 @@ fn read_reply(wire: &mut Wire) -> io::Result<Reply> {
 
 /// An error reply of the server to `command`.
 fn server_error(wire: &Wire, command: &str, text: &[u8]) -> io::Error {
-    wire.context(command, io::Error::other(String::from_utf8_lossy(text).into_owned()))
+    wire.context(
+        command,
+        io::Error::other(String::from_utf8_lossy(text).into_owned()),
+    )
 }

@@ -53,8 +53,12 @@ fn parse_at<'a>(
     depth: usize,
     budget: &mut usize,
 ) -> io::Result<Option<(Value<'a>, usize)>> {
-    let Some(&kind) = input.get(pos) else { return Ok(None) };
-    let Some((line, mut next)) = line(input, pos + 1)? else { return Ok(None) };
+    let Some(&kind) = input.get(pos) else {
+        return Ok(None);
+    };
+    let Some((line, mut next)) = line(input, pos + 1)? else {
+        return Ok(None);
+    };
     let value = match kind {
         b'+' => Value::Simple(line),
         b'-' => Value::Error(line),
@@ -63,10 +67,12 @@ fn parse_at<'a>(
             let Some(len) = length(line, MAX_MESSAGE, "bulk string")? else {
                 return Ok(Some((Value::Bulk(None), next)));
             };
-            *budget = budget
-                .checked_sub(len)
-                .ok_or_else(|| invalid(format!("RESP value declares more than {MAX_VALUE} bytes")))?;
-            let Some(end) = next.checked_add(len) else { return Err(invalid("length overflow".into())) };
+            *budget = budget.checked_sub(len).ok_or_else(|| {
+                invalid(format!("RESP value declares more than {MAX_VALUE} bytes"))
+            })?;
+            let Some(end) = next.checked_add(len) else {
+                return Err(invalid("length overflow".into()));
+            };
             // The payload and its CRLF.
             if input.len() < end + 2 {
                 return Ok(None);
@@ -86,7 +92,9 @@ fn parse_at<'a>(
                 return Ok(Some((Value::Array(None), next)));
             };
             if depth + 1 > MAX_DEPTH {
-                return Err(invalid(format!("RESP arrays nested deeper than {MAX_DEPTH}")));
+                return Err(invalid(format!(
+                    "RESP arrays nested deeper than {MAX_DEPTH}"
+                )));
             }
             let mut items = Vec::with_capacity(len);
             for _ in 0..len {
@@ -114,8 +122,12 @@ fn line(input: &[u8], pos: usize) -> io::Result<Option<(&[u8], usize)>> {
     match window.iter().position(|&b| b == b'\r') {
         Some(cr) => match window.get(cr + 1) {
             Some(b'\n') => Ok(Some((&rest[..cr], pos + cr + 2))),
-            Some(&b) => Err(invalid(format!("CR followed by 0x{b:02x} instead of LF in a RESP line"))),
-            None if cr >= MAX_LINE => Err(invalid(format!("RESP line longer than {MAX_LINE} bytes"))),
+            Some(&b) => Err(invalid(format!(
+                "CR followed by 0x{b:02x} instead of LF in a RESP line"
+            ))),
+            None if cr >= MAX_LINE => {
+                Err(invalid(format!("RESP line longer than {MAX_LINE} bytes")))
+            }
             None => Ok(None),
         },
         None if window.len() > MAX_LINE => {
@@ -127,7 +139,12 @@ fn line(input: &[u8], pos: usize) -> io::Result<Option<(&[u8], usize)>> {
 
 /// A decimal integer: an optional `-` and 1 to 19 digits, no overflow.
 fn integer(line: &[u8]) -> io::Result<i64> {
-    let bad = || invalid(format!("bad RESP integer {:?}", String::from_utf8_lossy(line)));
+    let bad = || {
+        invalid(format!(
+            "bad RESP integer {:?}",
+            String::from_utf8_lossy(line)
+        ))
+    };
     let (negative, digits) = match line.split_first() {
         Some((b'-', rest)) => (true, rest),
         _ => (false, line),
@@ -141,7 +158,16 @@ fn integer(line: &[u8]) -> io::Result<i64> {
             return Err(bad());
         }
         let d = i64::from(d - b'0');
-        n = n.checked_mul(10).and_then(|n| if negative { n.checked_sub(d) } else { n.checked_add(d) }).ok_or_else(bad)?;
+        n = n
+            .checked_mul(10)
+            .and_then(|n| {
+                if negative {
+                    n.checked_sub(d)
+                } else {
+                    n.checked_add(d)
+                }
+            })
+            .ok_or_else(bad)?;
     }
     Ok(n)
 }
@@ -154,7 +180,9 @@ fn length(line: &[u8], max: usize, what: &str) -> io::Result<Option<usize>> {
     }
     let n = usize::try_from(n).map_err(|_| invalid(format!("negative {what} length {n}")))?;
     if n > max {
-        return Err(invalid(format!("{what} of {n} elements/bytes is over the limit of {max}")));
+        return Err(invalid(format!(
+            "{what} of {n} elements/bytes is over the limit of {max}"
+        )));
     }
     Ok(Some(n))
 }
@@ -197,7 +225,10 @@ mod tests {
         assert_eq!(parse_all(b"-ERR wrong\r\n"), Value::Error(b"ERR wrong"));
         assert_eq!(parse_all(b":-42\r\n"), Value::Int(-42));
         assert_eq!(parse_all(b":9223372036854775807\r\n"), Value::Int(i64::MAX));
-        assert_eq!(parse_all(b":-9223372036854775808\r\n"), Value::Int(i64::MIN));
+        assert_eq!(
+            parse_all(b":-9223372036854775808\r\n"),
+            Value::Int(i64::MIN)
+        );
         assert_eq!(parse_all(b"$-1\r\n"), Value::Bulk(None));
         assert_eq!(parse_all(b"$0\r\n\r\n"), Value::Bulk(Some(b"")));
         assert_eq!(parse_all(b"*-1\r\n"), Value::Array(None));

@@ -33,7 +33,15 @@ impl Wire {
         let stream = TcpStream::connect_timeout(&peer, timeout)
             .map_err(|e| io::Error::new(e.kind(), format!("{broker}: connect to {peer}: {e}")))?;
         stream.set_nodelay(true)?;
-        Ok(Wire { stream, peer, broker, buf: Vec::new(), start: 0, end: 0, nonblocking: false })
+        Ok(Wire {
+            stream,
+            peer,
+            broker,
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+            nonblocking: false,
+        })
     }
 
     pub(crate) fn stream(&self) -> &TcpStream {
@@ -57,12 +65,18 @@ impl Wire {
 
     /// A protocol violation, naming the broker and its address.
     pub(crate) fn invalid(&self, what: impl std::fmt::Display) -> io::Error {
-        io::Error::new(io::ErrorKind::InvalidData, format!("{} at {}: {what}", self.broker, self.peer))
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} at {}: {what}", self.broker, self.peer),
+        )
     }
 
     /// Puts the broker, its address and `what` in front of `e`.
     pub(crate) fn context(&self, what: &str, e: io::Error) -> io::Error {
-        io::Error::new(e.kind(), format!("{} at {}: {what}: {e}", self.broker, self.peer))
+        io::Error::new(
+            e.kind(),
+            format!("{} at {}: {what}: {e}", self.broker, self.peer),
+        )
     }
 
     /// Reads once (at least one byte) and appends to [`data`](Self::data). In non-blocking
@@ -79,10 +93,17 @@ impl Wire {
         loop {
             match self.stream.read(&mut self.buf[self.end..]) {
                 Ok(0) => {
-                    let partial = if self.end > self.start { " in the middle of a message" } else { "" };
+                    let partial = if self.end > self.start {
+                        " in the middle of a message"
+                    } else {
+                        ""
+                    };
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
-                        format!("{} at {} closed the connection{partial}", self.broker, self.peer),
+                        format!(
+                            "{} at {} closed the connection{partial}",
+                            self.broker, self.peer
+                        ),
                     ));
                 }
                 Ok(n) => {
