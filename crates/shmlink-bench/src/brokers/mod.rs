@@ -57,21 +57,28 @@
 //!
 //! # Example
 //!
-//! ```no_run
+//! ```
+//! use std::time::Duration;
 //! use shmlink_bench::brokers::{self, redis};
 //!
-//! let addr = match brokers::redis_addr() {
-//!     Ok(addr) => addr,
-//!     Err(reason) => return println!("skipping: {reason}"),
-//! };
-//! let mut sub = redis::Subscriber::connect(addr, "demo")?;
-//! let mut publisher = redis::Publisher::connect(addr, "demo")?;
-//! publisher.wait_for_subscribers(1, std::time::Duration::from_secs(5))?;
-//! publisher.publish(b"hello")?;
-//! let mut buf = Vec::new();
-//! sub.recv(&mut buf)?;
-//! assert_eq!(buf, b"hello");
-//! # Ok::<(), std::io::Error>(())
+//! fn main() -> std::io::Result<()> {
+//!     let addr = match brokers::redis_addr() {
+//!         Ok(addr) => addr,
+//!         Err(reason) => {
+//!             println!("skipping: {reason}");
+//!             return Ok(());
+//!         }
+//!     };
+//!     let mut sub = redis::Subscriber::connect(addr, "shmlink-doc-example")?;
+//!     sub.set_read_timeout(Some(Duration::from_secs(10)))?;
+//!     let mut publisher = redis::Publisher::connect(addr, "shmlink-doc-example")?;
+//!     publisher.wait_for_subscribers(1, Duration::from_secs(10))?;
+//!     publisher.publish(b"hello")?;
+//!     let mut buf = Vec::new();
+//!     sub.recv(&mut buf)?;
+//!     assert_eq!(buf, b"hello");
+//!     Ok(())
+//! }
 //! ```
 
 use std::net::{SocketAddr, TcpStream};
