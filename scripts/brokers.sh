@@ -157,8 +157,15 @@ rabbit_pid() {
   [ -f "$BASE/rabbitmq/rabbitmq.pid" ] && cat "$BASE/rabbitmq/rabbitmq.pid"
 }
 
+# port_open PORT: something accepts TCP connections on 127.0.0.1:PORT.
+port_open() {
+  timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
+}
+
+# The AMQP port accepts connections (opened last during boot; a cheap first check, as each
+# rabbitmqctl run boots an Erlang VM) and the node says it has started.
 rabbit_answers() {
-  [ -d "$BASE/rabbitmq/home" ] || return 1
+  [ -d "$BASE/rabbitmq/home" ] && port_open "$AMQP_PORT" || return 1
   (rabbit_env && rabbitmqctl -q await_startup --timeout 5 >/dev/null 2>&1)
 }
 
@@ -200,7 +207,7 @@ EOF
       tail -n 30 "$dir/log/stdout.log" >&2 || true
       die "rabbitmq did not start within ${START_DEADLINE}s (logs in $dir/log)"
     fi
-    sleep 0.5
+    sleep 0.2
   done
 }
 

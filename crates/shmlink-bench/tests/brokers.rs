@@ -100,17 +100,26 @@ impl Messages {
 /// A subscriber of either broker, as the fan-out test drives it.
 trait Sub: Send + 'static {
     fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<()>;
+    fn close(self) -> io::Result<()>;
 }
 
 impl Sub for redis::Subscriber {
     fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
         redis::Subscriber::recv(self, buf)
     }
+
+    fn close(self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 impl Sub for amqp::Subscriber {
     fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
         amqp::Subscriber::recv(self, buf)
+    }
+
+    fn close(self) -> io::Result<()> {
+        amqp::Subscriber::close(self)
     }
 }
 
@@ -138,6 +147,7 @@ fn start_subscribers<S: Sub>(
                         .unwrap_or_else(|e| panic!("{who}: recv of message {seq}: {e}"));
                     messages.check(&who, seq, &buf);
                 }
+                sub.close().unwrap_or_else(|e| panic!("{who}: close: {e}"));
             })
         })
         .collect();

@@ -27,6 +27,9 @@
 //!   passed (`WouldBlock`/`TimedOut`). `try_recv` never blocks: `Ok(false)` when no
 //!   complete message is buffered or readable. A message received in parts stays buffered
 //!   between calls.
+//! - **Event loops.** One read may bring several messages, and the ones after the first
+//!   stay in the client's buffer where `poll` on the fd does not see them: when the fd is
+//!   readable, call `try_recv` until it returns `false` before polling again.
 //! - **Readiness.** `Subscriber::connect` returns only after the broker confirmed the
 //!   subscription (Redis: the `subscribe` reply; RabbitMQ: Queue.BindOk, then
 //!   Basic.ConsumeOk), so every message published after `connect` returned reaches the
