@@ -149,7 +149,8 @@ impl Connection {
 
         let tune = conn.expect(0, CONNECTION_TUNE)?;
         let mut a = Args::new(&tune, "Connection.Tune");
-        let (channel_max, frame_max, _heartbeat) = (a.u16()?, a.u32()?, a.u16()?);
+        // channel_max is 0 (no limit) or at least 1: the one channel used fits.
+        let (_channel_max, frame_max, _heartbeat) = (a.u16()?, a.u32()?, a.u16()?);
         let frame_max = if frame_max == 0 {
             FRAME_MAX
         } else {
@@ -160,14 +161,9 @@ impl Connection {
                 .wire
                 .invalid(format!("server frame_max {frame_max} is below 4096")));
         }
-        let channel_max = if channel_max == 0 {
-            1
-        } else {
-            channel_max.min(1)
-        };
         conn.send(
             MethodFrame::new(0, CONNECTION_TUNE_OK.0, CONNECTION_TUNE_OK.1)
-                .u16(channel_max)
+                .u16(1) // channel_max
                 .u32(frame_max)
                 .u16(0) // heartbeats off
                 .finish(),
@@ -451,6 +447,14 @@ impl Publisher {
             }
         }
         Ok(())
+    }
+
+    /// How long a write (and so [`publish`](Self::publish)) may block (`None`: forever):
+    /// RabbitMQ stops reading from publishers it throttles (credit flow, memory or disk
+    /// alarms). A publish that timed out may have written part of a message: the connection
+    /// is unusable after it.
+    pub fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.conn.wire.stream().set_write_timeout(timeout)
     }
 
     /// Closes the connection cleanly: RabbitMQ has routed every message published before

@@ -16,10 +16,10 @@
 //! | | [`redis`] | [`amqp`] |
 //! |---|---|---|
 //! | publisher | `Publisher::connect(addr, channel)` | `Publisher::connect(addr, exchange)` |
-//! | publish | `publish(&mut self, &[u8])`: `PUBLISH`, waits for the reply (or pipelines with `set_window(n)`, then `flush()`) | `publish(&mut self, &[u8])`: Basic.Publish, never waits for the server; `check()`; `close()` |
+//! | publish | `publish(&mut self, &[u8])`: `PUBLISH`, waits for the reply (or leaves up to `n` outstanding after `set_window(n)`; `flush()` waits for all) | `publish(&mut self, &[u8])`: Basic.Publish, never waits for the server; `check()`; `close()` |
 //! | subscriber | `Subscriber::connect(addr, channel)` | `Subscriber::connect(addr, exchange)` |
 //! | receive | `recv(&mut self, &mut Vec<u8>)`, `try_recv(..) -> bool` | the same |
-//! | modes | `set_nonblocking(bool)`, `set_read_timeout(Option<Duration>)`, `AsRawFd` | the same |
+//! | modes | subscribers: `set_nonblocking(bool)`, `set_read_timeout(Option<Duration>)`; publishers: `set_write_timeout(Option<Duration>)`; both `AsRawFd` | the same |
 //! | readiness | `Publisher::subscribers(channel) -> usize` (`PUBSUB NUMSUB`), `wait_for_subscribers(n, timeout)` | see below |
 //!
 //! - `recv` puts the payload of the next message in the buffer (replacing its contents);

@@ -17,9 +17,9 @@ const BROKER: &str = "redis";
 ///
 /// By default every [`publish`](Self::publish) waits for its reply (the number of
 /// subscribers that got the message), which is what a plain Redis client does. With
-/// [`set_window`](Self::set_window)`(n)` up to `n` replies may be outstanding (pipelining):
-/// fewer round trips, and a failed `PUBLISH` is reported by a later call ([`flush`](
-/// Self::flush) waits for all).
+/// [`set_window`](Self::set_window)`(n)` up to `n` replies may still be outstanding when
+/// `publish` returns (pipelining): fewer round trips, and a failed `PUBLISH` is reported by
+/// a later call ([`flush`](Self::flush) waits for all).
 pub struct Publisher {
     wire: Wire,
     channel: Vec<u8>,
@@ -38,7 +38,7 @@ impl Publisher {
             channel: channel.as_bytes().to_vec(),
             head: Vec::with_capacity(64),
             pending: 0,
-            window: 1,
+            window: 0,
         };
         publisher.wire.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
         match publisher.command(&[b"PING"])? {
@@ -79,18 +79,18 @@ impl Publisher {
         ];
         self.wire.write_all(&mut bufs)?;
         self.pending += 1;
-        while self.pending >= self.window {
+        while self.pending > self.window {
             self.publish_reply()?;
         }
         Ok(())
     }
 
-    /// How many `PUBLISH` replies may be outstanding after [`publish`](Self::publish)
-    /// returns (at least 1: `1` waits for each reply before returning, which is the
-    /// default). Waits for replies beyond the new window.
+    /// How many `PUBLISH` replies may be outstanding when [`publish`](Self::publish)
+    /// returns: `0` (the default) waits for each reply. Waits for replies beyond the new
+    /// window.
     pub fn set_window(&mut self, window: usize) -> io::Result<()> {
-        self.window = window.max(1);
-        while self.pending >= self.window {
+        self.window = window;
+        while self.pending > self.window {
             self.publish_reply()?;
         }
         Ok(())
@@ -141,6 +141,13 @@ impl Publisher {
             }
             thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// How long a write (and so [`publish`](Self::publish)) may block (`None`: forever).
+    /// A publish that timed out may have written part of a command: the connection is
+    /// unusable after it.
+    pub fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.wire.stream().set_write_timeout(timeout)
     }
 
     /// Reads the reply of the oldest outstanding `PUBLISH`.

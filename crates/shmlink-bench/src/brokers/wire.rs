@@ -111,7 +111,19 @@ impl Wire {
                     return Ok(());
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(e),
+                // Nothing there in non-blocking mode: the plain error, no message to format.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.nonblocking => {
+                    return Err(e);
+                }
+                // A read timeout passed (Linux reports EAGAIN).
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(self.context("read timed out", e));
+                }
                 Err(e) => return Err(self.context("read", e)),
             }
         }
@@ -121,11 +133,11 @@ impl Wire {
     pub(crate) fn try_fill(&mut self) -> io::Result<bool> {
         let was_blocking = !self.nonblocking;
         if was_blocking {
-            self.stream.set_nonblocking(true)?;
+            self.set_nonblocking(true)?;
         }
         let res = self.fill();
         if was_blocking {
-            self.stream.set_nonblocking(false)?;
+            self.set_nonblocking(false)?;
         }
         match res {
             Ok(()) => Ok(true),
