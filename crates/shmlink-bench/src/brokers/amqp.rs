@@ -12,9 +12,8 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
-use super::frame::{
-    self, Args, MethodFrame, BODY, FRAME_END, FRAME_OVERHEAD, HEADER, HEARTBEAT, METHOD,
-};
+// The framing and the method ids.
+use super::frame::{self, *};
 use super::wire::Wire;
 use super::{CONNECT_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_MESSAGE};
 
@@ -31,66 +30,6 @@ const CHECK_EVERY: u32 = 256;
 /// The prefetch count a subscriber asks for. RabbitMQ ignores it for no-ack consumers
 /// (what the subscribers are); flow is bounded by TCP and RabbitMQ's credit flow.
 const PREFETCH: u16 = 1000;
-
-// (class, method) ids.
-const CONNECTION_START: (u16, u16) = (10, 10);
-const CONNECTION_START_OK: (u16, u16) = (10, 11);
-const CONNECTION_TUNE: (u16, u16) = (10, 30);
-const CONNECTION_TUNE_OK: (u16, u16) = (10, 31);
-const CONNECTION_OPEN: (u16, u16) = (10, 40);
-const CONNECTION_OPEN_OK: (u16, u16) = (10, 41);
-const CONNECTION_CLOSE: (u16, u16) = (10, 50);
-const CONNECTION_CLOSE_OK: (u16, u16) = (10, 51);
-const CONNECTION_BLOCKED: (u16, u16) = (10, 60);
-const CONNECTION_UNBLOCKED: (u16, u16) = (10, 61);
-const CHANNEL_OPEN: (u16, u16) = (20, 10);
-const CHANNEL_OPEN_OK: (u16, u16) = (20, 11);
-const CHANNEL_CLOSE: (u16, u16) = (20, 40);
-const CHANNEL_CLOSE_OK: (u16, u16) = (20, 41);
-const EXCHANGE_DECLARE: (u16, u16) = (40, 10);
-const EXCHANGE_DECLARE_OK: (u16, u16) = (40, 11);
-const QUEUE_DECLARE: (u16, u16) = (50, 10);
-const QUEUE_DECLARE_OK: (u16, u16) = (50, 11);
-const QUEUE_BIND: (u16, u16) = (50, 20);
-const QUEUE_BIND_OK: (u16, u16) = (50, 21);
-const BASIC_QOS: (u16, u16) = (60, 10);
-const BASIC_QOS_OK: (u16, u16) = (60, 11);
-const BASIC_CONSUME: (u16, u16) = (60, 20);
-const BASIC_CONSUME_OK: (u16, u16) = (60, 21);
-const BASIC_CANCEL: (u16, u16) = (60, 30);
-const BASIC_PUBLISH: (u16, u16) = (60, 40);
-const BASIC_DELIVER: (u16, u16) = (60, 60);
-
-/// The name of a method for messages.
-fn method_name(id: (u16, u16)) -> String {
-    let known = [
-        (CONNECTION_START, "Connection.Start"),
-        (CONNECTION_TUNE, "Connection.Tune"),
-        (CONNECTION_OPEN_OK, "Connection.OpenOk"),
-        (CONNECTION_CLOSE, "Connection.Close"),
-        (CONNECTION_CLOSE_OK, "Connection.CloseOk"),
-        (CHANNEL_OPEN_OK, "Channel.OpenOk"),
-        (CHANNEL_CLOSE, "Channel.Close"),
-        (CHANNEL_CLOSE_OK, "Channel.CloseOk"),
-        (EXCHANGE_DECLARE, "Exchange.Declare"),
-        (EXCHANGE_DECLARE_OK, "Exchange.DeclareOk"),
-        (QUEUE_DECLARE, "Queue.Declare"),
-        (QUEUE_DECLARE_OK, "Queue.DeclareOk"),
-        (QUEUE_BIND, "Queue.Bind"),
-        (QUEUE_BIND_OK, "Queue.BindOk"),
-        (BASIC_QOS, "Basic.Qos"),
-        (BASIC_QOS_OK, "Basic.QosOk"),
-        (BASIC_CONSUME, "Basic.Consume"),
-        (BASIC_CONSUME_OK, "Basic.ConsumeOk"),
-        (BASIC_CANCEL, "Basic.Cancel"),
-        (BASIC_PUBLISH, "Basic.Publish"),
-        (BASIC_DELIVER, "Basic.Deliver"),
-    ];
-    match known.iter().find(|(k, _)| *k == id) {
-        Some((_, name)) => (*name).to_owned(),
-        None => format!("method {}.{}", id.0, id.1),
-    }
-}
 
 /// One connection with channel 1 open.
 struct Connection {

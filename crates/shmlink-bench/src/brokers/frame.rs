@@ -1,5 +1,5 @@
 //! AMQP 0-9-1 framing: frames, method arguments and content headers, parsed from untrusted
-//! bytes and encoded.
+//! bytes and encoded; the ids of the methods the client uses.
 //!
 //! A frame is `type:u8 channel:u16 size:u32 payload[size] 0xCE` (big-endian). [`parse`]
 //! returns the first complete frame of the input, `None` when it is not complete yet, or an
@@ -27,6 +27,68 @@ pub(crate) const FRAME_MIN: u32 = 4096;
 
 /// `AMQP 0-9-1`, what the client sends first.
 pub(crate) const PROTOCOL_HEADER: [u8; 8] = *b"AMQP\x00\x00\x09\x01";
+
+// ---------------------------------------------------------------- the methods used
+
+// (class, method) ids.
+pub(crate) const CONNECTION_START: (u16, u16) = (10, 10);
+pub(crate) const CONNECTION_START_OK: (u16, u16) = (10, 11);
+pub(crate) const CONNECTION_TUNE: (u16, u16) = (10, 30);
+pub(crate) const CONNECTION_TUNE_OK: (u16, u16) = (10, 31);
+pub(crate) const CONNECTION_OPEN: (u16, u16) = (10, 40);
+pub(crate) const CONNECTION_OPEN_OK: (u16, u16) = (10, 41);
+pub(crate) const CONNECTION_CLOSE: (u16, u16) = (10, 50);
+pub(crate) const CONNECTION_CLOSE_OK: (u16, u16) = (10, 51);
+pub(crate) const CONNECTION_BLOCKED: (u16, u16) = (10, 60);
+pub(crate) const CONNECTION_UNBLOCKED: (u16, u16) = (10, 61);
+pub(crate) const CHANNEL_OPEN: (u16, u16) = (20, 10);
+pub(crate) const CHANNEL_OPEN_OK: (u16, u16) = (20, 11);
+pub(crate) const CHANNEL_CLOSE: (u16, u16) = (20, 40);
+pub(crate) const CHANNEL_CLOSE_OK: (u16, u16) = (20, 41);
+pub(crate) const EXCHANGE_DECLARE: (u16, u16) = (40, 10);
+pub(crate) const EXCHANGE_DECLARE_OK: (u16, u16) = (40, 11);
+pub(crate) const QUEUE_DECLARE: (u16, u16) = (50, 10);
+pub(crate) const QUEUE_DECLARE_OK: (u16, u16) = (50, 11);
+pub(crate) const QUEUE_BIND: (u16, u16) = (50, 20);
+pub(crate) const QUEUE_BIND_OK: (u16, u16) = (50, 21);
+pub(crate) const BASIC_QOS: (u16, u16) = (60, 10);
+pub(crate) const BASIC_QOS_OK: (u16, u16) = (60, 11);
+pub(crate) const BASIC_CONSUME: (u16, u16) = (60, 20);
+pub(crate) const BASIC_CONSUME_OK: (u16, u16) = (60, 21);
+pub(crate) const BASIC_CANCEL: (u16, u16) = (60, 30);
+pub(crate) const BASIC_PUBLISH: (u16, u16) = (60, 40);
+pub(crate) const BASIC_DELIVER: (u16, u16) = (60, 60);
+
+/// The name of a method for messages.
+pub(crate) fn method_name(id: (u16, u16)) -> String {
+    let known = [
+        (CONNECTION_START, "Connection.Start"),
+        (CONNECTION_TUNE, "Connection.Tune"),
+        (CONNECTION_OPEN_OK, "Connection.OpenOk"),
+        (CONNECTION_CLOSE, "Connection.Close"),
+        (CONNECTION_CLOSE_OK, "Connection.CloseOk"),
+        (CHANNEL_OPEN_OK, "Channel.OpenOk"),
+        (CHANNEL_CLOSE, "Channel.Close"),
+        (CHANNEL_CLOSE_OK, "Channel.CloseOk"),
+        (EXCHANGE_DECLARE, "Exchange.Declare"),
+        (EXCHANGE_DECLARE_OK, "Exchange.DeclareOk"),
+        (QUEUE_DECLARE, "Queue.Declare"),
+        (QUEUE_DECLARE_OK, "Queue.DeclareOk"),
+        (QUEUE_BIND, "Queue.Bind"),
+        (QUEUE_BIND_OK, "Queue.BindOk"),
+        (BASIC_QOS, "Basic.Qos"),
+        (BASIC_QOS_OK, "Basic.QosOk"),
+        (BASIC_CONSUME, "Basic.Consume"),
+        (BASIC_CONSUME_OK, "Basic.ConsumeOk"),
+        (BASIC_CANCEL, "Basic.Cancel"),
+        (BASIC_PUBLISH, "Basic.Publish"),
+        (BASIC_DELIVER, "Basic.Deliver"),
+    ];
+    match known.iter().find(|(k, _)| *k == id) {
+        Some((_, name)) => (*name).to_owned(),
+        None => format!("method {}.{}", id.0, id.1),
+    }
+}
 
 fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg)
