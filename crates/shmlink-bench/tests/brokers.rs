@@ -517,3 +517,156 @@ fn brokers_fake_redis_closed_connection_is_eof() {
     assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
     assert!(err.to_string().contains("closed the connection"), "{err}");
 }
+
+/// A server that writes `bytes` one byte per write (`TCP_NODELAY`), so that the client
+/// sees messages and frames in many partial reads; it reads nothing (the client's
+/// requests fit in the socket buffer) and keeps the connection open until the client
+/// closes it.
+fn trickling_server(bytes: Vec<u8>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        stream.set_nodelay(true).unwrap();
+        for b in &bytes {
+            if stream.write_all(std::slice::from_ref(b)).is_err() {
+                return;
+            }
+        }
+        stream.set_read_timeout(Some(READ_DEADLINE)).unwrap();
+        let mut rest = [0; 1024];
+        while matches!(stream.read(&mut rest), Ok(n) if n > 0) {}
+    });
+    addr
+}
+
+#[test]
+fn brokers_fake_redis_messages_in_partial_reads() {
+    let mut script = b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n".to_vec();
+    let payloads: [&[u8]; 3] = [b"first", b"", b"\r\n$3\r\n*1\r\n\0\xff"];
+    for p in payloads {
+        script.extend_from_slice(
+            format!("*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n${}\r\n", p.len()).as_bytes(),
+        );
+        script.extend_from_slice(p);
+        script.extend_from_slice(b"\r\n");
+    }
+    let mut sub = redis::Subscriber::connect(trickling_server(script), "c").unwrap();
+    sub.set_read_timeout(Some(READ_DEADLINE)).unwrap();
+    let mut buf = Vec::new();
+    for p in payloads {
+        sub.recv(&mut buf).unwrap();
+        assert_eq!(buf, p);
+    }
+}
+
+/// A method frame for the fake AMQP server.
+fn amqp_method(channel: u16, id: (u16, u16), args: &[u8]) -> Vec<u8> {
+    let mut payload = id.0.to_be_bytes().to_vec();
+    payload.extend_from_slice(&id.1.to_be_bytes());
+    payload.extend_from_slice(args);
+    amqp_frame(1, channel, &payload, 0xce)
+}
+
+/// Everything a RabbitMQ server says to a subscriber up to Basic.ConsumeOk, frame size
+/// 4096, without waiting for the requests.
+fn amqp_subscriber_handshake() -> Vec<u8> {
+    let mut s = Vec::new();
+    // Start: 0-9, empty server properties, mechanisms, locales.
+    s.extend(amqp_method(
+        0,
+        (10, 10),
+        b"\x00\x09\x00\x00\x00\x00\x00\x00\x00\x0eAMQPLAIN PLAIN\x00\x00\x00\x05en_US",
+    ));
+    // Tune: channel_max 2047, frame_max 4096, heartbeat 60.
+    s.extend(amqp_method(
+        0,
+        (10, 30),
+        b"\x07\xff\x00\x00\x10\x00\x00\x3c",
+    ));
+    s.extend(amqp_method(0, (10, 41), b"\x00"));
+    s.extend(amqp_method(1, (20, 11), b"\x00\x00\x00\x00"));
+    s.extend(amqp_method(1, (40, 11), b""));
+    s.extend(amqp_method(
+        1,
+        (50, 11),
+        b"\x02q1\x00\x00\x00\x00\x00\x00\x00\x00",
+    ));
+    s.extend(amqp_method(1, (50, 21), b""));
+    s.extend(amqp_method(1, (60, 11), b""));
+    s.extend(amqp_method(1, (60, 21), b"\x03tag"));
+    s
+}
+
+/// A delivery of `body` in body frames of at most `chunk` bytes.
+fn amqp_delivery(tag: u64, body: &[u8], chunk: usize) -> Vec<u8> {
+    let mut deliver = b"\x03tag".to_vec();
+    deliver.extend_from_slice(&tag.to_be_bytes());
+    deliver.extend_from_slice(b"\x00\x01x\x00"); // redelivered, exchange "x", routing key ""
+    let mut s = amqp_method(1, (60, 60), &deliver);
+    let mut header = b"\x00\x3c\x00\x00".to_vec();
+    header.extend_from_slice(&(body.len() as u64).to_be_bytes());
+    header.extend_from_slice(b"\x00\x00");
+    s.extend(amqp_frame(2, 1, &header, 0xce));
+    for part in body.chunks(chunk) {
+        s.extend(amqp_frame(3, 1, part, 0xce));
+    }
+    s
+}
+
+#[test]
+fn brokers_fake_amqp_bodies_reassembled_from_partial_reads() {
+    let bodies: Vec<Vec<u8>> = vec![
+        b"small".to_vec(),
+        Vec::new(),
+        (0..10_000u32).map(|i| (i * 7) as u8).collect(),
+    ];
+    let mut script = amqp_subscriber_handshake();
+    script.extend(amqp_frame(8, 0, b"", 0xce)); // a heartbeat in between is ignored
+    for (tag, body) in bodies.iter().enumerate() {
+        script.extend(amqp_delivery(tag as u64 + 1, body, 4096 - 8));
+    }
+    let mut sub = amqp::Subscriber::connect(trickling_server(script), "x").unwrap();
+    assert_eq!(sub.queue(), "q1");
+    sub.set_read_timeout(Some(READ_DEADLINE)).unwrap();
+    let mut buf = Vec::new();
+    for body in &bodies {
+        sub.recv(&mut buf).unwrap();
+        assert_eq!(&buf, body);
+    }
+}
+
+#[test]
+fn brokers_fake_amqp_body_longer_than_announced_is_invalid_data() {
+    let mut script = amqp_subscriber_handshake();
+    let mut delivery = amqp_delivery(1, b"0123456789", 4096 - 8);
+    // Announce 4 bytes in the content header (body size at payload offset 4..12).
+    let header_at = delivery.len() - (8 + 10) - (8 + 14);
+    delivery[header_at + 7 + 4..header_at + 7 + 12].copy_from_slice(&4u64.to_be_bytes());
+    script.extend(delivery);
+    let mut sub = amqp::Subscriber::connect(trickling_server(script), "x").unwrap();
+    sub.set_read_timeout(Some(READ_DEADLINE)).unwrap();
+    let err = sub.recv(&mut Vec::new()).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    assert!(
+        err.to_string()
+            .contains("body frame of 10 bytes where 4 were left"),
+        "{err}"
+    );
+}
+
+#[test]
+fn brokers_fake_amqp_frame_over_negotiated_size_is_invalid_data() {
+    let mut script = amqp_subscriber_handshake();
+    // Frame size 4096 was negotiated; a body frame of 5000 bytes breaks it.
+    script.extend(amqp_delivery(1, &[1; 5000], 5000));
+    let mut sub = amqp::Subscriber::connect(trickling_server(script), "x").unwrap();
+    sub.set_read_timeout(Some(READ_DEADLINE)).unwrap();
+    let err = sub.recv(&mut Vec::new()).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    assert!(
+        err.to_string()
+            .contains("over the frame size limit of 4096"),
+        "{err}"
+    );
+}

@@ -404,4 +404,32 @@ mod tests {
             (60, 0, 1 << 20)
         );
     }
+
+    /// Random frames (valid ones with random bytes flipped, and random bytes) and all their
+    /// prefixes: parsing never panics, and a frame it returns lies within the input.
+    #[test]
+    fn random_input_never_panics() {
+        let mut x: u64 = 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let payload: Vec<u8> = (0..next() % 24).map(|_| next() as u8).collect();
+            let mut input = frame((next() % 10) as u8, 1, &payload);
+            for _ in 0..next() % 3 {
+                let at = (next() % input.len() as u64) as usize;
+                input[at] = next() as u8;
+            }
+            for cut in 0..=input.len() {
+                if let Ok(Some((f, n))) = parse(&input[..cut], 4096) {
+                    assert!(n <= cut && f.payload.len() + FRAME_OVERHEAD == n);
+                    let mut a = Args::new(f.payload, "random");
+                    while a.short_str().is_ok() {}
+                }
+            }
+        }
+    }
 }

@@ -305,4 +305,32 @@ mod tests {
         encode_command(&mut out, &[b"PING"], None);
         assert_eq!(out, b"*1\r\n$4\r\nPING\r\n");
     }
+
+    /// Random bytes drawn mostly from RESP's own characters, and every prefix of them:
+    /// parsing never panics, and a value it returns never claims more than the input.
+    #[test]
+    fn random_input_never_panics() {
+        let alphabet = b"+-:$*\r\n0123456789-1abc";
+        let mut x: u64 = 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 40) as usize;
+            let input: Vec<u8> = (0..len)
+                .map(|_| match next() % 8 {
+                    0 => next() as u8,
+                    _ => alphabet[(next() % alphabet.len() as u64) as usize],
+                })
+                .collect();
+            for cut in 0..=input.len() {
+                if let Ok(Some((_, n))) = parse(&input[..cut]) {
+                    assert!(n <= cut);
+                }
+            }
+        }
+    }
 }
