@@ -12,6 +12,7 @@ use shmlink_bench::method::Mode;
 use shmlink_bench::methods::{self, METHODS};
 use shmlink_bench::plot;
 use shmlink_bench::protocol::{Stop, MIN_SIZE};
+use shmlink_bench::pubsub;
 use shmlink_bench::report::{self, human_size, Machine, Report};
 use shmlink_bench::suite::{self, Status, SuiteConfig};
 
@@ -24,7 +25,10 @@ pub const MAX_SIZE: usize = 16 << 20;
 /// `shmlink bench`'s arguments, with defaults applied.
 #[derive(Debug, PartialEq, Eq)]
 pub struct BenchArgs {
+    /// The point-to-point suite (the default pattern).
     pub config: SuiteConfig,
+    /// `--pattern pubsub`: the publish/subscribe suite instead.
+    pub pubsub: Option<pubsub::suite::Config>,
     pub json: Option<PathBuf>,
     pub csv: Option<PathBuf>,
     /// `--plot FILE`: SVG or PNG by the extension.
@@ -82,6 +86,62 @@ fn parse_methods(text: &str) -> Result<Vec<String>, UsageError> {
         }
     }
     Ok(out)
+}
+
+/// `--methods` with `--pattern pubsub`: the pub/sub methods.
+fn parse_pubsub_methods(text: &str) -> Result<Vec<String>, UsageError> {
+    if text == "all" {
+        return Ok(pubsub::METHODS
+            .iter()
+            .map(|m| m.name().to_string())
+            .collect());
+    }
+    let mut out: Vec<String> = Vec::new();
+    for name in text.split(',').map(str::trim) {
+        if pubsub::find(name).is_none() {
+            return usage(format!(
+                "unknown pubsub method {name:?} (valid with --pattern pubsub: all, {})",
+                pubsub::names()
+            ));
+        }
+        if !out.iter().any(|n| n == name) {
+            out.push(name.to_string());
+        }
+    }
+    Ok(out)
+}
+
+/// Most subscriber processes of a pub/sub run.
+pub const MAX_SUBSCRIBERS: usize = 64;
+
+/// `--subscribers 1,2,4,8,16`.
+fn parse_subscribers(text: &str) -> Result<Vec<usize>, UsageError> {
+    let mut out = Vec::new();
+    for s in text.split(',').map(str::trim) {
+        match s.parse::<usize>() {
+            Ok(n) if (1..=MAX_SUBSCRIBERS).contains(&n) => {
+                if !out.contains(&n) {
+                    out.push(n)
+                }
+            }
+            _ => {
+                return usage(format!(
+                    "invalid value {s:?} for --subscribers (expected subscriber counts from 1 \
+                     to {MAX_SUBSCRIBERS}, comma-separated, e.g. 1,2,4,8,16)"
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What `shmlink bench` measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pattern {
+    /// Two processes: ping-pong latency and streaming throughput (the default).
+    PointToPoint,
+    /// One publisher process, N subscriber processes.
+    PubSub,
 }
 
 /// `--sizes all`: the seeds' size series, 64 B to 1 MiB (about 7 minutes with every
@@ -164,6 +224,11 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
     let mut json = None;
     let mut csv = None;
     let mut plot_file = None;
+    let mut pattern = Pattern::PointToPoint;
+    let mut subscribers = None;
+    let mut methods_text: Option<String> = None;
+    // Options of the point-to-point pattern only, as given (for the error message).
+    let mut p2p_only: Vec<String> = Vec::new();
 
     let mut args = argv.into_iter();
     while let Some(arg) = args.next() {
@@ -174,9 +239,20 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
             "--quick" => quick = true,
             "--list" => list = true,
             "--same-core" => same_core = true,
-            "--methods" => methods = Some(parse_methods(&value("LIST")?)?),
+            "--methods" => methods_text = Some(value("LIST")?),
+            "--pattern" => {
+                pattern = match value("p2p|pubsub")?.as_str() {
+                    "p2p" | "point-to-point" => Pattern::PointToPoint,
+                    "pubsub" => Pattern::PubSub,
+                    other => {
+                        return usage(format!("invalid --pattern {other:?} (valid: p2p, pubsub)"))
+                    }
+                }
+            }
+            "--subscribers" => subscribers = Some(parse_subscribers(&value("LIST")?)?),
             "--sizes" => sizes = Some(parse_sizes(&value("LIST")?)?),
             "--mode" => {
+                p2p_only.push(flag.clone());
                 modes = Some(match value("latency|throughput|both")?.as_str() {
                     "latency" => vec![Mode::Latency],
                     "throughput" => vec![Mode::Throughput],
@@ -189,6 +265,7 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
                 })
             }
             "--duration" => {
+                p2p_only.push(flag.clone());
                 if matches!(stop, Some(Stop::Count(_))) {
                     return usage("--duration and --iterations exclude each other");
                 }
@@ -203,9 +280,15 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
                 }
                 stop = Some(Stop::Count(parse_count(&flag, &value("N")?)?));
             }
-            "--warmup" => warmup = Some(parse_millis(&flag, &value("TIME")?)?),
+            "--warmup" => {
+                p2p_only.push(flag.clone());
+                warmup = Some(parse_millis(&flag, &value("TIME")?)?)
+            }
             "--rounds" => rounds = Some(parse_count(&flag, &value("N")?)? as u32),
-            "--window" => window = Some(parse_count(&flag, &value("N")?)?),
+            "--window" => {
+                p2p_only.push(flag.clone());
+                window = Some(parse_count(&flag, &value("N")?)?)
+            }
             "--cpus" => cpus = Some(value("A,B or none")?),
             "--json" => json = Some(PathBuf::from(value("FILE")?)),
             "--csv" => csv = Some(PathBuf::from(value("FILE")?)),
@@ -223,6 +306,43 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
             }
         }
     }
+    let cpus = placement(cpus.as_deref(), same_core, allowed)?;
+    let pubsub = match pattern {
+        Pattern::PointToPoint => {
+            if subscribers.is_some() {
+                return usage("--subscribers needs --pattern pubsub");
+            }
+            methods = methods_text.as_deref().map(parse_methods).transpose()?;
+            None
+        }
+        Pattern::PubSub => {
+            if let Some(flag) = p2p_only.first() {
+                return usage(format!(
+                    "{flag} does not apply to --pattern pubsub (its messages are paced one at \
+                     a time; --iterations sets the measured messages per run)"
+                ));
+            }
+            Some(pubsub::suite::Config {
+                methods: match methods_text.as_deref() {
+                    Some(t) => parse_pubsub_methods(t)?,
+                    None => pubsub::METHODS
+                        .iter()
+                        .map(|m| m.name().to_string())
+                        .collect(),
+                },
+                sizes: sizes.clone().unwrap_or(vec![64, 64 << 10]),
+                subscribers: subscribers.unwrap_or(vec![1, 2, 4, 8, 16]),
+                rounds: rounds.unwrap_or(if quick { 1 } else { 2 }),
+                warmup: if quick { 20 } else { 50 },
+                count: match stop {
+                    Some(Stop::Count(n)) => n,
+                    _ if quick => 100,
+                    _ => PUBSUB_MESSAGES,
+                },
+                cpus,
+            })
+        }
+    };
     let default_sizes = if quick {
         vec![64, 64 << 10]
     } else {
@@ -236,17 +356,21 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
         warmup_ms: warmup.unwrap_or(if quick { 30 } else { 100 }),
         stop: stop.unwrap_or(Stop::Millis(if quick { 100 } else { 300 })),
         window: window.unwrap_or(64),
-        cpus: placement(cpus.as_deref(), same_core, allowed)?,
+        cpus,
         verify_count: 32,
     };
     Ok(Command::Bench(Box::new(BenchArgs {
         config,
+        pubsub,
         json,
         csv,
         plot: plot_file,
         list,
     })))
 }
+
+/// Measured messages per pub/sub run unless `--iterations` says otherwise.
+pub const PUBSUB_MESSAGES: u64 = 300;
 
 /// Where the default run writes: `bench-results/<timestamp>/` under the current directory.
 pub const DEFAULT_DIR: &str = "bench-results";
@@ -290,26 +414,83 @@ const BAR: usize = 24;
 /// The progress line: a bar, runs done, time left (extrapolated from the time so far) and
 /// the run just finished.
 fn progress_line(p: &suite::Progress, elapsed: Duration) -> String {
-    let total = p.total.max(1);
-    let filled = p.done * BAR / total;
-    let left = if p.done == 0 {
-        "?".to_string()
-    } else {
-        let secs = elapsed.as_secs_f64() * (total - p.done.min(total)) as f64 / p.done as f64;
-        format!("{}:{:02}", secs as u64 / 60, secs as u64 % 60)
-    };
-    format!(
-        "[{}{}] {:>3}% {}/{} runs, {left} left; round {}: {} {} {}",
-        "#".repeat(filled),
-        ".".repeat(BAR - filled),
-        p.done * 100 / total,
-        p.done,
-        p.total,
-        p.round + 1,
+    let what = format!(
+        "{} {} {}",
         p.cell.method,
         p.cell.mode.name(),
         human_size(p.cell.size)
+    );
+    bar_line(p.done, p.total, p.round, &what, elapsed)
+}
+
+/// The progress line of a pub/sub suite.
+fn pubsub_progress_line(p: &pubsub::suite::Progress, elapsed: Duration) -> String {
+    let what = format!(
+        "{} {} x{}",
+        p.cell.method,
+        human_size(p.cell.size),
+        p.cell.subscribers
+    );
+    bar_line(p.done, p.total, p.round, &what, elapsed)
+}
+
+fn bar_line(done: usize, total_runs: usize, round: u32, what: &str, elapsed: Duration) -> String {
+    let total = total_runs.max(1);
+    let filled = done * BAR / total;
+    let left = if done == 0 {
+        "?".to_string()
+    } else {
+        let secs = elapsed.as_secs_f64() * (total - done.min(total)) as f64 / done as f64;
+        format!("{}:{:02}", secs as u64 / 60, secs as u64 % 60)
+    };
+    format!(
+        "[{}{}] {:>3}% {}/{} runs, {left} left; round {}: {what}",
+        "#".repeat(filled),
+        ".".repeat(BAR - filled),
+        done * 100 / total,
+        done,
+        total_runs,
+        round + 1,
     )
+}
+
+/// Shows progress on stderr: a line redrawn on a terminal, one line per tenth of the
+/// runs in a log, and every failure.
+struct ProgressOut {
+    tty: bool,
+    tenth: usize,
+}
+
+impl ProgressOut {
+    fn new() -> ProgressOut {
+        ProgressOut {
+            tty: std::io::stderr().is_terminal(),
+            tenth: 0,
+        }
+    }
+
+    fn show(&mut self, done: usize, total: usize, line: &str, failure: Option<String>) {
+        if self.tty {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K{line}");
+            let _ = err.flush();
+        } else if done * 10 / total.max(1) > self.tenth {
+            self.tenth = done * 10 / total.max(1);
+            eprintln!("{line}");
+        }
+        if let Some(f) = failure {
+            if self.tty {
+                eprintln!();
+            }
+            eprintln!("shmlink bench: {f}");
+        }
+    }
+
+    fn finish(&self) {
+        if self.tty {
+            eprint!("\r\x1b[2K");
+        }
+    }
 }
 
 /// `YYYYMMDD-HHMMSS` in UTC for seconds since the Unix epoch.
@@ -335,6 +516,27 @@ fn timestamp(unix: u64) -> String {
 
 /// Writes every output and says where; false if one could not be written.
 fn write_outputs(out: &Outputs, report: &Report) -> bool {
+    let json = out
+        .json
+        .as_ref()
+        .map(|_| report.to_json())
+        .unwrap_or_default();
+    let csv = out
+        .csv
+        .as_ref()
+        .map(|_| report::to_csv(&report.results))
+        .unwrap_or_default();
+    write_files(out, &json, &csv, &|path| plot::write(path, &report.results))
+}
+
+/// Writes the JSON and CSV texts and the plots to the files of `out` and says where;
+/// false if one could not be written.
+fn write_files(
+    out: &Outputs,
+    json: &str,
+    csv: &str,
+    plot: &dyn Fn(&Path) -> Result<(), String>,
+) -> bool {
     if let Some(dir) = &out.dir {
         if let Err(e) = std::fs::create_dir_all(dir) {
             eprintln!("shmlink bench: create {}: {e}", dir.display());
@@ -346,14 +548,8 @@ fn write_outputs(out: &Outputs, report: &Report) -> bool {
         eprintln!("shmlink bench: {what}");
         ok = false;
     };
-    for (path, text) in [
-        (&out.json, out.json.as_ref().map(|_| report.to_json())),
-        (
-            &out.csv,
-            out.csv.as_ref().map(|_| report::to_csv(&report.results)),
-        ),
-    ] {
-        if let (Some(path), Some(text)) = (path, text) {
+    for (path, text) in [(&out.json, json), (&out.csv, csv)] {
+        if let Some(path) = path {
             match std::fs::write(path, text) {
                 Ok(()) => println!("# wrote {}", path.display()),
                 Err(e) => report_error(format!("write {}: {e}", path.display())),
@@ -361,7 +557,7 @@ fn write_outputs(out: &Outputs, report: &Report) -> bool {
         }
     }
     for path in &out.plots {
-        match plot::write(path, &report.results) {
+        match plot(path) {
             Ok(()) => println!("# wrote {}", path.display()),
             Err(e) => report_error(e),
         }
@@ -369,7 +565,19 @@ fn write_outputs(out: &Outputs, report: &Report) -> bool {
     ok
 }
 
-fn list() -> ExitCode {
+fn list(pubsub: bool) -> ExitCode {
+    if pubsub {
+        for m in pubsub::METHODS {
+            let limit = m.size_limit().map_or(String::new(), |l| {
+                format!(" [max {} bytes: {}]", l.max, l.why)
+            });
+            match m.unavailable() {
+                Some(reason) => println!("{:<22} skipped here: {reason}", m.name()),
+                None => println!("{:<22} {}{limit}", m.name(), m.about()),
+            }
+        }
+        return ExitCode::SUCCESS;
+    }
     for m in METHODS {
         let limit = m.size_limit().map_or(String::new(), |l| {
             format!(" [max {} bytes: {}]", l.max, l.why)
@@ -385,7 +593,7 @@ fn list() -> ExitCode {
 /// Runs the command; exit 1 if a run failed or a report could not be written.
 pub fn run(args: &BenchArgs) -> ExitCode {
     if args.list {
-        return list();
+        return list(args.pubsub.is_some());
     }
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
@@ -394,6 +602,9 @@ pub fn run(args: &BenchArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if let Some(ps) = &args.pubsub {
+        return run_pubsub(args, ps, &exe);
+    }
     let c = &args.config;
     let cells = suite::plan(c);
     let runnable = cells.iter().filter(|x| x.status == Status::Ok).count();
@@ -417,35 +628,21 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let t0 = Instant::now();
-    let tty = std::io::stderr().is_terminal();
-    let mut tenth = 0;
+    let mut out = ProgressOut::new();
     let cells = suite::run(&exe, c, |p| {
         let line = progress_line(&p, t0.elapsed());
-        if tty {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[2K{line}");
-            let _ = err.flush();
-        } else if p.done * 10 / p.total.max(1) > tenth {
-            // A log, not a terminal: one line per tenth of the runs.
-            tenth = p.done * 10 / p.total.max(1);
-            eprintln!("{line}");
-        }
-        if p.cell.status == Status::Failed {
-            if tty {
-                eprintln!();
-            }
-            eprintln!(
-                "shmlink bench: {} {} {} failed: {}",
+        let failure = (p.cell.status == Status::Failed).then(|| {
+            format!(
+                "{} {} {} failed: {}",
                 p.cell.method,
                 p.cell.mode.name(),
                 human_size(p.cell.size),
                 p.cell.note.as_deref().unwrap_or("")
-            );
-        }
+            )
+        });
+        out.show(p.done, p.total, &line, failure);
     });
-    if tty {
-        eprint!("\r\x1b[2K");
-    }
+    out.finish();
     print!("{}", report::table(&cells));
     let failed = cells.iter().filter(|x| x.status == Status::Failed).count();
     let report = Report {
@@ -463,6 +660,87 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     };
     println!("\n# {:.1} s", report.wall_s);
     let ok = write_outputs(&Outputs::of(args, started), &report) && failed == 0;
+    if failed > 0 {
+        eprintln!(
+            "shmlink bench: {failed} of {} cells failed",
+            report.results.len()
+        );
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// The command line, for the reports.
+fn command_line() -> String {
+    std::iter::once("shmlink".to_string())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `--pattern pubsub`: runs the pub/sub suite, prints its table, writes its reports.
+fn run_pubsub(args: &BenchArgs, c: &pubsub::suite::Config, exe: &Path) -> ExitCode {
+    let cells = pubsub::suite::plan(c);
+    let runnable = cells.iter().filter(|x| x.status == Status::Ok).count();
+    println!(
+        "# shmlink bench --pattern pubsub: {} methods x {} sizes x {} subscriber counts x {} \
+         rounds = {} runs of {} messages (+{} warm-up), each acknowledged by every subscriber \
+         before the next; publisher {}, subscribers {}",
+        c.methods.len(),
+        c.sizes.len(),
+        c.subscribers.len(),
+        c.rounds,
+        runnable * c.rounds as usize,
+        c.count,
+        c.warmup,
+        c.cpus
+            .map_or("unpinned".to_string(), |(a, _)| format!("on CPU {a}")),
+        c.cpus
+            .map_or("unpinned".to_string(), |(_, b)| format!("on CPU {b}")),
+    );
+    let started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let t0 = Instant::now();
+    let mut out = ProgressOut::new();
+    let cells = pubsub::suite::run(exe, c, |p| {
+        let line = pubsub_progress_line(&p, t0.elapsed());
+        let failure = (p.cell.status == Status::Failed).then(|| {
+            format!(
+                "pubsub {} {} x{} failed: {}",
+                p.cell.method,
+                human_size(p.cell.size),
+                p.cell.subscribers,
+                p.cell.note.as_deref().unwrap_or("")
+            )
+        });
+        out.show(p.done, p.total, &line, failure);
+    });
+    out.finish();
+    print!("{}", pubsub::report::table(&cells));
+    let failed = cells.iter().filter(|x| x.status == Status::Failed).count();
+    let report = pubsub::report::Report {
+        schema: pubsub::report::SCHEMA,
+        pattern: "pubsub".into(),
+        shmlink_version: env!("CARGO_PKG_VERSION").to_string(),
+        command: command_line(),
+        started_unix: started,
+        wall_s: t0.elapsed().as_secs_f64(),
+        machine: Machine::this(),
+        config: c.clone(),
+        results: cells,
+    };
+    println!("\n# {:.1} s", report.wall_s);
+    let outputs = Outputs::of(args, started);
+    let ok = write_files(
+        &outputs,
+        &report.to_json(),
+        &pubsub::report::to_csv(&report.results),
+        &|path| plot::write_pubsub(path, &report.results),
+    ) && failed == 0;
     if failed > 0 {
         eprintln!(
             "shmlink bench: {failed} of {} cells failed",
