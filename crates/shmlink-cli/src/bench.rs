@@ -332,7 +332,7 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
                 },
                 sizes: sizes.clone().unwrap_or(vec![64, 64 << 10]),
                 subscribers: subscribers.unwrap_or(vec![1, 2, 4, 8, 16]),
-                rounds: rounds.unwrap_or(if quick { 1 } else { 2 }),
+                rounds: rounds.unwrap_or(if quick { 1 } else { 3 }),
                 warmup: if quick { 20 } else { 50 },
                 count: match stop {
                     Some(Stop::Count(n)) => n,
@@ -370,7 +370,7 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
 }
 
 /// Measured messages per pub/sub run unless `--iterations` says otherwise.
-pub const PUBSUB_MESSAGES: u64 = 300;
+pub const PUBSUB_MESSAGES: u64 = 500;
 
 /// Where the default run writes: `bench-results/<timestamp>/` under the current directory.
 pub const DEFAULT_DIR: &str = "bench-results";
@@ -842,6 +842,53 @@ mod tests {
             "{line}"
         );
         assert!(line.contains("100% 8/8 runs, 0:00 left"), "{line}");
+    }
+
+    #[test]
+    fn pubsub_pattern_defaults_and_options() {
+        assert_eq!(bench("").unwrap().pubsub, None);
+        assert_eq!(bench("--pattern p2p").unwrap().pubsub, None);
+        let p = bench("--pattern pubsub").unwrap().pubsub.unwrap();
+        assert_eq!(p.subscribers, vec![1, 2, 4, 8, 16]);
+        assert_eq!(p.sizes, vec![64, 65536]);
+        assert_eq!(p.methods.len(), pubsub::METHODS.len());
+        assert_eq!((p.rounds, p.count), (3, PUBSUB_MESSAGES));
+        let (a, b) = p.cpus.unwrap();
+        assert_ne!(a, b);
+        let p = bench("--pattern=pubsub --subscribers 3,1,3 --sizes 8 --iterations 7 --same-core --methods uds,shmlink-zc")
+            .unwrap()
+            .pubsub
+            .unwrap();
+        assert_eq!(p.subscribers, vec![3, 1]);
+        assert_eq!((p.sizes, p.count, p.cpus), (vec![8], 7, Some((0, 0))));
+        assert_eq!(p.methods, vec!["uds", "shmlink-zc"]);
+        let q = bench("--pattern pubsub --quick").unwrap().pubsub.unwrap();
+        assert_eq!((q.rounds, q.count, q.warmup), (1, 100, 20));
+    }
+
+    #[test]
+    fn pubsub_bad_input() {
+        for bad in ["0", "65", "x", "1,,2", "-1"] {
+            let e = bench(&format!("--pattern pubsub --subscribers {bad}"))
+                .unwrap_err()
+                .0;
+            assert!(e.contains("--subscribers") && e.contains("1 to 64"), "{e}");
+        }
+        let e = bench("--pattern pubsub --methods shmlink,pipe")
+            .unwrap_err()
+            .0;
+        assert!(
+            e.contains("\"pipe\"") && e.contains("iceoryx2, iceoryx2-zc"),
+            "{e}"
+        );
+        let e = bench("--pattern pubsub --window 4").unwrap_err().0;
+        assert!(e.contains("--window does not apply"), "{e}");
+        let e = bench("--pattern fanout").unwrap_err().0;
+        assert!(e.contains("valid: p2p, pubsub"), "{e}");
+        let e = bench("--subscribers 2").unwrap_err().0;
+        assert!(e.contains("needs --pattern pubsub"), "{e}");
+        // The point-to-point method names are not pub/sub ones, and vice versa.
+        assert!(bench("--methods shmlink").is_err());
     }
 
     #[test]

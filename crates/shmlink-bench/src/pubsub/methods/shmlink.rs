@@ -17,6 +17,8 @@ use crate::sys::err;
 
 /// Ring slots: the run has one message in flight, so a small ring suffices.
 const SLOTS: usize = 64;
+/// Fewer slots where 64 would take more than this (messages over 1 MiB).
+const MAX_RING: usize = 64 << 20;
 
 pub struct Shmlink {
     zero_copy: bool,
@@ -30,11 +32,16 @@ fn io_err(e: shmlink::Error) -> io::Error {
 }
 
 fn options(size: usize) -> PubSubOptions {
-    PubSubOptions::default()
-        .slots(SLOTS)
+    let opts = PubSubOptions::default()
         .max_msg_size(size)
         .policy(Policy::Block)
         .stall_timeout(Duration::from_secs(5))
+        .capacity(MAX_RING);
+    if opts.get_slots() > SLOTS {
+        opts.slots(SLOTS)
+    } else {
+        opts
+    }
 }
 
 struct Pub {
