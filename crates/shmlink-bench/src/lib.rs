@@ -8,8 +8,10 @@
 //! - [`run`]: one run as a driver process and a peer process.
 //! - [`suite`]: many runs, interleaved across methods in rounds, summarised;
 //!   [`report`]: the table, JSON and CSV; [`plot`]: the SVG/PNG charts.
+//! - [`brokers`]: Redis and RabbitMQ pub/sub clients, the brokers' addresses.
 //! - [`stats`], [`cpus`]: percentiles and medians; CPU lists and placement.
 
+pub mod brokers;
 pub mod checksum;
 pub mod cpus;
 pub mod method;
