@@ -370,7 +370,7 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
 }
 
 /// Measured messages per pub/sub run unless `--iterations` says otherwise.
-pub const PUBSUB_MESSAGES: u64 = 500;
+pub const PUBSUB_MESSAGES: u64 = 1000;
 
 /// Where the default run writes: `bench-results/<timestamp>/` under the current directory.
 pub const DEFAULT_DIR: &str = "bench-results";

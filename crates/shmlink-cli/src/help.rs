@@ -174,7 +174,7 @@ Pattern:
                    the publish call(s) per message, publisher CPU per message, speed vs
                    shmlink. Methods: shmlink, shmlink-zc, iceoryx2, iceoryx2-zc, zmq-ipc,
                    uds, redis, rabbitmq. --sizes [default: 64,64k]; --iterations: measured
-                   messages per run [default: 500; --quick: 100]; --rounds [default: 3;
+                   messages per run [default: 1000; --quick: 100]; --rounds [default: 3;
                    --quick: 1]; --mode, --duration, --warmup and --window do not apply.
   --subscribers LIST
                    subscriber counts, 1 to 64 [default: 1,2,4,8,16]
