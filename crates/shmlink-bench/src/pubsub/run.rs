@@ -21,10 +21,10 @@
 //!   the loan and the publish, not the filling in between).
 //! - **publisher CPU**: the publisher process's CPU time (`CLOCK_PROCESS_CPUTIME_ID`)
 //!   over the measured part minus its main thread's (`CLOCK_THREAD_CPUTIME_ID`), i.e.
-//!   the method's own threads (I/O, control), plus the main thread's time inside the
-//!   publish calls (which do not block in a paced run). The benchmark's own work —
-//!   generating payloads, reading acks, pausing — is left out; the whole process's CPU
-//!   is reported too.
+//!   the method's own threads (I/O, control), plus the main thread's CPU time inside the
+//!   publish calls (read around each call, with the wall clock's reads inside). The
+//!   benchmark's own work — generating payloads, reading acks, pausing — is left out;
+//!   the whole process's CPU is reported too.
 //!
 //! A failure anywhere (a subscriber that exits, a wrong message, an ack that does not
 //! come within [`ACK_TIMEOUT`]) fails the run with the reason on stderr; the orchestrator
@@ -202,27 +202,63 @@ fn read_word(side: &mut UnixStream, i: usize, what: &dyn Fn() -> String) -> io::
     Ok(u64::from_le_bytes(b))
 }
 
-/// Publishes message `seq`; returns the wall time spent in the method's calls.
-fn publish_one(p: &mut dyn Publish, buf: &mut [u8], seq: u64) -> io::Result<Duration> {
+/// The wall time and the calling thread's CPU time at one moment.
+#[derive(Clone, Copy)]
+struct Mark {
+    wall: Instant,
+    cpu: Duration,
+}
+
+impl Mark {
+    /// Reads both clocks; the thread's CPU clock on the outside, so the interval between
+    /// two marks that it measures includes the wall clock's reads, not the reverse.
+    #[inline]
+    fn start() -> Mark {
+        let cpu = message::thread_cpu();
+        Mark {
+            wall: Instant::now(),
+            cpu,
+        }
+    }
+
+    #[inline]
+    fn end() -> Mark {
+        let wall = Instant::now();
+        Mark {
+            wall,
+            cpu: message::thread_cpu(),
+        }
+    }
+
+    /// (wall, CPU) from `self` to `later`.
+    fn to(self, later: Mark) -> (Duration, Duration) {
+        (later.wall - self.wall, later.cpu.saturating_sub(self.cpu))
+    }
+}
+
+/// Publishes message `seq`; returns the wall time and this thread's CPU time spent in the
+/// method's calls.
+fn publish_one(p: &mut dyn Publish, buf: &mut [u8], seq: u64) -> io::Result<(Duration, Duration)> {
     if let Some(zc) = p.in_place() {
-        let mut marks: Option<(Instant, Instant)> = None;
-        let t0 = Instant::now();
+        let mut marks: Option<(Mark, Mark)> = None;
+        let m0 = Mark::start();
         zc.publish_in_place(buf.len(), &mut |b| {
-            let loaned = Instant::now();
+            let loaned = Mark::end();
             message::fill(b, seq);
-            let filled = Instant::now();
+            let filled = Mark::start();
             message::stamp(b);
             marks = Some((loaned, filled));
         })?;
-        let t1 = Instant::now();
+        let m1 = Mark::end();
         let (loaned, filled) = marks.ok_or_else(|| err("the method did not fill a message"))?;
-        return Ok((loaned - t0) + (t1 - filled));
+        let (a, b) = (m0.to(loaned), filled.to(m1));
+        return Ok((a.0 + b.0, a.1 + b.1));
     }
     message::fill(buf, seq);
-    let t0 = Instant::now();
+    let m0 = Mark::start();
     message::stamp(buf);
     p.publish(buf)?;
-    Ok(t0.elapsed())
+    Ok(m0.to(Mark::end()))
 }
 
 /// Runs `spec` in this process (the publisher) with subscribers started from `exe`.
@@ -282,6 +318,7 @@ pub fn publish(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
     let total = spec.warmup + spec.count;
     let mut buf = vec![0u8; spec.size];
     let mut in_publish = Duration::ZERO;
+    let mut in_publish_cpu = Duration::ZERO;
     let mut start = (
         Instant::now(),
         message::process_cpu(),
@@ -295,10 +332,11 @@ pub fn publish(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
                 message::thread_cpu(),
             );
         }
-        let t = publish_one(publisher.as_mut(), &mut buf, seq)
+        let (wall, cpu) = publish_one(publisher.as_mut(), &mut buf, seq)
             .map_err(ctx(format!("publish #{seq}")))?;
         if seq >= spec.warmup {
-            in_publish += t;
+            in_publish += wall;
+            in_publish_cpu += cpu;
         }
         for (i, s) in subs.iter_mut().enumerate() {
             let ack = read_word(&mut s.side, i, &|| format!("acknowledge message #{seq}"))?;
@@ -354,7 +392,7 @@ pub fn publish(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
         latency_ns: Percentiles::of(&mut all).expect("count > 0"),
         per_subscriber_ns: per_sub,
         pub_us_per_msg: us(in_publish),
-        pub_cpu_us_per_msg: us(process.saturating_sub(main) + in_publish),
+        pub_cpu_us_per_msg: us(process.saturating_sub(main) + in_publish_cpu),
         pub_process_cpu_us_per_msg: us(process),
         sub_cpu_us_per_msg: us(sub_cpu) / spec.subscribers as f64,
     })
