@@ -1,8 +1,8 @@
 //! `shmlink bench --pattern pubsub` end to end: every pub/sub method publishes to 1 and 3
 //! subscriber processes at 8 B and at its largest size (up to 1 MiB), every message
 //! verified at every subscriber; `--same-core`; bad `--pattern`/`--subscribers` values
-//! exit 2 with the valid choices; a subscriber that dies fails its method and the suite
-//! goes on; the JSON and CSV carry the pub/sub fields; brokers that are not running are
+//! exit 2 with the valid choices; a subscriber that dies or hangs fails its method and
+//! the suite goes on; the JSON and CSV carry the pub/sub fields; brokers that are not running are
 //! skipped with the reason. Timings are never asserted.
 //!
 //! The broker methods run against the brokers of `scripts/brokers.sh start` when they
@@ -334,4 +334,39 @@ fn unavailable_brokers_are_skipped_with_the_reason() {
     }
     let uds = r.results.iter().find(|c| c.method == "uds").unwrap();
     assert_eq!(uds.status, Status::Ok);
+}
+
+#[test]
+fn a_hung_subscriber_fails_its_method_after_the_ack_timeout() {
+    let d = dir("hang");
+    let json = d.0.join("r.json");
+    // The first shmlink subscriber stops at message #3: the publisher's wait for its
+    // acknowledgement times out (10 s), the run fails, uds runs on.
+    let args = [
+        "--methods",
+        "shmlink,uds",
+        "--sizes",
+        "64",
+        "--subscribers",
+        "3",
+        "--iterations",
+        "20",
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    let env = [(FAULT_ENV, "hang:3"), (FAULT_METHOD_ENV, "shmlink")];
+    let out = pubsub(&d, &args, &env);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let r = report(&json);
+    let shm = r.results.iter().find(|c| c.method == "shmlink").unwrap();
+    assert_eq!(shm.status, Status::Failed);
+    let note = shm.note.as_deref().unwrap();
+    assert!(
+        note.contains("subscriber 0 did not acknowledge message #3 within 10s"),
+        "{note}"
+    );
+    let uds = r.results.iter().find(|c| c.method == "uds").unwrap();
+    assert_eq!(uds.status, Status::Ok, "{uds:?}");
 }

@@ -51,8 +51,8 @@ use crate::sys::{ctx, err, inherited_fd, socketpair};
 pub const PUB_CMD: &str = "__bench-pub";
 /// The hidden subcommand that runs a subscriber.
 pub const SUB_CMD: &str = "__bench-sub";
-/// With [`FAULT_ENV`] (`exit:N`): only the first subscriber of this method injects the
-/// fault (unset: of every method).
+/// With [`FAULT_ENV`] (`exit:N`, `hang:N`): only the first subscriber of this method
+/// injects the fault (unset: of every method).
 pub const FAULT_METHOD_ENV: &str = "SHMLINK_BENCH_FAULT_METHOD";
 /// How long the publisher waits for the subscribers to subscribe.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -398,9 +398,27 @@ pub fn publish(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
     })
 }
 
-/// Whether this subscriber injects the fault in [`FAULT_ENV`].
-fn fault_for(spec: &SubSpec) -> Option<Fault> {
-    let fault = Fault::parse(&std::env::var(FAULT_ENV).ok()?)?;
+/// A fault a subscriber injects, for tests of failure handling ([`FAULT_ENV`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SubFault {
+    /// `exit:N`: exit with status 3 when message #N is due (a crash mid-run).
+    Exit(u64),
+    /// `hang:N`: stop at message #N, neither receiving nor acknowledging (a hung
+    /// subscriber; it dies with the publisher).
+    Hang(u64),
+}
+
+/// Whether this subscriber injects the fault in [`FAULT_ENV`]: only the first
+/// subscriber, of the method in [`FAULT_METHOD_ENV`] if set.
+fn fault_for(spec: &SubSpec) -> Option<SubFault> {
+    let text = std::env::var(FAULT_ENV).ok()?;
+    let fault = match text.split_once(':') {
+        Some(("hang", n)) => SubFault::Hang(n.parse().ok()?),
+        _ => match Fault::parse(&text)? {
+            Fault::Exit(n) => SubFault::Exit(n),
+            Fault::Corrupt(_) => return None,
+        },
+    };
     let method_ok = std::env::var(FAULT_METHOD_ENV).map_or(true, |m| m == spec.method);
     (spec.index == 0 && method_ok).then_some(fault)
 }
@@ -422,12 +440,24 @@ fn subscribe(spec: &SubSpec) -> io::Result<SubReport> {
         if seq == spec.warmup {
             cpu0 = message::process_cpu();
         }
-        if fault == Some(Fault::Exit(seq)) {
-            eprintln!(
-                "subscriber {}: injected fault: exiting at message #{seq}",
-                spec.index
-            );
-            std::process::exit(3);
+        match fault {
+            Some(SubFault::Exit(n)) if n == seq => {
+                eprintln!(
+                    "subscriber {}: injected fault: exiting at message #{seq}",
+                    spec.index
+                );
+                std::process::exit(3);
+            }
+            Some(SubFault::Hang(n)) if n == seq => {
+                eprintln!(
+                    "subscriber {}: injected fault: hanging at message #{seq}",
+                    spec.index
+                );
+                loop {
+                    std::thread::park();
+                }
+            }
+            _ => {}
         }
         rx.recv(&mut |msg| {
             let now = message::now_ns();
