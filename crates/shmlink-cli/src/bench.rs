@@ -17,6 +17,7 @@ use shmlink_bench::report::{self, human_size, Machine, Report};
 use shmlink_bench::suite::{self, Status, SuiteConfig};
 
 use crate::args::{flag_value, parse_size, split_flag, Command, UsageError};
+use crate::bench_pubsub;
 use crate::help::BENCH_HELP;
 
 /// Largest message size the suite runs.
@@ -37,7 +38,7 @@ pub struct BenchArgs {
     pub list: bool,
 }
 
-fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
+pub(crate) fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
     Err(UsageError(msg.into()))
 }
 
@@ -83,53 +84,6 @@ fn parse_methods(text: &str) -> Result<Vec<String>, UsageError> {
         }
         if !out.iter().any(|n| n == name) {
             out.push(name.to_string());
-        }
-    }
-    Ok(out)
-}
-
-/// `--methods` with `--pattern pubsub`: the pub/sub methods.
-fn parse_pubsub_methods(text: &str) -> Result<Vec<String>, UsageError> {
-    if text == "all" {
-        return Ok(pubsub::METHODS
-            .iter()
-            .map(|m| m.name().to_string())
-            .collect());
-    }
-    let mut out: Vec<String> = Vec::new();
-    for name in text.split(',').map(str::trim) {
-        if pubsub::find(name).is_none() {
-            return usage(format!(
-                "unknown pubsub method {name:?} (valid with --pattern pubsub: all, {})",
-                pubsub::names()
-            ));
-        }
-        if !out.iter().any(|n| n == name) {
-            out.push(name.to_string());
-        }
-    }
-    Ok(out)
-}
-
-/// Most subscriber processes of a pub/sub run.
-pub const MAX_SUBSCRIBERS: usize = 64;
-
-/// `--subscribers 1,2,4,8,16`.
-fn parse_subscribers(text: &str) -> Result<Vec<usize>, UsageError> {
-    let mut out = Vec::new();
-    for s in text.split(',').map(str::trim) {
-        match s.parse::<usize>() {
-            Ok(n) if (1..=MAX_SUBSCRIBERS).contains(&n) => {
-                if !out.contains(&n) {
-                    out.push(n)
-                }
-            }
-            _ => {
-                return usage(format!(
-                    "invalid value {s:?} for --subscribers (expected subscriber counts from 1 \
-                     to {MAX_SUBSCRIBERS}, comma-separated, e.g. 1,2,4,8,16)"
-                ))
-            }
         }
     }
     Ok(out)
@@ -249,7 +203,9 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
                     }
                 }
             }
-            "--subscribers" => subscribers = Some(parse_subscribers(&value("LIST")?)?),
+            "--subscribers" => {
+                subscribers = Some(bench_pubsub::parse_subscribers(&value("LIST")?)?)
+            }
             "--sizes" => sizes = Some(parse_sizes(&value("LIST")?)?),
             "--mode" => {
                 p2p_only.push(flag.clone());
@@ -322,25 +278,15 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
                      a time; --iterations sets the measured messages per run)"
                 ));
             }
-            Some(pubsub::suite::Config {
-                methods: match methods_text.as_deref() {
-                    Some(t) => parse_pubsub_methods(t)?,
-                    None => pubsub::METHODS
-                        .iter()
-                        .map(|m| m.name().to_string())
-                        .collect(),
-                },
-                sizes: sizes.clone().unwrap_or(vec![64, 64 << 10]),
-                subscribers: subscribers.unwrap_or(vec![1, 2, 4, 8, 16]),
-                rounds: rounds.unwrap_or(if quick { 1 } else { 3 }),
-                warmup: if quick { 20 } else { 50 },
-                count: match stop {
-                    Some(Stop::Count(n)) => n,
-                    _ if quick => 100,
-                    _ => PUBSUB_MESSAGES,
-                },
+            Some(bench_pubsub::config(
+                methods_text.as_deref(),
+                sizes.clone(),
+                subscribers,
+                rounds,
+                stop,
+                quick,
                 cpus,
-            })
+            )?)
         }
     };
     let default_sizes = if quick {
@@ -369,15 +315,12 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
     })))
 }
 
-/// Measured messages per pub/sub run unless `--iterations` says otherwise.
-pub const PUBSUB_MESSAGES: u64 = 1000;
-
 /// Where the default run writes: `bench-results/<timestamp>/` under the current directory.
 pub const DEFAULT_DIR: &str = "bench-results";
 
 /// The files a run writes.
 #[derive(Debug, PartialEq, Eq)]
-struct Outputs {
+pub(crate) struct Outputs {
     /// The directory to create first (the default run's).
     dir: Option<PathBuf>,
     json: Option<PathBuf>,
@@ -389,7 +332,7 @@ impl Outputs {
     /// The files named by `--json`, `--csv` and `--plot`; without any of them,
     /// `results.json`, `results.csv`, `plot.svg` and `plot.png` in
     /// `bench-results/<timestamp>/` (UTC of `started_unix`).
-    fn of(args: &BenchArgs, started_unix: u64) -> Outputs {
+    pub(crate) fn of(args: &BenchArgs, started_unix: u64) -> Outputs {
         if args.json.is_none() && args.csv.is_none() && args.plot.is_none() {
             let dir = Path::new(DEFAULT_DIR).join(timestamp(started_unix));
             return Outputs {
@@ -423,18 +366,13 @@ fn progress_line(p: &suite::Progress, elapsed: Duration) -> String {
     bar_line(p.done, p.total, p.round, &what, elapsed)
 }
 
-/// The progress line of a pub/sub suite.
-fn pubsub_progress_line(p: &pubsub::suite::Progress, elapsed: Duration) -> String {
-    let what = format!(
-        "{} {} x{}",
-        p.cell.method,
-        human_size(p.cell.size),
-        p.cell.subscribers
-    );
-    bar_line(p.done, p.total, p.round, &what, elapsed)
-}
-
-fn bar_line(done: usize, total_runs: usize, round: u32, what: &str, elapsed: Duration) -> String {
+pub(crate) fn bar_line(
+    done: usize,
+    total_runs: usize,
+    round: u32,
+    what: &str,
+    elapsed: Duration,
+) -> String {
     let total = total_runs.max(1);
     let filled = done * BAR / total;
     let left = if done == 0 {
@@ -456,20 +394,20 @@ fn bar_line(done: usize, total_runs: usize, round: u32, what: &str, elapsed: Dur
 
 /// Shows progress on stderr: a line redrawn on a terminal, one line per tenth of the
 /// runs in a log, and every failure.
-struct ProgressOut {
+pub(crate) struct ProgressOut {
     tty: bool,
     tenth: usize,
 }
 
 impl ProgressOut {
-    fn new() -> ProgressOut {
+    pub(crate) fn new() -> ProgressOut {
         ProgressOut {
             tty: std::io::stderr().is_terminal(),
             tenth: 0,
         }
     }
 
-    fn show(&mut self, done: usize, total: usize, line: &str, failure: Option<String>) {
+    pub(crate) fn show(&mut self, done: usize, total: usize, line: &str, failure: Option<String>) {
         if self.tty {
             let mut err = std::io::stderr().lock();
             let _ = write!(err, "\r\x1b[2K{line}");
@@ -486,7 +424,7 @@ impl ProgressOut {
         }
     }
 
-    fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if self.tty {
             eprint!("\r\x1b[2K");
         }
@@ -531,7 +469,7 @@ fn write_outputs(out: &Outputs, report: &Report) -> bool {
 
 /// Writes the JSON and CSV texts and the plots to the files of `out` and says where;
 /// false if one could not be written.
-fn write_files(
+pub(crate) fn write_files(
     out: &Outputs,
     json: &str,
     csv: &str,
@@ -567,16 +505,7 @@ fn write_files(
 
 fn list(pubsub: bool) -> ExitCode {
     if pubsub {
-        for m in pubsub::METHODS {
-            let limit = m.size_limit().map_or(String::new(), |l| {
-                format!(" [max {} bytes: {}]", l.max, l.why)
-            });
-            match m.unavailable() {
-                Some(reason) => println!("{:<22} skipped here: {reason}", m.name()),
-                None => println!("{:<22} {}{limit}", m.name(), m.about()),
-            }
-        }
-        return ExitCode::SUCCESS;
+        return bench_pubsub::list();
     }
     for m in METHODS {
         let limit = m.size_limit().map_or(String::new(), |l| {
@@ -603,7 +532,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         }
     };
     if let Some(ps) = &args.pubsub {
-        return run_pubsub(args, ps, &exe);
+        return bench_pubsub::run(args, ps, &exe);
     }
     let c = &args.config;
     let cells = suite::plan(c);
@@ -674,84 +603,11 @@ pub fn run(args: &BenchArgs) -> ExitCode {
 }
 
 /// The command line, for the reports.
-fn command_line() -> String {
+pub(crate) fn command_line() -> String {
     std::iter::once("shmlink".to_string())
         .chain(std::env::args().skip(1))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// `--pattern pubsub`: runs the pub/sub suite, prints its table, writes its reports.
-fn run_pubsub(args: &BenchArgs, c: &pubsub::suite::Config, exe: &Path) -> ExitCode {
-    let cells = pubsub::suite::plan(c);
-    let runnable = cells.iter().filter(|x| x.status == Status::Ok).count();
-    println!(
-        "# shmlink bench --pattern pubsub: {} methods x {} sizes x {} subscriber counts x {} \
-         rounds = {} runs of {} messages (+{} warm-up), each acknowledged by every subscriber \
-         before the next; publisher {}, subscribers {}",
-        c.methods.len(),
-        c.sizes.len(),
-        c.subscribers.len(),
-        c.rounds,
-        runnable * c.rounds as usize,
-        c.count,
-        c.warmup,
-        c.cpus
-            .map_or("unpinned".to_string(), |(a, _)| format!("on CPU {a}")),
-        c.cpus
-            .map_or("unpinned".to_string(), |(_, b)| format!("on CPU {b}")),
-    );
-    let started = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let t0 = Instant::now();
-    let mut out = ProgressOut::new();
-    let cells = pubsub::suite::run(exe, c, |p| {
-        let line = pubsub_progress_line(&p, t0.elapsed());
-        let failure = (p.cell.status == Status::Failed).then(|| {
-            format!(
-                "pubsub {} {} x{} failed: {}",
-                p.cell.method,
-                human_size(p.cell.size),
-                p.cell.subscribers,
-                p.cell.note.as_deref().unwrap_or("")
-            )
-        });
-        out.show(p.done, p.total, &line, failure);
-    });
-    out.finish();
-    print!("{}", pubsub::report::table(&cells));
-    let failed = cells.iter().filter(|x| x.status == Status::Failed).count();
-    let report = pubsub::report::Report {
-        schema: pubsub::report::SCHEMA,
-        pattern: "pubsub".into(),
-        shmlink_version: env!("CARGO_PKG_VERSION").to_string(),
-        command: command_line(),
-        started_unix: started,
-        wall_s: t0.elapsed().as_secs_f64(),
-        machine: Machine::this(),
-        config: c.clone(),
-        results: cells,
-    };
-    println!("\n# {:.1} s", report.wall_s);
-    let outputs = Outputs::of(args, started);
-    let ok = write_files(
-        &outputs,
-        &report.to_json(),
-        &pubsub::report::to_csv(&report.results),
-        &|path| plot::write_pubsub(path, &report.results),
-    ) && failed == 0;
-    if failed > 0 {
-        eprintln!(
-            "shmlink bench: {failed} of {} cells failed",
-            report.results.len()
-        );
-    }
-    if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
 }
 
 #[cfg(test)]
@@ -852,7 +708,7 @@ mod tests {
         assert_eq!(p.subscribers, vec![1, 2, 4, 8, 16]);
         assert_eq!(p.sizes, vec![64, 65536]);
         assert_eq!(p.methods.len(), pubsub::METHODS.len());
-        assert_eq!((p.rounds, p.count), (3, PUBSUB_MESSAGES));
+        assert_eq!((p.rounds, p.count), (3, bench_pubsub::PUBSUB_MESSAGES));
         let (a, b) = p.cpus.unwrap();
         assert_ne!(a, b);
         let p = bench("--pattern=pubsub --subscribers 3,1,3 --sizes 8 --iterations 7 --same-core --methods uds,shmlink-zc")

@@ -5,6 +5,7 @@
 
 mod args;
 mod bench;
+mod bench_pubsub;
 mod client;
 mod conn_io;
 mod error;
