@@ -8,12 +8,14 @@
 //! The broker methods run against the brokers of `scripts/brokers.sh start` when they
 //! run; otherwise their tests say so and skip.
 
-use std::path::PathBuf;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use shmlink_bench::pubsub::report::{Report, CSV_HEADER};
-use shmlink_bench::pubsub::run::FAULT_METHOD_ENV;
+use shmlink_bench::pubsub::run::{run_isolated, RunSpec, FAULT_METHOD_ENV};
 use shmlink_bench::pubsub::METHODS;
 use shmlink_bench::run::FAULT_ENV;
 use shmlink_bench::suite::Status;
@@ -369,4 +371,45 @@ fn a_hung_subscriber_fails_its_method_after_the_ack_timeout() {
     );
     let uds = r.results.iter().find(|c| c.method == "uds").unwrap();
     assert_eq!(uds.status, Status::Ok, "{uds:?}");
+}
+
+/// iceoryx2's files: its shared memory (`iox2_*` in /dev/shm) and its node and service
+/// files (under its default root, /tmp/iceoryx2).
+fn iceoryx2_files() -> BTreeSet<PathBuf> {
+    let mut files = BTreeSet::new();
+    for (dir, prefix) in [
+        ("/dev/shm", "iox2_"),
+        ("/tmp/iceoryx2/nodes", ""),
+        ("/tmp/iceoryx2/services", ""),
+    ] {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if e.file_name().to_string_lossy().starts_with(prefix) {
+                files.insert(e.path());
+            }
+        }
+    }
+    files
+}
+
+/// The publisher killed at the run's timeout and its subscribers with it run no
+/// destructors; the orchestrator's cleanup still removes every iceoryx2 resource of the
+/// run (nodes named after the run's tag).
+#[test]
+fn iceoryx2_leaves_nothing_after_a_killed_run() {
+    let _serial = serial();
+    let before = iceoryx2_files();
+    let spec = RunSpec {
+        method: "iceoryx2".into(),
+        size: 1000,
+        subscribers: 3,
+        warmup: 0,
+        count: u64::MAX / 2,
+        cpus: None,
+        tag: format!("shmlink-pubsub-test-killed-{}", std::process::id()),
+    };
+    let e = run_isolated(Path::new(BIN), &spec, Duration::from_secs(2)).unwrap_err();
+    assert!(e.contains("timed out"), "{e}");
+    let after = iceoryx2_files();
+    let left: Vec<_> = after.difference(&before).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

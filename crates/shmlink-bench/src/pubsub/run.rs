@@ -315,7 +315,7 @@ pub fn publish(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
     }
     let mut publisher = (prepared.finish)(SETUP_TIMEOUT).map_err(ctx("wait for subscribers"))?;
 
-    let total = spec.warmup + spec.count;
+    let total = spec.warmup.saturating_add(spec.count);
     let mut buf = vec![0u8; spec.size];
     let mut in_publish = Duration::ZERO;
     let mut in_publish_cpu = Duration::ZERO;
@@ -433,8 +433,9 @@ fn subscribe(spec: &SubSpec) -> io::Result<SubReport> {
     side.write_all(&READY.to_le_bytes())
         .map_err(ctx("say ready"))?;
     let fault = fault_for(spec);
-    let total = spec.warmup + spec.count;
-    let mut lat = Vec::with_capacity(spec.count as usize);
+    let total = spec.warmup.saturating_add(spec.count);
+    // Bounded: a count is whatever the command line said.
+    let mut lat = Vec::with_capacity(spec.count.min(1 << 20) as usize);
     let mut cpu0 = message::process_cpu();
     for seq in 0..total {
         if seq == spec.warmup {

@@ -134,8 +134,11 @@ pub fn plan(config: &Config) -> Vec<Cell> {
 
 /// How long one run may take before it is killed: generous, it only catches hangs.
 pub fn timeout(config: &Config, subscribers: usize) -> Duration {
-    let messages = config.warmup + config.count;
-    Duration::from_secs(30) + Duration::from_millis(2) * (messages * subscribers as u64) as u32
+    let messages = config.warmup.saturating_add(config.count);
+    let ms = messages
+        .saturating_mul(subscribers as u64)
+        .saturating_mul(2);
+    Duration::from_secs(30).saturating_add(Duration::from_millis(ms))
 }
 
 /// Runs the suite with publisher and subscriber processes started from `exe` (the
