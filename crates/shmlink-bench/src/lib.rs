@@ -19,6 +19,7 @@ pub mod methods;
 pub mod payload;
 pub mod plot;
 pub mod protocol;
+pub mod pubsub;
 pub mod report;
 pub mod run;
 pub mod stats;

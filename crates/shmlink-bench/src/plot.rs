@@ -9,6 +9,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::method::Mode;
+use crate::pubsub::suite::Cell as PubSubCell;
 use crate::report::human_size;
 use crate::suite::{Cell, Status};
 
@@ -174,23 +175,42 @@ fn trim(v: f64) -> String {
 
 type DrawResult = Result<(), String>;
 
+/// A panel's titles and x labels.
+struct Axes {
+    title: String,
+    x_desc: &'static str,
+    y_desc: &'static str,
+    x_label: fn(f64) -> String,
+}
+
+impl Axes {
+    fn of(mode: Mode) -> Axes {
+        let (title, y_desc) = match mode {
+            Mode::Latency => (
+                "latency: round-trip p50 vs message size",
+                "round trip p50 (µs, log)",
+            ),
+            Mode::Throughput => (
+                "throughput: MiB/s vs message size",
+                "throughput (MiB/s, log)",
+            ),
+        };
+        Axes {
+            title: title.into(),
+            x_desc: "message size (log)",
+            y_desc,
+            x_label: |v| human_size(v.round() as usize),
+        }
+    }
+}
+
 fn panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
-    mode: Mode,
+    axes: &Axes,
     all: &[Series],
     names: &[&str],
 ) -> DrawResult {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    let (title, y_desc) = match mode {
-        Mode::Latency => (
-            "latency: round-trip p50 vs message size",
-            "round trip p50 (µs, log)",
-        ),
-        Mode::Throughput => (
-            "throughput: MiB/s vs message size",
-            "throughput (MiB/s, log)",
-        ),
-    };
     let xs = || all.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let ys = || all.iter().flat_map(|s| s.points.iter().map(|p| p.1));
     let (x0, x1) = log_bounds(xs().fold(f64::INFINITY, f64::min), xs().fold(0.0, f64::max));
@@ -200,7 +220,7 @@ fn panel<DB: DrawingBackend>(
     sizes.dedup();
 
     let mut chart = ChartBuilder::on(area)
-        .caption(title, (FONT, 22))
+        .caption(&axes.title, (FONT, 22))
         .margin(12)
         .x_label_area_size(48)
         .y_label_area_size(70)
@@ -211,9 +231,9 @@ fn panel<DB: DrawingBackend>(
         .map_err(err)?;
     chart
         .configure_mesh()
-        .x_desc("message size (log)")
-        .y_desc(y_desc)
-        .x_label_formatter(&|v| human_size(v.round() as usize))
+        .x_desc(axes.x_desc)
+        .y_desc(axes.y_desc)
+        .x_label_formatter(&|v| (axes.x_label)(*v))
         .y_label_formatter(&|v| short(*v))
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 15))
@@ -237,14 +257,71 @@ fn panel<DB: DrawingBackend>(
 }
 
 fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, cells: &[Cell]) -> DrawResult {
-    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(err)?;
     let names = methods(cells);
-    let panels: Vec<(Mode, Vec<Series>)> = [Mode::Latency, Mode::Throughput]
+    let panels: Vec<(Axes, Vec<Series>)> = [Mode::Latency, Mode::Throughput]
         .into_iter()
-        .map(|m| (m, series(cells, m, &names)))
+        .map(|m| (Axes::of(m), series(cells, m, &names)))
         .filter(|(_, s)| !s.is_empty())
         .collect();
+    draw_panels(root, &panels, &names)
+}
+
+/// The pub/sub chart: a panel per message size, p50 latency (µs) against the number of
+/// subscribers, one series per method.
+fn draw_pubsub<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    cells: &[PubSubCell],
+) -> DrawResult {
+    let mut names: Vec<&str> = Vec::new();
+    let mut sizes: Vec<usize> = Vec::new();
+    for c in cells {
+        if !names.contains(&c.method.as_str()) {
+            names.push(&c.method);
+        }
+        if !sizes.contains(&c.size) {
+            sizes.push(c.size);
+        }
+    }
+    let panels: Vec<(Axes, Vec<Series>)> = sizes
+        .iter()
+        .map(|&size| {
+            let series = names
+                .iter()
+                .map(|&method| {
+                    let mut points: Vec<(f64, f64)> = cells
+                        .iter()
+                        .filter(|c| c.method == method && c.size == size)
+                        .filter(|c| c.status == Status::Ok)
+                        .filter_map(|c| {
+                            let p50 = c.summary.as_ref()?.latency_ns.p50 as f64 / 1000.0;
+                            (p50 > 0.0).then_some((c.subscribers as f64, p50))
+                        })
+                        .collect();
+                    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    Series { method, points }
+                })
+                .filter(|s| !s.points.is_empty())
+                .collect();
+            let axes = Axes {
+                title: format!("pubsub {}: p50 latency vs subscribers", human_size(size)),
+                x_desc: "subscribers (log)",
+                y_desc: "publish → subscriber p50 (µs, log)",
+                x_label: |v| format!("{}", v.round()),
+            };
+            (axes, series)
+        })
+        .filter(|(_, s): &(Axes, Vec<Series>)| !s.is_empty())
+        .collect();
+    draw_panels(root, &panels, &names)
+}
+
+fn draw_panels<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    panels: &[(Axes, Vec<Series>)],
+    names: &[&str],
+) -> DrawResult {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.fill(&WHITE).map_err(err)?;
     if panels.is_empty() {
         root.draw(&Text::new(
             "no measured results to plot",
@@ -262,8 +339,8 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, cells: &[Cell]) -> Dra
         .collect();
     let (charts, side) = root.split_horizontally(WIDTH - LEGEND_W);
     let areas = charts.split_evenly((1, panels.len()));
-    for ((mode, series), area) in panels.iter().zip(&areas) {
-        panel(area, *mode, series, &names)?;
+    for ((axes, series), area) in panels.iter().zip(&areas) {
+        panel(area, axes, series, names)?;
     }
     let entries: Vec<(usize, &str)> = shown
         .iter()
@@ -295,6 +372,22 @@ fn legend<DB: DrawingBackend>(
             .map_err(err)?;
     }
     Ok(())
+}
+
+/// Writes the pub/sub chart of `cells` to `path`, as SVG or PNG by its extension.
+pub fn write_pubsub(path: &Path, cells: &[PubSubCell]) -> Result<(), String> {
+    register_font();
+    let result = match Format::of(path)? {
+        Format::Svg => draw_pubsub(
+            SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area(),
+            cells,
+        ),
+        Format::Png => draw_pubsub(
+            BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area(),
+            cells,
+        ),
+    };
+    result.map_err(|e| format!("plot {}: {e}", path.display()))
 }
 
 /// Writes the charts of `cells` to `path`, as SVG or PNG by its extension.

@@ -68,7 +68,7 @@ impl Report {
 pub const CSV_HEADER: &str = "method,mode,size,status,p50_ns,p90_ns,p99_ns,p999_ns,max_ns,\
 msgs_per_s,bytes_per_s,cpu_us_per_msg_driver,cpu_us_per_msg_peer,spread_pct,rounds,note";
 
-fn csv_field(s: &str) -> String {
+pub(crate) fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
@@ -76,7 +76,7 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-fn status_name(s: Status) -> &'static str {
+pub(crate) fn status_name(s: Status) -> &'static str {
     match s {
         Status::Ok => "ok",
         Status::Unsupported => "unsupported",
@@ -134,7 +134,7 @@ pub fn human_size(bytes: usize) -> String {
     format!("{bytes} B")
 }
 
-fn us(ns: u64) -> String {
+pub(crate) fn us(ns: u64) -> String {
     let v = ns as f64 / 1000.0;
     if v < 10.0 {
         format!("{v:.2}")
@@ -145,7 +145,7 @@ fn us(ns: u64) -> String {
     }
 }
 
-fn ratio(r: Option<f64>) -> String {
+pub(crate) fn ratio(r: Option<f64>) -> String {
     match r {
         Some(r) if r.is_finite() && r >= 10.0 => format!("{r:.0}x"),
         Some(r) if r.is_finite() => format!("{r:.2}x"),

@@ -95,7 +95,7 @@ fn ctx_of(size: usize, mode: Mode, window: u64, same_core: bool, tag: &str) -> C
     }
 }
 
-fn pin(cpu: Option<usize>) -> io::Result<()> {
+pub(crate) fn pin(cpu: Option<usize>) -> io::Result<()> {
     if let Some(cpu) = cpu {
         shmlink::pin_to_cpu(cpu).map_err(|e| err(format!("pin to CPU {cpu}: {e}")))?;
     }
@@ -302,9 +302,28 @@ pub fn peer_main(spec_json: &str) -> ExitCode {
 /// Runs `spec` in a driver process started from `exe` (the `shmlink` binary), killing it
 /// after `timeout`. The error is what the driver and the peer said on stderr.
 pub fn run_isolated(exe: &Path, spec: &RunSpec, timeout: Duration) -> Result<RunOutput, String> {
+    let stdout = run_child(
+        exe,
+        DRIVER_CMD,
+        &serde_json::to_string(spec).expect("a RunSpec serialises"),
+        timeout,
+        &|| clean_up_after_failure(spec),
+    )?;
+    serde_json::from_str(stdout.trim()).map_err(|e| format!("unreadable result {stdout:?}: {e}"))
+}
+
+/// Runs `exe SUBCMD SPEC_JSON`, killing it after `timeout`; its stdout if it succeeded,
+/// else what it said on stderr. `clean_up` runs after a failure or a kill.
+pub(crate) fn run_child(
+    exe: &Path,
+    subcmd: &str,
+    spec_json: &str,
+    timeout: Duration,
+    clean_up: &dyn Fn(),
+) -> Result<String, String> {
     let mut child = Command::new(exe)
-        .arg(DRIVER_CMD)
-        .arg(serde_json::to_string(spec).expect("a RunSpec serialises"))
+        .arg(subcmd)
+        .arg(spec_json)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -332,7 +351,7 @@ pub fn run_isolated(exe: &Path, spec: &RunSpec, timeout: Duration) -> Result<Run
             // (the waiting thread has not returned).
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
             let _ = rx.recv();
-            clean_up_after_failure(spec);
+            clean_up();
             let stderr = errs.join().unwrap_or_default();
             return Err(format!(
                 "timed out after {:.0?}{}",
@@ -344,10 +363,9 @@ pub fn run_isolated(exe: &Path, spec: &RunSpec, timeout: Duration) -> Result<Run
     let stdout = out.join().unwrap_or_default();
     let stderr = errs.join().unwrap_or_default();
     match status {
-        Some(s) if s.success() => serde_json::from_str(stdout.trim())
-            .map_err(|e| format!("unreadable result {stdout:?}: {e}")),
+        Some(s) if s.success() => Ok(stdout),
         s => {
-            clean_up_after_failure(spec);
+            clean_up();
             Err(summarize(&stderr).unwrap_or_else(|| format!("driver failed: {s:?}")))
         }
     }

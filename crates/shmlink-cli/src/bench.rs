@@ -12,10 +12,12 @@ use shmlink_bench::method::Mode;
 use shmlink_bench::methods::{self, METHODS};
 use shmlink_bench::plot;
 use shmlink_bench::protocol::{Stop, MIN_SIZE};
+use shmlink_bench::pubsub;
 use shmlink_bench::report::{self, human_size, Machine, Report};
 use shmlink_bench::suite::{self, Status, SuiteConfig};
 
 use crate::args::{flag_value, parse_size, split_flag, Command, UsageError};
+use crate::bench_pubsub;
 use crate::help::BENCH_HELP;
 
 /// Largest message size the suite runs.
@@ -24,7 +26,10 @@ pub const MAX_SIZE: usize = 16 << 20;
 /// `shmlink bench`'s arguments, with defaults applied.
 #[derive(Debug, PartialEq, Eq)]
 pub struct BenchArgs {
+    /// The point-to-point suite (the default pattern).
     pub config: SuiteConfig,
+    /// `--pattern pubsub`: the publish/subscribe suite instead.
+    pub pubsub: Option<pubsub::suite::Config>,
     pub json: Option<PathBuf>,
     pub csv: Option<PathBuf>,
     /// `--plot FILE`: SVG or PNG by the extension.
@@ -33,7 +38,7 @@ pub struct BenchArgs {
     pub list: bool,
 }
 
-fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
+pub(crate) fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
     Err(UsageError(msg.into()))
 }
 
@@ -82,6 +87,15 @@ fn parse_methods(text: &str) -> Result<Vec<String>, UsageError> {
         }
     }
     Ok(out)
+}
+
+/// What `shmlink bench` measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pattern {
+    /// Two processes: ping-pong latency and streaming throughput (the default).
+    PointToPoint,
+    /// One publisher process, N subscriber processes.
+    PubSub,
 }
 
 /// `--sizes all`: the seeds' size series, 64 B to 1 MiB (about 7 minutes with every
@@ -164,6 +178,11 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
     let mut json = None;
     let mut csv = None;
     let mut plot_file = None;
+    let mut pattern = Pattern::PointToPoint;
+    let mut subscribers = None;
+    let mut methods_text: Option<String> = None;
+    // Options of the point-to-point pattern only, as given (for the error message).
+    let mut p2p_only: Vec<String> = Vec::new();
 
     let mut args = argv.into_iter();
     while let Some(arg) = args.next() {
@@ -174,9 +193,22 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
             "--quick" => quick = true,
             "--list" => list = true,
             "--same-core" => same_core = true,
-            "--methods" => methods = Some(parse_methods(&value("LIST")?)?),
+            "--methods" => methods_text = Some(value("LIST")?),
+            "--pattern" => {
+                pattern = match value("p2p|pubsub")?.as_str() {
+                    "p2p" | "point-to-point" => Pattern::PointToPoint,
+                    "pubsub" => Pattern::PubSub,
+                    other => {
+                        return usage(format!("invalid --pattern {other:?} (valid: p2p, pubsub)"))
+                    }
+                }
+            }
+            "--subscribers" => {
+                subscribers = Some(bench_pubsub::parse_subscribers(&value("LIST")?)?)
+            }
             "--sizes" => sizes = Some(parse_sizes(&value("LIST")?)?),
             "--mode" => {
+                p2p_only.push(flag.clone());
                 modes = Some(match value("latency|throughput|both")?.as_str() {
                     "latency" => vec![Mode::Latency],
                     "throughput" => vec![Mode::Throughput],
@@ -189,6 +221,7 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
                 })
             }
             "--duration" => {
+                p2p_only.push(flag.clone());
                 if matches!(stop, Some(Stop::Count(_))) {
                     return usage("--duration and --iterations exclude each other");
                 }
@@ -203,9 +236,15 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
                 }
                 stop = Some(Stop::Count(parse_count(&flag, &value("N")?)?));
             }
-            "--warmup" => warmup = Some(parse_millis(&flag, &value("TIME")?)?),
+            "--warmup" => {
+                p2p_only.push(flag.clone());
+                warmup = Some(parse_millis(&flag, &value("TIME")?)?)
+            }
             "--rounds" => rounds = Some(parse_count(&flag, &value("N")?)? as u32),
-            "--window" => window = Some(parse_count(&flag, &value("N")?)?),
+            "--window" => {
+                p2p_only.push(flag.clone());
+                window = Some(parse_count(&flag, &value("N")?)?)
+            }
             "--cpus" => cpus = Some(value("A,B or none")?),
             "--json" => json = Some(PathBuf::from(value("FILE")?)),
             "--csv" => csv = Some(PathBuf::from(value("FILE")?)),
@@ -223,6 +262,33 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
             }
         }
     }
+    let cpus = placement(cpus.as_deref(), same_core, allowed)?;
+    let pubsub = match pattern {
+        Pattern::PointToPoint => {
+            if subscribers.is_some() {
+                return usage("--subscribers needs --pattern pubsub");
+            }
+            methods = methods_text.as_deref().map(parse_methods).transpose()?;
+            None
+        }
+        Pattern::PubSub => {
+            if let Some(flag) = p2p_only.first() {
+                return usage(format!(
+                    "{flag} does not apply to --pattern pubsub (its messages are paced one at \
+                     a time; --iterations sets the measured messages per run)"
+                ));
+            }
+            Some(bench_pubsub::config(
+                methods_text.as_deref(),
+                sizes.clone(),
+                subscribers,
+                rounds,
+                stop,
+                quick,
+                cpus,
+            )?)
+        }
+    };
     let default_sizes = if quick {
         vec![64, 64 << 10]
     } else {
@@ -236,11 +302,12 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
         warmup_ms: warmup.unwrap_or(if quick { 30 } else { 100 }),
         stop: stop.unwrap_or(Stop::Millis(if quick { 100 } else { 300 })),
         window: window.unwrap_or(64),
-        cpus: placement(cpus.as_deref(), same_core, allowed)?,
+        cpus,
         verify_count: 32,
     };
     Ok(Command::Bench(Box::new(BenchArgs {
         config,
+        pubsub,
         json,
         csv,
         plot: plot_file,
@@ -253,7 +320,7 @@ pub const DEFAULT_DIR: &str = "bench-results";
 
 /// The files a run writes.
 #[derive(Debug, PartialEq, Eq)]
-struct Outputs {
+pub(crate) struct Outputs {
     /// The directory to create first (the default run's).
     dir: Option<PathBuf>,
     json: Option<PathBuf>,
@@ -265,7 +332,7 @@ impl Outputs {
     /// The files named by `--json`, `--csv` and `--plot`; without any of them,
     /// `results.json`, `results.csv`, `plot.svg` and `plot.png` in
     /// `bench-results/<timestamp>/` (UTC of `started_unix`).
-    fn of(args: &BenchArgs, started_unix: u64) -> Outputs {
+    pub(crate) fn of(args: &BenchArgs, started_unix: u64) -> Outputs {
         if args.json.is_none() && args.csv.is_none() && args.plot.is_none() {
             let dir = Path::new(DEFAULT_DIR).join(timestamp(started_unix));
             return Outputs {
@@ -290,26 +357,78 @@ const BAR: usize = 24;
 /// The progress line: a bar, runs done, time left (extrapolated from the time so far) and
 /// the run just finished.
 fn progress_line(p: &suite::Progress, elapsed: Duration) -> String {
-    let total = p.total.max(1);
-    let filled = p.done * BAR / total;
-    let left = if p.done == 0 {
-        "?".to_string()
-    } else {
-        let secs = elapsed.as_secs_f64() * (total - p.done.min(total)) as f64 / p.done as f64;
-        format!("{}:{:02}", secs as u64 / 60, secs as u64 % 60)
-    };
-    format!(
-        "[{}{}] {:>3}% {}/{} runs, {left} left; round {}: {} {} {}",
-        "#".repeat(filled),
-        ".".repeat(BAR - filled),
-        p.done * 100 / total,
-        p.done,
-        p.total,
-        p.round + 1,
+    let what = format!(
+        "{} {} {}",
         p.cell.method,
         p.cell.mode.name(),
         human_size(p.cell.size)
+    );
+    bar_line(p.done, p.total, p.round, &what, elapsed)
+}
+
+pub(crate) fn bar_line(
+    done: usize,
+    total_runs: usize,
+    round: u32,
+    what: &str,
+    elapsed: Duration,
+) -> String {
+    let total = total_runs.max(1);
+    let filled = done * BAR / total;
+    let left = if done == 0 {
+        "?".to_string()
+    } else {
+        let secs = elapsed.as_secs_f64() * (total - done.min(total)) as f64 / done as f64;
+        format!("{}:{:02}", secs as u64 / 60, secs as u64 % 60)
+    };
+    format!(
+        "[{}{}] {:>3}% {}/{} runs, {left} left; round {}: {what}",
+        "#".repeat(filled),
+        ".".repeat(BAR - filled),
+        done * 100 / total,
+        done,
+        total_runs,
+        round + 1,
     )
+}
+
+/// Shows progress on stderr: a line redrawn on a terminal, one line per tenth of the
+/// runs in a log, and every failure.
+pub(crate) struct ProgressOut {
+    tty: bool,
+    tenth: usize,
+}
+
+impl ProgressOut {
+    pub(crate) fn new() -> ProgressOut {
+        ProgressOut {
+            tty: std::io::stderr().is_terminal(),
+            tenth: 0,
+        }
+    }
+
+    pub(crate) fn show(&mut self, done: usize, total: usize, line: &str, failure: Option<String>) {
+        if self.tty {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K{line}");
+            let _ = err.flush();
+        } else if done * 10 / total.max(1) > self.tenth {
+            self.tenth = done * 10 / total.max(1);
+            eprintln!("{line}");
+        }
+        if let Some(f) = failure {
+            if self.tty {
+                eprintln!();
+            }
+            eprintln!("shmlink bench: {f}");
+        }
+    }
+
+    pub(crate) fn finish(&self) {
+        if self.tty {
+            eprint!("\r\x1b[2K");
+        }
+    }
 }
 
 /// `YYYYMMDD-HHMMSS` in UTC for seconds since the Unix epoch.
@@ -335,6 +454,27 @@ fn timestamp(unix: u64) -> String {
 
 /// Writes every output and says where; false if one could not be written.
 fn write_outputs(out: &Outputs, report: &Report) -> bool {
+    let json = out
+        .json
+        .as_ref()
+        .map(|_| report.to_json())
+        .unwrap_or_default();
+    let csv = out
+        .csv
+        .as_ref()
+        .map(|_| report::to_csv(&report.results))
+        .unwrap_or_default();
+    write_files(out, &json, &csv, &|path| plot::write(path, &report.results))
+}
+
+/// Writes the JSON and CSV texts and the plots to the files of `out` and says where;
+/// false if one could not be written.
+pub(crate) fn write_files(
+    out: &Outputs,
+    json: &str,
+    csv: &str,
+    plot: &dyn Fn(&Path) -> Result<(), String>,
+) -> bool {
     if let Some(dir) = &out.dir {
         if let Err(e) = std::fs::create_dir_all(dir) {
             eprintln!("shmlink bench: create {}: {e}", dir.display());
@@ -346,14 +486,8 @@ fn write_outputs(out: &Outputs, report: &Report) -> bool {
         eprintln!("shmlink bench: {what}");
         ok = false;
     };
-    for (path, text) in [
-        (&out.json, out.json.as_ref().map(|_| report.to_json())),
-        (
-            &out.csv,
-            out.csv.as_ref().map(|_| report::to_csv(&report.results)),
-        ),
-    ] {
-        if let (Some(path), Some(text)) = (path, text) {
+    for (path, text) in [(&out.json, json), (&out.csv, csv)] {
+        if let Some(path) = path {
             match std::fs::write(path, text) {
                 Ok(()) => println!("# wrote {}", path.display()),
                 Err(e) => report_error(format!("write {}: {e}", path.display())),
@@ -361,7 +495,7 @@ fn write_outputs(out: &Outputs, report: &Report) -> bool {
         }
     }
     for path in &out.plots {
-        match plot::write(path, &report.results) {
+        match plot(path) {
             Ok(()) => println!("# wrote {}", path.display()),
             Err(e) => report_error(e),
         }
@@ -369,7 +503,10 @@ fn write_outputs(out: &Outputs, report: &Report) -> bool {
     ok
 }
 
-fn list() -> ExitCode {
+fn list(pubsub: bool) -> ExitCode {
+    if pubsub {
+        return bench_pubsub::list();
+    }
     for m in METHODS {
         let limit = m.size_limit().map_or(String::new(), |l| {
             format!(" [max {} bytes: {}]", l.max, l.why)
@@ -385,7 +522,7 @@ fn list() -> ExitCode {
 /// Runs the command; exit 1 if a run failed or a report could not be written.
 pub fn run(args: &BenchArgs) -> ExitCode {
     if args.list {
-        return list();
+        return list(args.pubsub.is_some());
     }
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
@@ -394,6 +531,9 @@ pub fn run(args: &BenchArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if let Some(ps) = &args.pubsub {
+        return bench_pubsub::run(args, ps, &exe);
+    }
     let c = &args.config;
     let cells = suite::plan(c);
     let runnable = cells.iter().filter(|x| x.status == Status::Ok).count();
@@ -417,35 +557,21 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let t0 = Instant::now();
-    let tty = std::io::stderr().is_terminal();
-    let mut tenth = 0;
+    let mut out = ProgressOut::new();
     let cells = suite::run(&exe, c, |p| {
         let line = progress_line(&p, t0.elapsed());
-        if tty {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[2K{line}");
-            let _ = err.flush();
-        } else if p.done * 10 / p.total.max(1) > tenth {
-            // A log, not a terminal: one line per tenth of the runs.
-            tenth = p.done * 10 / p.total.max(1);
-            eprintln!("{line}");
-        }
-        if p.cell.status == Status::Failed {
-            if tty {
-                eprintln!();
-            }
-            eprintln!(
-                "shmlink bench: {} {} {} failed: {}",
+        let failure = (p.cell.status == Status::Failed).then(|| {
+            format!(
+                "{} {} {} failed: {}",
                 p.cell.method,
                 p.cell.mode.name(),
                 human_size(p.cell.size),
                 p.cell.note.as_deref().unwrap_or("")
-            );
-        }
+            )
+        });
+        out.show(p.done, p.total, &line, failure);
     });
-    if tty {
-        eprint!("\r\x1b[2K");
-    }
+    out.finish();
     print!("{}", report::table(&cells));
     let failed = cells.iter().filter(|x| x.status == Status::Failed).count();
     let report = Report {
@@ -474,6 +600,14 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     } else {
         ExitCode::from(1)
     }
+}
+
+/// The command line, for the reports.
+pub(crate) fn command_line() -> String {
+    std::iter::once("shmlink".to_string())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]
@@ -564,6 +698,53 @@ mod tests {
             "{line}"
         );
         assert!(line.contains("100% 8/8 runs, 0:00 left"), "{line}");
+    }
+
+    #[test]
+    fn pubsub_pattern_defaults_and_options() {
+        assert_eq!(bench("").unwrap().pubsub, None);
+        assert_eq!(bench("--pattern p2p").unwrap().pubsub, None);
+        let p = bench("--pattern pubsub").unwrap().pubsub.unwrap();
+        assert_eq!(p.subscribers, vec![1, 2, 4, 8, 16]);
+        assert_eq!(p.sizes, vec![64, 65536]);
+        assert_eq!(p.methods.len(), pubsub::METHODS.len());
+        assert_eq!((p.rounds, p.count), (3, bench_pubsub::PUBSUB_MESSAGES));
+        let (a, b) = p.cpus.unwrap();
+        assert_ne!(a, b);
+        let p = bench("--pattern=pubsub --subscribers 3,1,3 --sizes 8 --iterations 7 --same-core --methods uds,shmlink-zc")
+            .unwrap()
+            .pubsub
+            .unwrap();
+        assert_eq!(p.subscribers, vec![3, 1]);
+        assert_eq!((p.sizes, p.count, p.cpus), (vec![8], 7, Some((0, 0))));
+        assert_eq!(p.methods, vec!["uds", "shmlink-zc"]);
+        let q = bench("--pattern pubsub --quick").unwrap().pubsub.unwrap();
+        assert_eq!((q.rounds, q.count, q.warmup), (1, 100, 20));
+    }
+
+    #[test]
+    fn pubsub_bad_input() {
+        for bad in ["0", "65", "x", "1,,2", "-1"] {
+            let e = bench(&format!("--pattern pubsub --subscribers {bad}"))
+                .unwrap_err()
+                .0;
+            assert!(e.contains("--subscribers") && e.contains("1 to 64"), "{e}");
+        }
+        let e = bench("--pattern pubsub --methods shmlink,pipe")
+            .unwrap_err()
+            .0;
+        assert!(
+            e.contains("\"pipe\"") && e.contains("iceoryx2, iceoryx2-zc"),
+            "{e}"
+        );
+        let e = bench("--pattern pubsub --window 4").unwrap_err().0;
+        assert!(e.contains("--window does not apply"), "{e}");
+        let e = bench("--pattern fanout").unwrap_err().0;
+        assert!(e.contains("valid: p2p, pubsub"), "{e}");
+        let e = bench("--subscribers 2").unwrap_err().0;
+        assert!(e.contains("needs --pattern pubsub"), "{e}");
+        // The point-to-point method names are not pub/sub ones, and vice versa.
+        assert!(bench("--methods shmlink").is_err());
     }
 
     #[test]

@@ -135,6 +135,9 @@ Usage: shmlink bench [--methods LIST] [--sizes LIST] [--mode latency|throughput|
                      [--duration TIME | --iterations N] [--warmup TIME] [--rounds N]
                      [--window N] [--cpus A,B | --same-core | --cpus none] [--quick]
                      [--json FILE] [--csv FILE] [--plot FILE] [--list]
+       shmlink bench --pattern pubsub [--subscribers LIST] [--methods LIST] [--sizes LIST]
+                     [--iterations N] [--rounds N] [--cpus A,B | --same-core | --cpus none]
+                     [--quick] [--json FILE] [--csv FILE] [--plot FILE] [--list]
 
 Every run uses two separate processes (this program re-executed for each end; the peer
 dies with its driver). Runs are interleaved: each round runs every method once per size
@@ -160,10 +163,28 @@ Selection:
   --quick          a run of under a minute: the defaults marked --quick above
   --list           list the methods, what each measures, and which cannot run here
 
+Pattern:
+  --pattern P      p2p (or point-to-point): two processes, the options above [default];
+                   pubsub: one publisher process and N subscriber processes. Each message
+                   carries the publisher's CLOCK_MONOTONIC from just before the publish
+                   call; every subscriber verifies it in full and acknowledges it on a side
+                   channel, and the next message goes out after all acknowledged it and a
+                   50 us pause (no queueing). Reported per method, size and N: latency
+                   p50..max over all subscribers (per subscriber in the JSON), us inside
+                   the publish call(s) per message, publisher CPU per message, speed vs
+                   shmlink. Methods: shmlink, shmlink-zc, iceoryx2, iceoryx2-zc, zmq-ipc,
+                   uds, redis, rabbitmq. --sizes [default: 64,64k]; --iterations: measured
+                   messages per run [default: 1000; --quick: 100]; --rounds [default: 3;
+                   --quick: 1]; --mode, --duration, --warmup and --window do not apply.
+  --subscribers LIST
+                   subscriber counts, 1 to 64 [default: 1,2,4,8,16]
+
 Placement:
   --cpus A,B       pin the driver to CPU A and the peer to CPU B; A = B is the same-core
-                   mode [default: two CPUs on different physical cores]
-  --same-core      both ends on the first CPU (busy-polling methods then yield)
+                   mode [default: two CPUs on different physical cores]. pubsub: the
+                   publisher on A, every subscriber on B
+  --same-core      both ends on the first CPU (busy-polling methods then yield); pubsub:
+                   every process
   --cpus none      do not pin
 
 Output:

@@ -5,6 +5,7 @@
 
 mod args;
 mod bench;
+mod bench_pubsub;
 mod client;
 mod conn_io;
 mod error;
@@ -27,6 +28,12 @@ fn main() -> ExitCode {
     match argv.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         [shmlink_bench::run::DRIVER_CMD, spec] => return shmlink_bench::run::driver_main(spec),
         [shmlink_bench::run::PEER_CMD, spec] => return shmlink_bench::run::peer_main(spec),
+        [shmlink_bench::pubsub::run::PUB_CMD, spec] => {
+            return shmlink_bench::pubsub::run::publisher_main(spec)
+        }
+        [shmlink_bench::pubsub::run::SUB_CMD, spec] => {
+            return shmlink_bench::pubsub::run::subscriber_main(spec)
+        }
         _ => {}
     }
     match args::parse(

@@ -58,7 +58,7 @@ pub const ZERO_COPY: Iceoryx2 = Iceoryx2 { zero_copy: true };
 type Payload = [u8];
 
 /// An iceoryx2 error with the operation that failed.
-fn iox(what: impl Display, e: impl Display) -> io::Error {
+pub(crate) fn iox(what: impl Display, e: impl Display) -> io::Error {
     err(format!("iceoryx2: {what}: {e}"))
 }
 
@@ -105,12 +105,12 @@ impl Layout {
     }
 }
 
-fn config() -> Config {
+pub(crate) fn config() -> Config {
     // The defaults, not a config file of this machine's: the same setup on every machine.
     Config::default()
 }
 
-fn node(name: &str) -> io::Result<Node<ipc::Service>> {
+pub(crate) fn node(name: &str) -> io::Result<Node<ipc::Service>> {
     let name = NodeName::new(name).map_err(|e| iox(format!("node name {name:?}"), e))?;
     NodeBuilder::new()
         .name(&name)
@@ -374,40 +374,42 @@ impl Method for Iceoryx2 {
     }
 
     fn clean_up_after_failure(&self, tag: &str) {
-        // The peer dies with the driver (SIGKILL on the parent's death), possibly just
-        // after it: wait, with a deadline, until no node of this run is alive, removing
-        // the dead ones' resources as they appear.
         let names = [driver_node(tag), peer_node(tag)];
-        let names = names.each_ref().map(String::as_str);
-        let deadline = Instant::now() + DEATH_TIMEOUT;
-        loop {
-            let mut alive = false;
-            let mut dead = Vec::new();
-            let listed = Node::<ipc::Service>::list(&config(), |state| {
-                let ours = |d: &Option<NodeDetails>| {
-                    d.as_ref()
-                        .is_some_and(|d| names.contains(&d.name().as_str()))
-                };
-                match state {
-                    NodeState::Alive(v) if ours(v.details()) => alive = true,
-                    NodeState::Dead(v) if ours(v.details()) => dead.push(v),
-                    _ => {}
-                }
-                CallbackProgression::Continue
-            });
-            if let Err(e) = listed {
-                eprintln!("iceoryx2: list nodes for cleanup: {e}");
-                return;
+        clean_up_nodes(&|name| names.iter().any(|n| n == name));
+    }
+}
+
+/// After a run whose processes failed or were killed: waits, with a deadline, until no
+/// node for which `ours` holds is alive (the peers die with their parent, SIGKILL on the
+/// parent's death, possibly just after it), removing the dead ones' resources as they
+/// appear.
+pub(crate) fn clean_up_nodes(ours: &dyn Fn(&str) -> bool) {
+    let deadline = Instant::now() + DEATH_TIMEOUT;
+    loop {
+        let mut alive = false;
+        let mut dead = Vec::new();
+        let listed = Node::<ipc::Service>::list(&config(), |state| {
+            let ours =
+                |d: &Option<NodeDetails>| d.as_ref().is_some_and(|d| ours(d.name().as_str()));
+            match state {
+                NodeState::Alive(v) if ours(v.details()) => alive = true,
+                NodeState::Dead(v) if ours(v.details()) => dead.push(v),
+                _ => {}
             }
-            for node in dead {
-                if let Err(e) = node.blocking_remove_stale_resources(DEATH_TIMEOUT) {
-                    eprintln!("iceoryx2: remove a dead node's resources: {e}");
-                }
-            }
-            if !alive || Instant::now() >= deadline {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(5));
+            CallbackProgression::Continue
+        });
+        if let Err(e) = listed {
+            eprintln!("iceoryx2: list nodes for cleanup: {e}");
+            return;
         }
+        for node in dead {
+            if let Err(e) = node.blocking_remove_stale_resources(DEATH_TIMEOUT) {
+                eprintln!("iceoryx2: remove a dead node's resources: {e}");
+            }
+        }
+        if !alive || Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }

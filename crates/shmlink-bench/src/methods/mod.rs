@@ -3,7 +3,7 @@
 mod absent;
 mod fdio;
 mod fifo;
-mod iceoryx2;
+pub(crate) mod iceoryx2;
 mod inet;
 mod pipe;
 mod posix_mq;

@@ -1,0 +1,415 @@
+//! `shmlink bench --pattern pubsub` end to end: every pub/sub method publishes to 1 and 3
+//! subscriber processes at 8 B and at its largest size (up to 1 MiB), every message
+//! verified at every subscriber; `--same-core`; bad `--pattern`/`--subscribers` values
+//! exit 2 with the valid choices; a subscriber that dies or hangs fails its method and
+//! the suite goes on; the JSON and CSV carry the pub/sub fields; brokers that are not running are
+//! skipped with the reason. Timings are never asserted.
+//!
+//! The broker methods run against the brokers of `scripts/brokers.sh start` when they
+//! run; otherwise their tests say so and skip.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use shmlink_bench::pubsub::report::{Report, CSV_HEADER};
+use shmlink_bench::pubsub::run::{run_isolated, RunSpec, FAULT_METHOD_ENV};
+use shmlink_bench::pubsub::METHODS;
+use shmlink_bench::run::FAULT_ENV;
+use shmlink_bench::suite::Status;
+
+const BIN: &str = env!("CARGO_BIN_EXE_shmlink");
+
+/// A directory of this test's own (rendezvous files, reports), removed on drop.
+struct Dir(PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn dir(test: &str) -> Dir {
+    let d = std::env::temp_dir().join(format!("shmlink-pubsub-test-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    Dir(d)
+}
+
+/// One test at a time runs processes: up to a publisher and three subscribers each, on
+/// a machine that may be measuring something else.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `shmlink bench --pattern pubsub ARGS` in `d`, with `env` set.
+fn pubsub(d: &Dir, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let _serial = serial();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["bench", "--pattern", "pubsub"])
+        .args(args)
+        .env("SHMLINK_DIR", &d.0)
+        .current_dir(&d.0);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run shmlink bench")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn report(path: &std::path::Path) -> Report {
+    Report::from_json(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// A short run of `name` with 1 and 3 subscribers at 8 B and at its largest size up to
+/// 1 MiB; every cell measured, with one percentile set per subscriber.
+fn exercise(name: &str) {
+    let method = shmlink_bench::pubsub::find(name).unwrap();
+    if let Some(reason) = method.unavailable() {
+        eprintln!("skipping {name}: {reason}");
+        return;
+    }
+    let big = method.size_limit().map_or(1 << 20, |l| l.max.min(1 << 20));
+    let d = dir(name);
+    let json = d.0.join("r.json");
+    let sizes = format!("8,{big}");
+    let args = [
+        "--methods",
+        name,
+        "--sizes",
+        &sizes,
+        "--subscribers",
+        "1,3",
+        "--iterations",
+        "10",
+        "--rounds",
+        "1",
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    let out = pubsub(&d, &args, &[]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let r = report(&json);
+    assert_eq!(r.results.len(), 4);
+    for c in &r.results {
+        assert_eq!(c.status, Status::Ok, "{c:?}");
+        assert_eq!(c.runs.len(), 1);
+        let run = &c.runs[0];
+        assert_eq!(run.count, 10);
+        assert_eq!(run.per_subscriber_ns.len(), c.subscribers);
+        let p = run.latency_ns;
+        assert!(p.p50 <= p.p90 && p.p90 <= p.p99 && p.p99 <= p.p999 && p.p999 <= p.max);
+        assert!(run.pub_us_per_msg >= 0.0 && run.pub_cpu_us_per_msg >= 0.0);
+    }
+    assert!(stdout.contains(&format!("{name} ")), "{stdout}");
+}
+
+macro_rules! method_tests {
+    ($($test:ident => $name:literal),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                exercise($name);
+            }
+        )*
+
+        #[test]
+        fn every_pubsub_method_has_a_test() {
+            let tested = [$($name),*];
+            for m in METHODS {
+                assert!(tested.contains(&m.name()), "no test for {}", m.name());
+            }
+        }
+    };
+}
+
+method_tests! {
+    shmlink => "shmlink",
+    shmlink_zc => "shmlink-zc",
+    iceoryx2 => "iceoryx2",
+    iceoryx2_zc => "iceoryx2-zc",
+    zmq_ipc => "zmq-ipc",
+    uds => "uds",
+    redis => "redis",
+    rabbitmq => "rabbitmq",
+}
+
+#[test]
+fn same_core_runs_every_process_on_one_cpu() {
+    let d = dir("same-core");
+    let json = d.0.join("r.json");
+    let args = [
+        "--methods",
+        "all",
+        "--same-core",
+        "--sizes",
+        "64",
+        "--subscribers",
+        "3",
+        "--iterations",
+        "20",
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    let out = pubsub(&d, &args, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let r = report(&json);
+    let (a, b) = r.config.cpus.expect("pinned");
+    assert_eq!(a, b);
+    for c in &r.results {
+        assert!(
+            c.status == Status::Ok || c.status == Status::Skipped,
+            "{c:?}"
+        );
+    }
+}
+
+#[test]
+fn bad_pattern_and_subscriber_counts_exit_2_with_the_valid_choices() {
+    let d = dir("bad");
+    for (args, want) in [
+        (&["--subscribers", "0"][..], "1 to 64"),
+        (&["--subscribers", "65"][..], "1 to 64"),
+        (
+            &["--subscribers", "1,two"][..],
+            "invalid value \"two\" for --subscribers",
+        ),
+        (&["--subscribers", ""][..], "--subscribers"),
+        (&["--methods", "shmlink,pigeon"][..], "uds"),
+        (
+            &["--mode", "latency"][..],
+            "does not apply to --pattern pubsub",
+        ),
+        (&["--pattern", "broadcast"][..], "valid: p2p, pubsub"),
+    ] {
+        let out = pubsub(&d, args, &[]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    // --subscribers belongs to the pub/sub pattern.
+    let out = Command::new(BIN)
+        .args(["bench", "--subscribers", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--pattern pubsub"));
+}
+
+#[test]
+fn a_failing_method_is_reported_and_the_run_goes_on() {
+    let d = dir("fail");
+    let (json, csv) = (d.0.join("r.json"), d.0.join("r.csv"));
+    // The first uds subscriber dies at message #5; shmlink runs on.
+    let args = [
+        "--methods",
+        "uds,shmlink",
+        "--sizes",
+        "64",
+        "--subscribers",
+        "2",
+        "--iterations",
+        "30",
+        "--rounds",
+        "2",
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ];
+    let env = [(FAULT_ENV, "exit:5"), (FAULT_METHOD_ENV, "uds")];
+    let out = pubsub(&d, &args, &env);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("uds 64 B x2 failed"), "{stderr}");
+    let r = report(&json);
+    let uds = r.results.iter().find(|c| c.method == "uds").unwrap();
+    assert_eq!(uds.status, Status::Failed);
+    let note = uds.note.as_deref().unwrap();
+    assert!(note.contains("injected fault"), "{note}");
+    let shm = r.results.iter().find(|c| c.method == "shmlink").unwrap();
+    assert_eq!(shm.status, Status::Ok, "{shm:?}");
+    assert_eq!(shm.runs.len(), 2);
+    assert!(stdout.contains("uds      failed (round 1 of 2"), "{stdout}");
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    assert!(
+        csv.lines().any(|l| l.starts_with("uds,64,2,failed,")),
+        "{csv}"
+    );
+}
+
+#[test]
+fn json_and_csv_carry_the_pubsub_fields() {
+    let d = dir("files");
+    let (json, csv) = (d.0.join("r.json"), d.0.join("r.csv"));
+    let args = [
+        "--methods",
+        "shmlink,uds",
+        "--sizes",
+        "64,1k",
+        "--subscribers",
+        "1,2",
+        "--iterations",
+        "20",
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ];
+    let out = pubsub(&d, &args, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let r = report(&json);
+    assert_eq!(r.pattern, "pubsub");
+    assert_eq!(r.config.subscribers, vec![1, 2]);
+    assert_eq!(r.results.len(), 2 * 2 * 2);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let cell = &v["results"][3];
+    assert_eq!(cell["subscribers"], 2);
+    for field in ["p50", "p90", "p99", "p999", "max"] {
+        assert!(cell["summary"]["latency_ns"][field].is_u64(), "{field}");
+        assert!(
+            cell["summary"]["per_subscriber_ns"][1][field].is_u64(),
+            "{field}"
+        );
+    }
+    for field in [
+        "pub_us_per_msg",
+        "pub_cpu_us_per_msg",
+        "pub_process_cpu_us_per_msg",
+        "sub_cpu_us_per_msg",
+    ] {
+        assert!(cell["summary"][field].is_f64(), "{field}");
+    }
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], CSV_HEADER);
+    assert_eq!(lines.len(), 1 + 8);
+    assert!(lines[1].starts_with("shmlink,64,1,ok,"), "{csv}");
+}
+
+#[test]
+fn unavailable_brokers_are_skipped_with_the_reason() {
+    let d = dir("brokers");
+    let json = d.0.join("r.json");
+    let args = [
+        "--methods",
+        "redis,rabbitmq,uds",
+        "--sizes",
+        "64",
+        "--subscribers",
+        "1",
+        "--iterations",
+        "10",
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    // Nothing listens on port 1 (privileged, unassigned on loopback).
+    let env = [
+        ("SHMLINK_REDIS_ADDR", "127.0.0.1:1"),
+        ("SHMLINK_AMQP_ADDR", "127.0.0.1:1"),
+    ];
+    let out = pubsub(&d, &args, &env);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let r = report(&json);
+    for name in ["redis", "rabbitmq"] {
+        let c = r.results.iter().find(|c| c.method == name).unwrap();
+        assert_eq!(c.status, Status::Skipped, "{c:?}");
+        assert!(c.runs.is_empty() && c.summary.is_none());
+        let note = c.note.as_deref().unwrap();
+        assert!(note.contains("not running on 127.0.0.1:1"), "{note}");
+        let row = format!("{name:<8} skipped ({note})");
+        assert!(stdout.lines().any(|l| l == row), "{row}\n{stdout}");
+    }
+    let uds = r.results.iter().find(|c| c.method == "uds").unwrap();
+    assert_eq!(uds.status, Status::Ok);
+}
+
+#[test]
+fn a_hung_subscriber_fails_its_method_after_the_ack_timeout() {
+    let d = dir("hang");
+    let json = d.0.join("r.json");
+    // The first shmlink subscriber stops at message #3: the publisher's wait for its
+    // acknowledgement times out (10 s), the run fails, uds runs on.
+    let args = [
+        "--methods",
+        "shmlink,uds",
+        "--sizes",
+        "64",
+        "--subscribers",
+        "3",
+        "--iterations",
+        "20",
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    let env = [(FAULT_ENV, "hang:3"), (FAULT_METHOD_ENV, "shmlink")];
+    let out = pubsub(&d, &args, &env);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let r = report(&json);
+    let shm = r.results.iter().find(|c| c.method == "shmlink").unwrap();
+    assert_eq!(shm.status, Status::Failed);
+    let note = shm.note.as_deref().unwrap();
+    assert!(
+        note.contains("subscriber 0 did not acknowledge message #3 within 10s"),
+        "{note}"
+    );
+    let uds = r.results.iter().find(|c| c.method == "uds").unwrap();
+    assert_eq!(uds.status, Status::Ok, "{uds:?}");
+}
+
+/// iceoryx2's files: its shared memory (`iox2_*` in /dev/shm) and its node and service
+/// files (under its default root, /tmp/iceoryx2).
+fn iceoryx2_files() -> BTreeSet<PathBuf> {
+    let mut files = BTreeSet::new();
+    for (dir, prefix) in [
+        ("/dev/shm", "iox2_"),
+        ("/tmp/iceoryx2/nodes", ""),
+        ("/tmp/iceoryx2/services", ""),
+    ] {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if e.file_name().to_string_lossy().starts_with(prefix) {
+                files.insert(e.path());
+            }
+        }
+    }
+    files
+}
+
+/// The publisher killed at the run's timeout and its subscribers with it run no
+/// destructors; the orchestrator's cleanup still removes every iceoryx2 resource of the
+/// run (nodes named after the run's tag).
+#[test]
+fn iceoryx2_leaves_nothing_after_a_killed_run() {
+    let _serial = serial();
+    let before = iceoryx2_files();
+    let spec = RunSpec {
+        method: "iceoryx2".into(),
+        size: 1000,
+        subscribers: 3,
+        warmup: 0,
+        count: u64::MAX / 2,
+        cpus: None,
+        tag: format!("shmlink-pubsub-test-killed-{}", std::process::id()),
+    };
+    let e = run_isolated(Path::new(BIN), &spec, Duration::from_secs(2)).unwrap_err();
+    assert!(e.contains("timed out"), "{e}");
+    let after = iceoryx2_files();
+    let left: Vec<_> = after.difference(&before).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
