@@ -34,6 +34,10 @@ pub struct Ctx {
     pub same_core: bool,
     /// A name unique to this run, for methods that rendezvous by name.
     pub tag: String,
+    /// How long a waiting subscriber busy-polls before it blocks in the kernel:
+    /// [`methods::OWN_CPU_SPIN`] when it has a CPU to itself (one subscriber, not
+    /// `same_core`), else [`methods::SPIN`]. Every method's subscriber uses it.
+    pub spin: Duration,
 }
 
 /// The publisher's side of a run, as [`Method::prepare`] set it up.

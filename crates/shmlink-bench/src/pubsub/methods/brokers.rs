@@ -17,6 +17,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use super::super::{Ctx, Method, Prepared, Publish, Receive};
 use super::spin_then_block;
@@ -106,11 +107,13 @@ impl Client for amqp::Subscriber {
 struct Sub<C> {
     client: C,
     buf: Vec<u8>,
+    spin: Duration,
 }
 
 impl<C: Client> Receive for Sub<C> {
     fn recv(&mut self, read: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
         spin_then_block(
+            self.spin,
             self,
             |s| Ok(s.client.try_recv(&mut s.buf)?.then_some(())),
             |s| s.client.recv(&mut s.buf),
@@ -175,10 +178,12 @@ impl Method for Broker {
             Kind::Redis => Box::new(Sub {
                 client: redis::Subscriber::connect(addr, topic)?,
                 buf,
+                spin: c.spin,
             }),
             Kind::Amqp => Box::new(Sub {
                 client: amqp::Subscriber::connect(addr, topic)?,
                 buf,
+                spin: c.spin,
             }),
         })
     }

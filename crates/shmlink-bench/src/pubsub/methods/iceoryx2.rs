@@ -177,6 +177,7 @@ struct Sub {
     _node: Node<ipc::Service>,
     buf: Vec<u8>,
     zero_copy: bool,
+    spin: Duration,
 }
 
 impl Sub {
@@ -186,6 +187,7 @@ impl Sub {
 
     fn next(&self) -> io::Result<Sample<ipc::Service, Payload, ()>> {
         spin_then_block(
+            self.spin,
             &mut (),
             |_| self.try_receive(),
             |_| loop {
@@ -303,6 +305,7 @@ impl Method for Iceoryx2 {
             _node: node,
             buf: vec![0u8; c.size],
             zero_copy: self.zero_copy,
+            spin: c.spin,
         }))
     }
 

@@ -4,12 +4,13 @@
 //! only those that announced sleep. `shmlink` copies (`publish`, `recv`); `shmlink-zc`
 //! is zero-copy (`loan` → fill → `publish`; `recv_ref` read in place). Subscribers wait
 //! with the library's default policy: 20 µs of polling, 30 µs of yielding, then asleep
-//! on their socket until the publisher's doorbell.
+//! on their socket until the publisher's doorbell; a subscriber with a CPU to itself
+//! polls for [`Ctx::spin`] instead of 20 µs, like every other method's.
 
 use std::io;
 use std::time::Duration;
 
-use shmlink::{Policy, PubSubOptions, Publisher, Subscriber};
+use shmlink::{Policy, PubSubOptions, Publisher, Subscriber, WaitPolicy};
 
 use super::super::{Ctx, Method, Prepared, Publish, PublishInPlace, Receive};
 use crate::method::arg;
@@ -120,7 +121,12 @@ impl Method for Shmlink {
 
     fn subscribe(&self, c: &Ctx, args: &[String]) -> io::Result<Box<dyn Receive>> {
         let addr = arg(args, 0, "address")?;
-        let subscriber = Subscriber::connect(addr, &options(c.size)).map_err(io_err)?;
+        let wait = WaitPolicy {
+            spin: c.spin,
+            ..WaitPolicy::default()
+        };
+        let subscriber =
+            Subscriber::connect(addr, &options(c.size).wait_policy(wait)).map_err(io_err)?;
         Ok(Box::new(Sub {
             subscriber,
             buf: vec![0u8; c.size],

@@ -7,6 +7,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::Duration;
 
 use super::super::{Ctx, Method, Prepared, Publish, Receive, SizeLimit};
 use super::spin_then_block;
@@ -55,6 +56,7 @@ impl Publish for Pub {
 struct Sub {
     sock: OwnedFd,
     buf: Vec<u8>,
+    spin: Duration,
 }
 
 /// One `recv` into `buf` with `flags`; `None` if it would block.
@@ -80,6 +82,7 @@ fn recv(sock: &OwnedFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<Option
 impl Receive for Sub {
     fn recv(&mut self, read: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
         let n = spin_then_block(
+            self.spin,
             self,
             |s| recv(&s.sock, &mut s.buf, libc::MSG_DONTWAIT),
             |s| recv(&s.sock, &mut s.buf, 0).map(|n| n.unwrap_or(0)),
@@ -128,6 +131,7 @@ impl Method for Uds {
         Ok(Box::new(Sub {
             sock,
             buf: vec![0u8; c.size],
+            spin: c.spin,
         }))
     }
 }

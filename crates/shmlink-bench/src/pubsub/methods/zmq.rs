@@ -43,7 +43,7 @@ impl Method for ZmqIpc {
 mod imp {
     use std::io;
     use std::path::PathBuf;
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     use super::super::super::{Ctx, Prepared, Publish, Receive};
     use super::super::spin_then_block;
@@ -148,11 +148,13 @@ mod imp {
     struct Sub {
         socket: zmq::Socket,
         msg: zmq::Message,
+        spin: Duration,
     }
 
     impl Receive for Sub {
         fn recv(&mut self, read: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
             spin_then_block(
+                self.spin,
                 self,
                 |s| match s.socket.recv(&mut s.msg, zmq::DONTWAIT) {
                     Ok(()) => Ok(Some(())),
@@ -165,7 +167,7 @@ mod imp {
         }
     }
 
-    pub fn subscribe(_c: &Ctx, args: &[String]) -> io::Result<Box<dyn Receive>> {
+    pub fn subscribe(c: &Ctx, args: &[String]) -> io::Result<Box<dyn Receive>> {
         let endpoint = arg(args, 0, "endpoint")?;
         let socket = socket(zmq::SUB, "ZMQ_SUB")?;
         socket
@@ -177,6 +179,7 @@ mod imp {
         Ok(Box::new(Sub {
             socket,
             msg: zmq::Message::new(),
+            spin: c.spin,
         }))
     }
 }
