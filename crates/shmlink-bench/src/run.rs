@@ -95,6 +95,33 @@ fn ctx_of(size: usize, mode: Mode, window: u64, same_core: bool, tag: &str) -> C
     }
 }
 
+/// Makes the process `cmd` starts inherit `fds` (their close-on-exec flag cleared in the
+/// child) and get SIGKILL when this process dies (`PR_SET_PDEATHSIG`).
+pub(crate) fn inherit_and_die_with_parent(cmd: &mut Command, fds: Vec<RawFd>) {
+    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
+    // system calls (fcntl, prctl) on integers; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &fds {
+                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) == -1
+            {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 pub(crate) fn pin(cpu: Option<usize>) -> io::Result<()> {
     if let Some(cpu) = cpu {
         shmlink::pin_to_cpu(cpu).map_err(|e| err(format!("pin to CPU {cpu}: {e}")))?;
@@ -138,28 +165,7 @@ pub fn drive(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
-    // system calls (fcntl, prctl) on integers; it allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            for &fd in &fds {
-                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) == -1
-            {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    inherit_and_die_with_parent(&mut cmd, fds);
     let mut child = cmd
         .spawn()
         .map_err(|e| err(format!("start the peer: {e}")))?;

@@ -37,7 +37,6 @@
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -47,7 +46,7 @@ use serde::{Deserialize, Serialize};
 use super::message::{self, MIN_SIZE};
 use super::{find, methods, Ctx, Publish};
 use crate::protocol::Fault;
-use crate::run::{pin, run_child, FAULT_ENV};
+use crate::run::{inherit_and_die_with_parent, pin, run_child, FAULT_ENV};
 use crate::stats::Percentiles;
 use crate::sys::{ctx, err, inherited_fd, socketpair};
 
@@ -166,28 +165,7 @@ fn start_subscriber(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
-    // system calls (fcntl, prctl) on integers; it allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            for &fd in &fds {
-                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) == -1
-            {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    inherit_and_die_with_parent(&mut cmd, fds);
     let mut child = cmd
         .spawn()
         .map_err(ctx(format!("start subscriber {}", spec.index)))?;
