@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::method::Mode;
+use crate::method::{Mode, SizeLimit};
 use crate::methods;
 use crate::protocol::Stop;
 use crate::run::{run_isolated, CpuPerMsg, RunOutput, RunSpec};
@@ -123,23 +123,40 @@ fn summarize(cell: &Cell) -> Option<Summary> {
     })
 }
 
+/// How a planned cell of method `name` starts: failed if the method is unknown (`found`
+/// is `None`), skipped if it cannot run here, unsupported if `size` is over its limit,
+/// else ok. `found`: the method's `unavailable()` and `size_limit()`.
+pub(crate) fn planned_status(
+    name: &str,
+    size: usize,
+    found: Option<(Option<String>, Option<SizeLimit>)>,
+) -> (Status, Option<String>) {
+    match found {
+        None => (Status::Failed, Some(format!("unknown method {name:?}"))),
+        Some(availability) => match availability {
+            (Some(reason), _) => (Status::Skipped, Some(reason)),
+            (None, Some(l)) if size > l.max => (
+                Status::Unsupported,
+                Some(format!("max {} bytes: {}", l.max, l.why)),
+            ),
+            _ => (Status::Ok, None),
+        },
+    }
+}
+
+/// The note of a cell whose run failed in round `round` (from 0) of `rounds`.
+pub(crate) fn failed_run_note(round: u32, rounds: u32, elapsed: Duration, e: &str) -> String {
+    format!("round {} of {rounds} after {elapsed:.1?}: {e}", round + 1)
+}
+
 /// The cells of `config` in table order, with the methods that cannot run marked.
 pub fn plan(config: &SuiteConfig) -> Vec<Cell> {
     let mut cells = Vec::new();
     for &size in &config.sizes {
         for &mode in &config.modes {
             for name in &config.methods {
-                let (status, note) = match methods::find(name) {
-                    None => (Status::Failed, Some(format!("unknown method {name:?}"))),
-                    Some(m) => match (m.unavailable(), m.size_limit()) {
-                        (Some(reason), _) => (Status::Skipped, Some(reason)),
-                        (None, Some(l)) if size > l.max => (
-                            Status::Unsupported,
-                            Some(format!("max {} bytes: {}", l.max, l.why)),
-                        ),
-                        _ => (Status::Ok, None),
-                    },
-                };
+                let found = methods::find(name).map(|m| (m.unavailable(), m.size_limit()));
+                let (status, note) = planned_status(name, size, found);
                 cells.push(Cell {
                     method: name.clone(),
                     mode,
@@ -209,12 +226,7 @@ pub fn run(exe: &Path, config: &SuiteConfig, mut progress: impl FnMut(Progress))
                 Ok(out) => cell.runs.push(out),
                 Err(e) => {
                     cell.status = Status::Failed;
-                    cell.note = Some(format!(
-                        "round {} of {} after {:.1?}: {e}",
-                        round + 1,
-                        config.rounds,
-                        t.elapsed()
-                    ));
+                    cell.note = Some(failed_run_note(round, config.rounds, t.elapsed(), &e));
                 }
             }
             done += 1;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::find;
 use super::run::{run_isolated, RunOutput, RunSpec};
 use crate::stats::{median_f64, spread_pct, Percentiles};
-use crate::suite::Status;
+use crate::suite::{failed_run_note, planned_status, Status};
 
 /// What to run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,17 +106,8 @@ pub fn plan(config: &Config) -> Vec<Cell> {
     for &size in &config.sizes {
         for &subscribers in &config.subscribers {
             for name in &config.methods {
-                let (status, note) = match find(name) {
-                    None => (Status::Failed, Some(format!("unknown method {name:?}"))),
-                    Some(m) => match (m.unavailable(), m.size_limit()) {
-                        (Some(reason), _) => (Status::Skipped, Some(reason)),
-                        (None, Some(l)) if size > l.max => (
-                            Status::Unsupported,
-                            Some(format!("max {} bytes: {}", l.max, l.why)),
-                        ),
-                        _ => (Status::Ok, None),
-                    },
-                };
+                let found = find(name).map(|m| (m.unavailable(), m.size_limit()));
+                let (status, note) = planned_status(name, size, found);
                 cells.push(Cell {
                     method: name.clone(),
                     size,
@@ -179,12 +170,7 @@ pub fn run(exe: &Path, config: &Config, mut progress: impl FnMut(Progress)) -> V
                 Ok(out) => cell.runs.push(out),
                 Err(e) => {
                     cell.status = Status::Failed;
-                    cell.note = Some(format!(
-                        "round {} of {} after {:.1?}: {e}",
-                        round + 1,
-                        config.rounds,
-                        t.elapsed()
-                    ));
+                    cell.note = Some(failed_run_note(round, config.rounds, t.elapsed(), &e));
                 }
             }
             done += 1;
