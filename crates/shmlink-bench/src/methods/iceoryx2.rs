@@ -62,6 +62,50 @@ pub(crate) fn iox(what: impl Display, e: impl Display) -> io::Error {
     err(format!("iceoryx2: {what}: {e}"))
 }
 
+/// Sends a copy of `msg` in a sample loaned from `publisher`; returns how many
+/// subscribers it reached.
+pub(crate) fn send_copy(
+    publisher: &Publisher<ipc::Service, Payload, ()>,
+    msg: &[u8],
+) -> io::Result<usize> {
+    let sample = publisher
+        .loan_slice_uninit(msg.len())
+        .map_err(|e| iox(format!("loan a {}-byte sample", msg.len()), e))?;
+    sample
+        .write_from_slice(msg)
+        .send()
+        .map_err(|e| iox("send", e))
+}
+
+/// Loans a `len`-byte sample from `publisher`, lets `fill` write it in place and sends
+/// it; returns how many subscribers it reached.
+///
+/// # Safety
+///
+/// `publisher` must be the only publisher of its service and allocate fixed-size
+/// samples (`AllocationStrategy::Static`), and `fill` must write every byte of the
+/// buffer it is given.
+pub(crate) unsafe fn send_in_place(
+    publisher: &Publisher<ipc::Service, Payload, ()>,
+    len: usize,
+    fill: &mut dyn FnMut(&mut [u8]),
+) -> io::Result<usize> {
+    let sample = publisher
+        .loan_slice_uninit(len)
+        .map_err(|e| iox(format!("loan a {len}-byte sample"), e))?;
+    // SAFETY: `[u8]` has no invalid values, so `assume_init` only asks that no byte
+    // of the payload is uninitialised memory. The sample lies in this publisher's data
+    // segment, a fresh POSIX shared-memory object (shm_open O_EXCL, ftruncate, mmap)
+    // that the kernel hands out zero-filled. Its samples are fixed-size chunks
+    // (`AllocationStrategy::Static`, the caller's promise), so payload bytes never
+    // overlap a chunk's header, and this publisher, the only one, stores only whole
+    // bytes into payloads (through `fill` or `write_from_slice`). `fill` then writes
+    // all `len` bytes (the caller's promise).
+    let mut sample = unsafe { sample.assume_init() };
+    fill(sample.payload_mut());
+    sample.send().map_err(|e| iox("send", e))
+}
+
 /// The sizes of one direction's service and ports.
 #[derive(Clone, Copy, Debug)]
 struct Direction {
@@ -225,15 +269,7 @@ fn delivered(n: usize) -> io::Result<()> {
 
 impl Endpoint for IoxEnd {
     fn send(&mut self, msg: &[u8]) -> io::Result<()> {
-        let sample = self
-            .tx
-            .loan_slice_uninit(msg.len())
-            .map_err(|e| iox(format!("loan a {}-byte sample", msg.len()), e))?;
-        let n = sample
-            .write_from_slice(msg)
-            .send()
-            .map_err(|e| iox("send", e))?;
-        delivered(n)
+        delivered(send_copy(&self.tx, msg)?)
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<()> {
@@ -261,21 +297,10 @@ impl Endpoint for IoxEnd {
 
 impl InPlace for IoxEnd {
     fn send_in_place(&mut self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> io::Result<()> {
-        let sample = self
-            .tx
-            .loan_slice_uninit(len)
-            .map_err(|e| iox(format!("loan a {len}-byte sample"), e))?;
-        // SAFETY: `[u8]` has no invalid values, so `assume_init` only asks that no byte
-        // of the payload is uninitialised memory. The sample lies in this publisher's data
-        // segment, a fresh POSIX shared-memory object (shm_open O_EXCL, ftruncate, mmap)
-        // that the kernel hands out zero-filled. Its samples are fixed-size chunks
-        // (`AllocationStrategy::Static`), so payload bytes never overlap a chunk's
-        // header, and this publisher, the only one, stores only whole bytes into
-        // payloads (through `fill` or `write_from_slice`). `fill` then writes all `len`
-        // bytes (`payload::write` covers its whole buffer).
-        let mut sample = unsafe { sample.assume_init() };
-        fill(sample.payload_mut());
-        let n = sample.send().map_err(|e| iox("send", e))?;
+        // SAFETY: `tx` is the only publisher of its service (`max_publishers(1)`) and
+        // allocates fixed-size samples (`AllocationStrategy::Static`, see `publisher`);
+        // `fill` writes all `len` bytes (`payload::write` covers its whole buffer).
+        let n = unsafe { send_in_place(&self.tx, len, fill)? };
         delivered(n)
     }
 

@@ -27,7 +27,7 @@ use iceoryx2::service::port_factory::publish_subscribe::PortFactory as PubSubSer
 use super::super::{Ctx, Method, Prepared, Publish, PublishInPlace, Receive};
 use super::spin_then_block;
 use crate::method::arg;
-use crate::methods::iceoryx2::{clean_up_nodes, iox, node};
+use crate::methods::iceoryx2::{clean_up_nodes, iox, node, send_copy, send_in_place};
 use crate::sys::err;
 
 /// Subscriber buffer: one message in flight, and slack.
@@ -127,14 +127,7 @@ impl Pub {
 
 impl Publish for Pub {
     fn publish(&mut self, msg: &[u8]) -> io::Result<()> {
-        let sample = self
-            .publisher
-            .loan_slice_uninit(msg.len())
-            .map_err(|e| iox(format!("loan a {}-byte sample", msg.len()), e))?;
-        let reached = sample
-            .write_from_slice(msg)
-            .send()
-            .map_err(|e| iox("send", e))?;
+        let reached = send_copy(&self.publisher, msg)?;
         self.delivered(reached)
     }
 
@@ -149,19 +142,11 @@ impl Publish for Pub {
 
 impl PublishInPlace for Pub {
     fn publish_in_place(&mut self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> io::Result<()> {
-        let sample = self
-            .publisher
-            .loan_slice_uninit(len)
-            .map_err(|e| iox(format!("loan a {len}-byte sample"), e))?;
-        // SAFETY: `[u8]` has no invalid values, so `assume_init` only asks that no byte
-        // of the payload is uninitialised memory. The sample lies in this publisher's
-        // data segment, a fresh POSIX shared-memory object that the kernel hands out
-        // zero-filled; samples are fixed-size chunks (`AllocationStrategy::Static`), so
-        // payload bytes never overlap a chunk's header, and this publisher, the only
-        // one, stores only whole bytes into payloads. `fill` then writes all `len` bytes.
-        let mut sample = unsafe { sample.assume_init() };
-        fill(sample.payload_mut());
-        let reached = sample.send().map_err(|e| iox("send", e))?;
+        // SAFETY: `publisher` is the only one of its topic (`max_publishers(1)`) and
+        // allocates fixed-size samples (`AllocationStrategy::Static`, see `prepare`);
+        // `fill` writes all `len` bytes (`message::fill` and `message::stamp` cover the
+        // whole buffer between them).
+        let reached = unsafe { send_in_place(&self.publisher, len, fill)? };
         self.delivered(reached)
     }
 }
