@@ -163,6 +163,20 @@ fn count(v: f64) -> String {
     }
 }
 
+/// Why a cell has no figures, short: `n/a`, `skipped` or `failed`, then the note in
+/// parentheses if there is one.
+pub(crate) fn not_measured(status: Status, note: Option<&str>) -> String {
+    let what = match status {
+        Status::Unsupported => "n/a",
+        Status::Skipped => "skipped",
+        _ => "failed",
+    };
+    format!(
+        "{what}{}",
+        note.map_or(String::new(), |n| format!(" ({n})"))
+    )
+}
+
 /// Speed of `cell` relative to `reference` (>1: faster than it).
 fn speed_vs(cell: &Cell, reference: Option<&Cell>) -> Option<f64> {
     let (x, r) = (cell.headline()?, reference?.headline()?);
@@ -293,18 +307,11 @@ pub fn table(cells: &[Cell]) -> String {
             }
         }
         for c in block.iter().filter(|c| !ok.contains(c)) {
-            let what = match c.status {
-                Status::Unsupported => "n/a",
-                Status::Skipped => "skipped",
-                _ => "failed",
-            };
             let _ = writeln!(
                 out,
-                "{:<w$} {what}{}",
+                "{:<w$} {}",
                 c.method,
-                c.note
-                    .as_deref()
-                    .map_or(String::new(), |n| format!(" ({n})"))
+                not_measured(c.status, c.note.as_deref())
             );
         }
     }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::suite::{Cell, Config};
 use super::REFERENCE;
-use crate::report::{csv_field, human_size, ratio, status_name, us, Machine};
+use crate::report::{self, csv_field, human_size, ratio, status_name, us, Machine};
 use crate::suite::Status;
 
 /// Version of the pub/sub JSON and CSV layout.
@@ -100,17 +100,7 @@ fn measured(c: &Cell) -> bool {
 
 /// Why a cell has no figures, short (`skipped (reason)`).
 fn not_measured(c: &Cell) -> String {
-    let what = match c.status {
-        Status::Unsupported => "n/a",
-        Status::Skipped => "skipped",
-        _ => "failed",
-    };
-    format!(
-        "{what}{}",
-        c.note
-            .as_deref()
-            .map_or(String::new(), |n| format!(" ({n})"))
-    )
+    report::not_measured(c.status, c.note.as_deref())
 }
 
 /// The text table: one block per (size, subscriber count), measured methods fastest
