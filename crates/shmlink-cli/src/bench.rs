@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use shmlink_bench::cpus::{different_cores, format_cpu_list};
-use shmlink_bench::method::Mode;
+use shmlink_bench::method::{Mode, SizeLimit};
 use shmlink_bench::methods::{self, METHODS};
 use shmlink_bench::plot;
 use shmlink_bench::protocol::{Stop, MIN_SIZE};
@@ -71,16 +71,29 @@ fn parse_count(flag: &str, text: &str) -> Result<u64, UsageError> {
 }
 
 fn parse_methods(text: &str) -> Result<Vec<String>, UsageError> {
+    let all: Vec<&str> = METHODS.iter().map(|m| m.name()).collect();
+    parse_method_list(text, &all, |name| {
+        format!(
+            "unknown method {name:?} (valid methods: all, {})",
+            methods::names()
+        )
+    })
+}
+
+/// `--methods LIST`: `all` (every name of `all`, in order), or names of `all`,
+/// comma-separated, each once; `unknown` words the error for a name not in `all`.
+pub(crate) fn parse_method_list(
+    text: &str,
+    all: &[&str],
+    unknown: impl Fn(&str) -> String,
+) -> Result<Vec<String>, UsageError> {
     if text == "all" {
-        return Ok(METHODS.iter().map(|m| m.name().to_string()).collect());
+        return Ok(all.iter().map(|n| n.to_string()).collect());
     }
     let mut out: Vec<String> = Vec::new();
     for name in text.split(',').map(str::trim) {
-        if methods::find(name).is_none() {
-            return usage(format!(
-                "unknown method {name:?} (valid methods: all, {})",
-                methods::names()
-            ));
+        if !all.contains(&name) {
+            return usage(unknown(name));
         }
         if !out.iter().any(|n| n == name) {
             out.push(name.to_string());
@@ -508,15 +521,26 @@ fn list(pubsub: bool) -> ExitCode {
         return bench_pubsub::list();
     }
     for m in METHODS {
-        let limit = m.size_limit().map_or(String::new(), |l| {
-            format!(" [max {} bytes: {}]", l.max, l.why)
-        });
-        match m.unavailable() {
-            Some(reason) => println!("{:<22} skipped here: {reason}", m.name()),
-            None => println!("{:<22} {}{limit}", m.name(), m.about()),
-        }
+        print_method(m.name(), m.about(), m.unavailable(), m.size_limit());
     }
     ExitCode::SUCCESS
+}
+
+/// `--list`: one method's line, its name and what it measures with its size limit, or
+/// why it is skipped here.
+pub(crate) fn print_method(
+    name: &str,
+    about: &str,
+    unavailable: Option<String>,
+    limit: Option<SizeLimit>,
+) {
+    let limit = limit.map_or(String::new(), |l| {
+        format!(" [max {} bytes: {}]", l.max, l.why)
+    });
+    match unavailable {
+        Some(reason) => println!("{name:<22} skipped here: {reason}"),
+        None => println!("{name:<22} {about}{limit}"),
+    }
 }
 
 /// Runs the command; exit 1 if a run failed or a report could not be written.
@@ -577,10 +601,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     let report = Report {
         schema: report::SCHEMA,
         shmlink_version: env!("CARGO_PKG_VERSION").to_string(),
-        command: std::iter::once("shmlink".to_string())
-            .chain(std::env::args().skip(1))
-            .collect::<Vec<_>>()
-            .join(" "),
+        command: command_line(),
         started_unix: started,
         wall_s: t0.elapsed().as_secs_f64(),
         machine: Machine::this(),
@@ -588,14 +609,17 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         results: cells,
     };
     println!("\n# {:.1} s", report.wall_s);
-    let ok = write_outputs(&Outputs::of(args, started), &report) && failed == 0;
+    let written = write_outputs(&Outputs::of(args, started), &report);
+    exit_status(failed, report.results.len(), written)
+}
+
+/// Says how many of the `cells` failed, if any; success only if none did and every
+/// output was `written`.
+pub(crate) fn exit_status(failed: usize, cells: usize, written: bool) -> ExitCode {
     if failed > 0 {
-        eprintln!(
-            "shmlink bench: {failed} of {} cells failed",
-            report.results.len()
-        );
+        eprintln!("shmlink bench: {failed} of {cells} cells failed");
     }
-    if ok {
+    if written && failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -13,7 +13,10 @@ use shmlink_bench::report::{human_size, Machine};
 use shmlink_bench::suite::Status;
 
 use crate::args::UsageError;
-use crate::bench::{bar_line, command_line, usage, write_files, BenchArgs, Outputs, ProgressOut};
+use crate::bench::{
+    bar_line, command_line, exit_status, parse_method_list, print_method, usage, write_files,
+    BenchArgs, Outputs, ProgressOut,
+};
 
 /// Measured messages per pub/sub run unless `--iterations` says otherwise.
 pub const PUBSUB_MESSAGES: u64 = 1000;
@@ -44,25 +47,13 @@ pub fn parse_subscribers(text: &str) -> Result<Vec<usize>, UsageError> {
 
 /// `--methods` with `--pattern pubsub`: the pub/sub methods.
 fn parse_methods(text: &str) -> Result<Vec<String>, UsageError> {
-    if text == "all" {
-        return Ok(pubsub::METHODS
-            .iter()
-            .map(|m| m.name().to_string())
-            .collect());
-    }
-    let mut out: Vec<String> = Vec::new();
-    for name in text.split(',').map(str::trim) {
-        if pubsub::find(name).is_none() {
-            return usage(format!(
-                "unknown pubsub method {name:?} (valid with --pattern pubsub: all, {})",
-                pubsub::names()
-            ));
-        }
-        if !out.iter().any(|n| n == name) {
-            out.push(name.to_string());
-        }
-    }
-    Ok(out)
+    let all: Vec<&str> = pubsub::METHODS.iter().map(|m| m.name()).collect();
+    parse_method_list(text, &all, |name| {
+        format!(
+            "unknown pubsub method {name:?} (valid with --pattern pubsub: all, {})",
+            pubsub::names()
+        )
+    })
 }
 
 /// The pub/sub suite's configuration from `shmlink bench`'s options: `--methods` (pub/sub
@@ -112,13 +103,7 @@ fn progress_line(p: &pubsub::suite::Progress, elapsed: Duration) -> String {
 /// `--pattern pubsub --list`: the pub/sub methods.
 pub fn list() -> ExitCode {
     for m in pubsub::METHODS {
-        let limit = m.size_limit().map_or(String::new(), |l| {
-            format!(" [max {} bytes: {}]", l.max, l.why)
-        });
-        match m.unavailable() {
-            Some(reason) => println!("{:<22} skipped here: {reason}", m.name()),
-            None => println!("{:<22} {}{limit}", m.name(), m.about()),
-        }
+        print_method(m.name(), m.about(), m.unavailable(), m.size_limit());
     }
     ExitCode::SUCCESS
 }
@@ -177,21 +162,11 @@ pub fn run(args: &BenchArgs, c: &pubsub::suite::Config, exe: &Path) -> ExitCode 
     };
     println!("\n# {:.1} s", report.wall_s);
     let outputs = Outputs::of(args, started);
-    let ok = write_files(
+    let written = write_files(
         &outputs,
         &report.to_json(),
         &pubsub::report::to_csv(&report.results),
         &|path| plot::write_pubsub(path, &report.results),
-    ) && failed == 0;
-    if failed > 0 {
-        eprintln!(
-            "shmlink bench: {failed} of {} cells failed",
-            report.results.len()
-        );
-    }
-    if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
+    );
+    exit_status(failed, report.results.len(), written)
 }
