@@ -3,10 +3,10 @@
 //! 2 with the valid choices; a peer that crashes or corrupts a message fails its method
 //! and the suite goes on; the JSON and CSV files are written. Timings are never asserted.
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::{Mutex, MutexGuard};
+mod common;
+
+use std::path::Path;
+use std::process::Output;
 use std::time::Duration;
 
 use shmlink_bench::method::Mode;
@@ -16,21 +16,10 @@ use shmlink_bench::report::{Report, CSV_HEADER};
 use shmlink_bench::run::{run_isolated, RunOutput, RunSpec, FAULT_ENV};
 use shmlink_bench::suite::Status;
 
-const BIN: &str = env!("CARGO_BIN_EXE_shmlink");
-
-/// A directory of this test's own (rendezvous files, reports), removed on drop.
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::{iceoryx2_files, serial, shmlink_bench, text, Dir, BIN};
 
 fn dir(test: &str) -> Dir {
-    let d = std::env::temp_dir().join(format!("shmlink-bench-test-{test}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    Dir(d)
+    common::dir("bench", test)
 }
 
 fn spec(method: &str, mode: Mode, size: usize, count: u64, window: u64) -> RunSpec {
@@ -45,14 +34,6 @@ fn spec(method: &str, mode: Mode, size: usize, count: u64, window: u64) -> RunSp
         cpus: None,
         tag: format!("shmlink-bench-test-{method}-{}-{size}", std::process::id()),
     }
-}
-
-/// One test at a time runs processes: busy-polling ends starve each other when more of
-/// them than CPUs run at once, and the machine may be measuring something else.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn run(spec: &RunSpec) -> RunOutput {
@@ -184,24 +165,6 @@ fn same_core_placement_works_for_busy_polling() {
     }
 }
 
-/// iceoryx2's files: its shared memory (`iox2_*` in /dev/shm) and its node and service
-/// files (under its default root, /tmp/iceoryx2).
-fn iceoryx2_files() -> BTreeSet<PathBuf> {
-    let mut files = BTreeSet::new();
-    for (dir, prefix) in [
-        ("/dev/shm", "iox2_"),
-        ("/tmp/iceoryx2/nodes", ""),
-        ("/tmp/iceoryx2/services", ""),
-    ] {
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            if e.file_name().to_string_lossy().starts_with(prefix) {
-                files.insert(e.path());
-            }
-        }
-    }
-    files
-}
-
 /// Both processes of a run killed (the driver at the timeout, the peer with it) run no
 /// destructors; the orchestrator's cleanup still removes every iceoryx2 resource of the
 /// run.
@@ -217,22 +180,10 @@ fn iceoryx2_leaves_nothing_after_a_killed_run() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+/// `shmlink bench ARGS` in `d`, its peers injecting `fault` ([`FAULT_ENV`]) if given.
 fn bench(d: &Dir, args: &[&str], fault: Option<&str>) -> Output {
-    let _serial = serial();
-    let mut cmd = Command::new(BIN);
-    // In the test's own directory: a run without output flags writes bench-results/ there.
-    cmd.arg("bench")
-        .args(args)
-        .env("SHMLINK_DIR", &d.0)
-        .current_dir(&d.0);
-    if let Some(f) = fault {
-        cmd.env(FAULT_ENV, f);
-    }
-    cmd.output().expect("run shmlink bench")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+    let env: Vec<(&str, &str)> = fault.map(|f| (FAULT_ENV, f)).into_iter().collect();
+    shmlink_bench(d, args, &env)
 }
 
 #[test]

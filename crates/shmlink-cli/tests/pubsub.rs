@@ -8,10 +8,10 @@
 //! The broker methods run against the brokers of `scripts/brokers.sh start` when they
 //! run; otherwise their tests say so and skip.
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use shmlink_bench::pubsub::report::{Report, CSV_HEADER};
@@ -20,47 +20,15 @@ use shmlink_bench::pubsub::METHODS;
 use shmlink_bench::run::FAULT_ENV;
 use shmlink_bench::suite::Status;
 
-const BIN: &str = env!("CARGO_BIN_EXE_shmlink");
-
-/// A directory of this test's own (rendezvous files, reports), removed on drop.
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::{iceoryx2_files, serial, shmlink_bench, text, Dir, BIN};
 
 fn dir(test: &str) -> Dir {
-    let d = std::env::temp_dir().join(format!("shmlink-pubsub-test-{test}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    Dir(d)
-}
-
-/// One test at a time runs processes: up to a publisher and three subscribers each, on
-/// a machine that may be measuring something else.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    common::dir("pubsub", test)
 }
 
 /// `shmlink bench --pattern pubsub ARGS` in `d`, with `env` set.
 fn pubsub(d: &Dir, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let _serial = serial();
-    let mut cmd = Command::new(BIN);
-    cmd.args(["bench", "--pattern", "pubsub"])
-        .args(args)
-        .env("SHMLINK_DIR", &d.0)
-        .current_dir(&d.0);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("run shmlink bench")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+    shmlink_bench(d, &[&["--pattern", "pubsub"][..], args].concat(), env)
 }
 
 fn report(path: &std::path::Path) -> Report {
@@ -371,24 +339,6 @@ fn a_hung_subscriber_fails_its_method_after_the_ack_timeout() {
     );
     let uds = r.results.iter().find(|c| c.method == "uds").unwrap();
     assert_eq!(uds.status, Status::Ok, "{uds:?}");
-}
-
-/// iceoryx2's files: its shared memory (`iox2_*` in /dev/shm) and its node and service
-/// files (under its default root, /tmp/iceoryx2).
-fn iceoryx2_files() -> BTreeSet<PathBuf> {
-    let mut files = BTreeSet::new();
-    for (dir, prefix) in [
-        ("/dev/shm", "iox2_"),
-        ("/tmp/iceoryx2/nodes", ""),
-        ("/tmp/iceoryx2/services", ""),
-    ] {
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            if e.file_name().to_string_lossy().starts_with(prefix) {
-                files.insert(e.path());
-            }
-        }
-    }
-    files
 }
 
 /// The publisher killed at the run's timeout and its subscribers with it run no
