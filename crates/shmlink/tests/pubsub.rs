@@ -57,16 +57,7 @@ fn fan_out(subs: usize, total: u64) {
     let stats = publisher.stats();
     assert_eq!(stats.detached, 0, "{stats:?}");
     publisher.close().unwrap();
-    for c in &mut children {
-        let r = c.report("result");
-        assert_eq!(
-            r,
-            format!("first=0 received={total} error=EndOfStream"),
-            "subscriber {}",
-            c.id()
-        );
-        c.expect_success();
-    }
+    expect_everything_received(&mut children, total);
     eprintln!(
         "{subs} subscribers x {total} messages: {:.0} msgs/s, publisher CPU {:.0} ns/msg (test process)",
         total as f64 / elapsed.as_secs_f64(),
@@ -111,30 +102,8 @@ fn overwrite_slow_subscriber_reports_exactly_what_it_missed() {
             publish(&mut publisher, seq);
         }
         publisher.close().unwrap();
-        for c in &mut fast {
-            assert_eq!(
-                c.report("result"),
-                format!("first=0 received={total} error=EndOfStream")
-            );
-            c.expect_success();
-        }
-        let r = slow.report("result");
-        let field = |name: &str| -> u64 {
-            let v = r
-                .split_whitespace()
-                .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
-                .unwrap_or_else(|| panic!("no {name} in {r:?}"));
-            v.parse().unwrap()
-        };
-        let (received, missed, events) = (field("received"), field("missed"), field("events"));
-        eprintln!("slow subscriber: {r}");
-        assert_eq!(received + missed, total, "{r}");
-        assert!(
-            missed > 0 && events > 0,
-            "the slow subscriber never lagged: {r}"
-        );
-        assert_eq!(field("stats_missed"), missed, "{r}");
-        slow.expect_success();
+        expect_everything_received(&mut fast, total);
+        expect_exact_losses(&mut slow, total, "slow subscriber");
     });
 }
 

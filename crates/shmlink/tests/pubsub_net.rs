@@ -62,15 +62,7 @@ fn fan_out(subs: usize, total: u64) {
     let stats = publisher.stats();
     assert_eq!(stats.detached, 0, "{stats:?}");
     publisher.close().unwrap();
-    for c in &mut children {
-        assert_eq!(
-            c.report("result"),
-            format!("first=0 received={total} error=EndOfStream"),
-            "subscriber {}",
-            c.id()
-        );
-        c.expect_success();
-    }
+    expect_everything_received(&mut children, total);
     eprintln!(
         "{subs} tcp subscribers x {total} messages: {:.0} msgs/s end to end",
         total as f64 / t.elapsed().as_secs_f64()
@@ -130,27 +122,12 @@ fn overwrite_slow_remote_subscriber_reports_exactly_what_it_missed() {
         }
         let total = seq;
         publisher.close().unwrap();
-        for c in &mut fast {
-            assert_eq!(
-                c.report("result"),
-                format!("first=0 received={total} error=EndOfStream")
-            );
-            c.expect_success();
-        }
-        let r = slow.report("result");
-        let field = |name: &str| -> u64 {
-            r.split_whitespace()
-                .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
-                .unwrap_or_else(|| panic!("no {name} in {r:?}"))
-                .parse()
-                .unwrap()
-        };
-        let (received, missed, events) = (field("received"), field("missed"), field("events"));
-        eprintln!("slow tcp subscriber of {total} messages: {r}");
-        assert_eq!(received + missed, total, "{r}");
-        assert!(missed > 0 && events > 0, "{r}");
-        assert_eq!(field("stats_missed"), missed, "{r}");
-        slow.expect_success();
+        expect_everything_received(&mut fast, total);
+        expect_exact_losses(
+            &mut slow,
+            total,
+            &format!("slow tcp subscriber of {total} messages"),
+        );
     });
 }
 
@@ -307,13 +284,7 @@ fn killed_publisher_resets_every_remote_subscriber() {
                 res.starts_with("first=0 ") && res.ends_with(" error=ConnectionReset"),
                 "{res}"
             );
-            let received: u64 = res
-                .split_whitespace()
-                .find_map(|kv| kv.strip_prefix("received="))
-                .unwrap()
-                .parse()
-                .unwrap();
-            assert!(received <= SENT, "{res}");
+            assert!(field(&res, "received") <= SENT, "{res}");
             r.expect_success();
         }
     });
@@ -482,13 +453,7 @@ fn local_shm_and_remote_tcp_subscribers_share_a_topic() {
             publish(&mut publisher, seq);
         }
         publisher.close().unwrap();
-        for c in &mut children {
-            assert_eq!(
-                c.report("result"),
-                format!("first=0 received={TOTAL} error=EndOfStream")
-            );
-            c.expect_success();
-        }
+        expect_everything_received(&mut children, TOTAL);
     });
 }
 

@@ -422,3 +422,47 @@ impl Drop for ChildProc {
         }
     }
 }
+
+/// Each of `children` received messages 0 to `total - 1`, then end-of-stream, and
+/// exited successfully.
+pub fn expect_everything_received(children: &mut [ChildProc], total: u64) {
+    for c in children {
+        assert_eq!(
+            c.report("result"),
+            format!("first=0 received={total} error=EndOfStream"),
+            "subscriber {}",
+            c.id()
+        );
+        c.expect_success();
+    }
+}
+
+/// The number after `name=` in a child's report.
+pub fn field(report: &str, name: &str) -> u64 {
+    report
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("no {name} in {report:?}"))
+        .parse()
+        .unwrap()
+}
+
+/// A `slow` subscriber's report under `overwrite` after `total` messages: it lagged,
+/// and what it received and the losses it was told of (in events and in its stats) add
+/// up to `total` exactly. `what` names it on stderr.
+pub fn expect_exact_losses(slow: &mut ChildProc, total: u64, what: &str) {
+    let r = slow.report("result");
+    let (received, missed, events) = (
+        field(&r, "received"),
+        field(&r, "missed"),
+        field(&r, "events"),
+    );
+    eprintln!("{what}: {r}");
+    assert_eq!(received + missed, total, "{r}");
+    assert!(
+        missed > 0 && events > 0,
+        "the slow subscriber never lagged: {r}"
+    );
+    assert_eq!(field(&r, "stats_missed"), missed, "{r}");
+    slow.expect_success();
+}
