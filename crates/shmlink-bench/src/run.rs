@@ -242,6 +242,24 @@ fn watch(
     rx
 }
 
+/// The end of a hidden subcommand: prints `res` as one JSON line on stdout, or the error
+/// on stderr after `prefix` and exits 1.
+pub(crate) fn print_result<T: Serialize>(res: io::Result<T>, prefix: &str) -> ExitCode {
+    match res {
+        Ok(out) => {
+            println!(
+                "{}",
+                serde_json::to_string(&out).expect("a result serialises")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{prefix}{e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// `shmlink __bench-run SPEC`: prints the run's [`RunOutput`] as JSON; exit 1 with the
 /// error on stderr on failure.
 pub fn driver_main(spec_json: &str) -> ExitCode {
@@ -252,19 +270,7 @@ pub fn driver_main(spec_json: &str) -> ExitCode {
                 std::env::current_exe().map_err(|e| err(format!("find this program: {e}")))?;
             drive(&spec, &exe)
         });
-    match res {
-        Ok(out) => {
-            println!(
-                "{}",
-                serde_json::to_string(&out).expect("a RunOutput serialises")
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("{e}");
-            ExitCode::from(1)
-        }
-    }
+    print_result(res, "")
 }
 
 /// `shmlink __bench-peer SPEC`: the peer's side of a run.
@@ -290,19 +296,7 @@ pub fn peer_main(spec_json: &str) -> ExitCode {
             fault,
         )
     })();
-    match res {
-        Ok(report) => {
-            println!(
-                "{}",
-                serde_json::to_string(&report).expect("a report serialises")
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("peer: {e}");
-            ExitCode::from(1)
-        }
-    }
+    print_result(res, "peer: ")
 }
 
 /// Runs `spec` in a driver process started from `exe` (the `shmlink` binary), killing it

@@ -46,7 +46,7 @@ use serde::{Deserialize, Serialize};
 use super::message::{self, MIN_SIZE};
 use super::{find, methods, Ctx, Publish};
 use crate::protocol::Fault;
-use crate::run::{inherit_and_die_with_parent, pin, run_child, FAULT_ENV};
+use crate::run::{inherit_and_die_with_parent, pin, print_result, run_child, FAULT_ENV};
 use crate::stats::Percentiles;
 use crate::sys::{ctx, err, inherited_fd, socketpair};
 
@@ -478,19 +478,7 @@ pub fn publisher_main(spec_json: &str) -> ExitCode {
                 std::env::current_exe().map_err(|e| err(format!("find this program: {e}")))?;
             publish(&spec, &exe)
         });
-    match res {
-        Ok(out) => {
-            println!(
-                "{}",
-                serde_json::to_string(&out).expect("a RunOutput serialises")
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("publisher: {e}");
-            ExitCode::from(1)
-        }
-    }
+    print_result(res, "publisher: ")
 }
 
 /// `shmlink __bench-sub SPEC`: one subscriber of a run.
@@ -500,19 +488,7 @@ pub fn subscriber_main(spec_json: &str) -> ExitCode {
         .and_then(|spec| {
             subscribe(&spec).map_err(|e| err(format!("subscriber {}: {e}", spec.index)))
         });
-    match res {
-        Ok(report) => {
-            println!(
-                "{}",
-                serde_json::to_string(&report).expect("a report serialises")
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("{e}");
-            ExitCode::from(1)
-        }
-    }
+    print_result(res, "")
 }
 
 /// Runs `spec` in a publisher process started from `exe` (the `shmlink` binary), killing
