@@ -11,7 +11,7 @@ mod shm;
 mod shmlink;
 mod sysv_mq;
 mod uds;
-mod zmq;
+pub(crate) mod zmq;
 
 pub use shm::block_signal;
 

@@ -63,7 +63,7 @@ impl Method for Zmq {
 }
 
 #[cfg(feature = "zmq")]
-mod imp {
+pub(crate) mod imp {
     use std::io;
     use std::path::PathBuf;
 
@@ -79,7 +79,7 @@ mod imp {
     /// that died with messages queued for it hang the exit.
     const LINGER_MS: i32 = 1_000;
 
-    pub fn unavailable(transport: Transport) -> Option<String> {
+    pub(super) fn unavailable(transport: Transport) -> Option<String> {
         if transport == Transport::Ipc && zmq::has("ipc") == Some(false) {
             let (major, minor, patch) = zmq::version();
             return Some(format!(
@@ -91,16 +91,22 @@ mod imp {
     }
 
     /// Maps a libzmq error to an `io::Error` with what was being done in front.
-    fn zerr(what: impl std::fmt::Display) -> impl FnOnce(zmq::Error) -> io::Error {
+    pub(crate) fn zerr(what: impl std::fmt::Display) -> impl FnOnce(zmq::Error) -> io::Error {
         move |e| ctx(what)(e.into())
     }
 
     /// A PAIR socket with no high-water marks and a bounded linger.
     fn pair() -> io::Result<zmq::Socket> {
-        // The socket keeps its context alive; one context (one I/O thread) per end.
+        socket(zmq::PAIR, "ZMQ_PAIR")
+    }
+
+    /// A socket of `kind` (named `what` in errors) with no high-water marks and a
+    /// bounded linger.
+    pub(crate) fn socket(kind: zmq::SocketType, what: &str) -> io::Result<zmq::Socket> {
+        // The socket keeps its context alive; one context (one I/O thread) per socket.
         let s = zmq::Context::new()
-            .socket(zmq::PAIR)
-            .map_err(zerr("zmq_socket(ZMQ_PAIR)"))?;
+            .socket(kind)
+            .map_err(zerr(format!("zmq_socket({what})")))?;
         s.set_sndhwm(0).map_err(zerr("set ZMQ_SNDHWM"))?;
         s.set_rcvhwm(0).map_err(zerr("set ZMQ_RCVHWM"))?;
         s.set_linger(LINGER_MS).map_err(zerr("set ZMQ_LINGER"))?;
@@ -108,7 +114,7 @@ mod imp {
     }
 
     /// The `ipc://` socket file of a bound socket, removed on drop (libzmq leaves it).
-    struct SocketFile(PathBuf);
+    pub(crate) struct SocketFile(pub(crate) PathBuf);
 
     impl Drop for SocketFile {
         fn drop(&mut self) {
@@ -116,7 +122,7 @@ mod imp {
         }
     }
 
-    pub fn prepare(transport: Transport, c: &Ctx) -> io::Result<Prepared> {
+    pub(super) fn prepare(transport: Transport, c: &Ctx) -> io::Result<Prepared> {
         let socket = pair()?;
         let (endpoint, path) = match transport {
             Transport::Ipc => {
@@ -172,7 +178,7 @@ mod imp {
         socket.set_rcvtimeo(-1).map_err(zerr("set ZMQ_RCVTIMEO"))
     }
 
-    pub fn connect(args: &[String]) -> io::Result<Box<dyn Endpoint>> {
+    pub(super) fn connect(args: &[String]) -> io::Result<Box<dyn Endpoint>> {
         let endpoint = arg(args, 0, "endpoint")?;
         let socket = pair()?;
         socket

@@ -42,16 +42,13 @@ impl Method for ZmqIpc {
 #[cfg(feature = "zmq")]
 mod imp {
     use std::io;
-    use std::path::PathBuf;
     use std::time::{Duration, Instant};
 
     use super::super::super::{Ctx, Prepared, Publish, Receive};
     use super::super::spin_then_block;
     use crate::method::arg;
-    use crate::sys::{ctx, err};
-
-    /// `ZMQ_LINGER` in ms: nothing the run needs is queued at close.
-    const LINGER_MS: i32 = 1_000;
+    use crate::methods::zmq::imp::{socket, zerr, SocketFile};
+    use crate::sys::err;
 
     pub fn unavailable() -> Option<String> {
         if zmq::has("ipc") == Some(false) {
@@ -61,30 +58,6 @@ mod imp {
             ));
         }
         None
-    }
-
-    fn zerr(what: impl std::fmt::Display) -> impl FnOnce(zmq::Error) -> io::Error {
-        move |e| ctx(what)(e.into())
-    }
-
-    fn socket(kind: zmq::SocketType, what: &str) -> io::Result<zmq::Socket> {
-        // The socket keeps its context (one I/O thread) alive.
-        let s = zmq::Context::new()
-            .socket(kind)
-            .map_err(zerr(format!("zmq_socket({what})")))?;
-        s.set_sndhwm(0).map_err(zerr("set ZMQ_SNDHWM"))?;
-        s.set_rcvhwm(0).map_err(zerr("set ZMQ_RCVHWM"))?;
-        s.set_linger(LINGER_MS).map_err(zerr("set ZMQ_LINGER"))?;
-        Ok(s)
-    }
-
-    /// The `ipc://` socket file, removed on drop (libzmq leaves it).
-    struct SocketFile(PathBuf);
-
-    impl Drop for SocketFile {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
     }
 
     struct Pub {
