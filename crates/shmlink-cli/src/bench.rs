@@ -574,12 +574,10 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         c.rounds,
         runnable * c.rounds as usize,
         if per_run_ms > 0 { format!(" (about {estimate:.0} s)") } else { String::new() },
-        c.cpus.map_or("unpinned".to_string(), |(a, _)| format!("on CPU {a}")),
-        c.cpus.map_or("unpinned".to_string(), |(_, b)| format!("on CPU {b}")),
+        on_cpu(c.cpus.map(|c| c.0)),
+        on_cpu(c.cpus.map(|c| c.1)),
     );
-    let started = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let started = unix_now();
     let t0 = Instant::now();
     let mut out = ProgressOut::new();
     let cells = suite::run(&exe, c, |p| {
@@ -611,6 +609,18 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     println!("\n# {:.1} s", report.wall_s);
     let written = write_outputs(&Outputs::of(args, started), &report);
     exit_status(failed, report.results.len(), written)
+}
+
+/// Where an end runs, for the run's first line: `on CPU N` or `unpinned`.
+pub(crate) fn on_cpu(cpu: Option<usize>) -> String {
+    cpu.map_or("unpinned".to_string(), |c| format!("on CPU {c}"))
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Says how many of the `cells` failed, if any; success only if none did and every

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use shmlink_bench::plot;
 use shmlink_bench::protocol::Stop;
@@ -14,8 +14,8 @@ use shmlink_bench::suite::Status;
 
 use crate::args::UsageError;
 use crate::bench::{
-    bar_line, command_line, exit_status, parse_method_list, print_method, usage, write_files,
-    BenchArgs, Outputs, ProgressOut,
+    bar_line, command_line, exit_status, on_cpu, parse_method_list, print_method, unix_now, usage,
+    write_files, BenchArgs, Outputs, ProgressOut,
 };
 
 /// Measured messages per pub/sub run unless `--iterations` says otherwise.
@@ -123,14 +123,10 @@ pub fn run(args: &BenchArgs, c: &pubsub::suite::Config, exe: &Path) -> ExitCode 
         runnable * c.rounds as usize,
         c.count,
         c.warmup,
-        c.cpus
-            .map_or("unpinned".to_string(), |(a, _)| format!("on CPU {a}")),
-        c.cpus
-            .map_or("unpinned".to_string(), |(_, b)| format!("on CPU {b}")),
+        on_cpu(c.cpus.map(|c| c.0)),
+        on_cpu(c.cpus.map(|c| c.1)),
     );
-    let started = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let started = unix_now();
     let t0 = Instant::now();
     let mut out = ProgressOut::new();
     let cells = pubsub::suite::run(exe, c, |p| {
