@@ -3,6 +3,7 @@
 //! 2 with the valid choices; a peer that crashes or corrupts a message fails its method
 //! and the suite goes on; the JSON and CSV files are written. Timings are never asserted.
 
+#[macro_use]
 mod common;
 
 use std::path::Path;
@@ -66,26 +67,8 @@ fn exercise(name: &str) {
     }
 }
 
-macro_rules! method_tests {
-    ($($test:ident => $name:literal),* $(,)?) => {
-        $(
-            #[test]
-            fn $test() {
-                exercise($name);
-            }
-        )*
-
-        #[test]
-        fn every_method_has_a_test() {
-            let tested = [$($name),*];
-            for m in METHODS {
-                assert!(tested.contains(&m.name()), "no test for {}", m.name());
-            }
-        }
-    };
-}
-
 method_tests! {
+    every_method_has_a_test, METHODS;
     pipe => "pipe",
     fifo => "fifo",
     posix_mq => "posix-mq",

@@ -8,6 +8,7 @@
 //! The broker methods run against the brokers of `scripts/brokers.sh start` when they
 //! run; otherwise their tests say so and skip.
 
+#[macro_use]
 mod common;
 
 use std::path::Path;
@@ -80,26 +81,8 @@ fn exercise(name: &str) {
     assert!(stdout.contains(&format!("{name} ")), "{stdout}");
 }
 
-macro_rules! method_tests {
-    ($($test:ident => $name:literal),* $(,)?) => {
-        $(
-            #[test]
-            fn $test() {
-                exercise($name);
-            }
-        )*
-
-        #[test]
-        fn every_pubsub_method_has_a_test() {
-            let tested = [$($name),*];
-            for m in METHODS {
-                assert!(tested.contains(&m.name()), "no test for {}", m.name());
-            }
-        }
-    };
-}
-
 method_tests! {
+    every_pubsub_method_has_a_test, METHODS;
     shmlink => "shmlink",
     shmlink_zc => "shmlink-zc",
     iceoryx2 => "iceoryx2",

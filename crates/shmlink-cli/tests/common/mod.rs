@@ -1,10 +1,33 @@
 //! Helpers of the `shmlink bench` tests (`bench.rs`, `pubsub.rs`): the binary, a
-//! directory per test, one test at a time running processes, and iceoryx2's files.
+//! directory per test, one test at a time running processes, a test per method
+//! ([`method_tests!`]), and iceoryx2's files.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
+
+/// `method_tests! { every, METHODS; test => "name", ... }`: a test per method that runs
+/// `exercise("name")` (the test file's), and `every`, which fails if a method of
+/// `METHODS` has no test.
+macro_rules! method_tests {
+    ($every:ident, $methods:expr; $($test:ident => $name:literal),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                exercise($name);
+            }
+        )*
+
+        #[test]
+        fn $every() {
+            let tested = [$($name),*];
+            for m in $methods {
+                assert!(tested.contains(&m.name()), "no test for {}", m.name());
+            }
+        }
+    };
+}
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_shmlink");
 
