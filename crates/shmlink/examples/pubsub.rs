@@ -2,8 +2,9 @@
 //! 64-byte messages to one subscriber on another core, and the publisher's CPU time per
 //! message with 1, 2, 4 and 8 subscriber processes.
 //!
-//! `cargo run --release --example pubsub -- [latency [COUNT] | cpu [COUNT] [SUBS...]]`
-//! (default: both, 200,000 latency samples, 2,000,000 messages per CPU run, 1 2 4 8).
+//! `cargo run --release --example pubsub -- [latency [COUNT] | cpu [COUNT] [SUBS...] |
+//! net [COUNT] [SUBS...]]` (default: latency and cpu, 200,000 latency samples, 2,000,000
+//! messages per CPU run, 1 2 4 8).
 //!
 //! Latency: the publisher (CPU 0) stamps each message with `CLOCK_MONOTONIC` and sends
 //! one every 10 µs, so every message finds the subscriber (CPU 1) waiting; the subscriber
@@ -12,6 +13,11 @@
 //! its own user+system time per message (`getrusage`), which is what "one write per
 //! message" is about; under `block` that includes the time it waits for the slowest
 //! subscriber, under `overwrite` it never waits.
+//!
+//! Net: the same stream under `block` to N subscriber processes over `tcp:` on loopback
+//! (default 500,000 messages to 1 and 4): messages per second from the first publish
+//! until every subscriber has read the last one, and the publishing process's CPU time
+//! per message (the publishing thread and the fan-out thread together).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -41,28 +47,28 @@ fn main() -> shmlink::Result<()> {
         Some("--sub") => subscriber(&args[1], &args[2], args[3].parse().unwrap()),
         Some("latency") => latency(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(200_000)),
         Some("cpu") => {
-            let count = args
-                .get(1)
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(2_000_000);
-            let subs: Vec<usize> = args[2.min(args.len())..]
-                .iter()
-                .filter_map(|s| s.parse().ok())
-                .collect();
-            cpu(
-                count,
-                if subs.is_empty() {
-                    vec![1, 2, 4, 8]
-                } else {
-                    subs
-                },
-            )
+            let (count, subs) = count_and_subs(&args, 2_000_000, &[1, 2, 4, 8]);
+            cpu(count, subs)
+        }
+        Some("net") => {
+            let (count, subs) = count_and_subs(&args, 500_000, &[1, 4]);
+            net(count, subs)
         }
         _ => {
             latency(200_000)?;
             cpu(2_000_000, vec![1, 2, 4, 8])
         }
     }
+}
+
+/// `MODE [COUNT] [SUBS...]`, with defaults.
+fn count_and_subs(args: &[String], count: u64, subs: &[usize]) -> (u64, Vec<usize>) {
+    let count = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(count);
+    let given: Vec<usize> = args[2.min(args.len())..]
+        .iter()
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    (count, if given.is_empty() { subs.to_vec() } else { given })
 }
 
 fn spawn_sub(addr: &str, mode: &str, cpu: usize) -> Child {
@@ -197,6 +203,45 @@ fn cpu(count: u64, subs: Vec<usize>) -> shmlink::Result<()> {
                 }
             );
         }
+    }
+    Ok(())
+}
+
+fn net(count: u64, subs: Vec<usize>) -> shmlink::Result<()> {
+    shmlink::pin_to_cpu(0).ok();
+    let n_cpus = cpus();
+    println!(
+        "tcp fan-out of 64-byte messages under block ({count} messages, publisher on CPU 0, subscribers on CPUs 1..{}):",
+        n_cpus - 1
+    );
+    for n in subs {
+        let opts = PubSubOptions::default().slots(4096).max_msg_size(64);
+        let mut publisher = Publisher::bind("tcp:127.0.0.1:0", &opts)?;
+        let addr = publisher.local_addr();
+        let mut children: Vec<Child> = (0..n)
+            .map(|i| spawn_sub(&addr, "drain", 1 + i % (n_cpus - 1).max(1)))
+            .collect();
+        let result = (|| {
+            publisher.wait_for_subscribers(n, Duration::from_secs(10))?;
+            let msg = [7u8; 64];
+            let (t, cpu) = (Instant::now(), shmlink::cpu_time());
+            for _ in 0..count {
+                publisher.publish(&msg)?;
+            }
+            // Returns once every subscriber's connection took the last message.
+            publisher.close()?;
+            Ok::<_, shmlink::Error>((t, cpu))
+        })();
+        for c in &mut children {
+            c.wait().expect("wait for a subscriber");
+        }
+        let (t, cpu) = result?;
+        let (elapsed, cpu) = (t.elapsed(), shmlink::cpu_time() - cpu);
+        println!(
+            "  {n} tcp subscriber(s): {:.0} k messages/s to each, publisher process {:.0} ns CPU/message",
+            count as f64 / elapsed.as_secs_f64() / 1e3,
+            cpu.as_nanos() as f64 / count as f64,
+        );
     }
     Ok(())
 }
