@@ -526,6 +526,53 @@ fn remote_history_and_refusals() {
     });
 }
 
+/// What waits in the ring goes out in one write as a `Batch` record: a raw client that
+/// asks for a history of 100 messages gets its `Welcome`, then one record with all 100,
+/// intact and in order, then each later message in a `Data` record of its own.
+#[test]
+fn waiting_messages_go_out_as_one_batch() {
+    run("batch", || {
+        let opts = PubSubOptions::default()
+            .slots(256)
+            .max_msg_size(64)
+            .history(100);
+        let mut publisher = Publisher::bind(TCP, &opts).unwrap();
+        let addr = publisher.local_addr();
+        for seq in 0..100 {
+            publish(&mut publisher, seq);
+        }
+        let mut s = TcpStream::connect(addr.strip_prefix("tcp:").unwrap()).unwrap();
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        s.write_all(&topic_hello(1 << 20)).unwrap();
+        s.read_exact(&mut [0u8; 16]).unwrap();
+        // Subscribe: version 2, no flags, all the history offered, any size, no boot id.
+        let subscribe = [&[1u8, 2, 0][..], &[0xff; 8], &[0; 8], &[0, 0]].concat();
+        s.write_all(&frame(&subscribe)).unwrap();
+        let mut next_record = || {
+            let mut head = [0u8; 5];
+            s.read_exact(&mut head).unwrap();
+            assert_eq!(head[0], 1, "a data frame");
+            let mut rec = vec![0u8; u32::from_le_bytes(head[1..].try_into().unwrap()) as usize];
+            s.read_exact(&mut rec).unwrap();
+            rec
+        };
+        assert_eq!(next_record()[0], 2, "Welcome");
+        let batch = next_record();
+        assert_eq!(batch[0], 8, "a Batch record");
+        let (mut at, mut seq) = (1, 0);
+        while at < batch.len() {
+            let len = u32::from_le_bytes(batch[at..at + 4].try_into().unwrap()) as usize;
+            assert_eq!(check(&batch[at + 4..at + 4 + len]), seq);
+            (at, seq) = (at + 4 + len, seq + 1);
+        }
+        assert_eq!((at, seq), (batch.len(), 100));
+        publish(&mut publisher, 100);
+        let data = next_record();
+        assert_eq!(data[0], 5, "a Data record");
+        assert_eq!(check(&data[1..]), 100);
+    });
+}
+
 /// `tls:` with the test certificates (mutual TLS): subscribe, receive, end of stream.
 #[test]
 fn tls_topic_smoke() {
@@ -612,9 +659,10 @@ fn welcome() -> Vec<u8> {
     w
 }
 
-/// Serves one subscriber from a fake publisher that answers with `records`; returns what
-/// the subscriber's connect and first `recv` report.
-fn against_fake_publisher(records: Vec<Vec<u8>>) -> (Option<ErrorKind>, String) {
+/// Serves one subscriber from a fake publisher that answers with `records`, then the
+/// framed FIN; returns the messages the subscriber received and the error that ended its
+/// connect or its `recv`s.
+fn against_fake_publisher(records: Vec<Vec<u8>>) -> (Vec<Vec<u8>>, ErrorKind, String) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = format!("tcp:{}", listener.local_addr().unwrap());
     let server = std::thread::spawn(move || {
@@ -629,19 +677,23 @@ fn against_fake_publisher(records: Vec<Vec<u8>>) -> (Option<ErrorKind>, String) 
         for r in records {
             s.write_all(&frame(&r)).unwrap();
         }
-        // Keep the socket open until the subscriber is done with it.
+        s.write_all(&[2, 0, 0, 0, 0]).unwrap(); // FIN
+                                                // Keep the socket open until the subscriber is done with it.
         let _ = s.read(&mut [0u8; 1]);
     });
     let opts = PubSubOptions::default().options(Options::default().connect_timeout(WAIT));
-    let result = match Subscriber::connect(&addr, &opts) {
-        Err(e) => (Some(e.kind()), e.to_string()),
-        Ok(mut sub) => match sub.recv_vec() {
-            Err(e) => (Some(e.kind()), e.to_string()),
-            Ok(m) => (None, format!("received {m:?}")),
+    let mut got = Vec::new();
+    let e = match Subscriber::connect(&addr, &opts) {
+        Err(e) => e,
+        Ok(mut sub) => loop {
+            match sub.recv_vec() {
+                Ok(m) => got.push(m),
+                Err(e) => break e,
+            }
         },
     };
     server.join().unwrap();
-    result
+    (got, e.kind(), e.to_string())
 }
 
 #[test]
@@ -667,19 +719,39 @@ fn hostile_publisher_bytes_are_protocol_violations() {
                 "policy",
             ),
             (vec![welcome(), welcome()], "unexpected record Welcome"),
+            (vec![welcome(), vec![8]], "no message"),
+            (vec![welcome(), vec![8, 2, 0, 0, 0, 1]], "truncated"),
+            (vec![welcome(), vec![8, 0, 0, 0]], "truncated"),
+            (
+                vec![welcome(), [&[8u8, 65, 0, 0, 0][..], &[0; 65]].concat()],
+                "maximum is 64",
+            ),
+            (
+                vec![
+                    welcome(),
+                    [&[8u8, 0xff, 0xff, 0xff, 0xff][..], b"x"].concat(),
+                ],
+                "maximum is 64",
+            ),
         ];
         for (records, want) in cases {
-            let (kind, msg) = against_fake_publisher(records.clone());
-            assert_eq!(
-                kind,
-                Some(ErrorKind::ProtocolViolation),
-                "{records:?}: {msg}"
-            );
+            let (got, kind, msg) = against_fake_publisher(records.clone());
+            assert_eq!(kind, ErrorKind::ProtocolViolation, "{records:?}: {msg}");
             assert!(msg.contains(want), "{records:?}: {msg}");
+            assert!(got.is_empty(), "{records:?}: delivered {got:?}");
         }
-        // A well-formed stream passes, for contrast.
-        let (kind, msg) = against_fake_publisher(vec![welcome(), [&[5u8][..], b"hi"].concat()]);
-        assert_eq!((kind, msg.as_str()), (None, "received [104, 105]"));
+        // Well-formed streams pass, for contrast: data records and batches (with an empty
+        // message) in order, then end of stream.
+        let batch = [&[8u8, 2, 0, 0, 0][..], b"hi", &[0; 4], &[1, 0, 0, 0], b"!"].concat();
+        let (got, kind, msg) = against_fake_publisher(vec![
+            welcome(),
+            [&[5u8][..], b"a"].concat(),
+            batch,
+            [&[5u8][..], b"z"].concat(),
+        ]);
+        assert_eq!(kind, ErrorKind::EndOfStream, "{msg}");
+        let want: Vec<&[u8]> = vec![b"a", b"hi", b"", b"!", b"z"];
+        assert_eq!(got, want);
     });
 }
 

@@ -9,20 +9,25 @@
 //! connection and every ring reader's doorbell socket, and moves messages from a reader
 //! to its connection:
 //!
-//! - **Back-pressure** (`block`): a message is forwarded straight from its slot and the
-//!   reader's cursor advances only once the connection accepted it; a connection whose
-//!   socket is full is not read for until it drains. So a slow remote holds the
+//! - **Batches**: what the reader has ready goes out as one record ([`wire::BatchBuf`]:
+//!   up to [`BATCH`] messages and [`BATCH_BYTES`]; a lone message as a plain `Data`
+//!   record), with one `send`. Nothing waits to fill a batch, so a paced stream still
+//!   goes out message by message; a fast one costs a write per batch, not per message.
+//! - **Back-pressure** (`block`): a message is copied from its slot into the batch and
+//!   the reader's cursor moves past it only then; a batch is built only while the
+//!   connection takes it whole, and a connection whose socket is full is not read for
+//!   until it drains. So a slow remote holds the
 //!   publisher up through TCP flow control, and one that stalls is detached after the
 //!   stall timeout like a local one; it then gets the `Detached` record after what was
 //!   already sent — or, if it does not drain within another stall timeout, a reset.
-//! - **Losses** (`overwrite`): a reader that was overtaken forwards `Missed(n)` with the
-//!   exact count, then continues.
-//! - **Fairness**: at most [`BATCH`] messages per remote per turn.
+//! - **Losses** (`overwrite`): a reader that was overtaken ends its batch there and
+//!   forwards `Missed(n)` with the exact count, then continues.
+//! - **Fairness**: one batch per remote per turn (plus a `Missed` record and what
+//!   follows it).
 //! - **End**: when the publisher closes, each remote gets what was published, then the
 //!   connection's FIN; [`Publisher::close`](crate::Publisher::close) waits for that,
 //!   aborting a remote that takes nothing for the stall timeout.
-//! - **Limits**: one `send` per message and remote (no batching of small messages into
-//!   one write), plus one copy into a record buffer; at most [`MAX_HANDSHAKES`] clients
+//! - **Limits**: one copy from the ring into the batch; at most [`MAX_HANDSHAKES`] clients
 //!   between connect and request; the thread wakes every [`TICK`] while it serves
 //!   anyone, to look at readers parked on a doorbell and at remotes whose socket is full.
 //! - **`auto:`**: a subscriber on this kernel is told where the rendezvous socket is
@@ -39,15 +44,15 @@ use super::options::{Policy, PubSubOptions};
 use super::publisher::Topic;
 use super::remote::framed_max;
 use super::shm_subscriber::ShmSubscriber;
-use super::wire::{self, Record, RefuseCode, FLAG_LOCAL_OK, KIND_DATA};
+use super::wire::{self, BatchBuf, Record, RefuseCode, BATCH_BYTES, FLAG_LOCAL_OK};
 use crate::addr::{rendezvous_dir, Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Role;
 use crate::sys::{socket, Epoll};
 use crate::transport::{auto, ConnOps, ListenerOps};
 
-/// Most messages forwarded to one remote per turn, so that a fast one cannot starve
-/// the others.
+/// Most messages in one batch, which is what one remote gets per turn (so that a fast
+/// one cannot starve the others).
 pub(crate) const BATCH: usize = 256;
 /// How often the thread looks at every remote without an event: ring readers parked on
 /// a doorbell (see `RECHECK` in the shared-memory subscriber), and remotes whose socket
@@ -161,7 +166,7 @@ pub(crate) fn spawn(plan: NetPlan, topic: Arc<Topic>) -> Result<NetSide> {
         next_id: 0,
         closing: false,
         again: Vec::new(),
-        scratch: Vec::new(),
+        batch: BatchBuf::new(),
     };
     let thread = std::thread::Builder::new()
         .name("shmlink-fanout".into())
@@ -198,6 +203,8 @@ struct Remote {
     ring_watched: bool,
     /// Its slot in the topic while it has a reader.
     slot: Option<usize>,
+    /// Messages it lost that its `Missed` record has yet to tell (`overwrite`).
+    missed_owed: u64,
 }
 
 /// What a turn decided for a remote.
@@ -224,8 +231,8 @@ struct Fanout {
     closing: bool,
     /// Remotes that stopped at the batch limit: their next turn comes without waiting.
     again: Vec<u64>,
-    /// A data record being built (kind byte, message).
-    scratch: Vec<u8>,
+    /// The batch being built.
+    batch: BatchBuf,
 }
 
 fn conn_token(id: u64) -> u64 {
@@ -239,6 +246,31 @@ fn ring_token(id: u64) -> u64 {
 /// The socket address in a connection's address text (`tcp:1.2.3.4:5`).
 fn socket_addr(text: &str) -> Option<SocketAddr> {
     text.split_once(':')?.1.parse().ok()
+}
+
+/// Moves the messages `sub` has ready into `batch` (empty on entry), stopping at
+/// [`BATCH`] messages or before a message could take the record beyond
+/// [`BATCH_BYTES`] or `max_record` (`Ok`), or at the first message not ready or not
+/// readable: the ring is empty (`WouldBlock`), messages were lost (`Lagged`, with the
+/// count), the stream ended, the reader was detached, or broke (a message torn while it
+/// was copied). A message is consumed from the ring only once it is in the batch:
+/// under `block` the publisher may then reuse its slot, and the caller sends the batch
+/// unless the reader broke.
+fn gather(sub: &mut ShmSubscriber, batch: &mut BatchBuf, max_record: usize) -> Result<()> {
+    let limit = BATCH_BYTES.min(max_record);
+    let max_msg = sub.max_msg_size();
+    let block = sub.policy() == Policy::Block;
+    while batch.count() < BATCH && (batch.count() == 0 || batch.len_with(max_msg) <= limit) {
+        if block {
+            sub.forward(|msg| {
+                batch.push(msg);
+                Ok(())
+            })?;
+        } else {
+            batch.push_with(max_msg, |buf| sub.recv(buf))?;
+        }
+    }
+    Ok(())
 }
 
 /// Sends a control record; the connection must be writable (see [`writable`]).
@@ -347,6 +379,7 @@ impl Fanout {
                     progress: now,
                     ring_watched: false,
                     slot: None,
+                    missed_owed: 0,
                 },
             );
             self.again.push(id);
@@ -546,72 +579,69 @@ impl Fanout {
         ShmSubscriber::connect_on(ours, &self.shm_text, opts)
     }
 
-    /// Forwards up to [`BATCH`] messages from the ring reader to the connection.
+    /// Forwards what the ring reader has, one batch per turn: up to [`BATCH`] messages
+    /// and [`BATCH_BYTES`], as one record written with one `send`.
     fn stream(&mut self, id: u64, r: &mut Remote) -> Result<Turn> {
         // The subscriber sends nothing after its request: input is its end or a breach.
         match r.conn.recv_next(false) {
             Err(e) if e.kind() == ErrorKind::WouldBlock => {}
             _ => return Ok(Turn::Abort),
         }
-        let stall = self.topic.opts.stall_timeout;
-        let block = self.topic.policy == Policy::Block;
-        for _ in 0..BATCH {
+        // A batch cut short by a loss leads to the `Missed` record, then to another batch.
+        for _ in 0..3 {
             if !writable(r)? {
-                // Full: wait for the connection, not the ring; see whether the publisher
-                // gave up on this reader meanwhile.
-                self.watch_ring(id, r, false)?;
-                let State::Streaming(sub) = &r.state else {
-                    unreachable!()
-                };
-                if sub.is_detached() {
-                    return self.end_stream(r, true);
-                }
-                if self.closing && r.progress.elapsed() > stall {
-                    return Ok(Turn::Abort);
-                }
-                return Ok(Turn::Keep { more: false });
+                return self.stream_full(id, r);
+            }
+            if r.missed_owed > 0 {
+                send_record(&mut *r.conn, &Record::Missed(r.missed_owed))?;
+                r.missed_owed = 0;
+                continue;
             }
             let State::Streaming(sub) = &mut r.state else {
                 unreachable!()
             };
-            let conn = &mut r.conn;
-            let scratch = &mut self.scratch;
-            let res = if block {
-                sub.forward(|msg| {
-                    scratch.clear();
-                    scratch.push(KIND_DATA);
-                    scratch.extend_from_slice(msg);
-                    conn.send(scratch, false)
-                })
-            } else {
-                scratch.resize(self.topic.geom.max_msg + 1, 0);
-                scratch[0] = KIND_DATA;
-                match sub.recv(&mut scratch[1..]) {
-                    Ok(n) => conn.send(&scratch[..n + 1], false),
-                    Err(e) => match e.missed() {
-                        Some(n) if e.kind() == ErrorKind::Lagged => {
-                            send_record(&mut **conn, &Record::Missed(n))
-                        }
-                        _ => Err(e),
-                    },
-                }
+            let stop = gather(sub, &mut self.batch, r.conn.max_send_size());
+            let broken = matches!(&stop, Err(e) if !matches!(e.kind(),
+                ErrorKind::Lagged | ErrorKind::WouldBlock | ErrorKind::EndOfStream | ErrorKind::Detached));
+            if broken {
+                self.batch.clear();
+                return Ok(Turn::Abort);
+            }
+            if self.batch.count() > 0 {
+                let sent = r.conn.send(self.batch.record(), false);
+                self.batch.clear();
+                sent?;
+            }
+            let Err(e) = stop else {
+                return Ok(Turn::Keep { more: true });
             };
-            match res {
-                Ok(()) => {}
-                Err(e) => {
-                    return match e.kind() {
-                        ErrorKind::WouldBlock => {
-                            self.watch_ring(id, r, true)?;
-                            Ok(Turn::Keep { more: false })
-                        }
-                        ErrorKind::EndOfStream => self.end_stream(r, false),
-                        ErrorKind::Detached => self.end_stream(r, true),
-                        _ => Ok(Turn::Abort),
-                    }
+            match e.kind() {
+                ErrorKind::Lagged => r.missed_owed = e.missed().unwrap_or(0),
+                ErrorKind::WouldBlock => {
+                    self.watch_ring(id, r, true)?;
+                    return Ok(Turn::Keep { more: false });
                 }
+                ErrorKind::EndOfStream => return self.end_stream(r, false),
+                _ => return self.end_stream(r, true),
             }
         }
         Ok(Turn::Keep { more: true })
+    }
+
+    /// The connection is full: wait for it, not the ring; see whether the publisher gave
+    /// up on this reader meanwhile.
+    fn stream_full(&mut self, id: u64, r: &mut Remote) -> Result<Turn> {
+        self.watch_ring(id, r, false)?;
+        let State::Streaming(sub) = &r.state else {
+            unreachable!()
+        };
+        if sub.is_detached() {
+            return self.end_stream(r, true);
+        }
+        if self.closing && r.progress.elapsed() > self.topic.opts.stall_timeout {
+            return Ok(Turn::Abort);
+        }
+        Ok(Turn::Keep { more: false })
     }
 
     /// The reader is done: drop it and deliver the rest.

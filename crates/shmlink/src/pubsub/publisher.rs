@@ -247,14 +247,15 @@ pub struct SubscriberInfo {
 ///   subscribes there over shared memory, with the usual credential check; when that
 ///   fails it stays on the network ([`Subscriber::transport`](crate::Subscriber::transport) tells which).
 ///
-/// Limits: one thread serves every remote (at most 256 messages per remote per turn);
+/// Limits: one thread serves every remote (one batch per remote per turn);
 /// remote subscribers count against the 128 subscribers of the topic; a remote receives
 /// copies (`recv_ref` lends from a buffer of the subscriber's); its
 /// [`SubscriberStats::lag`](crate::SubscriberStats::lag) is 0 (not known on its side), and [`SubscriberInfo`] shows it
 /// with the publisher's own pid and uid and its network address; its `lag` there counts
 /// the messages not yet handed to its connection (what waits in socket buffers is not
-/// known). The fan-out makes one `send` per message and remote, without batching small
-/// messages into one write. A publisher's hello announces at least 4.5 KiB (the largest control record), whatever `max_msg_size`.
+/// known). The fan-out sends what waits in the ring in batches (one `send` for up to 256
+/// messages or 64 KiB; it never waits to fill one). The hellos of both ends announce at
+/// least 64 KiB (a full batch), whatever `max_msg_size`.
 /// The `auto:` socket offered on the same kernel is found by name; unlike the
 /// point-to-point `auto:` upgrade there is no proof that the socket found belongs to the
 /// publisher reached over TCP (a different publisher's socket of the same random name

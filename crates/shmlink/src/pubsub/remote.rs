@@ -11,7 +11,7 @@ use std::time::Instant;
 use super::options::{Policy, PubSubOptions};
 use super::shm_subscriber::ShmSubscriber;
 use super::subscriber::SubscriberStats;
-use super::wire::{self, Record, FLAG_LOCAL_OK, MAX_CONTROL_RECORD};
+use super::wire::{self, Record, BATCH_BYTES, FLAG_LOCAL_OK, MAX_CONTROL_RECORD};
 use crate::addr::{rendezvous_dir, Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::{Options, Role, TlsOptions, MAX_MSG_SIZE_LIMIT};
@@ -20,9 +20,9 @@ use crate::transport::{auto, tcp, tls, ConnOps, Transport};
 
 /// What the framed connection of a topic announces as its largest message: a record
 /// of the largest message accepted (one kind byte more), and never less than the largest
-/// control record.
+/// control record or a full batch.
 pub(crate) fn framed_max(max_msg: usize) -> usize {
-    (max_msg + 1).max(MAX_CONTROL_RECORD)
+    (max_msg + 1).max(MAX_CONTROL_RECORD).max(BATCH_BYTES)
 }
 
 /// The framed transport under a network topic address (`auto:` runs over `tls:` when
@@ -63,6 +63,10 @@ pub(crate) struct NetSubscriber {
     ended: Option<Ended>,
     /// The message `recv_ref` lends (copied out of the connection).
     lent: Vec<u8>,
+    /// The current message: its start and length in the connection's current record.
+    msg: (usize, usize),
+    /// In a `Batch` record: where its next entry starts.
+    batch_next: Option<usize>,
     addr: String,
 }
 
@@ -132,6 +136,8 @@ pub(crate) fn connect(parsed: &Address, addr: &str, opts: &PubSubOptions) -> Res
                     nonblocking: false,
                     ended: None,
                     lent: Vec::new(),
+                    msg: (0, 0),
+                    batch_next: None,
                     addr: addr.to_string(),
                 }));
             }
@@ -220,15 +226,34 @@ impl NetSubscriber {
         e
     }
 
-    /// Makes the next data record current and returns its message's length; reports
-    /// losses, detachment and the end of the stream.
+    /// Makes the next message current (of a batch, or the next data record) and
+    /// returns its length; reports losses, detachment and the end of the stream.
     fn next(&mut self) -> Result<usize> {
+        if let Some(at) = self.batch_next {
+            // The record was checked whole when it arrived, and `consume` releases it
+            // after its last message: an entry is always there.
+            let Some(msg) = wire::batch_entry(self.conn.current(), at) else {
+                self.batch_next = None;
+                self.conn.release();
+                let e = Error::violation(format!("{}: batch record ended early", self.addr));
+                return Err(self.end(e));
+            };
+            self.msg = msg;
+            return Ok(msg.1);
+        }
         if let Some(end) = &self.ended {
             return Err(Error::new(end.kind, end.msg.clone()));
         }
         let e = match self.conn.recv_next(!self.nonblocking) {
             Ok(_) => match Record::parse(self.conn.current(), self.max_msg) {
-                Ok(Record::Data(msg)) => return Ok(msg.len()),
+                Ok(Record::Data(msg)) => {
+                    self.msg = (1, msg.len());
+                    return Ok(msg.len());
+                }
+                Ok(Record::Batch(_)) => {
+                    self.batch_next = Some(1);
+                    return self.next();
+                }
                 Ok(Record::Missed(n)) if self.policy == Policy::Overwrite => {
                     self.conn.release();
                     self.position += n;
@@ -255,14 +280,21 @@ impl NetSubscriber {
         Err(self.end(e))
     }
 
-    /// The current data record's message.
+    /// The current message.
     fn current(&self) -> &[u8] {
-        &self.conn.current()[1..]
+        let (start, len) = self.msg;
+        &self.conn.current()[start..start + len]
     }
 
-    /// Consumes the current data record.
+    /// Consumes the current message, and its record once it has no more.
     fn consume(&mut self) {
-        self.conn.release();
+        let end = self.msg.0 + self.msg.1;
+        self.batch_next = if end < self.conn.current().len() {
+            Some(end)
+        } else {
+            self.conn.release();
+            None
+        };
         self.position += 1;
         self.received += 1;
     }

@@ -8,9 +8,14 @@
 //!             max_msg, boot id)          ◀─   else Welcome(policy, max_msg, start) or Refuse
 //!   (after Local: attach over shm: and close this connection, or Subscribe
 //!    again with the local flag cleared to stay here)
-//!                                        ◀─   Data(message) | Missed(n) | Detached
+//!                                        ◀─   Data(message) | Batch(messages) | Missed(n) | Detached
 //!                                        ◀─   FIN (framed): end of stream, after the last Data
 //! ```
+//!
+//! `Batch` carries several messages in one record — each a `u32` length and its bytes
+//! — so that the fan-out moves whatever waited in the ring with one write and the
+//! subscriber with one read. A batch holds only what was ready: the fan-out never waits
+//! to fill one.
 //!
 //! Every record starts with its kind byte; integers are little-endian; text is UTF-8
 //! with a `u16` length. The parser is strict: a record must be exactly as long as its
@@ -19,8 +24,8 @@
 
 use crate::error::{Error, ErrorKind, Result};
 
-/// Version of this record format.
-pub(crate) const VERSION: u8 = 1;
+/// Version of this record format (2: `Batch`).
+pub(crate) const VERSION: u8 = 2;
 
 const KIND_SUBSCRIBE: u8 = 1;
 const KIND_WELCOME: u8 = 2;
@@ -30,6 +35,9 @@ const KIND_LOCAL: u8 = 4;
 pub(crate) const KIND_DATA: u8 = 5;
 const KIND_MISSED: u8 = 6;
 const KIND_DETACHED: u8 = 7;
+const KIND_BATCH: u8 = 8;
+/// Bytes before each message of a batch: its length.
+const ENTRY_HEADER: usize = 4;
 
 /// `Subscribe` flag: the subscriber may attach over shared memory instead.
 pub(crate) const FLAG_LOCAL_OK: u8 = 1;
@@ -41,8 +49,11 @@ const MAX_NAME: usize = 255;
 const MAX_PATH: usize = 4096;
 const MAX_REASON: usize = 512;
 
-/// Largest record other than `Data`: a `Local` with the longest name and path.
+/// Largest record other than `Data` and `Batch`: a `Local` with the longest name and
+/// path.
 pub(crate) const MAX_CONTROL_RECORD: usize = 1 + 2 + MAX_NAME + 2 + MAX_PATH;
+/// Largest `Batch` record the fan-out builds (both ends' framed connections take it).
+pub(crate) const BATCH_BYTES: usize = 64 * 1024;
 
 /// The `Welcome` policy byte.
 pub(crate) const POLICY_BLOCK: u8 = 1;
@@ -115,6 +126,118 @@ pub(crate) enum Record<'a> {
     Missed(u64),
     /// Publisher → subscriber: detached for stalling (`block` policy); nothing follows.
     Detached,
+    /// Publisher → subscriber: one or more messages in order (the record's body after
+    /// its kind byte; [`batch_entry`] walks it).
+    Batch(&'a [u8]),
+}
+
+/// The message of the batch entry at `at` in a `Batch` record (`record` includes the
+/// kind byte; the first entry is at 1): its start and length, or `None` past the end or
+/// where the record is malformed (never, once [`Record::parse`] accepted it).
+pub(crate) fn batch_entry(record: &[u8], at: usize) -> Option<(usize, usize)> {
+    let len = record.get(at..at.checked_add(ENTRY_HEADER)?)?;
+    let len = u32::from_le_bytes(len.try_into().ok()?) as usize;
+    let start = at + ENTRY_HEADER;
+    (start.checked_add(len)? <= record.len()).then_some((start, len))
+}
+
+/// A batch being built: messages are appended in place, and [`BatchBuf::record`] hands
+/// out a `Batch` record — or, for a lone message, a `Data` record, without moving it.
+pub(crate) struct BatchBuf {
+    /// `[spare; 4] [KIND_BATCH] ([len: u32] [message])*`. For a lone message the kind
+    /// byte of its `Data` record goes at index 8, over the last byte of its length.
+    buf: Vec<u8>,
+    count: usize,
+    /// Whether [`BatchBuf::record`] handed out a lone message as `Data`, whose kind byte
+    /// overwrote part of its length: the batch must be cleared before it grows.
+    sealed: bool,
+}
+
+/// Where a batch record starts in [`BatchBuf::buf`].
+const BATCH_AT: usize = 4;
+
+impl BatchBuf {
+    pub(crate) fn new() -> BatchBuf {
+        let mut b = BatchBuf {
+            buf: Vec::new(),
+            count: 0,
+            sealed: false,
+        };
+        b.clear();
+        b
+    }
+
+    /// Empties the batch.
+    pub(crate) fn clear(&mut self) {
+        self.buf.clear();
+        self.buf.extend_from_slice(&[0; BATCH_AT]);
+        self.buf.push(KIND_BATCH);
+        self.count = 0;
+        self.sealed = false;
+    }
+
+    /// Messages in the batch.
+    pub(crate) fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Bytes the `Batch` record would have with one more message of `len` bytes.
+    pub(crate) fn len_with(&self, len: usize) -> usize {
+        self.buf.len() - BATCH_AT + ENTRY_HEADER + len
+    }
+
+    /// Appends a message that `fill` writes into a buffer of `max` bytes and whose
+    /// length it returns; on error nothing is appended.
+    pub(crate) fn push_with(
+        &mut self,
+        max: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize>,
+    ) -> Result<()> {
+        assert!(
+            !self.sealed,
+            "a batch handed out is cleared before it grows"
+        );
+        let at = self.buf.len();
+        self.buf.resize(at + ENTRY_HEADER + max, 0);
+        match fill(&mut self.buf[at + ENTRY_HEADER..]) {
+            Ok(n) => {
+                let n = n.min(max);
+                self.buf[at..at + ENTRY_HEADER].copy_from_slice(&(n as u32).to_le_bytes());
+                self.buf.truncate(at + ENTRY_HEADER + n);
+                self.count += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.buf.truncate(at);
+                Err(e)
+            }
+        }
+    }
+
+    /// Appends a message.
+    pub(crate) fn push(&mut self, msg: &[u8]) {
+        assert!(
+            !self.sealed,
+            "a batch handed out is cleared before it grows"
+        );
+        self.buf
+            .extend_from_slice(&(msg.len() as u32).to_le_bytes());
+        self.buf.extend_from_slice(msg);
+        self.count += 1;
+    }
+
+    /// The record to send: `Data` for one message, `Batch` for more (not called empty).
+    pub(crate) fn record(&mut self) -> &[u8] {
+        debug_assert!(self.count > 0);
+        if self.count == 1 {
+            self.sealed = true;
+            let at = BATCH_AT + 1 + ENTRY_HEADER - 1;
+            self.buf[at] = KIND_DATA;
+            &self.buf[at..]
+        } else {
+            &self.buf[BATCH_AT..]
+        }
+    }
 }
 
 /// A bounds-checked reader over one record.
@@ -241,12 +364,16 @@ impl<'a> Record<'a> {
                 out.extend_from_slice(&n.to_le_bytes());
             }
             Record::Detached => out.push(KIND_DETACHED),
+            Record::Batch(body) => {
+                out.push(KIND_BATCH);
+                out.extend_from_slice(body);
+            }
         }
         out
     }
 
     /// Parses one record, strictly (see the module docs). `max_msg` bounds a data
-    /// record's message.
+    /// record's message and each of a batch's.
     pub(crate) fn parse(bytes: &'a [u8], max_msg: usize) -> Result<Record<'a>> {
         let Some((&kind, body)) = bytes.split_first() else {
             return Err(Error::violation("topic record: empty"));
@@ -259,6 +386,7 @@ impl<'a> Record<'a> {
             KIND_DATA => "Data",
             KIND_MISSED => "Missed",
             KIND_DETACHED => "Detached",
+            KIND_BATCH => "Batch",
             k => {
                 return Err(Error::violation(format!(
                     "topic record of unknown kind {k}"
@@ -331,6 +459,22 @@ impl<'a> Record<'a> {
                     )));
                 }
                 return Ok(Record::Data(body));
+            }
+            KIND_BATCH => {
+                if body.is_empty() {
+                    return Err(Error::violation("topic record Batch: no message"));
+                }
+                while !r.rest.is_empty() {
+                    let b = r.take(ENTRY_HEADER, "a message's length")?;
+                    let n = u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize;
+                    if n > max_msg {
+                        return Err(Error::violation(format!(
+                            "topic record Batch: message of {n} bytes, the topic's maximum is {max_msg}"
+                        )));
+                    }
+                    r.take(n, "a message")?;
+                }
+                Record::Batch(body)
             }
             KIND_MISSED => {
                 let n = r.u64("count")?;
@@ -421,6 +565,7 @@ mod tests {
             Record::Data(b""),
             Record::Missed(3),
             Record::Detached,
+            Record::Batch(&[2, 0, 0, 0, b'h', b'i', 0, 0, 0, 0]),
         ]
     }
 
@@ -435,7 +580,9 @@ mod tests {
     fn every_truncation_and_every_extension_is_a_violation() {
         for rec in samples() {
             let bytes = rec.encode();
-            if !matches!(rec, Record::Data(_)) {
+            // Data and Batch end where the record ends (a batch cut between two
+            // messages is a shorter batch: see `batches_are_built_walked_and_checked`).
+            if !matches!(rec, Record::Data(_) | Record::Batch(_)) {
                 for n in 0..bytes.len() {
                     let e = Record::parse(&bytes[..n], 64).unwrap_err();
                     assert_eq!(e.kind(), ErrorKind::ProtocolViolation, "{rec:?} cut at {n}");
@@ -489,6 +636,17 @@ mod tests {
             (vec![KIND_REFUSE, 1, 2, 0, 0xff, 0xfe], "not UTF-8"),
             (vec![KIND_LOCAL, 0xff, 0xff], "at most 255"),
             ([&[KIND_DATA][..], &[7; 65]].concat(), "maximum is 64"),
+            (vec![KIND_BATCH], "no message"),
+            (vec![KIND_BATCH, 1, 0, 0], "truncated at a message's length"),
+            (vec![KIND_BATCH, 2, 0, 0, 0, 1], "truncated at a message"),
+            (
+                [&[KIND_BATCH, 65, 0, 0, 0][..], &[7; 65]].concat(),
+                "maximum is 64",
+            ),
+            (
+                [&[KIND_BATCH][..], &u32::MAX.to_le_bytes(), &[1]].concat(),
+                "maximum is 64",
+            ),
             (
                 [&[KIND_SUBSCRIBE, VERSION, 0x80][..], &[0; 16], &[0, 0]].concat(),
                 "unknown flags",
@@ -509,6 +667,54 @@ mod tests {
             assert_eq!(e.kind(), ErrorKind::ProtocolViolation, "{bytes:?}");
             assert!(e.to_string().contains(want), "{bytes:?}: {e}");
         }
+    }
+
+    #[test]
+    fn batches_are_built_walked_and_checked() {
+        let mut b = BatchBuf::new();
+        b.push(b"one");
+        // A lone message goes as a Data record.
+        assert_eq!(Record::parse(b.record(), 64).unwrap(), Record::Data(b"one"));
+        b.clear();
+        let msgs: [&[u8]; 4] = [b"one", b"", b"three", &[9; 64]];
+        for m in msgs {
+            let before = b.len_with(m.len());
+            b.push_with(64, |buf| {
+                buf[..m.len()].copy_from_slice(m);
+                Ok(m.len())
+            })
+            .unwrap();
+            if b.count() > 1 {
+                assert_eq!(b.record().len(), before);
+            }
+        }
+        // A failed fill appends nothing.
+        let e = b.push_with(64, |_| Err(Error::would_block())).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::WouldBlock);
+        assert_eq!(b.count(), 4);
+        let rec = b.record().to_vec();
+        assert!(matches!(Record::parse(&rec, 64), Ok(Record::Batch(_))));
+        let (mut at, mut got) = (1, Vec::new());
+        while let Some((start, len)) = batch_entry(&rec, at) {
+            got.push(&rec[start..start + len]);
+            at = start + len;
+        }
+        assert_eq!(got, msgs);
+        assert_eq!(at, rec.len());
+        // Cut anywhere: a shorter batch at a message boundary, else a violation.
+        let boundaries = [1 + 4 + 3, 1 + 4 + 3 + 4, 1 + 4 + 3 + 4 + 4 + 5];
+        for n in 1..rec.len() {
+            match Record::parse(&rec[..n], 64) {
+                Ok(Record::Batch(_)) => assert!(boundaries.contains(&n), "cut at {n}"),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => {
+                    assert_eq!(e.kind(), ErrorKind::ProtocolViolation);
+                    assert!(!boundaries.contains(&n), "cut at {n}: {e}");
+                }
+            }
+        }
+        // A message larger than the subscriber's maximum.
+        assert!(Record::parse(&rec, 63).is_err());
     }
 
     #[test]
