@@ -68,7 +68,14 @@ fn count_and_subs(args: &[String], count: u64, subs: &[usize]) -> (u64, Vec<usiz
         .iter()
         .filter_map(|s| s.parse().ok())
         .collect();
-    (count, if given.is_empty() { subs.to_vec() } else { given })
+    (
+        count,
+        if given.is_empty() {
+            subs.to_vec()
+        } else {
+            given
+        },
+    )
 }
 
 fn spawn_sub(addr: &str, mode: &str, cpu: usize) -> Child {
