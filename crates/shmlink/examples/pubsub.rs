@@ -22,7 +22,9 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use shmlink::{ErrorKind, Policy, PubSubOptions, Publisher, Subscriber, WaitPolicy};
+use shmlink::{
+    ErrorKind, Policy, PubSubOptions, Publisher, PublisherStats, Subscriber, WaitPolicy,
+};
 
 fn now_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -179,26 +181,7 @@ fn cpu(count: u64, subs: Vec<usize>) -> shmlink::Result<()> {
                 .max_msg_size(64)
                 .policy(policy)
                 .wait_policy(wait);
-            let mut publisher = Publisher::bind(&addr, &opts)?;
-            let mut children: Vec<Child> = (0..n)
-                .map(|i| spawn_sub(&addr, "drain", 1 + i % (n_cpus - 1).max(1)))
-                .collect();
-            let result = (|| {
-                publisher.wait_for_subscribers(n, Duration::from_secs(10))?;
-                let msg = [7u8; 64];
-                let (t, cpu) = (Instant::now(), shmlink::cpu_time());
-                for _ in 0..count {
-                    publisher.publish(&msg)?;
-                }
-                let (elapsed, cpu) = (t.elapsed(), shmlink::cpu_time() - cpu);
-                let stats = publisher.stats();
-                publisher.close()?;
-                Ok::<_, shmlink::Error>((elapsed, cpu, stats))
-            })();
-            for c in &mut children {
-                c.wait().expect("wait for a subscriber");
-            }
-            let (elapsed, cpu, stats) = result?;
+            let (elapsed, cpu, stats) = stream(&addr, &opts, n, count, false)?;
             println!(
                 "  {policy:?}{how}, {n} subscriber(s): {:.1} ns CPU/message, {:.2} M messages/s{}",
                 cpu.as_nanos() as f64 / count as f64,
@@ -214,6 +197,47 @@ fn cpu(count: u64, subs: Vec<usize>) -> shmlink::Result<()> {
     Ok(())
 }
 
+/// Publishes `count` 64-byte messages on a topic bound at `addr` to `n` draining
+/// subscriber processes (on CPUs 1..); returns the publisher's wall and process CPU time
+/// up to its last publish — or, with `delivered`, until every subscriber has read the
+/// last message — and its counters.
+fn stream(
+    addr: &str,
+    opts: &PubSubOptions,
+    n: usize,
+    count: u64,
+    delivered: bool,
+) -> shmlink::Result<(Duration, Duration, PublisherStats)> {
+    let n_cpus = cpus();
+    let mut publisher = Publisher::bind(addr, opts)?;
+    let addr = publisher.local_addr();
+    let mut children: Vec<Child> = (0..n)
+        .map(|i| spawn_sub(&addr, "drain", 1 + i % (n_cpus - 1).max(1)))
+        .collect();
+    let result = (|| {
+        publisher.wait_for_subscribers(n, Duration::from_secs(10))?;
+        let msg = [7u8; 64];
+        let (t, cpu) = (Instant::now(), shmlink::cpu_time());
+        for _ in 0..count {
+            publisher.publish(&msg)?;
+        }
+        let published = (t.elapsed(), shmlink::cpu_time() - cpu);
+        let stats = publisher.stats();
+        publisher.close()?;
+        Ok::<_, shmlink::Error>((t, cpu, published, stats))
+    })();
+    for c in &mut children {
+        c.wait().expect("wait for a subscriber");
+    }
+    let (t, cpu, published, stats) = result?;
+    let (elapsed, cpu) = if delivered {
+        (t.elapsed(), shmlink::cpu_time() - cpu)
+    } else {
+        published
+    };
+    Ok((elapsed, cpu, stats))
+}
+
 fn net(count: u64, subs: Vec<usize>) -> shmlink::Result<()> {
     shmlink::pin_to_cpu(0).ok();
     let n_cpus = cpus();
@@ -223,27 +247,7 @@ fn net(count: u64, subs: Vec<usize>) -> shmlink::Result<()> {
     );
     for n in subs {
         let opts = PubSubOptions::default().slots(4096).max_msg_size(64);
-        let mut publisher = Publisher::bind("tcp:127.0.0.1:0", &opts)?;
-        let addr = publisher.local_addr();
-        let mut children: Vec<Child> = (0..n)
-            .map(|i| spawn_sub(&addr, "drain", 1 + i % (n_cpus - 1).max(1)))
-            .collect();
-        let result = (|| {
-            publisher.wait_for_subscribers(n, Duration::from_secs(10))?;
-            let msg = [7u8; 64];
-            let (t, cpu) = (Instant::now(), shmlink::cpu_time());
-            for _ in 0..count {
-                publisher.publish(&msg)?;
-            }
-            // Returns once every subscriber's connection took the last message.
-            publisher.close()?;
-            Ok::<_, shmlink::Error>((t, cpu))
-        })();
-        for c in &mut children {
-            c.wait().expect("wait for a subscriber");
-        }
-        let (t, cpu) = result?;
-        let (elapsed, cpu) = (t.elapsed(), shmlink::cpu_time() - cpu);
+        let (elapsed, cpu, _) = stream("tcp:127.0.0.1:0", &opts, n, count, true)?;
         println!(
             "  {n} tcp subscriber(s): {:.0} k messages/s to each, publisher process {:.0} ns CPU/message",
             count as f64 / elapsed.as_secs_f64() / 1e3,
