@@ -493,9 +493,18 @@ impl<'a> Record<'a> {
 }
 
 /// Fuzz entry point ([`crate::testing::fuzz_handshake`]): any bytes parse or fail
-/// cleanly, and what parses survives a round trip.
+/// cleanly, what parses survives a round trip, and a batch that parses is walked by
+/// [`batch_entry`] to its last byte.
 pub(crate) fn fuzz_records(data: &[u8]) {
     if let Ok(rec) = Record::parse(data, 1 << 20) {
+        if let Record::Batch(_) = rec {
+            let mut at = 1;
+            while at < data.len() {
+                let (start, len) = batch_entry(data, at).expect("an accepted batch is whole");
+                at = start + len;
+            }
+            assert_eq!(at, data.len(), "entries end where the record ends");
+        }
         let bytes = rec.encode();
         assert_eq!(bytes, data, "a parsed record re-encodes to its bytes");
         assert_eq!(Record::parse(&bytes, 1 << 20).expect("re-parses"), rec);
