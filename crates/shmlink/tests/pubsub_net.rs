@@ -1,12 +1,12 @@
 //! Publish/subscribe over the network: the scenarios of `pubsub.rs` with subscribers
-//! over `tcp:` (fan-out to 1 and 4 subscriber processes under `block`, exact loss counts
+//! over `tcp:` (fan-out to 1, 4 and 64 subscriber processes under `block`, exact loss counts
 //! under `overwrite`, a subscriber or the publisher killed with SIGKILL, graceful close),
 //! local `shm:` and remote subscribers on one topic, `tls:`, `auto:` choosing shared
 //! memory on this kernel, peers of the wrong role, and hostile bytes on the wire.
 //!
 //! The other processes are this test binary run again (see [`pubsub_common`]).
 //! Message counts are smaller than over `shm:` (every message crosses loopback TCP in a
-//! debug build): 50,000 to one subscriber, 20,000 to four.
+//! debug build): 50,000 to one subscriber, 20,000 to four and to 64.
 
 mod common;
 mod pubsub_common;
@@ -37,6 +37,11 @@ fn block_fan_out_over_tcp_to_1_subscriber_process() {
 #[test]
 fn block_fan_out_over_tcp_to_4_subscriber_processes() {
     run("tcp fan-out 4", || fan_out(4, 20_000));
+}
+
+#[test]
+fn block_fan_out_over_tcp_to_64_subscriber_processes() {
+    run("tcp fan-out 64", || fan_out(64, 20_000));
 }
 
 /// `subs` subscriber processes each receive all `total` messages over TCP, in order,
@@ -133,20 +138,27 @@ fn overwrite_slow_remote_subscriber_reports_exactly_what_it_missed() {
 
 /// Under `block`, a remote subscriber that stops reading holds the publisher up once
 /// its socket and the ring are full; SIGKILL frees the publisher long before the stall
-/// timeout, and the other subscriber receives everything.
+/// timeout, the other subscriber receives everything, and the dead one's slot takes a
+/// new subscriber.
 #[test]
-fn killed_remote_subscriber_frees_the_publisher() {
+fn killed_remote_subscriber_frees_the_publisher_and_its_slot() {
     run("tcp subscriber sigkill", || {
         let stall = Duration::from_secs(120);
         let opts = PubSubOptions::default()
             .slots(16)
             .max_msg_size(64)
+            .max_subscribers(2)
             .stall_timeout(stall);
         let mut publisher = Publisher::bind(TCP, &opts).unwrap();
         let addr = publisher.local_addr();
         let mut reader = ChildProc::spawn("reader", &addr, "");
         let mut idle = ChildProc::spawn("idle", &addr, "");
         publisher.wait_for_subscribers(2, WAIT).unwrap();
+        // A third is refused: the topic is full.
+        let e = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+        assert!(e.to_string().contains("maximum of 2"), "{e}");
+
         publisher.set_nonblocking(true);
         let mut seq = 0;
         let deadline = Instant::now() + WAIT;
@@ -155,7 +167,8 @@ fn killed_remote_subscriber_frees_the_publisher() {
             match try_publish(&mut publisher, seq) {
                 Ok(()) => seq += 1,
                 Err(ErrorKind::WouldBlock) => {
-                    // Blocked, for now: by the idle one once the reader caught up.
+                    // Blocked: for a moment by the fan-out or the reader, for good by the
+                    // idle one once its socket is full and the reader has caught up.
                     if readable(&publisher, Duration::from_millis(200)) {
                         continue;
                     }
@@ -168,9 +181,11 @@ fn killed_remote_subscriber_frees_the_publisher() {
                 Err(e) => panic!("{e:?}"),
             }
         }
+        // More than the ring holds went out to the idle one: its socket is full.
+        assert!(seq > 16, "blocked after {seq} messages");
         eprintln!("blocked by the idle remote after {seq} messages");
         let killed = idle.sigkill();
-        let deadline = killed + stall;
+        let deadline = killed + Duration::from_secs(5);
         loop {
             match try_publish(&mut publisher, seq) {
                 Ok(()) => {
@@ -179,7 +194,7 @@ fn killed_remote_subscriber_frees_the_publisher() {
                 }
                 Err(ErrorKind::WouldBlock) => {
                     let left = deadline.saturating_duration_since(Instant::now());
-                    assert!(!left.is_zero(), "publisher blocked for the stall timeout");
+                    assert!(!left.is_zero(), "publisher still blocked 5 s after SIGKILL");
                     readable(&publisher, left);
                 }
                 Err(e) => panic!("{e:?}"),
@@ -191,17 +206,33 @@ fn killed_remote_subscriber_frees_the_publisher() {
         );
         idle.expect_killed();
         assert!(common::wait_until(WAIT, || publisher.subscriber_count() == 1));
+
+        // The slot is free: a new remote subscriber takes it and receives what follows.
+        let mut late = ChildProc::spawn("reader", &addr, "");
+        publisher.wait_for_subscribers(2, WAIT).unwrap();
+        let first_late = seq;
         publisher.set_nonblocking(false);
-        for _ in 0..100 {
+        for _ in 0..1000 {
             publish(&mut publisher, seq);
             seq += 1;
         }
+        let stats = publisher.stats();
+        assert_eq!(
+            (stats.joined, stats.left, stats.detached),
+            (3, 1, 0),
+            "{stats:?}"
+        );
         publisher.close().unwrap();
         assert_eq!(
             reader.report("result"),
             format!("first=0 received={seq} error=EndOfStream")
         );
+        assert_eq!(
+            late.report("result"),
+            format!("first={first_late} received=1000 error=EndOfStream")
+        );
         reader.expect_success();
+        late.expect_success();
     });
 }
 
@@ -276,7 +307,7 @@ fn killed_publisher_resets_every_remote_subscriber() {
             .map(|_| ChildProc::spawn("reader", &addr, ""))
             .collect();
         publisher.report("sent");
-        publisher.sigkill();
+        let killed = publisher.sigkill();
         publisher.expect_killed();
         for r in &mut readers {
             let res = r.report("result");
@@ -284,9 +315,14 @@ fn killed_publisher_resets_every_remote_subscriber() {
                 res.starts_with("first=0 ") && res.ends_with(" error=ConnectionReset"),
                 "{res}"
             );
+            // What the fan-out had not yet handed to the kernel died with the publisher.
             assert!(field(&res, "received") <= SENT, "{res}");
             r.expect_success();
         }
+        // The kernel closes the dead publisher's sockets: no timeout involved.
+        let reset = killed.elapsed();
+        eprintln!("SIGKILL -> both remote subscribers reset after {reset:?}");
+        assert!(reset < Duration::from_secs(5), "{reset:?}");
     });
 }
 
