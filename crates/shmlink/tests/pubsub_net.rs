@@ -1,8 +1,8 @@
 //! Publish/subscribe over the network: the scenarios of `pubsub.rs` with subscribers
-//! over `tcp:` (fan-out to 1, 4 and 64 subscriber processes under `block`, exact loss counts
-//! under `overwrite`, a subscriber or the publisher killed with SIGKILL, graceful close),
-//! local `shm:` and remote subscribers on one topic, `tls:`, `auto:` choosing shared
-//! memory on this kernel, peers of the wrong role, and hostile bytes on the wire.
+//! over `tcp:` (fan-out to 1, 4 and 64 subscriber processes under `block`, exact loss
+//! counts under `overwrite`, a subscriber or the publisher killed with SIGKILL, graceful
+//! close), local `shm:` and remote subscribers on one topic, `tls:`, `auto:` choosing
+//! shared memory on this kernel, peers of the wrong role, and hostile bytes on the wire.
 //!
 //! The other processes are this test binary run again (see [`pubsub_common`]).
 //! Message counts are smaller than over `shm:` (every message crosses loopback TCP in a
