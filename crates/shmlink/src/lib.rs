@@ -51,6 +51,11 @@
 //! ```
 #![warn(missing_docs)]
 
+// Sizes announced by peers are u64 on the wire and in shared memory; the arithmetic that
+// bounds them assumes they fit a usize.
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!("shmlink supports 64-bit targets only (sizes from peers are checked as 64-bit)");
+
 mod addr;
 mod conn;
 mod error;

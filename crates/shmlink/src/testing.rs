@@ -103,7 +103,7 @@ impl HostilePeer {
 
     /// The whole segment file size.
     pub fn file_size(&self) -> usize {
-        memfd::check_sealed(self.memfd.as_fd(), 0).unwrap_or(0)
+        memfd::file_size(self.memfd.as_fd()).unwrap_or(0)
     }
 
     /// Writes `value` at byte offset `off` (8-aligned, within the header page) of the
@@ -168,11 +168,11 @@ impl AsRawFd for HostilePeer {
 }
 
 /// Serves one client on the `shm:` address `addr` with a scripted answer, in a thread:
-/// `answer` gets the client's hello and returns the packet to send and an optional
-/// descriptor. The connection stays open until the client closes it.
+/// `answer` gets the client's hello (or subscribe request) and returns the packet to
+/// send and the descriptors to pass with it. The connection stays open until the client closes it.
 pub fn fake_listener(
     addr: &str,
-    answer: impl FnOnce(&[u8]) -> (Vec<u8>, Option<OwnedFd>) + Send + 'static,
+    answer: impl FnOnce(&[u8]) -> (Vec<u8>, Vec<OwnedFd>) + Send + 'static,
 ) -> Result<std::thread::JoinHandle<()>> {
     let name = socket_path(addr)?;
     if let UnixName::Path(p) = &name {
@@ -191,9 +191,9 @@ pub fn fake_listener(
         let Ok(n) = socket::recv_until(sock.as_fd(), &mut buf, &mut Vec::new(), deadline) else {
             return;
         };
-        let (reply, fd) = answer(&buf[..n]);
+        let (reply, fds) = answer(&buf[..n]);
         if !reply.is_empty() {
-            let fds: Vec<_> = fd.iter().map(|f| f.as_raw_fd()).collect();
+            let fds: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
             let _ = socket::send_with_fds(sock.as_fd(), &reply, &fds);
         }
         // Hold the connection until the client hangs up.
@@ -241,18 +241,21 @@ pub fn fuzz_handshake(data: &[u8]) {
     }
 }
 
-/// Fuzz entry point: a receiving `shm:` connection over a ring whose control block and
-/// contents are arbitrary bytes, changed again between receives, must deliver messages
-/// or fail with an error — never panic, hang or touch memory outside the mapping.
+/// Fuzz entry point: a receiving `shm:` connection set up from a listener's answer with
+/// arbitrary numbers (ring sizes, features, largest message), over a ring whose control
+/// block and contents are arbitrary bytes, changed again between receives, must refuse
+/// the answer, or deliver messages or fail with an error — never panic, hang or touch
+/// memory outside the mapping.
 ///
-/// Layout of `data`: 1 byte of flags (bit 0: the peer is gone), then 8-byte words that
-/// are written, in turn, to the producer position, the closed flag, and ring data words.
+/// Layout of `data`: 1 byte of flags (bit 0: the peer is gone; bit 1: take the answer's
+/// numbers raw instead of folding them into plausible ranges), four words of answer
+/// (features, ring sizes both ways, largest message), then 8-byte words that fill the
+/// data area and then are written, in turn, to the producer position, the closed flag,
+/// and ring data words.
 pub fn fuzz_shm_reader(data: &[u8]) {
-    const RING: usize = 4096;
+    /// The client's ring size (the largest ring a listener may choose).
+    const RING: usize = 16384;
     let Some((&flags, rest)) = data.split_first() else {
-        return;
-    };
-    let Ok((seg, _fd)) = Segment::create([RING, RING]) else {
         return;
     };
     let mut words = rest.chunks(8).map(|c| {
@@ -260,14 +263,39 @@ pub fn fuzz_shm_reader(data: &[u8]) {
         w[..c.len()].copy_from_slice(c);
         u64::from_le_bytes(w)
     });
+    let mut take = || words.next().unwrap_or(0);
+    let raw = [take(), take(), take(), take()];
+    let answer = if flags & 2 != 0 {
+        Params {
+            features: raw[0],
+            ring_c2s: raw[1],
+            ring_s2c: raw[2],
+            max_msg: raw[3],
+        }
+    } else {
+        Params {
+            features: raw[0] % 2,
+            ring_c2s: 4096 << (raw[1] % 4),
+            ring_s2c: 4096 << (raw[2] % 4),
+            max_msg: raw[3] % (1 << 20),
+        }
+    };
+    let offered = crate::transport::shm::handshake::FEATURE_ASYM_FENCE;
+    if crate::transport::shm::check_accept(&answer, RING, offered).is_err() {
+        return; // refused: the outcome a bad answer must have
+    }
+    let ring = answer.ring_s2c as usize;
+    let Ok((seg, _fd)) = Segment::create([answer.ring_c2s as usize, ring]) else {
+        return;
+    };
     let (ours, theirs) = socket::seqpacket_pair().expect("socketpair");
     // Bit 0 set: the peer's end is closed (it died); otherwise it stays open till the end.
     let _peer = (flags & 1 == 0).then_some(theirs);
     // Fill the data area first (the peer's records), then play with the positions.
     let (data_area, _) = seg.ring_data(S2C);
-    for i in 0..RING / 8 {
+    for i in 0..ring / 8 {
         let Some(w) = words.next() else { break };
-        // SAFETY: i * 8 + 8 <= RING, inside the mapped data area.
+        // SAFETY: i * 8 + 8 <= ring, inside the mapped data area.
         unsafe {
             data_area
                 .as_ptr()
@@ -284,7 +312,7 @@ pub fn fuzz_shm_reader(data: &[u8]) {
         fence: FenceMode::Symmetric,
         sock: ours,
         wait: WaitPolicy::BLOCKING,
-        max_send: 1 << 16,
+        max_send: answer.max_msg.min(1 << 16) as usize,
         max_recv: 1 << 16,
         local: "shm:fuzz".into(),
         peer: "shm:fuzz".into(),
@@ -318,11 +346,67 @@ pub fn fuzz_shm_reader(data: &[u8]) {
 use crate::pubsub::handshake::{
     Packet as SubPacket, Subscribe as SubRequest, MAX_PACKET as SUB_MAX_PACKET, POLICY_BLOCK,
 };
-use crate::pubsub::ring::{Geometry, PAYLOAD_OFFSET};
-use crate::pubsub::segment::{BellSegment, CursorSegment, TopicSegment};
+use crate::pubsub::ring::PAYLOAD_OFFSET;
+use crate::pubsub::segment::{BellSegment, CursorSegment};
 use crate::pubsub::shm_subscriber::ShmSubscriber as PubSubscriber;
-use crate::pubsub::Policy;
 use crate::sys::memfd::Region;
+
+/// What a fake publisher announces: the numbers of its `Subscribed` answer, the same
+/// numbers again in the topic segment's header (they may disagree), and the real size of
+/// the topic memfd it passes.
+#[derive(Clone, Copy, Debug)]
+pub struct FakeTopic {
+    /// Slot count, slot size, largest message and header length in the answer.
+    pub announced: [u64; 4],
+    /// The same four in the topic segment's header.
+    pub in_header: [u64; 4],
+    /// Bytes of the topic memfd (sealed against resizing).
+    pub file_size: usize,
+}
+
+impl FakeTopic {
+    /// An honest topic of `slots` slots of `slot_size` bytes: everything agrees.
+    pub fn honest(slots: u64, slot_size: u64) -> FakeTopic {
+        let hl = crate::pubsub::segment::header_len();
+        let numbers = [
+            slots,
+            slot_size,
+            slot_size - PAYLOAD_OFFSET as u64,
+            hl as u64,
+        ];
+        FakeTopic {
+            announced: numbers,
+            in_header: numbers,
+            file_size: hl + (slots * slot_size) as usize,
+        }
+    }
+
+    /// The `Subscribed` packet and its three descriptors (topic, bell page, cursor
+    /// page), for [`fake_listener`].
+    pub fn answer(&self) -> (Vec<u8>, Vec<OwnedFd>) {
+        use std::os::unix::fs::FileExt;
+        let [slots, slot_size, max_msg, header_len] = self.announced;
+        let packet = SubPacket::Subscribed(crate::pubsub::handshake::Subscribed {
+            slot: 0,
+            policy: POLICY_BLOCK,
+            slots,
+            slot_size,
+            max_msg,
+            header_len,
+            start: 0,
+        });
+        let topic = memfd::create_unsealed("fake-topic", self.file_size).expect("memfd");
+        let [s, z, m, h] = self.in_header;
+        let ident = crate::pubsub::segment::ident_bytes(POLICY_BLOCK, s, z, m, h);
+        let file = std::fs::File::from(topic);
+        file.write_all_at(&ident, 0)
+            .expect("write the topic header");
+        let topic = OwnedFd::from(file);
+        memfd::add_seals(topic.as_fd(), memfd::SEALS).expect("seal");
+        let page = || memfd::create_sealed("fake-page", crate::sys::page_size()).expect("memfd");
+        (packet.encode(), vec![topic, page(), page()])
+    }
+}
 
 /// A subscriber that completes a genuine subscribe handshake and then has raw access to
 /// what it was given — the topic memfd, the bell page, its cursor page and the socket —
@@ -470,36 +554,24 @@ impl HostileSubscriber {
     }
 }
 
-/// Fuzz entry point: a subscriber reading a topic whose shared memory holds arbitrary
-/// bytes that keep changing (a hostile or broken publisher) must deliver messages or
-/// fail with an error — never panic, hang, or touch memory outside its mapping.
+/// Fuzz entry point: a subscriber given a topic by a hostile or broken publisher — an
+/// announcement with arbitrary numbers, then shared memory holding arbitrary bytes that
+/// keep changing — must refuse the announcement, or deliver messages or fail with an
+/// error: never panic, hang, or touch memory outside its mapping.
 ///
 /// Layout of `data`: 1 byte of flags (bit 0: the publisher's socket is closed; bit 1:
-/// `block` policy), then 8-byte words: first the slot area, then, round after round,
+/// `block` policy; bit 2: take the announcement's numbers raw instead of folding them
+/// into plausible ranges; bit 3: the segment's header disagrees with the announcement),
+/// four words of announcement (slots, slot size, largest message, header length) and one
+/// of file-size error, then 8-byte words: first the slot area, then, round after round,
 /// `written`, `closed`, a slot word's index and value, and the cursor page's detach mark.
 pub fn fuzz_pubsub_reader(data: &[u8]) {
-    const SLOTS: u64 = 8;
-    const SLOT_SIZE: usize = 64;
+    use crate::pubsub::handshake::{Subscribed, POLICY_OVERWRITE};
+    use crate::pubsub::segment::header_len;
+    /// The largest topic file the fuzzer makes (larger announcements must be refused
+    /// before the file's size matters).
+    const MAX_FILE: u64 = 1 << 20;
     let Some((&flags, rest)) = data.split_first() else {
-        return;
-    };
-    let geom = Geometry {
-        slots: SLOTS,
-        slot_size: SLOT_SIZE,
-        max_msg: SLOT_SIZE - PAYLOAD_OFFSET,
-    };
-    let policy = if flags & 2 != 0 {
-        Policy::Block
-    } else {
-        Policy::Overwrite
-    };
-    let Ok((seg, _fd)) = TopicSegment::create(geom, POLICY_BLOCK) else {
-        return;
-    };
-    let (Ok((bell, _)), Ok((page, _))) = (
-        BellSegment::create("fuzz-bell"),
-        CursorSegment::create("fuzz-cursor"),
-    ) else {
         return;
     };
     let mut words = rest.chunks(8).map(|c| {
@@ -507,12 +579,85 @@ pub fn fuzz_pubsub_reader(data: &[u8]) {
         w[..c.len()].copy_from_slice(c);
         u64::from_le_bytes(w)
     });
-    let base = seg.base().as_ptr();
-    let header = crate::pubsub::segment::header_len();
-    let slot_words = SLOTS as usize * SLOT_SIZE / 8;
+    let mut take = || words.next().unwrap_or(0);
+    let hl = header_len() as u64;
+    let raw = [take(), take(), take(), take()];
+    let announced = if flags & 4 != 0 {
+        raw
+    } else {
+        // Mostly-valid numbers, so the reading below runs often.
+        let slots = 1 << (raw[0] % 6);
+        let slot_size = 8 * (2 + raw[1] % 32);
+        let max_msg = raw[2] % (slot_size - PAYLOAD_OFFSET as u64 + 2);
+        let header = if raw[3] % 8 == 0 { raw[3] } else { hl };
+        [slots, slot_size, max_msg, header]
+    };
+    let [slots, slot_size, max_msg, header] = announced;
+    let policy_code = if flags & 2 != 0 {
+        POLICY_BLOCK
+    } else {
+        POLICY_OVERWRITE
+    };
+    let ok = Subscribed {
+        slot: 0,
+        policy: policy_code,
+        slots,
+        slot_size,
+        max_msg,
+        header_len: header,
+        start: 0,
+    };
+    // The file: what the announcement implies (where it is small enough to make), off by
+    // a fuzzed amount now and then.
+    let error = take();
+    let implied = slots
+        .checked_mul(slot_size)
+        .and_then(|n| n.checked_add(hl))
+        .filter(|&n| n <= MAX_FILE)
+        .unwrap_or(hl);
+    let file = match error % 4 {
+        0 => (implied as i64 + (error as i64 >> 2) % 4096).clamp(1, MAX_FILE as i64) as usize,
+        _ => implied as usize,
+    };
+    let Ok(topic) = memfd::create_unsealed("fuzz-topic", file) else {
+        return;
+    };
+    let Ok(writer) = Region::map(topic.as_fd(), file, true) else {
+        return;
+    };
+    let in_header = if flags & 8 != 0 { raw } else { announced };
+    let ident = crate::pubsub::segment::ident_bytes(
+        policy_code,
+        in_header[0],
+        in_header[1],
+        in_header[2],
+        in_header[3],
+    );
+    let base = writer.base().as_ptr();
+    // SAFETY: the mapping is at least one byte; the header is copied only as far as
+    // the file reaches, and nobody else maps it yet.
+    unsafe { base.copy_from_nonoverlapping(ident.as_ptr(), ident.len().min(file)) };
+    if memfd::add_seals(topic.as_fd(), memfd::SEALS).is_err() {
+        return;
+    }
+    let Ok((seg, policy)) = crate::pubsub::shm_subscriber::attach_topic(&ok, &topic) else {
+        return; // refused: the outcome a lying announcement must have
+    };
+    let geom = seg.geometry();
+    assert!(geom.valid());
+    assert_eq!(hl as usize + geom.data_len(), file);
+    let (Ok((bell, _)), Ok((page, _))) = (
+        BellSegment::create("fuzz-bell"),
+        CursorSegment::create("fuzz-cursor"),
+    ) else {
+        return;
+    };
+    let header = hl as usize;
+    let slot_words = geom.data_len() / 8;
     let write = |off: usize, v: u64| {
-        // SAFETY: every offset used below lies inside the mapped, writable segment (the
-        // header page or the slot area), 8-aligned.
+        // SAFETY: every offset used below lies inside the writable mapping of the
+        // segment (the header page or the slot area, which `attach_topic` matched to
+        // the file's size), 8-aligned.
         unsafe { base.add(off).cast::<u64>().write_volatile(v) }
     };
     for i in 0..slot_words {
@@ -523,7 +668,7 @@ pub fn fuzz_pubsub_reader(data: &[u8]) {
     let (ours, theirs) = socket::seqpacket_pair().expect("socketpair");
     let _peer = (flags & 1 == 0).then_some(theirs);
     let mut sub = PubSubscriber::over(seg, bell, page, ours, policy, geom.max_msg);
-    let mut buf = [0u8; 64];
+    let mut buf = vec![0u8; geom.max_msg.min(256)];
     for _ in 0..64 {
         let mut step = || words.next();
         if let Some(written) = step() {

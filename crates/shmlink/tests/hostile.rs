@@ -187,7 +187,11 @@ fn against_fake(
     answer: impl FnOnce(&[u8]) -> (Vec<u8>, Option<OwnedFd>) + Send + 'static,
 ) -> shmlink::Error {
     let addr = fresh_addr("shm");
-    let fake = fake_listener(&addr, answer).unwrap();
+    let fake = fake_listener(&addr, move |hello| {
+        let (packet, fd) = answer(hello);
+        (packet, fd.into_iter().collect())
+    })
+    .unwrap();
     let opts = small_opts().connect_timeout(Duration::from_millis(500));
     let err = Connection::connect(&addr, &opts).unwrap_err();
     fake.join().unwrap();

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::ring::{Geometry, MAX_SUBSCRIBERS, PAYLOAD_OFFSET};
+pub use super::ring::{MAX_SLOTS, MAX_TOPIC_BYTES};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::{Options, WaitPolicy, MAX_MSG_SIZE_LIMIT};
 
@@ -26,10 +27,6 @@ pub enum Policy {
 pub const DEFAULT_SLOTS: usize = 1024;
 /// Largest message unless told otherwise: a slot of 4 KiB with its 16-byte header.
 pub const DEFAULT_MAX_MSG: usize = 4096 - PAYLOAD_OFFSET;
-/// Most slots a topic may have.
-pub const MAX_SLOTS: usize = 1 << 24;
-/// Largest slot area (slots × slot size) a topic may have.
-pub const MAX_TOPIC_BYTES: usize = 1 << 32;
 
 /// Options for [`Publisher::bind`](crate::Publisher::bind) and
 /// [`Subscriber::connect`](crate::Subscriber::connect).

@@ -69,6 +69,11 @@ const BELL_WORDS: usize = MAX_SUBSCRIBERS / 64;
 /// hostile publisher writes.
 pub const MAX_POSITION: u64 = 1 << 62;
 
+/// Most slots a topic may have.
+pub const MAX_SLOTS: usize = 1 << 24;
+/// Largest slot area (slots × slot size) a topic may have.
+pub const MAX_TOPIC_BYTES: usize = 1 << 32;
+
 /// One cache line (two on CPUs with adjacent-line prefetch), so that fields written by
 /// different processes never share a line.
 #[repr(C, align(128))]
@@ -371,17 +376,22 @@ pub struct Geometry {
 impl Geometry {
     /// Whether the numbers fit together (a hostile peer's header is checked with this).
     pub fn valid(&self) -> bool {
-        // One slot works (the loom model uses it); the options ask for two or more.
+        // One slot works (the loom model uses it); the options ask for two or more. The
+        // slot area is bounded before anything is added to it or multiplied out of it, so
+        // no size derived from a valid geometry can overflow.
         self.slots.is_power_of_two()
-            && self.slots <= 1 << 32
+            && self.slots <= MAX_SLOTS as u64
             && self.slot_size % 8 == 0
             && self.slot_size >= PAYLOAD_OFFSET
+            && self.slot_size <= MAX_TOPIC_BYTES
             && self.max_msg <= self.slot_size - PAYLOAD_OFFSET
             && self.max_msg <= u32::MAX as usize
-            && (self.slots as usize).checked_mul(self.slot_size).is_some()
+            && (self.slots as usize)
+                .checked_mul(self.slot_size)
+                .is_some_and(|n| n <= MAX_TOPIC_BYTES)
     }
 
-    /// Bytes of the slot area.
+    /// Bytes of the slot area (at most [`MAX_TOPIC_BYTES`] when the geometry is valid).
     pub fn data_len(&self) -> usize {
         self.slots as usize * self.slot_size
     }

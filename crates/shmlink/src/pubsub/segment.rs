@@ -48,6 +48,35 @@ struct TopicIdent {
     header_len: u64,
 }
 
+impl TopicIdent {
+    fn bytes(&self) -> [u8; std::mem::size_of::<TopicIdent>()] {
+        let mut out = [0u8; std::mem::size_of::<TopicIdent>()];
+        let words = [self.slots, self.slot_size, self.max_msg, self.header_len];
+        out[..8].copy_from_slice(&self.magic.to_ne_bytes());
+        out[8..12].copy_from_slice(&self.version.to_ne_bytes());
+        out[12..16].copy_from_slice(&self.policy.to_ne_bytes());
+        for (i, w) in words.iter().enumerate() {
+            out[16 + 8 * i..24 + 8 * i].copy_from_slice(&w.to_ne_bytes());
+        }
+        out
+    }
+}
+
+/// A topic header with these numbers, as bytes (for fake publishers in tests).
+pub fn ident_bytes(policy: u32, slots: u64, slot_size: u64, max_msg: u64, hl: u64) -> Vec<u8> {
+    TopicIdent {
+        magic: TOPIC_MAGIC,
+        version: TOPIC_VERSION,
+        policy,
+        slots,
+        slot_size,
+        max_msg,
+        header_len: hl,
+    }
+    .bytes()
+    .to_vec()
+}
+
 /// Bytes before the first slot.
 pub fn header_len() -> usize {
     (CTL_OFFSET + std::mem::size_of::<TopicCtl>()).next_multiple_of(page_size())
@@ -100,7 +129,10 @@ impl TopicSegment {
                 "geometry {geom:?} with header {hl} bytes is invalid"
             )));
         }
-        let size = hl + geom.data_len();
+        // `valid` bounds the slot area, so this cannot overflow; checked all the same.
+        let size = hl
+            .checked_add(geom.data_len())
+            .ok_or_else(|| bad(format!("geometry {geom:?} overflows")))?;
         memfd::check_sealed(fd.as_fd(), size).map_err(|e| bad(e.to_string()))?;
         let map = Region::map(fd.as_fd(), size, false)
             .map_err(|e| Error::io("topic segment: mmap", e))?;
@@ -163,14 +195,14 @@ impl TopicSegment {
         memfd::seals(fd.as_fd()).is_ok_and(|s| s & libc::F_SEAL_FUTURE_WRITE != 0)
     }
 
+    /// The geometry checked in `attach` (or built in `create`).
+    pub fn geometry(&self) -> Geometry {
+        self.geom
+    }
+
     /// The policy number in the header.
     pub fn policy(&self) -> u32 {
         self.policy
-    }
-
-    /// Start of the mapping (for fuzzing and hostile-peer tests).
-    pub fn base(&self) -> NonNull<u8> {
-        self.map.base()
     }
 }
 

@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use super::handshake::{Packet, Subscribe, MAX_PACKET, POLICY_BLOCK, POLICY_OVERWRITE};
+use super::handshake::{Packet, Subscribe, Subscribed, MAX_PACKET, POLICY_BLOCK, POLICY_OVERWRITE};
 use super::options::{Policy, PubSubOptions};
 use super::ring::{
     arm_subscriber, disarm_subscriber, Geometry, Peek, Ring, MAX_POSITION, MAX_SUBSCRIBERS,
@@ -25,6 +25,30 @@ use crate::transport::shm::socket_of;
 /// otherwise make it miss a wake-up for good. Costs an idle subscriber ten wake-ups a
 /// second.
 const RECHECK: Duration = Duration::from_millis(100);
+
+/// Maps the topic a publisher announced in `ok`, after checking every number of the
+/// announcement (before any arithmetic on it) and the memfd against them.
+pub(crate) fn attach_topic(ok: &Subscribed, seg_fd: &OwnedFd) -> Result<(TopicSegment, Policy)> {
+    let policy = match ok.policy {
+        POLICY_BLOCK => Policy::Block,
+        POLICY_OVERWRITE => Policy::Overwrite,
+        p => return Err(Error::violation(format!("unknown policy {p}"))),
+    };
+    let (Ok(slot_size), Ok(max_msg), Ok(hl)) = (
+        usize::try_from(ok.slot_size),
+        usize::try_from(ok.max_msg),
+        usize::try_from(ok.header_len),
+    ) else {
+        return Err(Error::violation(format!("publisher announced {ok:?}")));
+    };
+    let geom = Geometry {
+        slots: ok.slots,
+        slot_size,
+        max_msg,
+    };
+    let seg = TopicSegment::attach(seg_fd, geom, ok.policy, hl)?;
+    Ok((seg, policy))
+}
 
 /// A subscriber attached to the topic's shared memory (see [`Subscriber`](super::Subscriber)).
 pub(crate) struct ShmSubscriber {
@@ -138,29 +162,19 @@ impl ShmSubscriber {
                 )))
             }
         };
-        let policy = match ok.policy {
-            POLICY_BLOCK => Policy::Block,
-            POLICY_OVERWRITE => Policy::Overwrite,
-            p => return Err(Error::violation(format!("unknown policy {p}"))),
-        };
-        let geom = Geometry {
-            slots: ok.slots,
-            slot_size: usize::try_from(ok.slot_size).unwrap_or(usize::MAX),
-            max_msg: usize::try_from(ok.max_msg).unwrap_or(usize::MAX),
-        };
-        if ok.slot as usize >= MAX_SUBSCRIBERS || !geom.valid() || ok.start > MAX_POSITION {
-            return Err(Error::violation(format!(
-                "publisher announced slot {}, start {} and geometry {geom:?}",
-                ok.slot, ok.start
-            )));
-        }
         if let Some(max) = opts.max_msg_size {
-            if geom.max_msg > max {
+            if ok.max_msg > max as u64 {
                 return Err(Error::violation(format!(
                     "publisher accepted us for messages up to {} bytes, we asked for at most {max}",
-                    geom.max_msg
+                    ok.max_msg
                 )));
             }
+        }
+        if ok.slot as usize >= MAX_SUBSCRIBERS || ok.start > MAX_POSITION {
+            return Err(Error::violation(format!(
+                "publisher announced slot {} and start {}",
+                ok.slot, ok.start
+            )));
         }
         let [seg_fd, bell_fd, page_fd] = <[OwnedFd; 3]>::try_from(fds).map_err(|fds| {
             Error::violation(format!(
@@ -168,8 +182,8 @@ impl ShmSubscriber {
                 fds.len()
             ))
         })?;
-        let hl = usize::try_from(ok.header_len).unwrap_or(usize::MAX);
-        let seg = TopicSegment::attach(&seg_fd, geom, ok.policy, hl)?;
+        let (seg, policy) = attach_topic(&ok, &seg_fd)?;
+        let geom = seg.geometry();
         let bell = BellSegment::attach(&bell_fd, "bell page")?;
         let page = CursorSegment::attach(&page_fd, "cursor page")?;
         if page.get().initial_cursor() != ok.start {

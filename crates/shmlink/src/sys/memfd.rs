@@ -48,8 +48,9 @@ pub fn create_unsealed(name: &str, size: usize) -> io::Result<OwnedFd> {
 }
 
 /// Checks that a descriptor received from a peer is a memfd sealed against shrinking and
-/// growing, of at least `min_size` bytes; returns its size.
-pub fn check_sealed(fd: BorrowedFd<'_>, min_size: usize) -> io::Result<usize> {
+/// growing, of exactly `size` bytes: the size both sides derived from the handshake. A
+/// file of another size means the peer and its announcement disagree.
+pub fn check_sealed(fd: BorrowedFd<'_>, size: usize) -> io::Result<()> {
     // SAFETY: plain integer arguments; F_GET_SEALS fails with EINVAL on anything that is
     // not a sealable file, which we report.
     let seals = syscall!(fcntl(fd.as_raw_fd(), libc::F_GET_SEALS)).map_err(|e| {
@@ -65,18 +66,24 @@ pub fn check_sealed(fd: BorrowedFd<'_>, min_size: usize) -> io::Result<usize> {
             format!("segment is not sealed against resizing (seals {seals:#x})"),
         ));
     }
+    let got = file_size(fd)?;
+    if got != size {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("segment has {got} bytes, expected {size}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The size of the file behind `fd`.
+pub fn file_size(fd: BorrowedFd<'_>) -> io::Result<usize> {
     // SAFETY: stat is plain data; all-zero is valid.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is a valid stat buffer.
     syscall!(fstat(fd.as_raw_fd(), &mut st))?;
-    let size = st.st_size as usize;
-    if size < min_size {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("segment has {size} bytes, expected at least {min_size}"),
-        ));
-    }
-    Ok(size)
+    usize::try_from(st.st_size)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "negative file size"))
 }
 
 /// A mapped segment: a header area followed by ring data areas, each data area mapped
@@ -311,7 +318,8 @@ mod tests {
         // SAFETY: plain integer arguments on a descriptor we own.
         let err = syscall!(ftruncate(fd.as_raw_fd(), 4096)).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EPERM));
-        assert_eq!(check_sealed(fd.as_fd(), 8192).unwrap(), 8192);
+        check_sealed(fd.as_fd(), 8192).unwrap();
         assert!(check_sealed(fd.as_fd(), 8193).is_err());
+        assert!(check_sealed(fd.as_fd(), 4096).is_err());
     }
 }

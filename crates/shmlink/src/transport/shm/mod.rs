@@ -171,22 +171,7 @@ fn client(
             )))
         }
     };
-    if !valid_ring(params.ring_c2s)
-        || !valid_ring(params.ring_s2c)
-        || params.ring_c2s > opts.ring_size as u64
-        || params.ring_s2c > opts.ring_size as u64
-    {
-        return Err(Error::violation(format!(
-            "listener chose ring sizes {} and {} (asked for at most {})",
-            params.ring_c2s, params.ring_s2c, opts.ring_size
-        )));
-    }
-    if params.features & !offered != 0 {
-        return Err(Error::violation(format!(
-            "listener chose features {:#x}, we offered {offered:#x}",
-            params.features
-        )));
-    }
+    check_accept(&params, opts.ring_size, offered)?;
     let [memfd] = <[OwnedFd; 1]>::try_from(fds).map_err(|fds| {
         Error::violation(format!(
             "accept carried {} descriptors, expected 1",
@@ -207,6 +192,28 @@ fn client(
         local: name.clone(),
         peer: name,
     })))
+}
+
+/// Checks the numbers a listener chose in its answer against what the client asked for
+/// (rings of at most `ring_size` bytes, features out of `offered`).
+pub(crate) fn check_accept(params: &Params, ring_size: usize, offered: u64) -> Result<()> {
+    if !valid_ring(params.ring_c2s)
+        || !valid_ring(params.ring_s2c)
+        || params.ring_c2s > ring_size as u64
+        || params.ring_s2c > ring_size as u64
+    {
+        return Err(Error::violation(format!(
+            "listener chose ring sizes {} and {} (asked for at most {ring_size})",
+            params.ring_c2s, params.ring_s2c
+        )));
+    }
+    if params.features & !offered != 0 {
+        return Err(Error::violation(format!(
+            "listener chose features {:#x}, we offered {offered:#x}",
+            params.features
+        )));
+    }
+    Ok(())
 }
 
 /// Whether a client with `uid` and primary `gid` may connect: the listener's own uid,
