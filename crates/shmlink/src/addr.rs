@@ -133,6 +133,12 @@ impl Address {
             Address::Auto { .. } => "auto",
         }
     }
+
+    /// Whether this is a `shm:NAME` address: a socket in the rendezvous directory (not a
+    /// path or an abstract name the user gave).
+    pub(crate) fn in_rendezvous_dir(&self) -> bool {
+        matches!(self, Address::Shm { socket: UnixName::Path(_), text } if !text.starts_with('/'))
+    }
 }
 
 impl fmt::Display for Address {

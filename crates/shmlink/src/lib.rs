@@ -67,6 +67,7 @@ mod status;
 mod sync;
 mod sys;
 mod transport;
+mod trust;
 
 #[doc(hidden)]
 pub mod testing;

@@ -218,6 +218,8 @@ pub struct Options {
     pub(crate) allow_uids: Vec<u32>,
     pub(crate) allow_gids: Vec<u32>,
     pub(crate) dir_mode: u32,
+    pub(crate) expect_uids: Vec<u32>,
+    pub(crate) shared_dir: bool,
     pub(crate) tls: TlsOptions,
     /// What a framed listener serves or a framed client expects (set by pub/sub only).
     pub(crate) role: Role,
@@ -246,6 +248,8 @@ impl Default for Options {
             allow_uids: Vec::new(),
             allow_gids: Vec::new(),
             dir_mode: 0o700,
+            expect_uids: Vec::new(),
+            shared_dir: false,
             tls: TlsOptions::default(),
             role: Role::Connection,
         }
@@ -306,10 +310,38 @@ impl Options {
     }
 
     /// Listener: the mode of the rendezvous directory when `shm:NAME` creates it
-    /// (default `0o700`: only this user can reach the sockets in it). An existing
-    /// directory is left as it is.
+    /// (default `0o700`: only this user can reach the sockets in it; `0o711` lets other
+    /// users reach sockets they know the name of). An existing directory keeps its mode.
+    /// A mode that lets other users write the directory needs
+    /// [`shared_rendezvous_dir`](Options::shared_rendezvous_dir).
     pub fn rendezvous_dir_mode(mut self, mode: u32) -> Self {
         self.dir_mode = mode;
+        self
+    }
+
+    /// Client (connection or subscriber): user ids trusted to serve it besides its own
+    /// uid and root (the default trusts only those two). The listener's or publisher's
+    /// uid is checked with `SO_PEERCRED` on the rendezvous socket of `shm:` and `ux:`
+    /// addresses before anything is sent; another uid gets
+    /// [`ErrorKind::PermissionDenied`](crate::ErrorKind::PermissionDenied) naming both.
+    /// This is what stops another local user who bound an abstract name (`shm:@name`)
+    /// or a socket in a shared directory first. The same uids may own the rendezvous
+    /// directory. (`auto:`'s upgrade needs no uid: the listener proves it is the one
+    /// reached over TCP.)
+    pub fn expect_uids(mut self, uids: impl IntoIterator<Item = u32>) -> Self {
+        self.expect_uids = uids.into_iter().collect();
+        self
+    }
+
+    /// Both sides: the rendezvous directory of `shm:NAME` is shared on purpose (a
+    /// volume mounted into containers that run as different uids, say), so accept it
+    /// whoever owns it and whoever may write it. By default (`false`) binding and
+    /// connecting refuse a directory that is owned by an untrusted uid or writable by
+    /// group or others, because whoever can write it can replace the sockets in it.
+    /// Either way a symbolic link is refused, and clients still check the server's uid
+    /// ([`expect_uids`](Options::expect_uids)) and listeners the client's.
+    pub fn shared_rendezvous_dir(mut self, shared: bool) -> Self {
+        self.shared_dir = shared;
         self
     }
 
@@ -354,6 +386,13 @@ impl Options {
             return bad(format!(
                 "option max_msg_size = {}: must be at most {MAX_MSG_SIZE_LIMIT}",
                 self.max_msg_size
+            ));
+        }
+        if self.dir_mode & 0o022 != 0 && !self.shared_dir {
+            return bad(format!(
+                "option rendezvous_dir_mode = {:#o} lets other users write the directory; \
+                 declare it with shared_rendezvous_dir(true) if that is the intent",
+                self.dir_mode
             ));
         }
         if self.dir_mode & !0o7777 != 0 || self.dir_mode & 0o700 != 0o700 {

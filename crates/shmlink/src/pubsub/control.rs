@@ -30,7 +30,8 @@ use crate::error::{Error, Result};
 use crate::sync::{fence, AtomicU64, Ordering};
 use crate::sys::{socket, Epoll, TimerFd};
 use crate::transport::shm::handshake::RefuseCode;
-use crate::transport::shm::{bind_rendezvous, check_cred, remove_socket_file, SocketFile};
+use crate::transport::shm::{bind_rendezvous, remove_socket_file, SocketFile};
+use crate::trust;
 
 const LISTEN_TOKEN: u64 = u64::MAX;
 const STOP_TOKEN: u64 = u64::MAX - 1;
@@ -295,7 +296,7 @@ impl Control {
                 )
             }
         };
-        if let Err(why) = check_cred(&topic.opts.base, cred.uid, cred.gid) {
+        if let Err(why) = trust::check_client(&topic.opts.base, cred.uid, cred.gid) {
             return refuse(
                 sock,
                 RefuseCode::Permission,

@@ -19,6 +19,7 @@ use crate::notify::spin_then_yield;
 use crate::options::WaitPolicy;
 use crate::sys::{self, poll_fd, socket};
 use crate::transport::shm::socket_of;
+use crate::trust;
 
 /// A parked subscriber looks at the ring again after this long even without a doorbell:
 /// the bell bits are shared by all subscribers, and one that clears another's bit could
@@ -107,6 +108,7 @@ impl ShmSubscriber {
 
     fn handshake(parsed: &Address, addr: &str, opts: &PubSubOptions) -> Result<ShmSubscriber> {
         let deadline = Instant::now() + opts.base.connect_timeout;
+        trust::check_addr_dir(parsed, &opts.base)?;
         let sock = socket::connect(socket_of(parsed), deadline).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => Error::new(
                 ErrorKind::ConnectionRefused,
@@ -118,6 +120,11 @@ impl ShmSubscriber {
             ),
             _ => Error::io("rendezvous socket", e),
         })?;
+        trust::check_server(
+            sock.as_fd(),
+            &opts.base,
+            &format!("the publisher at {addr}"),
+        )?;
         ShmSubscriber::handshake_on(sock, addr, opts, deadline)
     }
 

@@ -39,6 +39,41 @@ fn sockaddr(name: &UnixName) -> io::Result<(libc::sockaddr_un, libc::socklen_t)>
     Ok((sa, len as libc::socklen_t))
 }
 
+/// Sets the mode of the socket file at `path`, which must be a socket owned by us, never
+/// following a symbolic link: another user who swapped the file for a link between our
+/// `bind` and this call must not get the link's target re-moded. Returns the file's
+/// (device, inode). The file is opened with `O_PATH | O_NOFOLLOW` and changed through
+/// `/proc/self/fd`, as glibc's `fchmodat(AT_SYMLINK_NOFOLLOW)` does.
+pub fn chmod_socket_file(path: &std::path::Path, mode: u32) -> io::Result<(u64, u64)> {
+    let cpath = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    // SAFETY: `cpath` is a NUL-terminated string that outlives the call.
+    let fd = syscall!(open(
+        cpath.as_ptr(),
+        libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC
+    ))?;
+    // SAFETY: open returned a fresh descriptor.
+    let fd = unsafe { owned(fd) };
+    // SAFETY: stat is plain data; all-zero is valid.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid stat buffer; fstat works on O_PATH descriptors.
+    syscall!(fstat(fd.as_raw_fd(), &mut st))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK || st.st_uid != super::euid() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is no longer our socket (replaced by another file)",
+                path.display()
+            ),
+        ));
+    }
+    let proc_path = std::ffi::CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .expect("no NUL in a number");
+    // SAFETY: `proc_path` is a NUL-terminated string that outlives the call.
+    syscall!(chmod(proc_path.as_ptr(), mode as libc::mode_t))?;
+    Ok((st.st_dev, st.st_ino))
+}
+
 /// A new non-blocking, close-on-exec `SOCK_SEQPACKET` socket.
 pub fn seqpacket() -> io::Result<OwnedFd> {
     // SAFETY: no pointers; valid constants.
@@ -359,6 +394,37 @@ pub fn peer_cred(sock: BorrowedFd<'_>) -> io::Result<PeerCred> {
 mod tests {
     use super::*;
     use std::os::fd::AsFd;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    #[test]
+    fn a_socket_swapped_for_a_symlink_is_not_followed() {
+        let dir = std::env::temp_dir().join(format!("shmlink-chmod-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let sock = dir.join("s.sock");
+        let _listener = listen(&UnixName::Path(sock.clone()), 1).unwrap();
+        let (dev, ino) = chmod_socket_file(&sock, 0o600).unwrap();
+        let m = std::fs::symlink_metadata(&sock).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o600);
+        assert_eq!((m.dev(), m.ino()), (dev, ino));
+        // Another user swaps the socket for a link to a file of the victim's.
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"secret").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::remove_file(&sock).unwrap();
+        std::os::unix::fs::symlink(&victim, &sock).unwrap();
+        let err = chmod_socket_file(&sock, 0o666).unwrap_err();
+        let mode = std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777;
+        // A regular file in the socket's place is refused as well.
+        std::fs::remove_file(&sock).unwrap();
+        std::fs::write(&sock, b"").unwrap();
+        let not_socket = chmod_socket_file(&sock, 0o666).unwrap_err();
+        let _ = std::fs::remove_dir_all(&dir);
+        // (O_PATH | O_NOFOLLOW opens the link itself, which is not our socket.)
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied, "{err}");
+        assert_eq!(mode, 0o600, "the link's target was re-moded");
+        assert_eq!(not_socket.kind(), io::ErrorKind::PermissionDenied);
+    }
 
     #[test]
     fn descriptors_cross_a_socket() {

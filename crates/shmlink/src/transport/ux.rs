@@ -26,6 +26,7 @@ use crate::options::Options;
 use crate::sys::socket;
 use crate::sys::stream;
 use crate::transport::{ConnOps, ListenerOps, Transport};
+use crate::trust;
 
 /// The `ux:` entry in the transport registry.
 pub(crate) const TRANSPORT: Transport = Transport {
@@ -192,6 +193,7 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     };
     let deadline = Instant::now() + opts.connect_timeout;
     let mut sock = socket::connect(name, deadline).map_err(|e| Error::io("socket connect", e))?;
+    trust::check_server(sock.as_fd(), opts, &format!("the listener at {addr}"))?;
     let peer_max = client_handshake::<UxWire>(&mut sock, opts.max_msg_size, opts.role, deadline)?;
     let conn = FramedConn::<UxWire>::new(
         sock,

@@ -16,6 +16,7 @@ use crate::status::ProcessCred;
 use crate::sys::socket::PeerCred;
 use crate::sys::{self, socket, Epoll};
 use crate::transport::{Accepted, ConnOps, ListenerOps, Transport};
+use crate::trust;
 
 mod conn;
 pub(crate) mod handshake;
@@ -75,6 +76,7 @@ fn fence_mode(features: u64) -> FenceMode {
 }
 
 fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
+    trust::check_addr_dir(addr, opts)?;
     client(
         socket_of(addr),
         &addr.to_string(),
@@ -124,6 +126,11 @@ fn client(
         ),
         _ => Error::io("rendezvous socket", e),
     })?;
+    // An upgrade needs no uid: the listener proves below that it is the one the client
+    // reached over TCP, whoever runs it.
+    if upgrade.is_none() {
+        trust::check_server(sock.as_fd(), opts, &format!("the listener at {name}"))?;
+    }
     let want = Params {
         features: offered,
         ring_c2s: opts.ring_size as u64,
@@ -216,30 +223,6 @@ pub(crate) fn check_accept(params: &Params, ring_size: usize, offered: u64) -> R
     Ok(())
 }
 
-/// Whether a client with `uid` and primary `gid` may connect: the listener's own uid,
-/// root, and the uids and gids the options allow.
-pub(crate) fn check_cred(opts: &Options, uid: u32, gid: u32) -> std::result::Result<(), String> {
-    let me = sys::euid();
-    if uid == me || uid == 0 || opts.allow_uids.contains(&uid) || opts.allow_gids.contains(&gid) {
-        return Ok(());
-    }
-    let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
-    let mut allowed = if me == 0 {
-        "root".to_string()
-    } else {
-        format!("uid {me} and root")
-    };
-    if !opts.allow_uids.is_empty() {
-        allowed += &format!(", uids {}", list(&opts.allow_uids));
-    }
-    if !opts.allow_gids.is_empty() {
-        allowed += &format!(", gids {}", list(&opts.allow_gids));
-    }
-    Err(format!(
-        "uid {uid} (gid {gid}) may not connect (allowed: {allowed})"
-    ))
-}
-
 /// A connection a listener set up, with the `auto:` upgrade token it came with.
 pub(crate) type Stepped = (Option<Token>, Accepted);
 
@@ -301,7 +284,7 @@ pub(crate) type SocketFile = Option<(PathBuf, u64, u64)>;
 pub(crate) fn bind_rendezvous(addr: &Address, opts: &Options) -> Result<(OwnedFd, SocketFile)> {
     let name = socket_of(addr);
     if let UnixName::Path(path) = name {
-        prepare_path(addr, path, opts.dir_mode)?;
+        prepare_path(addr, path, opts)?;
     }
     let listen = socket::listen(name, 128).map_err(|e| {
         if e.kind() == io::ErrorKind::AddrInUse {
@@ -316,10 +299,9 @@ pub(crate) fn bind_rendezvous(addr: &Address, opts: &Options) -> Result<(OwnedFd
             // the options allow others (then the credential check is the gate).
             let others = !opts.allow_uids.is_empty() || !opts.allow_gids.is_empty();
             let mode = if others { 0o666 } else { 0o600 };
-            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+            let (dev, ino) = socket::chmod_socket_file(p, mode)
                 .map_err(|e| Error::io("set the rendezvous socket's mode", e))?;
-            let m = std::fs::metadata(p).map_err(|e| Error::io("stat rendezvous socket", e))?;
-            Some((p.clone(), m.dev(), m.ino()))
+            Some((p.clone(), dev, ino))
         }
         UnixName::Abstract(_) => None,
     };
@@ -360,21 +342,21 @@ impl ShmListener {
 
 /// Creates the rendezvous directory (0700) for `shm:NAME` and removes a stale socket
 /// file; a live listener on the path is `AddrInUse`.
-fn prepare_path(addr: &Address, path: &std::path::Path, dir_mode: u32) -> Result<()> {
-    let in_default_dir = matches!(addr, Address::Shm { text, .. } if !text.starts_with('/'));
-    if in_default_dir {
+fn prepare_path(addr: &Address, path: &std::path::Path, opts: &Options) -> Result<()> {
+    if addr.in_rendezvous_dir() {
         if let Some(dir) = path.parent().filter(|d| !d.exists()) {
             let ctx = |e| Error::io(format!("create rendezvous directory {}", dir.display()), e);
             std::fs::DirBuilder::new()
                 .recursive(true)
-                .mode(dir_mode)
+                .mode(opts.dir_mode)
                 .create(dir)
                 .map_err(ctx)?;
             // The mode exactly, whatever the umask.
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(dir_mode))
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(opts.dir_mode))
                 .map_err(ctx)?;
         }
     }
+    trust::check_addr_dir(addr, opts)?;
     if std::fs::symlink_metadata(path).is_ok() {
         let probe = socket::connect(
             &UnixName::Path(path.to_path_buf()),
@@ -491,7 +473,7 @@ impl ShmListener {
     fn client_cred(&self, sock: &OwnedFd) -> std::result::Result<PeerCred, (RefuseCode, String)> {
         let cred = socket::peer_cred(sock.as_fd())
             .map_err(|e| (RefuseCode::Permission, format!("no peer credentials: {e}")))?;
-        check_cred(&self.opts, cred.uid, cred.gid)
+        trust::check_client(&self.opts, cred.uid, cred.gid)
             .map_err(|why| (RefuseCode::Permission, format!("{why} on {}", self.addr)))?;
         Ok(cred)
     }
