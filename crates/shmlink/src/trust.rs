@@ -57,9 +57,9 @@ fn trusted(opts: &Options, uid: u32) -> bool {
 fn trusted_text(opts: &Options) -> String {
     let me = sys::euid();
     let mut text = if me == 0 {
-        "root".to_string()
+        "uid 0 (ours, root)".to_string()
     } else {
-        format!("uid {me} (ours) and root")
+        format!("uid {me} (ours) and uid 0 (root)")
     };
     if !opts.expect_uids.is_empty() {
         text += &format!(", expected uids {}", list(&opts.expect_uids));

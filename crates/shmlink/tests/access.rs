@@ -15,11 +15,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use shmlink::{Connection, ErrorKind, Listener, Options};
+use shmlink::{Connection, ErrorKind, Listener, Options, PubSubOptions, Publisher, Subscriber};
 
 const NOBODY: u32 = 65534;
 const ROLE: &str = "SHMLINK_ACCESS_ROLE";
 const ARG: &str = "SHMLINK_ACCESS_ARG";
+/// Set for a child that declares its rendezvous directory shared.
+const SHARED: &str = "SHMLINK_ACCESS_SHARED";
 
 fn root() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -33,6 +35,11 @@ fn root() -> bool {
 /// Runs this binary's `child` test as `uid`/`gid` with `role` and `arg`; returns the
 /// line it printed after `RESULT `.
 fn run_as(uid: u32, gid: u32, role: &str, arg: &str) -> String {
+    run_as_in(uid, gid, role, arg, &[])
+}
+
+/// The child command for [`run_as`]: this binary's `child` test as `uid`/`gid`.
+fn child_command(uid: u32, gid: u32, role: &str, arg: &str, env: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "--exact",
@@ -43,10 +50,16 @@ fn run_as(uid: u32, gid: u32, role: &str, arg: &str) -> String {
     ])
     .env(ROLE, role)
     .env(ARG, arg)
+    .envs(env.iter().copied())
     .uid(uid)
     .gid(gid);
     // (Dropping privileges from root, std also clears the supplementary groups.)
-    let out = cmd.output().unwrap();
+    cmd
+}
+
+/// [`run_as`] with more environment variables for the child.
+fn run_as_in(uid: u32, gid: u32, role: &str, arg: &str, env: &[(&str, &str)]) -> String {
+    let out = child_command(uid, gid, role, arg, env).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     stdout
         .lines()
@@ -76,6 +89,41 @@ fn child() {
                     format!("ok {}", String::from_utf8_lossy(&c.recv_vec().unwrap()))
                 }
                 Err(e) => format!("{:?} {e}", e.kind()),
+            }
+        }
+        "bind" => {
+            let opts = Options::default().shared_rendezvous_dir(std::env::var_os(SHARED).is_some());
+            match Listener::bind(&arg, &opts) {
+                Ok(_) => "ok".to_string(),
+                Err(e) => format!("{:?} {e}", e.kind()),
+            }
+        }
+        "squat" | "squat-topic" => {
+            // Serve `arg` (an echo listener or a topic) until stdin closes.
+            let done = Arc::new(AtomicBool::new(false));
+            let flag = done.clone();
+            std::thread::spawn(move || {
+                let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+                flag.store(true, Ordering::Relaxed);
+            });
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            let running = || !done.load(Ordering::Relaxed) && std::time::Instant::now() < deadline;
+            if role == "squat" {
+                let (stop, server) = serve(Listener::bind(&arg, &Options::default()).unwrap());
+                println!("\nREADY");
+                while running() {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                stop.store(true, Ordering::Relaxed);
+                format!("served {}", server.join().unwrap())
+            } else {
+                let mut p = Publisher::bind(&arg, &PubSubOptions::default()).unwrap();
+                println!("\nREADY");
+                while running() {
+                    p.publish(b"from the squatter").unwrap();
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                "published".to_string()
             }
         }
         "proc" => {
@@ -297,4 +345,121 @@ fn queries_pass_the_same_credential_check() {
         states[2],
         format!("c-nobody.sock=answered:{}", dir.addr("c-nobody"))
     );
+}
+
+/// A process of another user serving an address (the `squat` roles), stopped on drop.
+struct Squatter {
+    child: std::process::Child,
+    /// Kept open: what the child prints at the end must not fail.
+    _stdout: std::process::ChildStdout,
+}
+
+impl Squatter {
+    fn start(role: &str, addr: &str) -> Squatter {
+        use std::io::BufRead;
+        let mut child = child_command(NOBODY, NOBODY, role, addr, &[])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let ready = (&mut out)
+            .lines()
+            .any(|l| l.is_ok_and(|l| l.ends_with("READY")));
+        assert!(ready, "the squatter did not start");
+        Squatter {
+            child,
+            _stdout: out.into_inner(),
+        }
+    }
+}
+
+impl Drop for Squatter {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take()); // the child stops when its stdin closes
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_squatter_on_an_abstract_name_is_refused_unless_expected() {
+    if !root() {
+        return;
+    }
+    let pid = std::process::id();
+    let quick = Options::default().connect_timeout(Duration::from_secs(3));
+
+    let addr = format!("shm:@squat-{pid}");
+    let _squatter = Squatter::start("squat", &addr);
+    let e = Connection::connect(&addr, &quick).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    let why = e.to_string();
+    assert!(why.contains("uid 65534") && why.contains("uid 0"), "{why}");
+    // Trusting that uid explicitly: served.
+    let mut c = Connection::connect(&addr, &quick.clone().expect_uids([NOBODY])).unwrap();
+    c.send(b"hi").unwrap();
+    assert_eq!(c.recv_vec().unwrap(), b"echo: hi");
+
+    let topic = format!("shm:@squat-topic-{pid}");
+    let _publisher = Squatter::start("squat-topic", &topic);
+    let subscribe =
+        |opts: Options| Subscriber::connect(&topic, &PubSubOptions::default().options(opts));
+    let e = subscribe(quick.clone()).expect_err("the squatting publisher is refused");
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    assert!(e.to_string().contains("uid 65534"), "{e}");
+    let mut sub = subscribe(quick.expect_uids([NOBODY])).unwrap();
+    assert_eq!(sub.recv_vec().unwrap(), b"from the squatter");
+}
+
+#[test]
+fn rendezvous_directories_others_control_are_refused() {
+    if !root() {
+        return;
+    }
+    let base = OpenDir::new("rdv");
+    let chown =
+        |p: &std::path::Path, uid: u32| std::os::unix::fs::lchown(p, Some(uid), Some(uid)).unwrap();
+    let mkdir = |name: &str, mode: u32, owner: u32| {
+        let d = base.0.join(name);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode)).unwrap();
+        chown(&d, owner);
+        d
+    };
+    // Pre-created writable for all (by nobody itself, say, or a careless script).
+    let open = mkdir("open", 0o777, NOBODY);
+    // A link to a directory of nobody's own: whoever controls the link controls the target.
+    let real = mkdir("real", 0o700, NOBODY);
+    let link = base.0.join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    chown(&link, NOBODY);
+    // Owned by another uid (readable by all).
+    let foreign = mkdir("foreign", 0o755, 4242);
+
+    let as_nobody = |role: &str, dir: &std::path::Path, shared: bool| {
+        let mut env = vec![("SHMLINK_DIR", dir.to_str().unwrap())];
+        if shared {
+            env.push((SHARED, "1"));
+        }
+        run_as_in(NOBODY, NOBODY, role, "shm:x", &env)
+    };
+    for (dir, reason) in [
+        (&open, "mode 0o777"),
+        (&link, "symbolic link"),
+        (&foreign, "belongs to uid 4242"),
+    ] {
+        for role in ["bind", "connect"] {
+            let got = as_nobody(role, dir, false);
+            assert!(
+                got.starts_with("PermissionDenied") && got.contains(reason),
+                "{role} in {}: {got}",
+                dir.display()
+            );
+        }
+    }
+    // Declared shared, the open directory serves; a link never does.
+    assert_eq!(as_nobody("bind", &open, true), "ok");
+    assert!(as_nobody("bind", &link, true).contains("symbolic link"));
+    // Nobody's own private directory is fine.
+    assert_eq!(as_nobody("bind", &real, false), "ok");
 }
