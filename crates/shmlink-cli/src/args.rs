@@ -122,6 +122,8 @@ pub struct PongArgs {
     pub json: bool,
     pub ring_size: Option<usize>,
     pub spin_us: Option<u64>,
+    /// `--shared-dir`: the rendezvous directory is shared on purpose.
+    pub shared_dir: bool,
     /// `tls:` PEM files: this end's certificate chain and key, the CA it trusts.
     pub cert: Option<String>,
     pub key: Option<String>,
@@ -143,7 +145,7 @@ impl PongArgs {
 
     /// The options both ends use for their connections.
     pub fn options(&self) -> shmlink::Options {
-        let mut opts = shmlink::Options::default();
+        let mut opts = shmlink::Options::default().shared_rendezvous_dir(self.shared_dir);
         if let Some(ring) = self.ring_size {
             opts = opts.ring_size(ring);
         }
@@ -280,6 +282,7 @@ pub fn parse_pong(argv: Vec<String>, cpus: &[usize]) -> Result<Command, UsageErr
     let mut latency = false;
     let mut json = false;
     let mut once = false;
+    let mut shared_dir = false;
     let mut size = None;
     let mut count = None;
     let mut window = None;
@@ -327,6 +330,7 @@ pub fn parse_pong(argv: Vec<String>, cpus: &[usize]) -> Result<Command, UsageErr
             "--latency" => latency = true,
             "--json" => json = true,
             "--once" => once = true,
+            "--shared-dir" => shared_dir = true,
             "-m" | "--size" => {
                 let v = value("SIZE")?;
                 let s = parse_size(&v).map_err(|e| UsageError(format!("{flag}: {e}")))?;
@@ -468,6 +472,7 @@ pub fn parse_pong(argv: Vec<String>, cpus: &[usize]) -> Result<Command, UsageErr
         json,
         ring_size,
         spin_us,
+        shared_dir,
         cert,
         key,
         ca,

@@ -21,7 +21,7 @@ Measure round-trip latency or streaming throughput between two processes.
 
 Usage: shmlink pong [--server | --client] [--latency] [-m SIZE] [-n COUNT] [-w WINDOW]
                     [--cpus A,B|none] [--ring-size SIZE] [--spin-us N] [--json]
-                    [--cert FILE --key FILE] [--ca FILE] [ADDR...]
+                    [--cert FILE --key FILE] [--ca FILE] [--shared-dir] [ADDR...]
 
 Roles:
   (neither)        run both ends: for each ADDR, start a server as a separate process
@@ -37,6 +37,13 @@ Addresses: shm:NAME, shm:/path.sock, shm:@name, ux:NAME, ux:/path, tcp:HOST:PORT
   when both ends share a kernel and the rendezvous directory; the transport column says
   which). Without ADDR both ends run on shm:pong-PID ux:pong-PID tcp:127.0.0.1:0 (port 0,
   also on tls: and auto:: the server picks a free port and tells the client).
+
+Rendezvous directory (shm:NAME: $SHMLINK_DIR, else $XDG_RUNTIME_DIR/shmlink, else
+  /tmp/shmlink-UID): refused when it is a symbolic link, belongs to another uid than
+  this one or root, or other users may write it, because they could replace its sockets.
+  --shared-dir     the directory is shared on purpose (a volume several containers or
+                   uids mount, e.g. a Kubernetes emptyDir, mode 0777): accept any owner
+                   and mode. The peer's uid is still checked on both sides
 
 TLS (tls: addresses; PEM files; when pong runs both ends, both use the same files):
   --cert FILE      this end's certificate chain; with --key. A server needs them; a

@@ -41,6 +41,9 @@ impl ServerProcess {
         if let Some(us) = args.spin_us {
             cmd.arg("--spin-us").arg(us.to_string());
         }
+        if args.shared_dir {
+            cmd.arg("--shared-dir");
+        }
         for (flag, file) in [
             ("--cert", &args.cert),
             ("--key", &args.key),

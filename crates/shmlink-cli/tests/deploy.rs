@@ -1534,11 +1534,16 @@ impl Drop for Server {
 }
 
 /// Runs the recipe's server and client command lines as written, with `$SHMLINK_DIR`
-/// pointing both at one fresh directory (the shared volume).
+/// pointing both at one fresh directory (the shared volume) with the mode the volume
+/// has in the recipe's runtime: a Kubernetes emptyDir is 0777 (setgid with fsGroup), a
+/// Docker named volume takes the image's 0700 directory.
 fn run_recipe(file: &str, server: &ShmlinkContainer, client: &ShmlinkContainer, name: &str) {
+    use std::os::unix::fs::PermissionsExt;
     let dir = std::env::temp_dir().join(format!("shmlink-deploy-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    let mode = if file == POD_SIDECAR { 0o2777 } else { 0o700 };
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
     let _server = Server(
         Command::new(SHMLINK)
             .args(&server.args)
