@@ -3,13 +3,14 @@
 
 mod common;
 
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
-use shmlink::testing::HostilePeer;
-use shmlink::{Connection, ErrorKind, Options};
+use shmlink::testing::{HostilePeer, HostileSubscriber};
+use shmlink::{Connection, ErrorKind, Options, Policy, PubSubOptions, Publisher, Subscriber};
 
 const RING: usize = 4096;
 
@@ -64,4 +65,111 @@ fn shm_close_lingers_for_a_peer_that_reads() {
         .recv_timeout(CLOSE_LINGER + Duration::from_secs(60))
         .expect("close() did not return");
     r.unwrap();
+}
+
+// --- pub/sub: the `Block` stall rule ---------------------------------------------------
+
+/// Publishes `n` messages in a thread, counting them in `published`; returns the
+/// publisher once done, or panics if that takes longer than `limit`.
+fn publish_all(
+    mut publisher: Publisher,
+    n: u64,
+    published: Arc<AtomicU64>,
+    limit: Duration,
+) -> (Publisher, Duration) {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let t = Instant::now();
+        for seq in 0..n {
+            publisher.publish(&seq.to_le_bytes()).unwrap();
+            published.store(seq + 1, Ordering::Release);
+        }
+        tx.send((publisher, t.elapsed())).unwrap();
+    });
+    rx.recv_timeout(limit)
+        .expect("the publisher did not finish: held up by a subscriber")
+}
+
+/// A subscriber that moves its cursor by one every 150 ms (just inside a 200 ms stall
+/// timeout), without reading or ringing, used to hold a `Block` publisher to one message
+/// per stall timeout forever. Now it must read what was published when the publisher
+/// began waiting within the timeout, so it is detached and the publisher goes on.
+#[test]
+fn block_detaches_a_subscriber_that_trickles_progress() {
+    let stall = Duration::from_millis(200);
+    let addr = fresh_addr("shm");
+    let opts = PubSubOptions::default()
+        .slots(4)
+        .max_msg_size(64)
+        .policy(Policy::Block)
+        .stall_timeout(stall);
+    let publisher = Publisher::bind(&addr, &opts).unwrap();
+    let hostile = HostileSubscriber::connect(&addr).unwrap();
+    publisher
+        .wait_for_subscribers(1, Duration::from_secs(10))
+        .unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let published = Arc::new(AtomicU64::new(0));
+    let trickler = {
+        let (stop, published) = (stop.clone(), published.clone());
+        thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                thread::sleep(Duration::from_millis(150));
+                let c = hostile.cursor();
+                // Never past what was published: that would be a protocol violation,
+                // detached for another reason.
+                if c < published.load(Ordering::Acquire) {
+                    hostile.store_cursor(c + 1);
+                }
+            }
+        })
+    };
+    let (publisher, took) = publish_all(publisher, 20, published, Duration::from_secs(60));
+    stop.store(true, Ordering::Relaxed);
+    trickler.join().unwrap();
+    let stats = publisher.stats();
+    eprintln!(
+        "20 messages past a trickling subscriber in {took:?} (stall timeout {stall:?}): {stats:?}"
+    );
+    assert!(
+        stats.detached >= 1,
+        "the trickling subscriber was never detached: {stats:?}"
+    );
+    assert_eq!(stats.subscribers, 0, "{stats:?}");
+    publisher.close().unwrap();
+}
+
+/// A slow subscriber that still keeps up with a ring per stall timeout (here 4 slots per
+/// second; it reads about 100 a second) is never detached: `Block` back-pressure stays.
+#[test]
+fn block_keeps_a_slow_subscriber_that_keeps_up() {
+    let addr = fresh_addr("shm");
+    let opts = PubSubOptions::default()
+        .slots(4)
+        .max_msg_size(64)
+        .policy(Policy::Block)
+        .stall_timeout(Duration::from_secs(1));
+    let publisher = Publisher::bind(&addr, &opts).unwrap();
+    let mut sub = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
+    publisher
+        .wait_for_subscribers(1, Duration::from_secs(10))
+        .unwrap();
+    const N: u64 = 50;
+    let reader = thread::spawn(move || {
+        for seq in 0..N {
+            let m = sub.recv_vec().unwrap();
+            assert_eq!(m, seq.to_le_bytes());
+            thread::sleep(Duration::from_millis(10)); // "work" per message
+        }
+        sub
+    });
+    let published = Arc::new(AtomicU64::new(0));
+    let (publisher, took) = publish_all(publisher, N, published, Duration::from_secs(60));
+    let stats = publisher.stats();
+    eprintln!("{N} messages to a slow subscriber in {took:?}: {stats:?}");
+    assert_eq!(stats.detached, 0, "{stats:?}");
+    let mut sub = reader.join().unwrap();
+    publisher.close().unwrap();
+    assert_eq!(sub.recv_vec().unwrap_err().kind(), ErrorKind::EndOfStream);
 }

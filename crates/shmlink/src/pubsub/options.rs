@@ -10,10 +10,11 @@ use crate::options::{Options, WaitPolicy, MAX_MSG_SIZE_LIMIT};
 /// has not been read by every subscriber yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Policy {
-    /// The publisher waits for the slowest live subscriber (lossless). A subscriber that
-    /// makes no progress for [`PubSubOptions::stall_timeout`] while the publisher waits
-    /// for it is detached: its next `recv` fails with
-    /// [`ErrorKind::Detached`](crate::ErrorKind::Detached), and it may subscribe again.
+    /// The publisher waits for the slowest live subscriber (lossless). A subscriber the
+    /// publisher waits for must read, within [`PubSubOptions::stall_timeout`], every
+    /// message that was published when the wait began; otherwise it is detached: its
+    /// next `recv` fails with [`ErrorKind::Detached`](crate::ErrorKind::Detached), and it
+    /// may subscribe again.
     Block,
     /// The publisher never waits: it overwrites the oldest message. A subscriber that
     /// fell behind gets [`ErrorKind::Lagged`](crate::ErrorKind::Lagged) once, with the
@@ -112,9 +113,16 @@ impl PubSubOptions {
         self
     }
 
-    /// Publisher, [`Policy::Block`]: how long a subscriber may hold the publisher up
-    /// without reading anything before it is detached (default 1 s). A subscriber that
-    /// dies is dropped at once, without waiting for this.
+    /// Publisher, [`Policy::Block`]: how long a subscriber that holds the publisher up
+    /// has to catch up (default 1 s). When the publisher finds the ring full because of
+    /// a subscriber, that subscriber must read, within this time, every message that was
+    /// published at that moment (at most `slots`) — moving its cursor a little does not
+    /// restart the clock — or it is detached the next time it holds the publisher up. So
+    /// a subscriber the publisher waits for must sustain `slots` messages per
+    /// `stall_timeout` (a remote one: its network too), and no subscriber, hostile or
+    /// slow, holds the publisher below that rate; raise it for slow consumers. A window
+    /// whose subscriber got out of the way and held nobody up for a whole timeout is
+    /// forgotten. A subscriber that dies is dropped at once, without waiting for this.
     pub fn stall_timeout(mut self, t: Duration) -> Self {
         self.stall_timeout = t;
         self
