@@ -173,3 +173,89 @@ fn block_keeps_a_slow_subscriber_that_keeps_up() {
     publisher.close().unwrap();
     assert_eq!(sub.recv_vec().unwrap_err().kind(), ErrorKind::EndOfStream);
 }
+
+// --- pub/sub: network subscribers and the topic's slots --------------------------------
+
+/// Remote (network) subscribers are bounded by `max_remote_subscribers`, so a flood of
+/// TCP subscriptions leaves the other slots to local subscribers. An `auto:` topic serves
+/// both: `tcp:` subscribers to its port stay remote, `auto:` ones on this kernel attach
+/// over shared memory and count as local.
+#[test]
+fn remote_subscriber_flood_leaves_the_local_slots() {
+    let opts = PubSubOptions::default()
+        .slots(16)
+        .max_msg_size(64)
+        .max_subscribers(4)
+        .max_remote_subscribers(2);
+    let mut publisher = Publisher::bind("auto:127.0.0.1:0", &opts).unwrap();
+    let addr = publisher.local_addr();
+    let tcp = addr.replacen("auto:", "tcp:", 1);
+
+    let mut subs = Vec::new();
+    let mut refused = 0;
+    for _ in 0..8 {
+        match Subscriber::connect(&tcp, &PubSubOptions::default()) {
+            Ok(s) => {
+                assert_eq!(s.transport(), "tcp");
+                subs.push(s);
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+                assert!(e.to_string().contains("max_remote_subscribers"), "{e}");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!(
+        (subs.len(), refused),
+        (2, 6),
+        "remote subscribers admitted, refused"
+    );
+
+    // The local slots are still there.
+    for _ in 0..2 {
+        let s = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
+        assert_eq!(s.transport(), "shm");
+        subs.push(s);
+    }
+    publisher
+        .wait_for_subscribers(4, Duration::from_secs(10))
+        .unwrap();
+    // Now the topic is full, for anyone.
+    let e = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+
+    // Every admitted subscriber is served.
+    publisher.publish(b"to all four").unwrap();
+    publisher.close().unwrap();
+    for s in &mut subs {
+        assert_eq!(s.recv_vec().unwrap(), b"to all four");
+        assert_eq!(s.recv_vec().unwrap_err().kind(), ErrorKind::EndOfStream);
+    }
+}
+
+/// The same bound on a `tcp:` topic: the remotes beyond it are refused, with the reason.
+#[test]
+fn tcp_topic_refuses_remotes_beyond_the_bound() {
+    let opts = PubSubOptions::default()
+        .slots(16)
+        .max_msg_size(64)
+        .max_subscribers(4);
+    let publisher = Publisher::bind("tcp:127.0.0.1:0", &opts).unwrap();
+    let addr = publisher.local_addr();
+    // Default bound: half of max_subscribers.
+    let admitted: Vec<_> = (0..2)
+        .map(|_| Subscriber::connect(&addr, &PubSubOptions::default()).unwrap())
+        .collect();
+    for _ in 0..4 {
+        let e = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+        assert!(
+            e.to_string().contains("maximum of 2 remote subscribers"),
+            "{e}"
+        );
+    }
+    assert_eq!(publisher.subscriber_count(), 2);
+    drop(admitted);
+    publisher.close().unwrap();
+}

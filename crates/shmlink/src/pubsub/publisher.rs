@@ -86,6 +86,9 @@ pub(crate) struct Sub {
     /// The control socket: doorbells both ways, EOF when either side goes.
     pub sock: OwnedFd,
     pub cred: PeerCred,
+    /// A ring reader of the fan-out thread, serving a subscriber over the network (it
+    /// counts against `max_remote_subscribers`).
+    pub remote: bool,
     /// Its cursor as last read and validated (cursors only move forward).
     pub known: u64,
     /// Its stall window, while it owes the publisher progress (`block` policy; see the
@@ -273,7 +276,11 @@ pub struct SubscriberInfo {
 ///   fails it stays on the network ([`Subscriber::transport`](crate::Subscriber::transport) tells which).
 ///
 /// Limits: one thread serves every remote (one batch per remote per turn);
-/// remote subscribers count against the 128 subscribers of the topic; a remote receives
+/// remote subscribers count against the topic's
+/// [`max_subscribers`](crate::PubSubOptions::max_subscribers), and at most
+/// [`max_remote_subscribers`](crate::PubSubOptions::max_remote_subscribers) of them
+/// (default half) may be remote, so that network clients cannot take the slots of local
+/// subscribers (one beyond the bound is refused with a reason); a remote receives
 /// copies (`recv_ref` lends from a buffer of the subscriber's); its
 /// [`SubscriberStats::lag`](crate::SubscriberStats::lag) is 0 (not known on its side), and [`SubscriberInfo`] shows it
 /// with the publisher's own pid and uid and its network address; its `lag` there counts
