@@ -329,7 +329,11 @@ impl Connection {
     /// Closes gracefully: the peer receives every message sent before, then
     /// [`ErrorKind::EndOfStream`]. Messages that a non-blocking `send` accepted but could
     /// not yet hand to the transport are delivered first, waiting for the peer as long as
-    /// it makes progress ([`ErrorKind::TimedOut`] if it takes nothing for a while).
+    /// it makes progress: on every transport `close` fails with [`ErrorKind::TimedOut`]
+    /// once the peer has taken nothing of them for 30 seconds (the close linger; the clock
+    /// restarts whenever the peer takes some), and the peer then sees
+    /// [`ErrorKind::ConnectionReset`] instead of the end of stream. A peer that stays
+    /// connected but never reads cannot hold `close` longer than that.
     ///
     /// Dropping a connection closes it too, but never blocks: such queued messages are
     /// then delivered in the background on `ux:`/`tcp:`/`tls:` (until the process exits)

@@ -552,6 +552,29 @@ impl HostileSubscriber {
     pub fn send(&self, bytes: &[u8]) -> io::Result<usize> {
         socket::send(self.sock.as_fd(), bytes)
     }
+
+    /// The cursor word of our cursor page (offset 0), shared with the publisher.
+    fn cursor_word(&self) -> &std::sync::atomic::AtomicU64 {
+        // SAFETY: offset 0 of the page-aligned, writable one-page mapping `page`, which
+        // lives as long as `self`, is the 8-byte cursor; other processes touch it only
+        // through atomic operations.
+        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.page.base().as_ptr().cast()) }
+    }
+
+    /// Our cursor as it stands in the cursor page.
+    pub fn cursor(&self) -> u64 {
+        self.cursor_word()
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Moves our cursor to `cursor` without reading anything and without ringing the
+    /// publisher (a subscriber that trickles progress).
+    pub fn store_cursor(&self, cursor: u64) {
+        // SYNC POINT (reuse): Release like `CursorPage::advance`, paired with the
+        // publisher's Acquire in `load_cursor` (we read no slot, so nothing to order).
+        self.cursor_word()
+            .store(cursor, std::sync::atomic::Ordering::Release)
+    }
 }
 
 /// Fuzz entry point: a subscriber given a topic by a hostile or broken publisher — an

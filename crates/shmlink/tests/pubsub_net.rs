@@ -148,6 +148,7 @@ fn killed_remote_subscriber_frees_the_publisher_and_its_slot() {
             .slots(16)
             .max_msg_size(64)
             .max_subscribers(2)
+            .max_remote_subscribers(2) // both are remote here
             .stall_timeout(stall);
         let mut publisher = Publisher::bind(TCP, &opts).unwrap();
         let addr = publisher.local_addr();
@@ -539,7 +540,8 @@ fn remote_history_and_refusals() {
             .slots(64)
             .max_msg_size(64)
             .history(10)
-            .max_subscribers(2);
+            .max_subscribers(2)
+            .max_remote_subscribers(2); // both are remote here
         let mut publisher = Publisher::bind(TCP, &opts).unwrap();
         let addr = publisher.local_addr();
         for seq in 0..20 {

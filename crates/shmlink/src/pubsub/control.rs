@@ -45,6 +45,8 @@ const MAX_PENDING: usize = 128;
 struct Pending {
     sock: OwnedFd,
     deadline: Instant,
+    /// Injected by the fan-out thread: a ring reader for a network subscriber.
+    remote: bool,
 }
 
 struct Control {
@@ -181,7 +183,7 @@ impl Control {
 
     fn accept_backlog(&mut self) {
         while let Ok(Some(sock)) = socket::accept(self.listen.as_fd()) {
-            self.add_pending(sock);
+            self.add_pending(sock, false);
         }
     }
 
@@ -193,14 +195,14 @@ impl Control {
             let mut buf = [0u8; 8];
             let mut fds = Vec::new();
             match socket::recv_with_fds(self.topic.inject.1.as_fd(), &mut buf, &mut fds) {
-                Ok(n) if n > 0 => fds.into_iter().for_each(|fd| self.add_pending(fd)),
+                Ok(n) if n > 0 => fds.into_iter().for_each(|fd| self.add_pending(fd, true)),
                 _ => return,
             }
         }
     }
 
-    /// A client between connect and its request.
-    fn add_pending(&mut self, sock: OwnedFd) {
+    /// A client between connect and its request; `remote` if the fan-out thread passed it.
+    fn add_pending(&mut self, sock: OwnedFd, remote: bool) {
         if self.pending.len() >= MAX_PENDING {
             let old = self.pending.remove(0);
             let _ = self.topic.ctl_epoll.delete(old.sock.as_raw_fd());
@@ -215,6 +217,7 @@ impl Control {
             self.pending.push(Pending {
                 sock,
                 deadline: Instant::now() + self.topic.opts.base.handshake_timeout,
+                remote,
             });
         }
     }
@@ -232,7 +235,7 @@ impl Control {
         }
         let p = self.pending.swap_remove(i);
         let _ = self.topic.ctl_epoll.delete(p.sock.as_raw_fd());
-        let sock = p.sock;
+        let (sock, remote) = (p.sock, p.remote);
         let refuse = |sock: &OwnedFd, code, reason: String| {
             let _ = socket::send(sock.as_fd(), &Packet::Refuse(code, reason).encode());
         };
@@ -255,7 +258,7 @@ impl Control {
         }
         match Packet::decode(&buf[..n]) {
             Ok(Packet::Subscribe(req)) => {
-                if let Err((sock, code, why)) = self.join(sock, req) {
+                if let Err((sock, code, why)) = self.join(sock, req, remote) {
                     refuse(&sock, code, why);
                 }
             }
@@ -278,10 +281,12 @@ impl Control {
     }
 
     /// Admits a subscriber: checks it, gives it a slot, a cursor page and its start.
+    /// `remote`: a ring reader of the fan-out thread, bounded by `max_remote_subscribers`.
     fn join(
         &mut self,
         sock: OwnedFd,
         req: Subscribe,
+        remote: bool,
     ) -> std::result::Result<(), (OwnedFd, RefuseCode, String)> {
         let topic = &*self.topic;
         let geom = topic.geom;
@@ -333,6 +338,20 @@ impl Control {
                 format!("{} already has its maximum of {n} subscribers", topic.addr),
             );
         };
+        // Network clients must not take every slot: the rest stays for local subscribers.
+        let max_remote = topic.opts.get_max_remote_subscribers();
+        if remote && table.subs.iter().flatten().filter(|s| s.remote).count() >= max_remote {
+            return refuse(
+                sock,
+                RefuseCode::Resources,
+                format!(
+                    "the topic already serves its maximum of {max_remote} remote subscribers \
+                     (option max_remote_subscribers; its other {} slots are kept for local \
+                     subscribers)",
+                    slots.saturating_sub(max_remote)
+                ),
+            );
+        }
         let ring = topic.ring();
         let n = geom.slots;
         let history = req.history.min(topic.opts.publisher_history());
@@ -393,6 +412,7 @@ impl Control {
             page,
             sock,
             cred,
+            remote,
             known: start,
             stall: None,
         });

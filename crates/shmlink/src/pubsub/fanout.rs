@@ -28,7 +28,8 @@
 //!   connection's FIN; [`Publisher::close`](crate::Publisher::close) waits for that,
 //!   aborting a remote that takes nothing for the stall timeout.
 //! - **Limits**: one copy from the ring into the batch; at most [`MAX_HANDSHAKES`] clients
-//!   between connect and request; the thread wakes every [`TICK`] while it serves
+//!   between connect and request; at most `max_remote_subscribers` ring readers (the
+//!   control thread refuses more, so the other slots stay for local subscribers); the thread wakes every [`TICK`] while it serves
 //!   anyone, to look at readers parked on a doorbell and at remotes whose socket is full.
 //! - **`auto:`**: a subscriber on this kernel is told where the rendezvous socket is
 //!   (`Local`) and attaches over shared memory instead, or asks again to stay here.

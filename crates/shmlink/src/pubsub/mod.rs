@@ -21,7 +21,8 @@
 //!   subscribers. It reads subscribers' cursors only when the ring looks full (the
 //!   cached minimum says so) and wakes only subscribers that announced sleep.
 //! - **Policies** ([`Policy`]): `Block` is lossless and waits for the slowest
-//!   subscriber, detaching one that stalls for the stall timeout; `Overwrite` never
+//!   subscriber, detaching one that does not catch up within the stall timeout (see
+//!   [`PubSubOptions::stall_timeout`]); `Overwrite` never
 //!   waits and tells a lagging subscriber exactly how many messages it lost
 //!   ([`ErrorKind::Lagged`](crate::ErrorKind::Lagged), [`Error::missed`](crate::Error::missed)).
 //! - **Late joiners** start with the next message, or replay up to

@@ -11,10 +11,11 @@ use crate::options::{Options, WaitPolicy, MAX_MSG_SIZE_LIMIT};
 /// has not been read by every subscriber yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Policy {
-    /// The publisher waits for the slowest live subscriber (lossless). A subscriber that
-    /// makes no progress for [`PubSubOptions::stall_timeout`] while the publisher waits
-    /// for it is detached: its next `recv` fails with
-    /// [`ErrorKind::Detached`](crate::ErrorKind::Detached), and it may subscribe again.
+    /// The publisher waits for the slowest live subscriber (lossless). A subscriber the
+    /// publisher waits for must read, within [`PubSubOptions::stall_timeout`], every
+    /// message that was published when the wait began; otherwise it is detached: its
+    /// next `recv` fails with [`ErrorKind::Detached`](crate::ErrorKind::Detached), and it
+    /// may subscribe again.
     Block,
     /// The publisher never waits: it overwrites the oldest message. A subscriber that
     /// fell behind gets [`ErrorKind::Lagged`](crate::ErrorKind::Lagged) once, with the
@@ -62,6 +63,7 @@ pub struct PubSubOptions {
     pub(crate) stall_timeout: Duration,
     pub(crate) history: Option<u64>,
     pub(crate) max_subscribers: usize,
+    pub(crate) max_remote_subscribers: Option<usize>,
 }
 
 impl Default for PubSubOptions {
@@ -75,6 +77,7 @@ impl Default for PubSubOptions {
             stall_timeout: Duration::from_secs(1),
             history: None,
             max_subscribers: MAX_SUBSCRIBERS,
+            max_remote_subscribers: None,
         }
     }
 }
@@ -109,9 +112,16 @@ impl PubSubOptions {
         self
     }
 
-    /// Publisher, [`Policy::Block`]: how long a subscriber may hold the publisher up
-    /// without reading anything before it is detached (default 1 s). A subscriber that
-    /// dies is dropped at once, without waiting for this.
+    /// Publisher, [`Policy::Block`]: how long a subscriber that holds the publisher up
+    /// has to catch up (default 1 s). When the publisher finds the ring full because of
+    /// a subscriber, that subscriber must read, within this time, every message that was
+    /// published at that moment (at most `slots`) — moving its cursor a little does not
+    /// restart the clock — or it is detached the next time it holds the publisher up. So
+    /// a subscriber the publisher waits for must sustain `slots` messages per
+    /// `stall_timeout` (a remote one: its network too), and no subscriber, hostile or
+    /// slow, holds the publisher below that rate; raise it for slow consumers. A window
+    /// whose subscriber got out of the way and held nobody up for a whole timeout is
+    /// forgotten. A subscriber that dies is dropped at once, without waiting for this.
     pub fn stall_timeout(mut self, t: Duration) -> Self {
         self.stall_timeout = t;
         self
@@ -131,6 +141,28 @@ impl PubSubOptions {
     pub fn max_subscribers(mut self, n: usize) -> Self {
         self.max_subscribers = n;
         self
+    }
+
+    /// Publisher of a topic bound at `tcp:`, `tls:` or `auto:`: most subscribers at once
+    /// that are served over the network (`0..=max_subscribers`; default half of
+    /// [`max_subscribers`](Self::max_subscribers), rounded down: 64 of 128). Each remote
+    /// subscriber takes one of the topic's slots, and any host that reaches the port can
+    /// subscribe unless TLS client certificates are required; the bound keeps the other
+    /// slots for local subscribers, so a flood of network subscriptions cannot lock them
+    /// out. A remote beyond it is refused with
+    /// [`ErrorKind::ConnectionRefused`] and a reason naming this option, until one leaves.
+    /// `auto:` subscribers on the publisher's kernel attach over shared memory and count
+    /// as local. Setting it to `max_subscribers` lets remotes take every slot.
+    pub fn max_remote_subscribers(mut self, n: usize) -> Self {
+        self.max_remote_subscribers = Some(n);
+        self
+    }
+
+    /// The most remote subscribers these options allow (see
+    /// [`max_remote_subscribers`](Self::max_remote_subscribers)).
+    pub fn get_max_remote_subscribers(&self) -> usize {
+        self.max_remote_subscribers
+            .unwrap_or(self.max_subscribers / 2)
     }
 
     /// The transport options: access control (`allow_uids`, `allow_gids`, the
@@ -214,6 +246,14 @@ impl PubSubOptions {
                 self.max_subscribers
             ));
         }
+        if let Some(n) = self.max_remote_subscribers {
+            if n > self.max_subscribers {
+                return bad(format!(
+                    "option max_remote_subscribers = {n}: must be at most max_subscribers = {}",
+                    self.max_subscribers
+                ));
+            }
+        }
         if self.stall_timeout.is_zero() {
             return bad("option stall_timeout must be non-zero".into());
         }
@@ -265,6 +305,12 @@ mod tests {
                 "max_subscribers",
             ),
             (
+                PubSubOptions::default()
+                    .max_subscribers(4)
+                    .max_remote_subscribers(5),
+                "max_remote_subscribers",
+            ),
+            (
                 PubSubOptions::default().stall_timeout(Duration::ZERO),
                 "stall_timeout",
             ),
@@ -290,6 +336,15 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("history"), "{e}");
         PubSubOptions::default().validate_publisher().unwrap();
+    }
+
+    #[test]
+    fn remote_subscribers_leave_local_slots_by_default() {
+        let o = PubSubOptions::default();
+        assert_eq!(o.get_max_remote_subscribers(), MAX_SUBSCRIBERS / 2);
+        let o = o.max_subscribers(4);
+        assert_eq!(o.get_max_remote_subscribers(), 2);
+        assert_eq!(o.max_remote_subscribers(4).get_max_remote_subscribers(), 4);
     }
 
     #[test]

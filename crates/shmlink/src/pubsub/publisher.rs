@@ -19,6 +19,19 @@
 //! first: either the control thread sees the newer `written` and moves the start past
 //! what the publisher may overwrite, or the publisher sees the lowered minimum and
 //! rescans before overwriting (Dekker's pattern; see [`super::control`]).
+//!
+//! # The stall rule (`block` policy)
+//!
+//! When a rescan finds a subscriber holding the slot the publisher needs, the publisher
+//! opens a *stall window* for it: from then on the subscriber has `stall_timeout` to read
+//! every message that was published when the window opened (at most a ring's worth), or
+//! it is detached the next time it is found holding the publisher up. Moving its cursor
+//! does not restart the clock — reaching the window's target does. A subscriber that
+//! advanced by one just before each timeout used to hold the publisher to one message
+//! per `stall_timeout` forever; now any subscriber the publisher waits on must sustain
+//! `slots` messages per `stall_timeout`, which is also the least a hostile subscriber can
+//! hold the publisher to. A window whose subscriber got out of the way and then held
+//! nobody up for `stall_timeout` (the publisher was idle or kept ahead) is forgotten.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -73,10 +86,25 @@ pub(crate) struct Sub {
     /// The control socket: doorbells both ways, EOF when either side goes.
     pub sock: OwnedFd,
     pub cred: PeerCred,
+    /// A ring reader of the fan-out thread, serving a subscriber over the network (it
+    /// counts against `max_remote_subscribers`).
+    pub remote: bool,
     /// Its cursor as last read and validated (cursors only move forward).
     pub known: u64,
-    /// Since when it has held the publisher up at `known` (`block` policy).
-    pub stall: Option<Instant>,
+    /// Its stall window, while it owes the publisher progress (`block` policy; see the
+    /// stall rule in the module docs).
+    pub stall: Option<StallWindow>,
+}
+
+/// A subscriber that held the publisher up at `since` must reach `target` (the
+/// publisher's position then) within the stall timeout.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StallWindow {
+    since: Instant,
+    target: u64,
+    /// When a rescan last found it out of the way, if it has not held the publisher up
+    /// again since.
+    freed: Option<Instant>,
 }
 
 /// The subscribers, under the topic's lock.
@@ -248,7 +276,11 @@ pub struct SubscriberInfo {
 ///   fails it stays on the network ([`Subscriber::transport`](crate::Subscriber::transport) tells which).
 ///
 /// Limits: one thread serves every remote (one batch per remote per turn);
-/// remote subscribers count against the 128 subscribers of the topic; a remote receives
+/// remote subscribers count against the topic's
+/// [`max_subscribers`](crate::PubSubOptions::max_subscribers), and at most
+/// [`max_remote_subscribers`](crate::PubSubOptions::max_remote_subscribers) of them
+/// (default half) may be remote, so that network clients cannot take the slots of local
+/// subscribers (one beyond the bound is refused with a reason); a remote receives
 /// copies (`recv_ref` lends from a buffer of the subscriber's); its
 /// [`SubscriberStats::lag`](crate::SubscriberStats::lag) is 0 (not known on its side), and [`SubscriberInfo`] shows it
 /// with the publisher's own pid and uid and its network address; its `lag` there counts
@@ -371,8 +403,9 @@ impl Publisher {
     }
 
     /// Publishes one message to every subscriber. Under [`Policy::Block`] waits while the
-    /// slowest subscriber holds the oldest slot (at most the stall timeout per
-    /// subscriber that makes no progress).
+    /// slowest subscriber holds the oldest slot; a subscriber it waits for that does not
+    /// read, within the stall timeout, everything published when the wait began is
+    /// detached (see [`PubSubOptions::stall_timeout`]).
     #[inline]
     pub fn publish(&mut self, msg: &[u8]) -> Result<()> {
         self.check(msg.len())?;
@@ -469,12 +502,18 @@ impl Publisher {
                     return Ok(());
                 }
             }
-            // Announce to every subscriber we wait for, then look again.
+            // Announce to every subscriber we wait for, then look again. One that sleeps
+            // is woken too: another (hostile) subscriber can clear its bell bit, and its
+            // stall window must measure its reading, not a missed wake-up. (The same
+            // flag protocol as `wake`, after the fence that followed our last commit.)
             {
                 let table = self.topic.lock();
                 for sub in table.subs.iter().flatten() {
                     if sub.known < need {
                         sub.page.get().arm_publisher();
+                        if self.ring.take_sleeper(sub.page.get()) {
+                            doorbell(sub.sock.as_fd());
+                        }
                     }
                 }
             }
@@ -517,21 +556,36 @@ impl Publisher {
                 topic.remove(&mut table, slot, Leave::Violation);
                 continue;
             }
-            if c != sub.known {
-                sub.known = c;
+            sub.known = c;
+            // The stall rule (module docs): moving does not restart the clock; reading
+            // everything published when the window opened closes the window.
+            if sub.stall.is_some_and(|w| c >= w.target) {
                 sub.stall = None;
             }
             if c < need {
-                let since = *sub.stall.get_or_insert(now);
-                if now.duration_since(since) >= stall_timeout {
+                // Out of the way, and holding nobody up for a whole timeout since: this is
+                // a new wait, not the old one going on.
+                if sub.stall.is_some_and(|w| {
+                    w.freed
+                        .is_some_and(|f| now.duration_since(f) >= stall_timeout)
+                }) {
+                    sub.stall = None;
+                }
+                let w = sub.stall.get_or_insert(StallWindow {
+                    since: now,
+                    target: self.next,
+                    freed: None,
+                });
+                w.freed = None;
+                if now.duration_since(w.since) >= stall_timeout {
                     topic.remove(&mut table, slot, Leave::Stalled);
                     continue;
                 }
                 blocked = true;
-                let d = since + stall_timeout;
+                let d = w.since + stall_timeout;
                 deadline = Some(deadline.map_or(d, |x| x.min(d)));
-            } else {
-                sub.stall = None;
+            } else if let Some(w) = sub.stall.as_mut() {
+                w.freed.get_or_insert(now);
             }
             min = min.min(c);
         }

@@ -435,7 +435,7 @@ impl ShmSubscriber {
         Error::new(
             ErrorKind::Detached,
             format!(
-                "{}: the publisher detached this subscriber (it made no progress for the stall timeout while the publisher waited for it); subscribe again to resume",
+                "{}: the publisher detached this subscriber (the publisher waited for it, and within the stall timeout it did not read what was published when the wait began); subscribe again to resume",
                 self.addr
             ),
         )

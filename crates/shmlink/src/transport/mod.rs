@@ -10,6 +10,7 @@
 
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::addr::Address;
 use crate::conn::SharedCounters;
@@ -22,6 +23,12 @@ pub(crate) mod shm;
 pub(crate) mod tcp;
 pub(crate) mod tls;
 pub(crate) mod ux;
+
+/// How long a closing connection's remaining bytes wait for the peer to take some before
+/// they are given up: a blocking `close` then fails with [`ErrorKind::TimedOut`] (and the
+/// peer sees a reset instead of the end of stream). The clock restarts whenever the peer
+/// takes something, on every transport.
+pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(30);
 
 /// One connection's transport-specific half.
 ///

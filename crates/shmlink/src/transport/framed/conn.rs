@@ -4,18 +4,14 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{recycle, Frame, Incoming, Link, Wire};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::stream::{self, EventFlag, Ready};
 use crate::sys::Epoll;
 use crate::transport::shm::ShmConn;
-use crate::transport::ConnOps;
-
-/// How long a closed connection's remaining bytes wait for the peer to take some before
-/// they are given up (the peer then sees a reset instead of the FIN).
-pub(super) const CLOSE_LINGER: Duration = Duration::from_secs(30);
+use crate::transport::{ConnOps, CLOSE_LINGER};
 
 /// Epoll tokens of a connection's set.
 const TOKEN_SOCKET: u64 = 0;

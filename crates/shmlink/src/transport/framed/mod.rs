@@ -35,7 +35,7 @@
 //! Closing never blocks. It writes what the socket takes at once; when the peer's full
 //! buffers leave part of a queued message or the FIN (or, on `tls:`, encrypted records)
 //! unwritten, a short-lived thread writes the rest (as the kernel does for a closed TCP
-//! socket) and gives up after [`CLOSE_LINGER`](conn::CLOSE_LINGER) without progress. A
+//! socket) and gives up after [`CLOSE_LINGER`](crate::transport::CLOSE_LINGER) without progress. A
 //! process that exits right after closing can lose that rest, and its peer then sees a
 //! reset.
 //!

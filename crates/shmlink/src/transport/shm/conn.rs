@@ -5,7 +5,7 @@ use std::io;
 use std::mem;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::segment::Segment;
 use crate::error::{Error, ErrorKind, Result};
@@ -15,7 +15,7 @@ use crate::ring::{
     record_size, Consumer, FenceMode, Producer, Record, FLAG_FIRST, FLAG_MORE, HEADER,
 };
 use crate::sys::{self, poll_fd, socket};
-use crate::transport::ConnOps;
+use crate::transport::{ConnOps, CLOSE_LINGER};
 
 /// Length of the total-size prefix in the first fragment of a split message.
 const TOTAL_LEN: usize = 8;
@@ -394,6 +394,41 @@ impl ShmConn {
         Ok(())
     }
 
+    /// A blocking close's delivery of the rest of a split message accepted in non-blocking
+    /// mode: waits for the peer as long as it takes some of it, and fails with
+    /// [`ErrorKind::TimedOut`] once it has taken nothing for [`CLOSE_LINGER`]. A peer that
+    /// stays connected but never reads must not hold `close` forever.
+    #[cold]
+    fn linger(&mut self) -> Result<()> {
+        let mut deadline = Instant::now() + CLOSE_LINGER;
+        loop {
+            let before = self.pending_pos;
+            match self.flush_pending(false) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                done => return done,
+            }
+            let now = Instant::now();
+            if self.pending_pos != before {
+                deadline = now + CLOSE_LINGER;
+            } else if now >= deadline {
+                return Err(Error::new(
+                    ErrorKind::TimedOut,
+                    format!(
+                        "{}: close: the peer took nothing for {CLOSE_LINGER:?}; {} bytes of a \
+                         split message were not delivered",
+                        self.peer,
+                        self.pending.len().saturating_sub(self.pending_pos)
+                    ),
+                ));
+            }
+            // The failed reservation armed the peer's doorbell for the room we need: sleep
+            // until it rings, the peer goes away (EOF), or the deadline. The next
+            // `flush_pending` drains what woke us.
+            poll_fd(self.sock.as_fd(), libc::POLLIN, Some(deadline))
+                .map_err(|e| Error::io(format!("{}: close: poll", self.peer), e))?;
+        }
+    }
+
     /// Takes one fragment of a split message; returns the message length once complete.
     fn take_fragment(&mut self, rec: Record) -> Result<Option<usize>> {
         // SAFETY: `peek` validated that the record's payload lies in the mapping.
@@ -693,11 +728,14 @@ impl ConnOps for ShmConn {
         }
         self.closed = true;
         // Only the rest of a split message accepted in non-blocking mode can be pending;
-        // everything else already sits in the ring, which outlives this process.
+        // everything else already sits in the ring, which outlives this process. Dropping
+        // (`!wait`) writes what fits now and never blocks; `close` lingers, bounded.
         let flushed = if self.broken.is_some() || self.peer_eof {
             Ok(())
+        } else if wait {
+            self.linger()
         } else {
-            self.flush_pending(wait)
+            self.flush_pending(false)
         };
         if self.tx.close() {
             self.doorbell();
