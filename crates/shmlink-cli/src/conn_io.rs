@@ -1,8 +1,12 @@
 //! Sending and receiving pong messages on a [`Connection`]: data messages are written in
-//! place (`reserve`) and verified in place (`recv_ref`), so no copy is added to what the
-//! transport does.
+//! place (`reserve`) and received in place (`recv_ref`). A message in the peer's shared
+//! ring is copied once into a scratch buffer before it is verified — pong does not trust
+//! the process it measures with a reference into that process's memory (see
+//! `shmlink::SharedBytes`); elsewhere it is verified where it lies.
 
-use shmlink::Connection;
+use std::cell::RefCell;
+
+use shmlink::{Connection, RecvBuf};
 
 use crate::error::{Context, Result, RunError};
 use crate::wire::Control;
@@ -17,19 +21,36 @@ pub fn send_data(conn: &mut Connection, seq: u64, size: usize) -> Result<()> {
     buf.commit().context(|| format!("send message #{seq}"))
 }
 
+/// Runs `f` over the bytes of `msg`: in place when they are in this process's memory,
+/// else over a copy in a scratch buffer kept between calls.
+fn with_bytes<R>(msg: &RecvBuf<'_>, f: impl FnOnce(&[u8]) -> R) -> R {
+    thread_local!(static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) });
+    let bytes = msg.bytes();
+    if let Some(local) = bytes.as_local() {
+        return f(local);
+    }
+    SCRATCH.with_borrow_mut(|scratch| {
+        scratch.resize(bytes.len(), 0);
+        bytes.copy_to(scratch);
+        f(scratch)
+    })
+}
+
 /// Receives data message `seq` of `size` bytes and verifies every byte of it. A peer
 /// that failed sends `Failed` in its place; its reason becomes the error.
 pub fn recv_data(conn: &mut Connection, seq: u64, size: usize) -> Result<()> {
     let msg = conn
         .recv_ref()
         .context(|| format!("receive message #{seq}"))?;
-    if let Err(e) = payload::verify(&msg, seq, size) {
-        if let Ok(Control::Failed(reason)) = Control::decode(&msg) {
-            return Err(RunError::new(format!("peer failed: {reason}")));
+    with_bytes(&msg, |msg| {
+        if let Err(e) = payload::verify(msg, seq, size) {
+            if let Ok(Control::Failed(reason)) = Control::decode(msg) {
+                return Err(RunError::new(format!("peer failed: {reason}")));
+            }
+            return Err(e.into());
         }
-        return Err(e.into());
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Sends a control message.
@@ -40,7 +61,7 @@ pub fn send_control(conn: &mut Connection, c: &Control) -> Result<()> {
 
 /// Receives a control message; a peer's `Failed` becomes the error.
 pub fn recv_control(conn: &mut Connection, expected: &str) -> Result<Control> {
-    let msg = conn.recv_ref().context(|| format!("receive {expected}"))?;
+    let msg = conn.recv_vec().context(|| format!("receive {expected}"))?;
     match Control::decode(&msg).context(|| format!("receive {expected}"))? {
         Control::Failed(reason) => Err(RunError::new(format!("peer failed: {reason}"))),
         c => Ok(c),
@@ -56,7 +77,7 @@ const PEEK_LIMIT: usize = 4096;
 pub fn peer_reason(conn: &mut Connection, err: RunError) -> RunError {
     conn.set_nonblocking(true);
     for _ in 0..PEEK_LIMIT {
-        let Ok(msg) = conn.recv_ref() else {
+        let Ok(msg) = conn.recv_vec() else {
             break;
         };
         if let Ok(Control::Failed(reason)) = Control::decode(&msg) {

@@ -10,6 +10,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::sync::{AtomicU64, Ordering};
 use crate::transport::{self, with_conn, Accepted, Conn, ConnOps, ListenerOps};
+use crate::view::SharedBytes;
 
 /// Per-connection message and byte counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -286,7 +287,7 @@ impl Connection {
                 ),
             ));
         }
-        buf[..n].copy_from_slice(with_conn!(&self.ops, |c| c.current()));
+        with_conn!(&self.ops, |c| c.current().copy_to(&mut buf[..n]));
         with_conn!(&mut self.ops, |c| c.release());
         self.count_in(n);
         Ok(n)
@@ -300,12 +301,15 @@ impl Connection {
     }
 
     /// Receives one message and lends it in place (in the shared-memory ring on `shm:`);
-    /// it is consumed when the guard drops.
+    /// it is consumed when the guard drops. The peer's process can write that memory, so
+    /// the guard lends no `&[u8]` there: copy what you need out of
+    /// [`RecvBuf::bytes`] (each byte read once), or borrow it with the `unsafe`
+    /// [`SharedBytes::as_slice`](crate::SharedBytes::as_slice) if you trust the peer.
     ///
     /// ```
     /// # fn demo(conn: &mut shmlink::Connection) -> shmlink::Result<()> {
     /// let msg = conn.recv_ref()?;
-    /// println!("{} bytes, first {:?}", msg.len(), msg.first());
+    /// println!("{} bytes, first {:?}", msg.len(), msg.bytes().get(0));
     /// drop(msg); // frees the ring space
     /// # Ok(()) }
     /// ```
@@ -454,11 +458,23 @@ pub struct RecvBuf<'a> {
     conn: &'a mut Connection,
 }
 
-impl Deref for RecvBuf<'_> {
-    type Target = [u8];
+impl RecvBuf<'_> {
+    /// The message's bytes, to copy out (see [`SharedBytes`]).
     #[inline]
-    fn deref(&self) -> &[u8] {
+    pub fn bytes(&self) -> SharedBytes<'_> {
         with_conn!(&self.conn.ops, |c| c.current())
+    }
+
+    /// The message length.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.bytes().len()
+    }
+
+    /// Whether the message is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 

@@ -68,6 +68,7 @@ mod sync;
 mod sys;
 mod transport;
 mod trust;
+mod view;
 
 #[doc(hidden)]
 pub mod testing;
@@ -91,5 +92,6 @@ pub use status::{
     inspect, ConnectionStatus, ListenerStatus, ProcessCred, SocketReport, SocketState,
     DEFAULT_INSPECT_TIMEOUT,
 };
+pub use view::SharedBytes;
 
 pub use sys::{cpu_time, pin_to_cpu};

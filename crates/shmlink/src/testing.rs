@@ -553,27 +553,22 @@ impl HostileSubscriber {
         socket::send(self.sock.as_fd(), bytes)
     }
 
-    /// The cursor word of our cursor page (offset 0), shared with the publisher.
-    fn cursor_word(&self) -> &std::sync::atomic::AtomicU64 {
-        // SAFETY: offset 0 of the page-aligned, writable one-page mapping `page`, which
-        // lives as long as `self`, is the 8-byte cursor; other processes touch it only
-        // through atomic operations.
-        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.page.base().as_ptr().cast()) }
+    /// Our cursor page, as the publisher shares it with us.
+    fn cursor_page(&self) -> &crate::pubsub::ring::CursorPage {
+        // SAFETY: `page` maps the one-page cursor page (page-aligned, writable) for as
+        // long as `self` lives; a CursorPage is all atomics, valid for any bytes.
+        unsafe { &*self.page.base().as_ptr().cast() }
     }
 
     /// Our cursor as it stands in the cursor page.
     pub fn cursor(&self) -> u64 {
-        self.cursor_word()
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.cursor_page().load_cursor()
     }
 
     /// Moves our cursor to `cursor` without reading anything and without ringing the
     /// publisher (a subscriber that trickles progress).
     pub fn store_cursor(&self, cursor: u64) {
-        // SYNC POINT (reuse): Release like `CursorPage::advance`, paired with the
-        // publisher's Acquire in `load_cursor` (we read no slot, so nothing to order).
-        self.cursor_word()
-            .store(cursor, std::sync::atomic::Ordering::Release)
+        self.cursor_page().advance(cursor, 0, false);
     }
 }
 

@@ -98,6 +98,43 @@ fn child() {
                 Err(e) => format!("{:?} {e}", e.kind()),
             }
         }
+        "flood" => {
+            // Connect to `arg` and say nothing, from 4 threads, each keeping its last 64
+            // connections open, until stdin closes; print the count every 100.
+            let done = Arc::new(AtomicBool::new(false));
+            let flag = done.clone();
+            std::thread::spawn(move || {
+                let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+                flag.store(true, Ordering::Relaxed);
+            });
+            let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let deadline = std::time::Instant::now() + Duration::from_secs(120);
+            let threads: Vec<_> = (0..4)
+                .map(|_| {
+                    let (done, count, arg) = (done.clone(), count.clone(), arg.clone());
+                    std::thread::spawn(move || {
+                        let mut held = std::collections::VecDeque::new();
+                        while !done.load(Ordering::Relaxed) && std::time::Instant::now() < deadline
+                        {
+                            if let Ok(fd) = shmlink::testing::silent_client(&arg) {
+                                held.push_back(fd);
+                                if held.len() > 64 {
+                                    held.pop_front();
+                                }
+                                let n = count.fetch_add(1, Ordering::Relaxed) + 1;
+                                if n % 100 == 0 {
+                                    println!("\nFLOODED {n}");
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            format!("flooded {}", count.load(Ordering::Relaxed))
+        }
         "squat" | "squat-topic" => {
             // Serve `arg` (an echo listener or a topic) until stdin closes.
             let done = Arc::new(AtomicBool::new(false));
@@ -462,4 +499,75 @@ fn rendezvous_directories_others_control_are_refused() {
     assert!(as_nobody("bind", &link, true).contains("symbolic link"));
     // Nobody's own private directory is fine.
     assert_eq!(as_nobody("bind", &real, false), "ok");
+}
+
+#[test]
+fn a_handshake_flood_from_another_uid_does_not_evict_genuine_clients() {
+    if !root() {
+        return;
+    }
+    use std::io::BufRead;
+    // An abstract name: any uid in the network namespace can connect to it.
+    let addr = format!("shm:@flood-{}", std::process::id());
+    let (stop, server) = serve(Listener::bind(&addr, &Options::default()).unwrap());
+    let mut child = child_command(NOBODY, NOBODY, "flood", &addr, &[])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let floods = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = floods.clone();
+    let out = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut last = String::new();
+        for line in std::io::BufReader::new(out).lines().map_while(|l| l.ok()) {
+            if let Some(n) = line.rsplit("FLOODED ").next().and_then(|n| n.parse().ok()) {
+                seen.store(n, Ordering::Relaxed);
+            }
+            if line.contains("RESULT ") {
+                last = line;
+            }
+        }
+        last
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while floods.load(Ordering::Relaxed) < 100 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the flood did not start"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Genuine clients, 4 at a time, until 100 were served and 1,000 floods were sent.
+    let opts = Options::default().connect_timeout(Duration::from_secs(10));
+    let mut genuine = 0;
+    while genuine < 100 || floods.load(Ordering::Relaxed) < 1000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the test ran out of time"
+        );
+        let clients: Vec<_> = (0..4)
+            .map(|i| {
+                let (addr, opts) = (addr.clone(), opts.clone());
+                std::thread::spawn(move || -> shmlink::Result<Vec<u8>> {
+                    let mut c = Connection::connect(&addr, &opts)?;
+                    c.send(format!("genuine {i}").as_bytes())?;
+                    c.recv_vec()
+                })
+            })
+            .collect();
+        for (i, c) in clients.into_iter().enumerate() {
+            match c.join().unwrap() {
+                Ok(echo) => assert_eq!(echo, format!("echo: genuine {i}").as_bytes()),
+                Err(e) => panic!("genuine client {genuine} was not served during the flood: {e}"),
+            }
+            genuine += 1;
+        }
+    }
+    drop(child.stdin.take());
+    child.wait().unwrap();
+    let last = reader.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap();
+    eprintln!("{genuine} genuine clients served during the flood ({last})");
 }

@@ -57,7 +57,7 @@ fn million_messages_in_order(t: &str) {
     });
     for seq in 0..N {
         let m = s.recv_ref().unwrap();
-        verify(seq, 12 + (seq % 53) as usize, &m);
+        verify(seq, 12 + (seq % 53) as usize, &m.bytes().to_vec());
     }
     expect_eos(&mut s);
     sender.join().unwrap();
@@ -142,7 +142,7 @@ fn slow_receiver_makes_blocking_sender_wait(t: &str) {
     let stalled_at = progress.load(Ordering::Relaxed);
     assert!(stalled_at < N, "the sender never waited for the receiver");
     for seq in 0..N {
-        verify(seq, LEN, &s.recv_ref().unwrap());
+        verify(seq, LEN, &s.recv_ref().unwrap().bytes().to_vec());
     }
     sender.join().unwrap();
 }
@@ -316,9 +316,9 @@ fn zero_copy_send_and_receive(t: &str) {
         c.send(b"after").unwrap();
     });
     for (seq, len) in SIZES.into_iter().enumerate() {
-        verify(seq as u64, len, &s.recv_ref().unwrap());
+        verify(seq as u64, len, &s.recv_ref().unwrap().bytes().to_vec());
     }
-    assert_eq!(&*s.recv_ref().unwrap(), b"after");
+    assert_eq!(s.recv_ref().unwrap().bytes().to_vec(), b"after");
     sender.join().unwrap();
 }
 

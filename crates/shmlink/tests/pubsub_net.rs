@@ -346,7 +346,7 @@ fn graceful_close_is_end_of_stream_after_the_last_message() {
             loop {
                 match sub.recv_ref() {
                     Ok(m) => {
-                        assert_eq!(check(&m), n);
+                        assert_eq!(check(&m.to_vec().unwrap()), n);
                         assert_eq!(m.position(), n);
                         assert!(m.intact());
                         n += 1;

@@ -482,7 +482,7 @@ impl Fanout {
             Err(_) => return Ok(Turn::Abort),
         }
         let (version, flags, history, max_msg, same_kernel) =
-            match Record::parse(r.conn.current(), 0) {
+            match Record::parse(r.conn.current_local(), 0) {
                 Ok(Record::Subscribe {
                     version,
                     flags,

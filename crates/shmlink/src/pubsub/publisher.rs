@@ -312,8 +312,10 @@ pub struct SubscriberInfo {
 /// let mut buf = [0u8; 64];
 /// let n = subscriber.recv(&mut buf)?;
 /// assert_eq!(&buf[..n], b"EURUSD 1.0842");
-/// let msg = subscriber.recv_ref()?; // borrowed in place
-/// assert_eq!(&msg[..], b"EURUSD 1.0843");
+/// let msg = subscriber.recv_ref()?; // lent in place
+/// let mut head = [0u8; 6];
+/// assert_eq!(msg.copy_to(&mut head), Some(6)); // None had the publisher overwritten it
+/// assert_eq!(&head, b"EURUSD");
 /// drop(msg);
 ///
 /// publisher.close()?;

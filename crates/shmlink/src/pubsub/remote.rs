@@ -102,7 +102,7 @@ pub(crate) fn connect(parsed: &Address, addr: &str, opts: &PubSubOptions) -> Res
         };
         conn.send(&request.encode(), true)?;
         wait_readable(&mut *conn, deadline)?;
-        let answer = Record::parse(conn.current(), usize::MAX);
+        let answer = Record::parse(conn.current_local(), usize::MAX);
         let next = match answer {
             Ok(Record::Welcome {
                 policy,
@@ -232,7 +232,7 @@ impl NetSubscriber {
         if let Some(at) = self.batch_next {
             // The record was checked whole when it arrived, and `consume` releases it
             // after its last message: an entry is always there.
-            let Some(msg) = wire::batch_entry(self.conn.current(), at) else {
+            let Some(msg) = wire::batch_entry(self.conn.current_local(), at) else {
                 self.batch_next = None;
                 self.conn.release();
                 let e = Error::violation(format!("{}: batch record ended early", self.addr));
@@ -245,7 +245,7 @@ impl NetSubscriber {
             return Err(Error::new(end.kind, end.msg.clone()));
         }
         let e = match self.conn.recv_next(!self.nonblocking) {
-            Ok(_) => match Record::parse(self.conn.current(), self.max_msg) {
+            Ok(_) => match Record::parse(self.conn.current_local(), self.max_msg) {
                 Ok(Record::Data(msg)) => {
                     self.msg = (1, msg.len());
                     return Ok(msg.len());
@@ -283,13 +283,13 @@ impl NetSubscriber {
     /// The current message.
     fn current(&self) -> &[u8] {
         let (start, len) = self.msg;
-        &self.conn.current()[start..start + len]
+        &self.conn.current_local()[start..start + len]
     }
 
     /// Consumes the current message, and its record once it has no more.
     fn consume(&mut self) {
         let end = self.msg.0 + self.msg.1;
-        self.batch_next = if end < self.conn.current().len() {
+        self.batch_next = if end < self.conn.current_local().len() {
             Some(end)
         } else {
             self.conn.release();

@@ -20,6 +20,7 @@ use crate::options::WaitPolicy;
 use crate::sys::{self, poll_fd, socket};
 use crate::transport::shm::socket_of;
 use crate::trust;
+use crate::view::SharedBytes;
 
 /// A parked subscriber looks at the ring again after this long even without a doorbell:
 /// the bell bits are shared by all subscribers, and one that clears another's bit could
@@ -276,8 +277,9 @@ impl ShmSubscriber {
                 ));
             }
             // SAFETY: `peek` validated `len` against the slot's payload area, which is
-            // mapped for as long as we are. Concurrent overwriting is detected below.
-            unsafe { buf.as_mut_ptr().copy_from_nonoverlapping(ptr.as_ptr(), len) };
+            // mapped for as long as we are; `copy_shared` may race with the publisher
+            // overwriting the slot, which `intact` detects below.
+            unsafe { sys::copy_shared(buf.as_mut_ptr(), ptr.as_ptr(), len) };
             if self.ring.intact(self.cursor) {
                 self.consume();
                 return Ok(len);
@@ -291,7 +293,7 @@ impl ShmSubscriber {
         loop {
             let (ptr, len) = self.next()?;
             // SAFETY: as in `recv`.
-            let v = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) }.to_vec();
+            let v = unsafe { SharedBytes::shared(ptr, len) }.to_vec();
             if self.ring.intact(self.cursor) {
                 self.consume();
                 return Ok(v);
@@ -305,10 +307,7 @@ impl ShmSubscriber {
     ///
     /// Under [`Policy::Block`] the publisher does not reuse the slot before then (unless
     /// it detaches this subscriber). Under [`Policy::Overwrite`] it may overwrite it at
-    /// any time: check [`ShmSample::intact`] after using the bytes, or use [`recv`], which
-    /// checks for you.
-    ///
-    /// [`recv`]: ShmSubscriber::recv
+    /// any time: the sample's copies check [`ShmSample::intact`] after copying.
     #[inline]
     pub(crate) fn recv_ref(&mut self) -> Result<ShmSample<'_>> {
         let (ptr, len) = self.next()?;
@@ -669,14 +668,14 @@ impl ShmSample<'_> {
     }
 }
 
-impl std::ops::Deref for ShmSample<'_> {
-    type Target = [u8];
+impl ShmSample<'_> {
+    /// The payload in the slot, which the publisher may overwrite (`overwrite` policy,
+    /// or after detaching us): copy it out, then check [`intact`](Self::intact).
     #[inline]
-    fn deref(&self) -> &[u8] {
-        // SAFETY: `peek` validated the payload inside the mapped slot. Under `block` the
-        // publisher does not write it before we advance past it (on drop); under
-        // `overwrite` it may, which `intact` reports (documented on `recv_ref`).
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    pub(crate) fn bytes(&self) -> SharedBytes<'_> {
+        // SAFETY: `peek` validated the payload inside the mapped slot, which stays mapped
+        // as long as the subscriber this sample borrows.
+        unsafe { SharedBytes::shared(self.ptr, self.len) }
     }
 }
 

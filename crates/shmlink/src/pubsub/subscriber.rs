@@ -8,6 +8,7 @@ use super::remote::{self, Connected, NetSubscriber};
 use super::shm_subscriber::{ShmSample, ShmSubscriber};
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
+use crate::view::SharedBytes;
 
 /// Subscriber statistics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -100,8 +101,9 @@ impl Subscriber {
     ///
     /// Under [`Policy::Block`] the publisher does not reuse a shared slot before the
     /// sample drops (unless it detaches this subscriber). Under [`Policy::Overwrite`] it
-    /// may overwrite it at any time: check [`Sample::intact`] after using the bytes, or
-    /// use [`recv`](Self::recv), which checks for you.
+    /// may overwrite it at any time, even while you read: the sample's copies
+    /// ([`Sample::copy_to`], [`Sample::to_vec`]) check afterwards that the bytes were
+    /// intact and give `None` when they were not, so torn bytes are never kept.
     #[inline]
     pub fn recv_ref(&mut self) -> Result<Sample<'_>> {
         match &mut self.inner {
@@ -194,7 +196,20 @@ impl std::fmt::Debug for Subscriber {
     }
 }
 
-/// A message lent by [`Subscriber::recv_ref`].
+/// A message lent by [`Subscriber::recv_ref`]: copy it out with [`copy_to`](Self::copy_to)
+/// or [`to_vec`](Self::to_vec), which tell whether the publisher left it intact, or
+/// borrow it with the `unsafe` [`as_slice`](Self::as_slice).
+///
+/// ```
+/// # fn demo(sub: &mut shmlink::Subscriber) -> shmlink::Result<()> {
+/// let sample = sub.recv_ref()?;
+/// let mut head = [0u8; 16];
+/// match sample.copy_to(&mut head) {
+///     Some(n) => println!("{} bytes, head {:?}", sample.len(), &head[..n]),
+///     None => println!("overwritten while read: counted as lost"),
+/// }
+/// # Ok(()) }
+/// ```
 pub struct Sample<'a>(Lent<'a>);
 
 enum Lent<'a> {
@@ -224,13 +239,55 @@ impl Sample<'_> {
     }
 }
 
-impl std::ops::Deref for Sample<'_> {
-    type Target = [u8];
-    #[inline]
-    fn deref(&self) -> &[u8] {
+impl Sample<'_> {
+    fn bytes(&self) -> SharedBytes<'_> {
         match &self.0 {
-            Lent::Shm(s) => s,
-            Lent::Net { bytes, .. } => bytes,
+            Lent::Shm(s) => s.bytes(),
+            Lent::Net { bytes, .. } => SharedBytes::local(bytes),
         }
+    }
+
+    /// The message length.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.bytes().len()
+    }
+
+    /// Whether the message is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies the first `min(len, dst.len())` bytes into `dst` and returns how many, if
+    /// the publisher left the message intact while they were copied; `None` if it
+    /// overwrote it (what `dst` holds then is torn: discard it; the message counts as
+    /// lost and the next `recv` reports it).
+    #[inline]
+    pub fn copy_to(&self, dst: &mut [u8]) -> Option<usize> {
+        let n = self.bytes().copy_to(dst);
+        self.intact().then_some(n)
+    }
+
+    /// A copy of the message, if the publisher left it intact while it was copied
+    /// (see [`copy_to`](Self::copy_to)).
+    pub fn to_vec(&self) -> Option<Vec<u8>> {
+        let v = self.bytes().to_vec();
+        self.intact().then_some(v)
+    }
+
+    /// The bytes, borrowed in place.
+    ///
+    /// # Safety
+    /// Over `shm:` the bytes are in the publisher's memory. They must not change while
+    /// the slice is used: the publisher must be trusted, its policy must be
+    /// [`Policy::Block`], and this subscriber must not be detached meanwhile (check
+    /// [`intact`](Self::intact) after use). Under [`Policy::Overwrite`] an honest
+    /// publisher overwrites slots at will, so this is never sound there while it
+    /// publishes.
+    #[inline]
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.bytes().as_slice() }
     }
 }

@@ -272,7 +272,7 @@ fn recv_msg(conn: &mut dyn ConnOps, deadline: Instant) -> Result<Msg> {
     loop {
         match conn.recv_next(false) {
             Ok(_) => {
-                let msg = Msg::decode(conn.current());
+                let msg = Msg::decode(conn.current_local());
                 conn.release();
                 return msg;
             }
@@ -611,7 +611,7 @@ impl AutoListener {
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Step::Wait,
             Err(_) => return Step::Drop,
         }
-        let msg = Msg::decode(d.conn.current());
+        let msg = Msg::decode(d.conn.current_local());
         d.conn.release();
         match (msg, d.offer) {
             (Ok(Msg::Hello { boot_id: theirs }), None) => {

@@ -16,6 +16,7 @@ use crate::addr::Address;
 use crate::conn::SharedCounters;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
+use crate::view::SharedBytes;
 
 pub(crate) mod auto;
 pub(crate) mod framed;
@@ -66,8 +67,15 @@ pub(crate) trait ConnOps: Send {
     fn abort_reserve(&mut self);
     /// Makes the next message current; returns its length.
     fn recv_next(&mut self, blocking: bool) -> Result<usize>;
-    /// The current message (empty if none).
-    fn current(&self) -> &[u8];
+    /// The current message (empty if none), lent in place.
+    fn current(&self) -> SharedBytes<'_>;
+    /// The current message when it lives in this process's memory, as on every framed
+    /// transport; empty if none or if it is in a shared ring. For the protocol layers
+    /// that only ever run over framed connections (`auto:`'s negotiation, network
+    /// publish/subscribe), which parse records in place.
+    fn current_local(&self) -> &[u8] {
+        self.current().as_local().unwrap_or_default()
+    }
     /// Consumes the current message.
     fn release(&mut self);
     /// Consumes the current message, returning it as a vector (transports that reassemble

@@ -421,7 +421,7 @@ fn million_len(seq: u64) -> usize {
 fn million_server(_: &mut Server, mut conn: Connection) {
     for seq in 0..MILLION {
         let m = conn.recv_ref().unwrap();
-        verify(seq, million_len(seq), &m);
+        verify(seq, million_len(seq), &m.bytes().to_vec());
     }
     conn.send(&MILLION.to_le_bytes()).unwrap();
     expect_eos(&mut conn);
@@ -574,9 +574,9 @@ fn send_in_place(conn: &mut Connection) {
 /// Reads what [`send_in_place`] sent, in place with `recv_ref`.
 fn recv_in_place(conn: &mut Connection) {
     for (seq, len) in ZC_SIZES.into_iter().enumerate() {
-        check_bulk(seq as u64, len, &conn.recv_ref().unwrap());
+        check_bulk(seq as u64, len, &conn.recv_ref().unwrap().bytes().to_vec());
     }
-    assert_eq!(&*conn.recv_ref().unwrap(), b"after");
+    assert_eq!(conn.recv_ref().unwrap().bytes().to_vec(), b"after");
 }
 
 /// Zero-copy both ways: the client writes in place, the server reads in place, then the

@@ -82,7 +82,17 @@ impl Receive for Sub {
     fn recv(&mut self, read: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
         if self.zero_copy {
             let sample = self.subscriber.recv_ref().map_err(io_err)?;
-            return read(&sample);
+            // SAFETY: the bench trusts its publisher (this same program) and runs the
+            // zero-copy rows under `Policy::Block`, where the slot is left alone until
+            // the sample drops unless we are detached — which `intact` reports below.
+            read(unsafe { sample.as_slice() })?;
+            return if sample.intact() {
+                Ok(())
+            } else {
+                Err(io::Error::other(
+                    "sample overwritten while it was read (detached)",
+                ))
+            };
         }
         let n = self.subscriber.recv(&mut self.buf).map_err(io_err)?;
         read(&self.buf[..n])

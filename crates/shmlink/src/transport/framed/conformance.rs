@@ -145,7 +145,7 @@ pub(crate) fn echo(bind: &str) {
         client.send(&msg).unwrap();
         match i % 3 {
             0 => assert_eq!(client.recv_vec().unwrap(), msg),
-            1 => assert_eq!(&*client.recv_ref().unwrap(), &msg[..]),
+            1 => assert_eq!(client.recv_ref().unwrap().bytes().to_vec(), msg),
             _ => {
                 let n = client.recv(&mut buf).unwrap();
                 assert_eq!(&buf[..n], &msg[..]);
@@ -261,7 +261,7 @@ pub(crate) fn nonblocking_flow_control(bind: &str) {
     let mut received = 0usize;
     let mut stalls = 0;
     while received < accepted {
-        match server.recv_ref().map(|m| *m == chunk[..]) {
+        match server.recv_ref().map(|m| m.bytes().to_vec() == chunk[..]) {
             Ok(intact) => {
                 assert!(intact);
                 received += 1;
@@ -320,7 +320,7 @@ pub(crate) fn blocking_flow_control(bind: &str) {
         }
     });
     for i in 0..300u32 {
-        let m = server.recv_ref().unwrap();
+        let m = server.recv_ref().unwrap().bytes().to_vec();
         assert_eq!(m.len(), 50_000);
         assert_eq!(m[..4], i.to_le_bytes());
         assert_eq!(m[4..], pattern(50_000, i as u8)[4..]);
@@ -354,7 +354,7 @@ pub(crate) fn in_place_calls(bind: &str) {
     let mut small = [0u8; 2];
     let e = server.recv(&mut small).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::MessageTooLarge);
-    assert_eq!(&*server.recv_ref().unwrap(), b"hello");
+    assert_eq!(server.recv_ref().unwrap().bytes().to_vec(), b"hello");
     client.send(b"next").unwrap();
     assert_eq!(server.recv_vec().unwrap(), b"next");
     assert_eq!(server.counters().msgs_in, 2);

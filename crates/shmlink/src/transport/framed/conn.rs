@@ -12,6 +12,7 @@ use crate::sys::stream::{self, EventFlag, Ready};
 use crate::sys::Epoll;
 use crate::transport::shm::ShmConn;
 use crate::transport::{ConnOps, CLOSE_LINGER};
+use crate::view::SharedBytes;
 
 /// Epoll tokens of a connection's set.
 const TOKEN_SOCKET: u64 = 0;
@@ -477,12 +478,12 @@ impl<W: Wire> ConnOps for FramedConn<W> {
         }
     }
 
-    fn current(&self) -> &[u8] {
-        if self.current.is_some() {
+    fn current(&self) -> SharedBytes<'_> {
+        SharedBytes::local(if self.current.is_some() {
             self.wire.current()
         } else {
             &[]
-        }
+        })
     }
 
     fn release(&mut self) {

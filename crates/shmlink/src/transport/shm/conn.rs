@@ -16,6 +16,7 @@ use crate::ring::{
 };
 use crate::sys::{self, poll_fd, socket};
 use crate::transport::{ConnOps, CLOSE_LINGER};
+use crate::view::SharedBytes;
 
 /// Length of the total-size prefix in the first fragment of a split message.
 const TOTAL_LEN: usize = 8;
@@ -430,36 +431,43 @@ impl ShmConn {
     }
 
     /// Takes one fragment of a split message; returns the message length once complete.
+    /// The bytes are copied out of the ring once, straight into the reassembly buffer
+    /// (the peer may be writing them: only lengths and flags the ring validated, and the
+    /// copied total, decide anything).
     fn take_fragment(&mut self, rec: Record) -> Result<Option<usize>> {
-        // SAFETY: `peek` validated that the record's payload lies in the mapping.
-        let payload = unsafe { std::slice::from_raw_parts(rec.ptr.as_ptr(), rec.len) };
         let bad = |why: String| Err(Error::violation(why));
+        let mut body = rec.ptr.as_ptr();
+        let mut len = rec.len;
         match (self.reasm_total, rec.flags) {
             (None, f) if f == FLAG_FIRST | FLAG_MORE => {
-                let Some((total, body)) = payload.split_first_chunk::<TOTAL_LEN>() else {
-                    return bad(format!("first fragment of {} bytes has no length", rec.len));
-                };
-                let total = u64::from_le_bytes(*total);
-                if total > self.max_recv as u64 || total <= body.len() as u64 {
+                if len < TOTAL_LEN {
+                    return bad(format!("first fragment of {len} bytes has no length"));
+                }
+                let mut total = [0u8; TOTAL_LEN];
+                // SAFETY: `peek` validated the payload (at least TOTAL_LEN bytes) inside
+                // the mapping; `total` is a distinct local buffer.
+                unsafe { sys::copy_shared(total.as_mut_ptr(), body, TOTAL_LEN) };
+                let total = u64::from_le_bytes(total);
+                // SAFETY: TOTAL_LEN <= len: still inside the payload.
+                body = unsafe { body.add(TOTAL_LEN) };
+                len -= TOTAL_LEN;
+                if total > self.max_recv as u64 || total <= len as u64 {
                     return bad(format!(
-                        "split message claims {total} bytes (first fragment {}, maximum {})",
-                        body.len(),
+                        "split message claims {total} bytes (first fragment {len}, maximum {})",
                         self.max_recv
                     ));
                 }
                 self.reasm.clear();
                 self.reasm.reserve(total as usize);
-                self.reasm.extend_from_slice(body);
                 self.reasm_total = Some(total as usize);
             }
             (Some(total), f) if f == FLAG_MORE || f == 0 => {
-                let have = self.reasm.len() + payload.len();
+                let have = self.reasm.len() + len;
                 if have > total || (f == 0 && have != total) {
                     return bad(format!(
                         "fragments add up to {have} bytes of a {total}-byte message"
                     ));
                 }
-                self.reasm.extend_from_slice(payload);
             }
             (state, f) => {
                 return bad(format!(
@@ -467,6 +475,15 @@ impl ShmConn {
                     if state.is_some() { "inside" } else { "outside" }
                 ))
             }
+        }
+        // The reassembled total fits what was reserved for it (checked above).
+        let at = self.reasm.len();
+        self.reasm.reserve(len);
+        // SAFETY: `body..body + len` lies in the validated payload; the vector has room
+        // for `len` more bytes, which `copy_shared` initialises before `set_len`.
+        unsafe {
+            sys::copy_shared(self.reasm.as_mut_ptr().add(at), body, len);
+            self.reasm.set_len(at + len);
         }
         if self.rx.advance(rec.size()) {
             self.doorbell();
@@ -675,15 +692,13 @@ impl ConnOps for ShmConn {
     }
 
     #[inline]
-    fn current(&self) -> &[u8] {
+    fn current(&self) -> SharedBytes<'_> {
         match self.current {
-            // SAFETY: `peek` validated the record inside the mapping, and the producer
-            // does not reuse its bytes before we advance past it in `release`.
-            Current::InPlace { ptr, len } => unsafe {
-                std::slice::from_raw_parts(ptr.as_ptr(), len)
-            },
-            Current::Reassembled => &self.reasm,
-            Current::None => &[],
+            // SAFETY: `peek` validated the record inside the mapping, which lives as long
+            // as `self`. The peer may still write it: SharedBytes only copies it out.
+            Current::InPlace { ptr, len } => unsafe { SharedBytes::shared(ptr, len) },
+            Current::Reassembled => SharedBytes::local(&self.reasm),
+            Current::None => SharedBytes::local(&[]),
         }
     }
 

@@ -230,6 +230,32 @@ pub(crate) type Stepped = (Option<Token>, Accepted);
 struct Pending {
     sock: OwnedFd,
     deadline: Instant,
+    /// The client's uid (`SO_PEERCRED` at accept), and whether the listener admits it.
+    uid: u32,
+    admitted: bool,
+}
+
+/// Which pending client to drop when a new one arrives and `pending` is full: the
+/// oldest one the listener would refuse anyway, else the oldest of the uid with the
+/// most pending clients. So a flood from another uid (possible on abstract names and on
+/// sockets open to other uids) never evicts an admitted client, and a flood from one
+/// admitted uid evicts its own clients first.
+fn eviction_victim(pending: &[Pending]) -> usize {
+    if let Some(i) = pending.iter().position(|p| !p.admitted) {
+        return i;
+    }
+    let mut counts: HashMap<u32, usize> = HashMap::new();
+    for p in pending {
+        *counts.entry(p.uid).or_default() += 1;
+    }
+    let busiest = counts
+        .into_iter()
+        .max_by_key(|&(_, n)| n)
+        .map(|(uid, _)| uid);
+    pending
+        .iter()
+        .position(|p| Some(p.uid) == busiest)
+        .unwrap_or(0)
 }
 
 /// What a successful handshake set up on the listener's side.
@@ -380,13 +406,23 @@ fn prepare_path(addr: &Address, path: &std::path::Path, opts: &Options) -> Resul
 }
 
 impl ShmListener {
-    /// Accepts every client waiting in the backlog into `pending`.
+    /// Accepts clients waiting in the backlog into `pending`: at most [`MAX_PENDING`]
+    /// per call, so that a flood of connections cannot keep the listener from the
+    /// handshakes of those already accepted (the listening socket stays readable while
+    /// more wait).
     fn accept_backlog(&mut self) -> Result<()> {
-        while let Some(sock) =
-            socket::accept(self.listen.as_fd()).map_err(|e| Error::io("accept", e))?
-        {
+        for _ in 0..MAX_PENDING {
+            let Some(sock) =
+                socket::accept(self.listen.as_fd()).map_err(|e| Error::io("accept", e))?
+            else {
+                break;
+            };
+            let (uid, admitted) = match socket::peer_cred(sock.as_fd()) {
+                Ok(c) => (c.uid, trust::check_client(&self.opts, c.uid, c.gid).is_ok()),
+                Err(_) => (u32::MAX, false),
+            };
             if self.pending.len() >= MAX_PENDING {
-                let old = self.pending.remove(0);
+                let old = self.pending.remove(eviction_victim(&self.pending));
                 let _ = self.epoll.delete(old.sock.as_raw_fd());
             }
             let fd = sock.as_raw_fd();
@@ -396,6 +432,8 @@ impl ShmListener {
             self.pending.push(Pending {
                 sock,
                 deadline: Instant::now() + self.opts.handshake_timeout,
+                uid,
+                admitted,
             });
         }
         Ok(())
