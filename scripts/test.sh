@@ -10,6 +10,9 @@ trap 'rm -f "$log"' EXIT
 echo "== unit, integration and doc tests"
 cargo test --workspace 2>&1 | tee -a "$log"
 
+echo "== hostile publisher geometries, release build (wrapping arithmetic is silent there)"
+cargo test --release -p shmlink --test hostile_publisher 2>&1 | tee -a "$log"
+
 echo "== loom model (ring + wake-up protocol)"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
   cargo test -p shmlink --lib --release loom 2>&1 | tee -a "$log"
@@ -18,10 +21,18 @@ echo "== fuzz targets, ${FUZZ_SECONDS:=30} s each (longer: FUZZ_SECONDS=600 scri
 if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
   command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
   for target in handshake shm_reader pubsub_reader; do
-    (cd crates/shmlink/fuzz &&
-      cargo +nightly fuzz run -O "$target" -- -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 2>&1 |
-      grep -E '^#[0-9]+[[:space:]]+DONE|ERROR|SUMMARY|panicked' || true)
-    # A crash leaves an artifact behind; fail on it.
+    # A build failure, a crash or a run that never reports its end fails the step.
+    out=crates/shmlink/fuzz/last-run-$target.log
+    if ! (cd crates/shmlink/fuzz &&
+      cargo +nightly fuzz run -O "$target" -- -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 \
+        >"last-run-$target.log" 2>&1); then
+      tail -40 "$out"; echo "fuzz target $target failed (build or crash), log: $out"
+      exit 1
+    fi
+    if ! grep -E '^Done [0-9]+ runs' "$out"; then
+      tail -40 "$out"; echo "fuzz target $target ended without 'Done N runs', log: $out"
+      exit 1
+    fi
     if compgen -G "crates/shmlink/fuzz/artifacts/$target/*" >/dev/null; then
       echo "fuzz target $target found a crash:"; ls "crates/shmlink/fuzz/artifacts/$target"
       exit 1

@@ -195,12 +195,17 @@ pub fn recv_packet(
     Ok(n)
 }
 
-/// Reads and drops whatever the socket holds, without blocking. A socket closed with
-/// unread input makes TCP send a reset (which can destroy data still in flight) and Unix
-/// sockets report `ECONNRESET` to the peer, so a graceful close drains first.
+/// Most bytes [`discard_input`] reads before it gives up on a peer that keeps sending.
+pub const DISCARD_LIMIT: usize = 1 << 20;
+
+/// Reads and drops what the socket holds, without blocking, up to [`DISCARD_LIMIT`]
+/// bytes. A socket closed with unread input makes TCP send a reset (which can destroy
+/// data still in flight) and Unix sockets report `ECONNRESET` to the peer, so a graceful
+/// close drains first; the bound keeps a peer that floods us from holding the close in
+/// this loop (it gets its reset).
 pub fn discard_input(sock: BorrowedFd<'_>) {
     let mut scratch = [0u8; 16 << 10];
-    loop {
+    for _ in 0..DISCARD_LIMIT / scratch.len() {
         // SAFETY: `scratch` is a writable buffer of its length.
         match syscall!(recv(
             sock.as_raw_fd(),
@@ -287,6 +292,32 @@ mod tests {
     use super::*;
     use crate::sys::socket::seqpacket_pair;
     use std::time::Duration;
+
+    #[test]
+    fn discarding_input_ends_while_the_peer_keeps_flooding() {
+        let (ours, theirs) = seqpacket_pair().unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let flooder = std::thread::spawn(move || {
+            let chunk = [7u8; 4096];
+            let mut sent = 0usize;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: `chunk` is a readable buffer of its length.
+                let n = unsafe {
+                    libc::send(theirs.as_raw_fd(), chunk.as_ptr().cast(), chunk.len(), 0)
+                };
+                if n > 0 {
+                    sent += n as usize;
+                }
+            }
+            sent
+        });
+        // However fast the flood, discarding returns.
+        discard_input(ours.as_fd());
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        drop(ours); // unblocks a send waiting for room
+        assert!(flooder.join().unwrap() > 0);
+    }
 
     #[test]
     fn packets_split_into_head_and_body() {

@@ -349,6 +349,40 @@ mod tests {
         )
     }
 
+    /// Peers that never read cannot pile up the threads that finish dropped connections:
+    /// at most MAX_CLOSE_THREADS at once, and they end when the peers go away.
+    #[test]
+    fn dropped_connections_to_silent_peers_use_a_bounded_number_of_threads() {
+        let addr = abstract_addr();
+        let mut l = Listener::bind(&addr, &Options::default()).unwrap();
+        let mut clients = Vec::new();
+        let mut most = 0;
+        for _ in 0..300 {
+            let a = addr.clone();
+            let c = thread::spawn(move || crate::Connection::connect(&a, &Options::default()));
+            let mut server = l.accept().unwrap();
+            clients.push(c.join().unwrap().unwrap());
+            server.set_nonblocking(true);
+            let chunk = vec![0u8; 64 << 10];
+            // Fill the socket, and the connection's own queue behind it.
+            while server.send(&chunk).is_ok() {}
+            drop(server);
+            most = most.max(crate::transport::framed::close_threads());
+        }
+        assert!(most > 0, "no dropped connection needed a closing thread");
+        eprintln!("at most {most} closing threads for 300 dropped connections");
+        assert!(most <= 256, "{most} closing threads at once");
+        drop(clients);
+        let deadline = Instant::now() + PATIENCE;
+        while crate::transport::framed::close_threads() != 0 {
+            assert!(
+                Instant::now() < deadline,
+                "closing threads outlived their peers"
+            );
+            thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     fn abstract_addr() -> String {
         format!("ux:{}", unique())
     }

@@ -4,6 +4,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use super::{recycle, Frame, Incoming, Link, Wire};
@@ -310,7 +311,7 @@ impl<W: Wire> FramedConn<W> {
         let queued = self.queued.take();
         let fin = (!fin_done).then_some(fin_sent);
         if wait {
-            return match linger::<W>(&mut self.link, queued, fin) {
+            return match linger::<W>(&mut self.link, queued, fin, None) {
                 Ok(true) => Ok(()),
                 Ok(false) => Err(Error::new(
                     ErrorKind::TimedOut,
@@ -322,32 +323,58 @@ impl<W: Wire> FramedConn<W> {
                 Err(e) => Err(self.send_error(e)),
             };
         }
+        // A peer that never reads, or trickles, must not pile up threads: each lives at
+        // most CLOSE_LINGER in all, and beyond MAX_CLOSE_THREADS of them what is still
+        // queued here is dropped (the kernel still delivers its own socket buffer).
+        if CLOSE_THREADS.fetch_add(1, Ordering::Relaxed) >= MAX_CLOSE_THREADS {
+            CLOSE_THREADS.fetch_sub(1, Ordering::Relaxed);
+            return Ok(());
+        }
         let mut link = self
             .link
             .detach()
             .map_err(|e| Error::io("keep the socket for closing", e))?;
-        std::thread::Builder::new()
+        let deadline = Instant::now() + CLOSE_LINGER;
+        let spawned = std::thread::Builder::new()
             .name("shmlink-close".into())
-            .spawn(move || linger::<W>(&mut link, queued, fin))
-            .map_err(|e| Error::io("start the closing thread", e))?;
-        Ok(())
+            .spawn(move || {
+                let _ = linger::<W>(&mut link, queued, fin, Some(deadline));
+                CLOSE_THREADS.fetch_sub(1, Ordering::Relaxed);
+            });
+        if spawned.is_err() {
+            CLOSE_THREADS.fetch_sub(1, Ordering::Relaxed);
+        }
+        spawned
+            .map(drop)
+            .map_err(|e| Error::io("start the closing thread", e))
     }
+}
+
+/// Most threads finishing dropped connections at once, in the whole process.
+const MAX_CLOSE_THREADS: usize = 256;
+
+/// Threads finishing dropped connections now.
+static CLOSE_THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// Threads finishing dropped connections now (for tests).
+#[cfg(test)]
+pub(crate) fn close_threads() -> usize {
+    CLOSE_THREADS.load(Ordering::Relaxed)
 }
 
 /// Writes what a closed connection has left: the queue, the FIN unless it is written
 /// (`fin` holds the bytes of it written so far), and what the link holds. `Ok(false)` when
-/// the peer takes nothing for [`CLOSE_LINGER`].
+/// the peer takes nothing for [`CLOSE_LINGER`], or when `deadline` passes.
 fn linger<W: Wire>(
     link: &mut W::Link,
     queued: Option<Queued>,
     fin: Option<usize>,
+    deadline: Option<Instant>,
 ) -> io::Result<bool> {
     let room = |link: &W::Link| {
-        stream::wait(
-            link.sock(),
-            Ready::Write,
-            Some(Instant::now() + CLOSE_LINGER),
-        )
+        let idle = Instant::now() + CLOSE_LINGER;
+        let until = deadline.map_or(idle, |d| d.min(idle));
+        stream::wait(link.sock(), Ready::Write, Some(until))
     };
     if let Some(mut q) = queued {
         while !W::write(link, Frame::Data, &q.payload, &mut q.sent, false)? {

@@ -62,6 +62,8 @@ mod conn;
 mod hello;
 mod listener;
 
+#[cfg(test)]
+pub(crate) use conn::close_threads;
 pub(crate) use conn::FramedConn;
 pub(crate) use hello::{client_handshake, HELLO_LEN};
 #[cfg(test)]
