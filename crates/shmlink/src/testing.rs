@@ -15,6 +15,9 @@ use crate::transport::shm::segment::{Segment, C2S, S2C};
 use crate::transport::shm::{Setup, ShmConn};
 use crate::transport::ConnOps;
 
+pub use crate::pubsub::handshake::{
+    Packet as TopicPacket, Subscribe as TopicSubscribe, Subscribed as TopicSubscribed,
+};
 pub use crate::transport::auto::Msg as AutoMsg;
 pub use crate::transport::shm::handshake::{Packet as HandshakePacket, Params as HandshakeParams};
 pub use crate::transport::shm::handshake::{RefuseCode, VERSION};
