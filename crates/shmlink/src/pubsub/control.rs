@@ -90,7 +90,7 @@ pub(crate) fn start(
         Policy::Block => POLICY_BLOCK,
         Policy::Overwrite => POLICY_OVERWRITE,
     };
-    let (seg, seg_fd) = TopicSegment::create(geom, wire_policy)?;
+    let (seg, seg_fd) = TopicSegment::create(geom, wire_policy, opts.allow_writable_topic)?;
     let (bell, bell_fd) = BellSegment::create("shmlink-bell")?;
     let epoll = || Epoll::new().map_err(|e| Error::io("epoll", e));
     let (pub_epoll, ctl_epoll) = (epoll()?, epoll()?);

@@ -884,7 +884,9 @@ impl std::ops::Deref for Loan<'_> {
     #[inline]
     fn deref(&self) -> &[u8] {
         // SAFETY: `reserve` gave us the slot's payload area (at least `len` bytes, checked
-        // against max_msg); subscribers only read it, and only after `commit`.
+        // against max_msg); subscribers only read it, and only after `commit` (the kernel
+        // keeps them from writing it with F_SEAL_FUTURE_WRITE; a topic without the seal
+        // exists only if the publisher trusted its subscribers: `allow_writable_topic`).
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }

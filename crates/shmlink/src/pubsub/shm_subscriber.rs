@@ -190,12 +190,14 @@ impl ShmSubscriber {
         let ok = match (Packet::decode(&buf[..n])?, upgrade) {
             (Packet::Subscribed(ok), None) => ok,
             (Packet::Upgraded(ok, proof), Some((_, want))) if proof == want => ok,
-            (Packet::Upgraded(..), Some(_)) => return Err(Error::new(
-                ErrorKind::PermissionDenied,
-                format!(
+            (Packet::Upgraded(..), Some(_)) => {
+                return Err(Error::new(
+                    ErrorKind::PermissionDenied,
+                    format!(
                     "the publisher at {addr} is not the one reached over the network (wrong proof)"
                 ),
-            )),
+                ))
+            }
             (Packet::Refuse(code, reason), _) => {
                 return Err(Error::new(
                     code.kind(),
