@@ -60,7 +60,7 @@ pub struct Subscribe {
 pub struct Subscribed {
     /// The subscriber's slot in the topic (its bell bit).
     pub slot: u32,
-    /// [`POLICY_BLOCK`] or [`POLICY_OVERWRITE`].
+    /// `POLICY_BLOCK` (1) or `POLICY_OVERWRITE` (2).
     pub policy: u32,
     /// Slot count.
     pub slots: u64,
