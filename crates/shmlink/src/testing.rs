@@ -223,7 +223,8 @@ pub fn segment_memfd(ring_size: usize) -> Result<OwnedFd> {
 }
 
 /// Fuzz entry point: the handshake parsers (`shm:` packets, `ls` status answers included,
-/// `auto:` negotiation messages, and the records of a topic served over the network)
+/// `auto:` negotiation messages, subscribe handshakes and the records of a topic served
+/// over the network)
 /// must reject or accept any bytes without panicking, and what they accept must survive
 /// a round trip.
 pub fn fuzz_handshake(data: &[u8]) {
@@ -241,6 +242,20 @@ pub fn fuzz_handshake(data: &[u8]) {
         } else {
             assert_eq!(again, p);
         }
+    }
+    // The subscribe handshake (refusals are the `shm:` ones above; a `shm:` client's
+    // packet is recognised, not re-encoded).
+    if let Ok(
+        p @ (TopicPacket::Subscribe(_)
+        | TopicPacket::Subscribed(_)
+        | TopicPacket::Upgrade(..)
+        | TopicPacket::Upgraded(..)),
+    ) = TopicPacket::decode(data)
+    {
+        assert_eq!(
+            TopicPacket::decode(&p.encode()).expect("re-encoded packet parses"),
+            p
+        );
     }
 }
 

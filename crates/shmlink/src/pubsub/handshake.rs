@@ -246,7 +246,17 @@ mod tests {
             ),
             Packet::Refuse(RefuseCode::Resources, "topic full".into()),
         ] {
-            assert_eq!(Packet::decode(&p.encode()).unwrap(), p);
+            let bytes = p.encode();
+            assert_eq!(Packet::decode(&bytes).unwrap(), p);
+            // The fuzz entry point over every truncation and every flipped bit.
+            for n in 0..bytes.len() {
+                crate::testing::fuzz_handshake(&bytes[..n]);
+                for bit in 0..8 {
+                    let mut b = bytes.clone();
+                    b[n] ^= 1 << bit;
+                    crate::testing::fuzz_handshake(&b);
+                }
+            }
         }
     }
 
@@ -264,11 +274,23 @@ mod tests {
             Packet::decode(&other).unwrap_err().kind(),
             ErrorKind::VersionMismatch
         );
+        let upgrade = Packet::Upgrade(
+            Subscribe {
+                features: 0,
+                history: 0,
+                max_msg: 0,
+            },
+            [1; TOKEN_LEN],
+        )
+        .encode();
         for bad in [
             &good[..7],
             &good[..20],
             &[&good[..], &[0]].concat()[..],
             b"GET / HTTP/1.1",
+            // An upgrade without its whole token, or with a byte more.
+            &upgrade[..upgrade.len() - 1],
+            &[&upgrade[..], &[0]].concat()[..],
         ] {
             assert_eq!(
                 Packet::decode(bad).unwrap_err().kind(),
