@@ -3,8 +3,8 @@
 //! does not change (one write per message, whoever reads it).
 //!
 //! Each remote subscriber is a framed connection ([`super::wire`] records) and an
-//! in-process [`ShmSubscriber`] that joined the ring through the topic's rendezvous socket
-//! like any local subscriber: it has a cursor page and obeys `block`/`overwrite` and the
+//! in-process [`ShmSubscriber`] that joined the ring through the control thread like any
+//! local subscriber (over a socket pair, not the rendezvous socket): it has a cursor page and obeys `block`/`overwrite` and the
 //! stall timeout the same way. The thread waits (epoll) on the listener, every
 //! connection and every ring reader's doorbell socket, and moves messages from a reader
 //! to its connection:
@@ -98,7 +98,7 @@ pub(crate) struct NetPlan {
     pub listener: Box<dyn ListenerOps>,
     /// The public address.
     pub addr: String,
-    /// The topic's rendezvous socket (local and `auto:` subscribers).
+    /// The topic's rendezvous socket (`auto:` subscribers on this kernel, with a token).
     pub shm: Address,
     /// Its file name in the rendezvous directory and full path, offered to `auto:`
     /// subscribers on this kernel; `None` for `tcp:` and `tls:` topics, which bind no
@@ -144,8 +144,8 @@ pub(crate) fn plan(parsed: &Address, opts: &PubSubOptions) -> Result<NetPlan> {
     })
 }
 
-/// Starts the fan-out thread for `topic`, whose control thread already serves the
-/// rendezvous socket of `plan`.
+/// Starts the fan-out thread for `topic`, whose control thread already runs (and, for
+/// `auto:`, serves the rendezvous socket of `plan`).
 pub(crate) fn spawn(plan: NetPlan, topic: Arc<Topic>) -> Result<NetSide> {
     let ctx = |e| Error::io("set up the fan-out thread", e);
     let (stop_tx, stop) = socket::seqpacket_pair().map_err(ctx)?;
