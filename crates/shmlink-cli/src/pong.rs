@@ -101,7 +101,9 @@ fn serve(args: &PongArgs) -> Result<()> {
 }
 
 /// Waits until the listener's `fd` is readable (or reports an error, or was closed by
-/// the signal thread).
+/// the signal thread), or a second passed: a blocking `accept` also woke at the
+/// handshake deadlines of clients that went silent, to drop them; a second bounds how
+/// long they wait for that here.
 fn wait_readable(fd: RawFd) {
     let mut pfd = libc::pollfd {
         fd,
@@ -110,7 +112,7 @@ fn wait_readable(fd: RawFd) {
     };
     // SAFETY: `pfd` is one valid pollfd that lives across the call; a closed `fd` only
     // makes poll report POLLNVAL.
-    let _ = unsafe { libc::poll(&mut pfd, 1, -1) };
+    let _ = unsafe { libc::poll(&mut pfd, 1, 1000) };
 }
 
 /// Accept errors that concern one client, after which the listener serves on.
