@@ -27,8 +27,9 @@ Roles:
   (neither)        run both ends: for each ADDR, start a server as a separate process
                    (this program re-executed with --server; it dies with this one), run
                    the client against it, and print one row per ADDR
-  --server         serve ADDR (exactly one) until killed, one client after another; the
-                   run's parameters come from each client
+  --server         serve ADDR (exactly one) until stopped, one client after another; the
+                   run's parameters come from each client. SIGTERM or SIGINT (Ctrl-C)
+                   removes the socket file and exits 0
   --client         run against servers already listening on each ADDR (connecting is
                    retried for 10 s while nobody listens yet)
 

@@ -15,6 +15,7 @@ mod pong;
 mod report;
 mod server;
 mod spawn;
+mod stop;
 mod wire;
 
 use std::io::Write;

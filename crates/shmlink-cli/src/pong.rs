@@ -2,6 +2,7 @@
 //! after another, and prints a result per address.
 
 use std::io::Write;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Instant;
 
 use shmlink::{ErrorKind, Listener, Options, MAX_MSG_SIZE_LIMIT};
@@ -12,6 +13,7 @@ use crate::error::{Context, Result, RunError};
 use crate::report::{RunResult, Table};
 use crate::server;
 use crate::spawn::{connect_retry, die_with_parent, ServerProcess, START_TIMEOUT};
+use crate::stop::StopSignals;
 use crate::wire::{Hello, Mode};
 
 /// Runs the command.
@@ -44,6 +46,8 @@ fn serve(args: &PongArgs) -> Result<()> {
         die_with_parent(parent)?;
     }
     pin(args.pinning, true)?;
+    // Before binding: a SIGTERM from now on ends with the socket file removed.
+    let stop = StopSignals::block()?;
     let addr = &args.addrs[0];
     let opts = args.options().max_msg_size(MAX_MSG_SIZE_LIMIT);
     let mut listener = Listener::bind(addr, &opts)?;
@@ -59,14 +63,26 @@ fn serve(args: &PongArgs) -> Result<()> {
             listener.local_addr()
         );
     }
+    let fd = listener.as_raw_fd();
+    listener.set_nonblocking(true);
+    let listener = stop.drop_on_signal(listener)?;
     loop {
-        let mut conn = match listener.accept() {
-            Ok(c) => c,
-            Err(e) if !args.once && per_client(e.kind()) => {
+        let accepted = listener.lock().as_mut().map(|l| l.accept());
+        let mut conn = match accepted {
+            // Stopped by a signal: the signal thread exits the process.
+            None => loop {
+                std::thread::park();
+            },
+            Some(Ok(c)) => c,
+            Some(Err(e)) if e.kind() == ErrorKind::WouldBlock => {
+                wait_readable(fd);
+                continue;
+            }
+            Some(Err(e)) if !args.once && per_client(e.kind()) => {
                 eprintln!("shmlink pong: accept on {addr}: {e}");
                 continue;
             }
-            Err(e) => return Err(e).context(|| format!("accept on {addr}")),
+            Some(Err(e)) => return Err(e).context(|| format!("accept on {addr}")),
         };
         let res = server::serve(&mut conn);
         drop(conn);
@@ -82,6 +98,21 @@ fn serve(args: &PongArgs) -> Result<()> {
             Err(e) => eprintln!("shmlink pong: client on {addr}: {e}"),
         }
     }
+}
+
+/// Waits until the listener's `fd` is readable (or reports an error, or was closed by
+/// the signal thread), or a second passed: a blocking `accept` also woke at the
+/// handshake deadlines of clients that went silent, to drop them; a second bounds how
+/// long they wait for that here.
+fn wait_readable(fd: RawFd) {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: `pfd` is one valid pollfd that lives across the call; a closed `fd` only
+    // makes poll report POLLNVAL.
+    let _ = unsafe { libc::poll(&mut pfd, 1, 1000) };
 }
 
 /// Accept errors that concern one client, after which the listener serves on.

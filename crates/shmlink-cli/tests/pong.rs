@@ -351,3 +351,52 @@ fn the_server_process_dies_with_its_parent() {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// Waits up to 10 s for `cond`.
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// `pong --server` stopped by SIGTERM (a service manager) or SIGINT (Ctrl-C), idle or
+/// after serving a run, drops its listener: the socket file is gone and it exits 0.
+#[test]
+fn a_server_stopped_by_a_signal_removes_its_socket_file() {
+    let dir = shm_dir("signal");
+    let pid = std::process::id();
+    for (sig, name, run_first) in [
+        (libc::SIGTERM, "SIGTERM", false),
+        (libc::SIGINT, "SIGINT", false),
+        (libc::SIGTERM, "SIGTERM", true),
+    ] {
+        let addr = format!("shm:signal-{name}-{run_first}-{pid}");
+        let socket = dir.0.join(format!("signal-{name}-{run_first}-{pid}.sock"));
+        let server = shmlink(&dir, &["pong", "--server", "--cpus", "none", &addr])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut server = Reaper(server);
+        wait_for("the server's socket file", || socket.exists());
+        if run_first {
+            let v = pong_json(&dir, &["--client", "--latency", "-n", "100"], &addr).unwrap();
+            check_latency(&v, &addr, 64, 100);
+        }
+        // SAFETY: kill takes a pid and a signal number; the pid is our own child, not
+        // reaped yet (the Reaper waits for it below).
+        assert_eq!(unsafe { libc::kill(server.0.id() as i32, sig) }, 0);
+        let mut status = None;
+        wait_for("the server to exit", || {
+            status = server.0.try_wait().unwrap();
+            status.is_some()
+        });
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut server.0.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert!(status.unwrap().success(), "{name}: {:?}: {stderr}", status);
+        assert!(stderr.contains(&format!("stopped by {name}")), "{stderr}");
+        assert!(!socket.exists(), "{name} left {} behind", socket.display());
+    }
+}

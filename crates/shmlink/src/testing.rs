@@ -15,6 +15,9 @@ use crate::transport::shm::segment::{Segment, C2S, S2C};
 use crate::transport::shm::{Setup, ShmConn};
 use crate::transport::ConnOps;
 
+pub use crate::pubsub::handshake::{
+    Packet as TopicPacket, Subscribe as TopicSubscribe, Subscribed as TopicSubscribed,
+};
 pub use crate::transport::auto::Msg as AutoMsg;
 pub use crate::transport::shm::handshake::{Packet as HandshakePacket, Params as HandshakeParams};
 pub use crate::transport::shm::handshake::{RefuseCode, VERSION};
@@ -220,7 +223,8 @@ pub fn segment_memfd(ring_size: usize) -> Result<OwnedFd> {
 }
 
 /// Fuzz entry point: the handshake parsers (`shm:` packets, `ls` status answers included,
-/// `auto:` negotiation messages, and the records of a topic served over the network)
+/// `auto:` negotiation messages, subscribe handshakes and the records of a topic served
+/// over the network)
 /// must reject or accept any bytes without panicking, and what they accept must survive
 /// a round trip.
 pub fn fuzz_handshake(data: &[u8]) {
@@ -238,6 +242,20 @@ pub fn fuzz_handshake(data: &[u8]) {
         } else {
             assert_eq!(again, p);
         }
+    }
+    // The subscribe handshake (refusals are the `shm:` ones above; a `shm:` client's
+    // packet is recognised, not re-encoded).
+    if let Ok(
+        p @ (TopicPacket::Subscribe(_)
+        | TopicPacket::Subscribed(_)
+        | TopicPacket::Upgrade(..)
+        | TopicPacket::Upgraded(..)),
+    ) = TopicPacket::decode(data)
+    {
+        assert_eq!(
+            TopicPacket::decode(&p.encode()).expect("re-encoded packet parses"),
+            p
+        );
     }
 }
 

@@ -14,6 +14,7 @@
 //! did not see that commit, our fence came first, and the publisher sees the lowered
 //! minimum. The start is final before the subscriber gets its page.
 
+use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -29,7 +30,7 @@ use crate::addr::Address;
 use crate::error::{Error, Result};
 use crate::sync::{fence, AtomicU64, Ordering};
 use crate::sys::{socket, Epoll, TimerFd};
-use crate::transport::shm::handshake::RefuseCode;
+use crate::transport::shm::handshake::{RefuseCode, Token};
 use crate::transport::shm::{bind_rendezvous, remove_socket_file, SocketFile};
 use crate::trust;
 
@@ -49,9 +50,25 @@ struct Pending {
     remote: bool,
 }
 
+/// Whom the topic's rendezvous socket serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LocalAccess {
+    /// A `shm:` topic: every subscriber the credential check admits.
+    Open,
+    /// An `auto:` topic: only a subscriber that presents a token the fan-out thread
+    /// handed out over its network subscription (and passes the credential check), so
+    /// that the shared-memory path grants nothing the network path (TLS client
+    /// certificates included) would not.
+    Tokens,
+    /// A `tcp:` or `tls:` topic: no rendezvous socket at all (its only path is the
+    /// network listener; the fan-out's ring readers join over a socket pair).
+    None,
+}
+
 struct Control {
     topic: Arc<Topic>,
-    listen: OwnedFd,
+    /// The rendezvous socket, unless [`LocalAccess::None`].
+    listen: Option<OwnedFd>,
     file: SocketFile,
     /// Read end of the stop signal (registered in the epoll set; kept open here).
     _stop: OwnedFd,
@@ -59,10 +76,12 @@ struct Control {
     events: Vec<(u64, u32)>,
 }
 
-/// Creates the topic, binds its socket and starts the control thread. Returns the shared
-/// topic, the stop signal's write end and the thread.
+/// Creates the topic, binds its socket at `addr` (unless `access` is
+/// [`LocalAccess::None`]; `addr` then only names the topic) and starts the control
+/// thread. Returns the shared topic, the stop signal's write end and the thread.
 pub(crate) fn start(
     addr: &Address,
+    access: LocalAccess,
     opts: &PubSubOptions,
 ) -> Result<(Arc<Topic>, OwnedFd, JoinHandle<()>)> {
     let geom = opts.geometry();
@@ -71,7 +90,7 @@ pub(crate) fn start(
         Policy::Block => POLICY_BLOCK,
         Policy::Overwrite => POLICY_OVERWRITE,
     };
-    let (seg, seg_fd) = TopicSegment::create(geom, wire_policy)?;
+    let (seg, seg_fd) = TopicSegment::create(geom, wire_policy, opts.allow_writable_topic)?;
     let (bell, bell_fd) = BellSegment::create("shmlink-bell")?;
     let epoll = || Epoll::new().map_err(|e| Error::io("epoll", e));
     let (pub_epoll, ctl_epoll) = (epoll()?, epoll()?);
@@ -83,12 +102,20 @@ pub(crate) fn start(
     pub_epoll
         .add(changed.1.as_raw_fd(), libc::EPOLLIN as u32, CHANGED_TOKEN)
         .map_err(|e| Error::io("epoll", e))?;
-    let (listen, file) = bind_rendezvous(addr, &opts.base)?;
+    let (listen, file) = match access {
+        LocalAccess::None => (None, None),
+        LocalAccess::Open | LocalAccess::Tokens => {
+            let (listen, file) = bind_rendezvous(addr, &opts.base)?;
+            (Some(listen), file)
+        }
+    };
     let (stop_tx, stop) = socket::seqpacket_pair().map_err(|e| Error::io("socketpair", e))?;
     let ctl_err = |e| Error::io("epoll", e);
-    ctl_epoll
-        .add(listen.as_raw_fd(), libc::EPOLLIN as u32, LISTEN_TOKEN)
-        .map_err(ctl_err)?;
+    if let Some(listen) = &listen {
+        ctl_epoll
+            .add(listen.as_raw_fd(), libc::EPOLLIN as u32, LISTEN_TOKEN)
+            .map_err(ctl_err)?;
+    }
     ctl_epoll
         .add(stop.as_raw_fd(), libc::EPOLLIN as u32, STOP_TOKEN)
         .map_err(ctl_err)?;
@@ -123,6 +150,7 @@ pub(crate) fn start(
         changed,
         remotes: Mutex::new(std::collections::HashMap::new()),
         inject,
+        tokens: (access == LocalAccess::Tokens).then(|| Mutex::new(HashMap::new())),
     });
     let mut control = Control {
         topic: topic.clone(),
@@ -182,7 +210,7 @@ impl Control {
     }
 
     fn accept_backlog(&mut self) {
-        while let Ok(Some(sock)) = socket::accept(self.listen.as_fd()) {
+        while let Some(Ok(Some(sock))) = self.listen.as_ref().map(|l| socket::accept(l.as_fd())) {
             self.add_pending(sock, false);
         }
     }
@@ -257,10 +285,37 @@ impl Control {
             return refuse(&sock, RefuseCode::Protocol, why);
         }
         match Packet::decode(&buf[..n]) {
-            Ok(Packet::Subscribe(req)) => {
-                if let Err((sock, code, why)) = self.join(sock, req, remote) {
+            // The fan-out's ring readers come over a socket pair, never the socket file.
+            Ok(Packet::Subscribe(req)) if remote || self.topic.tokens.is_none() => {
+                if let Err((sock, code, why)) = self.join(sock, req, remote, None) {
                     refuse(&sock, code, why);
                 }
+            }
+            Ok(Packet::Subscribe(_)) => {
+                let why = format!(
+                    "{} is the shared-memory side of an auto: topic: it admits only \
+                     subscribers that present the token the publisher handed them over the \
+                     network (subscribe at the topic's auto: address)",
+                    self.topic.addr
+                );
+                refuse(&sock, RefuseCode::Permission, why);
+            }
+            Ok(Packet::Upgrade(req, token)) if !remote && self.topic.tokens.is_some() => {
+                // Used once, whatever comes of it.
+                let Some(proof) = self.topic.take_token(&token) else {
+                    let why = "unknown or already used upgrade token".to_string();
+                    return refuse(&sock, RefuseCode::Permission, why);
+                };
+                if let Err((sock, code, why)) = self.join(sock, req, remote, Some(proof)) {
+                    refuse(&sock, code, why);
+                }
+            }
+            Ok(Packet::Upgrade(..)) => {
+                let why = format!(
+                    "{} is not the shared-memory side of an auto: topic: expected a subscribe request",
+                    self.topic.addr
+                );
+                refuse(&sock, RefuseCode::Protocol, why);
             }
             Ok(Packet::ShmClient) => {
                 let why = format!(
@@ -282,11 +337,13 @@ impl Control {
 
     /// Admits a subscriber: checks it, gives it a slot, a cursor page and its start.
     /// `remote`: a ring reader of the fan-out thread, bounded by `max_remote_subscribers`.
+    /// `proof`: the proof of the upgrade token it presented (`auto:`), sent with the answer.
     fn join(
         &mut self,
         sock: OwnedFd,
         req: Subscribe,
         remote: bool,
+        proof: Option<Token>,
     ) -> std::result::Result<(), (OwnedFd, RefuseCode, String)> {
         let topic = &*self.topic;
         let geom = topic.geom;
@@ -379,7 +436,7 @@ impl Control {
                     .ctl_epoll
                     .add(fd, (libc::EPOLLRDHUP | libc::EPOLLHUP) as u32, token)
             });
-        let answer = Packet::Subscribed(Subscribed {
+        let subscribed = Subscribed {
             slot: slot as u32,
             policy: topic.seg.policy(),
             slots: n,
@@ -387,7 +444,11 @@ impl Control {
             max_msg: geom.max_msg as u64,
             header_len: header_len() as u64,
             start,
-        });
+        };
+        let answer = match proof {
+            None => Packet::Subscribed(subscribed),
+            Some(proof) => Packet::Upgraded(subscribed, proof),
+        };
         let sent = registered.is_ok()
             && socket::send_with_fds(
                 sock.as_fd(),

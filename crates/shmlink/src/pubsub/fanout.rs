@@ -3,8 +3,8 @@
 //! does not change (one write per message, whoever reads it).
 //!
 //! Each remote subscriber is a framed connection ([`super::wire`] records) and an
-//! in-process [`ShmSubscriber`] that joined the ring through the topic's rendezvous socket
-//! like any local subscriber: it has a cursor page and obeys `block`/`overwrite` and the
+//! in-process [`ShmSubscriber`] that joined the ring through the control thread like any
+//! local subscriber (over a socket pair, not the rendezvous socket): it has a cursor page and obeys `block`/`overwrite` and the
 //! stall timeout the same way. The thread waits (epoll) on the listener, every
 //! connection and every ring reader's doorbell socket, and moves messages from a reader
 //! to its connection:
@@ -32,7 +32,11 @@
 //!   control thread refuses more, so the other slots stay for local subscribers); the thread wakes every [`TICK`] while it serves
 //!   anyone, to look at readers parked on a doorbell and at remotes whose socket is full.
 //! - **`auto:`**: a subscriber on this kernel is told where the rendezvous socket is
-//!   (`Local`) and attaches over shared memory instead, or asks again to stay here.
+//!   (`Local`), with a single-use token and its proof (128 bits each, from `getrandom`),
+//!   and attaches over shared memory instead, or asks again to stay here. The token is
+//!   valid only while this connection waits in its handshake: it is revoked when the
+//!   subscriber asks again, leaves or times out, and the control thread takes it when
+//!   it is presented on the socket, which admits nobody without one.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -50,6 +54,7 @@ use crate::addr::{rendezvous_dir, Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Role;
 use crate::sys::{socket, Epoll};
+use crate::transport::shm::handshake::Token;
 use crate::transport::{auto, ConnOps, ListenerOps};
 
 /// Most messages in one batch, which is what one remote gets per turn (so that a fast
@@ -93,10 +98,11 @@ pub(crate) struct NetPlan {
     pub listener: Box<dyn ListenerOps>,
     /// The public address.
     pub addr: String,
-    /// The topic's rendezvous socket (local and `auto:` subscribers).
+    /// The topic's rendezvous socket (`auto:` subscribers on this kernel, with a token).
     pub shm: Address,
     /// Its file name in the rendezvous directory and full path, offered to `auto:`
-    /// subscribers on this kernel; `None` for `tcp:` and `tls:` topics.
+    /// subscribers on this kernel; `None` for `tcp:` and `tls:` topics, which bind no
+    /// rendezvous socket (`shm` then only names the topic).
     pub local: Option<(String, String)>,
 }
 
@@ -138,8 +144,8 @@ pub(crate) fn plan(parsed: &Address, opts: &PubSubOptions) -> Result<NetPlan> {
     })
 }
 
-/// Starts the fan-out thread for `topic`, whose control thread already serves the
-/// rendezvous socket of `plan`.
+/// Starts the fan-out thread for `topic`, whose control thread already runs (and, for
+/// `auto:`, serves the rendezvous socket of `plan`).
 pub(crate) fn spawn(plan: NetPlan, topic: Arc<Topic>) -> Result<NetSide> {
     let ctx = |e| Error::io("set up the fan-out thread", e);
     let (stop_tx, stop) = socket::seqpacket_pair().map_err(ctx)?;
@@ -206,6 +212,8 @@ struct Remote {
     slot: Option<usize>,
     /// Messages it lost that its `Missed` record has yet to tell (`overwrite`).
     missed_owed: u64,
+    /// The upgrade token it was offered with `Local`, until it is used or revoked.
+    offer: Option<Token>,
 }
 
 /// What a turn decided for a remote.
@@ -381,6 +389,7 @@ impl Fanout {
                     ring_watched: false,
                     slot: None,
                     missed_owed: 0,
+                    offer: None,
                 },
             );
             self.again.push(id);
@@ -428,8 +437,16 @@ impl Fanout {
         }
     }
 
+    /// Voids the upgrade token `r` was offered, if any (taken already or not).
+    fn revoke(&self, r: &mut Remote) {
+        if let Some(token) = r.offer.take() {
+            self.topic.take_token(&token);
+        }
+    }
+
     /// Unregisters a remote that leaves (its reader, if any, drops with it).
     fn forget(&mut self, r: &mut Remote) {
+        self.revoke(r);
         let _ = self.epoll.delete(r.conn.fd().as_raw_fd());
         if let State::Streaming(sub) = &r.state {
             if r.ring_watched {
@@ -500,6 +517,8 @@ impl Fanout {
                 _ => return Ok(Turn::Abort),
             };
         r.conn.release();
+        // Asking again means the subscriber stays here: its token, if any, is void.
+        self.revoke(r);
         if version != wire::VERSION {
             let reason = format!(
                 "the publisher speaks topic record version {}, the subscriber {version}",
@@ -513,7 +532,19 @@ impl Fanout {
         if let (true, true, Some((name, path))) =
             (flags & FLAG_LOCAL_OK != 0, same_kernel, &self.local)
         {
-            send_record(&mut *r.conn, &Record::Local { name, path })?;
+            let (token, proof) = (auto::random_token()?, auto::random_token()?);
+            // Recorded before it is sent: the subscriber may present it at once.
+            self.topic.offer_token(token, proof);
+            r.offer = Some(token);
+            send_record(
+                &mut *r.conn,
+                &Record::Local {
+                    token,
+                    proof,
+                    name,
+                    path,
+                },
+            )?;
             r.since = Instant::now();
             return Ok(Turn::Keep { more: false });
         }

@@ -15,8 +15,10 @@
 //! - **Addresses**: `shm:` addresses are resolved like a [`Listener`](crate::Listener)'s:
 //!   the publisher binds a `SOCK_SEQPACKET` rendezvous socket there, with the same
 //!   access rules (same uid or root, plus [`Options::allow_uids`] /
-//!   [`Options::allow_gids`], checked with `SO_PEERCRED`). `tcp:HOST:PORT`,
-//!   `tls:HOST:PORT` and `auto:HOST:PORT` bind a network listener as well (below).
+//!   [`Options::allow_gids`], checked with `SO_PEERCRED`). `tcp:HOST:PORT` and
+//!   `tls:HOST:PORT` bind a network listener instead (no local socket), `auto:HOST:PORT`
+//!   a network listener and a rendezvous socket that admits only subscribers holding a
+//!   token handed out over the network (see [`Publisher`]).
 //! - **One write per message**: the publisher's cost does not grow with the number of
 //!   subscribers. It reads subscribers' cursors only when the ring looks full (the
 //!   cached minimum says so) and wakes only subscribers that announced sleep.

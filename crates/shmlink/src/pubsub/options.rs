@@ -64,6 +64,7 @@ pub struct PubSubOptions {
     pub(crate) history: Option<u64>,
     pub(crate) max_subscribers: usize,
     pub(crate) max_remote_subscribers: Option<usize>,
+    pub(crate) allow_writable_topic: bool,
 }
 
 impl Default for PubSubOptions {
@@ -78,6 +79,7 @@ impl Default for PubSubOptions {
             history: None,
             max_subscribers: MAX_SUBSCRIBERS,
             max_remote_subscribers: None,
+            allow_writable_topic: false,
         }
     }
 }
@@ -155,6 +157,19 @@ impl PubSubOptions {
     /// as local. Setting it to `max_subscribers` lets remotes take every slot.
     pub fn max_remote_subscribers(mut self, n: usize) -> Self {
         self.max_remote_subscribers = Some(n);
+        self
+    }
+
+    /// Publisher: on a kernel without `F_SEAL_FUTURE_WRITE` (Linux before 5.1), create the
+    /// topic anyway (default `false`). Without the seal the kernel cannot stop a
+    /// subscriber from mapping the topic writable: **any subscriber can then write the
+    /// topic**, changing the messages every other subscriber reads and the slot a
+    /// [`Loan`](crate::Loan) is filling. By default [`Publisher::bind`](crate::Publisher::bind)
+    /// refuses such a kernel with [`ErrorKind::Other`] and a message naming this option;
+    /// set it only when every subscriber is trusted. On kernels with the seal it changes
+    /// nothing.
+    pub fn allow_writable_topic(mut self, allow: bool) -> Self {
+        self.allow_writable_topic = allow;
         self
     }
 

@@ -41,6 +41,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::control::LocalAccess;
 use super::fanout::NetSide;
 use super::options::{Policy, PubSubOptions};
 use super::ring::{Geometry, Ring, MAX_SUBSCRIBERS};
@@ -51,6 +52,7 @@ use crate::notify::spin_then_yield;
 use crate::sync::{AtomicU64, Ordering};
 use crate::sys::socket::{self, PeerCred};
 use crate::sys::{Epoll, TimerFd};
+use crate::transport::shm::handshake::Token;
 
 /// Epoll token of the stall timer in the publisher's set.
 pub(crate) const TIMER_TOKEN: u64 = u64::MAX;
@@ -156,11 +158,32 @@ pub(crate) struct Topic {
     /// readers join without the rendezvous socket file (which `auto:` tests or an
     /// operator may remove).
     pub inject: (OwnedFd, OwnedFd),
+    /// An `auto:` topic's upgrade tokens and their proofs: handed out by the fan-out
+    /// thread over a network subscription, taken (once) by the control thread from a
+    /// subscriber on the rendezvous socket, which admits no one else. `None` for other
+    /// topics.
+    pub tokens: Option<Mutex<HashMap<Token, Token>>>,
 }
 
 impl Topic {
     pub fn ring(&self) -> Ring {
         self.seg.ring()
+    }
+
+    /// Records an upgrade token handed out over the network and the proof that answers it.
+    pub fn offer_token(&self, token: Token, proof: Token) {
+        if let Some(book) = &self.tokens {
+            book.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(token, proof);
+        }
+    }
+
+    /// Takes an upgrade token (single-use): its proof, if it was handed out and not yet
+    /// taken or revoked.
+    pub fn take_token(&self, token: &Token) -> Option<Token> {
+        let book = self.tokens.as_ref()?;
+        book.lock().unwrap_or_else(|p| p.into_inner()).remove(token)
     }
 
     /// Locks the map of remote subscribers' peers.
@@ -271,9 +294,21 @@ pub struct SubscriberInfo {
 ///   delivers what was published, then end of stream, waiting for each remote until it
 ///   takes nothing for the stall timeout.
 /// - An `auto:` subscriber on the publisher's kernel (same boot id) is pointed to the
-///   topic's rendezvous socket (`topic-PORT-RANDOM.sock` in the rendezvous directory) and
-///   subscribes there over shared memory, with the usual credential check; when that
-///   fails it stays on the network ([`Subscriber::transport`](crate::Subscriber::transport) tells which).
+///   topic's rendezvous socket (`topic-PORT-RANDOM.sock` in the rendezvous directory)
+///   with a single-use token and a proof (128 bits each) sent over its network
+///   subscription, and subscribes there over shared memory: it presents the token, the
+///   publisher answers with the proof, which the subscriber checks, and the usual
+///   credential check applies; when any of that fails it stays on the network
+///   ([`Subscriber::transport`](crate::Subscriber::transport) tells which). As with the
+///   point-to-point `auto:` upgrade, the token names that network subscription (it is
+///   void once the subscriber asks again, leaves or times out) and the proof shows the
+///   subscriber that the socket belongs to the publisher it reached over TCP/TLS.
+/// - **The rule**: the shared-memory path grants nothing the network path does not. The
+///   socket of an `auto:` topic admits only subscribers holding a token (a plain
+///   subscription there is refused with [`ErrorKind::PermissionDenied`], whatever the
+///   allow lists say); a `tcp:` or `tls:` topic binds no local socket at all, so a local
+///   user admitted by `allow_uids`/`allow_gids` still needs a client certificate for a
+///   `tls:` topic.
 ///
 /// Limits: one thread serves every remote (one batch per remote per turn);
 /// remote subscribers count against the topic's
@@ -288,11 +323,6 @@ pub struct SubscriberInfo {
 /// known). The fan-out sends what waits in the ring in batches (one `send` for up to 256
 /// messages or 64 KiB; it never waits to fill one). The hellos of both ends announce at
 /// least 64 KiB (a full batch), whatever `max_msg_size`.
-/// The `auto:` socket offered on the same kernel is found by name; unlike the
-/// point-to-point `auto:` upgrade there is no proof that the socket found belongs to the
-/// publisher reached over TCP (a different publisher's socket of the same random name
-/// in a shared directory would be subscribed to).
-///
 ///
 /// ```
 /// # std::env::set_var("SHMLINK_DIR", std::env::temp_dir().join(format!("shmlink-doc-{}", std::process::id())));
@@ -347,9 +377,11 @@ impl Publisher {
     /// - `tcp:HOST:PORT`, `tls:HOST:PORT` (TLS settings in the
     ///   [`Options`](crate::Options) of `opts`) or `auto:HOST:PORT`: a listener for
     ///   remote subscribers, served by a fan-out thread (see
-    ///   [Remote subscribers](Publisher#remote-subscribers)), and a rendezvous socket named
-    ///   `topic-PORT-RANDOM.sock` in the rendezvous directory, which `auto:`
-    ///   subscribers on this kernel are pointed to.
+    ///   [Remote subscribers](Publisher#remote-subscribers)); for `auto:` also a
+    ///   rendezvous socket named `topic-PORT-RANDOM.sock` in the rendezvous directory,
+    ///   which `auto:` subscribers on this kernel are pointed to (it admits only those
+    ///   holding a token handed out over the network). `tcp:` and `tls:` topics bind no
+    ///   local socket.
     pub fn bind(addr: &str, opts: &PubSubOptions) -> Result<Publisher> {
         opts.validate_publisher()?;
         let parsed = Address::parse(addr)?;
@@ -367,7 +399,12 @@ impl Publisher {
                 (plan.shm.clone(), Some(plan))
             }
         };
-        let (topic, stop, control) = super::control::start(&shm, opts).map_err(ctx)?;
+        let access = match &plan {
+            None => LocalAccess::Open,
+            Some(plan) if plan.local.is_some() => LocalAccess::Tokens,
+            Some(_) => LocalAccess::None,
+        };
+        let (topic, stop, control) = super::control::start(&shm, access, opts).map_err(ctx)?;
         let mut publisher = Publisher {
             ring: topic.ring(),
             topic,
@@ -849,7 +886,9 @@ impl std::ops::Deref for Loan<'_> {
     #[inline]
     fn deref(&self) -> &[u8] {
         // SAFETY: `reserve` gave us the slot's payload area (at least `len` bytes, checked
-        // against max_msg); subscribers only read it, and only after `commit`.
+        // against max_msg); subscribers only read it, and only after `commit` (the kernel
+        // keeps them from writing it with F_SEAL_FUTURE_WRITE; a topic without the seal
+        // exists only if the publisher trusted its subscribers: `allow_writable_topic`).
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }

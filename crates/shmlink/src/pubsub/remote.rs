@@ -1,8 +1,10 @@
 //! A subscriber over `tcp:`, `tls:` or `auto:`: a framed connection to the publisher's
 //! fan-out thread ([`super::fanout`]), which forwards the topic's messages as records
 //! ([`super::wire`]). An `auto:` subscriber on the publisher's kernel attaches to the
-//! shared memory instead, when the publisher offers its rendezvous socket and that
-//! socket admits us.
+//! shared memory instead, when the publisher offers its rendezvous socket, that socket
+//! takes the single-use token the publisher handed us over the network and answers with
+//! the proof that goes with it (so it is the publisher we reached, whose TLS identity we
+//! checked if TLS is on), and it admits our credentials.
 
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
@@ -16,6 +18,7 @@ use crate::addr::{rendezvous_dir, Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::{Options, Role, TlsOptions, MAX_MSG_SIZE_LIMIT};
 use crate::sys;
+use crate::transport::shm::handshake::Token;
 use crate::transport::{auto, tcp, tls, ConnOps, Transport};
 
 /// What the framed connection of a topic announces as its largest message: a record
@@ -144,8 +147,13 @@ pub(crate) fn connect(parsed: &Address, addr: &str, opts: &PubSubOptions) -> Res
             Ok(Record::Refuse { code, reason }) => {
                 return Err(Error::new(code.kind(), format!("refused: {reason}")))
             }
-            Ok(Record::Local { name, path }) if flags & FLAG_LOCAL_OK != 0 => {
-                Some((name.to_string(), path.to_string()))
+            Ok(Record::Local {
+                token,
+                proof,
+                name,
+                path,
+            }) if flags & FLAG_LOCAL_OK != 0 => {
+                Some((token, proof, name.to_string(), path.to_string()))
             }
             Ok(other) => {
                 return Err(Error::violation(format!(
@@ -155,8 +163,8 @@ pub(crate) fn connect(parsed: &Address, addr: &str, opts: &PubSubOptions) -> Res
             Err(e) => return Err(e),
         };
         conn.release();
-        if let Some((name, path)) = next {
-            if let Some(sub) = attach_local(&name, &path, opts) {
+        if let Some((token, proof, name, path)) = next {
+            if let Some(sub) = attach_local(&name, &path, token, proof, opts) {
                 // The publisher drops the connection when it ends without a request.
                 let _ = conn.close(false);
                 return Ok(Connected::Shm(sub));
@@ -194,8 +202,16 @@ fn wait_readable(conn: &mut dyn ConnOps, deadline: Instant) -> Result<()> {
 
 /// Tries the topic's rendezvous socket where this process finds it: under its own
 /// rendezvous directory (a shared directory may be mounted elsewhere), then at the
-/// publisher's path. The socket checks our credentials like any `shm:` subscriber's.
-fn attach_local(name: &str, path: &str, opts: &PubSubOptions) -> Option<ShmSubscriber> {
+/// publisher's path. We present `token` there and take only a socket that answers with
+/// `proof`; the socket checks our credentials like any `shm:` subscriber's. The token is
+/// single-use: once a socket took it, a later one refuses it.
+fn attach_local(
+    name: &str,
+    path: &str,
+    token: Token,
+    proof: Token,
+    opts: &PubSubOptions,
+) -> Option<ShmSubscriber> {
     let plain_name = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
     let mut tried: Vec<PathBuf> = Vec::new();
     if plain_name {
@@ -210,7 +226,7 @@ fn attach_local(name: &str, path: &str, opts: &PubSubOptions) -> Option<ShmSubsc
             socket: UnixName::Path(p),
             text: text.clone(),
         };
-        ShmSubscriber::connect(&parsed, &format!("shm:{text}"), opts).ok()
+        ShmSubscriber::connect_upgrade(&parsed, &format!("shm:{text}"), token, proof, opts).ok()
     })
 }
 

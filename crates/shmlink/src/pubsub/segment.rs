@@ -15,9 +15,12 @@
 //! then on the kernel refuses any writable mapping, `mprotect` to writable, and `write`,
 //! whoever holds the descriptor. A subscriber therefore cannot change a byte that other
 //! subscribers read; the only memory it can write is its own cursor page and the bell
-//! bits, which the publisher treats as hints.
+//! bits, which the publisher treats as hints. A kernel without the seal (before Linux
+//! 5.1) cannot give that guarantee: the topic is then refused unless the publisher
+//! opts in with [`PubSubOptions::allow_writable_topic`](crate::PubSubOptions::allow_writable_topic).
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 
 use super::ring::{BellPage, CursorPage, Geometry, Ring, TopicCtl};
@@ -82,6 +85,45 @@ pub fn header_len() -> usize {
     (CTL_OFFSET + std::mem::size_of::<TopicCtl>()).next_multiple_of(page_size())
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Tests: this thread's topics behave as on a kernel without `F_SEAL_FUTURE_WRITE`.
+    pub(crate) static NO_FUTURE_WRITE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Adds `F_SEAL_FUTURE_WRITE` to the seals against resizing: from then on only the
+/// mappings that exist (the publisher's) can write the topic. A kernel that lacks the seal
+/// (before Linux 5.1) makes this fail closed, since subscribers could then map the topic
+/// writable, change what the others read and write into slots the publisher is filling;
+/// with `allow_writable` the topic is sealed against resizing only.
+fn seal_topic(fd: BorrowedFd<'_>, allow_writable: bool) -> Result<()> {
+    #[cfg(test)]
+    let unsupported = NO_FUTURE_WRITE.with(|n| n.get());
+    #[cfg(not(test))]
+    let unsupported = false;
+    let future_write = if unsupported {
+        Err(io::Error::from_raw_os_error(libc::EINVAL))
+    } else {
+        memfd::add_seals(fd, memfd::SEALS | libc::F_SEAL_FUTURE_WRITE)
+    };
+    match future_write {
+        Ok(()) => Ok(()),
+        Err(_) if allow_writable => {
+            memfd::add_seals(fd, memfd::SEALS).map_err(|e| Error::io("topic segment: seal", e))
+        }
+        Err(e) => Err(Error::new(
+            ErrorKind::Other,
+            format!(
+                "this kernel cannot seal the topic against writes by subscribers \
+                 (F_SEAL_FUTURE_WRITE, Linux 5.1 and later: {e}), so any subscriber could \
+                 change the messages the others read; refusing to create the topic. To \
+                 publish anyway, to subscribers you trust, set \
+                 PubSubOptions::allow_writable_topic(true)"
+            ),
+        )),
+    }
+}
+
 /// A mapped topic segment.
 pub struct TopicSegment {
     map: Region,
@@ -91,8 +133,13 @@ pub struct TopicSegment {
 
 impl TopicSegment {
     /// Creates, maps (read-write) and seals a topic: the publisher's side. The memfd is
-    /// returned to be passed to subscribers.
-    pub fn create(geom: Geometry, policy: u32) -> Result<(TopicSegment, OwnedFd)> {
+    /// returned to be passed to subscribers. On a kernel without `F_SEAL_FUTURE_WRITE`
+    /// this fails unless `allow_writable` (see [`seal_topic`]).
+    pub fn create(
+        geom: Geometry,
+        policy: u32,
+        allow_writable: bool,
+    ) -> Result<(TopicSegment, OwnedFd)> {
         let hl = header_len();
         let size = hl
             .checked_add(geom.data_len())
@@ -100,12 +147,8 @@ impl TopicSegment {
         let ctx = |what: &'static str| move |e| Error::io(format!("topic segment: {what}"), e);
         let fd = memfd::create_unsealed("shmlink-topic", size).map_err(ctx("memfd"))?;
         let map = Region::map(fd.as_fd(), size, true).map_err(ctx("mmap"))?;
-        // Writable by us (the mapping above), by nobody else from now on. Kernels before
-        // 5.1 lack the seal: subscribers then still map read-only, but could map writable.
-        let seals = memfd::SEALS | libc::F_SEAL_FUTURE_WRITE;
-        if memfd::add_seals(fd.as_fd(), seals).is_err() {
-            memfd::add_seals(fd.as_fd(), memfd::SEALS).map_err(ctx("seal"))?;
-        }
+        // Writable by us (the mapping above), by nobody else from now on.
+        seal_topic(fd.as_fd(), allow_writable)?;
         let ident = TopicIdent {
             magic: TOPIC_MAGIC,
             version: TOPIC_VERSION,
@@ -263,3 +306,49 @@ impl<T> PageSegment<T> {
 pub type BellSegment = PageSegment<BellPage>;
 /// A subscriber's cursor page.
 pub type CursorSegment = PageSegment<CursorPage>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ErrorKind, PubSubOptions, Publisher, Subscriber};
+
+    /// Issue 13 (L6): on a kernel without `F_SEAL_FUTURE_WRITE` (injected: this thread's
+    /// topics fail to take the seal) the publisher refuses the topic, naming the option;
+    /// with the option it publishes a topic that subscribers could write.
+    #[test]
+    fn a_kernel_without_the_write_seal_is_refused_unless_allowed() {
+        let dir = std::env::temp_dir().join(format!("shmlink-seal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let addr = format!("shm:{}/t.sock", dir.display());
+        NO_FUTURE_WRITE.with(|n| n.set(true));
+        let Err(e) = Publisher::bind(&addr, &PubSubOptions::default()) else {
+            panic!("a topic subscribers could write is refused");
+        };
+        assert_eq!(e.kind(), ErrorKind::Other, "{e}");
+        let why = e.to_string();
+        assert!(
+            why.contains("F_SEAL_FUTURE_WRITE") && why.contains("allow_writable_topic(true)"),
+            "{why}"
+        );
+        assert!(!dir.join("t.sock").exists(), "nothing was bound");
+
+        let opts = PubSubOptions::default().allow_writable_topic(true);
+        let mut publisher = Publisher::bind(&addr, &opts).unwrap();
+        NO_FUTURE_WRITE.with(|n| n.set(false));
+        let mut sub = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
+        assert!(!sub.is_read_only(), "the topic is writable, as documented");
+        publisher.publish(b"trusted subscribers only").unwrap();
+        assert_eq!(sub.recv_vec().unwrap(), b"trusted subscribers only");
+        drop(publisher);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn topics_are_sealed_against_writes_by_default() {
+        let geom = PubSubOptions::default().geometry();
+        let (_seg, fd) = TopicSegment::create(geom, 1, false).unwrap();
+        assert!(TopicSegment::read_only_for_subscribers(&fd));
+        // What the refusal above stands in for: this kernel has the seal.
+        assert!(memfd::seals(fd.as_fd()).unwrap() & libc::F_SEAL_FUTURE_WRITE != 0);
+    }
+}

@@ -18,6 +18,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::notify::spin_then_yield;
 use crate::options::WaitPolicy;
 use crate::sys::{self, poll_fd, socket};
+use crate::transport::shm::handshake::Token;
 use crate::transport::shm::socket_of;
 use crate::trust;
 use crate::view::SharedBytes;
@@ -91,7 +92,22 @@ impl ShmSubscriber {
         addr: &str,
         opts: &PubSubOptions,
     ) -> Result<ShmSubscriber> {
-        ShmSubscriber::handshake(parsed, addr, opts)
+        ShmSubscriber::handshake(parsed, addr, None, opts)
+            .map_err(|e| e.context(format_args!("subscribe {addr}")))
+    }
+
+    /// An `auto:` subscriber's attach: presents `token` at the topic's socket `parsed` and
+    /// takes the topic only if the publisher answers with `proof`. No uid check of the
+    /// publisher: the proof shows that it is the publisher reached over the network,
+    /// whoever runs it.
+    pub(crate) fn connect_upgrade(
+        parsed: &Address,
+        addr: &str,
+        token: Token,
+        proof: Token,
+        opts: &PubSubOptions,
+    ) -> Result<ShmSubscriber> {
+        ShmSubscriber::handshake(parsed, addr, Some((token, proof)), opts)
             .map_err(|e| e.context(format_args!("subscribe {addr}")))
     }
 
@@ -103,13 +119,22 @@ impl ShmSubscriber {
         opts: &PubSubOptions,
     ) -> Result<ShmSubscriber> {
         let deadline = Instant::now() + opts.base.connect_timeout;
-        ShmSubscriber::handshake_on(sock, addr, opts, deadline)
+        ShmSubscriber::handshake_on(sock, addr, None, opts, deadline)
             .map_err(|e| e.context(format_args!("subscribe {addr}")))
     }
 
-    fn handshake(parsed: &Address, addr: &str, opts: &PubSubOptions) -> Result<ShmSubscriber> {
+    /// Connects to the topic's socket and subscribes; with `upgrade` = `(token, proof)`,
+    /// as an `auto:` subscriber.
+    fn handshake(
+        parsed: &Address,
+        addr: &str,
+        upgrade: Option<(Token, Token)>,
+        opts: &PubSubOptions,
+    ) -> Result<ShmSubscriber> {
         let deadline = Instant::now() + opts.base.connect_timeout;
-        trust::check_addr_dir(parsed, &opts.base)?;
+        if upgrade.is_none() {
+            trust::check_addr_dir(parsed, &opts.base)?;
+        }
         let sock = socket::connect(socket_of(parsed), deadline).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => Error::new(
                 ErrorKind::ConnectionRefused,
@@ -121,25 +146,32 @@ impl ShmSubscriber {
             ),
             _ => Error::io("rendezvous socket", e),
         })?;
-        trust::check_server(
-            sock.as_fd(),
-            &opts.base,
-            &format!("the publisher at {addr}"),
-        )?;
-        ShmSubscriber::handshake_on(sock, addr, opts, deadline)
+        if upgrade.is_none() {
+            trust::check_server(
+                sock.as_fd(),
+                &opts.base,
+                &format!("the publisher at {addr}"),
+            )?;
+        }
+        ShmSubscriber::handshake_on(sock, addr, upgrade, opts, deadline)
     }
 
     fn handshake_on(
         sock: OwnedFd,
         addr: &str,
+        upgrade: Option<(Token, Token)>,
         opts: &PubSubOptions,
         deadline: Instant,
     ) -> Result<ShmSubscriber> {
-        let req = Packet::Subscribe(Subscribe {
+        let want = Subscribe {
             features: 0,
             history: opts.subscriber_history(),
             max_msg: opts.max_msg_size.unwrap_or(0) as u64,
-        });
+        };
+        let req = match upgrade {
+            None => Packet::Subscribe(want),
+            Some((token, _)) => Packet::Upgrade(want, token),
+        };
         socket::send(sock.as_fd(), &req.encode()).map_err(|e| Error::io("send request", e))?;
         let mut buf = [0u8; MAX_PACKET];
         let mut fds = Vec::new();
@@ -156,15 +188,24 @@ impl ShmSubscriber {
                 "publisher closed the connection during the handshake",
             ));
         }
-        let ok = match Packet::decode(&buf[..n])? {
-            Packet::Subscribed(ok) => ok,
-            Packet::Refuse(code, reason) => {
+        let ok = match (Packet::decode(&buf[..n])?, upgrade) {
+            (Packet::Subscribed(ok), None) => ok,
+            (Packet::Upgraded(ok, proof), Some((_, want))) if proof == want => ok,
+            (Packet::Upgraded(..), Some(_)) => {
+                return Err(Error::new(
+                    ErrorKind::PermissionDenied,
+                    format!(
+                    "the publisher at {addr} is not the one reached over the network (wrong proof)"
+                ),
+                ))
+            }
+            (Packet::Refuse(code, reason), _) => {
                 return Err(Error::new(
                     code.kind(),
                     format!("refused: {reason} (is {addr} a publisher?)"),
                 ))
             }
-            other => {
+            (other, _) => {
                 return Err(Error::violation(format!(
                     "publisher answered with {other:?}"
                 )))

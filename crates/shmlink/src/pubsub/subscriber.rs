@@ -30,6 +30,14 @@ pub struct SubscriberStats {
 /// shared memory when it shares a kernel (and the rendezvous directory) with the
 /// publisher and the network otherwise ([`transport`](Self::transport) says which).
 ///
+/// An `auto:` subscriber moves to shared memory only with the single-use token the
+/// publisher hands it over the network subscription (TCP, or TLS with its certificate
+/// checks), and only to a socket that answers with the proof that goes with the token:
+/// another process's socket found at that name is never taken (the subscriber stays on
+/// the network). The socket of an `auto:` topic admits nobody without a token, and a
+/// `tcp:`/`tls:` topic has no local socket, so a `shm:` subscription never skips what the
+/// network path checks.
+///
 /// Blocking by default; in non-blocking mode `recv` fails with
 /// [`ErrorKind::WouldBlock`] and the subscriber's fd ([`AsRawFd`]) becomes readable
 /// when a message arrives or the publisher goes away. Errors that end the subscription:

@@ -4,10 +4,12 @@
 //!
 //! ```text
 //! subscriber                                  publisher
-//!   Subscribe(version, flags, history,   ─▶   auto: same boot id, local ok? → Local(name, path)
-//!             max_msg, boot id)          ◀─   else Welcome(policy, max_msg, start) or Refuse
-//!   (after Local: attach over shm: and close this connection, or Subscribe
-//!    again with the local flag cleared to stay here)
+//!   Subscribe(version, flags, history,   ─▶   auto: same boot id, local ok?
+//!             max_msg, boot id)          ◀─     → Local(token, proof, name, path)
+//!                                             else Welcome(policy, max_msg, start) or Refuse
+//!   (after Local: present the token at the topic's socket, check the proof it answers
+//!    with, attach over shm: and close this connection; or Subscribe again with the
+//!    local flag cleared to stay here, which voids the token)
 //!                                        ◀─   Data(message) | Batch(messages) | Missed(n) | Detached
 //!                                        ◀─   FIN (framed): end of stream, after the last Data
 //! ```
@@ -23,9 +25,10 @@
 //! [`ErrorKind::ProtocolViolation`] naming what was wrong.
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::transport::shm::handshake::{Token, TOKEN_LEN};
 
-/// Version of this record format (2: `Batch`).
-pub(crate) const VERSION: u8 = 2;
+/// Version of this record format (2: `Batch`; 3: `Local` carries a token and a proof).
+pub(crate) const VERSION: u8 = 3;
 
 const KIND_SUBSCRIBE: u8 = 1;
 const KIND_WELCOME: u8 = 2;
@@ -51,7 +54,7 @@ const MAX_REASON: usize = 512;
 
 /// Largest record other than `Data` and `Batch`: a `Local` with the longest name and
 /// path.
-pub(crate) const MAX_CONTROL_RECORD: usize = 1 + 2 + MAX_NAME + 2 + MAX_PATH;
+pub(crate) const MAX_CONTROL_RECORD: usize = 1 + 2 * TOKEN_LEN + 2 + MAX_NAME + 2 + MAX_PATH;
 /// Largest `Batch` record the fan-out builds (both ends' framed connections take it).
 pub(crate) const BATCH_BYTES: usize = 64 * 1024;
 
@@ -117,8 +120,14 @@ pub(crate) enum Record<'a> {
     /// Publisher → subscriber: not admitted, and why.
     Refuse { code: RefuseCode, reason: &'a str },
     /// Publisher → `auto:` subscriber: the topic's rendezvous socket, to attach over
-    /// shared memory (file name in the rendezvous directory, and full path).
-    Local { name: &'a str, path: &'a str },
+    /// shared memory (file name in the rendezvous directory, and full path), the
+    /// single-use token to present there and the proof the socket must answer with.
+    Local {
+        token: Token,
+        proof: Token,
+        name: &'a str,
+        path: &'a str,
+    },
     /// Publisher → subscriber: one message.
     Data(&'a [u8]),
     /// Publisher → subscriber: this many messages were overwritten before we sent them
@@ -264,6 +273,13 @@ impl<'a> Reader<'a> {
         Ok(self.take(1, field)?[0])
     }
 
+    fn token(&mut self, field: &str) -> Result<Token> {
+        Ok(self
+            .take(TOKEN_LEN, field)?
+            .try_into()
+            .expect("TOKEN_LEN bytes"))
+    }
+
     fn u64(&mut self, field: &str) -> Result<u64> {
         let b = self.take(8, field)?;
         Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
@@ -350,8 +366,15 @@ impl<'a> Record<'a> {
                 out.push(*code as u8);
                 put_bytes(&mut out, cut(reason, MAX_REASON).as_bytes(), MAX_REASON);
             }
-            Record::Local { name, path } => {
+            Record::Local {
+                token,
+                proof,
+                name,
+                path,
+            } => {
                 out.push(KIND_LOCAL);
+                out.extend_from_slice(token);
+                out.extend_from_slice(proof);
                 put_bytes(&mut out, cut(name, MAX_NAME).as_bytes(), MAX_NAME);
                 put_bytes(&mut out, cut(path, MAX_PATH).as_bytes(), MAX_PATH);
             }
@@ -448,6 +471,8 @@ impl<'a> Record<'a> {
                 }
             }
             KIND_LOCAL => Record::Local {
+                token: r.token("token")?,
+                proof: r.token("proof")?,
                 name: r.text(MAX_NAME, "name")?,
                 path: r.text(MAX_PATH, "path")?,
             },
@@ -567,6 +592,8 @@ mod tests {
                 reason: "full",
             },
             Record::Local {
+                token: [3; TOKEN_LEN],
+                proof: [4; TOKEN_LEN],
                 name: "topic-1-ab.sock",
                 path: "/run/shmlink/topic-1-ab.sock",
             },
@@ -643,7 +670,11 @@ mod tests {
             ),
             (vec![KIND_REFUSE, 99, 0, 0], "unknown code"),
             (vec![KIND_REFUSE, 1, 2, 0, 0xff, 0xfe], "not UTF-8"),
-            (vec![KIND_LOCAL, 0xff, 0xff], "at most 255"),
+            (
+                [&[KIND_LOCAL][..], &[0; 2 * TOKEN_LEN], &[0xff, 0xff]].concat(),
+                "at most 255",
+            ),
+            (vec![KIND_LOCAL, 1, 2], "truncated at token"),
             ([&[KIND_DATA][..], &[7; 65]].concat(), "maximum is 64"),
             (vec![KIND_BATCH], "no message"),
             (vec![KIND_BATCH, 1, 0, 0], "truncated at a message's length"),

@@ -7,6 +7,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
+pub mod dirlock;
 pub mod memfd;
 pub mod socket;
 pub mod stream;

@@ -469,11 +469,15 @@ fn remove_stale_upgrade_sockets(port: &str) {
 }
 
 /// Removes the sockets named `PREFIX….sock` in the rendezvous directory that nobody
-/// listens on any more (their owner died); live ones answer and are kept.
+/// listens on any more (their owner died); live ones answer and are kept. Under the
+/// directory's lock, like every takeover of a stale socket, so that a socket another
+/// binder has bound but not yet made listen is not taken for stale.
 pub(crate) fn remove_stale_sockets(prefix: &str) {
-    let Ok(entries) = std::fs::read_dir(rendezvous_dir()) else {
+    let dir = rendezvous_dir();
+    let Ok(entries) = std::fs::read_dir(&dir) else {
         return;
     };
+    let _lock = shm::lock_parent(&dir.join("_"));
     for path in entries.filter_map(|e| e.ok()).map(|e| e.path()) {
         let ours = path
             .file_name()

@@ -13,6 +13,7 @@ use crate::addr::{Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::{Options, WaitPolicy, MAX_RING_SIZE, MIN_RING_SIZE};
 use crate::status::ProcessCred;
+use crate::sys::dirlock::DirLock;
 use crate::sys::socket::PeerCred;
 use crate::sys::{self, socket, Epoll};
 use crate::transport::{Accepted, ConnOps, ListenerOps, Transport};
@@ -309,9 +310,11 @@ pub(crate) type SocketFile = Option<(PathBuf, u64, u64)>;
 /// the `shm:` listener and the publish/subscribe publisher.
 pub(crate) fn bind_rendezvous(addr: &Address, opts: &Options) -> Result<(OwnedFd, SocketFile)> {
     let name = socket_of(addr);
-    if let UnixName::Path(path) = name {
-        prepare_path(addr, path, opts)?;
-    }
+    // Held until our socket listens: see `prepare_path`.
+    let _takeover = match name {
+        UnixName::Path(path) => prepare_path(addr, path, opts)?,
+        UnixName::Abstract(_) => None,
+    };
     let listen = socket::listen(name, 128).map_err(|e| {
         if e.kind() == io::ErrorKind::AddrInUse {
             Error::new(ErrorKind::AddrInUse, format!("{addr} is already bound"))
@@ -368,7 +371,16 @@ impl ShmListener {
 
 /// Creates the rendezvous directory (0700) for `shm:NAME` and removes a stale socket
 /// file; a live listener on the path is `AddrInUse`.
-fn prepare_path(addr: &Address, path: &std::path::Path, opts: &Options) -> Result<()> {
+///
+/// Taking over a stale socket is probe, unlink, bind, listen: two binders doing that at
+/// once could both find it stale, and the second unlink would delete the first's live
+/// socket (which then listens on a name nobody reaches); a prober between bind and listen
+/// would also take a new socket for stale. So the steps run under an exclusive `flock` on
+/// the directory, returned here and held by the caller until its socket listens; every
+/// binder and stale-socket sweeper of shmlink takes it. Where the directory cannot be
+/// opened or locked (no read permission, a file system without `flock`), the takeover
+/// runs unlocked as before.
+fn prepare_path(addr: &Address, path: &std::path::Path, opts: &Options) -> Result<Option<DirLock>> {
     if addr.in_rendezvous_dir() {
         if let Some(dir) = path.parent().filter(|d| !d.exists()) {
             let ctx = |e| Error::io(format!("create rendezvous directory {}", dir.display()), e);
@@ -383,6 +395,7 @@ fn prepare_path(addr: &Address, path: &std::path::Path, opts: &Options) -> Resul
         }
     }
     trust::check_addr_dir(addr, opts)?;
+    let lock = lock_parent(path);
     if std::fs::symlink_metadata(path).is_ok() {
         let probe = socket::connect(
             &UnixName::Path(path.to_path_buf()),
@@ -402,7 +415,16 @@ fn prepare_path(addr: &Address, path: &std::path::Path, opts: &Options) -> Resul
             Err(_) => {} // let bind report what is wrong
         }
     }
-    Ok(())
+    Ok(lock)
+}
+
+/// Locks the directory that holds `path` (see [`prepare_path`]), if it can.
+pub(crate) fn lock_parent(path: &std::path::Path) -> Option<DirLock> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    DirLock::lock(dir).ok()
 }
 
 impl ShmListener {

@@ -1,0 +1,37 @@
+//! An exclusive `flock` on a directory, for the few steps that must not interleave between
+//! processes (or threads) working on the same socket file in it.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use super::{owned, syscall};
+
+/// Holds the lock until dropped (closing the descriptor releases it).
+pub struct DirLock {
+    _fd: OwnedFd,
+}
+
+impl DirLock {
+    /// Locks `dir` exclusively, waiting for whoever holds it. `flock` locks belong to the
+    /// open file description, so two threads of one process exclude each other too.
+    pub fn lock(dir: &Path) -> io::Result<DirLock> {
+        let c = CString::new(dir.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+        // SAFETY: `c` is a NUL-terminated path that lives across the call.
+        let fd = syscall!(open(c.as_ptr(), flags))?;
+        // SAFETY: `open` just returned this descriptor; nothing else owns it.
+        let fd = unsafe { owned(fd) };
+        loop {
+            // SAFETY: `fd` is an open descriptor owned above.
+            match syscall!(flock(fd.as_raw_fd(), libc::LOCK_EX)) {
+                Ok(_) => return Ok(DirLock { _fd: fd }),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}

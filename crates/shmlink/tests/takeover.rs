@@ -1,0 +1,102 @@
+//! Taking over a stale socket file is race-free (issue 13, L4): many binders started at
+//! once on one stale path (a listener that died without removing its socket) end with
+//! exactly one listener, the others get `AddrInUse`, and the winner is the one clients
+//! reach — no binder deletes another's live socket.
+
+mod common;
+
+use std::os::unix::net::UnixListener;
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use shmlink::{Connection, ErrorKind, Listener, Options, PubSubOptions, Publisher, Subscriber};
+
+const BINDERS: usize = 16;
+const ROUNDS: usize = 20;
+
+/// Leaves a stale socket file at `path`: bound, then its listener gone.
+fn stale_socket(path: &std::path::Path) {
+    let _ = std::fs::remove_file(path);
+    drop(UnixListener::bind(path).unwrap());
+    assert!(path.exists());
+}
+
+#[test]
+fn concurrent_binders_on_a_stale_socket_leave_one_reachable_winner() {
+    let dir = common::test_dir();
+    for round in 0..ROUNDS {
+        let path = dir.join(format!("takeover-{round}.sock"));
+        stale_socket(&path);
+        let addr = format!("shm:{}", path.display());
+        let start = Arc::new(Barrier::new(BINDERS));
+        let binders: Vec<_> = (0..BINDERS)
+            .map(|_| {
+                let (addr, start) = (addr.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    Listener::bind(&addr, &Options::default())
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for b in binders {
+            match b.join().unwrap() {
+                Ok(l) => winners.push(l),
+                Err(e) => assert_eq!(e.kind(), ErrorKind::AddrInUse, "round {round}: {e}"),
+            }
+        }
+        assert_eq!(
+            winners.len(),
+            1,
+            "round {round}: {} listeners",
+            winners.len()
+        );
+        let mut winner = winners.pop().unwrap();
+        let a = addr.clone();
+        let client = std::thread::spawn(move || {
+            let opts = Options::default().connect_timeout(Duration::from_secs(10));
+            let mut c = Connection::connect(&a, &opts)?;
+            c.send(b"ping")?;
+            c.recv_vec()
+        });
+        let mut server = winner.accept().unwrap();
+        assert_eq!(server.recv_vec().unwrap(), b"ping");
+        server.send(b"pong").unwrap();
+        assert_eq!(client.join().unwrap().unwrap(), b"pong", "round {round}");
+        drop(winner);
+        assert!(
+            !path.exists(),
+            "round {round}: the winner removes its socket"
+        );
+    }
+}
+
+/// The same for publishers, which bind their rendezvous socket the same way.
+#[test]
+fn concurrent_publishers_on_a_stale_socket_leave_one_reachable_winner() {
+    let path = common::test_dir().join("takeover-topic.sock");
+    stale_socket(&path);
+    let addr = format!("shm:{}", path.display());
+    let start = Arc::new(Barrier::new(BINDERS));
+    let binders: Vec<_> = (0..BINDERS)
+        .map(|_| {
+            let (addr, start) = (addr.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                Publisher::bind(&addr, &PubSubOptions::default().slots(8))
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for b in binders {
+        match b.join().unwrap() {
+            Ok(p) => winners.push(p),
+            Err(e) => assert_eq!(e.kind(), ErrorKind::AddrInUse, "{e}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "{} publishers", winners.len());
+    let mut publisher = winners.pop().unwrap();
+    let mut sub = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
+    publisher.publish(b"reached").unwrap();
+    assert_eq!(sub.recv_vec().unwrap(), b"reached");
+}
