@@ -298,6 +298,7 @@ mod tests {
         let (ours, theirs) = seqpacket_pair().unwrap();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
+        let (started, flooding) = std::sync::mpsc::channel();
         let flooder = std::thread::spawn(move || {
             let chunk = [7u8; 4096];
             let mut sent = 0usize;
@@ -307,11 +308,15 @@ mod tests {
                     libc::send(theirs.as_raw_fd(), chunk.as_ptr().cast(), chunk.len(), 0)
                 };
                 if n > 0 {
+                    if sent == 0 {
+                        let _ = started.send(());
+                    }
                     sent += n as usize;
                 }
             }
             sent
         });
+        flooding.recv().unwrap();
         // However fast the flood, discarding returns.
         discard_input(ours.as_fd());
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
