@@ -5,7 +5,7 @@
 //!
 //! | address | transport |
 //! |---|---|
-//! | `shm:NAME`, `shm:/path.sock`, `shm:@name` | shared-memory rings (a sealed memfd per connection) |
+//! | `shm:NAME`, `shm:/path.sock`, `shm:@name` | shared-memory rings (per connection one sealed memfd per side, read-only for the other) |
 //! | `ux:NAME` (abstract), `ux:/path` | Unix `SOCK_SEQPACKET` |
 //! | `tcp:HOST:PORT` | TCP, length-prefixed frames, `TCP_NODELAY` |
 //! | `tls:HOST:PORT` | `tcp:` inside TLS 1.3 (rustls); certificates in [`TlsOptions`] |

@@ -284,8 +284,8 @@ impl Options {
         self
     }
 
-    /// How long a listener waits for a client's hello (and, on `tls:`, its TLS
-    /// handshake) before dropping it.
+    /// How long a listener waits for a client's hello (and, on `shm:`, its segment after
+    /// the answer; on `tls:`, its TLS handshake) before dropping it.
     pub fn handshake_timeout(mut self, t: Duration) -> Self {
         self.handshake_timeout = t;
         self

@@ -9,9 +9,12 @@ use crate::addr::{Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::WaitPolicy;
 use crate::ring::FenceMode;
+use crate::ring::{
+    CLOSED_OFFSET, CONSUMER_WAITING_OFFSET, HEAD_OFFSET, PRODUCER_WAITING_OFFSET, TAIL_OFFSET,
+};
 use crate::sys::{memfd, socket};
 use crate::transport::shm::handshake::{Packet, Params, MAX_PACKET};
-use crate::transport::shm::segment::{Segment, C2S, S2C};
+use crate::transport::shm::segment::{self, Half, Segment, Side, CONSUMER_OFFSET, PRODUCER_OFFSET};
 use crate::transport::shm::{Setup, ShmConn};
 use crate::transport::ConnOps;
 
@@ -57,13 +60,20 @@ pub fn silent_client(addr: &str) -> Result<OwnedFd> {
     socket::connect(&socket_path(addr)?, deadline).map_err(|e| Error::io(addr, e))
 }
 
-/// A client that completes a genuine handshake and then has raw access to the shared
-/// segment, to scribble over it like a buggy or malicious peer.
+/// A client that completes a genuine handshake and then has raw access to everything it
+/// may write — its own segment: the client → server ring's records, tail, end mark and
+/// sleep announcements, the server → client ring's head and sleep announcements — to
+/// scribble over it like a buggy or malicious peer. The listener's segment it maps
+/// read-only, as every client does; [`HostilePeer::attack_victim_segment`] tries the ways
+/// around that.
 pub struct HostilePeer {
     sock: OwnedFd,
+    /// The listener's memfd, as received.
     memfd: OwnedFd,
-    seg: Segment,
-    sizes: [usize; 2],
+    /// The listener's segment, mapped read-only.
+    victim: Half,
+    /// Our segment, mapped read-write.
+    own: Half,
 }
 
 impl HostilePeer {
@@ -89,46 +99,72 @@ impl HostilePeer {
         let memfd = fds
             .pop()
             .ok_or_else(|| Error::violation("no memfd in accept"))?;
-        let sizes = [p.ring_c2s as usize, p.ring_s2c as usize];
-        let seg = Segment::attach(&memfd, sizes)?;
+        let victim = Half::attach(&memfd, Side::Server, p.ring_s2c as usize)?;
+        let (own, own_fd) = Half::create(Side::Client, p.ring_c2s as usize)?;
+        socket::send_with_fds(
+            sock.as_fd(),
+            &Packet::Segment.encode(),
+            &[own_fd.as_raw_fd()],
+        )
+        .map_err(|e| Error::io("segment", e))?;
         Ok(HostilePeer {
             sock,
             memfd,
-            seg,
-            sizes,
+            victim,
+            own,
         })
     }
 
-    /// The segment's memfd, to try `ftruncate` and friends on.
+    /// The listener's memfd, as received, to try `ftruncate` and friends on.
     pub fn memfd(&self) -> BorrowedFd<'_> {
         self.memfd.as_fd()
     }
 
-    /// The whole segment file size.
+    /// The listener's segment file size.
     pub fn file_size(&self) -> usize {
         memfd::file_size(self.memfd.as_fd()).unwrap_or(0)
     }
 
-    /// Writes `value` at byte offset `off` (8-aligned, within the header page) of the
-    /// segment: its header and the two ring control blocks.
+    /// Writes `value` at byte offset `off` (8-aligned, within the header page) of our own
+    /// segment: its header, our CPU slot, the client → server ring's producer block
+    /// (`tail` at 128, see [`TAIL_OFFSET`]) and the server → client ring's consumer block
+    /// (`head` at [`HEAD_OFFSET`]).
     pub fn poke_header(&self, off: usize, value: u64) {
-        let (ring0, _) = self.seg.ring_data(C2S);
-        let header_len = ring0.as_ptr() as usize - self.seg.base() as usize;
-        assert!(off % 8 == 0 && off + 8 <= header_len);
-        // SAFETY: the offset lies inside the mapped, writable header page.
-        unsafe { self.seg.base().add(off).cast::<u64>().write_volatile(value) };
+        assert!(off % 8 == 0 && off + 8 <= segment::header_len());
+        // SAFETY: the offset lies inside the mapped header page of our own segment, which
+        // we created and mapped writable.
+        unsafe { self.own.base().add(off).cast::<u64>().write_volatile(value) };
     }
 
-    /// Writes `value` at byte offset `off` (8-aligned, below the ring's size) of ring `ring`'s
-    /// data area (0: client → server, 1: server → client).
+    /// Writes `value` at byte offset `off` (8-aligned, below the ring's size) of ring
+    /// `ring`'s data area. Only ring 0 (client → server) is ours; the server → client
+    /// ring lives in the listener's segment, which no client can write.
     pub fn poke_ring(&self, ring: usize, off: usize, value: u64) {
-        let (data, size) = self.seg.ring_data(ring);
+        assert_eq!(ring, 0, "a client can write only the client → server ring");
+        let (data, size) = self.own.ring_data();
         assert!(off % 8 == 0 && off + 8 <= size);
-        // SAFETY: the offset lies inside the mapped, writable data area.
+        // SAFETY: the offset lies inside the mapped, writable data area of our segment.
         unsafe { data.as_ptr().add(off).cast::<u64>().write_volatile(value) };
     }
 
-    /// Fills the header page and both rings with random 8-byte values at `count` random
+    /// A word of the listener's segment (8-aligned offset within its header page, or in
+    /// its ring: `off - header_len`), read through our read-only mapping.
+    pub fn peek_victim(&self, off: usize) -> u64 {
+        let size = segment::header_len() + self.victim.ring_data().1;
+        assert!(off % 8 == 0 && off + 8 <= size);
+        // SAFETY: the offset lies inside the readable mapping of the listener's segment
+        // (the header page and the first copy of the ring follow each other).
+        unsafe {
+            self.victim
+                .base()
+                .as_ptr()
+                .add(off)
+                .cast::<u64>()
+                .read_volatile()
+        }
+    }
+
+    /// Fills our header page and our ring with random 8-byte values at `count` random
     /// places, driven by the xorshift state `seed`.
     pub fn scribble(&self, seed: &mut u64, count: usize) {
         let mut next = || {
@@ -137,8 +173,16 @@ impl HostilePeer {
             *seed ^= *seed << 17;
             *seed
         };
-        let (ring0, _) = self.seg.ring_data(C2S);
-        let header_words = (ring0.as_ptr() as usize - self.seg.base() as usize) / 8;
+        let header_words = segment::header_len() / 8;
+        // The words the ring reads, where naive values do the most damage.
+        let ctl = [
+            PRODUCER_OFFSET + TAIL_OFFSET,
+            PRODUCER_OFFSET + CLOSED_OFFSET,
+            PRODUCER_OFFSET + PRODUCER_WAITING_OFFSET,
+            CONSUMER_OFFSET + HEAD_OFFSET,
+            CONSUMER_OFFSET + CONSUMER_WAITING_OFFSET,
+        ];
+        let words = self.own.ring_data().1 / 8;
         for _ in 0..count {
             let (place, value) = (next(), next());
             // Small values are the dangerous ones (they pass naive checks): mix them in.
@@ -149,13 +193,16 @@ impl HostilePeer {
             };
             match (place >> 8) % 3 {
                 0 => self.poke_header((value as usize % header_words) * 8, value),
-                r => {
-                    let ring = r as usize - 1;
-                    let words = self.sizes[ring] / 8;
-                    self.poke_ring(ring, ((place >> 16) as usize % words) * 8, value);
-                }
+                1 => self.poke_header(ctl[(place >> 16) as usize % ctl.len()], value),
+                _ => self.poke_ring(0, ((place >> 16) as usize % words) * 8, value),
             }
         }
+    }
+
+    /// Tries every way a client could get write access to the listener's segment with what
+    /// it was given; returns what each attempt got (`Ok` would be a hole).
+    pub fn attack_victim_segment(&self) -> Vec<(&'static str, io::Result<()>)> {
+        attack_read_only(self.memfd.as_fd(), self.file_size())
     }
 
     /// Rings the listener side's doorbell.
@@ -170,9 +217,54 @@ impl AsRawFd for HostilePeer {
     }
 }
 
+/// Every way to write a memfd of `len` bytes that a process received read-only: a
+/// writable shared mapping, `mprotect` of a read-only one, `pwrite`, `ftruncate`, new
+/// seals, and a writable reopen through `/proc`. Returns what each attempt got.
+pub fn attack_read_only(fd: BorrowedFd<'_>, len: usize) -> Vec<(&'static str, io::Result<()>)> {
+    let check = |ok: bool| {
+        if ok {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
+    let mut out = Vec::new();
+    out.push(("mmap read-write", Region::map(fd, len, true).map(drop)));
+    let mprotect = Region::map(fd, len, false).and_then(|ro| {
+        // SAFETY: asks to change the protection of our own mapping, which stays mapped
+        // (and unused) for the call.
+        let r = unsafe {
+            libc::mprotect(
+                ro.base().as_ptr().cast(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        check(r == 0)
+    });
+    out.push(("mprotect read-only mapping to read-write", mprotect));
+    // SAFETY: writes 8 bytes from a local buffer at offset 128 of the file.
+    let w = unsafe { libc::pwrite(fd.as_raw_fd(), [0xffu8; 8].as_ptr().cast(), 8, 128) };
+    out.push(("pwrite", check(w == 8)));
+    // SAFETY: plain integer arguments on a descriptor we hold.
+    let t = unsafe { libc::ftruncate(fd.as_raw_fd(), 4096) };
+    out.push(("ftruncate", check(t == 0)));
+    out.push(("add F_SEAL_WRITE", memfd::add_seals(fd, libc::F_SEAL_WRITE)));
+    // Reopening through /proc gives a new open file on the same sealed inode.
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let reopen = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .and_then(|f| Region::map(f.as_fd(), len, true).map(drop));
+    out.push(("reopen through /proc and mmap read-write", reopen));
+    out
+}
+
 /// Serves one client on the `shm:` address `addr` with a scripted answer, in a thread:
 /// `answer` gets the client's hello (or subscribe request) and returns the packet to
-/// send and the descriptors to pass with it. The connection stays open until the client closes it.
+/// send and the descriptors to pass with it. The connection stays open until the client
+/// closes it (what it sends meanwhile, such as its segment, is read and dropped).
 pub fn fake_listener(
     addr: &str,
     answer: impl FnOnce(&[u8]) -> (Vec<u8>, Vec<OwnedFd>) + Send + 'static,
@@ -199,8 +291,12 @@ pub fn fake_listener(
             let fds: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
             let _ = socket::send_with_fds(sock.as_fd(), &reply, &fds);
         }
-        // Hold the connection until the client hangs up.
-        let _ = crate::sys::poll_fd(sock.as_fd(), libc::POLLIN, Some(deadline));
+        // Hold the connection until the client hangs up (or the deadline).
+        while let Ok(n) = socket::recv_until(sock.as_fd(), &mut buf, &mut Vec::new(), deadline) {
+            if n == 0 {
+                break;
+            }
+        }
         if let UnixName::Path(p) = &name {
             let _ = std::fs::remove_file(p);
         }
@@ -216,10 +312,91 @@ pub fn memfd(size: usize, sealed: bool) -> io::Result<OwnedFd> {
     }
 }
 
-/// A genuine segment with the rings of `ring_size` bytes and its memfd, for fake
-/// listeners that want to start from a valid one and break it.
+/// A genuine listener segment with a ring of `ring_size` bytes, sealed as a listener seals
+/// it, for fake listeners that want to start from a valid one.
 pub fn segment_memfd(ring_size: usize) -> Result<OwnedFd> {
-    Segment::create([ring_size, ring_size]).map(|(_, fd)| fd)
+    Half::create(Side::Server, ring_size).map(|(_, fd)| fd)
+}
+
+/// A segment for fake peers to break: a listener's (`server`) or a client's with a ring
+/// of `ring_size` bytes, its header page changed by `pokes` (byte offset, 8-byte value:
+/// offset 8 is the layout version), then sealed with `seals` only (a genuine segment has
+/// `F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL | F_SEAL_FUTURE_WRITE`).
+pub fn segment_memfd_with(
+    server: bool,
+    ring_size: usize,
+    pokes: &[(usize, u64)],
+    seals: libc::c_int,
+) -> Result<OwnedFd> {
+    let side = if server { Side::Server } else { Side::Client };
+    let (half, fd) = Half::create_unsealed(side, ring_size)?;
+    for &(off, value) in pokes {
+        assert!(off % 8 == 0 && off + 8 <= segment::header_len());
+        // SAFETY: the offset lies inside the writable header page of the segment we just
+        // created.
+        unsafe { half.base().add(off).cast::<u64>().write_volatile(value) };
+    }
+    memfd::add_seals(fd.as_fd(), seals).map_err(|e| Error::io("seal", e))?;
+    Ok(fd)
+}
+
+/// The layout version of `shm:` segments this build writes.
+pub const SEGMENT_VERSION: u32 = segment::SEG_VERSION;
+
+/// What a listener did after the answer, in [`raw_segment_handshake`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum AfterAnswer {
+    /// It sent this packet (a refusal).
+    Packet(Vec<u8>),
+    /// It closed the connection without a word.
+    Closed,
+    /// Nothing happened within the wait.
+    Silent,
+}
+
+/// Connects to the `shm:` listener at `addr` with a genuine hello for rings of
+/// `ring_size` bytes, checks that it accepts, then sends `second` (a packet and its
+/// descriptors; `None`: nothing) in place of the client's segment, and watches the
+/// listener for `wait`. `second` gets the listener's memfd, to send it back.
+pub fn raw_segment_handshake(
+    addr: &str,
+    ring_size: usize,
+    second: impl FnOnce(&OwnedFd) -> Option<(Vec<u8>, Vec<OwnedFd>)>,
+    wait: Duration,
+) -> Result<AfterAnswer> {
+    let hello = Packet::Hello(Params {
+        features: 0,
+        ring_c2s: ring_size as u64,
+        ring_s2c: ring_size as u64,
+        max_msg: 1 << 20,
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let sock = socket::connect(&socket_path(addr)?, deadline).map_err(|e| Error::io(addr, e))?;
+    socket::send(sock.as_fd(), &hello.encode()).map_err(|e| Error::io("hello", e))?;
+    let mut buf = [0u8; MAX_PACKET];
+    let mut got = Vec::new();
+    let n = socket::recv_until(sock.as_fd(), &mut buf, &mut got, deadline)
+        .map_err(|e| Error::io("accept", e))?;
+    let Packet::Accept(_) = Packet::decode(&buf[..n])? else {
+        return Err(Error::violation("listener did not accept"));
+    };
+    let theirs = got
+        .pop()
+        .ok_or_else(|| Error::violation("no memfd in accept"))?;
+    if let Some((packet, fds)) = second(&theirs) {
+        let raw: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        socket::send_with_fds(sock.as_fd(), &packet, &raw).map_err(|e| Error::io("send", e))?;
+    }
+    let until = Instant::now() + wait;
+    Ok(
+        match socket::recv_until(sock.as_fd(), &mut buf, &mut Vec::new(), until) {
+            Ok(0) => AfterAnswer::Closed,
+            Ok(n) => AfterAnswer::Packet(buf[..n].to_vec()),
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => AfterAnswer::Silent,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => AfterAnswer::Closed,
+            Err(e) => return Err(Error::io("receive answer", e)),
+        },
+    )
 }
 
 /// Fuzz entry point: the handshake parsers (`shm:` packets, `ls` status answers included,
@@ -268,8 +445,9 @@ pub fn fuzz_handshake(data: &[u8]) {
 /// Layout of `data`: 1 byte of flags (bit 0: the peer is gone; bit 1: take the answer's
 /// numbers raw instead of folding them into plausible ranges), four words of answer
 /// (features, ring sizes both ways, largest message), then 8-byte words that fill the
-/// data area and then are written, in turn, to the producer position, the closed flag,
-/// and ring data words.
+/// peer's data area and then are written, in turn, to the peer's producer position and
+/// closed flag. The peer's segment is mapped read-only by the connection, as in a real
+/// one; the fuzzer writes it through its creator's mapping.
 pub fn fuzz_shm_reader(data: &[u8]) {
     /// The client's ring size (the largest ring a listener may choose).
     const RING: usize = 16384;
@@ -303,17 +481,25 @@ pub fn fuzz_shm_reader(data: &[u8]) {
         return; // refused: the outcome a bad answer must have
     }
     let ring = answer.ring_s2c as usize;
-    let Ok((seg, _fd)) = Segment::create([answer.ring_c2s as usize, ring]) else {
+    let Ok((own, _own_fd)) = Half::create(Side::Client, answer.ring_c2s as usize) else {
         return;
     };
-    let (ours, theirs) = socket::seqpacket_pair().expect("socketpair");
+    // The listener's segment: written here through its creator's mapping, read by the
+    // connection through a read-only one, as in a real connection.
+    let Ok((theirs, their_fd)) = Half::create(Side::Server, ring) else {
+        return;
+    };
+    let Ok(peer) = Half::attach(&their_fd, Side::Server, ring) else {
+        return;
+    };
+    let (ours, other_end) = socket::seqpacket_pair().expect("socketpair");
     // Bit 0 set: the peer's end is closed (it died); otherwise it stays open till the end.
-    let _peer = (flags & 1 == 0).then_some(theirs);
+    let _peer = (flags & 1 == 0).then_some(other_end);
     // Fill the data area first (the peer's records), then play with the positions.
-    let (data_area, _) = seg.ring_data(S2C);
+    let (data_area, _) = theirs.ring_data();
     for i in 0..ring / 8 {
         let Some(w) = words.next() else { break };
-        // SAFETY: i * 8 + 8 <= ring, inside the mapped data area.
+        // SAFETY: i * 8 + 8 <= ring, inside the writable mapping of the data area.
         unsafe {
             data_area
                 .as_ptr()
@@ -322,11 +508,10 @@ pub fn fuzz_shm_reader(data: &[u8]) {
                 .write_volatile(w)
         };
     }
-    let ctl = seg.ring_ctl(S2C);
+    // SAFETY: the producer block lies inside the writable header page.
+    let ctl = unsafe { theirs.base().add(PRODUCER_OFFSET) }.as_ptr();
     let mut conn = ShmConn::new(Setup {
-        seg,
-        tx_ring: C2S,
-        rx_ring: S2C,
+        seg: Segment::new(own, peer),
         fence: FenceMode::Symmetric,
         sock: ours,
         wait: WaitPolicy::BLOCKING,
@@ -337,13 +522,14 @@ pub fn fuzz_shm_reader(data: &[u8]) {
     });
     for _ in 0..64 {
         if let Some(tail) = words.next() {
-            // SAFETY: the control block is mapped; offset 0 is the tail word.
-            unsafe { ctl.cast::<u64>().write_volatile(tail) };
+            // SAFETY: the producer block is mapped writable; TAIL_OFFSET is its tail word.
+            unsafe { ctl.add(TAIL_OFFSET).cast::<u64>().write_volatile(tail) };
         }
         if let Some(closed) = words.next() {
-            // SAFETY: the control block is mapped; CLOSED_OFFSET is its closed flag.
+            // SAFETY: the producer block is mapped writable; CLOSED_OFFSET is its closed
+            // flag.
             unsafe {
-                ctl.add(crate::ring::CLOSED_OFFSET)
+                ctl.add(CLOSED_OFFSET)
                     .cast::<u32>()
                     .write_volatile(closed as u32)
             };

@@ -1,7 +1,8 @@
-//! Hostile peers on `shm:`: a client that scribbles over the shared segment, clients that
-//! send malformed handshakes, and listeners that answer with broken segments. The honest
-//! side must report an error, never crash, hang or read outside its mapping, and a
-//! listener must keep serving.
+//! Hostile peers on `shm:`: a client that scribbles over everything it can write (its own
+//! segment) and tries to write the listener's, clients that send malformed handshakes or
+//! segments, and listeners that answer with broken segments. The honest side must report
+//! an error, never crash, hang or read outside its mapping, and a listener must keep
+//! serving.
 
 mod common;
 
@@ -11,12 +12,24 @@ use std::time::Duration;
 
 use common::*;
 use shmlink::testing::{
-    fake_listener, memfd, raw_handshake, segment_memfd, silent_client, HandshakePacket as Packet,
-    HandshakeParams as Params, HostilePeer, RefuseCode, VERSION,
+    fake_listener, memfd, raw_handshake, raw_segment_handshake, segment_memfd, segment_memfd_with,
+    silent_client, AfterAnswer, HandshakePacket as Packet, HandshakeParams as Params, HostilePeer,
+    RefuseCode, SEGMENT_VERSION, VERSION,
 };
 use shmlink::{Connection, ErrorKind, Listener, Options};
 
 const RING: usize = 4096;
+/// The seals a genuine segment carries.
+const OWNER_SEALS: libc::c_int =
+    libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL | libc::F_SEAL_FUTURE_WRITE;
+/// The same without `F_SEAL_FUTURE_WRITE`: the creator's peer could map it writable.
+const RESIZE_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+/// A segment's header page (the ring follows it).
+const HEADER: usize = 4096;
+/// The header word at byte 8: the layout version (low half) and header length.
+fn version_word(version: u32) -> (usize, u64) {
+    (8, version as u64 | (HEADER as u64) << 32)
+}
 
 fn small_opts() -> Options {
     Options::default().ring_size(RING).max_msg_size(1 << 20)
@@ -75,7 +88,7 @@ fn parked_receiver_wakes_with_a_violation() {
     let t = std::thread::spawn(move || tx.send(victim.recv_vec().map(drop)).unwrap());
     // Give the receiver time to spin out and park, then corrupt its producer position.
     assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
-    peer.poke_header(128, 7); // ring 0's tail: unaligned
+    peer.poke_header(128, 7); // the client → server ring's tail (ours): unaligned
     peer.doorbell();
     let r = rx
         .recv_timeout(Duration::from_secs(5))
@@ -106,6 +119,76 @@ fn peer_cannot_resize_or_reseal_the_segment() {
     victim.send(b"x").unwrap();
 }
 
+/// The listener's segment reaches the client as a memfd sealed with
+/// `F_SEAL_FUTURE_WRITE`: nothing the client can do with it gives it a writable mapping
+/// (tried out of process memory: the attempts fail, nothing is written in-process).
+#[test]
+fn received_segment_cannot_be_made_writable() {
+    let (mut l, addr) = bind("shm", &small_opts());
+    let (_victim, peer) = hostile_pair(&mut l, &addr);
+    let attempts = peer.attack_victim_segment();
+    assert_eq!(attempts.len(), 6);
+    for (what, r) in &attempts {
+        let e = r
+            .as_ref()
+            .err()
+            .unwrap_or_else(|| panic!("{what} succeeded"));
+        let errno = e.raw_os_error();
+        match *what {
+            "mmap read-write" | "pwrite" | "ftruncate" | "add F_SEAL_WRITE" => {
+                assert_eq!(errno, Some(libc::EPERM), "{what}: {e}")
+            }
+            // A mapping without VM_MAYWRITE: mprotect says EACCES.
+            "mprotect read-only mapping to read-write" => {
+                assert_eq!(errno, Some(libc::EACCES), "{what}: {e}")
+            }
+            _ => assert!(errno.is_some(), "{what}: {e}"),
+        }
+    }
+}
+
+/// The old attack: while the listener fills a `SendBuf` in place, the client writes into
+/// it (and into the listener's head and flags). Now the client can write only its own
+/// segment: after it wrote everything it can and tried every way into the listener's,
+/// the bytes being filled, the listener's head and its announcements are what the
+/// listener put there, and the record arrives intact.
+#[test]
+fn hostile_peer_cannot_touch_a_sendbuf_or_the_victims_state() {
+    let (mut l, addr) = bind("shm", &small_opts());
+    let (mut victim, peer) = hostile_pair(&mut l, &addr);
+    victim.set_nonblocking(true);
+    // The listener's segment: header page, then its (server → client) ring.
+    let head_at = 512; // its consumer block: head of the client → server ring
+    let announced_at = 512 + 128; // and its sleep announcements
+    let before = (peer.peek_victim(head_at), peer.peek_victim(announced_at));
+    let pattern = payload(7, 256);
+    let mut buf = victim.reserve(pattern.len()).unwrap();
+    buf.copy_from_slice(&pattern);
+    let mut seed = 0xfeed_u64;
+    peer.scribble(&mut seed, 2000);
+    for (what, r) in peer.attack_victim_segment() {
+        assert!(r.is_err(), "{what} succeeded");
+    }
+    assert_eq!(
+        &buf[..],
+        &pattern[..],
+        "the SendBuf changed under the writer"
+    );
+    buf.commit().unwrap();
+    assert_eq!(
+        (peer.peek_victim(head_at), peer.peek_victim(announced_at)),
+        before,
+        "the listener's head or announcements changed"
+    );
+    // The record as the client reads it: header word, then the payload.
+    assert_eq!(peer.peek_victim(HEADER), pattern.len() as u64);
+    let mut got = Vec::new();
+    for off in (0..pattern.len()).step_by(8) {
+        got.extend_from_slice(&peer.peek_victim(HEADER + 8 + off).to_le_bytes());
+    }
+    assert_eq!(got, pattern);
+}
+
 /// A valid hello, as bytes.
 fn hello(ring: u64) -> Vec<u8> {
     Packet::Hello(Params {
@@ -133,6 +216,9 @@ fn malformed_handshakes_are_refused_and_the_listener_keeps_serving() {
     });
     let mut wrong_version = hello(RING as u64);
     wrong_version[4..6].copy_from_slice(&(VERSION + 1).to_le_bytes());
+    // Version 1 shared one segment written by both sides.
+    let mut old_version = hello(RING as u64);
+    old_version[4..6].copy_from_slice(&1u16.to_le_bytes());
     let mut random = vec![0u8; 64];
     let mut x = 88172645463325252u64;
     for b in &mut random {
@@ -144,6 +230,7 @@ fn malformed_handshakes_are_refused_and_the_listener_keeps_serving() {
     let cases: Vec<(&str, Vec<u8>, RefuseCode)> = vec![
         ("random bytes", random, RefuseCode::Protocol),
         ("wrong version", wrong_version, RefuseCode::Version),
+        ("old version", old_version, RefuseCode::Version),
         (
             "truncated",
             hello(RING as u64)[..20].to_vec(),
@@ -241,8 +328,48 @@ fn broken_listener_answers_are_rejected_by_the_client() {
             Box::new(move || {
                 (
                     accept_packet(ring),
-                    Some(memfd(4096 + 2 * RING, false).unwrap()),
+                    Some(memfd(HEADER + RING, false).unwrap()),
                 )
+            }),
+        ),
+        (
+            "segment without F_SEAL_FUTURE_WRITE",
+            ErrorKind::ProtocolViolation,
+            Box::new(move || {
+                (
+                    accept_packet(ring),
+                    Some(segment_memfd_with(true, RING, &[], RESIZE_SEALS).unwrap()),
+                )
+            }),
+        ),
+        (
+            "a client's segment",
+            ErrorKind::ProtocolViolation,
+            Box::new(move || {
+                (
+                    accept_packet(ring),
+                    Some(segment_memfd_with(false, RING, &[], OWNER_SEALS).unwrap()),
+                )
+            }),
+        ),
+        (
+            "old segment version",
+            ErrorKind::VersionMismatch,
+            Box::new(move || {
+                let old = version_word(SEGMENT_VERSION - 1);
+                (
+                    accept_packet(ring),
+                    Some(segment_memfd_with(true, RING, &[old], OWNER_SEALS).unwrap()),
+                )
+            }),
+        ),
+        (
+            "old protocol version",
+            ErrorKind::VersionMismatch,
+            Box::new(move || {
+                let mut old = accept_packet(ring);
+                old[4..6].copy_from_slice(&1u16.to_le_bytes());
+                (old, Some(segment_memfd(RING).unwrap()))
             }),
         ),
         (
@@ -282,20 +409,120 @@ fn broken_listener_answers_are_rejected_by_the_client() {
     for (what, kind, answer) in cases {
         let err = against_fake(move |_hello| answer());
         assert_eq!(err.kind(), kind, "{what}: {err}");
+        if what.contains("FUTURE_WRITE") {
+            assert!(err.to_string().contains("future-write"), "{what}: {err}");
+        }
     }
 }
 
 #[test]
 fn corrupted_segment_header_is_rejected() {
     let err = against_fake(|_| {
-        let fd = segment_memfd(RING).unwrap();
-        let junk = [0xffu8; 8];
-        // SAFETY: writing 8 bytes from a live buffer at offset 0 of our own memfd.
-        let n = unsafe { libc::pwrite(fd.as_raw_fd(), junk.as_ptr().cast(), 8, 0) };
-        assert_eq!(n, 8);
+        let fd = segment_memfd_with(true, RING, &[(0, u64::MAX)], OWNER_SEALS).unwrap();
         (accept_packet(RING as u64), Some(fd))
     });
     assert_eq!(err.kind(), ErrorKind::ProtocolViolation, "{err}");
+}
+
+/// Everything wrong a client can send after the listener's answer, where its segment
+/// belongs: each is refused with a reason and never comes out of `accept`, and the
+/// listener keeps serving.
+#[test]
+fn broken_client_segments_are_refused() {
+    let (mut l, addr) = bind(
+        "shm",
+        &small_opts().handshake_timeout(Duration::from_secs(1)),
+    );
+    let served = std::thread::spawn(move || {
+        let mut c = l.accept().unwrap();
+        let m = c.recv_vec().unwrap();
+        c.send(&m).unwrap();
+    });
+    let segment = || Packet::Segment.encode();
+    let client = |ring: usize, pokes: &[(usize, u64)], seals| {
+        segment_memfd_with(false, ring, pokes, seals).unwrap()
+    };
+    type Second = Box<dyn FnOnce(&OwnedFd) -> Option<(Vec<u8>, Vec<OwnedFd>)>>;
+    let cases: Vec<(&str, Second, RefuseCode)> = vec![
+        (
+            "no descriptor",
+            Box::new(move |_| Some((segment(), vec![]))),
+            RefuseCode::Protocol,
+        ),
+        (
+            "two descriptors",
+            Box::new(move |_| {
+                let two = vec![
+                    client(RING, &[], OWNER_SEALS),
+                    client(RING, &[], OWNER_SEALS),
+                ];
+                Some((segment(), two))
+            }),
+            RefuseCode::Protocol,
+        ),
+        (
+            "unsealed",
+            Box::new(move |_| Some((segment(), vec![memfd(HEADER + RING, false).unwrap()]))),
+            RefuseCode::Protocol,
+        ),
+        (
+            "without F_SEAL_FUTURE_WRITE",
+            Box::new(move |_| Some((segment(), vec![client(RING, &[], RESIZE_SEALS)]))),
+            RefuseCode::Protocol,
+        ),
+        (
+            "wrong size",
+            Box::new(move |_| Some((segment(), vec![client(2 * RING, &[], OWNER_SEALS)]))),
+            RefuseCode::Protocol,
+        ),
+        (
+            "the listener's own segment sent back",
+            Box::new(move |theirs: &OwnedFd| Some((segment(), vec![theirs.try_clone().unwrap()]))),
+            RefuseCode::Protocol,
+        ),
+        (
+            "old segment version",
+            Box::new(move |_| {
+                Some((
+                    segment(),
+                    vec![client(
+                        RING,
+                        &[version_word(SEGMENT_VERSION - 1)],
+                        OWNER_SEALS,
+                    )],
+                ))
+            }),
+            RefuseCode::Version,
+        ),
+        (
+            "a hello instead",
+            Box::new(move |_| Some((hello(RING as u64), vec![client(RING, &[], OWNER_SEALS)]))),
+            RefuseCode::Protocol,
+        ),
+    ];
+    for (what, second, code) in cases {
+        let after = raw_segment_handshake(&addr, RING, second, Duration::from_secs(10)).unwrap();
+        let AfterAnswer::Packet(reply) = after else {
+            panic!("{what}: expected a refusal, got {after:?}");
+        };
+        match Packet::decode(&reply) {
+            Ok(Packet::Refuse(c, reason)) => {
+                assert_eq!(c, code, "{what}: {reason}");
+                assert!(!reason.is_empty(), "{what}: refusal without a reason");
+                if what.contains("FUTURE_WRITE") {
+                    assert!(reason.contains("future-write"), "{what}: {reason}");
+                }
+            }
+            other => panic!("{what}: expected a refusal, got {other:?}"),
+        }
+    }
+    // A client that never sends its segment is dropped at the handshake timeout (1 s).
+    let after = raw_segment_handshake(&addr, RING, |_| None, Duration::from_secs(30)).unwrap();
+    assert_eq!(after, AfterAnswer::Closed);
+    let mut c = Connection::connect(&addr, &small_opts()).unwrap();
+    c.send(b"still serving").unwrap();
+    assert_eq!(c.recv_vec().unwrap(), b"still serving");
+    served.join().unwrap();
 }
 
 #[test]

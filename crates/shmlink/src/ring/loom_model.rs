@@ -4,7 +4,11 @@
 //! --release loom` (`.ci/run` does).
 //!
 //! A producer and a consumer thread move records through a ring small enough to fill and
-//! wrap. Each side that finds nothing to do parks the way the `shm:` transport does:
+//! wrap. As in the `shm:` transport, each side writes only its own control block (the
+//! producer's [`ProducerCtl`] and the data area, the consumer's [`ConsumerCtl`]) and
+//! only loads from the other's: the two blocks are separate allocations here, separate
+//! segments there, and a waker never clears a sleeper's announcement but remembers the
+//! last one it woke. Each side that finds nothing to do parks the way the `shm:` transport does:
 //! drain its doorbell (remember the count), announce (`arm`), re-check, and only then wait
 //! for the count to change. A lost wake-up leaves a side waiting forever, which loom
 //! reports as a deadlock; a torn or reordered record fails the payload check. The model
@@ -44,11 +48,12 @@ impl Doorbell {
     }
 }
 
-/// Ring memory shared by the two threads: a control block and a data area. Records of 8
-/// payload bytes take 16 bytes and divide the capacity, so none crosses the end and the
-/// second (mirror) copy of the data area is never needed.
+/// Ring memory shared by the two threads: the producer's block and data area, the
+/// consumer's block. Records of 8 payload bytes take 16 bytes and divide the capacity, so
+/// none crosses the end and the second (mirror) copy of the data area is never needed.
 struct Shared {
-    ctl: Box<RingCtl>,
+    prod: Box<ProducerCtl>,
+    cons: Box<ConsumerCtl>,
     data: Box<[std::cell::UnsafeCell<u64>]>,
     to_consumer: Doorbell,
     to_producer: Doorbell,
@@ -63,20 +68,27 @@ unsafe impl Send for Shared {}
 const CAP: usize = 64;
 
 impl Shared {
-    fn new() -> Arc<Shared> {
+    /// A fresh ring; `armed`: the consumer starts announced, as a connection's does.
+    fn new(armed: bool) -> Arc<Shared> {
+        let cons = Box::new(ConsumerCtl::new());
+        if armed {
+            cons.start_armed();
+        }
         Arc::new(Shared {
-            ctl: Box::new(RingCtl::new()),
+            prod: Box::new(ProducerCtl::new()),
+            cons,
             data: (0..2 * CAP / 8).map(|_| 0.into()).collect(),
             to_consumer: Doorbell::default(),
             to_producer: Doorbell::default(),
         })
     }
     fn ring(&self) -> RingRef {
-        // SAFETY: `ctl` and `data` live as long as the Arc the threads hold; records never
-        // cross the end of the first copy (see `Shared`).
+        // SAFETY: the blocks and `data` live as long as the Arc the threads hold; records
+        // never cross the end of the first copy (see `Shared`).
         unsafe {
             RingRef::new(
-                NonNull::from(&*self.ctl),
+                NonNull::from(&*self.prod),
+                NonNull::from(&*self.cons),
                 NonNull::new(self.data.as_ptr() as *mut u8).unwrap(),
                 CAP,
             )
@@ -84,9 +96,9 @@ impl Shared {
     }
 }
 
-fn run(records: u64) {
+fn run(records: u64, armed: bool) {
     loom::model(move || {
-        let shared = Shared::new();
+        let shared = Shared::new(armed);
         let s = shared.clone();
         let producer = thread::spawn(move || {
             let mut p = Producer::new(s.ring(), FenceMode::Symmetric);
@@ -139,11 +151,17 @@ fn run(records: u64) {
 
 #[test]
 fn loom_records_and_wakeups_within_one_lap() {
-    run(3);
+    run(3, false);
+}
+
+#[test]
+fn loom_armed_start_as_a_connection_begins() {
+    // The consumer announced before the producer's first record (`start_armed`).
+    run(3, true);
 }
 
 #[test]
 fn loom_full_ring_wraps_and_wakes_the_producer() {
     // 4 records fill the ring; the 5th and 6th need the producer to wait and wrap.
-    run(6);
+    run(6, false);
 }

@@ -1,10 +1,14 @@
 //! Single-producer single-consumer rings of variable-length records in shared memory.
 //!
-//! A ring is a control block ([`RingCtl`]) and a data area of `cap` bytes (a power of two)
-//! that is mapped twice back to back, so a record starting anywhere in the first copy is
-//! contiguous. Producer and consumer positions (`tail`, `head`) are monotonically
-//! increasing 64-bit byte counters on separate cache lines; each side caches the other's
-//! position and reloads it only when the cached value says "full" or "empty" (rtrb's
+//! A ring is two control blocks and a data area of `cap` bytes (a power of two) that is
+//! mapped twice back to back, so a record starting anywhere in the first copy is
+//! contiguous. Each side writes only its own block, which lives in memory it owns (DESIGN
+//! principle 3a): the producer's [`ProducerCtl`] (its position `tail`, the end-of-stream
+//! mark and its sleep announcements) sits next to the data area it fills, the consumer's
+//! [`ConsumerCtl`] (its position `head` and its sleep announcements) in the consumer's
+//! memory; the other side maps each read-only. Positions are monotonically increasing
+//! 64-bit byte counters on separate cache lines; each side caches the other's position
+//! and reloads it only when the cached value says "full" or "empty" (rtrb's
 //! `cached_head`/`cached_tail`).
 //!
 //! A record is an 8-byte header — payload length (`u32`, little endian) and flags (`u32`) —
@@ -15,20 +19,22 @@
 //!
 //! # Waking (DESIGN §4)
 //!
-//! A side that is about to sleep sets its `*_waiting` flag, issues a full fence and checks
-//! the ring again ([`Consumer::arm`], [`Producer::arm`]). A side that makes progress
-//! publishes its position, issues a full fence and reads the other side's flag
-//! ([`Producer::commit`], [`Consumer::advance`] return `true` when the peer must be
-//! woken). Whichever of the two fences comes second sees the other side's store, so either
-//! the sleeper sees the progress or the waker sees the flag: no lost wake-up. Only the
-//! sleeper sets a flag and only the waker clears it (swap), so each announcement costs at
-//! most one wake-up; a side that finds work right after announcing leaves its flag set
-//! and takes one spurious wake-up later rather than clearing it itself.
+//! A side that is about to sleep increments its `waiting` count (in its own block), issues
+//! a full fence and checks the ring again ([`Consumer::arm`], [`Producer::arm`]). A side
+//! that makes progress publishes its position, issues a full fence and reads the other
+//! side's count ([`Producer::commit`], [`Consumer::advance`] return `true` when the peer
+//! must be woken). Whichever of the two fences comes second sees the other side's store,
+//! so either the sleeper sees the progress or the waker sees the new count: no lost
+//! wake-up. The waker cannot write the sleeper's memory, so instead of clearing a flag it
+//! remembers the last count it woke the peer for and wakes only for a newer one: each
+//! announcement costs at most one wake-up; a side that finds work right after announcing
+//! leaves its announcement standing and takes one spurious wake-up later.
 //!
 //! # Hostile peers
 //!
-//! The peer may write anything into the control block and data area at any time. Every
-//! position and record header is read once into a local, validated against what this side
+//! The peer may write anything into its own control block and data area at any time (it
+//! cannot write ours: the kernel refuses it a writable mapping). Every position and record
+//! header it wrote is read once into a local, validated against what this side
 //! knows (monotonicity, alignment, capacity, bytes available), and a bad value becomes
 //! [`ErrorKind::ProtocolViolation`](crate::ErrorKind::ProtocolViolation). Reads and writes
 //! stay within the doubly-mapped `2 * cap` bytes whatever the peer does.
@@ -85,41 +91,76 @@ pub const fn record_size(len: usize) -> usize {
 #[repr(C, align(128))]
 struct Line<T>(T);
 
-/// Byte offset of the `closed` flag in a [`RingCtl`] (for hostile-peer tests).
-pub const CLOSED_OFFSET: usize = std::mem::offset_of!(RingCtl, closed);
-
-/// The shared control block of one ring. Lives in shared memory; an all-zero block is a
-/// valid empty ring.
+/// What the producer of a ring writes. It lives in memory the producer owns (its own
+/// segment: the consumer maps it read-only) and an all-zero block is a fresh ring.
 #[repr(C)]
-pub struct RingCtl {
+pub struct ProducerCtl {
     /// Bytes ever published by the producer.
     tail: Line<AtomicU64>,
-    /// Bytes ever consumed by the consumer.
-    head: Line<AtomicU64>,
-    /// Set by the consumer before it sleeps waiting for data; cleared by whoever wakes it.
-    consumer_waiting: Line<AtomicU32>,
-    /// Set by the producer before it sleeps waiting for space; cleared by whoever wakes it.
-    producer_waiting: Line<AtomicU32>,
     /// Set by the producer after its last record: graceful end of stream.
     closed: Line<AtomicU32>,
+    /// How many times the producer announced that it sleeps waiting for space.
+    waiting: Line<AtomicU64>,
 }
 
-impl RingCtl {
-    /// An empty control block (for rings in process memory and tests).
-    pub fn new() -> RingCtl {
-        RingCtl {
+/// What the consumer of a ring writes, in memory the consumer owns (the producer maps it
+/// read-only); all-zero is a fresh ring.
+#[repr(C)]
+pub struct ConsumerCtl {
+    /// Bytes ever consumed by the consumer.
+    head: Line<AtomicU64>,
+    /// How many times the consumer announced that it sleeps waiting for data.
+    waiting: Line<AtomicU64>,
+}
+
+/// Byte offset of `tail` in a [`ProducerCtl`] (for hostile-peer tests and fuzzing).
+pub const TAIL_OFFSET: usize = std::mem::offset_of!(ProducerCtl, tail);
+/// Byte offset of the `closed` flag in a [`ProducerCtl`].
+pub const CLOSED_OFFSET: usize = std::mem::offset_of!(ProducerCtl, closed);
+/// Byte offset of the producer's announcement count in a [`ProducerCtl`].
+pub const PRODUCER_WAITING_OFFSET: usize = std::mem::offset_of!(ProducerCtl, waiting);
+/// Byte offset of `head` in a [`ConsumerCtl`].
+pub const HEAD_OFFSET: usize = std::mem::offset_of!(ConsumerCtl, head);
+/// Byte offset of the consumer's announcement count in a [`ConsumerCtl`].
+pub const CONSUMER_WAITING_OFFSET: usize = std::mem::offset_of!(ConsumerCtl, waiting);
+
+impl ProducerCtl {
+    /// A fresh control block (for rings in process memory and tests).
+    pub fn new() -> ProducerCtl {
+        ProducerCtl {
             tail: Line(AtomicU64::new(0)),
-            head: Line(AtomicU64::new(0)),
-            consumer_waiting: Line(AtomicU32::new(0)),
-            producer_waiting: Line(AtomicU32::new(0)),
             closed: Line(AtomicU32::new(0)),
+            waiting: Line(AtomicU64::new(0)),
         }
     }
 }
 
-impl Default for RingCtl {
+impl Default for ProducerCtl {
     fn default() -> Self {
-        RingCtl::new()
+        ProducerCtl::new()
+    }
+}
+
+impl ConsumerCtl {
+    /// A fresh control block (for rings in process memory and tests).
+    pub fn new() -> ConsumerCtl {
+        ConsumerCtl {
+            head: Line(AtomicU64::new(0)),
+            waiting: Line(AtomicU64::new(0)),
+        }
+    }
+
+    /// Marks the consumer as waiting before the ring is shared, so that the first record
+    /// always rings the doorbell: a new connection's fd then becomes readable when its
+    /// first message arrives, without the application having to call `recv` first.
+    pub fn start_armed(&self) {
+        self.waiting.0.store(1, Ordering::Relaxed);
+    }
+}
+
+impl Default for ConsumerCtl {
+    fn default() -> Self {
+        ConsumerCtl::new()
     }
 }
 
@@ -137,29 +178,43 @@ pub enum FenceMode {
     Asymmetric,
 }
 
-/// Full fence (or its light half), then take the other side's waiting flag.
+/// Full fence (or its light half), then read the other side's announcement count: `true`
+/// (wake it) if it announced sleep since the last wake-up we sent, which `woken` records.
 #[inline(always)]
-fn take_waiter(flag: &AtomicU32, mode: FenceMode) -> bool {
+fn take_waiter(count: &AtomicU64, woken: &mut u64, mode: FenceMode) -> bool {
     match mode {
         // SYNC POINT (notify): pairs with the fence in `announce` on the other side. Our
-        // position store (Release) precedes this fence and the flag load follows it; the
-        // sleeper's flag store precedes its fence and its position load follows. Of two
+        // position store (Release) precedes this fence and the count load follows it; the
+        // sleeper's count store precedes its fence and its position load follows. Of two
         // SeqCst fences one is first, so at least one side sees the other's store: no lost
         // wake-up.
         FenceMode::Symmetric => fence(Ordering::SeqCst),
         // SYNC POINT (notify, asymmetric): pairs with the membarrier in `announce`. If our
-        // flag load ran before the sleeper's membarrier, the membarrier made our earlier
+        // count load ran before the sleeper's membarrier, the membarrier made our earlier
         // position store visible before the sleeper re-checks; if it ran after, it sees
-        // the flag the sleeper stored before its membarrier.
+        // the count the sleeper stored before its membarrier.
         FenceMode::Asymmetric => compiler_fence(Ordering::SeqCst),
     }
-    flag.load(Ordering::Relaxed) != 0 && flag.swap(0, Ordering::Relaxed) != 0
+    // The count lives in the peer's memory: any value may be there, and all it decides is
+    // whether to ring a doorbell. An honest count only grows, so a new announcement always
+    // differs from the last one woken for.
+    let now = count.load(Ordering::Relaxed);
+    if now == *woken {
+        return false;
+    }
+    *woken = now;
+    true
 }
 
-/// Announce sleep: set the flag, then the heavy fence (the check that follows is the
-/// caller's).
-fn announce(flag: &AtomicU32, mode: FenceMode) {
-    flag.store(1, Ordering::Relaxed);
+/// Announce sleep: count one more announcement, then the heavy fence (the check that
+/// follows is the caller's).
+fn announce(count: &AtomicU64, mode: FenceMode) {
+    // Only this side writes its count (it lives in our own memory), so load and store
+    // need no read-modify-write.
+    count.store(
+        count.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
     // SYNC POINT (notify): pairs with `take_waiter` on the other side.
     fence(Ordering::SeqCst);
     if mode == FenceMode::Asymmetric {
@@ -169,34 +224,59 @@ fn announce(flag: &AtomicU32, mode: FenceMode) {
     }
 }
 
-/// Where a ring lives: its control block and its (doubly mapped) data area.
+/// Where a ring lives: its two control blocks and its (doubly mapped) data area.
 #[derive(Clone, Copy)]
 pub struct RingRef {
-    ctl: NonNull<RingCtl>,
+    prod: NonNull<ProducerCtl>,
+    cons: NonNull<ConsumerCtl>,
     data: NonNull<u8>,
     cap: usize,
 }
 
-// SAFETY: a RingRef is two pointers into shared memory that is valid for as long as the
-// owner of the mapping keeps it (see `RingRef::new`); all shared fields are atomics.
+// SAFETY: a RingRef is pointers into shared memory that is valid for as long as the
+// owners of the mappings keep them (see `RingRef::new`); all shared fields are atomics.
 unsafe impl Send for RingRef {}
 
 impl RingRef {
     /// # Safety
-    /// `ctl` must point to a `RingCtl` (or zeroed memory of its size, 128-aligned) and
-    /// `data` to `2 * cap` readable and writable bytes, 8-aligned, whose second half
-    /// mirrors the first; both must stay valid as long as any Producer or Consumer built
-    /// from this RingRef lives. `cap` must be a power of two ≥ 64.
-    pub unsafe fn new(ctl: NonNull<RingCtl>, data: NonNull<u8>, cap: usize) -> RingRef {
+    /// `prod` must point to a `ProducerCtl` and `cons` to a `ConsumerCtl` (or zeroed
+    /// memory of their sizes), 128-aligned, and `data` to `2 * cap` readable bytes,
+    /// 8-aligned, whose second half mirrors the first. A [`Producer`] built from this
+    /// RingRef writes `prod` and `data`, a [`Consumer`] writes `cons`: those must be
+    /// writable for the side that builds one, the rest need only be readable (the other
+    /// side's memory, mapped read-only; the ring only loads from it). All must stay valid
+    /// as long as any Producer or Consumer built from this RingRef lives. `cap` must be a
+    /// power of two ≥ 64.
+    pub unsafe fn new(
+        prod: NonNull<ProducerCtl>,
+        cons: NonNull<ConsumerCtl>,
+        data: NonNull<u8>,
+        cap: usize,
+    ) -> RingRef {
         debug_assert!(cap.is_power_of_two() && cap >= 64);
-        debug_assert!(ctl.as_ptr() as usize % 128 == 0 && data.as_ptr() as usize % ALIGN == 0);
-        RingRef { ctl, data, cap }
+        debug_assert!(prod.as_ptr() as usize % 128 == 0 && cons.as_ptr() as usize % 128 == 0);
+        debug_assert!(data.as_ptr() as usize % ALIGN == 0);
+        RingRef {
+            prod,
+            cons,
+            data,
+            cap,
+        }
     }
 
+    /// The producer's block. The consumer only loads from it (atomic loads of at most 8
+    /// bytes never write, so read-only memory is fine).
     #[inline]
-    fn ctl(&self) -> &RingCtl {
+    fn prod(&self) -> &ProducerCtl {
         // SAFETY: valid for the RingRef's life (contract of `new`); only atomics inside.
-        unsafe { self.ctl.as_ref() }
+        unsafe { self.prod.as_ref() }
+    }
+
+    /// The consumer's block; the producer only loads from it.
+    #[inline]
+    fn cons(&self) -> &ConsumerCtl {
+        // SAFETY: valid for the RingRef's life (contract of `new`); only atomics inside.
+        unsafe { self.cons.as_ref() }
     }
 
     /// Data area at position `pos` (wrapped into the first copy).
@@ -204,13 +284,6 @@ impl RingRef {
     fn at(&self, pos: u64) -> NonNull<u8> {
         // SAFETY: the offset is below `cap`, inside the data area (contract of `new`).
         unsafe { self.data.add(pos as usize & (self.cap - 1)) }
-    }
-
-    /// Marks the consumer as waiting before the ring is shared, so that the first record
-    /// always rings the doorbell: a new connection's fd then becomes readable when its
-    /// first message arrives, without the application having to call `recv` first.
-    pub fn start_armed(&self) {
-        self.ctl().consumer_waiting.0.store(1, Ordering::Relaxed);
     }
 
     /// The largest record (header included) a producer writes in one piece: half the ring,
@@ -229,6 +302,8 @@ pub struct Producer {
     tail: u64,
     /// The consumer's position as last read and validated.
     cached_head: u64,
+    /// The consumer's announcement count we last woke it for.
+    woken: u64,
 }
 
 impl Producer {
@@ -239,6 +314,7 @@ impl Producer {
             mode,
             tail: 0,
             cached_head: 0,
+            woken: 0,
         }
     }
 
@@ -261,7 +337,7 @@ impl Producer {
     fn refresh_head(&mut self) -> Result<()> {
         // SYNC POINT (data): Acquire pairs with the Release store in `Consumer::advance`:
         // the consumer has finished reading every byte before `head`, so we may reuse it.
-        let head = self.ring.ctl().head.0.load(Ordering::Acquire);
+        let head = self.ring.cons().head.0.load(Ordering::Acquire);
         if head < self.cached_head || head > self.tail || head % ALIGN as u64 != 0 {
             return Err(Error::violation(format!(
                 "ring head {head} invalid (previous {}, tail {})",
@@ -323,15 +399,15 @@ impl Producer {
         );
         // SYNC POINT (data): Release pairs with the Acquire load in `Consumer::refresh_tail`:
         // the header and payload written above are visible before the new tail is.
-        self.ring.ctl().tail.0.store(self.tail, Ordering::Release);
-        take_waiter(&self.ring.ctl().consumer_waiting.0, self.mode)
+        self.ring.prod().tail.0.store(self.tail, Ordering::Release);
+        take_waiter(&self.ring.cons().waiting.0, &mut self.woken, self.mode)
     }
 
     /// Announces that the producer will sleep until `need` bytes are free, then checks
-    /// again. `Ok(true)`: room appeared, do not sleep (the flag stays for the consumer to
-    /// clear: one spurious wake-up at most).
+    /// again. `Ok(true)`: room appeared, do not sleep (the announcement stands: one
+    /// spurious wake-up at most).
     pub fn arm(&mut self, need: usize) -> Result<bool> {
-        announce(&self.ring.ctl().producer_waiting.0, self.mode);
+        announce(&self.ring.prod().waiting.0, self.mode);
         self.refresh_head()?;
         Ok(self.free() >= need)
     }
@@ -341,8 +417,8 @@ impl Producer {
     pub fn close(&mut self) -> bool {
         // SYNC POINT (close): Release pairs with the Acquire in `Consumer::peer_closed`:
         // a consumer that sees `closed` also sees every record published before it.
-        self.ring.ctl().closed.0.store(1, Ordering::Release);
-        take_waiter(&self.ring.ctl().consumer_waiting.0, self.mode)
+        self.ring.prod().closed.0.store(1, Ordering::Release);
+        take_waiter(&self.ring.cons().waiting.0, &mut self.woken, self.mode)
     }
 }
 
@@ -372,6 +448,8 @@ pub struct Consumer {
     head: u64,
     /// The producer's position as last read and validated.
     cached_tail: u64,
+    /// The producer's announcement count we last woke it for.
+    woken: u64,
 }
 
 impl Consumer {
@@ -382,6 +460,7 @@ impl Consumer {
             mode,
             head: 0,
             cached_tail: 0,
+            woken: 0,
         }
     }
 
@@ -390,7 +469,7 @@ impl Consumer {
     fn refresh_tail(&mut self) -> Result<()> {
         // SYNC POINT (data): Acquire pairs with the Release store in `Producer::commit`:
         // every record before `tail` is completely written.
-        let tail = self.ring.ctl().tail.0.load(Ordering::Acquire);
+        let tail = self.ring.prod().tail.0.load(Ordering::Acquire);
         if tail < self.cached_tail
             || tail - self.head > self.ring.cap as u64
             || tail % ALIGN as u64 != 0
@@ -459,15 +538,15 @@ impl Consumer {
             );
         }
         // SYNC POINT (data): Release pairs with the Acquire load in `Producer::refresh_head`.
-        self.ring.ctl().head.0.store(self.head, Ordering::Release);
-        take_waiter(&self.ring.ctl().producer_waiting.0, self.mode)
+        self.ring.cons().head.0.store(self.head, Ordering::Release);
+        take_waiter(&self.ring.prod().waiting.0, &mut self.woken, self.mode)
     }
 
     /// Announces that the consumer will sleep until data arrives, then checks again.
-    /// `Ok(true)`: data appeared, do not sleep (the flag stays for the producer to clear:
-    /// one spurious wake-up at most).
+    /// `Ok(true)`: data appeared, do not sleep (the announcement stands: one spurious
+    /// wake-up at most).
     pub fn arm(&mut self) -> Result<bool> {
-        announce(&self.ring.ctl().consumer_waiting.0, self.mode);
+        announce(&self.ring.cons().waiting.0, self.mode);
         self.has_data()
     }
 
@@ -475,7 +554,7 @@ impl Consumer {
     /// after this returns `true`: records published before the mark are still readable.
     pub fn peer_closed(&self) -> bool {
         // SYNC POINT (close): Acquire pairs with the Release in `Producer::close`.
-        self.ring.ctl().closed.0.load(Ordering::Acquire) != 0
+        self.ring.prod().closed.0.load(Ordering::Acquire) != 0
     }
 }
 
@@ -486,25 +565,28 @@ mod tests {
     /// A ring in process memory, its data area mirrored by hand (tests only write
     /// records that do not cross the end, or check through the mirror explicitly).
     pub(crate) struct HeapRing {
-        ctl: Box<RingCtl>,
+        prod: Box<ProducerCtl>,
+        cons: Box<ConsumerCtl>,
         data: Vec<u64>,
     }
 
     impl HeapRing {
         pub(crate) fn new(cap: usize) -> HeapRing {
             HeapRing {
-                ctl: Box::new(RingCtl::new()),
+                prod: Box::new(ProducerCtl::new()),
+                cons: Box::new(ConsumerCtl::new()),
                 data: vec![0u64; 2 * cap / 8],
             }
         }
         pub(crate) fn ring(&mut self) -> RingRef {
             let cap = self.data.len() * 4;
-            // SAFETY: the Box and the Vec outlive the producers/consumers of each test;
+            // SAFETY: the Boxes and the Vec outlive the producers/consumers of each test;
             // records that wrap are never read through the unmirrored second half in
             // these tests (they stay within one lap by construction).
             unsafe {
                 RingRef::new(
-                    NonNull::from(&mut *self.ctl),
+                    NonNull::from(&mut *self.prod),
+                    NonNull::from(&mut *self.cons),
                     NonNull::new(self.data.as_mut_ptr().cast()).unwrap(),
                     cap,
                 )
@@ -560,16 +642,16 @@ mod tests {
             Consumer::new(h.ring(), FenceMode::Symmetric),
         );
         push(&mut p, b"abc");
-        h.ctl.tail.0.store(7, Ordering::Relaxed);
+        h.prod.tail.0.store(7, Ordering::Relaxed);
         assert!(c.peek().is_err(), "unaligned tail");
-        h.ctl.tail.0.store(4096, Ordering::Relaxed);
+        h.prod.tail.0.store(4096, Ordering::Relaxed);
         assert!(c.peek().is_err(), "tail beyond capacity");
-        h.ctl.tail.0.store(16, Ordering::Relaxed);
+        h.prod.tail.0.store(16, Ordering::Relaxed);
         h.data[0] = 1000; // length beyond what was published
         assert!(c.peek().is_err());
         h.data[0] = 3 | 0x80 << 32; // unknown flag
         assert!(c.peek().is_err());
-        h.ctl.head.0.store(24, Ordering::Relaxed); // beyond our tail
+        h.cons.head.0.store(24, Ordering::Relaxed); // beyond our tail
         let mut p2 = Producer::new(h.ring(), FenceMode::Symmetric);
         p2.tail = 16;
         p2.cached_head = 0;
@@ -601,7 +683,7 @@ mod tests {
 
     impl Producer {
         fn commit_wakes_again(&mut self) -> bool {
-            take_waiter(&self.ring.ctl().consumer_waiting.0, self.mode)
+            take_waiter(&self.ring.cons().waiting.0, &mut self.woken, self.mode)
         }
     }
 }

@@ -10,6 +10,11 @@ use super::{owned, page_size, syscall};
 /// the other side), grow it, or change the seals.
 pub const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 
+/// The seals of memory only its creator writes: [`SEALS`] and `F_SEAL_FUTURE_WRITE`, added
+/// after the creator's own writable mapping. From then on the kernel refuses every new
+/// writable mapping, `mprotect` to writable and `write`, whoever holds the descriptor.
+pub const OWNER_SEALS: libc::c_int = SEALS | libc::F_SEAL_FUTURE_WRITE;
+
 /// Creates an anonymous memfd of `size` bytes, zero-filled, and seals it.
 pub fn create_sealed(name: &str, size: usize) -> io::Result<OwnedFd> {
     let fd = create_unsealed(name, size)?;
@@ -76,6 +81,25 @@ pub fn check_sealed(fd: BorrowedFd<'_>, size: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Checks that a descriptor received from a peer is a memfd only the peer can write: it
+/// carries every one of [`OWNER_SEALS`] (so nobody can map it writable any more, resize it
+/// or change its seals) and has exactly `size` bytes.
+pub fn check_owner_sealed(fd: BorrowedFd<'_>, size: usize) -> io::Result<()> {
+    check_sealed(fd, size)?;
+    // SAFETY: plain integer arguments; `check_sealed` showed it is a sealable file.
+    let seals = syscall!(fcntl(fd.as_raw_fd(), libc::F_GET_SEALS))?;
+    if seals & OWNER_SEALS != OWNER_SEALS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "segment is not sealed read-only for us (seals {seals:#x}, need {OWNER_SEALS:#x}: \
+                 shrink, grow, seal and future-write)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The size of the file behind `fd`.
 pub fn file_size(fd: BorrowedFd<'_>) -> io::Result<usize> {
     // SAFETY: stat is plain data; all-zero is valid.
@@ -110,9 +134,16 @@ impl Mapping {
         header_len + rings.iter().sum::<usize>()
     }
 
-    /// Maps `fd` (at least [`Mapping::file_size`] bytes, sealed) with the layout above.
-    /// `header_len` and every ring size must be multiples of the page size.
-    pub fn map(fd: BorrowedFd<'_>, header_len: usize, rings: &[usize]) -> io::Result<Mapping> {
+    /// Maps `fd` (at least [`Mapping::file_size`] bytes, sealed) with the layout above,
+    /// read-write for the segment's creator, read-only for its peer (a file sealed with
+    /// `F_SEAL_FUTURE_WRITE` can then never be made writable here). `header_len` and every
+    /// ring size must be multiples of the page size.
+    pub fn map(
+        fd: BorrowedFd<'_>,
+        header_len: usize,
+        rings: &[usize],
+        writable: bool,
+    ) -> io::Result<Mapping> {
         let page = page_size();
         if header_len % page != 0 || rings.iter().any(|&r| r == 0 || r % page != 0) {
             return Err(io::Error::new(
@@ -145,6 +176,11 @@ impl Mapping {
             len,
             rings: Vec::with_capacity(rings.len()),
         };
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
         let fixed = |offset: usize, size: usize, file_off: usize| -> io::Result<()> {
             // SAFETY: [base+offset, base+offset+size) lies inside our reservation (offsets
             // are sums of the sizes that made up `len`), so MAP_FIXED replaces only pages
@@ -154,7 +190,7 @@ impl Mapping {
                 libc::mmap(
                     base.cast::<u8>().add(offset).cast(),
                     size,
-                    libc::PROT_READ | libc::PROT_WRITE,
+                    prot,
                     libc::MAP_SHARED | libc::MAP_FIXED,
                     fd.as_raw_fd(),
                     file_off as libc::off_t,
@@ -271,7 +307,7 @@ mod tests {
     fn double_mapping_mirrors_the_ring() {
         let page = page_size();
         let fd = create_sealed("t", Mapping::file_size(page, &[page, 2 * page])).unwrap();
-        let m = Mapping::map(fd.as_fd(), page, &[page, 2 * page]).unwrap();
+        let m = Mapping::map(fd.as_fd(), page, &[page, 2 * page], true).unwrap();
         let (r1, size) = m.ring(1);
         // SAFETY: both offsets lie in the doubly mapped 2*size bytes of ring 1.
         unsafe {

@@ -14,7 +14,8 @@
 //!   connect to the upgrade socket (Unix)
 //!   Upgrade(params, token)      ─ unix ─▶     token known? credentials allowed?
 //!                               ◀─ unix ─     Upgraded(params, proof) + memfd
-//!   proof right? → Decision(upgraded)    ─▶   hands out the shm connection
+//!   proof right? → Segment + memfd ─ unix ─▶  (the client's segment)
+//!                  Decision(upgraded)    ─▶   hands out the shm connection
 //!   otherwise    → Decision(stay)        ─▶   hands out the TCP connection
 //! ```
 //!
@@ -365,6 +366,9 @@ struct Deciding {
     offer: Option<Token>,
     /// The shm connection set up with that token, waiting for the client's decision.
     shm: Option<Accepted>,
+    /// The client said it upgraded before the upgrade socket's handshake completed here:
+    /// its segment, sent before the decision, is still to be read on that socket.
+    upgraded: bool,
 }
 
 /// What one negotiation step left to do.
@@ -525,6 +529,8 @@ impl AutoListener {
             let d = self.deciding.get_mut(&key).expect("key from the map");
             let step = if d.deadline <= now {
                 Step::Drop
+            } else if d.upgraded {
+                d.shm.take().map_or(Step::Wait, Step::Shm)
             } else {
                 Self::advance(
                     d,
@@ -586,6 +592,7 @@ impl AutoListener {
                 deadline: Instant::now() + self.timeout,
                 offer: None,
                 shm: None,
+                upgraded: false,
             },
         );
     }
@@ -655,8 +662,14 @@ impl AutoListener {
             }
             (Ok(Msg::Decision { upgraded: true }), Some(_)) => match d.shm.take() {
                 Some(conn) => Step::Shm(conn),
-                // The client claims an upgrade this listener never completed.
-                None => Step::Drop,
+                // The upgrade socket has not read the client's segment yet (it was sent
+                // before this decision, on the other socket): wait for it, at most until
+                // the deadline (a client that claims an upgrade it never made is dropped
+                // then).
+                None => {
+                    d.upgraded = true;
+                    Step::Wait
+                }
             },
             (Ok(Msg::Decision { upgraded: false }), Some(_)) => {
                 d.shm = None;

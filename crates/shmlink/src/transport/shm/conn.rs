@@ -1,5 +1,5 @@
-//! One `shm:` connection: a segment with two rings, and the Unix socket that carries
-//! doorbells and reports the peer's death.
+//! One `shm:` connection: two segments (ours, the peer's) holding the two rings, and the
+//! Unix socket that carries doorbells and reports the peer's death.
 
 use std::io;
 use std::mem;
@@ -52,8 +52,6 @@ enum Reservation {
 pub(crate) struct ShmConn {
     tx: Producer,
     rx: Consumer,
-    /// Which side we are: the index of the ring we send on.
-    side: usize,
     /// Keeps the rings mapped; `tx`/`rx` point into it.
     seg: Segment,
     /// Control socket: doorbells in both directions, EOF when the peer is gone.
@@ -89,8 +87,6 @@ unsafe impl Send for ShmConn {}
 /// What a side needs to build its half of a connection.
 pub(crate) struct Setup {
     pub seg: Segment,
-    pub tx_ring: usize,
-    pub rx_ring: usize,
     pub fence: FenceMode,
     pub sock: OwnedFd,
     pub wait: WaitPolicy,
@@ -106,9 +102,8 @@ impl ShmConn {
         // MSG_DONTWAIT. (If this fails, `take_doorbell` falls back to `poll`.)
         let _ = sys::stream::set_blocking(s.sock.as_fd());
         ShmConn {
-            tx: Producer::new(s.seg.ring(s.tx_ring), s.fence),
-            rx: Consumer::new(s.seg.ring(s.rx_ring), s.fence),
-            side: s.tx_ring,
+            tx: Producer::new(s.seg.tx(), s.fence),
+            rx: Consumer::new(s.seg.rx(), s.fence),
             seg: s.seg,
             sock: s.sock,
             wait: s.wait,
@@ -215,7 +210,7 @@ impl ShmConn {
     /// The wait policy for this wait: without the spin phase when the peer last waited on
     /// our CPU (same-core placement), so it gets the CPU at once through `sched_yield`.
     fn policy(&self) -> WaitPolicy {
-        if self.seg.note_cpu(self.side, sys::current_cpu()) {
+        if self.seg.note_cpu(sys::current_cpu()) {
             WaitPolicy {
                 spin: Duration::ZERO,
                 yield_: self.wait.spin + self.wait.yield_,

@@ -1,4 +1,5 @@
-//! The `shm:` handshake, one `SOCK_SEQPACKET` packet each way.
+//! The `shm:` handshake over the rendezvous socket (`SOCK_SEQPACKET`): a hello, the
+//! listener's answer with its segment, and the client's segment.
 //!
 //! Every packet starts with `magic: u32 = "SHML"`, `version: u16`, `kind: u16` (little
 //! endian). Then:
@@ -6,12 +7,22 @@
 //! | kind | body |
 //! |---|---|
 //! | 1 `Hello` (client → server) | `features: u64, ring_c2s: u64, ring_s2c: u64, max_msg: u64` |
-//! | 2 `Accept` (server → client, memfd attached with SCM_RIGHTS) | same fields, as the server chose them |
+//! | 2 `Accept` (server → client, the listener's memfd attached with SCM_RIGHTS) | same fields, as the server chose them |
 //! | 3 `Refuse` (server → client) | `code: u16, len: u16, reason: [u8; len]` (UTF-8) |
 //! | 4 `Upgrade` (client → server, `auto:`) | `Hello`'s fields, then `token: [u8; 16]` |
 //! | 5 `Upgraded` (server → client, memfd attached) | `Accept`'s fields, then `proof: [u8; 16]` |
 //! | 6 `Query` (client → server, `shmlink ls`) | nothing |
 //! | 7 `Status` (server → client) | the listener and its connections, below; at most [`MAX_STATUS`] bytes |
+//! | 8 `Segment` (client → server, the client's memfd attached) | nothing |
+//!
+//! A connection is set up in three packets: `Hello` (or `Upgrade`), `Accept` (or
+//! `Upgraded`) with the listener's segment, and, once the client has checked that
+//! segment, `Segment` with the client's. Each segment holds what only its creator writes
+//! and is sealed with `F_SEAL_FUTURE_WRITE` (see `segment`); a segment without that seal,
+//! of the wrong size, or a `Segment` packet with other than one descriptor is a
+//! [`ErrorKind::ProtocolViolation`], and the listener refuses it with a `Refuse`. A client
+//! that never sends its segment is dropped when the listener's handshake timeout expires.
+//! Version 1 had one segment, written by both sides, and no `Segment` packet.
 //!
 //! A `Status` body, every `str` a `len: u16` and that many bytes of UTF-8:
 //!
@@ -48,8 +59,8 @@ use crate::status::{ConnectionStatus, ListenerStatus, ProcessCred};
 
 /// "SHML", little endian.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"SHML");
-/// This implementation's protocol version.
-pub const VERSION: u16 = 1;
+/// This implementation's protocol version (2: one segment per side).
+pub const VERSION: u16 = 2;
 /// Longest packet either side sends or accepts during a handshake.
 pub const MAX_PACKET: usize = PREFIX + 4 + MAX_REASON;
 /// Longest `Status` packet (64 KiB).
@@ -72,6 +83,7 @@ const KIND_UPGRADE: u16 = 4;
 const KIND_UPGRADED: u16 = 5;
 const KIND_QUERY: u16 = 6;
 const KIND_STATUS: u16 = 7;
+const KIND_SEGMENT: u16 = 8;
 const STATUS_TRUNCATED: u16 = 1;
 const CONN_HAS_CRED: u16 = 1;
 /// Bytes of an `auto:` upgrade token or proof.
@@ -152,6 +164,8 @@ pub enum Packet {
     /// Server's answer to a query. Encoding leaves out the connections that do not fit
     /// `MAX_STATUS` (64 KiB) and sets `truncated`.
     Status(ListenerStatus),
+    /// Client's segment, after the server's answer (the memfd travels with it).
+    Segment,
 }
 
 impl Packet {
@@ -165,6 +179,7 @@ impl Packet {
             Packet::Upgraded(..) => KIND_UPGRADED,
             Packet::Query => KIND_QUERY,
             Packet::Status(_) => KIND_STATUS,
+            Packet::Segment => KIND_SEGMENT,
         };
         let mut out = Vec::with_capacity(PARAMS_LEN + TOKEN_LEN);
         out.extend_from_slice(&MAGIC.to_le_bytes());
@@ -185,7 +200,7 @@ impl Packet {
                 out.extend_from_slice(&(end as u16).to_le_bytes());
                 out.extend_from_slice(&reason.as_bytes()[..end]);
             }
-            Packet::Query => {}
+            Packet::Query | Packet::Segment => {}
             Packet::Status(status) => encode_status(&mut out, status),
         }
         out
@@ -231,7 +246,7 @@ impl Packet {
         let len = match kind {
             KIND_HELLO | KIND_ACCEPT => PARAMS_LEN,
             KIND_UPGRADE | KIND_UPGRADED => PARAMS_LEN + TOKEN_LEN,
-            KIND_QUERY => PREFIX,
+            KIND_QUERY | KIND_SEGMENT => PREFIX,
             KIND_STATUS if bytes.len() > MAX_STATUS => {
                 return bad(format!(
                     "status of {} bytes (at most {MAX_STATUS})",
@@ -244,8 +259,10 @@ impl Packet {
         if bytes.len() != len {
             return bad(format!("packet of {} bytes, expected {len}", bytes.len()));
         }
-        if kind == KIND_QUERY {
-            return Ok(Packet::Query);
+        match kind {
+            KIND_QUERY => return Ok(Packet::Query),
+            KIND_SEGMENT => return Ok(Packet::Segment),
+            _ => {}
         }
         let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
         let p = Params {
@@ -486,6 +503,7 @@ mod tests {
             Packet::Upgrade(p, [7; TOKEN_LEN]),
             Packet::Upgraded(p, [9; TOKEN_LEN]),
             Packet::Query,
+            Packet::Segment,
             Packet::Status(status(0)),
             Packet::Status(status(5)),
             Packet::Status(ListenerStatus {

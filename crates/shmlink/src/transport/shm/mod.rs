@@ -1,4 +1,5 @@
-//! The `shm:` transport: a sealed memfd per connection holding two SPSC rings, handed
+//! The `shm:` transport: two SPSC rings in two sealed memfds per connection, one per side,
+//! each holding what only its creator writes and mapped read-only by the peer, exchanged
 //! over a Unix `SOCK_SEQPACKET` rendezvous socket that stays open for doorbells and
 //! liveness (DESIGN §3–5).
 
@@ -29,7 +30,7 @@ use crate::ring::FenceMode;
 pub(crate) use conn::{Setup, ShmConn};
 use handshake::{Packet, Params, RefuseCode, Token, FEATURE_ASYM_FENCE, MAX_PACKET};
 use registry::Registry;
-use segment::{Segment, C2S, S2C};
+use segment::{Half, Segment, Side};
 
 pub(crate) const TRANSPORT: Transport = Transport {
     name: "shm",
@@ -186,12 +187,19 @@ fn client(
             fds.len()
         ))
     })?;
-    let seg = Segment::attach(&memfd, [params.ring_c2s as usize, params.ring_s2c as usize])?;
+    let peer = Half::attach(&memfd, Side::Server, params.ring_s2c as usize)?;
+    // Ours goes out only after theirs checked out: a listener that breaks the protocol
+    // never sees our segment.
+    let (own, own_fd) = Half::create(Side::Client, params.ring_c2s as usize)?;
+    socket::send_with_fds(
+        sock.as_fd(),
+        &Packet::Segment.encode(),
+        &[own_fd.as_raw_fd()],
+    )
+    .map_err(|e| Error::io("send our segment to the listener", e))?;
     let name = name.to_string();
     Ok(Box::new(ShmConn::new(Setup {
-        seg,
-        tx_ring: C2S,
-        rx_ring: S2C,
+        seg: Segment::new(own, peer),
         fence: fence_mode(params.features),
         sock,
         wait: opts.wait,
@@ -234,6 +242,8 @@ struct Pending {
     /// The client's uid (`SO_PEERCRED` at accept), and whether the listener admits it.
     uid: u32,
     admitted: bool,
+    /// Set once its hello was answered: our side, waiting for the client's segment.
+    accepted: Option<Box<Handshake>>,
 }
 
 /// Which pending client to drop when a new one arrives and `pending` is full: the
@@ -259,9 +269,10 @@ fn eviction_victim(pending: &[Pending]) -> usize {
         .unwrap_or(0)
 }
 
-/// What a successful handshake set up on the listener's side.
+/// What a successful hello set up on the listener's side.
 struct Handshake {
-    seg: Segment,
+    /// Our segment (the server → client ring); its memfd goes out with the answer.
+    own: Half,
     memfd: OwnedFd,
     accept: Params,
     client_max_msg: u64,
@@ -272,8 +283,8 @@ struct Handshake {
 
 /// How the listener answers a client's first packet, unless it refuses.
 enum Answer {
-    /// Set up a connection.
-    Connect(Handshake),
+    /// Answer with our segment, then wait for the client's.
+    Connect(Box<Handshake>),
     /// Answer a query with the listener's status.
     Status,
 }
@@ -456,14 +467,16 @@ impl ShmListener {
                 deadline: Instant::now() + self.opts.handshake_timeout,
                 uid,
                 admitted,
+                accepted: None,
             });
         }
         Ok(())
     }
 
-    /// Runs the handshake with pending client `i` if its hello (or query) has arrived.
-    /// The client leaves `pending` unless it has not spoken yet; a query is answered and
-    /// the client dropped.
+    /// Runs the next handshake step with pending client `i` if its packet has arrived: a
+    /// hello (or query) is answered, a segment completes the connection. The client
+    /// leaves `pending` unless it has not spoken yet or waits to send its segment; a
+    /// query is answered and the client dropped.
     fn try_handshake(&mut self, i: usize) -> Option<Stepped> {
         let mut buf = [0u8; MAX_PACKET];
         let mut fds = Vec::new();
@@ -471,8 +484,25 @@ impl ShmListener {
         if matches!(&res, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
             return None;
         }
-        let p = self.pending.swap_remove(i);
+        let mut p = self.pending.swap_remove(i);
         let _ = self.epoll.delete(p.sock.as_raw_fd());
+        if let Some(h) = p.accepted.take() {
+            let verdict = match res {
+                Ok(0) => return None, // the client left
+                Ok(n) => Self::client_segment(&h, &buf[..n], fds),
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                    Err((RefuseCode::Protocol, format!("segment rejected: {e}")))
+                }
+                Err(_) => return None,
+            };
+            return match verdict {
+                Ok(peer) => Some(self.connected(p.sock, *h, peer)),
+                Err((code, reason)) => {
+                    let _ = socket::send(p.sock.as_fd(), &Packet::Refuse(code, reason).encode());
+                    None
+                }
+            };
+        }
         let verdict = match res {
             Ok(0) => return None, // the client left
             Ok(n) => self.handshake(&p.sock, &buf[..n], fds.len()),
@@ -493,40 +523,88 @@ impl ShmListener {
                     None => Packet::Accept(h.accept),
                     Some((_, proof)) => Packet::Upgraded(h.accept, proof),
                 };
-                let token = h.upgrade.map(|(token, _)| token);
-                if let (Some(book), Some(token)) = (&mut self.upgrades, token) {
+                if let (Some(book), Some((token, _))) = (&mut self.upgrades, h.upgrade) {
                     book.remove(&token); // used once
                 }
                 socket::send_with_fds(p.sock.as_fd(), &answer.encode(), &[h.memfd.as_raw_fd()])
                     .ok()?;
-                let conn = Box::new(ShmConn::new(Setup {
-                    seg: h.seg,
-                    tx_ring: S2C,
-                    rx_ring: C2S,
-                    fence: fence_mode(h.accept.features),
-                    sock: p.sock,
-                    wait: self.opts.wait,
-                    max_send: h.client_max_msg.min(self.opts.max_msg_size as u64) as usize,
-                    max_recv: self.opts.max_msg_size,
-                    local: self.addr.clone(),
-                    peer: self.addr.clone(),
-                }));
-                let counters = self
-                    .registry
-                    .track("shm", Some(ProcessCred::from(h.cred)), None);
-                Some((
-                    token,
-                    Accepted {
-                        conn,
-                        counters: Some(counters),
-                    },
-                ))
+                // Now the client's segment, within the same deadline.
+                let fd = p.sock.as_raw_fd();
+                self.epoll.add(fd, libc::EPOLLIN as u32, fd as u64).ok()?;
+                self.pending.push(Pending {
+                    accepted: Some(h),
+                    ..p
+                });
+                None
             }
             Err((code, reason)) => {
                 let _ = socket::send(p.sock.as_fd(), &Packet::Refuse(code, reason).encode());
                 None
             }
         }
+    }
+
+    /// Checks the packet that must follow our answer: the client's segment, exactly one
+    /// memfd, sealed so that only the client writes it, of the size we agreed on.
+    fn client_segment(
+        h: &Handshake,
+        packet: &[u8],
+        fds: Vec<OwnedFd>,
+    ) -> std::result::Result<Half, (RefuseCode, String)> {
+        match Packet::decode(packet) {
+            Ok(Packet::Segment) => {}
+            Ok(_) => {
+                return Err((
+                    RefuseCode::Protocol,
+                    "expected the client's segment after the answer".into(),
+                ))
+            }
+            Err(e) if e.kind() == ErrorKind::VersionMismatch => {
+                return Err((RefuseCode::Version, e.message().to_string()))
+            }
+            Err(e) => return Err((RefuseCode::Protocol, e.message().to_string())),
+        }
+        let [fd] = <[OwnedFd; 1]>::try_from(fds).map_err(|fds| {
+            (
+                RefuseCode::Protocol,
+                format!(
+                    "the segment packet carried {} descriptors, expected 1",
+                    fds.len()
+                ),
+            )
+        })?;
+        Half::attach(&fd, Side::Client, h.accept.ring_c2s as usize).map_err(|e| {
+            let code = match e.kind() {
+                ErrorKind::ProtocolViolation => RefuseCode::Protocol,
+                ErrorKind::VersionMismatch => RefuseCode::Version,
+                _ => RefuseCode::Resources,
+            };
+            (code, e.message().to_string())
+        })
+    }
+
+    /// Builds our side of a connection whose handshake completed.
+    fn connected(&mut self, sock: OwnedFd, h: Handshake, peer: Half) -> Stepped {
+        let conn = Box::new(ShmConn::new(Setup {
+            seg: Segment::new(h.own, peer),
+            fence: fence_mode(h.accept.features),
+            sock,
+            wait: self.opts.wait,
+            max_send: h.client_max_msg.min(self.opts.max_msg_size as u64) as usize,
+            max_recv: self.opts.max_msg_size,
+            local: self.addr.clone(),
+            peer: self.addr.clone(),
+        }));
+        let counters = self
+            .registry
+            .track("shm", Some(ProcessCred::from(h.cred)), None);
+        (
+            h.upgrade.map(|(token, _)| token),
+            Accepted {
+                conn,
+                counters: Some(counters),
+            },
+        )
     }
 
     /// The client's credentials, if the options allow it to connect.
@@ -593,16 +671,16 @@ impl ShmListener {
             ring_s2c: want.ring_s2c.min(cap),
             max_msg: self.opts.max_msg_size as u64,
         };
-        let (seg, memfd) = Segment::create([accept.ring_c2s as usize, accept.ring_s2c as usize])
+        let (own, memfd) = Half::create(Side::Server, accept.ring_s2c as usize)
             .map_err(|e| (RefuseCode::Resources, e.to_string()))?;
-        Ok(Answer::Connect(Handshake {
-            seg,
+        Ok(Answer::Connect(Box::new(Handshake {
+            own,
             memfd,
             accept,
             client_max_msg: want.max_msg,
             upgrade,
             cred,
-        }))
+        })))
     }
 
     /// Takes waiting clients and runs the handshakes whose hello has arrived, without
@@ -642,7 +720,7 @@ impl ShmListener {
             .map_err(|e| Error::io("epoll", e))
     }
 
-    /// Drops clients that did not say hello in time.
+    /// Drops clients that did not say hello, or send their segment, in time.
     fn expire(&mut self, now: Instant) {
         let epoll = &self.epoll;
         self.pending.retain(|p| {

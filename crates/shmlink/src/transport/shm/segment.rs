@@ -1,96 +1,136 @@
-//! The shared segment of one `shm:` connection: a header page (identification and the two
-//! ring control blocks) and two ring data areas, in one sealed memfd.
+//! The shared memory of one `shm:` connection: one sealed memfd per side, holding what
+//! only that side writes (DESIGN principle 3a). Each side creates its segment, maps it
+//! read-write, seals it with `F_SEAL_FUTURE_WRITE` and passes it on; the peer maps it
+//! read-only, and the kernel refuses it any writable mapping from then on.
 //!
 //! ```text
-//! offset 0     SegHeader   magic, version, header length, ring sizes
-//! offset 64    u32         CPU the client last waited on (a hint only)
-//! offset 128   RingCtl     ring 0: client → server
-//! offset 768   RingCtl     ring 1: server → client
-//! offset 1408  u32         CPU the server last waited on (own cache line)
-//! page         ring 0 data (mapped twice)
-//! page + c2s   ring 1 data (mapped twice)
+//! offset 0     SegHeader     magic, version, header length, side, outbound ring size
+//! offset 64    u32           CPU this side last waited on (a hint only)
+//! offset 128   ProducerCtl   outbound ring: tail, closed, sleep announcements (3 lines)
+//! offset 512   ConsumerCtl   inbound ring: head, sleep announcements (2 lines)
+//! page         outbound ring data (mapped twice)
 //! ```
+//!
+//! The client's segment carries the client → server ring, the listener's the server →
+//! client ring. A side sends on a ring built from its own `ProducerCtl` and data area and
+//! the peer's `ConsumerCtl`, and receives on one built from the peer's `ProducerCtl` and
+//! data area and its own `ConsumerCtl`.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::ptr::NonNull;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::ring::{RingCtl, RingRef};
+use crate::ring::{ConsumerCtl, ProducerCtl, RingRef};
 use crate::sync::{AtomicU32, Ordering};
 use crate::sys::memfd::{self, Mapping};
 use crate::sys::page_size;
 
-/// "SHMLSEG1", little endian.
+/// "SHMLSEG1", little endian (the layout's version is in `version`).
 const SEG_MAGIC: u64 = u64::from_le_bytes(*b"SHMLSEG1");
-const SEG_VERSION: u32 = 1;
-const CTL_OFFSET: usize = 128;
-/// Each side's CPU slot, on a cache line of its own.
-const CPU_OFFSET: [usize; 2] = [64, CTL_OFFSET + 2 * std::mem::size_of::<RingCtl>()];
+/// Version 1 was one segment holding both rings, written by both sides; version 2 is one
+/// segment per side, written by its creator only.
+pub const SEG_VERSION: u32 = 2;
+const CPU_OFFSET: usize = 64;
+/// Offset of the outbound ring's [`ProducerCtl`].
+pub const PRODUCER_OFFSET: usize = 128;
+/// Offset of the inbound ring's [`ConsumerCtl`].
+pub const CONSUMER_OFFSET: usize = PRODUCER_OFFSET + std::mem::size_of::<ProducerCtl>();
 /// A side that has not waited yet.
 const NO_CPU: u32 = u32::MAX;
 
-/// Ring 0 carries client → server, ring 1 server → client.
-pub const C2S: usize = 0;
-/// See [`C2S`].
-pub const S2C: usize = 1;
+/// Which end of a connection wrote a segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Side {
+    /// The connecting side: its segment carries the client → server ring.
+    Client = 0,
+    /// The listener's side: its segment carries the server → client ring.
+    Server = 1,
+}
 
-/// Identification at the start of the segment.
+/// Identification at the start of a segment.
 #[repr(C)]
+#[derive(Clone, Copy)]
 struct SegHeader {
     magic: u64,
     version: u32,
     header_len: u32,
-    ring_size: [u64; 2],
+    side: u32,
+    _reserved: u32,
+    ring_size: u64,
 }
 
-fn header_len() -> usize {
-    let need = CPU_OFFSET[1] + 128;
+/// Bytes before the ring's data area.
+pub fn header_len() -> usize {
+    let need = CONSUMER_OFFSET + std::mem::size_of::<ConsumerCtl>();
     need.next_multiple_of(page_size())
 }
 
-/// A mapped segment and the two rings in it.
-pub struct Segment {
-    map: Mapping,
-    sizes: [usize; 2],
+/// The file size of a segment whose outbound ring has `ring` bytes.
+pub fn file_size(ring: usize) -> usize {
+    Mapping::file_size(header_len(), &[ring])
 }
 
-impl Segment {
-    /// Creates, sizes, seals and maps a new segment (server side). The memfd is returned
-    /// to be passed to the client.
-    pub fn create(sizes: [usize; 2]) -> Result<(Segment, OwnedFd)> {
+/// One side's segment, mapped: read-write if this process created it, read-only if the
+/// peer did.
+pub struct Half {
+    map: Mapping,
+    ring: usize,
+}
+
+impl Half {
+    /// Creates, maps (read-write) and seals this side's segment with an outbound ring of
+    /// `ring` bytes (a valid ring size). The memfd is returned to be passed to the peer,
+    /// who can then only map it read-only.
+    pub fn create(side: Side, ring: usize) -> Result<(Half, OwnedFd)> {
+        let (half, fd) = Half::create_unsealed(side, ring)?;
+        // After our own writable mapping: it stays writable, no other can be made. Fail
+        // closed on kernels without the seal (before 5.1): the peer could write our state.
+        memfd::add_seals(fd.as_fd(), memfd::OWNER_SEALS)
+            .map_err(|e| Error::io("shared segment: seal (F_SEAL_FUTURE_WRITE)", e))?;
+        Ok((half, fd))
+    }
+
+    /// [`Half::create`] without the seals, for tests that seal (or not) themselves.
+    pub(crate) fn create_unsealed(side: Side, ring: usize) -> Result<(Half, OwnedFd)> {
         let hl = header_len();
-        let fd = memfd::create_sealed("shmlink", Mapping::file_size(hl, &sizes))
+        let name = match side {
+            Side::Client => "shmlink-client",
+            Side::Server => "shmlink-server",
+        };
+        let fd = memfd::create_unsealed(name, file_size(ring))
             .map_err(|e| Error::io("shared segment: memfd", e))?;
-        let map = Mapping::map(fd.as_fd(), hl, &sizes)
+        let map = Mapping::map(fd.as_fd(), hl, &[ring], true)
             .map_err(|e| Error::io("shared segment: mmap", e))?;
         let header = SegHeader {
             magic: SEG_MAGIC,
             version: SEG_VERSION,
             header_len: hl as u32,
-            ring_size: sizes.map(|s| s as u64),
+            side: side as u32,
+            _reserved: 0,
+            ring_size: ring as u64,
         };
         // SAFETY: the header area is at least one page, writable, page-aligned, and not
         // yet shared with anyone.
         unsafe { map.header().cast::<SegHeader>().write(header) };
-        let seg = Segment { map, sizes };
-        seg.ring(C2S).start_armed();
-        seg.ring(S2C).start_armed();
-        for side in [C2S, S2C] {
-            seg.cpu(side).store(NO_CPU, Ordering::Relaxed);
-        }
-        Ok((seg, fd))
+        let half = Half { map, ring };
+        // SAFETY: the block lies inside our writable header page (see `consumer_ctl`),
+        // which lives as long as `half`.
+        unsafe { half.consumer_ctl().as_ref() }.start_armed();
+        half.cpu().store(NO_CPU, Ordering::Relaxed);
+        Ok((half, fd))
     }
 
-    /// Maps a segment received from the server, after checking its seals and size, and
-    /// validates its header against the sizes the handshake announced (client side).
-    pub fn attach(fd: &OwnedFd, sizes: [usize; 2]) -> Result<Segment> {
+    /// Maps the peer's segment read-only after checking that only the peer can write it
+    /// (all of [`memfd::OWNER_SEALS`]) and that it has the size the handshake implies, and
+    /// validates its header: written by `side`, with an outbound ring of `ring` bytes.
+    pub fn attach(fd: &OwnedFd, side: Side, ring: usize) -> Result<Half> {
         let hl = header_len();
-        let bad = |why: String| Error::violation(format!("shared segment: {why}"));
-        memfd::check_sealed(fd.as_fd(), Mapping::file_size(hl, &sizes))
-            .map_err(|e| bad(e.to_string()))?;
-        let map = Mapping::map(fd.as_fd(), hl, &sizes)
-            .map_err(|e| Error::io("shared segment: mmap", e))?;
-        // Copy the header into a local once; the server may change it any time.
+        let bad = |why: String| Error::violation(format!("peer's shared segment: {why}"));
+        memfd::check_owner_sealed(fd.as_fd(), file_size(ring)).map_err(|e| bad(e.to_string()))?;
+        let map = Mapping::map(fd.as_fd(), hl, &[ring], false)
+            .map_err(|e| Error::io("peer's shared segment: mmap", e))?;
+        // Copy the header into a local once; the peer may change it any time.
         // SAFETY: the header area is mapped, readable and page-aligned.
         let h = unsafe { map.header().cast::<SegHeader>().read_volatile() };
         if h.magic != SEG_MAGIC {
@@ -100,64 +140,195 @@ impl Segment {
             return Err(Error::new(
                 ErrorKind::VersionMismatch,
                 format!(
-                    "shared segment version {} (this side knows {SEG_VERSION})",
+                    "peer's shared segment has version {} (this side knows {SEG_VERSION})",
                     h.version
                 ),
             ));
         }
-        if h.header_len as usize != hl || h.ring_size != sizes.map(|s| s as u64) {
+        if h.header_len as usize != hl || h.ring_size != ring as u64 || h.side != side as u32 {
             return Err(bad(format!(
-                "header says header {} and rings {:?}, handshake said {hl} and {sizes:?}",
-                h.header_len, h.ring_size
+                "header says header {}, ring {} and side {}, handshake said {hl}, {ring} and \
+                 {side:?} ({})",
+                h.header_len, h.ring_size, h.side, side as u32
             )));
         }
-        Ok(Segment { map, sizes })
+        Ok(Half { map, ring })
     }
 
-    /// Ring `i` ([`C2S`] or [`S2C`]).
-    pub fn ring(&self, i: usize) -> RingRef {
-        let (data, cap) = self.ring_data(i);
-        debug_assert_eq!(cap, self.sizes[i]);
-        // SAFETY: the control block lies inside the header page (header_len covers
-        // CTL_OFFSET + 2 control blocks), 128-aligned (CTL_OFFSET and the block size are
-        // multiples of 128), zero-initialised by the memfd; the data area is mapped twice
-        // by `Mapping`. Both live as long as `self.map`, and the rings built from them are
-        // owned next to this Segment by the connection, which drops them together.
-        unsafe { RingRef::new(NonNull::new_unchecked(self.ring_ctl(i).cast()), data, cap) }
+    /// Start of the mapping (the segment header). Writable only in the process that
+    /// created the segment.
+    pub fn base(&self) -> NonNull<u8> {
+        self.map.header()
     }
 
-    /// The CPU slot of side `side` (the index of the ring it sends on).
-    fn cpu(&self, side: usize) -> &AtomicU32 {
-        // SAFETY: both slots lie inside the header page (see `header_len`), 4-aligned; a
-        // slot is only ever accessed atomically, and any value is valid (it is a hint).
-        unsafe { &*self.base().add(CPU_OFFSET[side]).cast::<AtomicU32>() }
+    /// The outbound ring's data area and size (mapped twice: `2 * size` bytes are valid).
+    pub fn ring_data(&self) -> (NonNull<u8>, usize) {
+        let (data, size) = self.map.ring(0);
+        debug_assert_eq!(size, self.ring);
+        (data, size)
     }
 
-    /// Records that side `me` is about to wait on `cpu`; returns whether the other side
-    /// last waited on the same CPU (then busy-polling cannot help: the peer cannot run
-    /// until we stop). The peer may write anything here; it only steers spinning.
-    pub fn note_cpu(&self, me: usize, cpu: u32) -> bool {
+    /// The outbound ring's producer block.
+    fn producer_ctl(&self) -> NonNull<ProducerCtl> {
+        // SAFETY: PRODUCER_OFFSET + the block's size lies inside the header page (see
+        // `header_len`); the offset is a multiple of 128 in a page-aligned mapping.
+        unsafe { self.base().add(PRODUCER_OFFSET).cast() }
+    }
+
+    /// The inbound ring's consumer block.
+    fn consumer_ctl(&self) -> NonNull<ConsumerCtl> {
+        // SAFETY: as in `producer_ctl`: CONSUMER_OFFSET (a multiple of 128) + the block's
+        // size lies inside the header page.
+        unsafe { self.base().add(CONSUMER_OFFSET).cast() }
+    }
+
+    /// This side's CPU slot.
+    fn cpu(&self) -> &AtomicU32 {
+        // SAFETY: the slot lies inside the header page, 4-aligned; it is only ever
+        // accessed atomically (loads only, in the peer's read-only mapping), and any value
+        // is valid (it is a hint).
+        unsafe { self.base().add(CPU_OFFSET).cast::<AtomicU32>().as_ref() }
+    }
+}
+
+/// Both segments of a connection: ours (mapped read-write) and the peer's (read-only),
+/// and the two rings built from them.
+pub struct Segment {
+    own: Half,
+    peer: Half,
+}
+
+impl Segment {
+    /// Joins our segment (from [`Half::create`]) and the peer's (from [`Half::attach`]).
+    pub fn new(own: Half, peer: Half) -> Segment {
+        Segment { own, peer }
+    }
+
+    /// The ring we send on: our producer block and data area, the peer's consumer block.
+    pub fn tx(&self) -> RingRef {
+        let (data, cap) = self.own.ring_data();
+        // SAFETY: the blocks lie in the header pages (see `Half::producer_ctl`), 128-
+        // aligned, initialised by the memfd's zeros and `create`; what a Producer writes
+        // (our block, our data area) is in our writable mapping, the consumer block it
+        // only loads from is in the peer's read-only one. The data area is mapped twice
+        // by `Mapping`, `cap` is a valid ring size (checked by the handshake). Both
+        // mappings live as long as `self`, and the rings built from them are owned next to
+        // this Segment by the connection, which drops them together.
+        unsafe { RingRef::new(self.own.producer_ctl(), self.peer.consumer_ctl(), data, cap) }
+    }
+
+    /// The ring we receive on: the peer's producer block and data area, our consumer
+    /// block.
+    pub fn rx(&self) -> RingRef {
+        let (data, cap) = self.peer.ring_data();
+        // SAFETY: as in `tx`, the other way round: a Consumer writes only our consumer
+        // block (in our writable mapping) and loads from the peer's producer block and
+        // data area (its read-only mapping).
+        unsafe { RingRef::new(self.peer.producer_ctl(), self.own.consumer_ctl(), data, cap) }
+    }
+
+    /// Records that we are about to wait on `cpu`; returns whether the peer last waited
+    /// on the same CPU (then busy-polling cannot help: the peer cannot run until we
+    /// stop). The peer may put anything in its slot; it only steers spinning.
+    pub fn note_cpu(&self, cpu: u32) -> bool {
         // Store only on a change, so the slot's line stays shared rather than bouncing.
-        if self.cpu(me).load(Ordering::Relaxed) != cpu {
-            self.cpu(me).store(cpu, Ordering::Relaxed);
+        if self.own.cpu().load(Ordering::Relaxed) != cpu {
+            self.own.cpu().store(cpu, Ordering::Relaxed);
         }
-        self.cpu(1 - me).load(Ordering::Relaxed) == cpu
+        self.peer.cpu().load(Ordering::Relaxed) == cpu
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The permissions `/proc/self/maps` shows for the mapping that holds `addr`.
+    fn perms_at(addr: usize) -> String {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines()
+            .find_map(|l| {
+                let (range, rest) = l.split_once(' ')?;
+                let (start, end) = range.split_once('-')?;
+                let start = usize::from_str_radix(start, 16).ok()?;
+                let end = usize::from_str_radix(end, 16).ok()?;
+                (start..end).contains(&addr).then(|| rest[..4].to_string())
+            })
+            .unwrap_or_else(|| panic!("no mapping holds {addr:#x}"))
     }
 
-    /// Start of the mapping (the segment header).
-    pub fn base(&self) -> *mut u8 {
-        self.map.header().as_ptr()
+    #[test]
+    fn own_segment_is_writable_the_peers_read_only() {
+        let ring = 4 * page_size();
+        let (own, _own_fd) = Half::create(Side::Client, ring).unwrap();
+        let (_theirs, their_fd) = Half::create(Side::Server, ring).unwrap();
+        let peer = Half::attach(&their_fd, Side::Server, ring).unwrap();
+        for (half, want) in [(&own, "rw-s"), (&peer, "r--s")] {
+            let (data, size) = half.ring_data();
+            // The header, both copies of the ring.
+            for addr in [
+                half.base().as_ptr() as usize,
+                data.as_ptr() as usize,
+                data.as_ptr() as usize + size,
+            ] {
+                assert_eq!(perms_at(addr), want, "mapping at {addr:#x}");
+            }
+        }
+        assert!(memfd::seals(their_fd.as_fd()).unwrap() & libc::F_SEAL_FUTURE_WRITE != 0);
     }
 
-    /// Start of ring `i`'s control block.
-    pub fn ring_ctl(&self, i: usize) -> *mut u8 {
-        let off = CTL_OFFSET + i * std::mem::size_of::<RingCtl>();
-        // SAFETY: the offset lies inside the header page (see `header_len`).
-        unsafe { self.base().add(off) }
+    #[test]
+    fn attach_checks_seals_side_and_size() {
+        let ring = page_size();
+        let (_s, server_fd) = Half::create(Side::Server, ring).unwrap();
+        let err = |r: Result<Half>| r.err().map(|e| e.kind());
+        assert_eq!(err(Half::attach(&server_fd, Side::Server, ring)), None);
+        assert_eq!(
+            err(Half::attach(&server_fd, Side::Client, ring)),
+            Some(ErrorKind::ProtocolViolation),
+            "a segment of the wrong side (a reflected one)"
+        );
+        assert_eq!(
+            err(Half::attach(&server_fd, Side::Server, 2 * ring)),
+            Some(ErrorKind::ProtocolViolation),
+            "the wrong size"
+        );
+        let (_u, unsealed) = Half::create_unsealed(Side::Server, ring).unwrap();
+        assert_eq!(
+            err(Half::attach(&unsealed, Side::Server, ring)),
+            Some(ErrorKind::ProtocolViolation)
+        );
+        memfd::add_seals(unsealed.as_fd(), memfd::SEALS).unwrap();
+        assert_eq!(
+            err(Half::attach(&unsealed, Side::Server, ring)),
+            Some(ErrorKind::ProtocolViolation),
+            "sealed against resizing, but writable by its creator's peer"
+        );
     }
 
-    /// Ring `i`'s data area and size (mapped twice: `2 * size` bytes are valid).
-    pub fn ring_data(&self, i: usize) -> (NonNull<u8>, usize) {
-        self.map.ring(i)
+    #[test]
+    fn rings_cross_between_the_two_segments() {
+        let ring = page_size();
+        let (c_own, c_fd) = Half::create(Side::Client, ring).unwrap();
+        let (s_own, s_fd) = Half::create(Side::Server, ring).unwrap();
+        let client = Segment::new(c_own, Half::attach(&s_fd, Side::Server, ring).unwrap());
+        let server = Segment::new(s_own, Half::attach(&c_fd, Side::Client, ring).unwrap());
+        let mode = crate::ring::FenceMode::Symmetric;
+        for (from, to) in [(&client, &server), (&server, &client)] {
+            let mut p = crate::ring::Producer::new(from.tx(), mode);
+            let mut c = crate::ring::Consumer::new(to.rx(), mode);
+            let dst = p.try_reserve(8).unwrap().unwrap();
+            // SAFETY: 8 bytes reserved at `dst`, 8-aligned, in our writable mapping.
+            unsafe { dst.cast::<u64>().as_ptr().write(0x1234) };
+            assert!(p.commit(8, 0), "the consumer starts armed");
+            let rec = c.peek().unwrap().unwrap();
+            // SAFETY: peek validated the record inside the (read-only) mapping.
+            let got = unsafe { rec.ptr.cast::<u64>().as_ptr().read_volatile() };
+            assert_eq!(got, 0x1234);
+            c.advance(rec.size());
+            assert!(p.has_room(ring).unwrap());
+        }
+        assert!(!client.note_cpu(3));
+        assert!(server.note_cpu(3));
     }
 }
