@@ -4,7 +4,8 @@
 //! - [`method`]: the [`Method`](method::Method) trait every method implements, and
 //!   [`methods`]: one module per method.
 //! - [`protocol`]: the latency (ping-pong) and throughput (windowed) drivers and the
-//!   peer's side, with verification of every message ([`payload`], [`checksum`]).
+//!   peer's side, with verification of every message ([`payload`], [`checksum`],
+//!   [`verify`]).
 //! - [`run`]: one run as a driver process and a peer process.
 //! - [`suite`]: many runs, interleaved across methods in rounds, summarised;
 //!   [`report`]: the table, JSON and CSV; [`plot`]: the SVG/PNG charts.
@@ -25,3 +26,4 @@ pub mod run;
 pub mod stats;
 pub mod suite;
 mod sys;
+pub mod verify;

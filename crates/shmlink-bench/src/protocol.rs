@@ -13,10 +13,10 @@
 //!   STOP                               ─▶   stops its clock, reports on stdout, exits
 //! ```
 //!
-//! Acks are 8-byte little-endian counts of messages received. Every message's length and
-//! sequence number are checked; the first `verify_count` messages are checksummed in
-//! full (the verification pass), the rest only checked for their sequence number so the
-//! measurement is not dominated by verification.
+//! Acks are 8-byte little-endian counts of messages received. Every data message's length
+//! and both copies of its sequence number are checked, and every byte of the first laps,
+//! of a random sample and of every zero-copy row's message is checksummed (see
+//! [`crate::verify`], which also says what is timed).
 
 use std::io;
 use std::time::{Duration, Instant};
@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::method::{Endpoint, Mode};
-use crate::payload;
+use crate::payload::{self, MIN_CHECKSUMMED, TRAILER};
 use crate::sys::err;
+use crate::verify::{Checker, Sampling};
 
 /// Control tag: the warm-up is over.
 pub const MARK: u64 = u64::MAX - 1;
@@ -58,7 +59,12 @@ pub struct Plan {
     /// Warm-up time (at least one message).
     pub warmup: Duration,
     pub stop: Stop,
-    pub verify_count: u64,
+    /// Which messages are checksummed in full.
+    pub sampling: Sampling,
+    /// The sample's seed (the peer gets the same one).
+    pub seed: u64,
+    /// A fault the driver injects into the data it sends (throughput mode).
+    pub fault: Option<Fault>,
 }
 
 /// What the driver measured.
@@ -70,6 +76,9 @@ pub struct Measured {
     pub elapsed: Duration,
     /// This process's CPU time in the measured part.
     pub cpu: Duration,
+    /// Time spent checksumming in the measured part (round trips whose copy-row
+    /// messages were sampled are not in `rtts`).
+    pub verify: Duration,
 }
 
 fn tag_of(msg: &[u8]) -> u64 {
@@ -82,15 +91,17 @@ fn control(buf: &mut [u8], tag: u64) {
 }
 
 /// Sends data message `seq` of `out.len()` bytes: generated into `out` and sent, or, for
-/// a zero-copy method, generated straight into its buffer. `corrupt` flips the last byte
-/// (fault injection).
-fn send_data(ep: &mut dyn Endpoint, out: &mut [u8], seq: u64, corrupt: bool) -> io::Result<()> {
+/// a zero-copy method, generated straight into its buffer, then damaged as `fault` says.
+fn send_data(
+    ep: &mut dyn Endpoint,
+    out: &mut [u8],
+    seq: u64,
+    fault: Option<Fault>,
+) -> io::Result<()> {
     let fill = |buf: &mut [u8]| {
         payload::write(buf, seq);
-        if corrupt {
-            if let Some(last) = buf.last_mut() {
-                *last ^= 1;
-            }
+        if let Some(f) = fault {
+            f.damage(buf, seq);
         }
     };
     match ep.in_place() {
@@ -132,14 +143,8 @@ fn recv_msg<T>(
     }
 }
 
-fn check(msg: &[u8], seq: u64, verify_count: u64) -> io::Result<()> {
-    let size = msg.len();
-    let res = if seq < verify_count {
-        payload::verify(msg, seq, size)
-    } else {
-        payload::check_seq(msg, seq, size)
-    };
-    res.map_err(|e| err(e.to_string()))
+fn check(checker: &mut Checker, msg: &[u8], seq: u64) -> io::Result<()> {
+    checker.check(msg, seq).map_err(|e| err(e.to_string()))
 }
 
 impl Plan {
@@ -153,8 +158,8 @@ impl Plan {
     }
 
     /// Whether the warm-up is over: its time is up and it sent at least one message.
-    /// (The verification pass, the first `verify_count` messages, normally lies inside
-    /// it; where it does not, the measured part pays for the extra checksums.)
+    /// (The checksummed laps at the start of a run normally lie inside it; where they do
+    /// not, the measured part pays for their checksums.)
     fn warm(&self, n: u64, t0: Instant) -> bool {
         n >= 1 && t0.elapsed() >= self.warmup
     }
@@ -177,17 +182,18 @@ pub fn drive(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
 fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
     let mut out = vec![0u8; plan.size];
     let mut inb = vec![0u8; plan.size];
-    let mut round_trip = |ep: &mut dyn Endpoint, seq: u64| -> io::Result<()> {
-        send_data(ep, &mut out, seq, false).map_err(|e| err(format!("send #{seq}: {e}")))?;
+    let mut checker = Checker::new(plan.size, plan.sampling, plan.seed, ep.in_place().is_some());
+    let mut round_trip = |ep: &mut dyn Endpoint, checker: &mut Checker, seq: u64| {
+        send_data(ep, &mut out, seq, None).map_err(|e| err(format!("send #{seq}: {e}")))?;
         recv_msg(ep, &mut inb, |msg| {
-            check(msg, seq, plan.verify_count).map_err(|e| err(format!("answer: {e}")))
+            check(checker, msg, seq).map_err(|e| err(format!("answer: {e}")))
         })
         .map_err(|e| err(format!("receive answer #{seq}: {e}")))
     };
     let mut seq = 0;
     let t_warm = Instant::now();
     while !plan.warm(seq, t_warm) {
-        round_trip(ep, seq)?;
+        round_trip(ep, &mut checker, seq)?;
         seq += 1;
     }
     let mut mark = vec![0u8; plan.size];
@@ -202,13 +208,17 @@ fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
         Stop::Count(c) => c.min(MAX_SAMPLES) as usize,
         Stop::Millis(_) => 1 << 16,
     });
+    checker.reset_spent();
     let cpu0 = shmlink::cpu_time();
     let t0 = Instant::now();
     let mut n = 0;
     while !plan.done(n, t0) {
         let t = Instant::now();
-        round_trip(ep, seq)?;
-        rtts.push(t.elapsed().as_nanos() as u64);
+        round_trip(ep, &mut checker, seq)?;
+        let rtt = t.elapsed();
+        if checker.timed(seq) {
+            rtts.push(rtt.as_nanos() as u64);
+        }
         seq += 1;
         n += 1;
     }
@@ -221,6 +231,7 @@ fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
         count: n,
         elapsed,
         cpu,
+        verify: checker.spent(),
     })
 }
 
@@ -245,7 +256,8 @@ fn throughput(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
         while *sent - *acked >= plan.window {
             *acked = recv_ack(ep, *acked, *sent)?;
         }
-        send_data(ep, &mut out, *sent, false).map_err(|e| err(format!("send #{}: {e}", *sent)))?;
+        let fault = plan.fault.filter(|f| f.hits(*sent));
+        send_data(ep, &mut out, *sent, fault).map_err(|e| err(format!("send #{}: {e}", *sent)))?;
         *sent += 1;
         Ok(())
     };
@@ -286,6 +298,7 @@ fn throughput(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
         count: sent - start,
         elapsed,
         cpu,
+        verify: Duration::ZERO, // the peer checks the data
     })
 }
 
@@ -296,6 +309,9 @@ pub struct PeerReport {
     pub msgs: u64,
     /// The peer's CPU time (user + sys) between the mark and the stop.
     pub cpu_ns: u64,
+    /// The peer's time spent checksumming between the mark and the stop.
+    #[serde(default)]
+    pub verify_ns: u64,
 }
 
 /// A fault the peer injects, for tests of failure handling (`SHMLINK_BENCH_FAULT`).
@@ -303,20 +319,57 @@ pub struct PeerReport {
 pub enum Fault {
     /// Exit with status 3 on receiving data message #n (a crash mid-run).
     Exit(u64),
-    /// Flip the last byte of the answer to message #n (latency mode).
+    /// Flip the last byte of data message #n: the peer's answer in latency mode, the
+    /// driver's message in throughput mode.
     Corrupt(u64),
+    /// From data message #n on, flip one byte in the middle of every message (between
+    /// the header and the trailer, so only a full checksum sees it), as the sender of
+    /// [`Fault::Corrupt`].
+    Scribble(u64),
 }
 
 impl Fault {
-    /// Parses `exit:N` or `corrupt:N`.
+    /// Parses `exit:N`, `corrupt:N` or `scribble:N`.
     pub fn parse(text: &str) -> Option<Fault> {
         let (what, n) = text.split_once(':')?;
         let n = n.parse().ok()?;
         match what {
             "exit" => Some(Fault::Exit(n)),
             "corrupt" => Some(Fault::Corrupt(n)),
+            "scribble" => Some(Fault::Scribble(n)),
             _ => None,
         }
+    }
+
+    /// Whether this fault damages data message `seq`.
+    fn hits(self, seq: u64) -> bool {
+        match self {
+            Fault::Exit(_) => false,
+            Fault::Corrupt(n) => seq == n,
+            Fault::Scribble(n) => seq >= n,
+        }
+    }
+
+    /// Damages `msg`, data message `seq`, if this fault hits it.
+    fn damage(self, msg: &mut [u8], seq: u64) {
+        if !self.hits(seq) || msg.is_empty() {
+            return;
+        }
+        let at = match self {
+            Fault::Scribble(_) if msg.len() > MIN_CHECKSUMMED => {
+                let body = msg.len() - MIN_CHECKSUMMED;
+                payload::HEADER + (seq.wrapping_mul(7919) % body as u64) as usize
+            }
+            Fault::Scribble(_) => msg.len() / 2,
+            _ => msg.len() - 1,
+        };
+        debug_assert!(
+            !matches!(self, Fault::Scribble(_))
+                || msg.len() < MIN_CHECKSUMMED
+                || (payload::HEADER..msg.len() - TRAILER).contains(&at),
+            "a scribble stays between header and trailer"
+        );
+        msg[at] ^= 1;
     }
 }
 
@@ -326,10 +379,11 @@ pub fn serve(
     size: usize,
     mode: Mode,
     window: u64,
-    verify_count: u64,
+    (sampling, seed): (Sampling, u64),
     fault: Option<Fault>,
 ) -> io::Result<PeerReport> {
     let every = window.div_ceil(2).max(1);
+    let mut checker = Checker::new(size, sampling, seed, ep.in_place().is_some());
     let mut inb = vec![0u8; size];
     let mut out = vec![0u8; size];
     let mut expected = 0u64;
@@ -339,7 +393,7 @@ pub fn serve(
         let tag = recv_msg(ep, &mut inb, |msg| {
             let tag = tag_of(msg);
             if tag != STOP && tag != MARK {
-                check(msg, expected, verify_count)?;
+                check(&mut checker, msg, expected)?;
             }
             Ok(tag)
         })
@@ -348,6 +402,7 @@ pub fn serve(
             STOP => break,
             MARK => {
                 cpu0 = shmlink::cpu_time();
+                checker.reset_spent();
                 at_mark = expected;
                 match mode {
                     Mode::Latency => {
@@ -366,8 +421,8 @@ pub fn serve(
                 match mode {
                     Mode::Latency => {
                         let seq = expected - 1;
-                        let corrupt = fault == Some(Fault::Corrupt(seq));
-                        send_data(ep, &mut out, seq, corrupt)
+                        let fault = fault.filter(|f| f.hits(seq));
+                        send_data(ep, &mut out, seq, fault)
                             .map_err(|e| err(format!("answer #{seq}: {e}")))?;
                     }
                     Mode::Throughput if expected.is_multiple_of(every) => {
@@ -382,5 +437,6 @@ pub fn serve(
     Ok(PeerReport {
         msgs: expected - at_mark,
         cpu_ns: shmlink::cpu_time().saturating_sub(cpu0).as_nanos() as u64,
+        verify_ns: checker.spent().as_nanos() as u64,
     })
 }

@@ -345,6 +345,10 @@ mod tests {
             msgs_per_s: (mode == Mode::Throughput).then_some(head),
             bytes_per_s: (mode == Mode::Throughput).then_some(head * 64.0),
             cpu_us_per_msg: cpu,
+            verify_us_per_msg: CpuPerMsg {
+                driver: 0.0,
+                peer: 0.5,
+            },
         };
         let ok = status == Status::Ok;
         Cell {
@@ -393,7 +397,7 @@ mod tests {
                 stop: Stop::Millis(100),
                 window: 64,
                 cpus: Some((0, 1)),
-                verify_count: 32,
+                sampling: crate::verify::Sampling::DEFAULT,
             },
             results: sample(),
         };

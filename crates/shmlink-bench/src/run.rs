@@ -6,7 +6,7 @@
 //! removes what the dead processes left behind
 //! ([`Method::clean_up_after_failure`](crate::method::Method::clean_up_after_failure)).
 
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -22,13 +22,17 @@ use crate::methods::{self, block_signal};
 use crate::protocol::{self, Fault, PeerReport, Plan, Stop};
 use crate::stats::Percentiles;
 use crate::sys::err;
+use crate::verify::{fresh_seed, Sampling};
 
 /// The hidden subcommand that runs a driver.
 pub const DRIVER_CMD: &str = "__bench-run";
 /// The hidden subcommand that runs a peer.
 pub const PEER_CMD: &str = "__bench-peer";
-/// Environment variable that makes peers inject a fault (`exit:N`, `corrupt:N`), for
-/// tests of failure handling.
+/// Environment variable that makes a run inject a fault, for tests of failure handling:
+/// `exit:N` (the peer exits at message #N), `corrupt:N` (the last byte of data message
+/// #N is flipped), `scribble:N` (a byte in the middle of every data message from #N on
+/// is flipped). The data is damaged by its sender: the peer in latency mode, the driver
+/// in throughput mode; see [`Fault`].
 pub const FAULT_ENV: &str = "SHMLINK_BENCH_FAULT";
 
 /// One run, as the orchestrator asks for it.
@@ -41,8 +45,9 @@ pub struct RunSpec {
     pub window: u64,
     pub warmup_ms: u64,
     pub stop: Stop,
-    /// Messages (from the first) whose every byte is verified.
-    pub verify_count: u64,
+    /// Which messages are checksummed in full (see [`crate::verify`]); the seed of the
+    /// sample is drawn by the driver, not given here.
+    pub sampling: Sampling,
     /// CPUs of the driver and the peer; `None`: not pinned.
     pub cpus: Option<(usize, usize)>,
     /// Unique name for methods that rendezvous by name.
@@ -50,7 +55,7 @@ pub struct RunSpec {
 }
 
 /// CPU time per message of each end, in microseconds (per round trip in latency mode).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CpuPerMsg {
     pub driver: f64,
     pub peer: f64,
@@ -69,6 +74,11 @@ pub struct RunOutput {
     /// Throughput mode.
     pub bytes_per_s: Option<f64>,
     pub cpu_us_per_msg: CpuPerMsg,
+    /// Time each end spent checksumming, per measured message, in microseconds: part of
+    /// the CPU figures; in throughput mode (the peer) and in zero-copy rows also part of
+    /// the measured time, in latency mode of copy rows not (see [`crate::verify`]).
+    #[serde(default)]
+    pub verify_us_per_msg: CpuPerMsg,
 }
 
 /// The peer's instructions (one JSON argument).
@@ -78,7 +88,8 @@ struct PeerSpec {
     size: usize,
     mode: Mode,
     window: u64,
-    verify_count: u64,
+    sampling: Sampling,
+    seed: u64,
     cpu: Option<usize>,
     same_core: bool,
     tag: String,
@@ -144,6 +155,8 @@ pub fn drive(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
     pin(spec.cpus.map(|c| c.0))?;
     let same_core = spec.cpus.is_some_and(|(a, b)| a == b);
     let ctx = ctx_of(spec.size, spec.mode, spec.window, same_core, &spec.tag);
+    // Drawn here, after nothing of the method has run, and given only to the checkers.
+    let seed = fresh_seed()?;
     let prepared = method
         .prepare(&ctx)
         .map_err(|e| err(format!("set up: {e}")))?;
@@ -152,7 +165,8 @@ pub fn drive(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
         size: spec.size,
         mode: spec.mode,
         window: spec.window,
-        verify_count: spec.verify_count,
+        sampling: spec.sampling,
+        seed,
         cpu: spec.cpus.map(|c| c.1),
         same_core,
         tag: spec.tag.clone(),
@@ -181,7 +195,9 @@ pub fn drive(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
         window: spec.window,
         warmup: Duration::from_millis(spec.warmup_ms),
         stop: spec.stop,
-        verify_count: spec.verify_count,
+        sampling: spec.sampling,
+        seed,
+        fault: fault_from_env(),
     };
     let m = protocol::drive(ep.as_mut(), &plan);
     finished.store(true, Ordering::SeqCst);
@@ -217,7 +233,16 @@ pub fn drive(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
             driver: per_msg(m.cpu.as_nanos() as f64),
             peer: per_msg(report.cpu_ns as f64),
         },
+        verify_us_per_msg: CpuPerMsg {
+            driver: per_msg(m.verify.as_nanos() as f64),
+            peer: per_msg(report.verify_ns as f64),
+        },
     })
+}
+
+/// The fault in [`FAULT_ENV`], if any.
+fn fault_from_env() -> Option<Fault> {
+    std::env::var(FAULT_ENV).ok().and_then(|f| Fault::parse(&f))
 }
 
 /// Waits for the peer in a thread; if it exits before the run is finished, this process
@@ -254,7 +279,7 @@ pub(crate) fn print_result<T: Serialize>(res: io::Result<T>, prefix: &str) -> Ex
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("{prefix}{e}");
+            say_error(&e, prefix);
             ExitCode::from(1)
         }
     }
@@ -275,7 +300,8 @@ pub fn driver_main(spec_json: &str) -> ExitCode {
 
 /// `shmlink __bench-peer SPEC`: the peer's side of a run.
 pub fn peer_main(spec_json: &str) -> ExitCode {
-    let res = (|| -> io::Result<PeerReport> {
+    // `Err(None)`: failed, and already said why.
+    let res = (|| -> Result<PeerReport, Option<io::Error>> {
         let spec: PeerSpec =
             serde_json::from_str(spec_json).map_err(|e| err(format!("bad peer spec: {e}")))?;
         block_signal()?;
@@ -286,17 +312,33 @@ pub fn peer_main(spec_json: &str) -> ExitCode {
         let mut ep = method
             .connect(&ctx, &spec.args)
             .map_err(|e| err(format!("connect: {e}")))?;
-        let fault = std::env::var(FAULT_ENV).ok().and_then(|f| Fault::parse(&f));
         protocol::serve(
             ep.as_mut(),
             spec.size,
             spec.mode,
             spec.window,
-            spec.verify_count,
-            fault,
+            (spec.sampling, spec.seed),
+            fault_from_env(),
         )
+        .map_err(|e| {
+            // Said while the connection is still open: closing it ends the driver, and
+            // this process dies with the driver, possibly before it could say why.
+            say_error(&e, "peer: ");
+            None
+        })
     })();
-    print_result(res, "peer: ")
+    match res {
+        Ok(report) => print_result(Ok(report), ""),
+        Err(Some(e)) => print_result::<PeerReport>(Err(e), "peer: "),
+        Err(None) => ExitCode::from(1),
+    }
+}
+
+/// Writes `prefix` and `e` as one line to stderr in one write (whole, not interleaved
+/// with the other process's lines, as long as it fits a pipe's atomic write).
+fn say_error(e: &io::Error, prefix: &str) {
+    let line = format!("{prefix}{e}\n");
+    let _ = io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// Runs `spec` in a driver process started from `exe` (the `shmlink` binary), killing it

@@ -12,6 +12,7 @@ use crate::methods;
 use crate::protocol::Stop;
 use crate::run::{run_isolated, CpuPerMsg, RunOutput, RunSpec};
 use crate::stats::{median_f64, spread_pct, Percentiles};
+use crate::verify::Sampling;
 
 /// What to run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,8 +30,8 @@ pub struct SuiteConfig {
     pub window: u64,
     /// CPUs of the driver and the peer; `None`: not pinned.
     pub cpus: Option<(usize, usize)>,
-    /// Messages at the start of each run whose every byte is verified.
-    pub verify_count: u64,
+    /// Which messages are checksummed in full (see [`crate::verify`]).
+    pub sampling: Sampling,
 }
 
 /// How a cell ended.
@@ -217,7 +218,7 @@ pub fn run(exe: &Path, config: &SuiteConfig, mut progress: impl FnMut(Progress))
                 window: window(config, cell),
                 warmup_ms: config.warmup_ms,
                 stop: config.stop,
-                verify_count: config.verify_count,
+                sampling: config.sampling,
                 cpus: config.cpus,
                 tag: format!("shmlink-bench-{pid}-{serial}"),
             };

@@ -31,6 +31,21 @@ pub fn err(msg: impl Into<String>) -> io::Error {
     io::Error::other(msg.into())
 }
 
+/// Fills `buf` from the kernel's random source (`getrandom`).
+pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        // SAFETY: `rest` is a valid, writable buffer of `rest.len()` bytes.
+        match syscall!(getrandom(rest.as_mut_ptr().cast(), rest.len(), 0)) {
+            Ok(n) => done += n as usize,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Takes ownership of an fd number this process inherited from its parent.
 pub fn inherited_fd(text: &str) -> io::Result<OwnedFd> {
     let fd: RawFd = text

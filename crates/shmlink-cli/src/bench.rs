@@ -15,6 +15,7 @@ use shmlink_bench::protocol::{Stop, MIN_SIZE};
 use shmlink_bench::pubsub;
 use shmlink_bench::report::{self, human_size, Machine, Report};
 use shmlink_bench::suite::{self, Status, SuiteConfig};
+use shmlink_bench::verify::Sampling;
 
 use crate::args::{flag_value, parse_size, split_flag, Command, UsageError};
 use crate::bench_pubsub;
@@ -316,7 +317,7 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
         stop: stop.unwrap_or(Stop::Millis(if quick { 100 } else { 300 })),
         window: window.unwrap_or(64),
         cpus,
-        verify_count: 32,
+        sampling: Sampling::DEFAULT,
     };
     Ok(Command::Bench(Box::new(BenchArgs {
         config,

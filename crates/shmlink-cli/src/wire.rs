@@ -16,8 +16,9 @@
 
 use std::fmt;
 
-/// Version of this protocol, carried in the hello.
-pub const VERSION: u64 = 1;
+/// Version of this protocol, carried in the hello. 2: data messages carry their sequence
+/// number in their last 8 bytes too ([`shmlink_bench::payload`]).
+pub const VERSION: u64 = 2;
 
 const HELLO: &[u8; 8] = b"PONGHELO";
 const READY: &[u8; 8] = b"PONGREDY";

@@ -1,7 +1,8 @@
 //! `shmlink bench` end to end: every method does a short ping-pong and a short stream
 //! between two processes with every byte of every message verified; bad arguments exit
-//! 2 with the valid choices; a peer that crashes or corrupts a message fails its method
-//! and the suite goes on; the JSON and CSV files are written. Timings are never asserted.
+//! 2 with the valid choices; a peer that crashes fails its method and the suite goes on;
+//! corrupted data fails every method in both modes, wherever in a run it comes; the JSON
+//! and CSV files are written. Timings are never asserted.
 
 #[macro_use]
 mod common;
@@ -16,6 +17,7 @@ use shmlink_bench::protocol::Stop;
 use shmlink_bench::report::{Report, CSV_HEADER};
 use shmlink_bench::run::{run_isolated, RunOutput, RunSpec, FAULT_ENV};
 use shmlink_bench::suite::Status;
+use shmlink_bench::verify::Sampling;
 
 use common::{iceoryx2_files, serial, shmlink_bench, text, Dir, BIN};
 
@@ -31,7 +33,9 @@ fn spec(method: &str, mode: Mode, size: usize, count: u64, window: u64) -> RunSp
         window,
         warmup_ms: 0,
         stop: Stop::Count(count),
-        verify_count: u64::MAX, // every byte of every message
+        // As `shmlink bench` runs; these short runs lie inside the checksummed laps, so
+        // every byte of every message is verified.
+        sampling: Sampling::DEFAULT,
         cpus: None,
         tag: format!("shmlink-bench-test-{method}-{}-{size}", std::process::id()),
     }
@@ -279,4 +283,83 @@ fn json_and_csv_reports_are_written() {
     let csv = std::fs::read_to_string(&csv).unwrap();
     assert_eq!(csv.lines().next(), Some(CSV_HEADER));
     assert_eq!(csv.lines().count(), 1 + 20);
+}
+
+/// `corrupt:N` (the last byte of data message #N flipped by its sender: the peer's answer
+/// in latency mode, the driver's message in throughput mode) fails every method in both
+/// modes, zero-copy rows included: in the warm-up (#0; with `--warmup 0` it is the only
+/// warm-up message), in the first measured message (#1), and past the checksummed laps
+/// deep into a run, where only the sequence number in the trailer is checked on every
+/// message. `scribble:N` (a byte between header and trailer flipped in every message from
+/// #N on) is seen only by the random checksummed sample: it fails every method too,
+/// within a few messages of #N (500 damaged messages: 1 in 16 is checksummed, the chance
+/// that none is, is (15/16)^500 ≈ 1e-14). Each case is one suite run of every method.
+#[test]
+fn corrupt_data_fails_every_method_in_warm_up_first_measured_and_deep_messages() {
+    let d = dir("corrupt");
+    let json = d.0.join("r.json");
+    let names: Vec<&str> = METHODS.iter().map(|m| m.name()).collect();
+    let methods = names.join(",");
+    // 8 KiB: the largest size every method carries; two laps are 256 messages.
+    let deep_size = 8192;
+    assert_eq!(shmlink_bench::verify::laps(deep_size), 256);
+    let cases = [
+        ("corrupt:0", 64, 20, "trailer"),
+        ("corrupt:1", 64, 20, "trailer"),
+        ("corrupt:700", deep_size, 800, "trailer"),
+        ("scribble:300", deep_size, 800, "checksum"),
+    ];
+    for (fault, size, iterations, caught_by) in cases {
+        let (size_arg, iter_arg) = (size.to_string(), iterations.to_string());
+        let args = [
+            "--methods",
+            methods.as_str(),
+            "--sizes",
+            size_arg.as_str(),
+            "--mode",
+            "both",
+            "--iterations",
+            iter_arg.as_str(),
+            "--warmup",
+            "0",
+            "--window",
+            "2",
+            "--rounds",
+            "1",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        let out = bench(&d, &args, Some(fault));
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{fault}: {stdout}");
+        let report = Report::from_json(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(report.results.len(), 2 * METHODS.len(), "{fault}");
+        let n: u64 = fault.split_once(':').unwrap().1.parse().unwrap();
+        for c in &report.results {
+            let method = shmlink_bench::methods::find(&c.method).unwrap();
+            if let Some(reason) = method.unavailable() {
+                assert_eq!(c.status, Status::Skipped, "{fault}: {c:?}");
+                eprintln!("{fault}: {} skipped here: {reason}", c.method);
+                continue;
+            }
+            let note = c.note.as_deref().unwrap_or("");
+            assert_eq!(c.status, Status::Failed, "{fault} {:?}: {c:?}", c.mode);
+            let at = format!("({size} bytes) failed verification");
+            let i = note.find(&at).unwrap_or_else(|| panic!("{fault}: {note}"));
+            let seq: u64 = note[..i]
+                .rsplit_once("message #")
+                .and_then(|(_, s)| s.trim().parse().ok())
+                .unwrap_or_else(|| panic!("{fault}: {note}"));
+            match caught_by {
+                "trailer" => {
+                    assert_eq!(seq, n, "{fault} {} {:?}: {note}", c.method, c.mode);
+                    assert!(note.contains("in its last 8 bytes"), "{fault}: {note}");
+                }
+                _ => {
+                    assert!(seq >= n, "{fault} {} {:?}: {note}", c.method, c.mode);
+                    assert!(note.contains("failed verification: checksum"), "{note}");
+                }
+            }
+        }
+    }
 }

@@ -9,9 +9,10 @@
 //!
 //! The subscriber reads the same clock when the message is in its hands and takes the
 //! difference modulo 2³² (exact for latencies under 4.29 s; the run fails long before).
-//! The payload part is verified in full at every subscriber: its sequence number, and
-//! from 20 bytes on the checksum over every other byte (shorter messages are compared
-//! byte for byte: an 8-byte message carries the low 32 bits of the sequence number).
+//! The payload part is verified in full at every subscriber, every message: both copies
+//! of its sequence number, and from 28 bytes on the checksum over every other byte
+//! (shorter messages are compared byte for byte: an 8-byte message carries the low 32
+//! bits of the sequence number).
 
 use std::time::Duration;
 

@@ -404,7 +404,7 @@ fn fault_for(spec: &SubSpec) -> Option<SubFault> {
         Some(("hang", n)) => SubFault::Hang(n.parse().ok()?),
         _ => match Fault::parse(&text)? {
             Fault::Exit(n) => SubFault::Exit(n),
-            Fault::Corrupt(_) => return None,
+            Fault::Corrupt(_) | Fault::Scribble(_) => return None,
         },
     };
     let method_ok = std::env::var(FAULT_METHOD_ENV).map_or(true, |m| m == spec.method);
