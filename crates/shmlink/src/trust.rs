@@ -47,6 +47,29 @@ pub(crate) fn check_client(opts: &Options, uid: u32, gid: u32) -> std::result::R
     ))
 }
 
+/// Which client to drop from a listener's full queue of clients between connect and
+/// handshake, given each one's `(uid, admitted)` in arrival order: the oldest one the
+/// listener would refuse anyway, else the oldest of the uid with the most clients
+/// waiting. So a flood from another uid (possible on abstract names and on sockets open
+/// to other uids) never evicts an admitted client, and a flood from one admitted uid
+/// evicts its own clients first.
+pub(crate) fn eviction_victim(mut waiting: impl Iterator<Item = (u32, bool)> + Clone) -> usize {
+    if let Some(i) = waiting.clone().position(|(_, admitted)| !admitted) {
+        return i;
+    }
+    let mut counts: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    for (uid, _) in waiting.clone() {
+        *counts.entry(uid).or_default() += 1;
+    }
+    let busiest = counts
+        .into_iter()
+        .max_by_key(|&(_, n)| n)
+        .map(|(uid, _)| uid);
+    waiting
+        .position(|(uid, _)| Some(uid) == busiest)
+        .unwrap_or(0)
+}
+
 /// Whether `uid` is one a client trusts to serve it or to own its rendezvous directory:
 /// its own, root's, or an expected one.
 fn trusted(opts: &Options, uid: u32) -> bool {

@@ -506,11 +506,38 @@ fn a_handshake_flood_from_another_uid_does_not_evict_genuine_clients() {
     if !root() {
         return;
     }
-    use std::io::BufRead;
     // An abstract name: any uid in the network namespace can connect to it.
     let addr = format!("shm:@flood-{}", std::process::id());
     let (stop, server) = serve(Listener::bind(&addr, &Options::default()).unwrap());
-    let mut child = child_command(NOBODY, NOBODY, "flood", &addr, &[])
+    let opts = Options::default().connect_timeout(Duration::from_secs(10));
+    flood_while_serving(&addr, |i| {
+        let mut c = Connection::connect(&addr, &opts)?;
+        c.send(format!("genuine {i}").as_bytes())?;
+        assert_eq!(c.recv_vec()?, format!("echo: genuine {i}").as_bytes());
+        Ok(())
+    });
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap();
+}
+
+#[test]
+fn a_subscribe_flood_from_another_uid_does_not_evict_genuine_subscribers() {
+    if !root() {
+        return;
+    }
+    let addr = format!("shm:@topic-flood-{}", std::process::id());
+    let _publisher = Publisher::bind(&addr, &PubSubOptions::default()).unwrap();
+    let opts = PubSubOptions::default()
+        .options(Options::default().connect_timeout(Duration::from_secs(10)));
+    flood_while_serving(&addr, |_| Subscriber::connect(&addr, &opts).map(drop));
+}
+
+/// Floods `addr` from uid `nobody` with silent connections while `genuine` clients (4 at
+/// a time) connect, until 100 of them were served and 1,000 floods were sent: every
+/// genuine one must be served.
+fn flood_while_serving(addr: &str, genuine: impl Fn(usize) -> shmlink::Result<()> + Sync) {
+    use std::io::BufRead;
+    let mut child = child_command(NOBODY, NOBODY, "flood", addr, &[])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -538,36 +565,25 @@ fn a_handshake_flood_from_another_uid_does_not_evict_genuine_clients() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    // Genuine clients, 4 at a time, until 100 were served and 1,000 floods were sent.
-    let opts = Options::default().connect_timeout(Duration::from_secs(10));
-    let mut genuine = 0;
-    while genuine < 100 || floods.load(Ordering::Relaxed) < 1000 {
+    let mut served = 0;
+    while served < 100 || floods.load(Ordering::Relaxed) < 1000 {
         assert!(
             std::time::Instant::now() < deadline,
             "the test ran out of time"
         );
-        let clients: Vec<_> = (0..4)
-            .map(|i| {
-                let (addr, opts) = (addr.clone(), opts.clone());
-                std::thread::spawn(move || -> shmlink::Result<Vec<u8>> {
-                    let mut c = Connection::connect(&addr, &opts)?;
-                    c.send(format!("genuine {i}").as_bytes())?;
-                    c.recv_vec()
-                })
-            })
-            .collect();
-        for (i, c) in clients.into_iter().enumerate() {
-            match c.join().unwrap() {
-                Ok(echo) => assert_eq!(echo, format!("echo: genuine {i}").as_bytes()),
-                Err(e) => panic!("genuine client {genuine} was not served during the flood: {e}"),
+        std::thread::scope(|s| {
+            let genuine = &genuine;
+            let clients: Vec<_> = (0..4).map(|i| s.spawn(move || genuine(i))).collect();
+            for c in clients {
+                if let Err(e) = c.join().unwrap() {
+                    panic!("genuine client {served} was not served during the flood: {e}");
+                }
+                served += 1;
             }
-            genuine += 1;
-        }
+        });
     }
     drop(child.stdin.take());
     child.wait().unwrap();
     let last = reader.join().unwrap();
-    stop.store(true, Ordering::Relaxed);
-    server.join().unwrap();
-    eprintln!("{genuine} genuine clients served during the flood ({last})");
+    eprintln!("{addr}: {served} genuine clients served during the flood ({last})");
 }

@@ -48,6 +48,9 @@ struct Pending {
     deadline: Instant,
     /// Injected by the fan-out thread: a ring reader for a network subscriber.
     remote: bool,
+    /// The client's uid (`SO_PEERCRED` at accept), and whether the topic admits it.
+    uid: u32,
+    admitted: bool,
 }
 
 /// Whom the topic's rendezvous socket serves.
@@ -209,8 +212,14 @@ impl Control {
         }
     }
 
+    /// Accepts waiting clients, at most [`MAX_PENDING`] per call, so that a flood of
+    /// connections cannot keep the thread from the requests of those already accepted.
     fn accept_backlog(&mut self) {
-        while let Some(Ok(Some(sock))) = self.listen.as_ref().map(|l| socket::accept(l.as_fd())) {
+        for _ in 0..MAX_PENDING {
+            let Some(Ok(Some(sock))) = self.listen.as_ref().map(|l| socket::accept(l.as_fd()))
+            else {
+                return;
+            };
             self.add_pending(sock, false);
         }
     }
@@ -231,8 +240,16 @@ impl Control {
 
     /// A client between connect and its request; `remote` if the fan-out thread passed it.
     fn add_pending(&mut self, sock: OwnedFd, remote: bool) {
+        let (uid, admitted) = match socket::peer_cred(sock.as_fd()) {
+            Ok(c) => (
+                c.uid,
+                trust::check_client(&self.topic.opts.base, c.uid, c.gid).is_ok(),
+            ),
+            Err(_) => (u32::MAX, false),
+        };
         if self.pending.len() >= MAX_PENDING {
-            let old = self.pending.remove(0);
+            let victim = trust::eviction_victim(self.pending.iter().map(|p| (p.uid, p.admitted)));
+            let old = self.pending.remove(victim);
             let _ = self.topic.ctl_epoll.delete(old.sock.as_raw_fd());
         }
         let fd = sock.as_raw_fd();
@@ -246,6 +263,8 @@ impl Control {
                 sock,
                 deadline: Instant::now() + self.topic.opts.base.handshake_timeout,
                 remote,
+                uid,
+                admitted,
             });
         }
     }

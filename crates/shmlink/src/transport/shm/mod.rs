@@ -246,29 +246,6 @@ struct Pending {
     accepted: Option<Box<Handshake>>,
 }
 
-/// Which pending client to drop when a new one arrives and `pending` is full: the
-/// oldest one the listener would refuse anyway, else the oldest of the uid with the
-/// most pending clients. So a flood from another uid (possible on abstract names and on
-/// sockets open to other uids) never evicts an admitted client, and a flood from one
-/// admitted uid evicts its own clients first.
-fn eviction_victim(pending: &[Pending]) -> usize {
-    if let Some(i) = pending.iter().position(|p| !p.admitted) {
-        return i;
-    }
-    let mut counts: HashMap<u32, usize> = HashMap::new();
-    for p in pending {
-        *counts.entry(p.uid).or_default() += 1;
-    }
-    let busiest = counts
-        .into_iter()
-        .max_by_key(|&(_, n)| n)
-        .map(|(uid, _)| uid);
-    pending
-        .iter()
-        .position(|p| Some(p.uid) == busiest)
-        .unwrap_or(0)
-}
-
 /// What a successful hello set up on the listener's side.
 struct Handshake {
     /// Our segment (the server → client ring); its memfd goes out with the answer.
@@ -455,7 +432,9 @@ impl ShmListener {
                 Err(_) => (u32::MAX, false),
             };
             if self.pending.len() >= MAX_PENDING {
-                let old = self.pending.remove(eviction_victim(&self.pending));
+                let victim =
+                    trust::eviction_victim(self.pending.iter().map(|p| (p.uid, p.admitted)));
+                let old = self.pending.remove(victim);
                 let _ = self.epoll.delete(old.sock.as_raw_fd());
             }
             let fd = sock.as_raw_fd();
