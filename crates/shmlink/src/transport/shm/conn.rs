@@ -618,8 +618,10 @@ impl ConnOps for ShmConn {
     #[inline]
     fn reserved(&self) -> &[u8] {
         match self.reservation {
-            // SAFETY: `room` reserved `len` payload bytes at `ptr` for us alone; the peer
-            // cannot see them until `commit` publishes them.
+            // SAFETY: `room` reserved `len` payload bytes at `ptr` in our own segment,
+            // which only this process can write (the peer maps it read-only, sealed
+            // F_SEAL_FUTURE_WRITE; docs/design.md), and which the peer does not read as
+            // a record until `commit` publishes it.
             Reservation::InPlace { ptr, len } => unsafe {
                 std::slice::from_raw_parts(ptr.as_ptr(), len)
             },
