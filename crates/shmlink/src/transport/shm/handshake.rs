@@ -237,6 +237,14 @@ impl Packet {
             let reason = String::from_utf8_lossy(&body[4..]).into_owned();
             return Ok(Packet::Refuse(code, reason));
         }
+        // Kinds 16 and up belong to publish/subscribe (`pubsub::handshake`), which counts
+        // its versions apart: a subscriber that reached a plain listener is the wrong kind
+        // of peer, whatever its version.
+        if kind >= 16 {
+            return bad(format!(
+                "packet kind {kind} is publish/subscribe, and this is a plain shm: peer"
+            ));
+        }
         if version != VERSION {
             return Err(Error::new(
                 ErrorKind::VersionMismatch,
