@@ -583,8 +583,8 @@ fn waiting_messages_go_out_as_one_batch() {
         s.set_read_timeout(Some(WAIT)).unwrap();
         s.write_all(&topic_hello(1 << 20)).unwrap();
         s.read_exact(&mut [0u8; 16]).unwrap();
-        // Subscribe: version 2, no flags, all the history offered, any size, no boot id.
-        let subscribe = [&[1u8, 2, 0][..], &[0xff; 8], &[0; 8], &[0, 0]].concat();
+        // Subscribe: version 3, no flags, all the history offered, any size, no boot id.
+        let subscribe = [&[1u8, 3, 0][..], &[0xff; 8], &[0; 8], &[0, 0]].concat();
         s.write_all(&frame(&subscribe)).unwrap();
         let mut next_record = || {
             let mut head = [0u8; 5];
