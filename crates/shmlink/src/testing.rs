@@ -60,6 +60,31 @@ pub fn silent_client(addr: &str) -> Result<OwnedFd> {
     socket::connect(&socket_path(addr)?, deadline).map_err(|e| Error::io(addr, e))
 }
 
+/// Connects to the `shm:` listener at `addr` with a genuine hello for rings of
+/// `ring_size` bytes; returns the socket, the listener's answer and its memfd.
+fn hello_accepted(addr: &str, ring_size: usize) -> Result<(OwnedFd, Params, OwnedFd)> {
+    let hello = Packet::Hello(Params {
+        features: 0,
+        ring_c2s: ring_size as u64,
+        ring_s2c: ring_size as u64,
+        max_msg: 1 << 20,
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let sock = socket::connect(&socket_path(addr)?, deadline).map_err(|e| Error::io(addr, e))?;
+    socket::send(sock.as_fd(), &hello.encode()).map_err(|e| Error::io("hello", e))?;
+    let mut buf = [0u8; MAX_PACKET];
+    let mut fds = Vec::new();
+    let n = socket::recv_until(sock.as_fd(), &mut buf, &mut fds, deadline)
+        .map_err(|e| Error::io("accept", e))?;
+    let Packet::Accept(p) = Packet::decode(&buf[..n])? else {
+        return Err(Error::violation("listener did not accept"));
+    };
+    let memfd = fds
+        .pop()
+        .ok_or_else(|| Error::violation("no memfd in accept"))?;
+    Ok((sock, p, memfd))
+}
+
 /// A client that completes a genuine handshake and then has raw access to everything it
 /// may write — its own segment: the client → server ring's records, tail, end mark and
 /// sleep announcements, the server → client ring's head and sleep announcements — to
@@ -79,26 +104,7 @@ pub struct HostilePeer {
 impl HostilePeer {
     /// Connects to the `shm:` listener at `addr`, asking for rings of `ring_size` bytes.
     pub fn connect(addr: &str, ring_size: usize) -> Result<HostilePeer> {
-        let hello = Packet::Hello(Params {
-            features: 0,
-            ring_c2s: ring_size as u64,
-            ring_s2c: ring_size as u64,
-            max_msg: 1 << 20,
-        });
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let sock =
-            socket::connect(&socket_path(addr)?, deadline).map_err(|e| Error::io(addr, e))?;
-        socket::send(sock.as_fd(), &hello.encode()).map_err(|e| Error::io("hello", e))?;
-        let mut buf = [0u8; MAX_PACKET];
-        let mut fds = Vec::new();
-        let n = socket::recv_until(sock.as_fd(), &mut buf, &mut fds, deadline)
-            .map_err(|e| Error::io("accept", e))?;
-        let Packet::Accept(p) = Packet::decode(&buf[..n])? else {
-            return Err(Error::violation("listener did not accept"));
-        };
-        let memfd = fds
-            .pop()
-            .ok_or_else(|| Error::violation("no memfd in accept"))?;
+        let (sock, p, memfd) = hello_accepted(addr, ring_size)?;
         let victim = Half::attach(&memfd, Side::Server, p.ring_s2c as usize)?;
         let (own, own_fd) = Half::create(Side::Client, p.ring_c2s as usize)?;
         socket::send_with_fds(
@@ -364,25 +370,8 @@ pub fn raw_segment_handshake(
     second: impl FnOnce(&OwnedFd) -> Option<(Vec<u8>, Vec<OwnedFd>)>,
     wait: Duration,
 ) -> Result<AfterAnswer> {
-    let hello = Packet::Hello(Params {
-        features: 0,
-        ring_c2s: ring_size as u64,
-        ring_s2c: ring_size as u64,
-        max_msg: 1 << 20,
-    });
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let sock = socket::connect(&socket_path(addr)?, deadline).map_err(|e| Error::io(addr, e))?;
-    socket::send(sock.as_fd(), &hello.encode()).map_err(|e| Error::io("hello", e))?;
+    let (sock, _, theirs) = hello_accepted(addr, ring_size)?;
     let mut buf = [0u8; MAX_PACKET];
-    let mut got = Vec::new();
-    let n = socket::recv_until(sock.as_fd(), &mut buf, &mut got, deadline)
-        .map_err(|e| Error::io("accept", e))?;
-    let Packet::Accept(_) = Packet::decode(&buf[..n])? else {
-        return Err(Error::violation("listener did not accept"));
-    };
-    let theirs = got
-        .pop()
-        .ok_or_else(|| Error::violation("no memfd in accept"))?;
     if let Some((packet, fds)) = second(&theirs) {
         let raw: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
         socket::send_with_fds(sock.as_fd(), &packet, &raw).map_err(|e| Error::io("send", e))?;
