@@ -5,9 +5,10 @@
 //! The other user is `nobody` (65534): this test binary re-runs itself under that uid
 //! (the ignored test `child`), which needs root; without root the tests say so and pass.
 
+mod common;
+
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,37 +41,12 @@ fn run_as(uid: u32, gid: u32, role: &str, arg: &str) -> String {
 
 /// The child command for [`run_as`]: this binary's `child` test as `uid`/`gid`.
 fn child_command(uid: u32, gid: u32, role: &str, arg: &str, env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "--exact",
-        "child",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(ROLE, role)
-    .env(ARG, arg)
-    .envs(env.iter().copied())
-    .uid(uid)
-    .gid(gid);
-    // (Dropping privileges from root, std also clears the supplementary groups.)
-    cmd
+    common::child_as(uid, gid, &[&[(ROLE, role), (ARG, arg)], env].concat())
 }
 
 /// [`run_as`] with more environment variables for the child.
 fn run_as_in(uid: u32, gid: u32, role: &str, arg: &str, env: &[(&str, &str)]) -> String {
-    let out = child_command(uid, gid, role, arg, env).output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    stdout
-        .lines()
-        .find_map(|l| l.split_once("RESULT ").map(|(_, r)| r))
-        .unwrap_or_else(|| {
-            panic!(
-                "child printed no result: {stdout}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })
-        .to_string()
+    common::child_result(&child_command(uid, gid, role, arg, env).output().unwrap())
 }
 
 /// The other user's side, started by [`run_as`].

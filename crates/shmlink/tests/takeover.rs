@@ -21,6 +21,32 @@ fn stale_socket(path: &std::path::Path) {
     assert!(path.exists());
 }
 
+/// Runs `bind` in [`BINDERS`] threads at once; exactly one may win, the others must get
+/// `AddrInUse`. Returns the winner.
+fn only_winner<T: Send + 'static>(
+    bind: impl Fn() -> shmlink::Result<T> + Send + Sync + 'static,
+) -> T {
+    let (start, bind) = (Arc::new(Barrier::new(BINDERS)), Arc::new(bind));
+    let binders: Vec<_> = (0..BINDERS)
+        .map(|_| {
+            let (start, bind) = (start.clone(), bind.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                bind()
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for b in binders {
+        match b.join().unwrap() {
+            Ok(w) => winners.push(w),
+            Err(e) => assert_eq!(e.kind(), ErrorKind::AddrInUse, "{e}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "{} winners", winners.len());
+    winners.pop().unwrap()
+}
+
 #[test]
 fn concurrent_binders_on_a_stale_socket_leave_one_reachable_winner() {
     let dir = common::test_dir();
@@ -28,30 +54,8 @@ fn concurrent_binders_on_a_stale_socket_leave_one_reachable_winner() {
         let path = dir.join(format!("takeover-{round}.sock"));
         stale_socket(&path);
         let addr = format!("shm:{}", path.display());
-        let start = Arc::new(Barrier::new(BINDERS));
-        let binders: Vec<_> = (0..BINDERS)
-            .map(|_| {
-                let (addr, start) = (addr.clone(), start.clone());
-                std::thread::spawn(move || {
-                    start.wait();
-                    Listener::bind(&addr, &Options::default())
-                })
-            })
-            .collect();
-        let mut winners = Vec::new();
-        for b in binders {
-            match b.join().unwrap() {
-                Ok(l) => winners.push(l),
-                Err(e) => assert_eq!(e.kind(), ErrorKind::AddrInUse, "round {round}: {e}"),
-            }
-        }
-        assert_eq!(
-            winners.len(),
-            1,
-            "round {round}: {} listeners",
-            winners.len()
-        );
-        let mut winner = winners.pop().unwrap();
+        let a = addr.clone();
+        let mut winner = only_winner(move || Listener::bind(&a, &Options::default()));
         let a = addr.clone();
         let client = std::thread::spawn(move || {
             let opts = Options::default().connect_timeout(Duration::from_secs(10));
@@ -77,25 +81,9 @@ fn concurrent_publishers_on_a_stale_socket_leave_one_reachable_winner() {
     let path = common::test_dir().join("takeover-topic.sock");
     stale_socket(&path);
     let addr = format!("shm:{}", path.display());
-    let start = Arc::new(Barrier::new(BINDERS));
-    let binders: Vec<_> = (0..BINDERS)
-        .map(|_| {
-            let (addr, start) = (addr.clone(), start.clone());
-            std::thread::spawn(move || {
-                start.wait();
-                Publisher::bind(&addr, &PubSubOptions::default().slots(8))
-            })
-        })
-        .collect();
-    let mut winners = Vec::new();
-    for b in binders {
-        match b.join().unwrap() {
-            Ok(p) => winners.push(p),
-            Err(e) => assert_eq!(e.kind(), ErrorKind::AddrInUse, "{e}"),
-        }
-    }
-    assert_eq!(winners.len(), 1, "{} publishers", winners.len());
-    let mut publisher = winners.pop().unwrap();
+    let a = addr.clone();
+    let mut publisher =
+        only_winner(move || Publisher::bind(&a, &PubSubOptions::default().slots(8)));
     let mut sub = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
     publisher.publish(b"reached").unwrap();
     assert_eq!(sub.recv_vec().unwrap(), b"reached");

@@ -15,9 +15,7 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::mpsc;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -238,31 +236,9 @@ fn other_local_users_cannot_skip_the_client_certificate() {
 /// Runs this binary's `child` test as `nobody` with `role` and `arg`; returns the line it
 /// printed after `RESULT `.
 fn run_as_nobody(role: &str, arg: &str) -> String {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ROLE, role)
-        .env(ARG, arg)
-        .env(CA, &common::pki().ca)
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    stdout
-        .lines()
-        .find_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_string()))
-        .unwrap_or_else(|| {
-            panic!(
-                "child printed no result: {stdout}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })
+    let ca = common::pki().ca.clone();
+    let env = [(ROLE, role), (ARG, arg), (CA, ca.as_str())];
+    common::child_result(&common::child_as(NOBODY, NOBODY, &env).output().unwrap())
 }
 
 /// `nobody`'s side, started by [`run_as_nobody`].

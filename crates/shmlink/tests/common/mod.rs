@@ -166,3 +166,36 @@ pub fn expect_eos(conn: &mut Connection) {
     let e = conn.recv_vec().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::EndOfStream, "{e}");
 }
+
+/// This test binary's ignored test `child`, re-run as `uid`/`gid` with `env` (how the
+/// access tests play another user; dropping privileges from root, std also clears the
+/// supplementary groups).
+pub fn child_as(uid: u32, gid: u32, env: &[(&str, &str)]) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "child",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .envs(env.iter().copied())
+    .uid(uid)
+    .gid(gid);
+    cmd
+}
+
+/// What a [`child_as`] run printed after `RESULT `.
+pub fn child_result(out: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .find_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_string()))
+        .unwrap_or_else(|| {
+            panic!(
+                "child printed no result: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+}
