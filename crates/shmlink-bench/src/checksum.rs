@@ -42,7 +42,7 @@ const fn make_template() -> [[u64; LANES]; TEMPLATE_BLOCKS] {
 }
 
 /// murmur3's 64-bit finaliser: a bijection that spreads every input bit over the output.
-fn fmix64(mut h: u64) -> u64 {
+pub(crate) fn fmix64(mut h: u64) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;

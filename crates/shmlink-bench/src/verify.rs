@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::checksum::fmix64;
 use crate::payload::{self, VerifyError};
 use crate::sys::{err, random_bytes};
 
@@ -65,15 +66,6 @@ pub fn fresh_seed() -> io::Result<u64> {
     let mut seed = [0u8; 8];
     random_bytes(&mut seed).map_err(|e| err(format!("draw the sample's seed: {e}")))?;
     Ok(u64::from_le_bytes(seed))
-}
-
-/// murmur3's 64-bit finaliser.
-fn fmix64(mut h: u64) -> u64 {
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
 }
 
 /// One end's checks of the data messages it receives.
