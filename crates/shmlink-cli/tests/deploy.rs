@@ -1422,8 +1422,11 @@ fn every_yaml_file_in_deploy_is_checked() {
     }
 }
 
+/// The Dockerfile as text (nothing is built: the tests run without Docker): two stages,
+/// a numeric non-root `USER`, an exec-form `ENTRYPOINT` that is the shmlink binary, and
+/// `SHMLINK_DIR` an absolute directory created with mode 0700.
 #[test]
-fn dockerfile_builds_a_non_root_shmlink_image() {
+fn dockerfile_declares_a_multi_stage_non_root_shmlink_image() {
     let img = image();
     assert!(img.dir.starts_with('/'));
 }

@@ -54,13 +54,20 @@ fn stdout(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).unwrap()
 }
 
-/// Accepts on `listener` until stopped, keeping every connection; each one's first
-/// message says how many more follow, and all are answered with one 5-byte message.
+/// Accepts on `listener` until stopped, keeping every connection until its client
+/// closes it; each one's first message says how many more follow, and all are answered
+/// with one 5-byte message.
 fn serve(mut listener: Listener, stop: Arc<AtomicBool>) -> JoinHandle<()> {
     std::thread::spawn(move || {
         listener.set_nonblocking(true);
-        let mut conns = Vec::new();
+        let mut conns: Vec<Connection> = Vec::new();
         while !stop.load(Ordering::Relaxed) {
+            // Drop the connections whose client is gone.
+            conns.retain_mut(|c| match c.recv_vec() {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => true,
+                Err(e) if e.kind() == ErrorKind::EndOfStream => false,
+                other => panic!("a client sent more: {other:?}"),
+            });
             match listener.accept() {
                 Ok(mut c) => {
                     let n = c.recv_vec().unwrap()[0];
@@ -68,6 +75,7 @@ fn serve(mut listener: Listener, stop: Arc<AtomicBool>) -> JoinHandle<()> {
                         c.recv_vec().unwrap();
                     }
                     c.send(b"done!").unwrap();
+                    c.set_nonblocking(true);
                     conns.push(c);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
@@ -224,8 +232,33 @@ fn ls_lists_listeners_connections_and_stale_sockets() {
     assert_eq!(by_path("stale.sock")["state"], "stale");
     assert_eq!(by_path("stale.sock")["pid"], Value::Null);
 
-    // A connection gone from the application is gone from the list.
+    // A connection gone from the application is gone from the list: the client with 10
+    // messages closes, the server drops its end.
     clients.pop();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let json: Value = serde_json::from_str(&stdout(&ls(&["--json", &d]))).unwrap();
+        let here = json["listeners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["address"] == here.as_str())
+            .unwrap_or_else(|| panic!("{here} in {json}"));
+        let msgs_in: Vec<&Value> = here["connections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| &c["msgs_in"])
+            .collect();
+        if msgs_in == [3] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the closed connection is still listed: {msgs_in:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     stop.store(true, Ordering::Relaxed);
     server.join().unwrap();
 

@@ -1,5 +1,6 @@
-//! Hostile peers and fuzz entry points for shmlink's own tests and fuzz targets. Not part
-//! of the stable API: it exists so tests can break the protocol on purpose.
+//! Hostile peers and fuzz entry points for shmlink's own tests and fuzz targets, and the
+//! workspace's one way to skip a test visibly ([`skip`]). Not part of the stable API: it
+//! exists so tests can break the protocol on purpose.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -24,6 +25,9 @@ pub use crate::pubsub::handshake::{
 pub use crate::transport::auto::Msg as AutoMsg;
 pub use crate::transport::shm::handshake::{Packet as HandshakePacket, Params as HandshakeParams};
 pub use crate::transport::shm::handshake::{RefuseCode, VERSION};
+
+mod skips;
+pub use skips::{skip, REQUIRE_ENV, SKIP_LOG_ENV};
 
 /// This kernel's boot id, as an `auto:` client sends it.
 pub fn boot_id() -> Vec<u8> {

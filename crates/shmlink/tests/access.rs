@@ -3,7 +3,8 @@
 //! `shmlink ls` query, and the connection's memory is out of reach through /proc.
 //!
 //! The other user is `nobody` (65534): this test binary re-runs itself under that uid
-//! (the ignored test `child`), which needs root; without root the tests say so and pass.
+//! (the ignored test `child`), which needs root; without root the tests are skipped
+//! (`shmlink::testing::skip`, a failure where `SHMLINK_REQUIRE` names `root`).
 
 mod common;
 
@@ -24,11 +25,15 @@ const ARG: &str = "SHMLINK_ACCESS_ARG";
 /// Set for a child that declares its rendezvous directory shared.
 const SHARED: &str = "SHMLINK_ACCESS_SHARED";
 
+/// Whether we are root; if not, the calling test is skipped.
 fn root() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
-        eprintln!("skipping: needs root (runs a client as uid {NOBODY})");
+        shmlink::testing::skip(
+            "root",
+            format!("needs root to run a client as uid {NOBODY}"),
+        );
     }
     root
 }

@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use common::*;
@@ -124,23 +124,32 @@ fn slow_receiver_makes_blocking_sender_wait(t: &str) {
     let (mut c, mut s) = pair_with(t, &opts);
     let progress = Arc::new(AtomicU64::new(0));
     let p = progress.clone();
+    let (tid_tx, tid_rx) = mpsc::channel();
     let sender = std::thread::spawn(move || {
+        tid_tx.send(gettid()).unwrap();
         for seq in 0..N {
             c.send(&payload(seq, LEN)).unwrap();
             p.store(seq + 1, Ordering::Relaxed);
         }
     });
-    // The sender must stall: its progress stops changing while we do not read.
+    // The sender must wait: asleep in the kernel with a count that no longer moves, short
+    // of the end (a sender merely preempted is runnable, not asleep).
+    let tid = tid_rx.recv().unwrap();
     let mut last = u64::MAX;
-    assert!(wait_until(Duration::from_secs(10), || {
+    let waits = wait_until(Duration::from_secs(60), || {
         let now = progress.load(Ordering::Relaxed);
-        let stalled = now == last;
+        let asleep = sleeps_waiting_for_io(tid) && now == last;
         last = now;
-        std::thread::sleep(Duration::from_millis(20));
-        stalled
-    }));
+        asleep
+    });
+    // What the ring and the socket buffers hold (here: 192 KiB on shm:, under 4 MiB on
+    // TCP), far from all 256 MiB.
     let stalled_at = progress.load(Ordering::Relaxed);
-    assert!(stalled_at < N, "the sender never waited for the receiver");
+    assert!(
+        waits && stalled_at <= N / 4,
+        "the sender never waited for the receiver ({stalled_at} of {N} sent)"
+    );
+    eprintln!("{t}: the sender waits after {stalled_at} messages of {LEN} bytes");
     for seq in 0..N {
         verify(seq, LEN, &s.recv_ref().unwrap().bytes().to_vec());
     }
@@ -378,17 +387,25 @@ fn close_while_polled_wakes_with_end_of_stream(t: &str) {
         let (c, mut s) = pair(t);
         s.set_nonblocking(true);
         assert_eq!(s.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
+        let (tid_tx, tid_rx) = mpsc::channel();
         let poller = std::thread::spawn(move || {
             let mut p = libc::pollfd {
                 fd: s.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             };
+            tid_tx.send(gettid()).unwrap();
             // SAFETY: one valid pollfd.
-            assert_eq!(unsafe { libc::poll(&mut p, 1, 5000) }, 1, "never readable");
+            let ready = unsafe { libc::poll(&mut p, 1, 30_000) };
+            assert_eq!(ready, 1, "never readable");
             s.recv_vec().map(drop).map_err(|e| e.kind())
         });
-        std::thread::sleep(Duration::from_millis(1));
+        // Close once the poller sleeps in poll.
+        let tid = tid_rx.recv().unwrap();
+        assert!(
+            wait_until(Duration::from_secs(30), || sleeps_waiting_for_io(tid)),
+            "round {round}: the poller never slept in poll"
+        );
         if round % 2 == 0 {
             drop(c);
         } else {
@@ -417,7 +434,7 @@ fn idle_wait_uses_no_cpu(t: &str) {
     // its thread must use a tiny fraction of the wall time. (A busy wait would use all of
     // it; the bound leaves a wide margin for a noisy machine.)
     let (mut c, mut s) = pair(t);
-    let (tx, rx) = std::sync::mpsc::channel();
+    let (tx, rx) = mpsc::channel();
     let waiter = std::thread::spawn(move || {
         let before = thread_cpu();
         tx.send(()).unwrap();

@@ -85,9 +85,22 @@ fn parked_receiver_wakes_with_a_violation() {
     let (mut l, addr) = bind("shm", &small_opts());
     let (mut victim, peer) = hostile_pair(&mut l, &addr);
     let (tx, rx) = mpsc::channel();
-    let t = std::thread::spawn(move || tx.send(victim.recv_vec().map(drop)).unwrap());
-    // Give the receiver time to spin out and park, then corrupt its producer position.
-    assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let t = std::thread::spawn(move || {
+        tid_tx.send(gettid()).unwrap();
+        tx.send(victim.recv_vec().map(drop)).unwrap()
+    });
+    // Once the receiver has spun out and parked (asleep in the kernel, waiting on its
+    // connection), corrupt its producer position.
+    let tid = tid_rx.recv().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(30), || sleeps_waiting_for_io(tid)),
+        "the receiver never parked"
+    );
+    assert!(
+        rx.try_recv().is_err(),
+        "the receiver returned with nothing sent"
+    );
     peer.poke_header(128, 7); // the client → server ring's tail (ours): unaligned
     peer.doorbell();
     let r = rx

@@ -6,10 +6,10 @@
 //! left behind: no `/dev/shm` entry, no descriptor, no file in the rendezvous directory
 //! beyond the listener's own socket (and not even that once the listener is dropped).
 //!
-//! The peer is this test binary run again as `--exact child_main` with its role in
-//! [`ROLE_VAR`] and the address in [`ADDR_VAR`] (see [`child_main`]). A child that should
-//! stay alive blocks reading its stdin (a pipe the test holds), so it also exits when the
-//! test process goes away.
+//! The peer is this test binary run again as `--ignored --exact child_main` (an ignored
+//! test, so that it is not counted as one) with its role in [`ROLE_VAR`] and the address
+//! in [`ADDR_VAR`] (see [`child_main`]). A child that should stay alive blocks reading its
+//! stdin (a pipe the test holds), so it also exits when the test process goes away.
 //!
 //! A latency over budget is retried (at most [`ATTEMPTS`] times, every attempt checked in
 //! full and logged with the CPU wait it suffered): on a shared machine a runnable thread
@@ -395,6 +395,7 @@ impl Role {
 /// The child's entry point: a no-op in normal runs; with [`ROLE_VAR`] set (by
 /// [`Fixture::spawn`]) it plays that role and ends the process without returning.
 #[test]
+#[ignore = "the child processes of the other tests, which run it with --ignored"]
 fn child_main() {
     let Ok(role) = std::env::var(ROLE_VAR) else {
         return;
@@ -655,7 +656,13 @@ impl ChildProc {
     fn spawn(role: Role, addr: &str) -> ChildProc {
         let exe = std::env::current_exe().unwrap();
         let mut child = Command::new(exe)
-            .args(["--exact", "child_main", "--nocapture", "--test-threads=1"])
+            .args([
+                "--ignored",
+                "--exact",
+                "child_main",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(ROLE_VAR, role.name())
             .env(ADDR_VAR, addr)
             .stdin(Stdio::piped())
@@ -742,55 +749,6 @@ impl Drop for ChildProc {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-    }
-}
-
-/// The calling thread's id, to find it in `/proc/self/task`.
-fn gettid() -> libc::pid_t {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() }
-}
-
-/// System calls a parked connection sleeps in: polls and socket reads or writes.
-const IO_WAITS: &[libc::c_long] = &[
-    libc::SYS_ppoll,
-    libc::SYS_pselect6,
-    libc::SYS_epoll_pwait,
-    libc::SYS_recvfrom,
-    libc::SYS_recvmsg,
-    libc::SYS_sendto,
-    libc::SYS_sendmsg,
-    libc::SYS_read,
-    libc::SYS_write,
-    libc::SYS_readv,
-    libc::SYS_writev,
-    #[cfg(target_arch = "x86_64")]
-    libc::SYS_poll,
-    #[cfg(target_arch = "x86_64")]
-    libc::SYS_select,
-    #[cfg(target_arch = "x86_64")]
-    libc::SYS_epoll_wait,
-];
-
-/// Whether thread `tid` of this process sleeps in the kernel waiting for I/O: state `S`
-/// (a spinning or yielding thread is `R`) inside one of [`IO_WAITS`] (not, say, a lock).
-fn sleeps_waiting_for_io(tid: libc::pid_t) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
-        return false;
-    };
-    // The command name in parentheses may hold anything; the state follows the last ')'.
-    let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
-    if !state.is_some_and(|s| s.starts_with('S')) {
-        return false;
-    }
-    match std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) {
-        Ok(s) => s
-            .split_whitespace()
-            .next()
-            .and_then(|nr| nr.parse::<libc::c_long>().ok())
-            .is_some_and(|nr| IO_WAITS.contains(&nr)),
-        // A kernel without /proc/PID/syscall: the state alone has to do.
-        Err(_) => true,
     }
 }
 

@@ -25,6 +25,7 @@ const TCP: &str = "tcp:127.0.0.1:0";
 
 /// The child processes' entry point (see [`pubsub_common::child_main`]).
 #[test]
+#[ignore = "the child processes of the other tests, which run it with --ignored"]
 fn child_main() {
     pubsub_common::child_main();
 }

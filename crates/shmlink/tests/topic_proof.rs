@@ -7,7 +7,9 @@
 //! certificate.
 //!
 //! The other user is `nobody` (65534): this test binary re-runs itself under that uid (the
-//! ignored test `child`), which needs root; without root those parts say so and pass.
+//! ignored test `child`), which needs root; without root the tests that have such a part
+//! are skipped after the rest (`shmlink::testing::skip`, a failure where `SHMLINK_REQUIRE`
+//! names `root`).
 //! Every test here uses one rendezvous directory (`SHMLINK_DIR`, mode 0755, set once
 //! before any test goes on), so that `nobody` can reach the topic sockets and only the
 //! token rule stands in its way.
@@ -46,11 +48,16 @@ fn dir() -> &'static Path {
     })
 }
 
+/// Whether we are root; if not, the calling test is skipped (after what it checked as
+/// ourselves: the other-uid part is what its name claims).
 fn root() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
-        eprintln!("skipping the other-uid part: needs root (runs a subscriber as uid {NOBODY})");
+        shmlink::testing::skip(
+            "root",
+            format!("needs root to run a subscriber as uid {NOBODY}"),
+        );
     }
     root
 }

@@ -8,12 +8,13 @@ use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
 
 /// `method_tests! { every, METHODS; test => "name", ... }`: a test per method that runs
-/// `exercise("name")` (the test file's), and `every`, which fails if a method of
-/// `METHODS` has no test.
+/// `exercise("name")` (the test file's), with the attributes written before it (an
+/// `#[ignore = "why"]`), and `every`, which fails if a method of `METHODS` has no test.
 macro_rules! method_tests {
-    ($every:ident, $methods:expr; $($test:ident => $name:literal),* $(,)?) => {
+    ($every:ident, $methods:expr; $($(#[$attr:meta])* $test:ident => $name:literal),* $(,)?) => {
         $(
             #[test]
+            $(#[$attr])*
             fn $test() {
                 exercise($name);
             }

@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests: unique addresses per transport, options that
-//! carry the test certificates for `tls:`, connected pairs, and self-verifying payloads.
+//! carry the test certificates for `tls:`, connected pairs, self-verifying payloads, and
+//! whether a thread sleeps in the kernel (parked, or blocked).
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -159,6 +160,56 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(1));
     }
     cond()
+}
+
+/// The calling thread's id, to find it in `/proc/self/task`.
+pub fn gettid() -> libc::pid_t {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// System calls a parked connection sleeps in: polls and socket reads or writes.
+pub const IO_WAITS: &[libc::c_long] = &[
+    libc::SYS_ppoll,
+    libc::SYS_pselect6,
+    libc::SYS_epoll_pwait,
+    libc::SYS_recvfrom,
+    libc::SYS_recvmsg,
+    libc::SYS_sendto,
+    libc::SYS_sendmsg,
+    libc::SYS_read,
+    libc::SYS_write,
+    libc::SYS_readv,
+    libc::SYS_writev,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_poll,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_select,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_epoll_wait,
+];
+
+/// Whether thread `tid` of this process sleeps in the kernel waiting for I/O: state `S`
+/// (a spinning or yielding thread is `R`) inside one of [`IO_WAITS`] (not, say, a lock).
+/// How a test sees that a connection parked, or that a sender blocked.
+pub fn sleeps_waiting_for_io(tid: libc::pid_t) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
+        return false;
+    };
+    // The command name in parentheses may hold anything; the state follows the last ')'.
+    let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+    if !state.is_some_and(|s| s.starts_with('S')) {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) {
+        Ok(s) => s
+            .split_whitespace()
+            .next()
+            .and_then(|nr| nr.parse::<libc::c_long>().ok())
+            .is_some_and(|nr| IO_WAITS.contains(&nr)),
+        // A kernel without /proc/PID/syscall: the state alone has to do.
+        Err(_) => true,
+    }
 }
 
 /// Receives until end of stream; panics on any other error.

@@ -2,10 +2,10 @@
 //! (`pubsub_net.rs`) share: self-checking messages, the child processes that play
 //! subscribers or a publisher, and the deadline-bound test runner.
 //!
-//! The other processes are the test binary run again as `--exact child_main` with a
-//! role in [`ROLE_VAR`], the address in [`ADDR_VAR`] and an argument in [`ARG_VAR`] (see
-//! [`child_main`]); a child reports on stdout behind [`MARK`]. Every wait is for a
-//! condition, with a deadline.
+//! The other processes are the test binary run again as `--ignored --exact child_main`
+//! (an ignored test, so that it is not counted as one) with a role in [`ROLE_VAR`], the
+//! address in [`ADDR_VAR`] and an argument in [`ARG_VAR`] (see [`child_main`]); a child
+//! reports on stdout behind [`MARK`]. Every wait is for a condition, with a deadline.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -186,9 +186,15 @@ pub fn child_main() {
             idle();
         }
         // Attacks the topic, reports, then scribbles over everything it can write and
-        // floods its socket until killed.
+        // floods its socket until killed — subscribing again whenever the publisher
+        // detaches it (a scribbled cursor gives it away), so that the topic keeps a
+        // hostile member.
         "hostile" => {
-            let h = shmlink::testing::HostileSubscriber::connect(&addr).unwrap();
+            let subscribe = || {
+                shmlink::testing::HostileSubscriber::connect(&addr)
+                    .unwrap_or_else(|e| panic!("child hostile: {e}"))
+            };
+            let mut h = subscribe();
             let results: Vec<String> = h
                 .attack_topic()
                 .into_iter()
@@ -202,7 +208,12 @@ pub fn child_main() {
             let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ std::process::id() as u64;
             loop {
                 h.scribble(&mut seed, 64);
-                let _ = h.send(&[0xff; 32]);
+                match h.send(&[0xff; 32]) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    // The publisher shut our socket down: detached.
+                    Err(_) => h = subscribe(),
+                }
                 std::thread::yield_now();
             }
         }
@@ -308,7 +319,13 @@ impl ChildProc {
     pub fn spawn(role: &str, addr: &str, arg: &str) -> ChildProc {
         let exe = std::env::current_exe().unwrap();
         let mut child = Command::new(exe)
-            .args(["--exact", "child_main", "--nocapture", "--test-threads=1"])
+            .args([
+                "--ignored",
+                "--exact",
+                "child_main",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(ROLE_VAR, role)
             .env(ADDR_VAR, addr)
             .env(ARG_VAR, arg)
