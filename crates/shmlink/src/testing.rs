@@ -978,8 +978,10 @@ fn pubsub_handshake_accepted(data: &[u8]) -> bool {
     if socket::send_with_fds(theirs.as_fd(), &packet, fds).is_err() {
         return false;
     }
-    let mut opts = crate::PubSubOptions::default();
-    opts.max_msg_size = (limit % 4 == 0).then_some((limit >> 2) as usize % 512);
+    let opts = crate::PubSubOptions {
+        max_msg_size: (limit % 4 == 0).then_some((limit >> 2) as usize % 512),
+        ..Default::default()
+    };
     // The answer is already queued: the deadline only bounds a bug.
     let deadline = Instant::now() + Duration::from_secs(10);
     let Ok(mut sub) = PubSubscriber::handshake_on(ours, "shm:fuzz", upgrade, &opts, deadline)
