@@ -783,9 +783,6 @@ impl HostileSubscriber {
 pub fn fuzz_pubsub_reader(data: &[u8]) {
     use crate::pubsub::handshake::{Subscribed, POLICY_OVERWRITE};
     use crate::pubsub::segment::header_len;
-    /// The largest topic file the fuzzer makes (larger announcements must be refused
-    /// before the file's size matters).
-    const MAX_FILE: u64 = 1 << 20;
     let Some((&flags, rest)) = data.split_first() else {
         return;
     };
@@ -822,39 +819,13 @@ pub fn fuzz_pubsub_reader(data: &[u8]) {
         header_len: header,
         start: 0,
     };
-    // The file: what the announcement implies (where it is small enough to make), off by
-    // a fuzzed amount now and then.
+    // The file: what the announcement implies, off by a fuzzed amount now and then.
     let error = take();
-    let implied = slots
-        .checked_mul(slot_size)
-        .and_then(|n| n.checked_add(hl))
-        .filter(|&n| n <= MAX_FILE)
-        .unwrap_or(hl);
-    let file = match error % 4 {
-        0 => (implied as i64 + (error as i64 >> 2) % 4096).clamp(1, MAX_FILE as i64) as usize,
-        _ => implied as usize,
-    };
-    let Ok(topic) = memfd::create_unsealed("fuzz-topic", file) else {
-        return;
-    };
-    let Ok(writer) = Region::map(topic.as_fd(), file, true) else {
-        return;
-    };
     let in_header = if flags & 8 != 0 { raw } else { announced };
-    let ident = crate::pubsub::segment::ident_bytes(
-        policy_code,
-        in_header[0],
-        in_header[1],
-        in_header[2],
-        in_header[3],
-    );
-    let base = writer.base().as_ptr();
-    // SAFETY: the mapping is at least one byte; the header is copied only as far as
-    // the file reaches, and nobody else maps it yet.
-    unsafe { base.copy_from_nonoverlapping(ident.as_ptr(), ident.len().min(file)) };
-    if memfd::add_seals(topic.as_fd(), memfd::SEALS).is_err() {
+    let Some((topic, writer, file)) = fuzz_topic(policy_code, announced, in_header, error) else {
         return;
-    }
+    };
+    let base = writer.base().as_ptr();
     let Ok((seg, policy)) = crate::pubsub::shm_subscriber::attach_topic(&ok, &topic) else {
         return; // refused: the outcome a lying announcement must have
     };
@@ -914,6 +885,179 @@ pub fn fuzz_pubsub_reader(data: &[u8]) {
     }
 }
 
+/// Fuzz entry point: the subscriber's side of the subscribe handshake against a hostile
+/// or broken publisher. The answer packet (`Subscribed`, or `Upgraded` to an `auto:`
+/// subscriber), its numbers, the descriptors that travel with it and what they hold all
+/// come from the input; the subscriber must refuse, or come up consistent with what it
+/// asked for — never panic, hang or map past a file's end.
+///
+/// Layout of `data`: 1 byte of flags (bit 0: the subscriber upgrades with a token and
+/// the answer is `Upgraded`; bit 1: the proof is wrong; bit 2: the numbers are raw
+/// instead of folded into plausible ranges; bit 3: the topic header disagrees with the
+/// answer; bits 4–5: descriptors sent (3, 3, 2 or 4); bit 6: the answer is the raw rest
+/// of the input instead of a packet built from the words; bit 7: the cursor page starts
+/// elsewhere than the answer says), then words: slot, policy, slots, slot size, largest
+/// message, header length, start, file-size error, the subscriber's own message limit.
+pub fn fuzz_pubsub_handshake(data: &[u8]) {
+    pubsub_handshake_accepted(data);
+}
+
+/// [`fuzz_pubsub_handshake`]; returns whether the subscriber accepted the answer.
+fn pubsub_handshake_accepted(data: &[u8]) -> bool {
+    use crate::pubsub::handshake::{Subscribed, POLICY_OVERWRITE};
+    use crate::pubsub::segment::header_len;
+    let Some((&flags, rest)) = data.split_first() else {
+        return false;
+    };
+    let mut words = rest.chunks(8).map(|c| {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        u64::from_le_bytes(w)
+    });
+    let mut take = || words.next().unwrap_or(0);
+    let raw = [take(), take(), take(), take(), take(), take(), take()];
+    let (error, limit) = (take(), take());
+    let hl = header_len() as u64;
+    let built = if flags & 4 != 0 {
+        Subscribed {
+            slot: raw[0] as u32,
+            policy: raw[1] as u32,
+            slots: raw[2],
+            slot_size: raw[3],
+            max_msg: raw[4],
+            header_len: raw[5],
+            start: raw[6],
+        }
+    } else {
+        let slot_size = 8 * (2 + raw[3] % 32);
+        Subscribed {
+            slot: (raw[0] % 80) as u32,
+            policy: [POLICY_BLOCK, POLICY_OVERWRITE, 0, 3][raw[1] as usize % 4],
+            slots: 1 << (raw[2] % 6),
+            slot_size,
+            max_msg: raw[4] % (slot_size - PAYLOAD_OFFSET as u64 + 2),
+            header_len: if raw[5] % 8 == 0 { raw[5] } else { hl },
+            start: raw[6] % 4096,
+        }
+    };
+    let (token, proof) = ([0x5a; 16], [0xa5; 16]);
+    let upgrade = (flags & 1 != 0).then_some((token, proof));
+    let packet = if flags & 64 != 0 {
+        rest[..rest.len().min(SUB_MAX_PACKET)].to_vec()
+    } else if upgrade.is_some() {
+        let sent = if flags & 2 != 0 { token } else { proof };
+        SubPacket::Upgraded(built, sent).encode()
+    } else {
+        SubPacket::Subscribed(built).encode()
+    };
+    // The descriptors describe what the packet announces, where it parses.
+    let ok = match SubPacket::decode(&packet) {
+        Ok(SubPacket::Subscribed(ok) | SubPacket::Upgraded(ok, _)) => ok,
+        _ => built,
+    };
+    let announced = [ok.slots, ok.slot_size, ok.max_msg, ok.header_len];
+    let in_header = if flags & 8 != 0 {
+        [raw[2], raw[3], raw[4], raw[5]]
+    } else {
+        announced
+    };
+    let Some((topic, _map, _file)) = fuzz_topic(ok.policy, announced, in_header, error) else {
+        return false;
+    };
+    let (Ok((_bell, bell_fd)), Ok((page, page_fd))) = (
+        BellSegment::create("fuzz-bell"),
+        CursorSegment::create("fuzz-cursor"),
+    ) else {
+        return false;
+    };
+    page.get()
+        .init(ok.start.wrapping_add((flags >> 7) as u64 * (1 + error % 7)));
+    let fds = [topic.as_raw_fd(), bell_fd.as_raw_fd(), page_fd.as_raw_fd()];
+    let fds: &[_] = match (flags >> 4) & 3 {
+        2 => &fds[..2],
+        3 => &[fds[0], fds[1], fds[2], fds[2]],
+        _ => &fds,
+    };
+    let (ours, theirs) = socket::seqpacket_pair().expect("socketpair");
+    if socket::send_with_fds(theirs.as_fd(), &packet, fds).is_err() {
+        return false;
+    }
+    let opts = crate::PubSubOptions {
+        max_msg_size: (limit % 4 == 0).then_some((limit >> 2) as usize % 512),
+        ..Default::default()
+    };
+    // The answer is already queued: the deadline only bounds a bug.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let Ok(mut sub) = PubSubscriber::handshake_on(ours, "shm:fuzz", upgrade, &opts, deadline)
+    else {
+        return false; // refused: the outcome a bad answer must have
+    };
+    // Accepted: only what this subscriber asked for and what the kernel vouches for.
+    assert!(sub.slot() < crate::pubsub::MAX_SUBSCRIBERS);
+    assert_eq!(sub.position(), ok.start);
+    assert!(sub.position() <= crate::pubsub::ring::MAX_POSITION);
+    if let Some(max) = opts.max_msg_size {
+        assert!(sub.max_msg_size() <= max);
+    }
+    if upgrade.is_some() {
+        assert!(
+            flags & 2 == 0 || flags & 64 != 0,
+            "a wrong proof was accepted"
+        );
+    }
+    sub.set_nonblocking(true);
+    let mut buf = vec![0u8; sub.max_msg_size().min(256)];
+    for _ in 0..4 {
+        match sub.recv(&mut buf) {
+            Ok(n) => assert!(n <= sub.max_msg_size()),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(_) => {}
+        }
+    }
+    drop(theirs);
+    true
+}
+
+/// A topic memfd as a fake publisher passes it: sized as `announced` implies (where that
+/// is small enough to make), off by a fuzzed amount when `error % 4 == 0`, its header
+/// naming `in_header` (which may disagree), sealed against resizing. Returns the memfd,
+/// a writable mapping of it and its size.
+fn fuzz_topic(
+    policy: u32,
+    announced: [u64; 4],
+    in_header: [u64; 4],
+    error: u64,
+) -> Option<(OwnedFd, Region, usize)> {
+    /// The largest topic file the fuzzers make (larger announcements must be refused
+    /// before the file's size matters).
+    const MAX_FILE: u64 = 1 << 20;
+    let hl = crate::pubsub::segment::header_len() as u64;
+    let [slots, slot_size, ..] = announced;
+    let implied = slots
+        .checked_mul(slot_size)
+        .and_then(|n| n.checked_add(hl))
+        .filter(|&n| n <= MAX_FILE)
+        .unwrap_or(hl);
+    let file = match error % 4 {
+        0 => (implied as i64 + (error as i64 >> 2) % 4096).clamp(1, MAX_FILE as i64) as usize,
+        _ => implied as usize,
+    };
+    let topic = memfd::create_unsealed("fuzz-topic", file).ok()?;
+    let writer = Region::map(topic.as_fd(), file, true).ok()?;
+    let [s, z, m, h] = in_header;
+    let ident = crate::pubsub::segment::ident_bytes(policy, s, z, m, h);
+    // SAFETY: the mapping is at least one byte; the header is copied only as far as the
+    // file reaches, and nobody else maps it yet.
+    unsafe {
+        writer
+            .base()
+            .as_ptr()
+            .copy_from_nonoverlapping(ident.as_ptr(), ident.len().min(file))
+    };
+    memfd::add_seals(topic.as_fd(), memfd::SEALS).ok()?;
+    Some((topic, writer, file))
+}
+
 #[cfg(test)]
 mod tests {
     /// The fuzz entry point over pseudo-random inputs in a debug build, where arithmetic
@@ -941,6 +1085,52 @@ mod tests {
                 })
                 .collect();
             super::fuzz_pubsub_reader(&data);
+        }
+    }
+
+    /// The subscribe-handshake entry point accepts an honest answer (so the fuzzer
+    /// reaches the accepting path), refuses a wrong upgrade proof, a missing descriptor
+    /// and a cursor page that disagrees, and survives pseudo-random inputs in a debug
+    /// build.
+    #[test]
+    fn pubsub_handshake_accepts_honest_answers_only() {
+        // slot 0, block, 4 slots of 64 bytes, 10-byte messages, the real header length,
+        // start 0, a file of the implied size, no limit of our own.
+        let words = [0u64, 0, 2, 6, 10, 1, 0, 1, 1];
+        let input = |flags: u8| -> Vec<u8> {
+            std::iter::once(flags)
+                .chain(words.iter().flat_map(|w| w.to_le_bytes()))
+                .collect()
+        };
+        assert!(super::pubsub_handshake_accepted(&input(0)));
+        assert!(super::pubsub_handshake_accepted(&input(1)), "upgraded");
+        assert!(
+            !super::pubsub_handshake_accepted(&input(1 | 2)),
+            "wrong proof"
+        );
+        assert!(
+            !super::pubsub_handshake_accepted(&input(2 << 4)),
+            "2 descriptors"
+        );
+        assert!(
+            !super::pubsub_handshake_accepted(&input(128)),
+            "cursor elsewhere"
+        );
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..300 {
+            let mut data = input(next() as u8);
+            let flips = next() % 4;
+            for _ in 0..flips {
+                let at = next() as usize % data.len();
+                data[at] = next() as u8;
+            }
+            super::fuzz_pubsub_handshake(&data);
         }
     }
 }

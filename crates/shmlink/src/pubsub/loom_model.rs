@@ -4,7 +4,7 @@
 //!
 //! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p shmlink --lib
 //! --release loom` (the same filter as the SPSC ring's model); add `-- --ignored` for
-//! the two larger overwrite models.
+//! the two larger overwrite models (`scripts/test.sh --long` does).
 //!
 //! Each message's payload is one word, `pos + 100`, accessed through a loom atomic with
 //! Relaxed ordering, so loom explores stale and torn views of the payload: the seqlock
@@ -442,11 +442,11 @@ fn loom_pubsub_overwrite_close_ends_after_the_last_message() {
     });
 }
 
-// Larger models, about five minutes each: run them with `--ignored` after changing the
-// ring.
+// Larger models, minutes each (the two together took 19 min on a loaded 2-vCPU machine):
+// `scripts/test.sh --long` runs them; do after changing the ring.
 
 #[test]
-#[ignore = "five minutes of exploration; run with --ignored after changing the ring"]
+#[ignore = "minutes of exploration; scripts/test.sh --long runs it"]
 fn loom_pubsub_overwrite_counts_every_lost_message() {
     // Three messages through one slot: the subscriber may lose any but the last, one at
     // a time or two at once.
@@ -457,7 +457,7 @@ fn loom_pubsub_overwrite_counts_every_lost_message() {
 }
 
 #[test]
-#[ignore = "five minutes of exploration; run with --ignored after changing the ring"]
+#[ignore = "minutes of exploration; scripts/test.sh --long runs it"]
 fn loom_pubsub_overwrite_two_subscribers() {
     run(Cfg {
         policy: Policy::Overwrite,

@@ -156,7 +156,7 @@ impl ShmSubscriber {
         ShmSubscriber::handshake_on(sock, addr, upgrade, opts, deadline)
     }
 
-    fn handshake_on(
+    pub(crate) fn handshake_on(
         sock: OwnedFd,
         addr: &str,
         upgrade: Option<(Token, Token)>,

@@ -11,12 +11,16 @@
 //! last one it woke. Each side that finds nothing to do parks the way the `shm:` transport does:
 //! drain its doorbell (remember the count), announce (`arm`), re-check, and only then wait
 //! for the count to change. A lost wake-up leaves a side waiting forever, which loom
-//! reports as a deadlock; a torn or reordered record fails the payload check. The model
-//! checks [`FenceMode::Symmetric`]; the asymmetric mode replaces the waker's fence with a
-//! compiler barrier and the sleeper's with `membarrier`, which loom cannot express.
+//! reports as a deadlock; a torn or reordered record fails the payload check, and a
+//! record written over bytes the consumer has not finished with is a loom causality
+//! error (see [`Shared`]). The models check [`FenceMode::Symmetric`]; the asymmetric mode
+//! replaces the waker's fence with a compiler barrier and adds `membarrier` to the
+//! sleeper's, which loom cannot express: the argument for it is written next to
+//! `announce` in the ring module.
 
 use std::ptr::NonNull;
 
+use loom::cell::UnsafeCell;
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
@@ -49,12 +53,21 @@ impl Doorbell {
 }
 
 /// Ring memory shared by the two threads: the producer's block and data area, the
-/// consumer's block. Records of 8 payload bytes take 16 bytes and divide the capacity, so
-/// none crosses the end and the second (mirror) copy of the data area is never needed.
+/// consumer's block.
+///
+/// The data area is modelled twice over. `data` is the memory the ring itself reads and
+/// writes (record headers, `2 * CAP` bytes as `RingRef` requires); headers always start
+/// in its first copy. `words` is the memory as the two sides of the double mapping share
+/// it: one loom cell per 8 bytes of the ring, indexed by offset modulo `CAP`, so a
+/// payload word written past the end of the first copy lands on the cell of the ring's
+/// start, as it does through the real mirror. Payloads live only in `words`; every header
+/// write and read is registered on its cell too, so loom reports any access to a word
+/// that the other side may still be using (a record that wraps onto unread data).
 struct Shared {
     prod: Box<ProducerCtl>,
     cons: Box<ConsumerCtl>,
     data: Box<[std::cell::UnsafeCell<u64>]>,
+    words: Box<[UnsafeCell<u64>]>,
     to_consumer: Doorbell,
     to_producer: Doorbell,
 }
@@ -78,13 +91,14 @@ impl Shared {
             prod: Box::new(ProducerCtl::new()),
             cons,
             data: (0..2 * CAP / 8).map(|_| 0.into()).collect(),
+            words: (0..CAP / 8).map(|_| UnsafeCell::new(0)).collect(),
             to_consumer: Doorbell::default(),
             to_producer: Doorbell::default(),
         })
     }
     fn ring(&self) -> RingRef {
-        // SAFETY: the blocks and `data` live as long as the Arc the threads hold; records
-        // never cross the end of the first copy (see `Shared`).
+        // SAFETY: the blocks and `data` live as long as the Arc the threads hold; the ring
+        // writes only headers into `data`, and headers start below CAP.
         unsafe {
             RingRef::new(
                 NonNull::from(&*self.prod),
@@ -94,26 +108,69 @@ impl Shared {
             )
         }
     }
+    /// The shared word at `p`, a pointer the ring handed out (header or payload, in
+    /// either copy), and its offset from the start of the first copy.
+    fn word(&self, p: NonNull<u8>) -> (&UnsafeCell<u64>, usize) {
+        let off = p.as_ptr() as usize - self.data.as_ptr() as usize;
+        assert!(
+            off % 8 == 0 && off < 2 * CAP,
+            "record outside the double mapping"
+        );
+        (&self.words[off % CAP / 8], off)
+    }
 }
 
-fn run(records: u64, armed: bool) {
+/// One run: `records` records of `len` payload bytes (a multiple of 8).
+#[derive(Clone, Copy)]
+struct Cfg {
+    records: u64,
+    len: usize,
+    /// The consumer starts announced, as a connection's does.
+    armed: bool,
+    /// Records whose payload runs past the end of the first copy.
+    straddling: u64,
+    mode: FenceMode,
+}
+
+/// The payload word `k` of record `i`.
+fn value(i: u64, k: usize) -> u64 {
+    100 + 16 * i + k as u64
+}
+
+fn run(cfg: Cfg) {
+    let Cfg {
+        records,
+        len,
+        armed,
+        straddling,
+        mode,
+    } = cfg;
     loom::model(move || {
         let shared = Shared::new(armed);
         let s = shared.clone();
         let producer = thread::spawn(move || {
-            let mut p = Producer::new(s.ring(), FenceMode::Symmetric);
+            let mut p = Producer::new(s.ring(), mode);
             for i in 0..records {
                 loop {
-                    if let Some(dst) = p.try_reserve(8).unwrap() {
-                        // SAFETY: 8 bytes reserved at `dst`, 8-aligned.
-                        unsafe { dst.cast::<u64>().as_ptr().write(i + 100) };
-                        if p.commit(8, 0) {
+                    if let Some(dst) = p.try_reserve(len).unwrap() {
+                        for k in 0..len / 8 {
+                            // SAFETY: `len` bytes reserved at `dst`, 8-aligned.
+                            let (cell, _) = s.word(unsafe { dst.add(8 * k) });
+                            // SAFETY: loom checks that no read of this word by the
+                            // consumer can be concurrent with this write.
+                            cell.with_mut(|w| unsafe { *w = value(i, k) });
+                        }
+                        // The header `commit` writes, registered with loom first.
+                        // SAFETY: the header sits just before the payload, in the mapping.
+                        let (cell, _) = s.word(unsafe { dst.sub(HEADER) });
+                        cell.with_mut(|_| ());
+                        if p.commit(len, 0) {
                             s.to_consumer.ring();
                         }
                         break;
                     }
                     let seen = s.to_producer.seen();
-                    if !p.arm(record_size(8)).unwrap() {
+                    if !p.arm(record_size(len)).unwrap() {
                         s.to_producer.wait_past(seen);
                     }
                 }
@@ -122,14 +179,23 @@ fn run(records: u64, armed: bool) {
                 s.to_consumer.ring();
             }
         });
-        let mut c = Consumer::new(shared.ring(), FenceMode::Symmetric);
-        let mut next = 0;
+        let mut c = Consumer::new(shared.ring(), mode);
+        let (mut next, mut straddled) = (0, 0);
         loop {
             if let Some(rec) = c.peek().unwrap() {
-                assert_eq!(rec.len, 8);
-                // SAFETY: peek validated the record; its payload is one aligned u64.
-                let v = unsafe { rec.ptr.cast::<u64>().as_ptr().read() };
-                assert_eq!(v, next + 100, "record lost, torn or out of order");
+                assert_eq!(rec.len, len);
+                // The header `peek` read, registered with loom.
+                // SAFETY: the header sits just before the payload, in the mapping.
+                let (cell, _) = shared.word(unsafe { rec.ptr.sub(HEADER) });
+                cell.with(|_| ());
+                for k in 0..len / 8 {
+                    // SAFETY: peek validated the record; word k of its payload is inside.
+                    let (cell, off) = shared.word(unsafe { rec.ptr.add(8 * k) });
+                    straddled += u64::from(k == 0 && off + len > CAP);
+                    // SAFETY: loom checks this read against the producer's writes.
+                    let v = cell.with(|w| unsafe { *w });
+                    assert_eq!(v, value(next, k), "record lost, torn or out of order");
+                }
                 next += 1;
                 if c.advance(rec.size()) {
                     shared.to_producer.ring();
@@ -145,23 +211,65 @@ fn run(records: u64, armed: bool) {
             }
         }
         assert_eq!(next, records);
+        assert_eq!(straddled, straddling, "records across the end of the ring");
         producer.join().unwrap();
     });
 }
 
+/// Records of 8 bytes take 16 and divide the capacity: none crosses the end.
+const SMALL: Cfg = Cfg {
+    records: 3,
+    len: 8,
+    armed: false,
+    straddling: 0,
+    mode: FenceMode::Symmetric,
+};
+
 #[test]
 fn loom_records_and_wakeups_within_one_lap() {
-    run(3, false);
+    run(SMALL);
 }
 
 #[test]
 fn loom_armed_start_as_a_connection_begins() {
     // The consumer announced before the producer's first record (`start_armed`).
-    run(3, true);
+    run(Cfg {
+        armed: true,
+        ..SMALL
+    });
 }
 
 #[test]
 fn loom_full_ring_wraps_and_wakes_the_producer() {
     // 4 records fill the ring; the 5th and 6th need the producer to wait and wrap.
-    run(6, false);
+    run(Cfg {
+        records: 6,
+        ..SMALL
+    });
+}
+
+#[test]
+fn loom_records_straddle_the_end_of_the_ring() {
+    // Records of 24 bytes at 0, 24, 48, 72 (= 8): the third needs the first consumed and
+    // runs from 48 to 72, its second word on the bytes of the first record's header (the
+    // mirror); the fourth lands on the first record's payload.
+    run(Cfg {
+        records: 4,
+        len: 16,
+        straddling: 1,
+        ..SMALL
+    });
+}
+
+#[test]
+#[should_panic(expected = "deadlock")]
+fn loom_asymmetric_mode_without_its_membarrier_loses_a_wakeup() {
+    // What loom sees of the asymmetric mode: the waker's compiler barrier (nothing to
+    // loom) and the sleeper's fence, without the membarrier's fence on the waker's side.
+    // The model finds the lost wake-up: the membarrier is what the mode rests on, and
+    // these models do catch a missing fence.
+    run(Cfg {
+        mode: FenceMode::Asymmetric,
+        ..SMALL
+    });
 }

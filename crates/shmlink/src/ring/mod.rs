@@ -173,10 +173,56 @@ pub enum FenceMode {
     /// The waker, on every record, only stops the compiler from reordering; the sleeper,
     /// before it re-checks, runs `membarrier(GLOBAL_EXPEDITED)`, which makes every CPU
     /// running a registered process (the waker's) execute a full fence. That is the same
-    /// StoreLoad ordering as two fences, paid on the rare path only. Both processes must
-    /// be registered ([`crate::sys::membarrier_register`]); the handshake checks it.
+    /// StoreLoad ordering as two fences, paid on the rare path only (the argument is at
+    /// `announce`: loom cannot check it). Both processes must be registered
+    /// ([`crate::sys::membarrier_register`]); the handshake checks it.
     Asymmetric,
 }
+
+// # Why the asymmetric fence is sound (an argument: loom cannot check it)
+//
+// The loom model checks `Symmetric`: the waker W stores its position, fences, loads the
+// sleeper's count; the sleeper S stores its count, fences, loads W's position (the
+// re-check). Of two SeqCst fences one comes first, so one side sees the other's store.
+// `Asymmetric` removes W's fence (a compiler barrier remains) and adds to S, after its
+// fence, `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)`. Loom has no operation by which one
+// thread makes another execute a fence at a point the other does not choose, which is
+// what membarrier does; modelling it as a fence on S's own side would check nothing new.
+// What loom does show (`loom_asymmetric_mode_without_its_membarrier_loses_a_wakeup`): the
+// mode without the membarrier's effect loses a wake-up, so everything rests on the
+// guarantee below.
+//
+// What the kernel guarantees (membarrier(2); the ordering table in the syscall's comment
+// in kernel/sched/membarrier.c): when GLOBAL_EXPEDITED returns, every thread of every
+// process registered with MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED that was running has
+// passed through a full memory barrier (an IPI to its CPU) between the call's entry and
+// its return; a thread that was not running is in that state already (the scheduler
+// fences on context switch). The call fences the caller at entry and at exit. The table
+// lists "compiler barrier on one side, sys_membarrier on the other" as ordered, like two
+// full barriers. The IPI's barrier lands at some point P of W's instruction stream:
+// - P before W's position store: S's count store came before the IPI was sent (S's fence,
+//   then the entry barrier), and W's count load comes after P (the compiler barrier keeps
+//   it there in program order; a CPU does not hoist loads above a full barrier), so W
+//   sees the count and wakes S.
+// - P between W's store and its load: a full fence between them, the symmetric case.
+// - P after W's load: W's store precedes P, so it is globally visible before membarrier
+//   returns, and S's re-check, after the return, sees W's position: S does not sleep.
+// The compiler barrier is what makes "P between the store and the load" the only way to
+// split them: without it the compiler could sink the store below the load. (Rust's
+// `compiler_fence` is specified for exactly this: ordering against code that runs
+// asynchronously on the same thread, as a signal handler — here, the IPI's barrier.)
+//
+// Across processes: the two sides are different processes that share memory, so the
+// command must be GLOBAL_EXPEDITED, as `sys::membarrier_global` issues. PRIVATE_EXPEDITED
+// fences only the threads of the caller's own process (those sharing its mm) and would
+// leave the peer unfenced. Both sides register before offering the feature
+// (`transport::shm::own_features`) and the handshake enables the mode only if both
+// offered it. Registration belongs to the mm: a forked child inherits it (checked on
+// Linux 6.18: a child of a registered process may issue PRIVATE_EXPEDITED, which refuses
+// unregistered callers) and exec clears it, as it clears `sys::membarrier_register`'s
+// cached answer. The call can still fail after that: ENOMEM (the kernel allocates a CPU
+// mask), or a seccomp filter installed after the handshake. W was then perhaps not
+// fenced, so `announce` reports it and the sleeper polls instead of sleeping.
 
 /// Full fence (or its light half), then read the other side's announcement count: `true`
 /// (wake it) if it announced sleep since the last wake-up we sent, which `woken` records.
@@ -207,8 +253,10 @@ fn take_waiter(count: &AtomicU64, woken: &mut u64, mode: FenceMode) -> bool {
 }
 
 /// Announce sleep: count one more announcement, then the heavy fence (the check that
-/// follows is the caller's).
-fn announce(count: &AtomicU64, mode: FenceMode) {
+/// follows is the caller's). Returns `false` if the heavy half of an asymmetric fence
+/// failed: the waker may then miss the announcement, so the caller must not sleep.
+#[must_use]
+fn announce(count: &AtomicU64, mode: FenceMode) -> bool {
     // Only this side writes its count (it lives in our own memory), so load and store
     // need no read-modify-write.
     count.store(
@@ -217,11 +265,22 @@ fn announce(count: &AtomicU64, mode: FenceMode) {
     );
     // SYNC POINT (notify): pairs with `take_waiter` on the other side.
     fence(Ordering::SeqCst);
-    if mode == FenceMode::Asymmetric {
-        // It fails only for commands the kernel lacks or processes that did not register,
-        // and the handshake chose this mode only after both sides registered.
-        let _ = crate::sys::membarrier_global();
+    match mode {
+        FenceMode::Symmetric => true,
+        // SYNC POINT (notify, asymmetric): the fence the waker's compiler barrier pairs
+        // with (see "Why the asymmetric fence is sound" above).
+        FenceMode::Asymmetric => membarrier_global(),
     }
+}
+
+/// `sys::membarrier_global`, whether it ran (tests can make it fail).
+fn membarrier_global() -> bool {
+    #[cfg(all(test, not(loom)))]
+    if tests::MEMBARRIER_FAILS.with(std::cell::Cell::get) {
+        return false;
+    }
+    // Loom cannot model the call's effect (see above): its models see a no-op.
+    cfg!(loom) || crate::sys::membarrier_global().is_ok()
 }
 
 /// Where a ring lives: its two control blocks and its (doubly mapped) data area.
@@ -405,9 +464,12 @@ impl Producer {
 
     /// Announces that the producer will sleep until `need` bytes are free, then checks
     /// again. `Ok(true)`: room appeared, do not sleep (the announcement stands: one
-    /// spurious wake-up at most).
+    /// spurious wake-up at most); also when the asymmetric fence failed, where sleeping
+    /// could miss the wake-up (check the room again instead).
     pub fn arm(&mut self, need: usize) -> Result<bool> {
-        announce(&self.ring.prod().waiting.0, self.mode);
+        if !announce(&self.ring.prod().waiting.0, self.mode) {
+            return Ok(true);
+        }
         self.refresh_head()?;
         Ok(self.free() >= need)
     }
@@ -544,9 +606,12 @@ impl Consumer {
 
     /// Announces that the consumer will sleep until data arrives, then checks again.
     /// `Ok(true)`: data appeared, do not sleep (the announcement stands: one spurious
-    /// wake-up at most).
+    /// wake-up at most); also when the asymmetric fence failed, where sleeping could
+    /// miss the wake-up (peek again instead).
     pub fn arm(&mut self) -> Result<bool> {
-        announce(&self.ring.cons().waiting.0, self.mode);
+        if !announce(&self.ring.cons().waiting.0, self.mode) {
+            return Ok(true);
+        }
         self.has_data()
     }
 
@@ -679,6 +744,40 @@ mod tests {
         assert!(!c.peer_closed());
         assert!(!p.close());
         assert!(c.peer_closed());
+    }
+
+    thread_local! {
+        /// Makes this thread's `membarrier` calls fail, as ENOMEM or a late seccomp filter
+        /// would.
+        pub(super) static MEMBARRIER_FAILS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// A failed `membarrier` must not let a side sleep: the waker, which fenced only
+    /// against the compiler, may not see the announcement, and the wake-up would be lost.
+    #[test]
+    fn a_failed_membarrier_means_do_not_sleep() {
+        let mut h = HeapRing::new(256);
+        let (mut p, mut c) = (
+            Producer::new(h.ring(), FenceMode::Asymmetric),
+            Consumer::new(h.ring(), FenceMode::Asymmetric),
+        );
+        MEMBARRIER_FAILS.with(|f| f.set(true));
+        assert!(
+            c.arm().unwrap(),
+            "empty ring: the consumer polls instead of sleeping"
+        );
+        while push(&mut p, b"1234567") {}
+        assert!(
+            p.arm(16).unwrap(),
+            "full ring: the producer polls instead of sleeping"
+        );
+        MEMBARRIER_FAILS.with(|f| f.set(false));
+        if crate::sys::membarrier_register() {
+            // With the fence in place, an empty ring and a full one mean sleep.
+            assert!(!p.arm(16).unwrap());
+            while pop(&mut c).is_some() {}
+            assert!(!c.arm().unwrap());
+        }
     }
 
     impl Producer {
