@@ -14,6 +14,13 @@
 //! message" is about; under `block` that includes the time it waits for the slowest
 //! subscriber, under `overwrite` it never waits.
 //!
+//! Hostile (`hostile [COUNT]`, default 1,000,000): the publisher's wall time per 64-byte
+//! `overwrite` publish (CPU 0) alone, next to a subscriber (a thread on CPU 1, using
+//! `shmlink::testing::HostileSubscriber`) that announces sleep in a loop without reading,
+//! and next to one that also moves its cursor up to what was published, so that each
+//! announcement is owed a doorbell (what an honest subscriber sleeping between messages
+//! costs) — the cost the doorbell rule bounds (docs/threat-model.md).
+//!
 //! Net: the same stream under `block` to N subscriber processes over `tcp:` on loopback
 //! (default 500,000 messages to 1 and 4): messages per second from the first publish
 //! until every subscriber has read the last one, and the publishing process's CPU time
@@ -56,6 +63,11 @@ fn main() -> shmlink::Result<()> {
             let (count, subs) = count_and_subs(&args, 500_000, &[1, 4]);
             net(count, subs)
         }
+        Some("hostile") => hostile(
+            args.get(1)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(1_000_000),
+        ),
         _ => {
             latency(200_000)?;
             cpu(2_000_000, vec![1, 2, 4, 8])
@@ -253,6 +265,74 @@ fn net(count: u64, subs: Vec<usize>) -> shmlink::Result<()> {
             count as f64 / elapsed.as_secs_f64() / 1e3,
             cpu.as_nanos() as f64 / count as f64,
         );
+    }
+    Ok(())
+}
+
+/// See the module docs (`hostile`).
+fn hostile(count: u64) -> shmlink::Result<()> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    shmlink::pin_to_cpu(0).ok();
+    println!("publisher wall time per 64-byte publish ({count} messages, overwrite, CPU 0; the hostile subscriber a thread on CPU 1):");
+    for (name, hostile, moves) in [
+        ("no subscriber", false, false),
+        ("a subscriber announcing sleep without reading", true, false),
+        (
+            "a subscriber announcing sleep and moving its cursor",
+            true,
+            true,
+        ),
+    ] {
+        let addr = format!("shm:pubsub-hostile-{}", std::process::id());
+        let opts = PubSubOptions::default()
+            .slots(4096)
+            .max_msg_size(64)
+            .policy(Policy::Overwrite);
+        let mut publisher = Publisher::bind(&addr, &opts)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let published = Arc::new(AtomicU64::new(0));
+        let attacker = hostile.then(|| {
+            let h = shmlink::testing::HostileSubscriber::connect(&addr).expect("subscribe");
+            let (stop, published) = (stop.clone(), published.clone());
+            std::thread::spawn(move || {
+                shmlink::pin_to_cpu(1).ok();
+                // Announcing as often as it can; doorbells taken now and then, so that
+                // its socket does not fill up (a full one costs the publisher the same
+                // failing system call).
+                let mut doorbells = 0;
+                for round in 0u64.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if moves {
+                        h.store_cursor(published.load(Ordering::Relaxed));
+                    }
+                    h.announce_sleep();
+                    if round % 1024 == 0 {
+                        doorbells += h.take_doorbells();
+                    }
+                }
+                doorbells + h.take_doorbells()
+            })
+        });
+        if hostile {
+            publisher.wait_for_subscribers(1, Duration::from_secs(10))?;
+        }
+        let t = Instant::now();
+        for seq in 0..count {
+            publisher.publish(&seq.to_le_bytes())?;
+            published.store(seq + 1, Ordering::Relaxed);
+        }
+        let took = t.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        let doorbells = attacker.map_or(0, |t| t.join().expect("attacker"));
+        println!(
+            "  {name}: {:.1} ns/publish, {doorbells} doorbells",
+            took.as_nanos() as f64 / count as f64
+        );
+        publisher.close()?;
     }
     Ok(())
 }

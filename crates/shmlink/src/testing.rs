@@ -614,6 +614,8 @@ pub struct HostileSubscriber {
     topic_len: usize,
     bell: Region,
     page: Region,
+    /// Our slot in the topic (our bell bit).
+    slot: usize,
 }
 
 impl HostileSubscriber {
@@ -649,6 +651,7 @@ impl HostileSubscriber {
             topic_len,
             bell,
             page,
+            slot: ok.slot as usize,
         })
     }
 
@@ -766,6 +769,26 @@ impl HostileSubscriber {
     /// publisher (a subscriber that trickles progress).
     pub fn store_cursor(&self, cursor: u64) {
         self.cursor_page().advance(cursor, 0, false);
+    }
+
+    /// Announces sleep exactly as a genuine subscriber does (wake-me flag, bell bit),
+    /// whether or not anything is left to read: repeated after every message, it asks
+    /// the publisher for a doorbell per message.
+    pub fn announce_sleep(&self) {
+        // SAFETY: `bell` maps the one-page bell page (page-aligned, writable) for as long
+        // as `self` lives; a BellPage is all atomics, valid for any bytes.
+        let bell = unsafe { &*self.bell.base().as_ptr().cast() };
+        crate::pubsub::ring::arm_subscriber(self.cursor_page(), bell, self.slot);
+    }
+
+    /// Takes every doorbell waiting in our socket; how many there were.
+    pub fn take_doorbells(&self) -> usize {
+        let mut buf = [0u8; 64];
+        let mut n = 0;
+        while socket::recv(self.sock.as_fd(), &mut buf).is_ok_and(|len| len > 0) {
+            n += 1;
+        }
+        n
     }
 }
 

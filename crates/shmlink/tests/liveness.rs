@@ -259,3 +259,86 @@ fn tcp_topic_refuses_remotes_beyond_the_bound() {
     drop(admitted);
     publisher.close().unwrap();
 }
+
+/// A subscriber that announces sleep after every message without reading anything asked
+/// the publisher for a doorbell (a system call) on every publish (issue 13, "lower"). By
+/// the doorbell rule it gets one doorbell, and no more until its cursor moves; an honest
+/// subscriber sleeping between messages on another slot still wakes for every one.
+#[test]
+fn a_subscriber_announcing_sleep_without_reading_costs_one_doorbell() {
+    const COUNT: u64 = 2000;
+    let addr = fresh_addr("shm");
+    let opts = PubSubOptions::default()
+        .slots(64)
+        .max_msg_size(64)
+        .policy(Policy::Overwrite)
+        .wait_policy(shmlink::WaitPolicy::BLOCKING);
+    let mut publisher = Publisher::bind(&addr, &opts).unwrap();
+    let hostile = Arc::new(HostileSubscriber::connect(&addr).unwrap());
+    let mut honest = Subscriber::connect(&addr, &opts).unwrap();
+    honest.set_nonblocking(true);
+    publisher
+        .wait_for_subscribers(2, Duration::from_secs(10))
+        .unwrap();
+
+    // The honest one reads in non-blocking mode and waits on its fd like an event loop:
+    // a doorbell lost to the rule would leave the fd unreadable with a message waiting.
+    let (ack_tx, ack_rx) = mpsc::channel();
+    let reader = thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        let mut next = 0u64;
+        while next < COUNT {
+            match honest.recv(&mut buf) {
+                Ok(n) => {
+                    assert_eq!(&buf[..n], &next.to_le_bytes(), "message {next}");
+                    next += 1;
+                    ack_tx.send(next).unwrap();
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    let mut pfd = libc::pollfd {
+                        fd: std::os::fd::AsRawFd::as_raw_fd(&honest),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd for the duration of the call.
+                    let r = unsafe { libc::poll(&mut pfd, 1, 10_000) };
+                    assert_eq!(
+                        r, 1,
+                        "lost wake-up: message {next} waiting, fd not readable"
+                    );
+                }
+                Err(e) => panic!("message {next}: {e}"),
+            }
+        }
+    });
+    let mut hostile_doorbells = 0;
+    for seq in 0..COUNT {
+        hostile.announce_sleep();
+        publisher.publish(&seq.to_le_bytes()).unwrap();
+        // One message at a time, so the honest subscriber goes back to sleep before each.
+        let acked = ack_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert_eq!(acked, seq + 1);
+        hostile_doorbells += hostile.take_doorbells();
+    }
+    reader.join().unwrap();
+    eprintln!("{COUNT} publishes: the never-reading subscriber got {hostile_doorbells} doorbells");
+    assert!(
+        hostile_doorbells <= 1,
+        "{hostile_doorbells} doorbells to a subscriber whose cursor never moved"
+    );
+
+    // Once its cursor moves (it claims to have read), it is owed a doorbell again — one
+    // per message at most, what an honest subscriber sleeping between messages costs.
+    let mut moved_doorbells = 0;
+    for seq in COUNT..COUNT + 100 {
+        hostile.store_cursor(seq);
+        hostile.announce_sleep();
+        publisher.publish(&seq.to_le_bytes()).unwrap();
+        moved_doorbells += hostile.take_doorbells();
+    }
+    assert!(
+        (1..=100).contains(&moved_doorbells),
+        "{moved_doorbells} doorbells for 100 messages"
+    );
+    publisher.close().unwrap();
+}

@@ -25,6 +25,7 @@ use super::options::{Policy, PubSubOptions};
 use super::publisher::{
     sub_token, token_sub, Leave, Sub, Table, Topic, CHANGED_TOKEN, TIMER_TOKEN,
 };
+use super::ring::LastRing;
 use super::segment::{header_len, BellSegment, CursorSegment, TopicSegment};
 use crate::addr::Address;
 use crate::error::{Error, Result};
@@ -495,6 +496,7 @@ impl Control {
             remote,
             known: start,
             stall: None,
+            last_ring: LastRing::NONE,
         });
         table.count += 1;
         table.joined += 1;

@@ -34,6 +34,7 @@
 //! nobody up for `stall_timeout` (the publisher was idle or kept ahead) is forgotten.
 
 use std::collections::HashMap;
+use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
@@ -44,7 +45,7 @@ use std::time::{Duration, Instant};
 use super::control::LocalAccess;
 use super::fanout::NetSide;
 use super::options::{Policy, PubSubOptions};
-use super::ring::{Geometry, Ring, MAX_SUBSCRIBERS};
+use super::ring::{Geometry, LastRing, Ring, MAX_SUBSCRIBERS};
 use super::segment::{BellSegment, CursorSegment, TopicSegment};
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
@@ -96,6 +97,21 @@ pub(crate) struct Sub {
     /// Its stall window, while it owes the publisher progress (`block` policy; see the
     /// stall rule in the module docs).
     pub stall: Option<StallWindow>,
+    /// Its last doorbell, for the doorbell rule (see `pubsub/ring.rs`).
+    pub last_ring: LastRing,
+}
+
+impl Sub {
+    /// Rings its doorbell if it announced sleep and the doorbell rule asks for one.
+    fn wake(&mut self, ring: &Ring, next: u64) {
+        if let Some(rung) = ring.take_sleeper(self.page.get(), self.last_ring, next) {
+            self.last_ring = if doorbell(self.sock.as_fd()) {
+                rung
+            } else {
+                LastRing::NONE
+            };
+        }
+    }
 }
 
 /// A subscriber that held the publisher up at `since` must reach `target` (the
@@ -221,11 +237,14 @@ impl Topic {
     }
 }
 
-/// Rings a subscriber's doorbell: one byte on its socket. A full socket already holds
-/// doorbells it has not taken; a closed one belongs to a subscriber the control thread
-/// is about to remove.
-fn doorbell(sock: BorrowedFd<'_>) {
-    let _ = socket::send(sock, &[1]);
+/// Rings a subscriber's doorbell: one byte on its socket. Whether a doorbell is now in
+/// the socket: sent, or the socket is full of doorbells not taken yet. A closed socket
+/// belongs to a subscriber the control thread is about to remove.
+fn doorbell(sock: BorrowedFd<'_>) -> bool {
+    match socket::send(sock, &[1]) {
+        Ok(_) => true,
+        Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+    }
 }
 
 /// Publisher statistics.
@@ -506,17 +525,15 @@ impl Publisher {
     #[cold]
     #[inline(never)]
     fn wake(&mut self, bits: [u64; 2]) {
-        let table = self.topic.lock();
+        let mut table = self.topic.lock();
         for (w, mut word) in bits.into_iter().enumerate() {
             while word != 0 {
                 let slot = w * 64 + word.trailing_zeros() as usize;
                 word &= word - 1;
-                let Some(Some(sub)) = table.subs.get(slot) else {
+                let Some(Some(sub)) = table.subs.get_mut(slot) else {
                     continue; // a forged or stale bit: nobody to wake
                 };
-                if self.ring.take_sleeper(sub.page.get()) {
-                    doorbell(sub.sock.as_fd());
-                }
+                sub.wake(&self.ring, self.next);
             }
         }
     }
@@ -546,13 +563,11 @@ impl Publisher {
             // stall window must measure its reading, not a missed wake-up. (The same
             // flag protocol as `wake`, after the fence that followed our last commit.)
             {
-                let table = self.topic.lock();
-                for sub in table.subs.iter().flatten() {
+                let mut table = self.topic.lock();
+                for sub in table.subs.iter_mut().flatten() {
                     if sub.known < need {
                         sub.page.get().arm_publisher();
-                        if self.ring.take_sleeper(sub.page.get()) {
-                            doorbell(sub.sock.as_fd());
-                        }
+                        sub.wake(&self.ring, self.next);
                     }
                 }
             }

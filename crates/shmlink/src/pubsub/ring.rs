@@ -42,6 +42,23 @@
 //!   issues a SeqCst fence and reads the flag. Of two SeqCst fences one comes first, so at
 //!   least one side sees the other's store: no lost wake-up. Only the sleeper sets a flag
 //!   and only the waker clears it (swap), so one announcement costs at most one wake-up.
+//! - *Doorbell rule* ([`Ring::take_sleeper`], [`LastRing`]): a subscriber can announce
+//!   sleep again right after every message without reading anything, and each
+//!   announcement used to cost the publisher a doorbell system call. The publisher now
+//!   remembers, per subscriber, the cursor at its last doorbell if the message at that
+//!   cursor was already published when it rang. While the cursor has not moved, that
+//!   doorbell still wakes the subscriber to a message: it is either unread in its socket,
+//!   or read, and then the subscriber's re-check after announcing (ordered after the
+//!   read, a system call that follows the commit) finds the message and it does not
+//!   sleep. So another doorbell is needed only once the cursor moved, or when the last
+//!   one found nothing to read (the subscriber had read everything: a stale doorbell it
+//!   may drain without moving). The cursor the rule reads is at least the one stored
+//!   before the announcement it read: the flag's Release store and the publisher's
+//!   Acquire load order them. A subscriber thus costs the publisher at most one doorbell per message it
+//!   consumes (what an honest subscriber that sleeps between messages costs), plus the
+//!   topic lock and a few loads per publish while its bit stays set. A skipped
+//!   announcement is left in place (only the flag taken is answered by a doorbell), so
+//!   the next publish reads it, and the cursor stored before it, again.
 //!
 //! # Hostile peers
 //!
@@ -258,10 +275,20 @@ impl CursorPage {
         self.pub_waiting.0.store(1, Ordering::Relaxed);
     }
 
-    /// Publisher: whether the subscriber announced sleep (clearing the announcement).
+    /// Publisher: whether the subscriber announced sleep (leaving the announcement).
+    #[inline]
+    pub fn sub_waiting(&self) -> bool {
+        // SYNC POINT (doorbell rule): Acquire pairs with the Release store in
+        // `arm_subscriber`: the cursor loaded next is at least the one stored before the
+        // announcement read here.
+        self.sub_waiting.0.load(Ordering::Acquire) != 0
+    }
+
+    /// Publisher, after [`sub_waiting`](CursorPage::sub_waiting) saw the announcement:
+    /// clears it; whether it was still there.
     #[inline]
     pub fn take_sub_waiting(&self) -> bool {
-        take(&self.sub_waiting.0)
+        self.sub_waiting.0.swap(0, Ordering::Relaxed) != 0
     }
 
     /// Publisher: mark the subscriber detached (it learns why when its socket closes).
@@ -311,6 +338,17 @@ impl Default for BellPage {
     }
 }
 
+/// What the publisher remembers of its last doorbell to one subscriber (the doorbell
+/// rule in the module docs): the subscriber's cursor then, if the message there was
+/// already published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LastRing(u64);
+
+impl LastRing {
+    /// No doorbell that is sure to wake the subscriber to a message.
+    pub const NONE: LastRing = LastRing(u64::MAX);
+}
+
 /// Clears a flag if it is set; whether it was. The load first keeps the line shared
 /// while the flag is clear (the common case).
 #[inline(always)]
@@ -324,7 +362,9 @@ fn take(flag: &AtomicU32) -> bool {
 /// bit is ours: clear it with [`disarm_subscriber`] once awake and busy again, so the
 /// publisher stops looking at our flag.
 pub fn arm_subscriber(page: &CursorPage, bell: &BellPage, slot: usize) {
-    page.sub_waiting.0.store(1, Ordering::Relaxed);
+    // SYNC POINT (doorbell rule): Release pairs with the Acquire in
+    // `CursorPage::sub_waiting`: our cursor store precedes this one.
+    page.sub_waiting.0.store(1, Ordering::Release);
     let (w, bit) = bell.word(slot);
     w.fetch_or(bit, Ordering::Relaxed);
     // SYNC POINT (notify, subscriber sleeps): pairs with the fence in
@@ -491,13 +531,31 @@ impl Ring {
         ]
     }
 
-    /// After [`sleepers`](Ring::sleepers) reported a subscriber's bit: takes its flag;
-    /// whether it must be woken. A bit without a flag (a subscriber that was woken and
-    /// has not cleared its bit yet, or a forged bit) costs one load. The bit is left to
-    /// its subscriber.
+    /// After [`sleepers`](Ring::sleepers) reported a subscriber's bit: takes its flag
+    /// and applies the doorbell rule (module docs) with `last`, what the publisher
+    /// remembers of its last doorbell to it, and `next`, the publisher's next position.
+    /// `Some` if it must be rung: store the value in `last` once the doorbell is in its
+    /// socket, [`LastRing::NONE`] if it could not be delivered. A bit without a flag (a
+    /// subscriber that was woken and has not cleared its bit yet, or a forged bit) costs
+    /// one load. The bit is left to its subscriber.
     #[inline]
-    pub fn take_sleeper(&self, page: &CursorPage) -> bool {
-        page.take_sub_waiting()
+    pub fn take_sleeper(&self, page: &CursorPage, last: LastRing, next: u64) -> Option<LastRing> {
+        if !page.sub_waiting() {
+            return None;
+        }
+        // Any value a hostile subscriber stores here only changes its own doorbells.
+        let cursor = page.load_cursor();
+        // The flag stays set when the rule skips: only a flag taken is answered by a
+        // doorbell, so every announcement is either answered or still there to be read
+        // again, with the cursor stored before it, at the next publish.
+        if cursor == last.0 || !page.take_sub_waiting() {
+            return None;
+        }
+        Some(if cursor < next {
+            LastRing(cursor)
+        } else {
+            LastRing::NONE
+        })
     }
 
     /// Publisher, after reclaiming a dead subscriber's slot: clears the bit it may have
@@ -742,6 +800,33 @@ mod tests {
     }
 
     #[test]
+    fn the_doorbell_rule_rings_again_once_the_cursor_moves() {
+        let page = CursorPage::new(0);
+        let bell = BellPage::new();
+        let mut h = HeapRing::new(2, 32);
+        let r = h.ring();
+        // Message 0 is published and the subscriber at 0 announced: ring, remember 0.
+        arm_subscriber(&page, &bell, 0);
+        let last = r.take_sleeper(&page, LastRing::NONE, 1).unwrap();
+        assert_eq!(last, LastRing(0));
+        // It announces again without reading: no doorbell, and the announcement stays.
+        arm_subscriber(&page, &bell, 0);
+        for next in 2..10 {
+            assert_eq!(r.take_sleeper(&page, last, next), None);
+        }
+        assert!(page.sub_waiting());
+        // Once it moved, it is owed one; at the end of what is published, that doorbell
+        // finds nothing to read, so the next one is not skipped either.
+        page.advance(10, 0, false);
+        assert_eq!(r.take_sleeper(&page, last, 10), Some(LastRing::NONE));
+        arm_subscriber(&page, &bell, 0);
+        assert_eq!(
+            r.take_sleeper(&page, LastRing::NONE, 11),
+            Some(LastRing(10))
+        );
+    }
+
+    #[test]
     fn wake_flags_are_taken_once() {
         let page = CursorPage::new(0);
         let bell = BellPage::new();
@@ -750,8 +835,8 @@ mod tests {
         assert_eq!(r.sleepers(&bell), [0, 0]);
         arm_subscriber(&page, &bell, 70);
         assert_eq!(r.sleepers(&bell), [0, 1 << 6]);
-        assert!(r.take_sleeper(&page));
-        assert!(!r.take_sleeper(&page));
+        assert_eq!(r.take_sleeper(&page, LastRing::NONE, 1), Some(LastRing(0)));
+        assert_eq!(r.take_sleeper(&page, LastRing::NONE, 1), None);
         disarm_subscriber(&bell, 70);
         assert_eq!(r.sleepers(&bell), [0, 0]);
         // The publisher's wait-for-you flag, taken by the subscriber's advance.
