@@ -52,13 +52,14 @@
 //!   read, a system call that follows the commit) finds the message and it does not
 //!   sleep. So another doorbell is needed only once the cursor moved, or when the last
 //!   one found nothing to read (the subscriber had read everything: a stale doorbell it
-//!   may drain without moving). The cursor the rule reads is at least the one stored
-//!   before the announcement it read: the flag's Release store and the publisher's
-//!   Acquire load order them. A subscriber thus costs the publisher at most one doorbell per message it
+//!   may drain without moving). The cursor the rule reads after its fence is at least
+//!   the one stored before the subscriber's fence when the subscriber's re-check missed
+//!   the commit (the same pair of fences as the wake-up itself). A subscriber thus costs the publisher at most one doorbell per message it
 //!   consumes (what an honest subscriber that sleeps between messages costs), plus the
-//!   topic lock and a few loads per publish while its bit stays set. A skipped
-//!   announcement is left in place (only the flag taken is answered by a doorbell), so
-//!   the next publish reads it, and the cursor stored before it, again.
+//!   topic lock and a few loads per publish while its bit stays set. A skip leaves the
+//!   announcement in place (only a flag taken is answered by a doorbell; a version that
+//!   took it and then skipped lost a wake-up in the loom model), so the next publish
+//!   looks again.
 //!
 //! # Hostile peers
 //!
@@ -275,20 +276,10 @@ impl CursorPage {
         self.pub_waiting.0.store(1, Ordering::Relaxed);
     }
 
-    /// Publisher: whether the subscriber announced sleep (leaving the announcement).
-    #[inline]
-    pub fn sub_waiting(&self) -> bool {
-        // SYNC POINT (doorbell rule): Acquire pairs with the Release store in
-        // `arm_subscriber`: the cursor loaded next is at least the one stored before the
-        // announcement read here.
-        self.sub_waiting.0.load(Ordering::Acquire) != 0
-    }
-
-    /// Publisher, after [`sub_waiting`](CursorPage::sub_waiting) saw the announcement:
-    /// clears it; whether it was still there.
+    /// Publisher: whether the subscriber announced sleep (clearing the announcement).
     #[inline]
     pub fn take_sub_waiting(&self) -> bool {
-        self.sub_waiting.0.swap(0, Ordering::Relaxed) != 0
+        take(&self.sub_waiting.0)
     }
 
     /// Publisher: mark the subscriber detached (it learns why when its socket closes).
@@ -362,9 +353,7 @@ fn take(flag: &AtomicU32) -> bool {
 /// bit is ours: clear it with [`disarm_subscriber`] once awake and busy again, so the
 /// publisher stops looking at our flag.
 pub fn arm_subscriber(page: &CursorPage, bell: &BellPage, slot: usize) {
-    // SYNC POINT (doorbell rule): Release pairs with the Acquire in
-    // `CursorPage::sub_waiting`: our cursor store precedes this one.
-    page.sub_waiting.0.store(1, Ordering::Release);
+    page.sub_waiting.0.store(1, Ordering::Relaxed);
     let (w, bit) = bell.word(slot);
     w.fetch_or(bit, Ordering::Relaxed);
     // SYNC POINT (notify, subscriber sleeps): pairs with the fence in
@@ -540,14 +529,12 @@ impl Ring {
     /// one load. The bit is left to its subscriber.
     #[inline]
     pub fn take_sleeper(&self, page: &CursorPage, last: LastRing, next: u64) -> Option<LastRing> {
-        if !page.sub_waiting() {
-            return None;
-        }
-        // Any value a hostile subscriber stores here only changes its own doorbells.
+        // The cursor first: when the rule skips, the flag (a line a hostile subscriber
+        // may write without pause) is not touched and stays set, so only a flag taken is
+        // answered by a doorbell and every announcement is either answered or still there
+        // at the next publish. Any value a hostile subscriber stores in its cursor only
+        // changes its own doorbells.
         let cursor = page.load_cursor();
-        // The flag stays set when the rule skips: only a flag taken is answered by a
-        // doorbell, so every announcement is either answered or still there to be read
-        // again, with the cursor stored before it, at the next publish.
         if cursor == last.0 || !page.take_sub_waiting() {
             return None;
         }
@@ -814,7 +801,8 @@ mod tests {
         for next in 2..10 {
             assert_eq!(r.take_sleeper(&page, last, next), None);
         }
-        assert!(page.sub_waiting());
+        assert!(page.take_sub_waiting());
+        arm_subscriber(&page, &bell, 0);
         // Once it moved, it is owed one; at the end of what is published, that doorbell
         // finds nothing to read, so the next one is not skipped either.
         page.advance(10, 0, false);
