@@ -54,9 +54,10 @@
 //!   one found nothing to read (the subscriber had read everything: a stale doorbell it
 //!   may drain without moving). The cursor the rule reads after its fence is at least
 //!   the one stored before the subscriber's fence when the subscriber's re-check missed
-//!   the commit (the same pair of fences as the wake-up itself). A subscriber thus costs the publisher at most one doorbell per message it
-//!   consumes (what an honest subscriber that sleeps between messages costs), plus the
-//!   topic lock and a few loads per publish while its bit stays set. A skip leaves the
+//!   the commit (the same pair of fences as the wake-up itself). A subscriber thus
+//!   costs the publisher at most one doorbell per message it consumes (what an honest
+//!   subscriber that sleeps between messages costs), plus the topic lock and a few
+//!   loads per publish while its bit stays set. A skip leaves the
 //!   announcement in place (only a flag taken is answered by a doorbell; a version that
 //!   took it and then skipped lost a wake-up in the loom model), so the next publish
 //!   looks again.
@@ -520,13 +521,13 @@ impl Ring {
         ]
     }
 
-    /// After [`sleepers`](Ring::sleepers) reported a subscriber's bit: takes its flag
-    /// and applies the doorbell rule (module docs) with `last`, what the publisher
-    /// remembers of its last doorbell to it, and `next`, the publisher's next position.
+    /// After [`sleepers`](Ring::sleepers) reported a subscriber's bit: applies the
+    /// doorbell rule (module docs) with `last`, what the publisher remembers of its last
+    /// doorbell to it, and `next`, the publisher's next position, then takes its flag.
     /// `Some` if it must be rung: store the value in `last` once the doorbell is in its
     /// socket, [`LastRing::NONE`] if it could not be delivered. A bit without a flag (a
     /// subscriber that was woken and has not cleared its bit yet, or a forged bit) costs
-    /// one load. The bit is left to its subscriber.
+    /// two loads. The bit is left to its subscriber.
     #[inline]
     pub fn take_sleeper(&self, page: &CursorPage, last: LastRing, next: u64) -> Option<LastRing> {
         // The cursor first: when the rule skips, the flag (a line a hostile subscriber
