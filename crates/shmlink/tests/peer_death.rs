@@ -27,7 +27,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdout, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -654,15 +654,7 @@ struct ChildProc {
 
 impl ChildProc {
     fn spawn(role: Role, addr: &str) -> ChildProc {
-        let exe = std::env::current_exe().unwrap();
-        let mut child = Command::new(exe)
-            .args([
-                "--ignored",
-                "--exact",
-                "child_main",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+        let mut child = rerun_ignored("child_main")
             .env(ROLE_VAR, role.name())
             .env(ADDR_VAR, addr)
             .stdin(Stdio::piped())

@@ -218,22 +218,27 @@ pub fn expect_eos(conn: &mut Connection) {
     assert_eq!(e.kind(), ErrorKind::EndOfStream, "{e}");
 }
 
+/// This test binary, to run only its ignored test `test` (a child role the tests start;
+/// ignored so that it does not count as a test of its own).
+pub fn rerun_ignored(test: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        test,
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    cmd
+}
+
 /// This test binary's ignored test `child`, re-run as `uid`/`gid` with `env` (how the
 /// access tests play another user; dropping privileges from root, std also clears the
 /// supplementary groups).
 pub fn child_as(uid: u32, gid: u32, env: &[(&str, &str)]) -> std::process::Command {
     use std::os::unix::process::CommandExt;
-    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "--exact",
-        "child",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .envs(env.iter().copied())
-    .uid(uid)
-    .gid(gid);
+    let mut cmd = rerun_ignored("child");
+    cmd.envs(env.iter().copied()).uid(uid).gid(gid);
     cmd
 }
 

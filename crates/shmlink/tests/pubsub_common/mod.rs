@@ -11,11 +11,11 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, ExitStatus, Stdio};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::checksum;
+use crate::common::{checksum, rerun_ignored};
 use shmlink::{ErrorKind, Options, PubSubOptions, Publisher, Subscriber};
 
 /// Environment variable carrying a child's role; absent in normal test runs.
@@ -317,15 +317,7 @@ pub struct ChildProc {
 
 impl ChildProc {
     pub fn spawn(role: &str, addr: &str, arg: &str) -> ChildProc {
-        let exe = std::env::current_exe().unwrap();
-        let mut child = Command::new(exe)
-            .args([
-                "--ignored",
-                "--exact",
-                "child_main",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+        let mut child = rerun_ignored("child_main")
             .env(ROLE_VAR, role)
             .env(ADDR_VAR, addr)
             .env(ARG_VAR, arg)
