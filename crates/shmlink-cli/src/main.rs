@@ -12,6 +12,7 @@ mod error;
 mod help;
 mod ls;
 mod pong;
+mod pong_args;
 mod report;
 mod server;
 mod spawn;

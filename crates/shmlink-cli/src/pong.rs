@@ -7,9 +7,10 @@ use std::time::Instant;
 
 use shmlink::{ErrorKind, Listener, Options, MAX_MSG_SIZE_LIMIT};
 
-use crate::args::{format_size, Pinning, PongArgs, Role};
+use crate::args::format_size;
 use crate::client;
 use crate::error::{Context, Result, RunError};
+use crate::pong_args::{Pinning, PongArgs, Role};
 use crate::report::{RunResult, Table};
 use crate::server;
 use crate::spawn::{connect_retry, die_with_parent, ServerProcess, START_TIMEOUT};

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use shmlink::{Address, Connection, ErrorKind, Options};
 
-use crate::args::PongArgs;
 use crate::error::{Context, Result, RunError};
+use crate::pong_args::PongArgs;
 
 /// How long a server may take to start listening, and a client to get connected.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
