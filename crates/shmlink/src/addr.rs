@@ -15,14 +15,8 @@ const SUN_PATH_MAX: usize = 107;
 /// rendezvous directory and the `.sock` suffix).
 const NAME_MAX: usize = 64;
 
-/// Where a Unix socket lives: a file system path or a name in the abstract namespace.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum UnixName {
-    /// A socket file.
-    Path(PathBuf),
-    /// A name in the abstract namespace (no file; visible within one network namespace).
-    Abstract(String),
-}
+/// Where a Unix socket lives (defined with the socket calls, in `shmlink-sys`).
+pub use crate::sys::socket::UnixName;
 
 /// A parsed address.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 
-use super::{owned, page_size, syscall};
+use crate::{owned, page_size, syscall};
 
 /// The seals every segment carries before it is shared: nobody can shrink it (SIGBUS on
 /// the other side), grow it, or change the seals.
