@@ -50,7 +50,10 @@ pub use libc;
 #[macro_export]
 macro_rules! syscall {
     ($fn:ident ( $($arg:expr),* $(,)? )) => {{
-        #[allow(unused_unsafe)]
+        // The arguments are expanded inside the unsafe block: that is the macro's contract
+        // (every call site carries a SAFETY comment for them), so the lint against it is
+        // allowed here rather than at each call.
+        #[allow(unused_unsafe, clippy::macro_metavars_in_unsafe)]
         // SAFETY: the caller of the macro guarantees the arguments are valid for `$fn`;
         // each call site states why in its own SAFETY comment.
         let res = unsafe { $crate::libc::$fn($($arg),*) };
