@@ -174,6 +174,12 @@ pub fn page_size() -> usize {
     }
 }
 
+/// This process's real uid.
+pub fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
 /// This process's effective uid.
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.

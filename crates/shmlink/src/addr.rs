@@ -229,8 +229,7 @@ pub fn rendezvous_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         return Path::new(&d).join("shmlink");
     }
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
+    let uid = crate::sys::uid();
     PathBuf::from(format!("/tmp/shmlink-{uid}"))
 }
 

@@ -65,7 +65,10 @@ const PREFETCH_AHEAD: usize = 512;
 /// Asks for the cache line at `p` in a writable state (x86 `prefetchw`); a hint only.
 #[inline(always)]
 fn prefetch_write(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
+    // Miri cannot run inline assembly; a hint can be left out.
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
+    let _ = p;
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: prefetchw is a hint: it never faults or changes memory, whatever the address.
     unsafe {
         std::arch::asm!("prefetchw [{}]", in(reg) p, options(nostack, preserves_flags, readonly));
@@ -75,7 +78,9 @@ fn prefetch_write(p: *const u8) {
 /// Asks for the cache line at `p` for reading; a hint only.
 #[inline(always)]
 fn prefetch_read(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
+    let _ = p;
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: prefetcht0 is a hint: it never faults or changes memory, whatever the address.
     unsafe {
         std::arch::asm!("prefetcht0 [{}]", in(reg) p, options(nostack, preserves_flags, readonly));
@@ -751,6 +756,7 @@ mod tests {
     /// A failed `membarrier` must not let a side sleep: the waker, which fenced only
     /// against the compiler, may not see the announcement, and the wake-up would be lost.
     #[test]
+    #[cfg_attr(miri, ignore = "membarrier(2) is a system call miri does not emulate")]
     fn a_failed_membarrier_means_do_not_sleep() {
         let mut h = HeapRing::new(256);
         let (mut p, mut c) = (
