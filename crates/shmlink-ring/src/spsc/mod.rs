@@ -36,8 +36,8 @@
 //! cannot write ours: the kernel refuses it a writable mapping). Every position and record
 //! header it wrote is read once into a local, validated against what this side
 //! knows (monotonicity, alignment, capacity, bytes available), and a bad value becomes a
-//! [`Violation`](crate::Violation). Reads and writes
-//! stay within the doubly-mapped `2 * cap` bytes whatever the peer does.
+//! [`Violation`]. Reads and writes stay within the doubly-mapped `2 * cap` bytes whatever
+//! the peer does.
 
 use std::ptr::NonNull;
 
