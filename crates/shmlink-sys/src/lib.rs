@@ -23,6 +23,8 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
+#![warn(missing_docs)]
+
 #[cfg(not(target_os = "linux"))]
 compile_error!("shmlink-sys supports Linux only (memfd seals, epoll, membarrier)");
 

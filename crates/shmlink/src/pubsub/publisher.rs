@@ -97,7 +97,7 @@ pub(crate) struct Sub {
     /// Its stall window, while it owes the publisher progress (`block` policy; see the
     /// stall rule in the module docs).
     pub stall: Option<StallWindow>,
-    /// Its last doorbell, for the doorbell rule (see `pubsub/ring.rs`).
+    /// Its last doorbell, for the doorbell rule (see `shmlink_ring::broadcast`).
     pub last_ring: LastRing,
 }
 
