@@ -25,9 +25,9 @@ cargo test --workspace 2>&1 | tee -a "$log"
 echo "== hostile publisher geometries, release build (wrapping arithmetic is silent there)"
 cargo test --release -p shmlink --test hostile_publisher 2>&1 | tee -a "$log"
 
-echo "== loom models (ring + wake-up protocol)${long:+, the ignored ones too}"
+echo "== loom models (SPSC + broadcast rings, wake-up protocols)${long:+, the ignored ones too}"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
-  cargo test -p shmlink --lib --release loom ${long:+-- --include-ignored} 2>&1 | tee -a "$log"
+  cargo test -p shmlink-ring --release loom ${long:+-- --include-ignored} 2>&1 | tee -a "$log"
 
 : "${FUZZ_SECONDS:=${long:+300}}"
 echo "== fuzz targets, ${FUZZ_SECONDS:=30} s each (longer: FUZZ_SECONDS=600 scripts/test.sh)"

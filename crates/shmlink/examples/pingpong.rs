@@ -36,7 +36,7 @@ fn main() -> shmlink::Result<()> {
         .unwrap_or_else(|| format!("shm:pingpong-{}", std::process::id()));
     let default = if stream { 20_000_000 } else { 200_000 };
     let count = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(default);
-    shmlink::pin_to_cpu(0).ok();
+    shmlink_sys::pin_to_cpu(0).ok();
     let mut listener = Listener::bind(&addr, &Options::default())?;
     let role = if stream { "--stream-child" } else { "--child" };
     let mut child: Child = Command::new(std::env::current_exe().expect("own path"))
@@ -58,7 +58,7 @@ fn main() -> shmlink::Result<()> {
 
 /// The child: echo every message, or drain them, until the parent closes.
 fn child(addr: &str, drain: bool) -> shmlink::Result<()> {
-    shmlink::pin_to_cpu(1).ok();
+    shmlink_sys::pin_to_cpu(1).ok();
     let mut conn = Connection::connect(addr, &Options::default())?;
     let mut buf = [0u8; 64];
     loop {
@@ -123,9 +123,9 @@ fn idle(secs: u64) -> shmlink::Result<()> {
         .spawn()
         .expect("spawn the child");
     let result = listener.accept().and_then(|mut conn| {
-        let before = shmlink::cpu_time();
+        let before = shmlink_sys::cpu_time();
         let msg = conn.recv_vec()?; // the child sends after `secs`
-        let used = shmlink::cpu_time() - before;
+        let used = shmlink_sys::cpu_time() - before;
         println!("{addr}: listener side blocked in recv for {secs} s used {used:?} of CPU");
         std::thread::sleep(std::time::Duration::from_secs(secs)); // the child's turn
         conn.send(&msg)
@@ -139,9 +139,9 @@ fn idle_child(addr: &str, secs: u64) -> shmlink::Result<()> {
     let mut conn = Connection::connect(addr, &Options::default())?;
     std::thread::sleep(std::time::Duration::from_secs(secs)); // the listener's turn
     conn.send(b"wake")?;
-    let before = shmlink::cpu_time();
+    let before = shmlink_sys::cpu_time();
     conn.recv_vec()?;
-    let used = shmlink::cpu_time() - before;
+    let used = shmlink_sys::cpu_time() - before;
     println!("{addr}: connecting side blocked in recv for {secs} s used {used:?} of CPU");
     Ok(())
 }

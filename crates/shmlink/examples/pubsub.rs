@@ -103,7 +103,7 @@ fn spawn_sub(addr: &str, mode: &str, cpu: usize) -> Child {
 /// A subscriber process: `latency` reports percentiles of one-way delays, `drain` reads
 /// until the end.
 fn subscriber(addr: &str, mode: &str, cpu: usize) -> shmlink::Result<()> {
-    shmlink::pin_to_cpu(cpu).ok();
+    shmlink_sys::pin_to_cpu(cpu).ok();
     let mut sub = Subscriber::connect(addr, &PubSubOptions::default())?;
     let mut buf = [0u8; 64];
     let mut delays = Vec::new();
@@ -141,7 +141,7 @@ fn subscriber(addr: &str, mode: &str, cpu: usize) -> shmlink::Result<()> {
 }
 
 fn latency(count: usize) -> shmlink::Result<()> {
-    shmlink::pin_to_cpu(0).ok();
+    shmlink_sys::pin_to_cpu(0).ok();
     let addr = format!("shm:pubsub-lat-{}", std::process::id());
     let opts = PubSubOptions::default().slots(1024).max_msg_size(64);
     let mut publisher = Publisher::bind(&addr, &opts)?;
@@ -164,7 +164,7 @@ fn latency(count: usize) -> shmlink::Result<()> {
 }
 
 fn cpu(count: u64, subs: Vec<usize>) -> shmlink::Result<()> {
-    shmlink::pin_to_cpu(0).ok();
+    shmlink_sys::pin_to_cpu(0).ok();
     let n_cpus = cpus();
     println!(
         "publisher CPU per 64-byte message ({count} messages, publisher on CPU 0, subscribers on CPUs 1..{}):",
@@ -229,11 +229,11 @@ fn stream(
     let result = (|| {
         publisher.wait_for_subscribers(n, Duration::from_secs(10))?;
         let msg = [7u8; 64];
-        let (t, cpu) = (Instant::now(), shmlink::cpu_time());
+        let (t, cpu) = (Instant::now(), shmlink_sys::cpu_time());
         for _ in 0..count {
             publisher.publish(&msg)?;
         }
-        let published = (t.elapsed(), shmlink::cpu_time() - cpu);
+        let published = (t.elapsed(), shmlink_sys::cpu_time() - cpu);
         let stats = publisher.stats();
         publisher.close()?;
         Ok::<_, shmlink::Error>((t, cpu, published, stats))
@@ -243,7 +243,7 @@ fn stream(
     }
     let (t, cpu, published, stats) = result?;
     let (elapsed, cpu) = if delivered {
-        (t.elapsed(), shmlink::cpu_time() - cpu)
+        (t.elapsed(), shmlink_sys::cpu_time() - cpu)
     } else {
         published
     };
@@ -251,7 +251,7 @@ fn stream(
 }
 
 fn net(count: u64, subs: Vec<usize>) -> shmlink::Result<()> {
-    shmlink::pin_to_cpu(0).ok();
+    shmlink_sys::pin_to_cpu(0).ok();
     let n_cpus = cpus();
     println!(
         "tcp fan-out of 64-byte messages under block ({count} messages, publisher on CPU 0, subscribers on CPUs 1..{}):",
@@ -274,7 +274,7 @@ fn hostile(count: u64) -> shmlink::Result<()> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
 
-    shmlink::pin_to_cpu(0).ok();
+    shmlink_sys::pin_to_cpu(0).ok();
     println!("publisher wall time per 64-byte publish ({count} messages, overwrite, CPU 0; the hostile subscriber a thread on CPU 1):");
     for (name, hostile, moves) in [
         ("no subscriber", false, false),
@@ -297,7 +297,7 @@ fn hostile(count: u64) -> shmlink::Result<()> {
             let h = shmlink::testing::HostileSubscriber::connect(&addr).expect("subscribe");
             let (stop, published) = (stop.clone(), published.clone());
             std::thread::spawn(move || {
-                shmlink::pin_to_cpu(1).ok();
+                shmlink_sys::pin_to_cpu(1).ok();
                 // Announcing as often as it can; doorbells taken now and then, so that
                 // its socket does not fill up (a full one costs the publisher the same
                 // failing system call).

@@ -15,14 +15,8 @@ const SUN_PATH_MAX: usize = 107;
 /// rendezvous directory and the `.sock` suffix).
 const NAME_MAX: usize = 64;
 
-/// Where a Unix socket lives: a file system path or a name in the abstract namespace.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum UnixName {
-    /// A socket file.
-    Path(PathBuf),
-    /// A name in the abstract namespace (no file; visible within one network namespace).
-    Abstract(String),
-}
+/// Where a Unix socket lives (defined with the socket calls, in `shmlink-sys`).
+pub use crate::sys::socket::UnixName;
 
 /// A parsed address.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -235,8 +229,7 @@ pub fn rendezvous_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         return Path::new(&d).join("shmlink");
     }
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
+    let uid = crate::sys::uid();
     PathBuf::from(format!("/tmp/shmlink-{uid}"))
 }
 

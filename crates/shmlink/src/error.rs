@@ -206,6 +206,14 @@ impl From<Error> for io::Error {
     }
 }
 
+/// A ring's [`Violation`](shmlink_ring::Violation) is the peer's protocol violation, with
+/// the ring's message.
+impl From<shmlink_ring::Violation> for Error {
+    fn from(v: shmlink_ring::Violation) -> Error {
+        Error::violation(v.message())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -62,13 +62,15 @@ mod error;
 mod notify;
 mod options;
 mod pubsub;
-mod ring;
 mod status;
-mod sync;
-mod sys;
 mod transport;
 mod trust;
 mod view;
+
+// The lower layers, crates of their own, under the paths the modules have always used.
+use shmlink_ring::spsc as ring;
+use shmlink_ring::sync;
+use shmlink_sys as sys;
 
 #[doc(hidden)]
 pub mod testing;
@@ -93,5 +95,3 @@ pub use status::{
     DEFAULT_INSPECT_TIMEOUT,
 };
 pub use view::SharedBytes;
-
-pub use sys::{cpu_time, pin_to_cpu};

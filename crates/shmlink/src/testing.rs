@@ -289,7 +289,7 @@ pub fn fake_listener(
             if let Ok(Some(s)) = socket::accept(listen.as_fd()) {
                 break s;
             }
-            let _ = crate::sys::poll_fd(listen.as_fd(), libc::POLLIN, None);
+            let _ = crate::sys::poll_fd(listen.as_fd(), crate::sys::Interest::READABLE, None);
         };
         let mut buf = [0u8; MAX_PACKET];
         let deadline = Instant::now() + Duration::from_secs(5);

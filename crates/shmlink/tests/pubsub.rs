@@ -54,12 +54,12 @@ fn fan_out(subs: usize, total: u64) {
         .map(|_| ChildProc::spawn("reader", &addr, ""))
         .collect();
     publisher.wait_for_subscribers(subs, WAIT).unwrap();
-    let cpu = shmlink::cpu_time();
+    let cpu = shmlink_sys::cpu_time();
     let t = Instant::now();
     for seq in 0..total {
         publish(&mut publisher, seq);
     }
-    let (elapsed, cpu) = (t.elapsed(), shmlink::cpu_time() - cpu);
+    let (elapsed, cpu) = (t.elapsed(), shmlink_sys::cpu_time() - cpu);
     let stats = publisher.stats();
     assert_eq!(stats.detached, 0, "{stats:?}");
     publisher.close().unwrap();

@@ -30,7 +30,7 @@ use super::segment::{header_len, BellSegment, CursorSegment, TopicSegment};
 use crate::addr::Address;
 use crate::error::{Error, Result};
 use crate::sync::{fence, AtomicU64, Ordering};
-use crate::sys::{socket, Epoll, TimerFd};
+use crate::sys::{self, socket, Epoll, Event, Interest, TimerFd};
 use crate::transport::shm::handshake::{RefuseCode, Token};
 use crate::transport::shm::{bind_rendezvous, remove_socket_file, SocketFile};
 use crate::trust;
@@ -77,7 +77,7 @@ struct Control {
     /// Read end of the stop signal (registered in the epoll set; kept open here).
     _stop: OwnedFd,
     pending: Vec<Pending>,
-    events: Vec<(u64, u32)>,
+    events: Vec<Event>,
 }
 
 /// Creates the topic, binds its socket at `addr` (unless `access` is
@@ -100,11 +100,19 @@ pub(crate) fn start(
     let (pub_epoll, ctl_epoll) = (epoll()?, epoll()?);
     let timer = TimerFd::new().map_err(|e| Error::io("timerfd", e))?;
     pub_epoll
-        .add(timer.fd().as_raw_fd(), libc::EPOLLIN as u32, TIMER_TOKEN)
+        .add(
+            timer.fd().as_raw_fd(),
+            Interest::READABLE,
+            sys::Token(TIMER_TOKEN),
+        )
         .map_err(|e| Error::io("epoll", e))?;
     let changed = socket::seqpacket_pair().map_err(|e| Error::io("socketpair", e))?;
     pub_epoll
-        .add(changed.1.as_raw_fd(), libc::EPOLLIN as u32, CHANGED_TOKEN)
+        .add(
+            changed.1.as_raw_fd(),
+            Interest::READABLE,
+            sys::Token(CHANGED_TOKEN),
+        )
         .map_err(|e| Error::io("epoll", e))?;
     let (listen, file) = match access {
         LocalAccess::None => (None, None),
@@ -117,15 +125,23 @@ pub(crate) fn start(
     let ctl_err = |e| Error::io("epoll", e);
     if let Some(listen) = &listen {
         ctl_epoll
-            .add(listen.as_raw_fd(), libc::EPOLLIN as u32, LISTEN_TOKEN)
+            .add(
+                listen.as_raw_fd(),
+                Interest::READABLE,
+                sys::Token(LISTEN_TOKEN),
+            )
             .map_err(ctl_err)?;
     }
     ctl_epoll
-        .add(stop.as_raw_fd(), libc::EPOLLIN as u32, STOP_TOKEN)
+        .add(stop.as_raw_fd(), Interest::READABLE, sys::Token(STOP_TOKEN))
         .map_err(ctl_err)?;
     let inject = socket::seqpacket_pair().map_err(|e| Error::io("socketpair", e))?;
     ctl_epoll
-        .add(inject.1.as_raw_fd(), libc::EPOLLIN as u32, INJECT_TOKEN)
+        .add(
+            inject.1.as_raw_fd(),
+            Interest::READABLE,
+            sys::Token(INJECT_TOKEN),
+        )
         .map_err(ctl_err)?;
     let topic = Arc::new(Topic {
         addr: addr.to_string(),
@@ -181,7 +197,7 @@ impl Control {
                 // for the stop signal.
                 events.clear();
             }
-            for &(token, _) in &events {
+            for token in events.iter().map(|e| e.token().0) {
                 match token {
                     STOP_TOKEN => {
                         remove_socket_file(&self.file);
@@ -257,7 +273,7 @@ impl Control {
         if self
             .topic
             .ctl_epoll
-            .add(fd, libc::EPOLLIN as u32, PENDING_BIT | fd as u64)
+            .add(fd, Interest::READABLE, sys::Token(PENDING_BIT | fd as u64))
             .is_ok()
         {
             self.pending.push(Pending {
@@ -450,11 +466,11 @@ impl Control {
         let fd = sock.as_raw_fd();
         let registered = topic
             .pub_epoll
-            .add(fd, libc::EPOLLIN as u32, token)
+            .add(fd, Interest::READABLE, sys::Token(token))
             .and_then(|()| {
                 topic
                     .ctl_epoll
-                    .add(fd, (libc::EPOLLRDHUP | libc::EPOLLHUP) as u32, token)
+                    .add(fd, Interest::READ_CLOSED, sys::Token(token))
             });
         let subscribed = Subscribed {
             slot: slot as u32,

@@ -53,7 +53,7 @@ use super::wire::{self, BatchBuf, Record, RefuseCode, BATCH_BYTES, FLAG_LOCAL_OK
 use crate::addr::{rendezvous_dir, Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Role;
-use crate::sys::{socket, Epoll};
+use crate::sys::{self, socket, Epoll, Interest};
 use crate::transport::shm::handshake::Token;
 use crate::transport::{auto, ConnOps, ListenerOps};
 
@@ -153,12 +153,12 @@ pub(crate) fn spawn(plan: NetPlan, topic: Arc<Topic>) -> Result<NetSide> {
     epoll
         .add(
             plan.listener.fd().as_raw_fd(),
-            libc::EPOLLIN as u32,
-            LISTEN_TOKEN,
+            Interest::READABLE,
+            sys::Token(LISTEN_TOKEN),
         )
         .map_err(ctx)?;
     epoll
-        .add(stop.as_raw_fd(), libc::EPOLLIN as u32, STOP_TOKEN)
+        .add(stop.as_raw_fd(), Interest::READABLE, sys::Token(STOP_TOKEN))
         .map_err(ctx)?;
     let shm_text = format!("{}", plan.shm);
     let mut fanout = Fanout {
@@ -315,7 +315,7 @@ impl Fanout {
                 break;
             }
             let mut turn: Vec<u64> = std::mem::take(&mut self.again);
-            for &(token, _) in &events {
+            for token in events.iter().map(|e| e.token().0) {
                 match token {
                     LISTEN_TOKEN => self.accept(),
                     STOP_TOKEN => self.start_closing(),
@@ -371,7 +371,11 @@ impl Fanout {
             self.next_id += 1;
             if self
                 .epoll
-                .add(conn.fd().as_raw_fd(), libc::EPOLLIN as u32, conn_token(id))
+                .add(
+                    conn.fd().as_raw_fd(),
+                    Interest::READABLE,
+                    sys::Token(conn_token(id)),
+                )
                 .is_err()
             {
                 continue;
@@ -469,7 +473,8 @@ impl Fanout {
         };
         let fd = sub.as_raw_fd();
         let res = if on {
-            self.epoll.add(fd, libc::EPOLLIN as u32, ring_token(id))
+            self.epoll
+                .add(fd, Interest::READABLE, sys::Token(ring_token(id)))
         } else {
             self.epoll.delete(fd)
         };

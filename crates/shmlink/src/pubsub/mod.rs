@@ -52,14 +52,11 @@ pub(crate) mod handshake;
 mod options;
 mod publisher;
 mod remote;
-pub(crate) mod ring;
+pub(crate) use shmlink_ring::broadcast as ring;
 pub(crate) mod segment;
 pub(crate) mod shm_subscriber;
 pub(crate) mod subscriber;
 pub(crate) mod wire;
-
-#[cfg(all(test, loom))]
-mod loom_model;
 
 pub use options::{Policy, PubSubOptions};
 pub use publisher::{Loan, Publisher, PublisherStats, SubscriberInfo};

@@ -52,7 +52,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::notify::spin_then_yield;
 use crate::sync::{AtomicU64, Ordering};
 use crate::sys::socket::{self, PeerCred};
-use crate::sys::{Epoll, TimerFd};
+use crate::sys::{Epoll, Event, TimerFd};
 use crate::transport::shm::handshake::Token;
 
 /// Epoll token of the stall timer in the publisher's set.
@@ -97,7 +97,7 @@ pub(crate) struct Sub {
     /// Its stall window, while it owes the publisher progress (`block` policy; see the
     /// stall rule in the module docs).
     pub stall: Option<StallWindow>,
-    /// Its last doorbell, for the doorbell rule (see `pubsub/ring.rs`).
+    /// Its last doorbell, for the doorbell rule (see `shmlink_ring::broadcast`).
     pub last_ring: LastRing,
 }
 
@@ -383,7 +383,7 @@ pub struct Publisher {
     control: Option<JoinHandle<()>>,
     /// The fan-out to remote subscribers, for a topic bound at a network address.
     net: Option<NetSide>,
-    events: Vec<(u64, u32)>,
+    events: Vec<Event>,
     /// A loan is out at `next` (its slot is stamped busy).
     loaned: bool,
 }
@@ -660,7 +660,7 @@ impl Publisher {
             return Ok(());
         }
         let mut table = topic.lock();
-        for &(token, _) in &self.events {
+        for token in self.events.iter().map(|e| e.token().0) {
             if token == TIMER_TOKEN {
                 let _ = topic.timer.set(None);
                 continue;

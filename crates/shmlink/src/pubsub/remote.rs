@@ -180,9 +180,9 @@ fn wait_readable(conn: &mut dyn ConnOps, deadline: Instant) -> Result<()> {
         match conn.recv_next(false) {
             Ok(_) => return Ok(()),
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                let ready = sys::poll_fd(conn.fd(), libc::POLLIN, Some(deadline))
+                let ready = sys::poll_fd(conn.fd(), sys::Interest::READABLE, Some(deadline))
                     .map_err(|e| Error::io("wait for the publisher's answer", e))?;
-                if ready == 0 {
+                if !ready {
                     return Err(Error::new(
                         ErrorKind::TimedOut,
                         "publisher did not answer the subscription within the connect timeout",

@@ -104,7 +104,7 @@ fn seal_topic(fd: BorrowedFd<'_>, allow_writable: bool) -> Result<()> {
     let future_write = if unsupported {
         Err(io::Error::from_raw_os_error(libc::EINVAL))
     } else {
-        memfd::add_seals(fd, memfd::SEALS | libc::F_SEAL_FUTURE_WRITE)
+        memfd::add_seals(fd, memfd::OWNER_SEALS)
     };
     match future_write {
         Ok(()) => Ok(()),
@@ -235,7 +235,7 @@ impl TopicSegment {
 
     /// Whether the kernel keeps everyone but the publisher from writing this segment.
     pub fn read_only_for_subscribers(fd: &OwnedFd) -> bool {
-        memfd::seals(fd.as_fd()).is_ok_and(|s| s & libc::F_SEAL_FUTURE_WRITE != 0)
+        memfd::seals(fd.as_fd()).is_ok_and(|s| s & memfd::SEAL_FUTURE_WRITE != 0)
     }
 
     /// The geometry checked in `attach` (or built in `create`).
@@ -349,6 +349,6 @@ mod tests {
         let (_seg, fd) = TopicSegment::create(geom, 1, false).unwrap();
         assert!(TopicSegment::read_only_for_subscribers(&fd));
         // What the refusal above stands in for: this kernel has the seal.
-        assert!(memfd::seals(fd.as_fd()).unwrap() & libc::F_SEAL_FUTURE_WRITE != 0);
+        assert!(memfd::seals(fd.as_fd()).unwrap() & memfd::SEAL_FUTURE_WRITE != 0);
     }
 }

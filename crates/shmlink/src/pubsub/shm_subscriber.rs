@@ -498,7 +498,8 @@ impl ShmSubscriber {
 
     /// Remembers a protocol violation; every later call fails with it.
     #[cold]
-    fn fail(&mut self, e: Error) -> Error {
+    fn fail(&mut self, e: impl Into<Error>) -> Error {
+        let e = e.into();
         if e.kind() == ErrorKind::ProtocolViolation && self.broken.is_none() {
             self.broken = Some(e.message().to_string());
         }
@@ -569,11 +570,11 @@ impl ShmSubscriber {
             }
             let woke = poll_fd(
                 self.sock.as_fd(),
-                libc::POLLIN,
+                sys::Interest::READABLE,
                 Some(Instant::now() + RECHECK),
             )
             .map_err(|e| Error::io(format!("{}: poll", self.addr), e))?;
-            if woke != 0 {
+            if woke {
                 self.take_doorbell()?;
             }
             if !matches!(self.ring.peek(self.cursor), Ok(Peek::Empty)) {

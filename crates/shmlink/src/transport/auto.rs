@@ -43,7 +43,7 @@ use crate::addr::{rendezvous_dir, Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::{Options, TlsOptions};
 use crate::sys::stream::EventFlag;
-use crate::sys::{self, socket, Epoll};
+use crate::sys::{self, socket, Epoll, Event, Interest};
 use crate::transport::{tcp, tls, Accepted, ConnOps, ListenerOps, Transport};
 
 /// The `auto:` entry in the transport registry.
@@ -278,9 +278,9 @@ fn recv_msg(conn: &mut dyn ConnOps, deadline: Instant) -> Result<Msg> {
                 return msg;
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                let ready = sys::poll_fd(conn.fd(), libc::POLLIN, Some(deadline))
+                let ready = sys::poll_fd(conn.fd(), Interest::READABLE, Some(deadline))
                     .map_err(|e| Error::io("wait for the auto: negotiation", e))?;
-                if ready == 0 {
+                if !ready {
                     return Err(Error::new(
                         ErrorKind::TimedOut,
                         "listener did not answer the auto: negotiation",
@@ -408,7 +408,7 @@ struct AutoListener {
     ready: VecDeque<Accepted>,
     timeout: Duration,
     addr: String,
-    events: Vec<(u64, u32)>,
+    events: Vec<Event>,
 }
 
 fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
@@ -440,7 +440,9 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     let ctx = |e| Error::io("create the auto: listener's epoll set", e);
     let epoll = Epoll::new().map_err(ctx)?;
     let ready_flag = EventFlag::new().map_err(ctx)?;
-    let watch = |fd: BorrowedFd<'_>, token| epoll.add(fd.as_raw_fd(), libc::EPOLLIN as u32, token);
+    let watch = |fd: BorrowedFd<'_>, token| {
+        epoll.add(fd.as_raw_fd(), Interest::READABLE, sys::Token(token))
+    };
     watch(tcp.fd(), TOKEN_TCP).map_err(ctx)?;
     watch(ready_flag.fd(), TOKEN_READY).map_err(ctx)?;
     if let Some(l) = &shm {
@@ -580,7 +582,7 @@ impl AutoListener {
         self.next_token += 1;
         if self
             .epoll
-            .add(conn.fd().as_raw_fd(), libc::EPOLLIN as u32, key)
+            .add(conn.fd().as_raw_fd(), Interest::READABLE, sys::Token(key))
             .is_err()
         {
             return; // dropped: the client sees its connection close

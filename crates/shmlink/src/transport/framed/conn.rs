@@ -10,7 +10,7 @@ use std::time::Instant;
 use super::{recycle, Frame, Incoming, Link, Wire};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::stream::{self, EventFlag, Ready};
-use crate::sys::Epoll;
+use crate::sys::{Epoll, Interest, Token};
 use crate::transport::shm::ShmConn;
 use crate::transport::{ConnOps, CLOSE_LINGER};
 use crate::view::SharedBytes;
@@ -104,7 +104,11 @@ impl<W: Wire> FramedConn<W> {
     ) -> io::Result<FramedConn<W>> {
         stream::set_blocking(link.sock())?;
         let epoll = Epoll::new()?;
-        epoll.add(link.sock().as_raw_fd(), libc::EPOLLIN as u32, TOKEN_SOCKET)?;
+        epoll.add(
+            link.sock().as_raw_fd(),
+            Interest::READABLE,
+            Token(TOKEN_SOCKET),
+        )?;
         let mut conn = FramedConn {
             link,
             wire: W::new(max_recv),
@@ -178,12 +182,12 @@ impl<W: Wire> FramedConn<W> {
     fn sync_output(&mut self) -> Result<()> {
         let on = self.backlog();
         if on != self.out_watched {
-            let mut events = libc::EPOLLIN as u32;
+            let mut events = Interest::READABLE;
             if on {
-                events |= libc::EPOLLOUT as u32;
+                events |= Interest::WRITABLE;
             }
             self.epoll
-                .modify(self.link.sock().as_raw_fd(), events, TOKEN_SOCKET)
+                .modify(self.link.sock().as_raw_fd(), events, Token(TOKEN_SOCKET))
                 .map_err(|e| Error::io(format!("watch the connection to {}", self.peer), e))?;
             self.out_watched = on;
         }
@@ -201,7 +205,7 @@ impl<W: Wire> FramedConn<W> {
         if self.flag.is_none() {
             let flag = EventFlag::new().map_err(ctx)?;
             self.epoll
-                .add(flag.fd().as_raw_fd(), libc::EPOLLIN as u32, TOKEN_FLAG)
+                .add(flag.fd().as_raw_fd(), Interest::READABLE, Token(TOKEN_FLAG))
                 .map_err(ctx)?;
             self.flag = Some(flag);
         }

@@ -12,7 +12,7 @@ use super::{bad_data, FramedConn, Link, Wire};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::{Options, Role};
 use crate::sys::stream;
-use crate::sys::Epoll;
+use crate::sys::{Epoll, Event, Interest, Token};
 use crate::transport::{Accepted, ConnOps, ListenerOps};
 
 /// Most clients a listener keeps in the middle of their handshake; beyond that the oldest
@@ -161,7 +161,7 @@ pub(crate) struct FramedListener<A: Acceptor> {
     epoll: Epoll,
     pending: HashMap<u64, Pending<A::Wire>>,
     next_token: u64,
-    events: Vec<(u64, u32)>,
+    events: Vec<Event>,
     opts: Options,
 }
 
@@ -173,8 +173,8 @@ impl<A: Acceptor> FramedListener<A> {
         epoll
             .add(
                 acceptor.listen_fd().as_raw_fd(),
-                libc::EPOLLIN as u32,
-                TOKEN_LISTEN,
+                Interest::READABLE,
+                Token(TOKEN_LISTEN),
             )
             .map_err(ctx)?;
         Ok(FramedListener {
@@ -215,7 +215,11 @@ impl<A: Acceptor> FramedListener<A> {
         self.next_token += 1;
         let handshake = ServerHandshake::new(link, self.acceptor.local_addr(), peer, &self.opts);
         self.epoll
-            .add(handshake.sock().as_raw_fd(), libc::EPOLLIN as u32, token)
+            .add(
+                handshake.sock().as_raw_fd(),
+                Interest::READABLE,
+                Token(token),
+            )
             .map_err(|e| self.error("watch a new client", e))?;
         self.pending.insert(
             token,
@@ -239,13 +243,13 @@ impl<A: Acceptor> FramedListener<A> {
             Ok(false) => {
                 let want = p.handshake.wants_write();
                 if want != p.out_watched {
-                    let mut events = libc::EPOLLIN as u32;
+                    let mut events = Interest::READABLE;
                     if want {
-                        events |= libc::EPOLLOUT as u32;
+                        events |= Interest::WRITABLE;
                     }
                     let fd = p.handshake.sock().as_raw_fd();
                     p.out_watched = want;
-                    if let Err(e) = self.epoll.modify(fd, events, token) {
+                    if let Err(e) = self.epoll.modify(fd, events, Token(token)) {
                         return Err(self.error("watch a client", e));
                     }
                 }
@@ -269,8 +273,8 @@ impl<A: Acceptor> FramedListener<A> {
     }
 
     /// Handles one batch of readiness events.
-    fn handle(&mut self, events: &[(u64, u32)]) -> Result<Option<Box<dyn ConnOps>>> {
-        for &(token, _) in events {
+    fn handle(&mut self, events: &[Event]) -> Result<Option<Box<dyn ConnOps>>> {
+        for token in events.iter().map(|e| e.token().0) {
             let conn = if token == TOKEN_LISTEN {
                 self.accept_new()?
             } else {

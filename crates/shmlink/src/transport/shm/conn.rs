@@ -127,7 +127,8 @@ impl ShmConn {
 
     /// Remembers a protocol violation; every later call fails with it.
     #[cold]
-    fn fail(&mut self, e: Error) -> Error {
+    fn fail(&mut self, e: impl Into<Error>) -> Error {
+        let e = e.into();
         if e.kind() == ErrorKind::ProtocolViolation && self.broken.is_none() {
             self.broken = Some(e.message().to_string());
         }
@@ -177,7 +178,7 @@ impl ShmConn {
             Ok(_) => return Ok(true),
             // Only without `wait`, or if the socket could not be made blocking.
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && wait => {
-                poll_fd(sock, libc::POLLIN, None)
+                poll_fd(sock, sys::Interest::READABLE, None)
                     .map_err(|e| Error::io(format!("{}: poll", self.peer), e))?;
                 return self.take_doorbell(false);
             }
@@ -268,7 +269,7 @@ impl ShmConn {
                 spun = true;
                 let policy = self.policy();
                 let tx = &mut self.tx;
-                match spin_then_yield(&policy, || tx.has_room(need)) {
+                match spin_then_yield(&policy, || Ok(tx.has_room(need)?)) {
                     Ok(true) => continue,
                     Ok(false) => {}
                     Err(e) => return Err(self.fail(e)),
@@ -420,7 +421,7 @@ impl ShmConn {
             // The failed reservation armed the peer's doorbell for the room we need: sleep
             // until it rings, the peer goes away (EOF), or the deadline. The next
             // `flush_pending` drains what woke us.
-            poll_fd(self.sock.as_fd(), libc::POLLIN, Some(deadline))
+            poll_fd(self.sock.as_fd(), sys::Interest::READABLE, Some(deadline))
                 .map_err(|e| Error::io(format!("{}: close: poll", self.peer), e))?;
         }
     }
@@ -497,7 +498,7 @@ impl ShmConn {
         if blocking {
             let policy = self.policy();
             let rx = &mut self.rx;
-            if spin_then_yield(&policy, || rx.has_data())? {
+            if spin_then_yield(&policy, || Ok(rx.has_data()?))? {
                 return Ok(());
             }
         }

@@ -16,7 +16,7 @@ use crate::options::{Options, WaitPolicy, MAX_RING_SIZE, MIN_RING_SIZE};
 use crate::status::ProcessCred;
 use crate::sys::dirlock::DirLock;
 use crate::sys::socket::PeerCred;
-use crate::sys::{self, socket, Epoll};
+use crate::sys::{self, socket, Epoll, Event, Interest};
 use crate::transport::{Accepted, ConnOps, ListenerOps, Transport};
 use crate::trust;
 
@@ -276,7 +276,7 @@ pub(crate) struct ShmListener {
     addr: String,
     /// The socket file and its (device, inode), removed on drop if still ours.
     file: SocketFile,
-    events: Vec<(u64, u32)>,
+    events: Vec<Event>,
     /// An `auto:` listener's upgrade socket: the tokens handed out over TCP and their
     /// proofs. Such a listener accepts only upgrades with a token from this book.
     pub(crate) upgrades: Option<HashMap<Token, Token>>,
@@ -341,7 +341,11 @@ impl ShmListener {
         let (listen, file) = bind_rendezvous(addr, opts)?;
         let epoll = Epoll::new().map_err(|e| Error::io("epoll", e))?;
         epoll
-            .add(listen.as_raw_fd(), libc::EPOLLIN as u32, LISTEN_TOKEN)
+            .add(
+                listen.as_raw_fd(),
+                Interest::READABLE,
+                sys::Token(LISTEN_TOKEN),
+            )
             .map_err(|e| Error::io("epoll", e))?;
         Ok(ShmListener {
             listen,
@@ -439,7 +443,7 @@ impl ShmListener {
             }
             let fd = sock.as_raw_fd();
             self.epoll
-                .add(fd, libc::EPOLLIN as u32, fd as u64)
+                .add(fd, Interest::READABLE, sys::Token(fd as u64))
                 .map_err(|e| Error::io("epoll", e))?;
             self.pending.push(Pending {
                 sock,
@@ -509,7 +513,9 @@ impl ShmListener {
                     .ok()?;
                 // Now the client's segment, within the same deadline.
                 let fd = p.sock.as_raw_fd();
-                self.epoll.add(fd, libc::EPOLLIN as u32, fd as u64).ok()?;
+                self.epoll
+                    .add(fd, Interest::READABLE, sys::Token(fd as u64))
+                    .ok()?;
                 self.pending.push(Pending {
                     accepted: Some(h),
                     ..p
@@ -673,7 +679,7 @@ impl ShmListener {
             .wait(Some(Instant::now()), &mut events)
             .map_err(|e| Error::io("epoll", e))?;
         let mut found = None;
-        for &(token, _) in &events {
+        for token in events.iter().map(|e| e.token().0) {
             if token == LISTEN_TOKEN || found.is_some() {
                 continue;
             }

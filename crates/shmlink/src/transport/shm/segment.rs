@@ -274,7 +274,7 @@ mod tests {
                 assert_eq!(perms_at(addr), want, "mapping at {addr:#x}");
             }
         }
-        assert!(memfd::seals(their_fd.as_fd()).unwrap() & libc::F_SEAL_FUTURE_WRITE != 0);
+        assert!(memfd::seals(their_fd.as_fd()).unwrap() & memfd::SEAL_FUTURE_WRITE != 0);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::Instant;
 
-use super::{owned, poll_fd, syscall};
+use crate::{owned, poll_fd, syscall, Interest};
 
 fn dontwait(blocking: bool) -> libc::c_int {
     if blocking {
@@ -235,12 +235,12 @@ pub enum Ready {
 /// Waits until `sock` is ready as asked, has an error or hang-up, or `deadline` passes.
 /// Returns false on timeout.
 pub fn wait(sock: BorrowedFd<'_>, ready: Ready, deadline: Option<Instant>) -> io::Result<bool> {
-    let events = match ready {
-        Ready::Read => libc::POLLIN,
-        Ready::Write => libc::POLLOUT,
-        Ready::ReadWrite => libc::POLLIN | libc::POLLOUT,
+    let interest = match ready {
+        Ready::Read => Interest::READABLE,
+        Ready::Write => Interest::WRITABLE,
+        Ready::ReadWrite => Interest::READABLE | Interest::WRITABLE,
     };
-    Ok(poll_fd(sock, events, deadline)? != 0)
+    poll_fd(sock, interest, deadline)
 }
 
 /// A level flag with a descriptor that is readable while the flag is set (an eventfd).
@@ -290,7 +290,7 @@ impl EventFlag {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sys::socket::seqpacket_pair;
+    use crate::socket::seqpacket_pair;
     use std::time::Duration;
 
     #[test]

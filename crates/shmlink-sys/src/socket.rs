@@ -4,10 +4,19 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 use std::time::Instant;
 
-use super::{owned, poll_fd, syscall};
-use crate::addr::UnixName;
+use crate::{owned, poll_fd, syscall, Interest};
+
+/// Where a Unix socket lives: a file system path or a name in the abstract namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UnixName {
+    /// A socket file.
+    Path(PathBuf),
+    /// A name in the abstract namespace (no file; visible within one network namespace).
+    Abstract(String),
+}
 
 /// Most descriptors one message may carry.
 pub const MAX_FDS: usize = 4;
@@ -338,7 +347,7 @@ pub fn recv_until(
     loop {
         match recv_with_fds(sock, buf, fds) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if poll_fd(sock, libc::POLLIN, Some(deadline))? == 0 {
+                if !poll_fd(sock, Interest::READABLE, Some(deadline))? {
                     return Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         "no answer before the deadline",
@@ -438,7 +447,7 @@ mod tests {
         assert_eq!(fds.len(), 1);
         assert_ne!(fds[0].as_raw_fd(), x.as_raw_fd());
         let cred = peer_cred(a.as_fd()).unwrap();
-        assert_eq!(cred.uid, crate::sys::euid());
+        assert_eq!(cred.uid, crate::euid());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::{owned, syscall};
+use crate::{owned, syscall};
 
 /// Holds the lock until dropped (closing the descriptor releases it).
 pub struct DirLock {

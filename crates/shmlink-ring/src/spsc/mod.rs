@@ -35,14 +35,15 @@
 //! The peer may write anything into its own control block and data area at any time (it
 //! cannot write ours: the kernel refuses it a writable mapping). Every position and record
 //! header it wrote is read once into a local, validated against what this side
-//! knows (monotonicity, alignment, capacity, bytes available), and a bad value becomes
-//! [`ErrorKind::ProtocolViolation`](crate::ErrorKind::ProtocolViolation). Reads and writes
-//! stay within the doubly-mapped `2 * cap` bytes whatever the peer does.
+//! knows (monotonicity, alignment, capacity, bytes available), and a bad value becomes a
+//! [`Violation`]. Reads and writes stay within the doubly-mapped `2 * cap` bytes whatever
+//! the peer does.
 
 use std::ptr::NonNull;
 
-use crate::error::{Error, Result};
+use crate::error::{Result, Violation};
 use crate::sync::{compiler_fence, fence, AtomicU32, AtomicU64, Ordering};
+use crate::Line;
 
 #[cfg(all(test, loom))]
 mod loom_model;
@@ -64,7 +65,10 @@ const PREFETCH_AHEAD: usize = 512;
 /// Asks for the cache line at `p` in a writable state (x86 `prefetchw`); a hint only.
 #[inline(always)]
 fn prefetch_write(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
+    // Miri cannot run inline assembly; a hint can be left out.
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
+    let _ = p;
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: prefetchw is a hint: it never faults or changes memory, whatever the address.
     unsafe {
         std::arch::asm!("prefetchw [{}]", in(reg) p, options(nostack, preserves_flags, readonly));
@@ -74,7 +78,9 @@ fn prefetch_write(p: *const u8) {
 /// Asks for the cache line at `p` for reading; a hint only.
 #[inline(always)]
 fn prefetch_read(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
+    let _ = p;
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: prefetcht0 is a hint: it never faults or changes memory, whatever the address.
     unsafe {
         std::arch::asm!("prefetcht0 [{}]", in(reg) p, options(nostack, preserves_flags, readonly));
@@ -85,11 +91,6 @@ fn prefetch_read(p: *const u8) {
 pub const fn record_size(len: usize) -> usize {
     (HEADER + len + ALIGN - 1) & !(ALIGN - 1)
 }
-
-/// One cache line (two on CPUs with adjacent-line prefetch), so that fields written by
-/// different sides never share a line.
-#[repr(C, align(128))]
-struct Line<T>(T);
 
 /// What the producer of a ring writes. It lives in memory the producer owns (its own
 /// segment: the consumer maps it read-only) and an all-zero block is a fresh ring.
@@ -175,7 +176,7 @@ pub enum FenceMode {
     /// running a registered process (the waker's) execute a full fence. That is the same
     /// StoreLoad ordering as two fences, paid on the rare path only (the argument is at
     /// `announce`: loom cannot check it). Both processes must be registered
-    /// ([`crate::sys::membarrier_register`]); the handshake checks it.
+    /// ([`shmlink_sys::membarrier_register`]); the handshake checks it.
     Asymmetric,
 }
 
@@ -213,13 +214,13 @@ pub enum FenceMode {
 // asynchronously on the same thread, as a signal handler — here, the IPI's barrier.)
 //
 // Across processes: the two sides are different processes that share memory, so the
-// command must be GLOBAL_EXPEDITED, as `sys::membarrier_global` issues. PRIVATE_EXPEDITED
-// fences only the threads of the caller's own process (those sharing its mm) and would
-// leave the peer unfenced. Both sides register before offering the feature
-// (`transport::shm::own_features`) and the handshake enables the mode only if both
-// offered it. Registration belongs to the mm: a forked child inherits it (checked on
+// command must be GLOBAL_EXPEDITED, as `shmlink_sys::membarrier_global` issues.
+// PRIVATE_EXPEDITED fences only the threads of the caller's own process (those sharing
+// its mm) and would leave the peer unfenced. Both sides register before offering the
+// feature (shmlink's `transport::shm::own_features`) and the handshake enables the mode
+// only if both offered it. Registration belongs to the mm: a forked child inherits it (checked on
 // Linux 6.18: a child of a registered process may issue PRIVATE_EXPEDITED, which refuses
-// unregistered callers) and exec clears it, as it clears `sys::membarrier_register`'s
+// unregistered callers) and exec clears it, as it clears `membarrier_register`'s
 // cached answer. The call can still fail after that: ENOMEM (the kernel allocates a CPU
 // mask), or a seccomp filter installed after the handshake. W was then perhaps not
 // fenced, so `announce` reports it and the sleeper polls instead of sleeping.
@@ -273,14 +274,14 @@ fn announce(count: &AtomicU64, mode: FenceMode) -> bool {
     }
 }
 
-/// `sys::membarrier_global`, whether it ran (tests can make it fail).
+/// `shmlink_sys::membarrier_global`, whether it ran (tests can make it fail).
 fn membarrier_global() -> bool {
     #[cfg(all(test, not(loom)))]
     if tests::MEMBARRIER_FAILS.with(std::cell::Cell::get) {
         return false;
     }
     // Loom cannot model the call's effect (see above): its models see a no-op.
-    cfg!(loom) || crate::sys::membarrier_global().is_ok()
+    cfg!(loom) || shmlink_sys::membarrier_global().is_ok()
 }
 
 /// Where a ring lives: its two control blocks and its (doubly mapped) data area.
@@ -398,7 +399,7 @@ impl Producer {
         // the consumer has finished reading every byte before `head`, so we may reuse it.
         let head = self.ring.cons().head.0.load(Ordering::Acquire);
         if head < self.cached_head || head > self.tail || head % ALIGN as u64 != 0 {
-            return Err(Error::violation(format!(
+            return Err(Violation::new(format!(
                 "ring head {head} invalid (previous {}, tail {})",
                 self.cached_head, self.tail
             )));
@@ -536,7 +537,7 @@ impl Consumer {
             || tail - self.head > self.ring.cap as u64
             || tail % ALIGN as u64 != 0
         {
-            return Err(Error::violation(format!(
+            return Err(Violation::new(format!(
                 "ring tail {tail} invalid (previous {}, head {}, capacity {})",
                 self.cached_tail, self.head, self.ring.cap
             )));
@@ -570,7 +571,7 @@ impl Consumer {
         let flags = (word >> 32) as u32;
         let available = (self.cached_tail - self.head) as usize;
         if flags & !KNOWN_FLAGS != 0 || record_size(len) > available {
-            return Err(Error::violation(format!(
+            return Err(Violation::new(format!(
                 "bad record header at {}: length {len}, flags {flags:#x}, {available} bytes published",
                 self.head
             )));
@@ -755,6 +756,7 @@ mod tests {
     /// A failed `membarrier` must not let a side sleep: the waker, which fenced only
     /// against the compiler, may not see the announcement, and the wake-up would be lost.
     #[test]
+    #[cfg_attr(miri, ignore = "membarrier(2) is a system call miri does not emulate")]
     fn a_failed_membarrier_means_do_not_sleep() {
         let mut h = HeapRing::new(256);
         let (mut p, mut c) = (
@@ -772,7 +774,7 @@ mod tests {
             "full ring: the producer polls instead of sleeping"
         );
         MEMBARRIER_FAILS.with(|f| f.set(false));
-        if crate::sys::membarrier_register() {
+        if shmlink_sys::membarrier_register() {
             // With the fence in place, an empty ring and a full one mean sleep.
             assert!(!p.arm(16).unwrap());
             while pop(&mut c).is_some() {}

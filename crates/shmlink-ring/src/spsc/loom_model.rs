@@ -1,6 +1,6 @@
 //! Loom model of the ring and its wake-up protocol (DESIGN §4).
 //!
-//! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p shmlink --lib
+//! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p shmlink-ring
 //! --release loom` (`.ci/run` does).
 //!
 //! A producer and a consumer thread move records through a ring small enough to fill and

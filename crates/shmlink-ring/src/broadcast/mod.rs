@@ -74,8 +74,12 @@
 
 use std::ptr::NonNull;
 
-use crate::error::{Error, Result};
+use crate::error::{Result, Violation};
 use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
+use crate::Line;
+
+#[cfg(all(test, loom))]
+mod loom_model;
 
 /// Most subscribers a topic can have at once (the width of the bell bitmap).
 pub const MAX_SUBSCRIBERS: usize = 128;
@@ -92,11 +96,6 @@ pub const MAX_POSITION: u64 = 1 << 62;
 pub const MAX_SLOTS: usize = 1 << 24;
 /// Largest slot area (slots × slot size) a topic may have.
 pub const MAX_TOPIC_BYTES: usize = 1 << 32;
-
-/// One cache line (two on CPUs with adjacent-line prefetch), so that fields written by
-/// different processes never share a line.
-#[repr(C, align(128))]
-pub struct Line<T>(pub T);
 
 /// The stamp of a slot that holds message `pos`, complete.
 #[inline(always)]
@@ -584,8 +583,8 @@ impl Ring {
         self.ctl().closed.0.load(Ordering::Acquire) != 0
     }
 
-    /// What the slot of `pos` holds, validated. A value no correct publisher writes is
-    /// [`ErrorKind::ProtocolViolation`](crate::ErrorKind::ProtocolViolation).
+    /// What the slot of `pos` holds, validated. A value no correct publisher writes is a
+    /// [`Violation`].
     #[inline(always)]
     pub fn peek(&self, pos: u64) -> Result<Peek> {
         let (slot, payload) = self.slot(pos);
@@ -600,7 +599,7 @@ impl Ring {
             // A length no correct publisher writes — unless the slot was overwritten
             // since we read the stamp, and the length is the next message's.
             return if self.intact(pos) {
-                Err(Error::violation(format!(
+                Err(Violation::new(format!(
                     "message {pos}: length {len} exceeds the topic's maximum {}",
                     self.geom.max_msg
                 )))
@@ -619,7 +618,7 @@ impl Ring {
         let stamp = slot.stamp.load(Ordering::Acquire);
         match self.classify(pos, stamp)? {
             Peek::Overwritten { newer } => Ok(Peek::Overwritten { newer }),
-            other => Err(Error::violation(format!(
+            other => Err(Violation::new(format!(
                 "message {pos}: slot stamp went back ({other:?} after a complete message)"
             ))),
         }
@@ -635,12 +634,12 @@ impl Ring {
         // publisher writes.
         let at = (stamp >> 1).wrapping_sub(1);
         if at > MAX_POSITION {
-            return Err(Error::violation(format!(
+            return Err(Violation::new(format!(
                 "slot of message {pos} has the impossible stamp {stamp:#x}"
             )));
         }
         if at.wrapping_sub(pos) & (self.geom.slots - 1) != 0 {
-            return Err(Error::violation(format!(
+            return Err(Violation::new(format!(
                 "slot of message {pos} is stamped with message {at}, which belongs to another slot"
             )));
         }

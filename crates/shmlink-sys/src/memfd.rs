@@ -4,16 +4,20 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 
-use super::{owned, page_size, syscall};
+use crate::{owned, page_size, syscall};
 
 /// The seals every segment carries before it is shared: nobody can shrink it (SIGBUS on
 /// the other side), grow it, or change the seals.
 pub const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 
-/// The seals of memory only its creator writes: [`SEALS`] and `F_SEAL_FUTURE_WRITE`, added
-/// after the creator's own writable mapping. From then on the kernel refuses every new
-/// writable mapping, `mprotect` to writable and `write`, whoever holds the descriptor.
-pub const OWNER_SEALS: libc::c_int = SEALS | libc::F_SEAL_FUTURE_WRITE;
+/// The seal that makes memory read-only for everyone but the writable mappings that
+/// exist: the kernel refuses every new writable mapping, `mprotect` to writable and
+/// `write`, whoever holds the descriptor (Linux 5.1 and later).
+pub const SEAL_FUTURE_WRITE: libc::c_int = libc::F_SEAL_FUTURE_WRITE;
+
+/// The seals of memory only its creator writes: [`SEALS`] and [`SEAL_FUTURE_WRITE`], added
+/// after the creator's own writable mapping.
+pub const OWNER_SEALS: libc::c_int = SEALS | SEAL_FUTURE_WRITE;
 
 /// Creates an anonymous memfd of `size` bytes, zero-filled, and seals it.
 pub fn create_sealed(name: &str, size: usize) -> io::Result<OwnedFd> {

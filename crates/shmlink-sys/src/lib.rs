@@ -1,24 +1,64 @@
-//! The operating-system layer: the only module that calls libc.
+//! shmlink's operating-system layer: the one crate of the project that calls libc (the
+//! rings reach the kernel only through [`membarrier_global`]).
 //!
 //! Every raw call goes through [`syscall!`], which turns `-1`/`errno` into `io::Result`, and
-//! every new descriptor becomes an [`OwnedFd`] at once.
+//! every new descriptor becomes an [`OwnedFd`] at once. Event loops are typed: an
+//! [`Epoll`] set watches descriptors for an [`Interest`] and reports [`Event`]s carrying
+//! the [`Token`] they were registered with (mio's shape), and [`poll_fd`] waits for one
+//! descriptor with the same [`Interest`].
+//!
+//! Linux only: memfd seals (`F_SEAL_FUTURE_WRITE` needs Linux 5.1), `SOCK_SEQPACKET`,
+//! epoll, timerfd and membarrier.
+//!
+//! ```
+//! use shmlink_sys::{poll_fd, socket, Interest};
+//! use std::os::fd::AsFd;
+//! use std::time::{Duration, Instant};
+//!
+//! let (a, b) = socket::seqpacket_pair()?;
+//! let soon = Some(Instant::now() + Duration::from_millis(10));
+//! assert!(!poll_fd(b.as_fd(), Interest::READABLE, soon)?, "nothing sent yet");
+//! socket::send(a.as_fd(), b"ping")?;
+//! assert!(poll_fd(b.as_fd(), Interest::READABLE, None)?);
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("shmlink-sys supports Linux only (memfd seals, epoll, membarrier)");
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 pub mod dirlock;
+mod event;
 pub mod memfd;
 pub mod socket;
 pub mod stream;
 
+pub use event::{Event, Interest, Token};
+
+/// The libc this crate was built against, for [`syscall!`]'s expansion in other crates.
+#[doc(hidden)]
+pub use libc;
+
 /// Calls a libc function and maps `-1` to `Err(io::Error::last_os_error())`.
+///
+/// `syscall!(close(fd))` expands to an `unsafe` call of `libc::close(fd)`: the caller
+/// states in its own `// SAFETY:` comment why the arguments are valid for the function.
+/// The crate using the macro needs no dependency on libc of its own.
+#[macro_export]
 macro_rules! syscall {
     ($fn:ident ( $($arg:expr),* $(,)? )) => {{
-        #[allow(unused_unsafe)]
+        // The arguments are expanded inside the unsafe block: that is the macro's contract
+        // (every call site carries a SAFETY comment for them), so the lint against it is
+        // allowed here rather than at each call.
+        #[allow(unused_unsafe, clippy::macro_metavars_in_unsafe)]
         // SAFETY: the caller of the macro guarantees the arguments are valid for `$fn`;
         // each call site states why in its own SAFETY comment.
-        let res = unsafe { libc::$fn($($arg),*) };
+        let res = unsafe { $crate::libc::$fn($($arg),*) };
         if res == -1 {
             Err(std::io::Error::last_os_error())
         } else {
@@ -26,7 +66,6 @@ macro_rules! syscall {
         }
     }};
 }
-pub(crate) use syscall;
 
 /// Copies `len` bytes from memory another process may be writing at the same time.
 ///
@@ -89,19 +128,24 @@ fn poll_timeout(deadline: Option<Instant>) -> libc::c_int {
     }
 }
 
-/// Waits until `fd` reports one of `events` (or an error/hang-up) or `deadline` passes.
-/// Returns the reported events, 0 on timeout. Retries on `EINTR`.
-pub fn poll_fd(fd: BorrowedFd<'_>, events: i16, deadline: Option<Instant>) -> io::Result<i16> {
+/// Waits until `fd` is ready for `interest` (or reports an error or hang-up, which ends
+/// every wait) or `deadline` passes (`None`: forever). Returns whether it became ready:
+/// `false` only on timeout. Retries on `EINTR`.
+pub fn poll_fd(
+    fd: BorrowedFd<'_>,
+    interest: Interest,
+    deadline: Option<Instant>,
+) -> io::Result<bool> {
     loop {
         let mut pfd = libc::pollfd {
             fd: fd.as_raw_fd(),
-            events,
+            events: interest.poll_events(),
             revents: 0,
         };
         // SAFETY: `pfd` is one valid pollfd that lives across the call.
         match syscall!(poll(&mut pfd, 1, poll_timeout(deadline))) {
             Ok(0) if deadline.is_some_and(|d| Instant::now() < d) => continue,
-            Ok(_) => return Ok(pfd.revents),
+            Ok(_) => return Ok(pfd.revents != 0),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
@@ -132,6 +176,12 @@ pub fn page_size() -> usize {
     }
 }
 
+/// This process's real uid.
+pub fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
 /// This process's effective uid.
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -153,30 +203,34 @@ impl Epoll {
         Ok(Epoll { fd })
     }
 
-    fn ctl(&self, op: libc::c_int, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
-        let mut ev = libc::epoll_event { events, u64: token };
+    fn ctl(&self, op: libc::c_int, fd: RawFd, events: u32, token: Token) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events,
+            u64: token.0,
+        };
         // SAFETY: `ev` is a valid epoll_event for the call; the fds are open.
         syscall!(epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev))?;
         Ok(())
     }
 
-    /// Watches `fd` for `events` (`libc::EPOLLIN as u32`, …), reporting `token`.
-    pub fn add(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_ADD, fd, events, token)
+    /// Watches `fd` for `interest`; its events will carry `token`.
+    pub fn add(&self, fd: RawFd, interest: Interest, token: Token) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, interest.epoll_events(), token)
     }
 
-    /// Changes what `fd` is watched for.
-    pub fn modify(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_MOD, fd, events, token)
+    /// Changes what `fd` is watched for, and the token its events carry.
+    pub fn modify(&self, fd: RawFd, interest: Interest, token: Token) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, interest.epoll_events(), token)
     }
 
     /// Stops watching `fd`.
     pub fn delete(&self, fd: RawFd) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
+        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, Token(0))
     }
 
-    /// Waits for events until `deadline` (None = forever); returns `(token, events)` pairs.
-    pub fn wait(&self, deadline: Option<Instant>, out: &mut Vec<(u64, u32)>) -> io::Result<()> {
+    /// Waits for events until `deadline` (None = forever) and puts them in `out` (which it
+    /// clears first; at most 32 per call). Empty on timeout. Retries on `EINTR`.
+    pub fn wait(&self, deadline: Option<Instant>, out: &mut Vec<Event>) -> io::Result<()> {
         out.clear();
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 32];
         loop {
@@ -191,7 +245,11 @@ impl Epoll {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
-            out.extend(evs[..n].iter().map(|e| (e.u64, e.events)));
+            out.extend(
+                evs[..n]
+                    .iter()
+                    .map(|e| Event::from_epoll(Token(e.u64), e.events)),
+            );
             return Ok(());
         }
     }
@@ -262,7 +320,8 @@ impl TimerFd {
     }
 }
 
-/// Pins the calling process to one CPU.
+/// Pins the calling thread to one CPU (threads it starts afterwards inherit the mask).
+/// Benchmarks use it to place both sides of a measurement.
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
@@ -283,7 +342,8 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
-/// User and system CPU time this process has used so far.
+/// User and system CPU time this process has used so far (zero if the kernel cannot
+/// tell), for CPU-per-message accounting.
 pub fn cpu_time() -> Duration {
     // SAFETY: rusage is plain data; all-zero is valid.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };

@@ -2,7 +2,7 @@
 //! slots (every message after the second wraps), the wake-up protocol in both
 //! directions, and detaching a subscriber the publisher stopped waiting for.
 //!
-//! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p shmlink --lib
+//! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p shmlink-ring
 //! --release loom` (the same filter as the SPSC ring's model); add `-- --ignored` for
 //! the two larger overwrite models (`scripts/test.sh --long` does).
 //!
@@ -12,7 +12,7 @@
 //! message. Sleeping is modelled as in the SPSC model: drain the doorbell (remember its
 //! count), announce, re-check, and only then wait for the count to change; a lost
 //! wake-up is a deadlock, which loom reports. The publisher skips doorbells by the
-//! doorbell rule (`ring.rs`), so the models check that rule too.
+//! doorbell rule (`broadcast/mod.rs`), so the models check that rule too.
 //!
 //! What the publisher's subscriber table adds around this (cached minimum, rescans under
 //! a lock, joins) is not modelled here: it decides *which* cursor pages the publisher
@@ -23,7 +23,7 @@ use std::ptr::NonNull;
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
-use super::ring::*;
+use super::*;
 use crate::sync::{AtomicU64, Ordering};
 
 /// A doorbell: a counter of rings and a way to wait for it to move (a socket byte and
