@@ -98,6 +98,8 @@ pub struct ConnectionStatus {
 pub enum SocketState {
     /// The listener answered.
     Answered(ListenerStatus),
+    /// A publish/subscribe topic's publisher answered.
+    Topic(crate::TopicStatus),
     /// A process listens but did not answer in time: it is not in `accept` and does not
     /// poll its listener.
     NotAnswering,
@@ -237,6 +239,9 @@ fn answer(sock: &OwnedFd, buf: &mut [u8], deadline: Instant) -> SocketState {
     };
     if !fds.is_empty() {
         return SocketState::Failed("the answer carried descriptors".to_string());
+    }
+    if let Some(topic) = crate::pubsub::status::decode_answer(&buf[..n]) {
+        return topic.map_or_else(|e| SocketState::Failed(e.to_string()), SocketState::Topic);
     }
     match Packet::decode(&buf[..n]) {
         Ok(Packet::Status(status)) => SocketState::Answered(status),

@@ -55,6 +55,7 @@ mod remote;
 pub(crate) mod ring;
 pub(crate) mod segment;
 pub(crate) mod shm_subscriber;
+pub(crate) mod status;
 pub(crate) mod subscriber;
 pub(crate) mod wire;
 
@@ -64,6 +65,7 @@ mod loom_model;
 pub use options::{Policy, PubSubOptions};
 pub use publisher::{Loan, Publisher, PublisherStats, SubscriberInfo};
 pub use ring::MAX_SUBSCRIBERS;
+pub use status::{TopicStatus, TopicSubscriber};
 pub use subscriber::{Sample, Subscriber, SubscriberStats};
 
 #[cfg(test)]
