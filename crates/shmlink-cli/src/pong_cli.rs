@@ -347,7 +347,7 @@ mod tests {
             ),
             ("--server", "exactly one ADDR"),
             ("--server shm:a shm:b", "exactly one ADDR"),
-            ("--server -m 64 a", "-m/--size is a client option"),
+            ("--server -m 64 shm:a", "-m/--size is a client option"),
             ("--client", "at least one ADDR"),
             ("--latency -w 4", "throughput mode"),
             ("--once", "internal"),

@@ -239,7 +239,9 @@ impl Reader<'_> {
     fn str(&mut self, what: &str) -> Result<String> {
         let len = self.u16(what)? as usize;
         if len > MAX_TEXT {
-            return Err(violation(format!("{what} of {len} bytes (at most {MAX_TEXT})")));
+            return Err(violation(format!(
+                "{what} of {len} bytes (at most {MAX_TEXT})"
+            )));
         }
         let bytes = self.take(len, what)?;
         String::from_utf8(bytes.to_vec()).map_err(|_| violation(format!("{what} is not UTF-8")))
