@@ -37,7 +37,7 @@ Exit status: 0 on success, 1 if the command failed, 2 on bad arguments.";
     about = TOP_ABOUT,
     after_help = TOP_AFTER,
     subcommand_required = true,
-    disable_help_subcommand = false
+    max_term_width = 100
 )]
 pub struct Cli {
     #[command(subcommand)]

@@ -43,7 +43,7 @@ published and subscribers; under it a line per subscriber: PID, UID, LAG (messag
 published that it has not read yet) and DROPPED (messages it lost to overwriting, as it
 reports them), and its network address if it subscribed over tcp:/tls:/auto:.
 
---json prints one JSON object: {\"dir\", \"listeners\": [...], \"topics\": [...]}; each
+With --json: one JSON object {\"dir\", \"listeners\": [...], \"topics\": [...]}; each
 listener with path, state (answered, not_answering, stale, permission_denied, error),
 reason, pid, uid, gid, address, transport, over, started_unix_ms, age_ms, truncated and
 connections [{transport, peer_pid, peer_uid, peer_gid, peer_addr, accepted_unix_ms,

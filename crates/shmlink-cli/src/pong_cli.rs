@@ -29,8 +29,8 @@ tls: and auto:: the server picks a free port and tells the client).
 
 Rendezvous directory (shm:NAME: $SHMLINK_DIR, else $XDG_RUNTIME_DIR/shmlink, else
 /tmp/shmlink-UID): refused when it is a symbolic link, belongs to another uid than this
-one or root, or other users may write it, because they could replace its sockets (see
---shared-dir).
+one or root, or other users may write it, because they could replace its sockets (unless
+the --shared-dir option says it is shared on purpose).
 
 Every message is verified: it carries its sequence number and a 64-bit checksum over the
 whole payload, which the receiver recomputes; messages under 16 bytes are compared byte
