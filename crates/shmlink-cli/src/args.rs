@@ -19,8 +19,7 @@ use crate::topic::{PubCli, SubCli};
 /// Largest message size `-m` accepts (the library's hard limit).
 pub const MAX_SIZE: usize = shmlink::MAX_MSG_SIZE_LIMIT;
 
-const TOP_ABOUT: &str =
-    "shmlink: fast, reliable messaging between processes that share a Linux kernel.";
+const TOP_ABOUT: &str = "Fast, reliable messaging between processes that share a Linux kernel";
 
 const TOP_AFTER: &str = "\
 Addresses: shm:NAME, shm:/path.sock, shm:@name, ux:NAME, ux:/path, tcp:HOST:PORT,

@@ -88,7 +88,7 @@ pub struct LsArgs {
 
 impl LsCli {
     /// The arguments with defaults applied.
-    pub fn to_args(self) -> LsArgs {
+    pub fn into_args(self) -> LsArgs {
         LsArgs {
             dir: self.dir.unwrap_or_else(shmlink::rendezvous_dir),
             json: self.json,
@@ -489,7 +489,7 @@ mod tests {
     fn ls(args: &str) -> Result<LsArgs, String> {
         let argv = ["shmlink", "ls"].into_iter().chain(args.split_whitespace());
         match crate::args::parse(argv).map_err(|e| e.to_string())?.command {
-            crate::args::Command::Ls(l) => Ok(l.to_args()),
+            crate::args::Command::Ls(l) => Ok(l.into_args()),
             other => panic!("not an ls command: {other:?}"),
         }
     }

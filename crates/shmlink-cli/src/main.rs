@@ -35,7 +35,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Pong(p) => {
-            let p = match p.to_args(&shmlink_bench::cpus::allowed_cpus()) {
+            let p = match p.into_args(&shmlink_bench::cpus::allowed_cpus()) {
                 Ok(p) => p,
                 Err(e) => return args::report(&e),
             };
@@ -47,7 +47,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Ls(l) => ls::run(&l.to_args()),
+        Command::Ls(l) => ls::run(&l.into_args()),
         Command::Send(s) => netcat::send(&s),
         Command::Recv(r) => netcat::recv(&r),
         Command::Pub(p) => topic::publish(&p),

@@ -22,8 +22,9 @@ connects. Closes the connection gracefully at the end: the receiver gets every m
 then the end of the stream.";
 
 const RECV_LONG: &str = "\
-Receive messages on one connection and print each on stdout followed by a newline (with
--0, by a NUL byte, for messages that may contain newlines: `xargs -0` reads them).
+Receive messages on one connection and print each on stdout followed by a newline, or
+by a NUL byte with the -0 option, for messages that may contain newlines (as `xargs -0`
+reads them).
 Binds ADDR and takes the first peer that connects (the bound address is printed on stderr:
 `recv tcp:127.0.0.1:0` picks a free port), or with --connect connects to ADDR. Exits 0 at
 the end of the stream (the sender closed) or after -n messages.";

@@ -141,7 +141,7 @@ fn parse_ring_size(text: &str) -> Result<usize, String> {
 impl PongCli {
     /// The run's arguments with defaults applied; `cpus` are the CPUs this process may
     /// run on. Checks what clap cannot: which options go with which role and mode.
-    pub fn to_args(self, cpus: &[usize]) -> Result<PongArgs, clap::Error> {
+    pub fn into_args(self, cpus: &[usize]) -> Result<PongArgs, clap::Error> {
         let usage = |msg: String| Err(usage_error("pong", msg));
         let role = match (self.server, self.client) {
             (true, _) => Role::Server,
@@ -250,7 +250,7 @@ mod tests {
             .chain(args.split_whitespace());
         let cli = parse(argv).map_err(|e| e.to_string())?;
         match cli.command {
-            Command::Pong(p) => p.to_args(&[0, 1, 2, 3]).map_err(|e| e.to_string()),
+            Command::Pong(p) => p.into_args(&[0, 1, 2, 3]).map_err(|e| e.to_string()),
             other => panic!("not a pong command: {other:?}"),
         }
     }
@@ -379,7 +379,7 @@ mod tests {
                 .into_iter()
                 .chain(args.split_whitespace());
             match parse(argv).unwrap().command {
-                Command::Pong(p) => p.to_args(&[0]).map_err(|e| e.to_string()),
+                Command::Pong(p) => p.into_args(&[0]).map_err(|e| e.to_string()),
                 other => panic!("{other:?}"),
             }
         };

@@ -183,7 +183,7 @@ fn ls_shows_a_publisher_and_the_lag_of_each_subscriber() {
             "block",
             "16",
             &publisher.pid().to_string(),
-            &rows[at][4],
+            rows[at][4],
             "10",
             "2"
         ],
