@@ -16,6 +16,9 @@
 //! `shm:` listeners report their connections, `auto:` listeners (through their upgrade
 //! socket) those upgraded to shared memory and those that stayed on TCP/TLS. `ux:`,
 //! `tcp:` and `tls:` listeners have no socket in the directory and are not seen.
+//! Publish/subscribe topics (`shm:` and `auto:` publishers) answer with their
+//! subscribers, each one's lag and drops ([`SocketState::Topic`], `pubsub::status`);
+//! a publisher's control thread answers at any time.
 
 use std::fs;
 use std::io;
