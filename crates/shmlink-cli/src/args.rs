@@ -1,68 +1,149 @@
-//! Command-line parsing. Every mistake becomes a [`UsageError`] (exit code 2), never a
-//! panic.
+//! The command line (clap derive): the command tree, the value parsers the commands
+//! share, and what a bad command line prints. Each command's own arguments live with the
+//! command (`pong_cli`, `ls`, `netcat`, `topic`).
+//!
+//! Exit codes: a usage error exits 2 with `shmlink: ` and clap's message on stderr;
+//! `--help` and `--version` print on stdout and exit 0.
 
 use std::ffi::OsString;
-use std::fmt;
+use std::process::ExitCode;
 
-use crate::bench::{parse_bench, BenchArgs};
-use crate::help::{BENCH_HELP, LS_HELP, PONG_HELP, TOP_HELP};
-use crate::ls::{parse_ls, LsArgs};
-use crate::pong_args::{default_addrs, default_count, Pinning, PongArgs, Role};
-use crate::wire::Mode;
-use shmlink_bench::cpus::format_cpu_list;
+use clap::error::ErrorKind;
+use clap::{Args, CommandFactory, Parser, Subcommand};
+
+use crate::ls::LsCli;
+use crate::netcat::{RecvCli, SendCli};
+use crate::pong_cli::PongCli;
+use crate::topic::{PubCli, SubCli};
 
 /// Largest message size `-m` accepts (the library's hard limit).
 pub const MAX_SIZE: usize = shmlink::MAX_MSG_SIZE_LIMIT;
-/// Window in throughput mode when `-w` is not given.
-pub const DEFAULT_WINDOW: u64 = 64;
-/// Longest wait budget `--spin-us` accepts (10 s).
-const MAX_SPIN_US: u64 = 10_000_000;
 
-/// A bad command line.
-#[derive(Debug, PartialEq, Eq)]
-pub struct UsageError(pub String);
+const TOP_ABOUT: &str = "Fast, reliable messaging between processes that share a Linux kernel";
 
-impl fmt::Display for UsageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+const TOP_AFTER: &str = "\
+Addresses: shm:NAME, shm:/path.sock, shm:@name, ux:NAME, ux:/path, tcp:HOST:PORT,
+tls:HOST:PORT, auto:HOST:PORT. shm:NAME lives in the rendezvous directory: $SHMLINK_DIR,
+else $XDG_RUNTIME_DIR/shmlink, else /tmp/shmlink-UID.
+
+Exit status: 0 on success, 1 if the command failed, 2 on bad arguments.";
+
+/// `shmlink`'s command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "shmlink",
+    version,
+    about = TOP_ABOUT,
+    after_help = TOP_AFTER,
+    subcommand_required = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
 }
 
-/// Splits `--flag=value` into the flag and its inline value; any other argument is a flag
-/// whose value, if it takes one, is the next argument.
-pub fn split_flag(arg: &str) -> (String, Option<String>) {
-    match arg.split_once('=') {
-        Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-        _ => (arg.to_string(), None),
-    }
-}
-
-/// The value of `flag`: its inline value, else the next argument.
-pub fn flag_value(
-    flag: &str,
-    inline: &Option<String>,
-    args: &mut impl Iterator<Item = String>,
-    what: &str,
-) -> Result<String, UsageError> {
-    match inline.clone().or_else(|| args.next()) {
-        Some(v) => Ok(v),
-        None => usage(format!("{flag} needs a value ({what})")),
-    }
-}
-
-fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
-    Err(UsageError(msg.into()))
-}
-
-/// What the command line asks for.
-#[derive(Debug, PartialEq, Eq)]
+/// The commands.
+#[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Print this text and exit 0.
-    Help(&'static str),
-    Version,
-    Pong(PongArgs),
-    Bench(Box<BenchArgs>),
-    Ls(LsArgs),
+    Pong(PongCli),
+    Ls(LsCli),
+    Send(SendCli),
+    Recv(RecvCli),
+    Pub(PubCli),
+    Sub(SubCli),
+    Bench(BenchCli),
+    Completions(CompletionsCli),
+    Man(ManCli),
+}
+
+/// `shmlink bench ARGS…`: everything after `bench` goes to `shmlink-bench` unparsed.
+#[derive(Args, Debug)]
+#[command(
+    about = "Compare IPC methods side by side (runs the shmlink-bench program)",
+    long_about = "Compare every IPC method side by side: latency, throughput and CPU per \
+                  message. Runs the shmlink-bench program (next to this one, else on PATH) \
+                  with the same arguments; see `shmlink bench --help`.",
+    disable_help_flag = true
+)]
+pub struct BenchCli {
+    /// Arguments of shmlink-bench (`--quick`, `--pattern pubsub`, `--json FILE`, ...).
+    #[arg(
+        value_name = "ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        num_args = 0..
+    )]
+    pub args: Vec<OsString>,
+}
+
+/// `shmlink completions SHELL`.
+#[derive(Args, Debug)]
+#[command(
+    about = "Print a shell completion script",
+    long_about = "Print a completion script for SHELL on stdout, e.g.\n  \
+                  shmlink completions bash > /etc/bash_completion.d/shmlink\n  \
+                  shmlink completions zsh > ~/.zfunc/_shmlink\n  \
+                  shmlink completions fish > ~/.config/fish/completions/shmlink.fish"
+)]
+pub struct CompletionsCli {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `shmlink man [COMMAND]`.
+#[derive(Args, Debug)]
+#[command(
+    about = "Print the manual page (roff) on stdout",
+    long_about = "Print the manual page, in roff, on stdout: `shmlink man > shmlink.1`, \
+                  then `man -l shmlink.1`. With COMMAND, the page of that command \
+                  (shmlink-COMMAND(1))."
+)]
+pub struct ManCli {
+    /// A command, for its own page.
+    pub command: Option<String>,
+}
+
+/// Parses the command line (without the program name's handling: `argv[0]` included).
+pub fn parse<I, T>(argv: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    Cli::try_parse_from(argv)
+}
+
+/// A usage error in `command`'s context (its usage line in the message), exit code 2.
+pub fn usage_error(command: &str, msg: impl std::fmt::Display) -> clap::Error {
+    let mut cmd = Cli::command();
+    cmd.build();
+    let sub = cmd
+        .find_subcommand_mut(command)
+        .expect("a command of the tree");
+    sub.error(ErrorKind::ValueValidation, msg)
+}
+
+/// Prints a clap outcome that is not a parsed command line: help or version on stdout
+/// (exit 0), a usage error on stderr as `shmlink: …` (exit 2).
+pub fn report(e: &clap::Error) -> ExitCode {
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            // A closed stdout (`| head`) is not worth an error.
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            eprint!("shmlink: missing command\n\n{}", e.render());
+            ExitCode::from(2)
+        }
+        _ => {
+            let text = e.render().to_string();
+            let text = text.strip_prefix("error: ").unwrap_or(&text);
+            eprint!("shmlink: {text}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// Parses a size with an optional binary suffix: `64`, `1k`, `1KiB`, `4K`, `1M`, `64MiB`,
@@ -88,6 +169,18 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("size {text:?} is too large"))
 }
 
+/// A message size: [`parse_size`], at most [`MAX_SIZE`].
+pub fn parse_msg_size(text: &str) -> Result<usize, String> {
+    let s = parse_size(text)?;
+    if s > MAX_SIZE {
+        return Err(format!(
+            "{text}: at most {} bytes per message",
+            format_size(MAX_SIZE)
+        ));
+    }
+    Ok(s)
+}
+
 /// Formats a byte count with the largest binary suffix that divides it.
 pub fn format_size(bytes: usize) -> String {
     for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
@@ -98,286 +191,136 @@ pub fn format_size(bytes: usize) -> String {
     bytes.to_string()
 }
 
-fn parse_positive(flag: &str, text: &str) -> Result<u64, UsageError> {
+/// A count of at least 1.
+pub fn parse_positive(text: &str) -> Result<u64, String> {
     match text.parse::<u64>() {
-        Ok(0) => usage(format!("{flag} must be at least 1")),
+        Ok(0) => Err("must be at least 1".into()),
         Ok(n) => Ok(n),
-        Err(_) => usage(format!(
-            "invalid value {text:?} for {flag} (expected a positive integer)"
-        )),
+        Err(_) => Err(format!("{text:?} is not a positive integer")),
     }
 }
 
-/// Parses `--cpus A,B` or `--cpus none` (checked against the allowed CPUs later).
-fn parse_cpus(text: &str) -> Result<Pinning, UsageError> {
-    if text == "none" {
-        return Ok(Pinning::Off);
-    }
-    let bad = || {
-        usage(format!(
-            "invalid value {text:?} for --cpus (expected A,B with two CPU numbers, or none)"
-        ))
-    };
-    let Some((a, b)) = text.split_once(',') else {
-        return bad();
-    };
-    let (Ok(client), Ok(server)) = (a.trim().parse::<usize>(), b.trim().parse::<usize>()) else {
-        return bad();
-    };
-    Ok(Pinning::Cpus { client, server })
+/// An address any transport parses.
+pub fn parse_addr(text: &str) -> Result<String, String> {
+    shmlink::Address::parse(text)
+        .map(|_| text.to_string())
+        .map_err(|e| e.to_string())
 }
 
-/// Parses the whole command line (without the program name); `cpus` are the CPUs this
-/// process may run on ([`allowed_cpus`]).
-pub fn parse(argv: Vec<OsString>, cpus: &[usize]) -> Result<Command, UsageError> {
-    let mut argv = argv.into_iter().map(|a| {
-        a.into_string()
-            .map_err(|a| UsageError(format!("argument {a:?} is not valid UTF-8")))
-    });
-    let Some(first) = argv.next().transpose()? else {
-        return usage("missing command (try 'shmlink --help')");
-    };
-    match first.as_str() {
-        "-h" | "--help" => Ok(Command::Help(TOP_HELP)),
-        "-V" | "--version" => Ok(Command::Version),
-        "help" => match argv.next().transpose()?.as_deref() {
-            None => Ok(Command::Help(TOP_HELP)),
-            Some("pong") => Ok(Command::Help(PONG_HELP)),
-            Some("bench") => Ok(Command::Help(BENCH_HELP)),
-            Some("ls") => Ok(Command::Help(LS_HELP)),
-            Some(other) => usage(format!("no help for unknown command {other:?}")),
-        },
-        "pong" => parse_pong(argv.collect::<Result<Vec<_>, _>>()?, cpus),
-        "bench" => parse_bench(argv.collect::<Result<Vec<_>, _>>()?, cpus),
-        "ls" => parse_ls(argv.collect::<Result<Vec<_>, _>>()?),
-        other => usage(format!("unknown command {other:?} (try 'shmlink --help')")),
-    }
+/// The connection flags of the commands that connect or listen: TLS files and the
+/// shared rendezvous directory.
+#[derive(Args, Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnFlags {
+    /// This end's certificate chain (PEM), with --key: a server needs them; a client
+    /// presents them to a server that asks (mutual TLS)
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "key",
+        help_heading = "TLS (tls: and auto: addresses)"
+    )]
+    pub cert: Option<String>,
+    /// The private key of --cert (PEM)
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "cert",
+        help_heading = "TLS (tls: and auto: addresses)"
+    )]
+    pub key: Option<String>,
+    /// The CA certificates trusted to sign the peer's certificate (PEM): a client needs
+    /// it; a server with it requires client certificates
+    #[arg(
+        long,
+        value_name = "FILE",
+        help_heading = "TLS (tls: and auto: addresses)"
+    )]
+    pub ca: Option<String>,
+    /// The rendezvous directory is shared on purpose (a volume several containers or uids
+    /// mount): accept any owner and mode. The peer's uid is still checked
+    #[arg(long)]
+    pub shared_dir: bool,
 }
 
-/// Parses `shmlink pong`'s arguments.
-pub fn parse_pong(argv: Vec<String>, cpus: &[usize]) -> Result<Command, UsageError> {
-    let mut server = false;
-    let mut client = false;
-    let mut latency = false;
-    let mut json = false;
-    let mut once = false;
-    let mut shared_dir = false;
-    let mut size = None;
-    let mut count = None;
-    let mut window = None;
-    let mut pinning = None;
-    let mut ring_size = None;
-    let mut spin_us = None;
-    let (mut cert, mut key, mut ca) = (None, None, None);
-    let mut parent_pid = None;
-    let mut addrs = Vec::new();
-
-    let mut args = argv.into_iter();
-    while let Some(arg) = args.next() {
-        if arg == "--" {
-            addrs.extend(args.by_ref());
-            break;
+impl ConnFlags {
+    /// The library options these flags ask for.
+    pub fn options(&self) -> shmlink::Options {
+        let mut tls = shmlink::TlsOptions::new();
+        if let Some(cert) = &self.cert {
+            tls = tls.cert(shmlink::Pem::file(cert));
         }
-        if !arg.starts_with('-') || arg == "-" {
-            addrs.push(arg);
-            continue;
+        if let Some(key) = &self.key {
+            tls = tls.key(shmlink::Pem::file(key));
         }
-        let (flag, inline) = split_flag(&arg);
-        let mut value = |what: &str| flag_value(&flag, &inline, &mut args, what);
-        let takes_value = matches!(
-            flag.as_str(),
-            "-m" | "--size"
-                | "-n"
-                | "--count"
-                | "-w"
-                | "--window"
-                | "--cpus"
-                | "--ring-size"
-                | "--spin-us"
-                | "--cert"
-                | "--key"
-                | "--ca"
-                | "--parent-pid"
-        );
-        if inline.is_some() && !takes_value {
-            return usage(format!("{flag} takes no value"));
+        if let Some(ca) = &self.ca {
+            tls = tls.ca(shmlink::Pem::file(ca));
         }
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help(PONG_HELP)),
-            "--server" => server = true,
-            "--client" => client = true,
-            "--latency" => latency = true,
-            "--json" => json = true,
-            "--once" => once = true,
-            "--shared-dir" => shared_dir = true,
-            "-m" | "--size" => {
-                let v = value("SIZE")?;
-                let s = parse_size(&v).map_err(|e| UsageError(format!("{flag}: {e}")))?;
-                if s > MAX_SIZE {
-                    return usage(format!(
-                        "{flag} {v}: at most {} bytes per message",
-                        format_size(MAX_SIZE)
-                    ));
-                }
-                size = Some(s);
-            }
-            "-n" | "--count" => count = Some(parse_positive(&flag, &value("COUNT")?)?),
-            "-w" | "--window" => window = Some(parse_positive(&flag, &value("WINDOW")?)?),
-            "--cpus" => pinning = Some(parse_cpus(&value("A,B or none")?)?),
-            "--ring-size" => {
-                let v = value("SIZE")?;
-                let s = parse_size(&v).map_err(|e| UsageError(format!("{flag}: {e}")))?;
-                if let Err(e) = shmlink::Options::default().ring_size(s).validate() {
-                    return usage(format!("{flag} {v}: {}", e.message()));
-                }
-                ring_size = Some(s);
-            }
-            "--spin-us" => {
-                let v = value("microseconds")?;
-                match v.parse::<u64>() {
-                    Ok(n) if n <= MAX_SPIN_US => spin_us = Some(n),
-                    _ => {
-                        return usage(format!(
-                            "invalid value {v:?} for --spin-us (expected 0..={MAX_SPIN_US})"
-                        ))
-                    }
-                }
-            }
-            "--cert" => cert = Some(value("FILE")?),
-            "--key" => key = Some(value("FILE")?),
-            "--ca" => ca = Some(value("FILE")?),
-            "--parent-pid" => {
-                let v = value("PID")?;
-                parent_pid = Some(
-                    v.parse::<u32>()
-                        .map_err(|_| UsageError(format!("invalid --parent-pid {v:?}")))?,
-                );
-            }
-            _ => {
-                return usage(format!(
-                    "unknown option {flag:?} (try 'shmlink pong --help')"
-                ))
-            }
-        }
+        shmlink::Options::default()
+            .shared_rendezvous_dir(self.shared_dir)
+            .tls(tls)
     }
-
-    let role = match (server, client) {
-        (true, true) => return usage("--server and --client exclude each other"),
-        (true, false) => Role::Server,
-        (false, true) => Role::Client,
-        (false, false) => Role::Both,
-    };
-    if role != Role::Server && (once || parent_pid.is_some()) {
-        return usage("--once and --parent-pid are internal options of --server");
-    }
-    let mode = if latency {
-        Mode::Latency
-    } else {
-        Mode::Throughput
-    };
-    match role {
-        Role::Server => {
-            let client_only = [
-                ("--latency", latency),
-                ("-m/--size", size.is_some()),
-                ("-n/--count", count.is_some()),
-                ("-w/--window", window.is_some()),
-                ("--json", json),
-            ];
-            if let Some((name, _)) = client_only.iter().find(|(_, given)| *given) {
-                return usage(format!(
-                    "{name} is a client option: a server takes each run's parameters from its client"
-                ));
-            }
-            if addrs.len() != 1 {
-                return usage(format!(
-                    "--server needs exactly one ADDR, got {}",
-                    addrs.len()
-                ));
-            }
-        }
-        Role::Client if addrs.is_empty() => return usage("--client needs at least one ADDR"),
-        Role::Client => {}
-        Role::Both if addrs.is_empty() => addrs = default_addrs(),
-        Role::Both => {}
-    }
-    for addr in &addrs {
-        if let Err(e) = shmlink::Address::parse(addr) {
-            return usage(e.to_string());
-        }
-    }
-    if cert.is_some() != key.is_some() {
-        return usage("--cert and --key go together");
-    }
-    if mode == Mode::Latency && window.is_some() {
-        return usage("-w/--window applies to throughput mode, not --latency");
-    }
-    let pinning = match pinning {
-        // A server started by `pong` inherited the client's pinning: its own mask says
-        // nothing about the machine, the client checked the CPUs already.
-        Some(p) if parent_pid.is_some() => p,
-        Some(Pinning::Cpus { client, server }) => {
-            if let Some(cpu) = [client, server].into_iter().find(|c| !cpus.contains(c)) {
-                return usage(format!(
-                    "--cpus {client},{server}: CPU {cpu} is not available (nproc: {}; CPUs: {})",
-                    cpus.len(),
-                    format_cpu_list(cpus)
-                ));
-            }
-            Pinning::Cpus { client, server }
-        }
-        Some(p) => p,
-        None => match cpus {
-            [client, server, ..] => Pinning::Auto {
-                client: *client,
-                server: *server,
-            },
-            _ => Pinning::Off,
-        },
-    };
-    let size = size.unwrap_or(64);
-    let count = count.unwrap_or_else(|| default_count(mode, size));
-    let window = match mode {
-        Mode::Latency => 1,
-        Mode::Throughput => window.unwrap_or(DEFAULT_WINDOW),
-    };
-    Ok(Command::Pong(PongArgs {
-        role,
-        mode,
-        size,
-        count,
-        window,
-        pinning,
-        json,
-        ring_size,
-        spin_us,
-        shared_dir,
-        cert,
-        key,
-        ca,
-        addrs,
-        once,
-        parent_pid,
-    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn pong(args: &str) -> Result<PongArgs, UsageError> {
-        let argv = std::iter::once("pong")
-            .chain(args.split_whitespace())
-            .map(OsString::from)
-            .collect();
-        match parse(argv, &[0, 1, 2, 3])? {
-            Command::Pong(p) => Ok(p),
-            other => panic!("not a pong command: {other:?}"),
-        }
+    #[test]
+    fn the_command_tree_is_consistent() {
+        Cli::command().debug_assert();
     }
 
-    fn err(args: &str) -> String {
-        pong(args).unwrap_err().0
+    #[test]
+    fn top_level() {
+        let kind = |args: &[&str]| {
+            let argv = std::iter::once("shmlink").chain(args.iter().copied());
+            parse(argv).unwrap_err().kind()
+        };
+        assert_eq!(kind(&["--help"]), ErrorKind::DisplayHelp);
+        assert_eq!(kind(&["help", "pong"]), ErrorKind::DisplayHelp);
+        assert_eq!(kind(&["help", "ls"]), ErrorKind::DisplayHelp);
+        assert_eq!(kind(&["ls", "--help"]), ErrorKind::DisplayHelp);
+        assert_eq!(kind(&["pong", "-h"]), ErrorKind::DisplayHelp);
+        assert_eq!(kind(&["-V"]), ErrorKind::DisplayVersion);
+        assert_eq!(
+            kind(&[]),
+            ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        );
+        assert_eq!(kind(&["bong"]), ErrorKind::InvalidSubcommand);
+        // bench takes everything, --help included, for shmlink-bench.
+        let cli = parse(["shmlink", "bench", "--quick", "--help", "-x"]).unwrap();
+        let Command::Bench(b) = cli.command else {
+            panic!("{cli:?}")
+        };
+        assert_eq!(b.args, ["--quick", "--help", "-x"]);
+        for shell in ["bash", "zsh", "fish"] {
+            assert!(matches!(
+                parse(["shmlink", "completions", shell]).unwrap().command,
+                Command::Completions(_)
+            ));
+        }
+        assert_eq!(
+            parse(["shmlink", "completions", "tcsh"])
+                .unwrap_err()
+                .kind(),
+            ErrorKind::InvalidValue
+        );
+    }
+
+    #[test]
+    fn usage_errors_render_with_the_command_usage() {
+        let e = usage_error("pong", "--server needs exactly one ADDR, got 0");
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        let text = e.render().to_string();
+        assert!(text.contains("--server needs exactly one ADDR"), "{text}");
+        assert!(text.contains("Usage: shmlink pong"), "{text}");
+    }
+
+    #[test]
+    fn tls_files_go_together() {
+        let e = parse(["shmlink", "send", "--cert", "c.pem", "tls:h:1"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MissingRequiredArgument);
+        assert!(e.to_string().contains("--key"), "{e}");
     }
 
     #[test]
@@ -412,6 +355,7 @@ mod tests {
         assert!(parse_size("99999999999G")
             .unwrap_err()
             .contains("too large"));
+        assert!(parse_msg_size("2G").unwrap_err().contains("at most 1GiB"));
     }
 
     #[test]
@@ -421,139 +365,5 @@ mod tests {
         }
         assert_eq!(format_size(1 << 20), "1MiB");
         assert_eq!(format_size(1536), "1536");
-    }
-
-    #[test]
-    fn defaults() {
-        let p = pong("").unwrap();
-        assert_eq!(p.role, Role::Both);
-        assert_eq!(p.mode, Mode::Throughput);
-        assert_eq!((p.size, p.window, p.count), (64, 64, 500_000));
-        assert_eq!(p.addrs.len(), 3);
-        assert_eq!(
-            p.pinning,
-            Pinning::Auto {
-                client: 0,
-                server: 1
-            }
-        );
-        let p = pong("--latency -m 1M tcp:127.0.0.1:0").unwrap();
-        assert_eq!((p.window, p.count, p.warmup()), (1, 1024, 102));
-        assert_eq!(p.addrs, ["tcp:127.0.0.1:0"]);
-        assert_eq!(pong("--latency -m 64M").unwrap().count, 50);
-        assert_eq!(pong("--latency").unwrap().count, 20_000);
-        assert_eq!(pong("--latency -n 100000").unwrap().warmup(), 1000);
-    }
-
-    #[test]
-    fn every_option() {
-        let p = pong(
-            "--client --latency --size=4k -n 10 --cpus 1,1 --json --ring-size 1M --spin-us 0 shm:a ux:b",
-        )
-        .unwrap();
-        assert_eq!(p.role, Role::Client);
-        assert_eq!((p.size, p.count), (4096, 10));
-        assert_eq!(
-            p.pinning,
-            Pinning::Cpus {
-                client: 1,
-                server: 1
-            }
-        );
-        assert!(p.json);
-        assert_eq!(p.ring_size, Some(1 << 20));
-        assert_eq!(p.options().get_wait_policy(), shmlink::WaitPolicy::BLOCKING);
-        assert_eq!(p.addrs, ["shm:a", "ux:b"]);
-        let p = pong("--server --once --parent-pid 7 --cpus none shm:x").unwrap();
-        assert_eq!(
-            (p.role, p.once, p.parent_pid),
-            (Role::Server, true, Some(7))
-        );
-        assert_eq!(p.pinning, Pinning::Off);
-        assert_eq!(pong("-w 8 -- ux:-odd").unwrap().addrs, ["ux:-odd"]);
-        let p = pong("--cert c.pem --key k.pem --ca=ca.pem tls:127.0.0.1:0").unwrap();
-        let tls = p.options().get_tls().clone();
-        assert_eq!(
-            tls,
-            shmlink::TlsOptions::new()
-                .cert(shmlink::Pem::file("c.pem"))
-                .key(shmlink::Pem::file("k.pem"))
-                .ca(shmlink::Pem::file("ca.pem"))
-        );
-    }
-
-    #[test]
-    fn bad_arguments_are_usage_errors() {
-        for (args, needle) in [
-            ("--frobnicate", "unknown option \"--frobnicate\""),
-            ("-m 12Q", "invalid size \"12Q\""),
-            ("-m 2G", "at most 1GiB"),
-            ("-n 0", "-n must be at least 1"),
-            ("-n many", "invalid value \"many\" for -n"),
-            ("-w 0", "-w must be at least 1"),
-            (
-                "--cpus 9,99",
-                "CPU 9 is not available (nproc: 4; CPUs: 0-3)",
-            ),
-            ("--cpus 1,4", "CPU 4 is not available"),
-            ("--cpus 0", "invalid value \"0\" for --cpus"),
-            ("--cpus a,b", "invalid value"),
-            ("--ring-size 5000", "power of two"),
-            ("--spin-us -1", "--spin-us"),
-            ("-m", "-m needs a value"),
-            ("--json=yes", "--json takes no value"),
-            ("--server --client x", "exclude each other"),
-            ("--server", "exactly one ADDR"),
-            ("--server shm:a shm:b", "exactly one ADDR"),
-            ("--server -m 64 a", "-m/--size is a client option"),
-            ("--client", "at least one ADDR"),
-            ("--latency -w 4", "throughput mode"),
-            ("--once", "internal"),
-            ("--cert c.pem tls:h:1", "--cert and --key go together"),
-            ("--ca", "--ca needs a value"),
-            ("foo:bar", "unknown transport \"foo\""),
-            ("shm:ok tcp:nohost", "invalid address \"tcp:nohost\""),
-        ] {
-            let e = err(args);
-            assert!(e.contains(needle), "{args:?}: {e:?} lacks {needle:?}");
-        }
-    }
-
-    #[test]
-    fn top_level() {
-        let parse = |args: &[&str]| parse(args.iter().map(OsString::from).collect(), &[0]);
-        assert_eq!(parse(&["--help"]), Ok(Command::Help(TOP_HELP)));
-        assert_eq!(parse(&["help", "pong"]), Ok(Command::Help(PONG_HELP)));
-        assert_eq!(parse(&["help", "ls"]), Ok(Command::Help(LS_HELP)));
-        assert_eq!(parse(&["ls", "--help"]), Ok(Command::Help(LS_HELP)));
-        assert_eq!(parse(&["pong", "-h"]), Ok(Command::Help(PONG_HELP)));
-        assert_eq!(parse(&["-V"]), Ok(Command::Version));
-        assert!(parse(&[]).unwrap_err().0.contains("missing command"));
-        assert!(parse(&["bong"]).unwrap_err().0.contains("unknown command"));
-        let e = parse(&["pong", "--cpus", "0,1"]).unwrap_err();
-        assert!(e.0.contains("CPU 1 is not available"), "{e}");
-        let Ok(Command::Pong(p)) = parse(&["pong"]) else {
-            panic!()
-        };
-        assert_eq!(p.pinning, Pinning::Off, "one CPU: no default pinning");
-        let Ok(Command::Pong(p)) = parse(&[
-            "pong",
-            "--server",
-            "--parent-pid",
-            "1",
-            "--cpus",
-            "0,5",
-            "shm:x",
-        ]) else {
-            panic!()
-        };
-        assert_eq!(
-            p.pinning,
-            Pinning::Cpus {
-                client: 0,
-                server: 5
-            },
-            "a child trusts its parent"
-        );
     }
 }

@@ -8,11 +8,73 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 use shmlink::{ConnectionStatus, ListenerStatus, SocketReport, SocketState};
 
-use crate::args::{flag_value, split_flag, Command, UsageError};
-use crate::help::LS_HELP;
-
 /// Longest `--timeout` accepted (one minute).
 const MAX_TIMEOUT_MS: u64 = 60_000;
+
+const LS_LONG: &str = "\
+List the listeners under a rendezvous directory and their live connections, with
+message and byte counters (like XCM's xcmctl), and the publish/subscribe topics with
+their subscribers.";
+
+const LS_AFTER: &str = "\
+Every socket (*.sock) in DIR is asked over the socket itself; nothing else of a
+connection can be found by name. The kernel tells the listening process's PID and UID
+(SO_PEERCRED) even when it does not answer. The table has a line per listener: its
+address, transport (shm, or auto/tcp and auto/tls for auto: listeners, found through
+their upgrade sockets), PID, UID, age and number of connections, or its state:
+
+  not answering  a process listens but did not answer within the timeout: a listener
+                 answers only while its process is in accept() or polls the listener
+                 (an event loop); a process busy with one client does not
+  stale          nobody listens: the socket file of a listener that died
+  permission denied
+                 the socket or the listener does not admit this user (a query passes
+                 the same credential check as a connection)
+
+Under each listener, a line per connection it accepted that its process still holds:
+the peer's PID (shm:, in the listener's PID namespace) or address (auto: connections
+that stayed on TCP), UID, age, and the listener side's counters: MSGS IN are the
+messages the peer sent. ux:, tcp: and tls: listeners have no socket in DIR and are not
+listed.
+
+Topics (shm: and auto: publishers; the publisher answers at any time): a line per topic
+with its policy (block or overwrite), ring slots, publisher PID and UID, messages
+published and subscribers; under it a line per subscriber: PID, UID, LAG (messages
+published that it has not read yet) and DROPPED (messages it lost to overwriting, as it
+reports them), and its network address if it subscribed over tcp:/tls:/auto:.
+
+With --json: one JSON object {\"dir\", \"listeners\": [...], \"topics\": [...]}; each
+listener with path, state (answered, not_answering, stale, permission_denied, error),
+reason, pid, uid, gid, address, transport, over, started_unix_ms, age_ms, truncated and
+connections [{transport, peer_pid, peer_uid, peer_gid, peer_addr, accepted_unix_ms,
+age_ms, msgs_in, msgs_out, bytes_in, bytes_out}] (null where unknown); each topic with
+path, address, pid, uid, gid, policy, slots, max_msg, published, joined, left, detached,
+truncated and subscribers [{slot, pid, uid, gid, lag, dropped, remote}].
+
+Exit status: 0 when DIR could be read (even if some listeners do not answer), 1 if it
+cannot be read, 2 on bad arguments.";
+
+/// `shmlink ls`'s arguments as given.
+#[derive(clap::Args, Debug)]
+#[command(
+    args_override_self = true,
+    about = "List the listeners and topics under a rendezvous directory",
+    long_about = LS_LONG,
+    after_long_help = LS_AFTER
+)]
+pub struct LsCli {
+    /// The directory to scan [default: the rendezvous directory: $SHMLINK_DIR, else
+    /// $XDG_RUNTIME_DIR/shmlink, else /tmp/shmlink-<uid>]
+    #[arg(value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Print one JSON object instead of the table
+    #[arg(long)]
+    json: bool,
+    /// How long to wait for the listeners' answers, all asked at once, in milliseconds
+    #[arg(long, value_name = "MS", default_value_t = shmlink::DEFAULT_INSPECT_TIMEOUT.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_MS))]
+    timeout: u64,
+}
 
 /// `shmlink ls`'s arguments, with defaults applied.
 #[derive(Debug, PartialEq, Eq)]
@@ -24,58 +86,15 @@ pub struct LsArgs {
     pub timeout: Duration,
 }
 
-fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
-    Err(UsageError(msg.into()))
-}
-
-/// Parses `shmlink ls`'s arguments.
-pub fn parse_ls(argv: Vec<String>) -> Result<Command, UsageError> {
-    let mut dir = None;
-    let mut json = false;
-    let mut timeout = shmlink::DEFAULT_INSPECT_TIMEOUT;
-    let mut args = argv.into_iter();
-    while let Some(arg) = args.next() {
-        let positional = if arg == "--" {
-            args.next()
-        } else if !arg.starts_with('-') || arg == "-" {
-            Some(arg)
-        } else {
-            let (flag, inline) = split_flag(&arg);
-            if inline.is_some() && flag != "--timeout" {
-                return usage(format!("{flag} takes no value"));
-            }
-            match flag.as_str() {
-                "-h" | "--help" => return Ok(Command::Help(LS_HELP)),
-                "--json" => json = true,
-                "--timeout" => {
-                    let v = flag_value(&flag, &inline, &mut args, "milliseconds")?;
-                    match v.parse::<u64>() {
-                        Ok(ms) if (1..=MAX_TIMEOUT_MS).contains(&ms) => {
-                            timeout = Duration::from_millis(ms)
-                        }
-                        _ => {
-                            return usage(format!(
-                                "invalid value {v:?} for --timeout (expected milliseconds, 1..={MAX_TIMEOUT_MS})"
-                            ))
-                        }
-                    }
-                }
-                _ => return usage(format!("unknown option {flag:?} (try 'shmlink ls --help')")),
-            }
-            None
-        };
-        if let Some(p) = positional {
-            if dir.is_some() {
-                return usage(format!("ls takes at most one DIR (also got {p:?})"));
-            }
-            dir = Some(PathBuf::from(p));
+impl LsCli {
+    /// The arguments with defaults applied.
+    pub fn into_args(self) -> LsArgs {
+        LsArgs {
+            dir: self.dir.unwrap_or_else(shmlink::rendezvous_dir),
+            json: self.json,
+            timeout: Duration::from_millis(self.timeout),
         }
     }
-    Ok(Command::Ls(LsArgs {
-        dir: dir.unwrap_or_else(shmlink::rendezvous_dir),
-        json,
-        timeout,
-    }))
 }
 
 /// Runs the command: 0 when the directory could be read, whatever the listeners said.
@@ -195,11 +214,98 @@ fn columns(rows: &[Vec<String>], right: &[usize], indent: &str, out: &mut String
 }
 
 /// The plain table: a line per listener, its connections indented below it.
-pub fn table(reports: &[SocketReport], now: SystemTime) -> String {
+pub fn table(all: &[SocketReport], now: SystemTime) -> String {
     let mut out = String::new();
-    if reports.is_empty() {
+    let (topics, reports): (Vec<&SocketReport>, Vec<&SocketReport>) = all
+        .iter()
+        .partition(|r| matches!(r.state, SocketState::Topic(_)));
+    if reports.is_empty() && topics.is_empty() {
         return "no listeners\n".into();
     }
+    if !reports.is_empty() {
+        listener_table(&reports, now, &mut out);
+    }
+    if !topics.is_empty() {
+        if !reports.is_empty() {
+            out.push('\n');
+        }
+        topic_table(&topics, &mut out);
+    }
+    out
+}
+
+/// The topics: a line per publisher, its subscribers indented below it.
+fn topic_table(reports: &[&SocketReport], out: &mut String) {
+    let header = [
+        "TOPIC",
+        "POLICY",
+        "SLOTS",
+        "PID",
+        "UID",
+        "PUBLISHED",
+        "SUBS",
+    ];
+    let mut rows = vec![header.map(String::from).to_vec()];
+    let mut topics = Vec::new();
+    for r in reports {
+        let SocketState::Topic(t) = &r.state else {
+            continue;
+        };
+        let (pid, uid) = match r.listener {
+            Some(c) => (c.pid.to_string(), c.uid.to_string()),
+            None => ("-".into(), "-".into()),
+        };
+        rows.push(vec![
+            t.address.clone(),
+            policy_text(t.policy).into(),
+            t.slots.to_string(),
+            pid,
+            uid,
+            t.published.to_string(),
+            format!(
+                "{}{}",
+                t.subscribers.len(),
+                if t.truncated { "+ (truncated)" } else { "" }
+            ),
+        ]);
+        topics.push(t);
+    }
+    let mut lines = String::new();
+    columns(&rows, &[2, 3, 4, 5, 6], "", &mut lines);
+    let mut lines = lines.lines();
+    out.push_str(lines.next().unwrap_or_default());
+    out.push('\n');
+    for (t, line) in topics.into_iter().zip(lines) {
+        out.push_str(line);
+        out.push('\n');
+        if t.subscribers.is_empty() {
+            continue;
+        }
+        let header = ["SLOT", "PID", "UID", "LAG", "DROPPED", "REMOTE"];
+        let mut rows = vec![header.map(String::from).to_vec()];
+        for s in &t.subscribers {
+            rows.push(vec![
+                s.slot.to_string(),
+                s.cred.pid.to_string(),
+                s.cred.uid.to_string(),
+                s.lag.to_string(),
+                s.missed.to_string(),
+                s.remote.clone().unwrap_or_else(|| "-".into()),
+            ]);
+        }
+        columns(&rows, &[0, 1, 2, 3, 4], "  ", out);
+    }
+}
+
+fn policy_text(p: shmlink::Policy) -> &'static str {
+    match p {
+        shmlink::Policy::Block => "block",
+        shmlink::Policy::Overwrite => "overwrite",
+    }
+}
+
+/// The listeners: a line per listener, its connections indented below it.
+fn listener_table(reports: &[&SocketReport], now: SystemTime, out: &mut String) {
     let header = ["ADDRESS", "TRANSPORT", "PID", "UID", "AGE", "CONNS"];
     let mut listeners = vec![header.map(String::from).to_vec()];
     for r in reports {
@@ -266,9 +372,8 @@ pub fn table(reports: &[SocketReport], now: SystemTime) -> String {
                 format_bytes(c.counters.bytes_out),
             ]);
         }
-        columns(&rows, &[1, 3, 4, 5, 6], "  ", &mut out);
+        columns(&rows, &[1, 3, 4, 5, 6], "  ", out);
     }
-    out
 }
 
 fn unix_ms(t: SystemTime) -> u64 {
@@ -278,8 +383,10 @@ fn unix_ms(t: SystemTime) -> u64 {
 
 /// The same as the table, as one JSON object.
 pub fn to_json(args: &LsArgs, reports: &[SocketReport], now: SystemTime) -> Value {
+    let topics: Vec<Value> = reports.iter().filter_map(topic_json).collect();
     let listeners: Vec<Value> = reports
         .iter()
+        .filter(|r| !matches!(r.state, SocketState::Topic(_)))
         .map(|r| {
             let (state, reason) = match &r.state {
                 SocketState::Answered(_) => ("answered", None),
@@ -332,17 +439,57 @@ pub fn to_json(args: &LsArgs, reports: &[SocketReport], now: SystemTime) -> Valu
     json!({
         "dir": args.dir.display().to_string(),
         "listeners": listeners,
+        "topics": topics,
     })
+}
+
+/// A topic's JSON object, if `r` is a topic.
+fn topic_json(r: &SocketReport) -> Option<Value> {
+    let SocketState::Topic(t) = &r.state else {
+        return None;
+    };
+    let subscribers: Vec<Value> = t
+        .subscribers
+        .iter()
+        .map(|s| {
+            json!({
+                "slot": s.slot,
+                "pid": s.cred.pid,
+                "uid": s.cred.uid,
+                "gid": s.cred.gid,
+                "lag": s.lag,
+                "dropped": s.missed,
+                "remote": s.remote,
+            })
+        })
+        .collect();
+    Some(json!({
+        "path": r.path.display().to_string(),
+        "address": t.address,
+        "pid": r.listener.map(|c| c.pid),
+        "uid": r.listener.map(|c| c.uid),
+        "gid": r.listener.map(|c| c.gid),
+        "policy": policy_text(t.policy),
+        "slots": t.slots,
+        "max_msg": t.max_msg,
+        "published": t.published,
+        "joined": t.joined,
+        "left": t.left,
+        "detached": t.detached,
+        "truncated": t.truncated,
+        "subscribers": subscribers,
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn ls(args: &str) -> Result<LsArgs, UsageError> {
-        let argv = args.split_whitespace().map(String::from).collect();
-        match parse_ls(argv)? {
-            Command::Ls(a) => Ok(a),
+    /// `shmlink ls ARGS`, or clap's message.
+    fn ls(args: &str) -> Result<LsArgs, String> {
+        let argv = ["shmlink", "ls"].into_iter().chain(args.split_whitespace());
+        match crate::args::parse(argv).map_err(|e| e.to_string())?.command {
+            crate::args::Command::Ls(l) => Ok(l.into_args()),
             other => panic!("not an ls command: {other:?}"),
         }
     }
@@ -363,17 +510,17 @@ mod tests {
             Duration::from_millis(7)
         );
         assert_eq!(ls("-- -odd").unwrap().dir, PathBuf::from("-odd"));
-        assert_eq!(parse_ls(vec!["-h".into()]), Ok(Command::Help(LS_HELP)));
+        assert!(ls("-h").unwrap_err().contains("Usage: shmlink ls"));
         for (args, needle) in [
-            ("a b", "at most one DIR"),
-            ("--timeout", "--timeout needs a value"),
-            ("--timeout 0", "invalid value \"0\" for --timeout"),
-            ("--timeout 5s", "invalid value \"5s\""),
+            ("a b", "unexpected argument 'b'"),
+            ("--timeout", "a value is required for '--timeout <MS>'"),
+            ("--timeout 0", "invalid value '0' for '--timeout <MS>'"),
+            ("--timeout 5s", "invalid value '5s'"),
             ("--timeout 60001", "1..=60000"),
-            ("--json=1", "--json takes no value"),
-            ("--frob", "unknown option \"--frob\""),
+            ("--json=1", "unexpected value '1' for '--json'"),
+            ("--frob", "unexpected argument '--frob'"),
         ] {
-            let e = ls(args).unwrap_err().0;
+            let e = ls(args).unwrap_err();
             assert!(e.contains(needle), "{args:?}: {e:?} lacks {needle:?}");
         }
     }

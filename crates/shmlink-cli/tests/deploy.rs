@@ -206,7 +206,9 @@ impl Cli {
             .skip(1)
             .take_while(|l| l.starts_with("  "))
             .filter_map(|l| l.split_whitespace().next())
-            .filter(|c| *c != "help")
+            // `bench` hands its arguments to the separate shmlink-bench program, whose
+            // help is its own (no recipe runs it).
+            .filter(|c| *c != "help" && *c != "bench")
             .map(str::to_string)
             .collect();
         assert!(
@@ -225,13 +227,15 @@ impl Cli {
         Cli { helps, transports }
     }
 
-    /// The flags `command --help` documents, each with whether it takes a value: an
-    /// option line reads `  -m, --size SIZE  text` or `  --latency  text`.
+    /// The flags `command --help` documents, each with whether it takes a value: clap's
+    /// option lines read `  -m, --size <SIZE>` or `      --latency` (indented at most
+    /// six spaces, the text after two spaces or on the next lines, indented further).
     fn flags(&self, command: &str) -> BTreeMap<String, bool> {
         let mut flags = BTreeMap::new();
         for line in self.helps[command].lines() {
+            let indent = line.len() - line.trim_start().len();
             let line = line.trim_start();
-            if !line.starts_with('-') {
+            if !(2..=6).contains(&indent) || !line.starts_with('-') {
                 continue;
             }
             let spec = line.split("  ").next().unwrap_or("");

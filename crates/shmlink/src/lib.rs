@@ -88,7 +88,7 @@ pub use options::{
 };
 pub use pubsub::{
     Loan, Policy, PubSubOptions, Publisher, PublisherStats, Sample, Subscriber, SubscriberInfo,
-    SubscriberStats, MAX_SUBSCRIBERS,
+    SubscriberStats, TopicStatus, TopicSubscriber, MAX_SUBSCRIBERS,
 };
 pub use status::{
     inspect, ConnectionStatus, ListenerStatus, ProcessCred, SocketReport, SocketState,

@@ -16,6 +16,9 @@
 //! `shm:` listeners report their connections, `auto:` listeners (through their upgrade
 //! socket) those upgraded to shared memory and those that stayed on TCP/TLS. `ux:`,
 //! `tcp:` and `tls:` listeners have no socket in the directory and are not seen.
+//! Publish/subscribe topics (`shm:` and `auto:` publishers) answer with their
+//! subscribers, each one's lag and drops ([`SocketState::Topic`], `pubsub::status`);
+//! a publisher's control thread answers at any time.
 
 use std::fs;
 use std::io;
@@ -98,6 +101,8 @@ pub struct ConnectionStatus {
 pub enum SocketState {
     /// The listener answered.
     Answered(ListenerStatus),
+    /// A publish/subscribe topic's publisher answered.
+    Topic(crate::TopicStatus),
     /// A process listens but did not answer in time: it is not in `accept` and does not
     /// poll its listener.
     NotAnswering,
@@ -237,6 +242,9 @@ fn answer(sock: &OwnedFd, buf: &mut [u8], deadline: Instant) -> SocketState {
     };
     if !fds.is_empty() {
         return SocketState::Failed("the answer carried descriptors".to_string());
+    }
+    if let Some(topic) = crate::pubsub::status::decode_answer(&buf[..n]) {
+        return topic.map_or_else(|e| SocketState::Failed(e.to_string()), SocketState::Topic);
     }
     match Packet::decode(&buf[..n]) {
         Ok(Packet::Status(status)) => SocketState::Answered(status),

@@ -392,13 +392,15 @@ pub fn raw_segment_handshake(
     )
 }
 
-/// Fuzz entry point: the handshake parsers (`shm:` packets, `ls` status answers included,
+/// Fuzz entry point: the handshake parsers (`shm:` packets, `ls` status answers and topic
+/// status answers included,
 /// `auto:` negotiation messages, subscribe handshakes and the records of a topic served
 /// over the network)
 /// must reject or accept any bytes without panicking, and what they accept must survive
 /// a round trip.
 pub fn fuzz_handshake(data: &[u8]) {
     crate::pubsub::wire::fuzz_records(data);
+    crate::pubsub::status::fuzz_answer(data);
     if let Ok(m) = AutoMsg::decode(data) {
         assert_eq!(
             AutoMsg::decode(&m.encode()).expect("re-encoded message parses"),

@@ -320,6 +320,9 @@ impl Control {
             let why = "a subscribe request must not carry descriptors".to_string();
             return refuse(&sock, RefuseCode::Protocol, why);
         }
+        if !remote && super::status::is_query(&buf[..n]) {
+            return super::status::answer(&self.topic, &sock, p.admitted);
+        }
         match Packet::decode(&buf[..n]) {
             // The fan-out's ring readers come over a socket pair, never the socket file.
             Ok(Packet::Subscribe(req)) if remote || self.topic.tokens.is_none() => {

@@ -9,6 +9,7 @@
 //! | 18 `Upgrade` (`auto:` subscriber → publisher) | `Subscribe`'s fields, then `token: [u8; 16]` |
 //! | 19 `Upgraded` (publisher → `auto:` subscriber, three descriptors) | `Subscribed`'s fields, then `proof: [u8; 16]` |
 //! | 3 `Refuse` (publisher → subscriber) | the `shm:` refusal: `code: u16, len: u16, reason` |
+//! | 20 `TopicStatus` (publisher → `shmlink ls`, answering the `shm:` `Query`) | the topic and its subscribers (see `pubsub::status`) |
 //!
 //! `history` is how many past messages the subscriber wants replayed (`u64::MAX`: all the
 //! publisher keeps); `max_msg` the largest message it accepts (0: any). `start` is the

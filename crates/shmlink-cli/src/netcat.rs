@@ -1,0 +1,311 @@
+//! `shmlink send` and `shmlink recv`: netcat for messages. `send` turns stdin lines (or
+//! NUL-separated records, or whole files) into messages on one connection; `recv`
+//! prints each message it receives, one per line (or NUL-terminated), until the end of
+//! the stream.
+
+use std::io::{self, BufRead, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use shmlink::{Connection, ErrorKind, Listener};
+
+use crate::args::{parse_addr, parse_msg_size, parse_positive, ConnFlags};
+
+const SEND_LONG: &str = "\
+Send messages on one connection to ADDR: each line of stdin becomes one message (its
+newline stripped), or with -0 each NUL-terminated record; with FILEs, each file becomes
+one message (`-` is stdin, whole). Connects to ADDR (retried while nobody listens yet, for
+up to --wait seconds), or with --listen binds ADDR and sends to the first peer that
+connects. Closes the connection gracefully at the end: the receiver gets every message,
+then the end of the stream.";
+
+const RECV_LONG: &str = "\
+Receive messages on one connection and print each on stdout followed by a newline, or
+by a NUL byte with the -0 option, for messages that may contain newlines (as `xargs -0`
+reads them).
+Binds ADDR and takes the first peer that connects (the bound address is printed on stderr:
+`recv tcp:127.0.0.1:0` picks a free port), or with --connect connects to ADDR. Exits 0 at
+the end of the stream (the sender closed) or after -n messages.";
+
+const COMMON_AFTER: &str = "\
+Addresses: shm:NAME, shm:/path.sock, shm:@name, ux:NAME, ux:/path, tcp:HOST:PORT,
+tls:HOST:PORT (with --cert/--key on the listening side, --ca on the connecting side),
+auto:HOST:PORT (TCP, or TLS with the same flags, upgraded to shm on the same kernel).
+
+Exit status: 0 on success, 1 if the connection or a message failed, 2 on bad arguments.";
+
+/// `shmlink send`'s arguments.
+#[derive(Args, Debug)]
+#[command(
+    args_override_self = true,
+    about = "Send stdin lines or files as messages to ADDR",
+    long_about = SEND_LONG,
+    after_long_help = COMMON_AFTER
+)]
+pub struct SendCli {
+    /// Bind ADDR and send to the first peer that connects, instead of connecting
+    #[arg(short = 'l', long)]
+    listen: bool,
+    /// Split stdin at NUL bytes instead of newlines
+    #[arg(short = '0', long = "null")]
+    null: bool,
+    #[command(flatten)]
+    common: Common,
+    /// The address to connect to (or bind, with --listen)
+    #[arg(value_name = "ADDR", value_parser = parse_addr)]
+    addr: String,
+    /// Files to send, one message each (`-`: stdin); without FILE, stdin line by line
+    #[arg(value_name = "FILE")]
+    files: Vec<PathBuf>,
+}
+
+/// `shmlink recv`'s arguments.
+#[derive(Args, Debug)]
+#[command(
+    args_override_self = true,
+    about = "Print the messages received on ADDR",
+    long_about = RECV_LONG,
+    after_long_help = COMMON_AFTER
+)]
+pub struct RecvCli {
+    /// Connect to ADDR instead of binding it
+    #[arg(short = 'c', long)]
+    connect: bool,
+    /// End each message with a NUL byte instead of a newline
+    #[arg(short = '0', long = "null")]
+    null: bool,
+    /// Stop after N messages
+    #[arg(short = 'n', long = "count", value_name = "N", value_parser = parse_positive)]
+    count: Option<u64>,
+    #[command(flatten)]
+    common: Common,
+    /// The address to bind (or connect to, with --connect)
+    #[arg(value_name = "ADDR", value_parser = parse_addr)]
+    addr: String,
+}
+
+/// What `send` and `recv` share.
+#[derive(Args, Debug)]
+struct Common {
+    /// Largest message, on both ends (suffixes k, M, G) [default: the library's, 64MiB]
+    #[arg(short = 'm', long = "max-size", value_name = "SIZE", value_parser = parse_msg_size)]
+    max_size: Option<usize>,
+    /// How long to retry connecting while nobody listens yet, in seconds
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    wait: u64,
+    #[command(flatten)]
+    conn: ConnFlags,
+}
+
+impl Common {
+    fn options(&self) -> shmlink::Options {
+        let opts = self.conn.options();
+        match self.max_size {
+            Some(m) => opts.max_msg_size(m),
+            None => opts,
+        }
+    }
+}
+
+/// Prints `what: e` as `shmlink CMD: …` and returns exit code 1.
+fn fail(cmd: &str, what: impl std::fmt::Display) -> ExitCode {
+    eprintln!("shmlink {cmd}: {what}");
+    ExitCode::from(1)
+}
+
+/// Connects to `addr`, retrying while nobody listens yet (until `wait` has passed).
+pub fn connect_retry(
+    addr: &str,
+    opts: &shmlink::Options,
+    wait: Duration,
+) -> shmlink::Result<Connection> {
+    let deadline = Instant::now() + wait;
+    loop {
+        match Connection::connect(addr, opts) {
+            Err(e)
+                if matches!(e.kind(), ErrorKind::ConnectionRefused)
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Binds `addr`, says where on stderr, and takes the first peer.
+fn accept_one(cmd: &str, addr: &str, opts: &shmlink::Options) -> shmlink::Result<Connection> {
+    let mut listener = Listener::bind(addr, opts)?;
+    eprintln!("shmlink {cmd}: listening on {}", listener.local_addr());
+    listener.accept()
+}
+
+/// The connection `send`/`recv` asked for.
+fn open(cmd: &str, listen: bool, addr: &str, common: &Common) -> shmlink::Result<Connection> {
+    let opts = common.options();
+    if listen {
+        accept_one(cmd, addr, &opts)
+    } else {
+        connect_retry(addr, &opts, Duration::from_secs(common.wait))
+    }
+}
+
+/// Runs `shmlink send`.
+pub fn send(args: &SendCli) -> ExitCode {
+    let mut conn = match open("send", args.listen, &args.addr, &args.common) {
+        Ok(c) => c,
+        Err(e) => return fail("send", format_args!("{}: {e}", args.addr)),
+    };
+    let mut sent = 0u64;
+    let mut put = |msg: &[u8], what: &dyn std::fmt::Display| {
+        conn.send(msg)
+            .map(|()| sent += 1)
+            .map_err(|e| format!("send {what} ({} bytes) to {}: {e}", msg.len(), args.addr))
+    };
+    let result = if args.files.is_empty() {
+        let sep = if args.null { 0 } else { b'\n' };
+        for_each_record(io::stdin().lock(), sep, |n, msg| {
+            put(msg, &format_args!("message #{n}"))
+        })
+    } else {
+        args.files.iter().try_for_each(|f| {
+            let body = if f.as_os_str() == "-" {
+                let mut b = Vec::new();
+                io::stdin().read_to_end(&mut b).map(|_| b)
+            } else {
+                std::fs::read(f)
+            };
+            let body = body.map_err(|e| format!("read {}: {e}", f.display()))?;
+            put(&body, &f.display())
+        })
+    };
+    if let Err(e) = result {
+        return fail("send", e);
+    }
+    match conn.close() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(
+            "send",
+            format_args!("close {} after {sent} messages: {e}", args.addr),
+        ),
+    }
+}
+
+/// Calls `f` with each record of `input` ended by `sep` (the last one may lack it), the
+/// separator stripped, numbered from 0; stops at the first error.
+pub fn for_each_record(
+    mut input: impl BufRead,
+    sep: u8,
+    mut f: impl FnMut(u64, &[u8]) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut buf = Vec::new();
+    for n in 0.. {
+        buf.clear();
+        let got = input
+            .read_until(sep, &mut buf)
+            .map_err(|e| format!("read stdin: {e}"))?;
+        if got == 0 {
+            break;
+        }
+        if buf.last() == Some(&sep) {
+            buf.pop();
+        }
+        f(n, &buf)?;
+    }
+    Ok(())
+}
+
+/// Writes `msg` and `sep` to `out` and flushes: a reader sees each message as it comes.
+/// `Ok(false)` if the reader went away (a closed pipe: `| head`).
+pub fn print_record(out: &mut impl Write, msg: &[u8], sep: u8) -> io::Result<bool> {
+    let res = out
+        .write_all(msg)
+        .and_then(|()| out.write_all(&[sep]))
+        .and_then(|()| out.flush());
+    match res {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs `shmlink recv`.
+pub fn recv(args: &RecvCli) -> ExitCode {
+    let mut conn = match open("recv", !args.connect, &args.addr, &args.common) {
+        Ok(c) => c,
+        Err(e) => return fail("recv", format_args!("{}: {e}", args.addr)),
+    };
+    let sep = if args.null { 0 } else { b'\n' };
+    let mut out = io::stdout().lock();
+    let mut received = 0u64;
+    while !matches!(args.count, Some(n) if received >= n) {
+        let msg = match conn.recv_vec() {
+            Ok(m) => m,
+            Err(e) if e.kind() == ErrorKind::EndOfStream => break,
+            Err(e) => {
+                return fail(
+                    "recv",
+                    format_args!("{} after {received} messages: {e}", args.addr),
+                )
+            }
+        };
+        received += 1;
+        match print_record(&mut out, &msg, sep) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => return fail("recv", format_args!("write stdout: {e}")),
+        }
+    }
+    let _ = conn.close();
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::{parse, Command};
+
+    fn records(input: &[u8], sep: u8) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for_each_record(input, sep, |_, r| {
+            out.push(r.to_vec());
+            Ok(())
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn records_are_split_and_stripped() {
+        assert_eq!(records(b"a\nbb\n\nc", b'\n'), [&b"a"[..], b"bb", b"", b"c"]);
+        assert_eq!(records(b"a\n", b'\n'), [b"a"]);
+        assert!(records(b"", b'\n').is_empty());
+        assert_eq!(records(b"x\ny\0z\0", 0), [&b"x\ny"[..], b"z"]);
+    }
+
+    #[test]
+    fn arguments() {
+        let p = |args: &str| {
+            let argv = ["shmlink"].into_iter().chain(args.split_whitespace());
+            parse(argv).map(|c| c.command).map_err(|e| e.to_string())
+        };
+        let Ok(Command::Send(s)) = p("send -l -0 -m64k tcp:127.0.0.1:0 a b") else {
+            panic!()
+        };
+        assert!(s.listen && s.null);
+        assert_eq!(s.common.max_size, Some(64 << 10));
+        assert_eq!(s.files, [PathBuf::from("a"), PathBuf::from("b")]);
+        let Ok(Command::Recv(r)) = p("recv -c -n3 --wait 1 shm:x") else {
+            panic!()
+        };
+        assert!(r.connect && r.count == Some(3) && r.common.wait == 1);
+        assert!(p("recv").unwrap_err().contains("required arguments"));
+        assert!(p("recv -n 0 shm:x").unwrap_err().contains("at least 1"));
+        assert!(p("send foo:bar").unwrap_err().contains("unknown transport"));
+        assert!(p("recv shm:x extra")
+            .unwrap_err()
+            .contains("unexpected argument"));
+    }
+}
