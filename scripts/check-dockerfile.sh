@@ -4,11 +4,11 @@
 # (so this check follows every change there) and run here, in the repository root (the
 # stage's `COPY . .`), with the stage's `ENV`, in an environment cut down to what the
 # `rust:*-slim-*` image has: Debian's essential packages, ca-certificates, gcc, libc6-dev,
-# wget and rustup — no C++ compiler, no cmake, no make, no pkg-config, no libclang.
+# wget and rustup — no C++ compiler, no cmake, no make, no pkg-config.
 #
 #   1. The packages the command builds must not need a tool the image lacks: crates that
-#      compile C++ (zmq-sys builds libzmq), load libclang (bindgen, clang-sys) or run
-#      cmake are reported from `cargo tree` before anything is compiled.
+#      compile C++ (zmq-sys builds libzmq) or run cmake are reported from `cargo tree`
+#      before anything is compiled.
 #   2. The build runs with PATH reduced to the image's programs (taken from dpkg's file
 #      lists of those packages where dpkg exists, else PATH without C++ compilers, cmake
 #      and pkg-config) and CXX=false, so anything that still reaches for a C++ compiler
@@ -99,7 +99,6 @@ done
 problems=$(cargo tree "${tree_args[@]}" -e normal,build --prefix none 2>/dev/null |
   awk '{ print $1 }' | sort -u | awk '
     $1 == "zmq-sys"   { print "zmq-sys: compiles libzmq from C++ sources (the image has no C++ compiler)" }
-    $1 == "bindgen" || $1 == "clang-sys" { print $1 ": needs libclang at build time (not in the image)" }
     $1 == "cmake"     { print "cmake: runs the cmake program (not in the image)" }')
 if [ -n "$problems" ]; then
   echo "$problems" | sed 's/^/   /'
