@@ -46,7 +46,7 @@ const KINDS: &[(&str, &str)] = &[
     ("CronJob", "batch/v1"),
 ];
 
-/// Transports an address may name in a recipe (DESIGN §6). Those the built binary does
+/// Transports an address may name in a recipe (docs/design.md §6.1). Those the built binary does
 /// not list yet are checked for their `HOST:PORT` shape only.
 const TRANSPORTS: &[&str] = &["shm", "ux", "tcp", "tls", "auto"];
 

@@ -1,4 +1,4 @@
-//! Waiting: spin, then yield, then park (DESIGN §4).
+//! Waiting: spin, then yield, then park (docs/design.md §4.1).
 //!
 //! [`spin_then_yield`] is the first two phases; parking is the transport's (it sleeps on
 //! its connection fd, which also reports the peer's death).

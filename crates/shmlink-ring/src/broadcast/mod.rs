@@ -1,5 +1,5 @@
 //! The broadcast ring: one publisher writes each message once into a slot; every
-//! subscriber reads it in place with its own cursor (DESIGN §7, Shimmy's lock-free
+//! subscriber reads it in place with its own cursor (docs/design.md §7, Shimmy's lock-free
 //! channel). Pure shared-memory algorithms on raw memory, loom-testable; the segments,
 //! the subscriber table and the sockets around it are the publisher's and subscriber's.
 //!
@@ -37,7 +37,7 @@
 //! - *Reuse* (`block` policy): a subscriber stores its cursor with Release after reading;
 //!   the publisher loads cursors with Acquire before it reuses a slot
 //!   ([`CursorPage::load_cursor`]).
-//! - *Wake-ups* (DESIGN §4, both directions): the side about to sleep stores its flag,
+//! - *Wake-ups* (docs/design.md §7.5, both directions): the side about to sleep stores its flag,
 //!   issues a SeqCst fence and checks again; the side making progress stores its progress,
 //!   issues a SeqCst fence and reads the flag. Of two SeqCst fences one comes first, so at
 //!   least one side sees the other's store: no lost wake-up. Only the sleeper sets a flag

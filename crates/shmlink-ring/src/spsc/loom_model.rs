@@ -1,4 +1,4 @@
-//! Loom model of the ring and its wake-up protocol (DESIGN §4).
+//! Loom model of the ring and its wake-up protocol (docs/design.md §4).
 //!
 //! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p shmlink-ring
 //! --release loom` (`.ci/run` does).

@@ -2,8 +2,8 @@
 //!
 //! A ring is two control blocks and a data area of `cap` bytes (a power of two) that is
 //! mapped twice back to back, so a record starting anywhere in the first copy is
-//! contiguous. Each side writes only its own block, which lives in memory it owns (DESIGN
-//! principle 3a): the producer's [`ProducerCtl`] (its position `tail`, the end-of-stream
+//! contiguous. Each side writes only its own block, which lives in memory it owns
+//! (docs/design.md §9.1): the producer's [`ProducerCtl`] (its position `tail`, the end-of-stream
 //! mark and its sleep announcements) sits next to the data area it fills, the consumer's
 //! [`ConsumerCtl`] (its position `head` and its sleep announcements) in the consumer's
 //! memory; the other side maps each read-only. Positions are monotonically increasing
@@ -17,7 +17,7 @@
 //! message's total length (`u64`), middle fragments have [`FLAG_MORE`], the last has no
 //! flag.
 //!
-//! # Waking (DESIGN §4)
+//! # Waking (docs/design.md §4)
 //!
 //! A side that is about to sleep increments its `waiting` count (in its own block), issues
 //! a full fence and checks the ring again ([`Consumer::arm`], [`Producer::arm`]). A side
@@ -168,7 +168,7 @@ impl Default for ConsumerCtl {
 /// How a side orders "publish my position" against "read the sleeper's flag".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FenceMode {
-    /// Both the waker and the sleeper issue a full fence (DESIGN §4 as written; the
+    /// Both the waker and the sleeper issue a full fence (docs/design.md §4.2; the
     /// protocol the loom model checks).
     Symmetric,
     /// The waker, on every record, only stops the compiler from reordering; the sleeper,

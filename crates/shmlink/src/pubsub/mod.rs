@@ -1,4 +1,4 @@
-//! Publish/subscribe over shared memory (DESIGN §7), with remote subscribers over
+//! Publish/subscribe over shared memory (docs/design.md §7), with remote subscribers over
 //! `tcp:`, `tls:` and `auto:`: one [`Publisher`] writes each message once into a
 //! broadcast ring; any number of [`Subscriber`]s (up to 128), in other processes, read
 //! it in place with their own cursors — or, on other hosts, receive it from the

@@ -1,5 +1,5 @@
 //! The `auto:` transport: TCP that becomes shared memory when both ends share a kernel
-//! (DESIGN §6, the XWAY idea of one address for local and remote peers).
+//! (docs/design.md §5.3, the XWAY idea of one address for local and remote peers).
 //!
 //! A client connects over `tcp:` (`tls:` when the options carry TLS settings: then the
 //! negotiation, token and proof included, is encrypted and both ends authenticated as

@@ -1,7 +1,7 @@
 //! The `shm:` transport: two SPSC rings in two sealed memfds per connection, one per side,
 //! each holding what only its creator writes and mapped read-only by the peer, exchanged
 //! over a Unix `SOCK_SEQPACKET` rendezvous socket that stays open for doorbells and
-//! liveness (DESIGN §3–5).
+//! liveness (docs/design.md §3–5).
 
 use std::collections::HashMap;
 use std::io;

@@ -1,5 +1,5 @@
 //! The shared memory of one `shm:` connection: one sealed memfd per side, holding what
-//! only that side writes (DESIGN principle 3a). Each side creates its segment, maps it
+//! only that side writes (docs/design.md §9.1). Each side creates its segment, maps it
 //! read-write, seals it with `F_SEAL_FUTURE_WRITE` and passes it on; the peer maps it
 //! read-only, and the kernel refuses it any writable mapping from then on.
 //!
