@@ -59,6 +59,7 @@ compile_error!("shmlink supports 64-bit targets only (sizes from peers are check
 mod addr;
 mod conn;
 mod error;
+mod inspect;
 mod notify;
 mod options;
 mod pubsub;
@@ -79,8 +80,9 @@ pub mod testing;
 struct ReadmeDoctests;
 
 pub use addr::{rendezvous_dir, Address, UnixName, TRANSPORTS};
-pub use conn::{Connection, Counters, Listener, RecvBuf, SendBuf};
+pub use conn::{Connection, Listener, RecvBuf, SendBuf};
 pub use error::{Error, ErrorKind, Result};
+pub use inspect::{inspect, DEFAULT_INSPECT_TIMEOUT};
 pub use options::{
     Options, Pem, TlsOptions, WaitPolicy, MAX_MSG_SIZE_LIMIT, MAX_RING_SIZE, MIN_RING_SIZE,
 };
@@ -89,8 +91,7 @@ pub use pubsub::{
     SubscriberStats, MAX_SUBSCRIBERS,
 };
 pub use status::{
-    inspect, ConnectionStatus, ListenerStatus, ProcessCred, SocketReport, SocketState,
-    DEFAULT_INSPECT_TIMEOUT,
+    ConnectionStatus, Counters, ListenerStatus, ProcessCred, SocketReport, SocketState,
 };
 pub use view::SharedBytes;
 
