@@ -22,11 +22,9 @@ use std::time::Instant;
 
 use super::handshake::{Packet, Subscribe, Subscribed, MAX_PACKET, POLICY_BLOCK, POLICY_OVERWRITE};
 use super::options::{Policy, PubSubOptions};
-use super::publisher::{
-    sub_token, token_sub, Leave, Sub, Table, Topic, CHANGED_TOKEN, TIMER_TOKEN,
-};
 use super::ring::LastRing;
 use super::segment::{header_len, BellSegment, CursorSegment, TopicSegment};
+use super::topic::{sub_token, token_sub, Leave, Sub, Table, Topic, CHANGED_TOKEN, TIMER_TOKEN};
 use crate::addr::Address;
 use crate::error::{Error, Result};
 use crate::sync::{fence, AtomicU64, Ordering};

@@ -46,9 +46,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::options::{Policy, PubSubOptions};
-use super::publisher::Topic;
 use super::remote::framed_max;
 use super::shm_subscriber::ShmSubscriber;
+use super::topic::Topic;
 use super::wire::{self, BatchBuf, Record, RefuseCode, BATCH_BYTES, FLAG_LOCAL_OK};
 use crate::addr::{rendezvous_dir, Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};

@@ -55,7 +55,9 @@ mod remote;
 pub(crate) mod ring;
 pub(crate) mod segment;
 pub(crate) mod shm_subscriber;
+mod stats;
 pub(crate) mod subscriber;
+mod topic;
 pub(crate) mod wire;
 
 #[cfg(all(test, loom))]
@@ -64,7 +66,8 @@ mod loom_model;
 pub use options::{Policy, PubSubOptions};
 pub use publisher::{Loan, Publisher, PublisherStats, SubscriberInfo};
 pub use ring::MAX_SUBSCRIBERS;
-pub use subscriber::{Sample, Subscriber, SubscriberStats};
+pub use stats::SubscriberStats;
+pub use subscriber::{Sample, Subscriber};
 
 #[cfg(test)]
 mod tests {

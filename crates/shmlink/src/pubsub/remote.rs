@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::options::{Policy, PubSubOptions};
 use super::shm_subscriber::ShmSubscriber;
-use super::subscriber::SubscriberStats;
+use super::stats::SubscriberStats;
 use super::wire::{self, Record, BATCH_BYTES, FLAG_LOCAL_OK, MAX_CONTROL_RECORD};
 use crate::addr::{rendezvous_dir, Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};

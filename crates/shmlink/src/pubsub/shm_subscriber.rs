@@ -12,7 +12,7 @@ use super::ring::{
     arm_subscriber, disarm_subscriber, Geometry, Peek, Ring, MAX_POSITION, MAX_SUBSCRIBERS,
 };
 use super::segment::{BellSegment, CursorSegment, TopicSegment};
-use super::subscriber::SubscriberStats;
+use super::stats::SubscriberStats;
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::spin_then_yield;
