@@ -63,6 +63,7 @@ mod inspect;
 mod notify;
 mod options;
 mod pubsub;
+mod rendezvous;
 mod ring;
 mod status;
 mod sync;

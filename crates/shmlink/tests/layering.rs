@@ -773,3 +773,27 @@ fn the_checker_sees_dependencies() {
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].contains("a -> b -> a"), "{}", found[0]);
 }
+
+/// Publish/subscribe reaches the transports through one narrow interface: its network
+/// side through `transport::net`, its shared-memory side through the `shm:` packet codec
+/// its own handshake extends (`transport::shm::handshake`), nothing else of `transport`.
+#[test]
+fn pubsub_names_of_transport_only_net_and_the_shm_packet_codec() {
+    let krate = library();
+    let allowed = [
+        "transport::net",
+        "transport::local",
+        "transport::shm::handshake",
+    ];
+    let wrong: Vec<String> = edges(&krate)
+        .into_iter()
+        .filter(|e| name(&e.from).starts_with("pubsub") && name(&e.to).starts_with("transport"))
+        .filter(|e| !allowed.contains(&name(&e.to).as_str()))
+        .map(|e| format!("{} names {}", e.at, name(&e.to)))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "pub/sub reaches into transport internals:\n{}",
+        wrong.join("\n")
+    );
+}

@@ -17,9 +17,9 @@ use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::spin_then_yield;
 use crate::options::WaitPolicy;
+use crate::rendezvous::socket_of;
 use crate::sys::{self, poll_fd, socket};
 use crate::transport::shm::handshake::Token;
-use crate::transport::shm::socket_of;
 use crate::trust;
 use crate::view::SharedBytes;
 

@@ -13,6 +13,8 @@ use crate::error::{Error, ErrorKind, Result};
 
 pub(crate) mod auto;
 pub(crate) mod framed;
+pub(crate) mod local;
+pub(crate) mod net;
 mod ops;
 pub(crate) mod shm;
 pub(crate) mod stream;
