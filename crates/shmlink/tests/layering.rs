@@ -22,18 +22,34 @@
 //!
 //! # The layers this gives the library
 //!
-//! From the bottom: `sync`, `sys` and `ring` (the loom shim, the only libc user, the SPSC
-//! ring); `error`, `addr`, `options`, `trust`, `view`, `notify` (plain types); `status`
-//! (counters and the reports `inspect` answers with) and `rendezvous`-level helpers; then
-//! `transport` (per transport a child: `stream` → `tcp`/`tls`, `framed` over stream
-//! connections, `shm`, `ux`; the `local` upgrade negotiation shared by `auto:` and pub/sub;
-//! `auto` over all of them; `ops`, the trait every transport implements, is the leaf they
-//! share, and `transport`'s own file only lists them); `inspect` (asks listeners over the
-//! rendezvous socket); `conn` (the public `Connection`/`Listener` over the transports); and
-//! `pubsub` on top (its `topic` state is the leaf `publisher`, `control` and `fanout`
-//! share; its network side reaches the transports through `transport::net` only). The
-//! crate root only declares and re-exports. `testing` (helpers for the tests) may name
-//! anything and nothing names it outside tests.
+//! Each module may import the ones listed before it, never one after it.
+//!
+//! 1. Plain types and the OS: `error`; `addr` (addresses, the rendezvous directory);
+//!    `options`; `sys` (the only libc user) and `sync` (the loom shim); `trust` (who may
+//!    connect); `view`, `notify`; `status` (per-connection counters and what a listener
+//!    reports: a leaf the transports fill in and `inspect` reads).
+//! 2. `ring`: the SPSC byte ring.
+//! 3. `rendezvous`: binding, removing and sweeping the rendezvous sockets of `shm:`
+//!    addresses (for the `shm:` listener, `auto:`'s upgrade socket and the publisher).
+//! 4. `transport`, inside which, from the bottom: `ops` (the trait every transport
+//!    implements); `framed` (the framing, hello and flow control of the stream
+//!    transports); `stream` (TCP, with the TLS session under it in `stream::tls`); the
+//!    entries `tcp`, `tls`, `ux`; `shm` (its handshake codec, registry, segments and
+//!    connection); `local` (the local upgrade both `auto:` and `auto:` topics run:
+//!    boot ids, tokens, the upgrade socket); `net` (publish/subscribe's one interface to
+//!    the network transports); `auto`. `transport`'s own file only lists them (the
+//!    registry) and holds a connection as `shm:` or as a trait object (`Conn`).
+//! 5. `inspect` (asks the listeners over their rendezvous sockets) and `conn` (the public
+//!    `Connection` and `Listener` over the transports).
+//! 6. `pubsub`, inside which: the codecs `wire` and `handshake`; `ring`, `segment`,
+//!    `options`; `topic` (the state the publisher shares with its control and fan-out
+//!    threads) and `stats`; `shm_subscriber`, `remote` (the network subscriber), then
+//!    `subscriber`; `control`, `fanout`, then `publisher`, which starts both threads. Its
+//!    network side names nothing of `transport` but `transport::net`, its shared-memory
+//!    side the `shm:` packet codec its handshake extends (checked below).
+//! 7. `testing` (helpers for the tests) may name anything; nothing names it.
+//!
+//! The crate root only declares and re-exports.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

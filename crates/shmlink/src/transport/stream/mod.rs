@@ -567,24 +567,6 @@ pub(crate) mod tests {
         h
     }
 
-    /// A port nobody listens on (just released by the OS).
-    fn closed_port() -> String {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        format!("tcp:{}", l.local_addr().unwrap())
-    }
-
-    conformance::bind_tests!(ANY);
-
-    #[test]
-    fn connect_refused() {
-        conformance::connect_refused(&closed_port());
-    }
-
-    #[test]
-    fn smaller_maximum_wins() {
-        conformance::smaller_maximum_wins(ANY);
-    }
-
     #[test]
     fn bad_clients_are_dropped() {
         conformance::bad_clients_are_dropped::<RawTcp>(ANY);

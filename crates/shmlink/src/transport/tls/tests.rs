@@ -120,21 +120,6 @@ impl RawPeer for RawTls {
     }
 }
 
-conformance::bind_tests!(ANY);
-
-#[test]
-fn connect_refused() {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = format!("tls:{}", l.local_addr().unwrap());
-    drop(l);
-    conformance::connect_refused(&addr);
-}
-
-#[test]
-fn smaller_maximum_wins() {
-    conformance::smaller_maximum_wins(ANY);
-}
-
 #[test]
 fn bad_clients_are_dropped() {
     // Inside TLS: garbage instead of a hello, and no hello.
