@@ -20,7 +20,7 @@
 //! calls happen only to sleep and to wake a sleeper. Every connection exposes one fd for
 //! event loops, and a peer's death is reported as [`ErrorKind::ConnectionReset`].
 //!
-//! [`inspect`] lists the listeners with a socket in a rendezvous directory and the
+//! [`inspect`](inspect()) lists the listeners with a socket in a rendezvous directory and the
 //! connections each one holds, with peers and counters (what `shmlink ls` shows); a
 //! listener answers while its process accepts or polls it.
 //!

@@ -788,6 +788,22 @@ fn the_checker_sees_dependencies() {
     let found = circles(&made_up, &self::edges(&made_up));
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].contains("a -> b -> a"), "{}", found[0]);
+
+    // A parent's own code naming its child's item while the child names the parent's is a
+    // circle too; the parent's `mod` declaration and `pub use` of the child are not.
+    let mut family = Crate::default();
+    family.children.insert(vec![], BTreeSet::from(["p".to_string()]));
+    family.children.insert(vec!["p".into()], BTreeSet::from(["c".to_string()]));
+    family.children.insert(vec!["p".into(), "c".into()], BTreeSet::new());
+    let (p, c) = (vec!["p".to_string()], vec!["p".to_string(), "c".to_string()]);
+    let path = |s: &str| s.split("::").map(String::from).collect::<Vec<_>>();
+    family.paths.push((c.clone(), path("super::Trait"), false, "c.rs:1".into()));
+    family.paths.push((p.clone(), path("c::Impl"), true, "p.rs:1".into()));
+    assert!(circles(&family, &self::edges(&family)).is_empty());
+    family.paths.push((p.clone(), path("c::Impl"), false, "p.rs:2".into()));
+    let found = circles(&family, &self::edges(&family));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains("p (its own file) -> p::c -> p (its own file)"), "{}", found[0]);
 }
 
 /// Publish/subscribe reaches the transports through one narrow interface: its network

@@ -14,7 +14,7 @@ use crate::status::SharedCounters;
 use crate::view::SharedBytes;
 
 /// How long a closing connection's remaining bytes wait for the peer to take some before
-/// they are given up: a blocking `close` then fails with [`ErrorKind::TimedOut`] (and the
+/// they are given up: a blocking `close` then fails with [`ErrorKind::TimedOut`](crate::ErrorKind::TimedOut) (and the
 /// peer sees a reset instead of the end of stream). The clock restarts whenever the peer
 /// takes something, on every transport.
 pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(30);
@@ -28,7 +28,7 @@ pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(30);
 /// [`abort_reserve`].
 ///
 /// Every blocking call takes `blocking`; in non-blocking mode a call that would wait
-/// returns [`ErrorKind::WouldBlock`] and arranges for [`fd`] to become readable when
+/// returns [`ErrorKind::WouldBlock`](crate::ErrorKind::WouldBlock) and arranges for [`fd`] to become readable when
 /// it is worth calling again.
 ///
 /// [`recv_next`]: ConnOps::recv_next
