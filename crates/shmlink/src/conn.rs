@@ -8,92 +8,9 @@ use std::sync::Arc;
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
-use crate::sync::{AtomicU64, Ordering};
+use crate::status::{Counters, SharedCounters};
 use crate::transport::{self, with_conn, Accepted, Conn, ConnOps, ListenerOps};
 use crate::view::SharedBytes;
-
-/// Per-connection message and byte counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Messages sent.
-    pub msgs_out: u64,
-    /// Payload bytes sent.
-    pub bytes_out: u64,
-    /// Messages received.
-    pub msgs_in: u64,
-    /// Payload bytes received.
-    pub bytes_in: u64,
-}
-
-/// A connection's counters where the listener that accepted it can read them (for
-/// `shmlink ls`, see [`inspect`](crate::inspect())) without slowing the connection down.
-///
-/// The connection's owner is the only writer: every update happens through
-/// `&mut Connection`. So an update is a plain load and store, never a read-modify-write
-/// (`fetch_add` is a locked instruction on x86, tens of cycles on every message); with one
-/// writer no update can be lost.
-///
-/// Aligned to a cache line so the writes never share one with unrelated data of another
-/// thread.
-#[derive(Debug)]
-#[repr(align(64))]
-pub(crate) struct SharedCounters {
-    msgs_out: AtomicU64,
-    bytes_out: AtomicU64,
-    msgs_in: AtomicU64,
-    bytes_in: AtomicU64,
-}
-
-impl SharedCounters {
-    pub(crate) fn new() -> SharedCounters {
-        SharedCounters {
-            msgs_out: AtomicU64::new(0),
-            bytes_out: AtomicU64::new(0),
-            msgs_in: AtomicU64::new(0),
-            bytes_in: AtomicU64::new(0),
-        }
-    }
-
-    // SYNC POINT: counters. Relaxed everywhere, on purpose. The single writer reads back
-    // its own last store (program order), so `store(load + n)` never loses an update; a
-    // connection that moves to another thread moves with a happens-before edge (spawn,
-    // channel), so its next owner reads the latest values too. A reader in another thread
-    // (the listener answering `ls`) needs no ordering with anything: each load returns
-    // some value the counter held, never a torn one; the four counters may be caught
-    // between two updates of one message (msgs_out already counted, bytes_out not yet),
-    // which a status display tolerates.
-    #[inline]
-    fn add(counter: &AtomicU64, n: u64) {
-        counter.store(
-            counter.load(Ordering::Relaxed).wrapping_add(n),
-            Ordering::Relaxed,
-        );
-    }
-
-    /// Counts one message of `n` bytes sent. Only the connection's owner calls this.
-    #[inline]
-    fn count_out(&self, n: usize) {
-        Self::add(&self.msgs_out, 1);
-        Self::add(&self.bytes_out, n as u64);
-    }
-
-    /// Counts one message of `n` bytes received. Only the connection's owner calls this.
-    #[inline]
-    fn count_in(&self, n: usize) {
-        Self::add(&self.msgs_in, 1);
-        Self::add(&self.bytes_in, n as u64);
-    }
-
-    /// The counters now, from any thread.
-    pub(crate) fn get(&self) -> Counters {
-        Counters {
-            msgs_out: self.msgs_out.load(Ordering::Relaxed),
-            bytes_out: self.bytes_out.load(Ordering::Relaxed),
-            msgs_in: self.msgs_in.load(Ordering::Relaxed),
-            bytes_in: self.bytes_in.load(Ordering::Relaxed),
-        }
-    }
-}
 
 /// A server socket: binds an address and accepts connections.
 ///

@@ -20,7 +20,7 @@
 //! calls happen only to sleep and to wake a sleeper. Every connection exposes one fd for
 //! event loops, and a peer's death is reported as [`ErrorKind::ConnectionReset`].
 //!
-//! [`inspect`] lists the listeners with a socket in a rendezvous directory and the
+//! [`inspect`](inspect()) lists the listeners with a socket in a rendezvous directory and the
 //! connections each one holds, with peers and counters (what `shmlink ls` shows); a
 //! listener answers while its process accepts or polls it.
 //!
@@ -59,9 +59,11 @@ compile_error!("shmlink supports 64-bit targets only (sizes from peers are check
 mod addr;
 mod conn;
 mod error;
+mod inspect;
 mod notify;
 mod options;
 mod pubsub;
+mod rendezvous;
 mod status;
 mod transport;
 mod trust;
@@ -81,8 +83,9 @@ pub mod testing;
 struct ReadmeDoctests;
 
 pub use addr::{rendezvous_dir, Address, UnixName, TRANSPORTS};
-pub use conn::{Connection, Counters, Listener, RecvBuf, SendBuf};
+pub use conn::{Connection, Listener, RecvBuf, SendBuf};
 pub use error::{Error, ErrorKind, Result};
+pub use inspect::{inspect, SocketReport, SocketState, DEFAULT_INSPECT_TIMEOUT};
 pub use options::{
     Options, Pem, TlsOptions, WaitPolicy, MAX_MSG_SIZE_LIMIT, MAX_RING_SIZE, MIN_RING_SIZE,
 };
@@ -90,8 +93,5 @@ pub use pubsub::{
     Loan, Policy, PubSubOptions, Publisher, PublisherStats, Sample, Subscriber, SubscriberInfo,
     SubscriberStats, TopicStatus, TopicSubscriber, MAX_SUBSCRIBERS,
 };
-pub use status::{
-    inspect, ConnectionStatus, ListenerStatus, ProcessCred, SocketReport, SocketState,
-    DEFAULT_INSPECT_TIMEOUT,
-};
+pub use status::{ConnectionStatus, Counters, ListenerStatus, ProcessCred};
 pub use view::SharedBytes;

@@ -1,40 +1,97 @@
-//! Introspection for tools like `shmlink ls`: which listeners serve a rendezvous
-//! directory, and which connections each of them accepted, with their counters.
+//! What a listener reports about itself and its connections (what [`inspect`] returns and
+//! `shmlink ls` shows), and the per-connection counters behind it: plain types, shared by
+//! the transports that fill them in, the handshake that encodes them and `inspect` that
+//! decodes them.
 //!
-//! Nothing of a connection is reachable by name except its listener's rendezvous socket,
-//! so the questions go there: [`inspect`] connects to every socket in the directory,
-//! learns the listening process from the kernel (`SO_PEERCRED`), and sends a `Query`
-//! packet, which the listener answers with a `Status` (see the handshake's packet table).
-//! The query passes the same credential check as a connection.
-//!
-//! **A listener answers while its process accepts or polls it**, like XCM's control
-//! interface: in [`Listener::accept`](crate::Listener::accept), or when an event loop sees
-//! the listener's fd readable and calls `accept`. A process busy elsewhere (serving one
-//! client with a blocking loop, say) is reported as [`SocketState::NotAnswering`], with
-//! its pid and uid all the same.
-//!
-//! `shm:` listeners report their connections, `auto:` listeners (through their upgrade
-//! socket) those upgraded to shared memory and those that stayed on TCP/TLS. `ux:`,
-//! `tcp:` and `tls:` listeners have no socket in the directory and are not seen.
-//! Publish/subscribe topics (`shm:` and `auto:` publishers) answer with their
-//! subscribers, each one's lag and drops ([`SocketState::Topic`], `pubsub::status`);
-//! a publisher's control thread answers at any time.
+//! [`inspect`]: crate::inspect()
 
-use std::fs;
-use std::io;
-use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::FileTypeExt;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
-use crate::addr::UnixName;
-use crate::conn::Counters;
-use crate::error::{Error, ErrorKind, Result};
-use crate::sys::socket::{self, PeerCred};
-use crate::transport::shm::handshake::{Packet, MAX_STATUS};
+use crate::sync::{AtomicU64, Ordering};
+use crate::sys::socket::PeerCred;
 
-/// How long [`inspect`] waits for answers unless told otherwise.
-pub const DEFAULT_INSPECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// Per-connection message and byte counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Messages sent.
+    pub msgs_out: u64,
+    /// Payload bytes sent.
+    pub bytes_out: u64,
+    /// Messages received.
+    pub msgs_in: u64,
+    /// Payload bytes received.
+    pub bytes_in: u64,
+}
+
+/// A connection's counters where the listener that accepted it can read them (for
+/// `shmlink ls`, see [`inspect`](crate::inspect())) without slowing the connection down.
+///
+/// The connection's owner is the only writer: every update happens through
+/// `&mut Connection`. So an update is a plain load and store, never a read-modify-write
+/// (`fetch_add` is a locked instruction on x86, tens of cycles on every message); with one
+/// writer no update can be lost.
+///
+/// Aligned to a cache line so the writes never share one with unrelated data of another
+/// thread.
+#[derive(Debug)]
+#[repr(align(64))]
+pub(crate) struct SharedCounters {
+    msgs_out: AtomicU64,
+    bytes_out: AtomicU64,
+    msgs_in: AtomicU64,
+    bytes_in: AtomicU64,
+}
+
+impl SharedCounters {
+    pub(crate) fn new() -> SharedCounters {
+        SharedCounters {
+            msgs_out: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            msgs_in: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+        }
+    }
+
+    // SYNC POINT: counters. Relaxed everywhere, on purpose. The single writer reads back
+    // its own last store (program order), so `store(load + n)` never loses an update; a
+    // connection that moves to another thread moves with a happens-before edge (spawn,
+    // channel), so its next owner reads the latest values too. A reader in another thread
+    // (the listener answering `ls`) needs no ordering with anything: each load returns
+    // some value the counter held, never a torn one; the four counters may be caught
+    // between two updates of one message (msgs_out already counted, bytes_out not yet),
+    // which a status display tolerates.
+    #[inline]
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.store(
+            counter.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Counts one message of `n` bytes sent. Only the connection's owner calls this.
+    #[inline]
+    pub(crate) fn count_out(&self, n: usize) {
+        Self::add(&self.msgs_out, 1);
+        Self::add(&self.bytes_out, n as u64);
+    }
+
+    /// Counts one message of `n` bytes received. Only the connection's owner calls this.
+    #[inline]
+    pub(crate) fn count_in(&self, n: usize) {
+        Self::add(&self.msgs_in, 1);
+        Self::add(&self.bytes_in, n as u64);
+    }
+
+    /// The counters now, from any thread.
+    pub(crate) fn get(&self) -> Counters {
+        Counters {
+            msgs_out: self.msgs_out.load(Ordering::Relaxed),
+            bytes_out: self.bytes_out.load(Ordering::Relaxed),
+            msgs_in: self.msgs_in.load(Ordering::Relaxed),
+            bytes_in: self.bytes_in.load(Ordering::Relaxed),
+        }
+    }
+}
 
 /// A process at the other end of a Unix socket, as the kernel saw it when the socket was
 /// connected or bound (`SO_PEERCRED`): the kernel's word, not the peer's.
@@ -93,166 +150,4 @@ pub struct ConnectionStatus {
     pub accepted: SystemTime,
     /// The listener side's counters: `msgs_in` are messages the client sent.
     pub counters: Counters,
-}
-
-/// What [`inspect`] found at one socket.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SocketState {
-    /// The listener answered.
-    Answered(ListenerStatus),
-    /// A publish/subscribe topic's publisher answered.
-    Topic(crate::TopicStatus),
-    /// A process listens but did not answer in time: it is not in `accept` and does not
-    /// poll its listener.
-    NotAnswering,
-    /// Nobody listens (`ECONNREFUSED`): the file of a listener that died.
-    Stale,
-    /// The socket or the listener does not admit this user.
-    PermissionDenied(String),
-    /// Anything else: not a shmlink socket, a refusal, a malformed answer, an I/O error.
-    Failed(String),
-}
-
-/// One rendezvous socket and what [`inspect`] learned about it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SocketReport {
-    /// The socket file.
-    pub path: PathBuf,
-    /// The process that listens on it, if the socket could be connected.
-    pub listener: Option<ProcessCred>,
-    /// What came back.
-    pub state: SocketState,
-}
-
-/// Asks every listener with a socket (`*.sock`) in `dir` what it serves, waiting at most
-/// `timeout` in all for the answers; returns one report per socket, sorted by path.
-///
-/// Sockets are asked all at once, so a listener that does not answer costs `timeout`
-/// once, not once per socket. Fails only if `dir` cannot be read.
-///
-/// ```
-/// # std::env::set_var("SHMLINK_DIR", std::env::temp_dir().join(format!("shmlink-doc-ls-{}", std::process::id())));
-/// use shmlink::{Listener, Options, SocketState};
-/// let mut listener = Listener::bind("shm:doc-ls", &Options::default())?;
-/// listener.set_nonblocking(true);
-/// // The listener answers while its process accepts: here, a thread that polls it.
-/// let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-/// let stop2 = stop.clone();
-/// let server = std::thread::spawn(move || {
-///     while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
-///         let _ = listener.accept();
-///         std::thread::sleep(std::time::Duration::from_millis(1));
-///     }
-/// });
-/// let reports = shmlink::inspect(&shmlink::rendezvous_dir(), shmlink::DEFAULT_INSPECT_TIMEOUT)?;
-/// let SocketState::Answered(status) = &reports[0].state else { panic!("{reports:?}") };
-/// assert_eq!(status.address, "shm:doc-ls");
-/// assert_eq!(reports[0].listener.unwrap().pid, std::process::id());
-/// stop.store(true, std::sync::atomic::Ordering::Relaxed);
-/// server.join().unwrap();
-/// # Ok::<(), shmlink::Error>(())
-/// ```
-pub fn inspect(dir: &Path, timeout: Duration) -> Result<Vec<SocketReport>> {
-    let deadline = Instant::now() + timeout;
-    let read = |e| Error::io(format!("read {}", dir.display()), e);
-    let mut paths = Vec::new();
-    for entry in fs::read_dir(dir).map_err(read)? {
-        let entry = entry.map_err(read)?;
-        let path = entry.path();
-        let is_socket = entry.file_type().is_ok_and(|t| t.is_socket());
-        if is_socket && path.extension().is_some_and(|e| e == "sock") {
-            paths.push(path);
-        }
-    }
-    paths.sort();
-    // Every question first, then every answer: the listeners work in parallel.
-    let asked: Vec<_> = paths.into_iter().map(|p| ask(p, deadline)).collect();
-    let mut buf = vec![0u8; MAX_STATUS];
-    Ok(asked
-        .into_iter()
-        .filter_map(|a| match a {
-            Asked::Done(report) => report,
-            Asked::Waiting { path, sock, cred } => Some(SocketReport {
-                state: answer(&sock, &mut buf, deadline),
-                path,
-                listener: Some(cred),
-            }),
-        })
-        .collect())
-}
-
-/// A socket after the question.
-enum Asked {
-    /// Nothing to wait for (`None`: the file went away meanwhile).
-    Done(Option<SocketReport>),
-    /// The query is sent.
-    Waiting {
-        path: PathBuf,
-        sock: OwnedFd,
-        cred: ProcessCred,
-    },
-}
-
-/// Connects to the socket at `path` and sends the query.
-fn ask(path: PathBuf, deadline: Instant) -> Asked {
-    let done = |path, listener, state| {
-        Asked::Done(Some(SocketReport {
-            path,
-            listener,
-            state,
-        }))
-    };
-    let sock = match socket::connect(&UnixName::Path(path.clone()), deadline) {
-        Ok(s) => s,
-        Err(e) => {
-            let state = match e.kind() {
-                io::ErrorKind::NotFound => return Asked::Done(None),
-                io::ErrorKind::ConnectionRefused => SocketState::Stale,
-                io::ErrorKind::PermissionDenied => SocketState::PermissionDenied(e.to_string()),
-                // Its backlog stayed full: someone listens, and does not accept.
-                io::ErrorKind::TimedOut => SocketState::NotAnswering,
-                _ if e.raw_os_error() == Some(libc::EPROTOTYPE) => {
-                    SocketState::Failed("not a shmlink socket (not SOCK_SEQPACKET)".to_string())
-                }
-                _ => SocketState::Failed(format!("connect: {e}")),
-            };
-            return done(path, None, state);
-        }
-    };
-    let cred = match socket::peer_cred(sock.as_fd()) {
-        Ok(c) => ProcessCred::from(c),
-        Err(e) => return done(path, None, SocketState::Failed(format!("SO_PEERCRED: {e}"))),
-    };
-    match socket::send(sock.as_fd(), &Packet::Query.encode()) {
-        Ok(_) => Asked::Waiting { path, sock, cred },
-        Err(e) => done(path, Some(cred), SocketState::Failed(format!("send: {e}"))),
-    }
-}
-
-/// Waits for the listener's answer on `sock` until `deadline`.
-fn answer(sock: &OwnedFd, buf: &mut [u8], deadline: Instant) -> SocketState {
-    let mut fds = Vec::new();
-    let n = match socket::recv_until(sock.as_fd(), buf, &mut fds, deadline) {
-        Ok(0) => return SocketState::Failed("closed without an answer".to_string()),
-        Ok(n) => n,
-        Err(e) if e.kind() == io::ErrorKind::TimedOut => return SocketState::NotAnswering,
-        Err(e) => return SocketState::Failed(format!("receive: {e}")),
-    };
-    if !fds.is_empty() {
-        return SocketState::Failed("the answer carried descriptors".to_string());
-    }
-    if let Some(topic) = crate::pubsub::status::decode_answer(&buf[..n]) {
-        return topic.map_or_else(|e| SocketState::Failed(e.to_string()), SocketState::Topic);
-    }
-    match Packet::decode(&buf[..n]) {
-        Ok(Packet::Status(status)) => SocketState::Answered(status),
-        Ok(Packet::Refuse(code, reason)) if code.kind() == ErrorKind::PermissionDenied => {
-            SocketState::PermissionDenied(reason)
-        }
-        Ok(Packet::Refuse(_, reason)) => SocketState::Failed(format!("refused: {reason}")),
-        Ok(other) => SocketState::Failed(format!("answered the query with {other:?}")),
-        Err(e) => SocketState::Failed(e.to_string()),
-    }
 }

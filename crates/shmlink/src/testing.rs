@@ -31,7 +31,7 @@ pub use skips::{skip, REQUIRE_ENV, SKIP_LOG_ENV};
 
 /// This kernel's boot id, as an `auto:` client sends it.
 pub fn boot_id() -> Vec<u8> {
-    crate::transport::auto::boot_id()
+    crate::transport::local::boot_id()
 }
 
 fn socket_path(addr: &str) -> Result<UnixName> {

@@ -1,6 +1,13 @@
-//! One conformance suite, run on every transport (`shm`, `ux`, `tcp`, `tls`, and `auto`
-//! both upgraded to shared memory and left on TCP): the guarantees a connection gives
-//! whatever carries it. On `tls`, both ends use the test certificates ([`common::opts`]).
+//! One conformance suite, run on every transport (`shm`, `ux` at an abstract name and at a
+//! socket file, `tcp`, `tls`, and `auto` both upgraded to shared memory and left on TCP or
+//! TLS): the guarantees a connection gives whatever carries it, through the public API.
+//! On `tls`, both ends use the test certificates ([`common::opts`]).
+//!
+//! This is the contract. Beside the framed transports' code
+//! (`src/transport/framed/conformance.rs`) are only the checks that need the raw wire: a
+//! hand-driven peer that sends garbage, another version's hello, hostile frames, or a
+//! crash without FIN. A few tests below hold only where a connection queues what a
+//! non-blocking send accepted in user space, as the framed transports do (`framed!`).
 
 mod common;
 
@@ -25,7 +32,9 @@ macro_rules! conformance {
                 oversized_message_is_refused, zero_copy_send_and_receive,
                 counters_and_addresses, nonblocking_recv_and_fd_readiness,
                 close_while_polled_wakes_with_end_of_stream,
-                idle_wait_uses_no_cpu);
+                idle_wait_uses_no_cpu, many_sizes_through_every_receive_call,
+                largest_message_written_in_place, end_of_stream_every_time_then_sends_fail,
+                send_after_peer_left, smaller_maximum_wins, nonblocking_accept);
         }
     )*};
     (@tests $transport:ident: $($test:ident),*) => {$(
@@ -36,7 +45,32 @@ macro_rules! conformance {
     )*};
 }
 
-conformance!(shm, ux, tcp, tls, auto, auto_tcp, auto_tls);
+conformance!(shm, ux, ux_path, tcp, tls, auto, auto_tcp, auto_tls);
+
+/// The tests that hold on the framed transports, whose connections queue in user space
+/// what a non-blocking send accepted and the socket could not take yet (the last message
+/// partly): that queue moves only when the sender calls again, and its fd says when.
+/// (`shm:` has no such queue: a send is accepted only when the ring has room, and its fd
+/// is armed only by a call that would block.)
+macro_rules! framed {
+    ($($transport:ident),*) => {$(
+        mod $transport {
+            framed!(@tests $transport:
+                nonblocking_flow_control_moves_the_sender_queue,
+                fd_stays_readable_while_messages_wait, close_delivers_queued_messages);
+        }
+    )*};
+    (@tests $transport:ident: $($test:ident),*) => {$(
+        #[test]
+        fn $test() {
+            super::super::$test(stringify!($transport));
+        }
+    )*};
+}
+
+mod framed {
+    framed!(ux, ux_path, tcp, tls, auto_tcp, auto_tls);
+}
 
 fn echo(t: &str) {
     let (mut c, mut s) = pair(t);
@@ -285,6 +319,11 @@ fn too_small_buffer_keeps_the_message(t: &str) {
     let mut big = [0u8; 200];
     let n = s.recv(&mut big).unwrap();
     verify(7, 100, &big[..n]);
+    // The refused call received nothing; a lent message stays the same until released.
+    c.send(b"next").unwrap();
+    let lent = s.recv_ref().unwrap().bytes().to_vec();
+    assert_eq!(lent, b"next");
+    assert_eq!(s.counters().msgs_in, 2);
 }
 
 fn oversized_message_is_refused(t: &str) {
@@ -495,7 +534,7 @@ fn bad_addresses_and_options_are_typed_errors() {
     let e = Connection::connect("shm:x", &Options::default().ring_size(0)).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
     assert!(e.to_string().contains("ring_size"), "{e}");
-    for t in TRANSPORTS {
+    for t in TRANSPORTS.iter().chain(&["ux_path"]) {
         let addr = match *t {
             "tcp" | "tls" => format!("{t}:127.0.0.1:1"),
             "auto" | "auto_tcp" | "auto_tls" => "auto:127.0.0.1:1".to_string(),
@@ -514,4 +553,272 @@ fn binding_a_live_address_twice_is_addr_in_use() {
         let e = Listener::bind(&addr, &Options::default()).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::AddrInUse, "{t}: {e}");
     }
+}
+
+/// Whether `fd` becomes readable within `ms` milliseconds (0: is readable now).
+fn readable_within(fd: i32, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) == 1 }
+}
+
+/// How long a test waits for something that should happen at once, in milliseconds.
+const PATIENCE_MS: i32 = 10_000;
+
+/// Receives on a non-blocking connection, waiting on its fd while it would block.
+fn recv_when_ready(conn: &mut Connection) -> Vec<u8> {
+    loop {
+        match conn.recv_vec() {
+            Ok(m) => return m,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                assert!(
+                    readable_within(conn.as_raw_fd(), PATIENCE_MS),
+                    "no message came"
+                )
+            }
+            Err(e) => panic!("recv: {e}"),
+        }
+    }
+}
+
+/// Messages of many sizes — zero, and around the 64 KiB read buffers and fragments of the
+/// stream transports — come back intact, through every receive call, and are counted.
+fn many_sizes_through_every_receive_call(t: &str) {
+    let (mut c, mut s) = pair(t);
+    let server = std::thread::spawn(move || {
+        let mut n = 0;
+        loop {
+            match s.recv_vec() {
+                Ok(m) => s.send(&m).unwrap(),
+                Err(e) if e.kind() == ErrorKind::EndOfStream => return n,
+                Err(e) => panic!("echo server: {e}"),
+            }
+            n += 1;
+        }
+    });
+    let sizes = [0, 1, 5, 100, 65535, 65536, 65537, 200_000, 1 << 20, 0, 3];
+    let mut buf = vec![0u8; 1 << 20];
+    for (i, &size) in sizes.iter().enumerate() {
+        let msg = payload(i as u64, size);
+        c.send(&msg).unwrap();
+        match i % 3 {
+            0 => assert_eq!(c.recv_vec().unwrap(), msg),
+            1 => assert_eq!(c.recv_ref().unwrap().bytes().to_vec(), msg),
+            _ => {
+                let n = c.recv(&mut buf).unwrap();
+                assert_eq!(&buf[..n], &msg[..]);
+            }
+        }
+    }
+    let counters = c.counters();
+    assert_eq!(
+        (counters.msgs_out, counters.msgs_in),
+        (sizes.len() as u64, sizes.len() as u64)
+    );
+    c.close().unwrap();
+    assert_eq!(server.join().unwrap(), sizes.len());
+}
+
+/// A message of the maximum size (64 MiB by default) crosses, written in place; one byte
+/// more is refused before anything is sent, and the connection goes on.
+fn largest_message_written_in_place(t: &str) {
+    let (mut c, mut s) = pair(t);
+    let max = c.max_msg_size();
+    assert_eq!(max, 64 << 20);
+    assert_eq!(s.max_msg_size(), max);
+    let reader = std::thread::spawn(move || {
+        verify(1, max, &s.recv_vec().unwrap());
+        s
+    });
+    let mut buf = c.reserve(max).unwrap();
+    buf.copy_from_slice(&payload(1, max));
+    buf.commit().unwrap();
+    let e = c.send(&vec![0; max + 1]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::MessageTooLarge);
+    let mut s = reader.join().unwrap();
+    c.send(b"after").unwrap();
+    assert_eq!(s.recv_vec().unwrap(), b"after");
+}
+
+/// Zero-length messages are messages; when the peer is dropped the end of the stream is
+/// an error on every call, never a 0-length message, and sending to it fails.
+fn end_of_stream_every_time_then_sends_fail(t: &str) {
+    let (mut c, mut s) = pair(t);
+    c.send(b"").unwrap();
+    c.send(b"").unwrap();
+    assert_eq!(s.recv(&mut []).unwrap(), 0);
+    assert!(s.recv_vec().unwrap().is_empty());
+    drop(c);
+    expect_eos(&mut s);
+    expect_eos(&mut s);
+    // The peer is gone: sending fails instead of vanishing. At once on the framed
+    // transports, which have seen the socket end; on `shm:` a send that finds room in the
+    // ring is a write to shared memory, so the failure comes once the ring is full.
+    let e = if path_of(t) == "shm" {
+        (0..100_000)
+            .find_map(|i| s.send(&payload(i, 1024)).err())
+            .expect("sends to a dropped peer must fail once the ring is full")
+    } else {
+        s.send(b"x").unwrap_err()
+    };
+    assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
+}
+
+/// Sending to a peer that went away fails with `ConnectionReset` naming the peer (the
+/// first sends may still be taken before the peer's end is seen); receiving then reports
+/// the end of the stream.
+fn send_after_peer_left(t: &str) {
+    let (mut c, s) = pair(t);
+    drop(s);
+    let e = (0..100_000)
+        .find_map(|i| c.send(&payload(i, 7)).err())
+        .expect("sends keep succeeding");
+    assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
+    assert!(e.to_string().contains(&c.peer_addr()), "{e}");
+    assert_eq!(c.send(b"x").unwrap_err().kind(), ErrorKind::ConnectionReset);
+    expect_eos(&mut c);
+}
+
+/// Each side may send up to the smaller of both sides' maxima, whichever side is smaller.
+fn smaller_maximum_wins(t: &str) {
+    let small = opts(t).max_msg_size(1000);
+    let big = opts(t);
+    for (server_opts, client_opts) in [(&small, &big), (&big, &small)] {
+        let (mut l, addr) = bind(t, server_opts);
+        let o = client_opts.clone();
+        let client = std::thread::spawn(move || Connection::connect(&addr, &o).unwrap());
+        let mut s = l.accept().unwrap();
+        let mut c = client.join().unwrap();
+        assert_eq!((c.max_msg_size(), s.max_msg_size()), (1000, 1000));
+        let e = c.send(&[0; 1001]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MessageTooLarge);
+        c.send(&[1; 1000]).unwrap();
+        s.send(&[2; 1000]).unwrap();
+        assert_eq!(s.recv_vec().unwrap(), [1; 1000]);
+        assert_eq!(c.recv_vec().unwrap(), [2; 1000]);
+    }
+}
+
+/// A non-blocking listener says `WouldBlock`, its fd stays quiet until a client comes,
+/// announces it, and is quiet again once the client is accepted.
+fn nonblocking_accept(t: &str) {
+    let (mut l, addr) = bind(t, &opts(t));
+    l.set_nonblocking(true);
+    assert_eq!(l.accept().unwrap_err().kind(), ErrorKind::WouldBlock);
+    assert!(!readable_within(l.as_raw_fd(), 0));
+    let o = opts(t);
+    let client = std::thread::spawn(move || {
+        let mut c = Connection::connect(&addr, &o).unwrap();
+        c.send(b"hi").unwrap();
+        c
+    });
+    let mut s = loop {
+        match l.accept() {
+            Ok(c) => break c,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => assert!(
+                readable_within(l.as_raw_fd(), PATIENCE_MS),
+                "client not announced"
+            ),
+            Err(e) => panic!("accept: {e}"),
+        }
+    };
+    let _c = client.join().unwrap();
+    assert_eq!(s.recv_vec().unwrap(), b"hi");
+    assert!(!readable_within(l.as_raw_fd(), 0));
+}
+
+/// Non-blocking calls return `WouldBlock` and the fd tells when to call again; a slow
+/// receiver pushes back on a non-blocking sender without losing anything, and the
+/// sender's queue moves on any call of the sender once its fd says so.
+fn nonblocking_flow_control_moves_the_sender_queue(t: &str) {
+    let (mut c, mut s) = pair(t);
+    c.set_nonblocking(true);
+    s.set_nonblocking(true);
+    assert_eq!(s.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
+    assert!(!readable_within(s.as_raw_fd(), 0));
+    c.send(b"wake").unwrap();
+    assert!(readable_within(s.as_raw_fd(), PATIENCE_MS));
+    assert_eq!(s.recv_vec().unwrap(), b"wake");
+    assert!(!readable_within(s.as_raw_fd(), 0));
+
+    // Fill the path until the sender is pushed back.
+    let chunk = payload(1, 64 << 10);
+    let mut accepted = 0usize;
+    loop {
+        match c.send(&chunk) {
+            Ok(()) => accepted += 1,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) => panic!("send: {e}"),
+        }
+        assert!(accepted < 100_000, "sender never pushed back");
+    }
+    assert!(!readable_within(c.as_raw_fd(), 0));
+    // Drain. The last message accepted sits partly in the sender's queue, which moves
+    // only when the sender calls again; its fd says when.
+    let mut received = 0usize;
+    let mut stalls = 0;
+    while received < accepted {
+        match s.recv_ref().map(|m| m.bytes().to_vec() == chunk[..]) {
+            Ok(intact) => {
+                assert!(intact);
+                received += 1;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if stalls == 0 {
+                    assert!(
+                        readable_within(c.as_raw_fd(), PATIENCE_MS),
+                        "sender not woken"
+                    );
+                }
+                stalls += 1;
+                // Any call pushes the queue on.
+                assert_eq!(c.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
+                assert!(readable_within(s.as_raw_fd(), PATIENCE_MS), "data stuck");
+            }
+            Err(e) => panic!("recv: {e}"),
+        }
+    }
+    assert!(stalls > 0);
+    assert!(!readable_within(c.as_raw_fd(), 0));
+    c.send(b"more").unwrap();
+    assert_eq!(recv_when_ready(&mut s), b"more");
+    assert_eq!(s.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
+}
+
+/// Messages that arrived together (and sit in user space on stream transports) keep the
+/// fd readable until each is received.
+fn fd_stays_readable_while_messages_wait(t: &str) {
+    let (mut c, mut s) = pair(t);
+    for i in 0..10u8 {
+        c.send(&[i; 10]).unwrap();
+    }
+    s.set_nonblocking(true);
+    for i in 0..10u8 {
+        assert!(
+            readable_within(s.as_raw_fd(), PATIENCE_MS),
+            "message {i} not announced"
+        );
+        assert_eq!(s.recv_vec().unwrap(), [i; 10]);
+    }
+    assert!(!readable_within(s.as_raw_fd(), 0));
+    drop(c);
+    assert!(readable_within(s.as_raw_fd(), PATIENCE_MS));
+    expect_eos(&mut s);
+}
+
+/// What a non-blocking send queued (a message larger than the socket takes at once) is
+/// still delivered when the sender closes right after.
+fn close_delivers_queued_messages(t: &str) {
+    let (mut c, mut s) = pair(t);
+    c.set_nonblocking(true);
+    let big = payload(3, 4 << 20);
+    c.send(&big).unwrap();
+    let closer = std::thread::spawn(move || c.close());
+    assert!(s.recv_vec().unwrap() == big);
+    expect_eos(&mut s);
+    closer.join().unwrap().unwrap();
 }

@@ -22,17 +22,15 @@ use std::time::Instant;
 
 use super::handshake::{Packet, Subscribe, Subscribed, MAX_PACKET, POLICY_BLOCK, POLICY_OVERWRITE};
 use super::options::{Policy, PubSubOptions};
-use super::publisher::{
-    sub_token, token_sub, Leave, Sub, Table, Topic, CHANGED_TOKEN, TIMER_TOKEN,
-};
 use super::ring::LastRing;
 use super::segment::{header_len, BellSegment, CursorSegment, TopicSegment};
+use super::topic::{sub_token, token_sub, Leave, Sub, Table, Topic, CHANGED_TOKEN, TIMER_TOKEN};
 use crate::addr::Address;
 use crate::error::{Error, Result};
+use crate::rendezvous::{bind_rendezvous, remove_socket_file, SocketFile};
 use crate::sync::{fence, AtomicU64, Ordering};
 use crate::sys::{self, socket, Epoll, Event, Interest, TimerFd};
 use crate::transport::shm::handshake::{RefuseCode, Token};
-use crate::transport::shm::{bind_rendezvous, remove_socket_file, SocketFile};
 use crate::trust;
 
 const LISTEN_TOKEN: u64 = u64::MAX;

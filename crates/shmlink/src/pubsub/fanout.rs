@@ -46,16 +46,16 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::options::{Policy, PubSubOptions};
-use super::publisher::Topic;
 use super::remote::framed_max;
 use super::shm_subscriber::ShmSubscriber;
+use super::topic::Topic;
 use super::wire::{self, BatchBuf, Record, RefuseCode, BATCH_BYTES, FLAG_LOCAL_OK};
-use crate::addr::{rendezvous_dir, Address, UnixName};
+use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Role;
 use crate::sys::{self, socket, Epoll, Interest};
+use crate::transport::net::{self, NetConn, NetListener, UpgradeSocket};
 use crate::transport::shm::handshake::Token;
-use crate::transport::{auto, ConnOps, ListenerOps};
 
 /// Most messages in one batch, which is what one remote gets per turn (so that a fast
 /// one cannot starve the others).
@@ -95,28 +95,28 @@ impl NetSide {
 /// What the fan-out needs to know to start: where the network listener is and where the
 /// ring's rendezvous socket is.
 pub(crate) struct NetPlan {
-    pub listener: Box<dyn ListenerOps>,
+    pub listener: NetListener,
     /// The public address.
     pub addr: String,
     /// The topic's rendezvous socket (`auto:` subscribers on this kernel, with a token).
     pub shm: Address,
-    /// Its file name in the rendezvous directory and full path, offered to `auto:`
-    /// subscribers on this kernel; `None` for `tcp:` and `tls:` topics, which bind no
-    /// rendezvous socket (`shm` then only names the topic).
-    pub local: Option<(String, String)>,
+    /// The same socket as offered to `auto:` subscribers on this kernel; `None` for
+    /// `tcp:` and `tls:` topics, which bind no rendezvous socket (`shm` then only names
+    /// the topic).
+    pub local: Option<UpgradeSocket>,
 }
 
 /// Binds the network listener of a topic at `parsed` and picks the name of its
 /// rendezvous socket (`topic-PORT-RANDOM.sock` in the rendezvous directory).
 pub(crate) fn plan(parsed: &Address, opts: &PubSubOptions) -> Result<NetPlan> {
-    let (outer, transport, is_auto) =
-        super::remote::outer(parsed, &opts.base).expect("called for network addresses only");
+    let outer = net::outer(parsed, &opts.base).expect("called for network addresses only");
+    let is_auto = outer.is_auto;
     let mut base = opts
         .base
         .clone()
         .max_msg_size(framed_max(opts.get_max_msg_size()));
     base.role = Role::Topic;
-    let listener = (transport.bind)(&outer, &base)?;
+    let listener = outer.bind(&base)?;
     let bound = listener.local_addr();
     let host_port = bound.split_once(':').map_or(bound.as_str(), |(_, hp)| hp);
     let addr = if is_auto {
@@ -125,22 +125,12 @@ pub(crate) fn plan(parsed: &Address, opts: &PubSubOptions) -> Result<NetPlan> {
         bound.clone()
     };
     let port = host_port.rsplit(':').next().unwrap_or("0");
-    auto::remove_stale_sockets(&format!("topic-{port}-"));
-    let tag = auto::random_token()?;
-    let name = format!(
-        "topic-{port}-{:02x}{:02x}{:02x}{:02x}.sock",
-        tag[0], tag[1], tag[2], tag[3]
-    );
-    let path = rendezvous_dir().join(&name);
-    let local = is_auto.then(|| (name.clone(), path.display().to_string()));
+    let socket = UpgradeSocket::new("topic", port)?;
     Ok(NetPlan {
         listener,
         addr,
-        shm: Address::Shm {
-            socket: UnixName::Path(path),
-            text: name,
-        },
-        local,
+        shm: socket.address(),
+        local: is_auto.then_some(socket),
     })
 }
 
@@ -166,7 +156,7 @@ pub(crate) fn spawn(plan: NetPlan, topic: Arc<Topic>) -> Result<NetSide> {
         topic,
         shm_text,
         local: plan.local,
-        boot_id: auto::boot_id(),
+        boot_id: net::boot_id(),
         epoll,
         stop,
         remotes: HashMap::new(),
@@ -199,7 +189,7 @@ enum State {
 
 /// One remote subscriber.
 struct Remote {
-    conn: Box<dyn ConnOps>,
+    conn: NetConn,
     peer: Option<SocketAddr>,
     state: State,
     /// Since when it was in the handshake, or in `Ending`.
@@ -227,11 +217,11 @@ enum Turn {
 }
 
 struct Fanout {
-    listener: Option<Box<dyn ListenerOps>>,
+    listener: Option<NetListener>,
     topic: Arc<Topic>,
     /// The topic's address, for errors.
     shm_text: String,
-    local: Option<(String, String)>,
+    local: Option<UpgradeSocket>,
     boot_id: Vec<u8>,
     epoll: Epoll,
     stop: OwnedFd,
@@ -283,7 +273,7 @@ fn gather(sub: &mut ShmSubscriber, batch: &mut BatchBuf, max_record: usize) -> R
 }
 
 /// Sends a control record; the connection must be writable (see [`writable`]).
-fn send_record(conn: &mut dyn ConnOps, rec: &Record<'_>) -> Result<()> {
+fn send_record(conn: &mut NetConn, rec: &Record<'_>) -> Result<()> {
     conn.send(&rec.encode(), false)
 }
 
@@ -362,8 +352,8 @@ impl Fanout {
             let Some(listener) = self.listener.as_mut() else {
                 return;
             };
-            let conn = match listener.accept(false) {
-                Ok(a) => a.conn,
+            let conn = match listener.accept() {
+                Ok(conn) => conn,
                 Err(_) => return, // WouldBlock, or one client's failure: nobody to serve
             };
             self.limit_handshakes();
@@ -485,7 +475,7 @@ impl Fanout {
 
     /// Refuses a subscriber: the record, then the FIN.
     fn refuse(r: &mut Remote, code: RefuseCode, reason: &str) -> Result<Turn> {
-        send_record(&mut *r.conn, &Record::Refuse { code, reason })?;
+        send_record(&mut r.conn, &Record::Refuse { code, reason })?;
         Ok(Turn::Close)
     }
 
@@ -504,7 +494,7 @@ impl Fanout {
             Err(_) => return Ok(Turn::Abort),
         }
         let (version, flags, history, max_msg, same_kernel) =
-            match Record::parse(r.conn.current_local(), 0) {
+            match Record::parse(r.conn.current(), 0) {
                 Ok(Record::Subscribe {
                     version,
                     flags,
@@ -516,7 +506,7 @@ impl Fanout {
                     flags,
                     history,
                     max_msg,
-                    !boot_id.is_empty() && boot_id == self.boot_id,
+                    net::same_kernel(&self.boot_id, boot_id).is_ok(),
                 ),
                 // Anything else from a subscriber breaks the protocol.
                 _ => return Ok(Turn::Abort),
@@ -534,20 +524,18 @@ impl Fanout {
         if self.closing {
             return Self::refuse(r, RefuseCode::Closing, "the topic is closing");
         }
-        if let (true, true, Some((name, path))) =
-            (flags & FLAG_LOCAL_OK != 0, same_kernel, &self.local)
-        {
-            let (token, proof) = (auto::random_token()?, auto::random_token()?);
+        if let (true, true, Some(socket)) = (flags & FLAG_LOCAL_OK != 0, same_kernel, &self.local) {
+            let offer = socket.offer()?;
             // Recorded before it is sent: the subscriber may present it at once.
-            self.topic.offer_token(token, proof);
-            r.offer = Some(token);
+            self.topic.offer_token(offer.token, offer.proof);
+            r.offer = Some(offer.token);
             send_record(
-                &mut *r.conn,
+                &mut r.conn,
                 &Record::Local {
-                    token,
-                    proof,
-                    name,
-                    path,
+                    token: offer.token,
+                    proof: offer.proof,
+                    name: &offer.name,
+                    path: &offer.path,
                 },
             )?;
             r.since = Instant::now();
@@ -589,7 +577,7 @@ impl Fanout {
             Policy::Overwrite => wire::POLICY_OVERWRITE,
         };
         send_record(
-            &mut *r.conn,
+            &mut r.conn,
             &Record::Welcome {
                 policy,
                 max_msg: geom.max_msg as u64,
@@ -630,7 +618,7 @@ impl Fanout {
                 return self.stream_full(id, r);
             }
             if r.missed_owed > 0 {
-                send_record(&mut *r.conn, &Record::Missed(r.missed_owed))?;
+                send_record(&mut r.conn, &Record::Missed(r.missed_owed))?;
                 r.missed_owed = 0;
                 continue;
             }
@@ -716,7 +704,7 @@ impl Fanout {
             return Ok(Turn::Keep { more: false });
         }
         if detached {
-            send_record(&mut *r.conn, &Record::Detached)?;
+            send_record(&mut r.conn, &Record::Detached)?;
             r.state = State::Ending { detached: false };
             return self.ending(r);
         }

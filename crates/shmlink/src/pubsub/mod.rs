@@ -55,15 +55,18 @@ mod remote;
 pub(crate) use shmlink_ring::broadcast as ring;
 pub(crate) mod segment;
 pub(crate) mod shm_subscriber;
+pub(crate) mod stats;
 pub(crate) mod status;
 pub(crate) mod subscriber;
+mod topic;
 pub(crate) mod wire;
 
 pub use options::{Policy, PubSubOptions};
 pub use publisher::{Loan, Publisher, PublisherStats, SubscriberInfo};
 pub use ring::MAX_SUBSCRIBERS;
+pub use stats::SubscriberStats;
 pub use status::{TopicStatus, TopicSubscriber};
-pub use subscriber::{Sample, Subscriber, SubscriberStats};
+pub use subscriber::{Sample, Subscriber};
 
 #[cfg(test)]
 mod tests {

@@ -7,43 +7,24 @@
 //! checked if TLS is on), and it admits our credentials.
 
 use std::os::fd::BorrowedFd;
-use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::options::{Policy, PubSubOptions};
 use super::shm_subscriber::ShmSubscriber;
-use super::subscriber::SubscriberStats;
+use super::stats::SubscriberStats;
 use super::wire::{self, Record, BATCH_BYTES, FLAG_LOCAL_OK, MAX_CONTROL_RECORD};
-use crate::addr::{rendezvous_dir, Address, UnixName};
+use crate::addr::{Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};
-use crate::options::{Options, Role, TlsOptions, MAX_MSG_SIZE_LIMIT};
+use crate::options::{Role, MAX_MSG_SIZE_LIMIT};
 use crate::sys;
+use crate::transport::net::{self, NetConn, UpgradeSocket};
 use crate::transport::shm::handshake::Token;
-use crate::transport::{auto, tcp, tls, ConnOps, Transport};
 
 /// What the framed connection of a topic announces as its largest message: a record
 /// of the largest message accepted (one kind byte more), and never less than the largest
 /// control record or a full batch.
 pub(crate) fn framed_max(max_msg: usize) -> usize {
     (max_msg + 1).max(MAX_CONTROL_RECORD).max(BATCH_BYTES)
-}
-
-/// The framed transport under a network topic address (`auto:` runs over `tls:` when
-/// TLS options are set, else `tcp:`), its address, and whether it is `auto:`.
-pub(crate) fn outer(addr: &Address, opts: &Options) -> Option<(Address, &'static Transport, bool)> {
-    Some(match addr {
-        Address::Tcp { .. } => (addr.clone(), &tcp::TRANSPORT, false),
-        Address::Tls { .. } => (addr.clone(), &tls::TRANSPORT, false),
-        Address::Auto { host, port } => {
-            let (host, port) = (host.clone(), *port);
-            if *opts.get_tls() != TlsOptions::default() {
-                (Address::Tls { host, port }, &tls::TRANSPORT, true)
-            } else {
-                (Address::Tcp { host, port }, &tcp::TRANSPORT, true)
-            }
-        }
-        _ => return None,
-    })
 }
 
 /// How a network subscription ended; every later call reports it again.
@@ -54,7 +35,7 @@ struct Ended {
 
 /// A subscriber that receives the topic over a framed connection.
 pub(crate) struct NetSubscriber {
-    conn: Box<dyn ConnOps>,
+    conn: NetConn,
     transport: &'static str,
     policy: Policy,
     max_msg: usize,
@@ -82,14 +63,14 @@ pub(crate) enum Connected {
 
 /// Subscribes to the topic at `parsed` (`tcp:`, `tls:` or `auto:`).
 pub(crate) fn connect(parsed: &Address, addr: &str, opts: &PubSubOptions) -> Result<Connected> {
-    let (outer_addr, transport, is_auto) =
-        outer(parsed, &opts.base).expect("called for network addresses only");
+    let outer = net::outer(parsed, &opts.base).expect("called for network addresses only");
+    let is_auto = outer.is_auto;
     let deadline = Instant::now() + opts.base.connect_timeout;
     let accept = opts.max_msg_size.unwrap_or(MAX_MSG_SIZE_LIMIT);
     let mut base = opts.base.clone().max_msg_size(framed_max(accept));
     base.role = Role::Topic;
-    let mut conn = (transport.connect)(&outer_addr, &base)?;
-    let boot_id = if is_auto { auto::boot_id() } else { Vec::new() };
+    let mut conn = outer.connect(&base)?;
+    let boot_id = if is_auto { net::boot_id() } else { Vec::new() };
     let mut flags = if is_auto && !boot_id.is_empty() {
         FLAG_LOCAL_OK
     } else {
@@ -104,8 +85,8 @@ pub(crate) fn connect(parsed: &Address, addr: &str, opts: &PubSubOptions) -> Res
             boot_id: &boot_id,
         };
         conn.send(&request.encode(), true)?;
-        wait_readable(&mut *conn, deadline)?;
-        let answer = Record::parse(conn.current_local(), usize::MAX);
+        wait_readable(&mut conn, deadline)?;
+        let answer = Record::parse(conn.current(), usize::MAX);
         let next = match answer {
             Ok(Record::Welcome {
                 policy,
@@ -125,11 +106,7 @@ pub(crate) fn connect(parsed: &Address, addr: &str, opts: &PubSubOptions) -> Res
                 }
                 conn.release();
                 return Ok(Connected::Net(NetSubscriber {
-                    transport: if outer_addr.transport() == "tls" {
-                        "tls"
-                    } else {
-                        "tcp"
-                    },
+                    transport: outer.transport(),
                     conn,
                     policy,
                     max_msg,
@@ -175,7 +152,7 @@ pub(crate) fn connect(parsed: &Address, addr: &str, opts: &PubSubOptions) -> Res
 }
 
 /// Waits for the next record of the handshake, until `deadline`.
-fn wait_readable(conn: &mut dyn ConnOps, deadline: Instant) -> Result<()> {
+fn wait_readable(conn: &mut NetConn, deadline: Instant) -> Result<()> {
     loop {
         match conn.recv_next(false) {
             Ok(_) => return Ok(()),
@@ -212,22 +189,16 @@ fn attach_local(
     proof: Token,
     opts: &PubSubOptions,
 ) -> Option<ShmSubscriber> {
-    let plain_name = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
-    let mut tried: Vec<PathBuf> = Vec::new();
-    if plain_name {
-        tried.push(rendezvous_dir().join(name));
-    }
-    if Path::new(path).is_absolute() && !tried.iter().any(|p| p == Path::new(path)) {
-        tried.push(PathBuf::from(path));
-    }
-    tried.into_iter().find_map(|p| {
-        let text = format!("{}", p.display());
-        let parsed = Address::Shm {
-            socket: UnixName::Path(p),
-            text: text.clone(),
-        };
-        ShmSubscriber::connect_upgrade(&parsed, &format!("shm:{text}"), token, proof, opts).ok()
-    })
+    UpgradeSocket::candidates(name, path)
+        .into_iter()
+        .find_map(|p| {
+            let text = format!("{}", p.display());
+            let parsed = Address::Shm {
+                socket: UnixName::Path(p),
+                text: text.clone(),
+            };
+            ShmSubscriber::connect_upgrade(&parsed, &format!("shm:{text}"), token, proof, opts).ok()
+        })
 }
 
 impl NetSubscriber {
@@ -248,7 +219,7 @@ impl NetSubscriber {
         if let Some(at) = self.batch_next {
             // The record was checked whole when it arrived, and `consume` releases it
             // after its last message: an entry is always there.
-            let Some(msg) = wire::batch_entry(self.conn.current_local(), at) else {
+            let Some(msg) = wire::batch_entry(self.conn.current(), at) else {
                 self.batch_next = None;
                 self.conn.release();
                 let e = Error::violation(format!("{}: batch record ended early", self.addr));
@@ -261,7 +232,7 @@ impl NetSubscriber {
             return Err(Error::new(end.kind, end.msg.clone()));
         }
         let e = match self.conn.recv_next(!self.nonblocking) {
-            Ok(_) => match Record::parse(self.conn.current_local(), self.max_msg) {
+            Ok(_) => match Record::parse(self.conn.current(), self.max_msg) {
                 Ok(Record::Data(msg)) => {
                     self.msg = (1, msg.len());
                     return Ok(msg.len());
@@ -299,13 +270,13 @@ impl NetSubscriber {
     /// The current message.
     fn current(&self) -> &[u8] {
         let (start, len) = self.msg;
-        &self.conn.current_local()[start..start + len]
+        &self.conn.current()[start..start + len]
     }
 
     /// Consumes the current message, and its record once it has no more.
     fn consume(&mut self) {
         let end = self.msg.0 + self.msg.1;
-        self.batch_next = if end < self.conn.current_local().len() {
+        self.batch_next = if end < self.conn.current().len() {
             Some(end)
         } else {
             self.conn.release();

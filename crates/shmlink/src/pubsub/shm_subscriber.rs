@@ -12,14 +12,14 @@ use super::ring::{
     arm_subscriber, disarm_subscriber, Geometry, Peek, Ring, MAX_POSITION, MAX_SUBSCRIBERS,
 };
 use super::segment::{BellSegment, CursorSegment, TopicSegment};
-use super::subscriber::SubscriberStats;
+use super::stats::SubscriberStats;
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::spin_then_yield;
 use crate::options::WaitPolicy;
+use crate::rendezvous::socket_of;
 use crate::sys::{self, poll_fd, socket};
 use crate::transport::shm::handshake::Token;
-use crate::transport::shm::socket_of;
 use crate::trust;
 use crate::view::SharedBytes;
 

@@ -23,8 +23,8 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use super::handshake::{POLICY_BLOCK, POLICY_OVERWRITE, VERSION};
 use super::options::Policy;
-use super::publisher::Topic;
 use super::ring::MAX_SUBSCRIBERS;
+use super::topic::Topic;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::socket;
 use crate::transport::shm::handshake::{

@@ -6,20 +6,10 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use super::options::{Policy, PubSubOptions};
 use super::remote::{self, Connected, NetSubscriber};
 use super::shm_subscriber::{ShmSample, ShmSubscriber};
+use super::stats::SubscriberStats;
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::view::SharedBytes;
-
-/// Subscriber statistics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SubscriberStats {
-    /// Messages received.
-    pub received: u64,
-    /// Messages lost to overwriting (`overwrite` policy), in total.
-    pub missed: u64,
-    /// Messages published and not read yet (over `tcp:`/`tls:`: 0, not known).
-    pub lag: u64,
-}
 
 /// The receiving end of a topic.
 ///

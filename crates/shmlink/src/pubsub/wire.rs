@@ -25,6 +25,7 @@
 //! [`ErrorKind::ProtocolViolation`] naming what was wrong.
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::transport::net::{MAX_BOOT_ID, MAX_NAME, MAX_PATH};
 use crate::transport::shm::handshake::{Token, TOKEN_LEN};
 
 /// Version of this record format (2: `Batch`; 3: `Local` carries a token and a proof).
@@ -46,10 +47,8 @@ const ENTRY_HEADER: usize = 4;
 pub(crate) const FLAG_LOCAL_OK: u8 = 1;
 const KNOWN_FLAGS: u8 = FLAG_LOCAL_OK;
 
-/// Longest boot id, socket name, socket path and refusal reason accepted.
-pub(crate) const MAX_BOOT_ID: usize = 64;
-const MAX_NAME: usize = 255;
-const MAX_PATH: usize = 4096;
+/// Longest refusal reason accepted (the boot id's, socket name's and path's limits are
+/// the local upgrade's, shared with `auto:`).
 const MAX_REASON: usize = 512;
 
 /// Largest record other than `Data` and `Batch`: a `Local` with the longest name and

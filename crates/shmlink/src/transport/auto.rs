@@ -32,19 +32,18 @@
 //! the shared directory, a uid the listener does not allow.
 
 use std::collections::{HashMap, VecDeque};
-use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::local::{boot_id, same_kernel, UpgradeSocket, MAX_BOOT_ID, MAX_NAME, MAX_PATH};
 use super::shm::handshake::{Token, TOKEN_LEN};
 use super::shm::{self, ShmListener};
-use crate::addr::{rendezvous_dir, Address, UnixName};
+use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
-use crate::options::{Options, TlsOptions};
+use crate::options::Options;
 use crate::sys::stream::EventFlag;
-use crate::sys::{self, socket, Epoll, Event, Interest};
-use crate::transport::{tcp, tls, Accepted, ConnOps, ListenerOps, Transport};
+use crate::sys::{self, Epoll, Event, Interest};
+use crate::transport::{net, Accepted, ConnOps, ListenerOps, Transport};
 
 /// The `auto:` entry in the transport registry.
 pub(crate) const TRANSPORT: Transport = Transport {
@@ -61,10 +60,7 @@ const KIND_HELLO: u16 = 1;
 const KIND_OFFER: u16 = 2;
 const KIND_NO_OFFER: u16 = 3;
 const KIND_DECISION: u16 = 4;
-/// Longest boot id, socket name, socket path and reason accepted.
-const MAX_BOOT_ID: usize = 64;
-const MAX_NAME: usize = 255;
-const MAX_PATH: usize = 4096;
+/// Longest reason accepted (the other fields' limits are the local upgrade's).
 const MAX_REASON: usize = 256;
 
 /// Most connections a listener keeps in negotiation; beyond that the oldest is dropped.
@@ -227,40 +223,13 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// This kernel's boot id; empty if it cannot be read (then nothing is upgraded).
-pub(crate) fn boot_id() -> Vec<u8> {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().as_bytes().to_vec())
-        .unwrap_or_default()
-}
-
-/// Random bytes from the kernel.
-pub(crate) fn random_token() -> Result<Token> {
-    let mut t = [0u8; TOKEN_LEN];
-    let mut got = 0;
-    while got < t.len() {
-        // SAFETY: the pointer and length describe the unfilled tail of `t`.
-        match crate::sys::syscall!(getrandom(t[got..].as_mut_ptr().cast(), t.len() - got, 0)) {
-            Ok(n) => got += n as usize,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::io("getrandom", e)),
-        }
-    }
-    Ok(t)
-}
-
 /// What an `auto:` address runs over until it is upgraded: `tls:` when TLS options are
-/// set, else `tcp:`.
+/// set, else `tcp:` (the same rule as an `auto:` topic's, see [`net::outer`]).
 fn outer(addr: &Address, opts: &Options) -> (Address, &'static Transport) {
-    let (host, port) = match addr {
-        Address::Auto { host, port } => (host.clone(), *port),
-        _ => unreachable!("the registry only hands auto: addresses to the auto transport"),
-    };
-    if *opts.get_tls() != TlsOptions::default() {
-        (Address::Tls { host, port }, &tls::TRANSPORT)
-    } else {
-        (Address::Tcp { host, port }, &tcp::TRANSPORT)
-    }
+    let outer = net::outer(addr, opts)
+        .filter(|o| o.is_auto)
+        .expect("the registry only hands auto: addresses to the auto transport");
+    (outer.addr.clone(), outer.entry())
 }
 
 /// Sends one negotiation message.
@@ -337,14 +306,7 @@ fn upgrade(
     proof: Token,
     deadline: Instant,
 ) -> Result<Box<dyn ConnOps>> {
-    let plain_name = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
-    let mut tried = Vec::new();
-    if plain_name {
-        tried.push(rendezvous_dir().join(name));
-    }
-    if Path::new(path).is_absolute() && !tried.iter().any(|p| p == Path::new(path)) {
-        tried.push(PathBuf::from(path));
-    }
+    let tried = UpgradeSocket::candidates(name, path);
     let mut last = Error::new(
         ErrorKind::ConnectionRefused,
         "auto: listener offered no usable socket",
@@ -394,7 +356,8 @@ struct AutoListener {
     /// `None` when the upgrade socket could not be created (then every client stays on
     /// TCP, told why).
     shm: Option<ShmListener>,
-    shm_path: PathBuf,
+    /// The upgrade socket's name and path.
+    upgrade_socket: UpgradeSocket,
     /// Why there is no upgrade socket.
     no_shm: String,
     boot_id: Vec<u8>,
@@ -418,18 +381,8 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     let host_port = bound.split_once(':').map_or(bound.as_str(), |(_, hp)| hp);
     let addr = format!("auto:{host_port}");
     let port = host_port.rsplit(':').next().unwrap_or("0");
-    let tag = random_token()?;
-    let name = format!(
-        "auto-{port}-{:02x}{:02x}{:02x}{:02x}.sock",
-        tag[0], tag[1], tag[2], tag[3]
-    );
-    remove_stale_upgrade_sockets(port);
-    let shm_path = rendezvous_dir().join(&name);
-    let shm_addr = Address::Shm {
-        socket: UnixName::Path(shm_path.clone()),
-        text: name,
-    };
-    let (shm, no_shm) = match ShmListener::bind(&shm_addr, opts) {
+    let upgrade_socket = UpgradeSocket::new("auto", port)?;
+    let (shm, no_shm) = match ShmListener::bind(&upgrade_socket.address(), opts) {
         Ok(mut l) => {
             l.upgrades = Some(HashMap::new());
             l.registry.set_auto(addr.clone(), bound.clone());
@@ -452,7 +405,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         tcp,
         outer: transport.name,
         shm,
-        shm_path,
+        upgrade_socket,
         no_shm,
         boot_id: boot_id(),
         epoll,
@@ -464,42 +417,6 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         addr,
         events: Vec::new(),
     }))
-}
-
-/// Removes the upgrade sockets of earlier listeners on `port` that died without
-/// removing theirs (each listener names its socket anew): a socket nobody listens on
-/// refuses the connection. Live ones (another network namespace's listener on the same
-/// port) answer and are kept.
-fn remove_stale_upgrade_sockets(port: &str) {
-    remove_stale_sockets(&format!("auto-{port}-"));
-}
-
-/// Removes the sockets named `PREFIX….sock` in the rendezvous directory that nobody
-/// listens on any more (their owner died); live ones answer and are kept. Under the
-/// directory's lock, like every takeover of a stale socket, so that a socket another
-/// binder has bound but not yet made listen is not taken for stale.
-pub(crate) fn remove_stale_sockets(prefix: &str) {
-    let dir = rendezvous_dir();
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return;
-    };
-    let _lock = shm::lock_parent(&dir.join("_"));
-    for path in entries.filter_map(|e| e.ok()).map(|e| e.path()) {
-        let ours = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with(prefix) && n.ends_with(".sock"));
-        if !ours {
-            continue;
-        }
-        let probe = socket::connect(
-            &UnixName::Path(path.clone()),
-            Instant::now() + Duration::from_millis(100),
-        );
-        if matches!(&probe, Err(e) if e.kind() == io::ErrorKind::ConnectionRefused) {
-            let _ = std::fs::remove_file(&path);
-        }
-    }
 }
 
 impl AutoListener {
@@ -539,7 +456,7 @@ impl AutoListener {
                     &mut self.shm,
                     &self.boot_id,
                     &self.no_shm,
-                    &self.shm_path,
+                    &self.upgrade_socket,
                 )
             };
             match step {
@@ -617,7 +534,7 @@ impl AutoListener {
         shm: &mut Option<ShmListener>,
         boot_id: &[u8],
         no_shm: &str,
-        shm_path: &Path,
+        upgrade_socket: &UpgradeSocket,
     ) -> Step {
         match d.conn.recv_next(false) {
             Ok(_) => {}
@@ -628,24 +545,19 @@ impl AutoListener {
         d.conn.release();
         match (msg, d.offer) {
             (Ok(Msg::Hello { boot_id: theirs }), None) => {
-                let reason = match shm {
-                    _ if theirs.is_empty() || boot_id.is_empty() => {
-                        "a boot id is unknown".to_string()
-                    }
-                    _ if theirs != boot_id => "another kernel (different boot id)".to_string(),
-                    None => no_shm.to_string(),
-                    Some(l) => {
-                        let (Ok(token), Ok(proof)) = (random_token(), random_token()) else {
+                let reason = match (same_kernel(boot_id, &theirs), shm) {
+                    (Err(why), _) => why.to_string(),
+                    (Ok(()), None) => no_shm.to_string(),
+                    (Ok(()), Some(l)) => {
+                        let Ok(offer) = upgrade_socket.offer() else {
                             return Step::Drop;
                         };
+                        let (token, proof) = (offer.token, offer.proof);
                         let offer = Msg::Offer {
                             token,
                             proof,
-                            name: shm_path
-                                .file_name()
-                                .map(|n| n.to_string_lossy().into_owned())
-                                .unwrap_or_default(),
-                            path: shm_path.to_string_lossy().into_owned(),
+                            name: offer.name,
+                            path: offer.path,
                         };
                         if send_msg(&mut *d.conn, &offer).is_err() {
                             return Step::Drop;

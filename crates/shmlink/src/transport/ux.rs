@@ -450,61 +450,6 @@ mod tests {
     }
 
     #[test]
-    fn echo() {
-        on_both(conformance::echo);
-    }
-
-    #[test]
-    fn largest_message() {
-        conformance::largest_message(&abstract_addr());
-    }
-
-    #[test]
-    fn zero_length_and_end_of_stream() {
-        on_both(conformance::zero_length_and_end_of_stream);
-    }
-
-    #[test]
-    fn send_after_peer_left() {
-        conformance::send_after_peer_left(&abstract_addr());
-    }
-
-    #[test]
-    fn nonblocking_flow_control() {
-        conformance::nonblocking_flow_control(&abstract_addr());
-    }
-
-    #[test]
-    fn fd_stays_readable_while_messages_wait() {
-        conformance::fd_stays_readable_while_messages_wait(&abstract_addr());
-    }
-
-    #[test]
-    fn blocking_flow_control() {
-        conformance::blocking_flow_control(&abstract_addr());
-    }
-
-    #[test]
-    fn close_delivers_queued_messages() {
-        conformance::close_delivers_queued_messages(&abstract_addr());
-    }
-
-    #[test]
-    fn in_place_calls() {
-        conformance::in_place_calls(&abstract_addr());
-    }
-
-    #[test]
-    fn nonblocking_accept() {
-        on_both(conformance::nonblocking_accept);
-    }
-
-    #[test]
-    fn connect_refused() {
-        on_both(conformance::connect_refused);
-    }
-
-    #[test]
     fn bad_clients_are_dropped() {
         on_both(conformance::bad_clients_are_dropped::<RawUx>);
     }
@@ -572,11 +517,6 @@ mod tests {
         assert_eq!(client.local_addr(), me);
         assert_eq!(server.peer_addr(), me);
         assert_eq!(client.transport(), "ux");
-    }
-
-    #[test]
-    fn smaller_maximum_wins() {
-        on_both(conformance::smaller_maximum_wins);
     }
 
     #[test]

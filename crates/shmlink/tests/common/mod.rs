@@ -20,6 +20,7 @@ pub const TRANSPORTS: &[&str] = &["shm", "ux", "tcp", "tls", "auto", "auto_tcp",
 /// The path a connection of test transport `t` takes (what `Connection::transport` says).
 pub fn path_of(t: &str) -> &str {
     match t {
+        "ux_path" => "ux",
         "auto" => "shm",
         "auto_tcp" => "tcp",
         "auto_tls" => "tls",
@@ -58,6 +59,8 @@ pub fn fresh_addr(transport: &str) -> String {
             format!("shm:{}/t{n}.sock", dir.display())
         }
         "ux" => format!("ux:shmlink-test-{pid}-{n}"),
+        // `ux:` at a socket file instead of an abstract name (conformance suite only).
+        "ux_path" => format!("ux:{}/u{n}.sock", test_dir().display()),
         "tcp" => "tcp:127.0.0.1:0".to_string(),
         "auto" | "auto_tcp" | "auto_tls" => "auto:127.0.0.1:0".to_string(),
         "tls" => "tls:127.0.0.1:0".to_string(),

@@ -11,7 +11,6 @@ use super::{recycle, Frame, Incoming, Link, Wire};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::stream::{self, EventFlag, Ready};
 use crate::sys::{Epoll, Interest, Token};
-use crate::transport::shm::ShmConn;
 use crate::transport::{ConnOps, CLOSE_LINGER};
 use crate::view::SharedBytes;
 
@@ -405,8 +404,12 @@ fn linger<W: Wire>(
 }
 
 impl<W: Wire> ConnOps for FramedConn<W> {
-    fn into_shm(self: Box<Self>) -> std::result::Result<Box<ShmConn>, Box<dyn ConnOps>> {
-        Err(self)
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
     }
 
     fn send(&mut self, msg: &[u8], blocking: bool) -> Result<()> {

@@ -764,7 +764,11 @@ impl ConnOps for ShmConn {
         self.peer.clone()
     }
 
-    fn into_shm(self: Box<Self>) -> std::result::Result<Box<ShmConn>, Box<dyn ConnOps>> {
-        Ok(self)
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
     }
 }

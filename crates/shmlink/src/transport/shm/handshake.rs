@@ -53,9 +53,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::conn::Counters;
 use crate::error::{Error, ErrorKind, Result};
-use crate::status::{ConnectionStatus, ListenerStatus, ProcessCred};
+use crate::status::{ConnectionStatus, Counters, ListenerStatus, ProcessCred};
 
 /// "SHML", little endian.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"SHML");

@@ -6,15 +6,13 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::addr::{Address, UnixName};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::{Options, WaitPolicy, MAX_RING_SIZE, MIN_RING_SIZE};
+use crate::rendezvous::{bind_rendezvous, remove_socket_file, socket_of, SocketFile};
 use crate::status::ProcessCred;
-use crate::sys::dirlock::DirLock;
 use crate::sys::socket::PeerCred;
 use crate::sys::{self, socket, Epoll, Event, Interest};
 use crate::transport::{Accepted, ConnOps, ListenerOps, Transport};
@@ -42,13 +40,6 @@ pub(crate) const TRANSPORT: Transport = Transport {
 /// beyond this, so a flood of silent clients cannot exhaust descriptors.
 const MAX_PENDING: usize = 128;
 const LISTEN_TOKEN: u64 = u64::MAX;
-
-pub(crate) fn socket_of(addr: &Address) -> &UnixName {
-    match addr {
-        Address::Shm { socket, .. } => socket,
-        _ => unreachable!("the registry only hands shm: addresses to the shm transport"),
-    }
-}
 
 fn valid_ring(size: u64) -> bool {
     size.is_power_of_two()
@@ -288,54 +279,6 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     Ok(Box::new(ShmListener::bind(addr, opts)?))
 }
 
-/// A bound rendezvous socket file: its path and (device, inode), so that it is removed
-/// on drop only if it is still ours (a later listener may have replaced it).
-pub(crate) type SocketFile = Option<(PathBuf, u64, u64)>;
-
-/// Binds the rendezvous socket of a `shm:` address: creates the directory for `shm:NAME`
-/// (mode `opts.dir_mode`), takes over a stale socket file, refuses a live one
-/// (`AddrInUse`), and gives the socket file the mode the access options need. Shared by
-/// the `shm:` listener and the publish/subscribe publisher.
-pub(crate) fn bind_rendezvous(addr: &Address, opts: &Options) -> Result<(OwnedFd, SocketFile)> {
-    let name = socket_of(addr);
-    // Held until our socket listens: see `prepare_path`.
-    let _takeover = match name {
-        UnixName::Path(path) => prepare_path(addr, path, opts)?,
-        UnixName::Abstract(_) => None,
-    };
-    let listen = socket::listen(name, 128).map_err(|e| {
-        if e.kind() == io::ErrorKind::AddrInUse {
-            Error::new(ErrorKind::AddrInUse, format!("{addr} is already bound"))
-        } else {
-            Error::io("bind rendezvous socket", e)
-        }
-    })?;
-    let file = match name {
-        UnixName::Path(p) => {
-            // Connecting needs write permission on the socket file: the owner only, unless
-            // the options allow others (then the credential check is the gate).
-            let others = !opts.allow_uids.is_empty() || !opts.allow_gids.is_empty();
-            let mode = if others { 0o666 } else { 0o600 };
-            let (dev, ino) = socket::chmod_socket_file(p, mode)
-                .map_err(|e| Error::io("set the rendezvous socket's mode", e))?;
-            Some((p.clone(), dev, ino))
-        }
-        UnixName::Abstract(_) => None,
-    };
-    Ok((listen, file))
-}
-
-/// Removes a socket file `bind_rendezvous` created, if it is still the same file.
-pub(crate) fn remove_socket_file(file: &SocketFile) {
-    if let Some((path, dev, ino)) = file {
-        if let Ok(m) = std::fs::symlink_metadata(path) {
-            if m.dev() == *dev && m.ino() == *ino {
-                let _ = std::fs::remove_file(path);
-            }
-        }
-    }
-}
-
 impl ShmListener {
     pub(crate) fn bind(addr: &Address, opts: &Options) -> Result<ShmListener> {
         let (listen, file) = bind_rendezvous(addr, opts)?;
@@ -359,64 +302,6 @@ impl ShmListener {
             registry: Registry::new(),
         })
     }
-}
-
-/// Creates the rendezvous directory (0700) for `shm:NAME` and removes a stale socket
-/// file; a live listener on the path is `AddrInUse`.
-///
-/// Taking over a stale socket is probe, unlink, bind, listen: two binders doing that at
-/// once could both find it stale, and the second unlink would delete the first's live
-/// socket (which then listens on a name nobody reaches); a prober between bind and listen
-/// would also take a new socket for stale. So the steps run under an exclusive `flock` on
-/// the directory, returned here and held by the caller until its socket listens; every
-/// binder and stale-socket sweeper of shmlink takes it. Where the directory cannot be
-/// opened or locked (no read permission, a file system without `flock`), the takeover
-/// runs unlocked as before.
-fn prepare_path(addr: &Address, path: &std::path::Path, opts: &Options) -> Result<Option<DirLock>> {
-    if addr.in_rendezvous_dir() {
-        if let Some(dir) = path.parent().filter(|d| !d.exists()) {
-            let ctx = |e| Error::io(format!("create rendezvous directory {}", dir.display()), e);
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(opts.dir_mode)
-                .create(dir)
-                .map_err(ctx)?;
-            // The mode exactly, whatever the umask.
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(opts.dir_mode))
-                .map_err(ctx)?;
-        }
-    }
-    trust::check_addr_dir(addr, opts)?;
-    let lock = lock_parent(path);
-    if std::fs::symlink_metadata(path).is_ok() {
-        let probe = socket::connect(
-            &UnixName::Path(path.to_path_buf()),
-            Instant::now() + Duration::from_millis(100),
-        );
-        match probe {
-            Ok(_) => {
-                return Err(Error::new(
-                    ErrorKind::AddrInUse,
-                    format!("{addr}: a listener already serves {}", path.display()),
-                ))
-            }
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                std::fs::remove_file(path)
-                    .map_err(|e| Error::io(format!("remove stale socket {}", path.display()), e))?;
-            }
-            Err(_) => {} // let bind report what is wrong
-        }
-    }
-    Ok(lock)
-}
-
-/// Locks the directory that holds `path` (see [`prepare_path`]), if it can.
-pub(crate) fn lock_parent(path: &std::path::Path) -> Option<DirLock> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => std::path::Path::new("."),
-    };
-    DirLock::lock(dir).ok()
 }
 
 impl ShmListener {

@@ -10,8 +10,7 @@
 use std::sync::{Arc, Weak};
 use std::time::SystemTime;
 
-use crate::conn::SharedCounters;
-use crate::status::{ConnectionStatus, ListenerStatus, ProcessCred};
+use crate::status::{ConnectionStatus, ListenerStatus, ProcessCred, SharedCounters};
 
 /// Fewest entries before the list is pruned.
 const MIN_PRUNE: usize = 64;

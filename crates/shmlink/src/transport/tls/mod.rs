@@ -1,18 +1,21 @@
 //! The `tls:` transport: `tcp:`'s frames inside TLS 1.3 (rustls with the *ring* provider).
 //!
 //! TLS is a layer between the frames and the TCP socket
-//! ([`StreamLink`](super::tcp::StreamLink)); framing, hello, flow control, end of stream,
+//! ([`StreamLink`](super::stream::StreamLink)); framing, hello, flow control, end of stream,
 //! non-blocking mode and readiness are those of `tcp:`. The TLS handshake runs first on
 //! both sides: a client within its connect timeout, a listener side by side with its
 //! other clients' handshakes, dropping a client that fails it or does not complete it
 //! within the handshake timeout. Certificates, keys and CAs come from
 //! [`TlsOptions`](crate::TlsOptions).
 //!
-//! | file         | what it holds                                                       |
-//! |--------------|---------------------------------------------------------------------|
-//! | `mod.rs`     | the registry entry: `connect` and `bind`                            |
-//! | `config.rs`  | options turned into rustls configurations ([`ClientTls`], [`ServerTls`]) |
-//! | `session.rs` | [`TlsSession`]: rustls driven over a socket, TLS errors explained   |
+//! | file                          | what it holds                                       |
+//! |-------------------------------|-----------------------------------------------------|
+//! | `tls/mod.rs`                  | the registry entry: `connect` and `bind`            |
+//! | `stream/tls/config.rs`        | options turned into rustls configurations ([`ClientTls`], [`ServerTls`]) |
+//! | `stream/tls/session.rs`       | `TlsSession`: rustls driven over a socket, TLS errors explained |
+//!
+//! The session lives under the stream layer, which holds it in its links; this module only
+//! reads `tls:` addresses and hands the configurations to that layer.
 //!
 //! A certificate refused during the handshake — the listener's by the client (unknown
 //! CA, wrong name, expired) or the client's by the listener (missing, unknown CA) — fails
@@ -25,13 +28,8 @@ use std::time::Instant;
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
-use crate::transport::{tcp, ConnOps, ListenerOps, Transport};
-
-mod config;
-mod session;
-
-pub(crate) use config::{ClientTls, ServerTls};
-pub(crate) use session::TlsSession;
+use crate::transport::stream::{self, ClientTls, ServerTls};
+use crate::transport::{ConnOps, ListenerOps, Transport};
 
 /// The `tls:` entry in the transport registry.
 pub(crate) const TRANSPORT: Transport = Transport {
@@ -54,8 +52,8 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     let (host, port) = host_port(addr)?;
     let tls = ClientTls::new(&opts.tls, host)?;
     let deadline = Instant::now() + opts.connect_timeout;
-    let stream = tcp::dial(host, port, deadline)?;
-    Ok(Box::new(tcp::connect_stream(
+    let stream = stream::dial(host, port, deadline)?;
+    Ok(Box::new(stream::connect_stream(
         stream,
         Some(&tls),
         opts,
@@ -66,7 +64,7 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
 fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     let (host, port) = host_port(addr)?;
     let tls = ServerTls::new(&opts.tls)?;
-    tcp::listen(host, port, Some(tls), opts)
+    stream::listen(host, port, Some(tls), opts)
 }
 
 /// TLS options for both ends of a test connection: the test listener certificate (for

@@ -18,8 +18,8 @@ use crate::options::Options;
 use crate::sys::stream::{self, Ready};
 use crate::transport::framed::conformance::{self, opts_for, soon, RawPeer, PATIENCE};
 use crate::transport::framed::{Frame, Link, HELLO_LEN};
-use crate::transport::tcp::tests::RawTcp;
-use crate::transport::tcp::{self, StreamLink};
+use crate::transport::stream::tests::RawTcp;
+use crate::transport::stream::{accept_stream, connect_stream, StreamLink};
 use crate::transport::ConnOps;
 
 const ANY: &str = "tls:127.0.0.1:0";
@@ -120,21 +120,6 @@ impl RawPeer for RawTls {
     }
 }
 
-conformance::bind_tests!(ANY);
-
-#[test]
-fn connect_refused() {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = format!("tls:{}", l.local_addr().unwrap());
-    drop(l);
-    conformance::connect_refused(&addr);
-}
-
-#[test]
-fn smaller_maximum_wins() {
-    conformance::smaller_maximum_wins(ANY);
-}
-
 #[test]
 fn bad_clients_are_dropped() {
     // Inside TLS: garbage instead of a hello, and no hello.
@@ -161,7 +146,7 @@ fn fin_versus_crash() {
 
 #[test]
 fn hostile_frames() {
-    use crate::transport::tcp::tests::header;
+    use crate::transport::stream::tests::header;
     let too_big = RawTls::frame(Frame::Data, &[0; 1001]);
     conformance::hostile_frames::<RawTls>(
         ANY,
@@ -235,14 +220,13 @@ fn handshake_on_a_connected_stream() {
             let stream = TcpStream::connect(addr).unwrap();
             let tls = ClientTls::new(&o.tls, "127.0.0.1").unwrap();
             let deadline = soon().unwrap();
-            tcp::connect_stream(stream, with_tls.then_some(&tls), &o, deadline).unwrap()
+            connect_stream(stream, with_tls.then_some(&tls), &o, deadline).unwrap()
         });
         let (stream, _) = l.accept().unwrap();
         let tls = ServerTls::new(&opts.tls).unwrap();
         let scheme = if with_tls { "tls" } else { "tcp" };
         let local = format!("{scheme}:{addr}");
-        let mut hs =
-            tcp::accept_stream(stream, with_tls.then_some(&tls), local.clone(), &opts).unwrap();
+        let mut hs = accept_stream(stream, with_tls.then_some(&tls), local.clone(), &opts).unwrap();
         while !hs.advance().unwrap() {
             let ready = if hs.wants_write() {
                 Ready::ReadWrite
