@@ -19,10 +19,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::method::{Ctx, Mode};
 use crate::methods::{self, block_signal};
-use crate::protocol::{self, Fault, PeerReport, Plan, Stop};
-use crate::stats::Percentiles;
 use crate::sys::err;
-use crate::verify::{fresh_seed, Sampling};
+use shmlink_measure::protocol::{self, Fault, PeerReport, Plan, Stop, Warmup};
+use shmlink_measure::stats::Percentiles;
+use shmlink_measure::verify::{fresh_seed, Sampling};
 
 /// The hidden subcommand that runs a driver.
 pub const DRIVER_CMD: &str = "__bench-run";
@@ -45,7 +45,7 @@ pub struct RunSpec {
     pub window: u64,
     pub warmup_ms: u64,
     pub stop: Stop,
-    /// Which messages are checksummed in full (see [`crate::verify`]); the seed of the
+    /// Which messages are checksummed in full (see [`shmlink_measure::verify`]); the seed of the
     /// sample is drawn by the driver, not given here.
     pub sampling: Sampling,
     /// CPUs of the driver and the peer; `None`: not pinned.
@@ -76,7 +76,7 @@ pub struct RunOutput {
     pub cpu_us_per_msg: CpuPerMsg,
     /// Time each end spent checksumming, per measured message, in microseconds: part of
     /// the CPU figures; in throughput mode (the peer) and in zero-copy rows also part of
-    /// the measured time, in latency mode of copy rows not (see [`crate::verify`]).
+    /// the measured time, in latency mode of copy rows not (see [`shmlink_measure::verify`]).
     #[serde(default)]
     pub verify_us_per_msg: CpuPerMsg,
 }
@@ -135,7 +135,7 @@ pub(crate) fn inherit_and_die_with_parent(cmd: &mut Command, fds: Vec<RawFd>) {
 
 pub(crate) fn pin(cpu: Option<usize>) -> io::Result<()> {
     if let Some(cpu) = cpu {
-        shmlink::pin_to_cpu(cpu).map_err(|e| err(format!("pin to CPU {cpu}: {e}")))?;
+        shmlink_measure::sys::pin_to_cpu(cpu)?;
     }
     Ok(())
 }
@@ -193,7 +193,7 @@ pub fn drive(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
         size: spec.size,
         mode: spec.mode,
         window: spec.window,
-        warmup: Duration::from_millis(spec.warmup_ms),
+        warmup: Warmup::Time(Duration::from_millis(spec.warmup_ms)),
         stop: spec.stop,
         sampling: spec.sampling,
         seed,

@@ -4,12 +4,11 @@
 use std::ffi::OsString;
 use std::fmt;
 
-use crate::bench::{parse_bench, BenchArgs};
-use crate::help::{BENCH_HELP, LS_HELP, PONG_HELP, TOP_HELP};
+use crate::help::{LS_HELP, PONG_HELP, TOP_HELP};
 use crate::ls::{parse_ls, LsArgs};
 use crate::pong_args::{default_addrs, default_count, Pinning, PongArgs, Role};
-use crate::wire::Mode;
-use shmlink_bench::cpus::format_cpu_list;
+use shmlink_measure::cpus::format_cpu_list;
+use shmlink_measure::Mode;
 
 /// Largest message size `-m` accepts (the library's hard limit).
 pub const MAX_SIZE: usize = shmlink::MAX_MSG_SIZE_LIMIT;
@@ -61,42 +60,11 @@ pub enum Command {
     Help(&'static str),
     Version,
     Pong(PongArgs),
-    Bench(Box<BenchArgs>),
     Ls(LsArgs),
 }
 
-/// Parses a size with an optional binary suffix: `64`, `1k`, `1KiB`, `4K`, `1M`, `64MiB`,
-/// `1G`, `100B`.
-pub fn parse_size(text: &str) -> Result<usize, String> {
-    let bad = || format!("invalid size {text:?} (expected e.g. 64, 4k, 1MiB)");
-    let digits = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    if digits == 0 {
-        return Err(bad());
-    }
-    let n: u64 = text[..digits].parse().map_err(|_| bad())?;
-    let shift = match text[digits..].to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        _ => return Err(bad()),
-    };
-    n.checked_mul(1 << shift)
-        .and_then(|b| usize::try_from(b).ok())
-        .ok_or_else(|| format!("size {text:?} is too large"))
-}
-
-/// Formats a byte count with the largest binary suffix that divides it.
-pub fn format_size(bytes: usize) -> String {
-    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
-            return format!("{}{unit}", bytes >> shift);
-        }
-    }
-    bytes.to_string()
-}
+/// Sizes as the measurement core parses and prints them (`64`, `1k`, `1MiB`).
+pub use shmlink_measure::size::{exact as format_size, parse as parse_size};
 
 fn parse_positive(flag: &str, text: &str) -> Result<u64, UsageError> {
     match text.parse::<u64>() {
@@ -143,12 +111,10 @@ pub fn parse(argv: Vec<OsString>, cpus: &[usize]) -> Result<Command, UsageError>
         "help" => match argv.next().transpose()?.as_deref() {
             None => Ok(Command::Help(TOP_HELP)),
             Some("pong") => Ok(Command::Help(PONG_HELP)),
-            Some("bench") => Ok(Command::Help(BENCH_HELP)),
             Some("ls") => Ok(Command::Help(LS_HELP)),
             Some(other) => usage(format!("no help for unknown command {other:?}")),
         },
         "pong" => parse_pong(argv.collect::<Result<Vec<_>, _>>()?, cpus),
-        "bench" => parse_bench(argv.collect::<Result<Vec<_>, _>>()?, cpus),
         "ls" => parse_ls(argv.collect::<Result<Vec<_>, _>>()?),
         other => usage(format!("unknown command {other:?} (try 'shmlink --help')")),
     }

@@ -68,7 +68,9 @@ fn io_err(e: shmlink::Error) -> io::Error {
 }
 
 fn wrong_length(n: usize, want: usize) -> io::Error {
-    err(format!("received a {n}-byte message, expected {want} bytes"))
+    err(format!(
+        "received a {n}-byte message, expected {want} bytes"
+    ))
 }
 
 impl ShmlinkEndpoint {
@@ -161,7 +163,10 @@ impl Endpoint for ShmlinkEndpoint {
         }
         match self.conn.recv(buf) {
             Ok(n) if n == buf.len() => Ok(()),
-            Ok(n) => Err(failure_reason(&buf[..n]).map_or_else(|| wrong_length(n, buf.len()), peer_failed)),
+            Ok(n) => {
+                Err(failure_reason(&buf[..n])
+                    .map_or_else(|| wrong_length(n, buf.len()), peer_failed))
+            }
             // Still queued: a failure notice says more than its length.
             Err(e) if e.kind() == ErrorKind::MessageTooLarge => match self.conn.recv_vec() {
                 Ok(msg) => Err(failure_reason(&msg).map_or_else(|| io_err(e), peer_failed)),

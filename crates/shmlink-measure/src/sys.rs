@@ -48,7 +48,6 @@ pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
-
 /// User and system CPU time this process has used so far (`getrusage`); zero if the
 /// kernel does not say.
 pub fn cpu_time() -> Duration {
@@ -70,7 +69,10 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("CPU {cpu} is out of range (at most {})", libc::CPU_SETSIZE - 1),
+            format!(
+                "CPU {cpu} is out of range (at most {})",
+                libc::CPU_SETSIZE - 1
+            ),
         ));
     }
     // SAFETY: cpu_set_t is plain data; all-zero is the empty set.

@@ -45,10 +45,10 @@ use serde::{Deserialize, Serialize};
 
 use super::message::{self, MIN_SIZE};
 use super::{find, methods, Ctx, Publish};
-use crate::protocol::Fault;
 use crate::run::{inherit_and_die_with_parent, pin, print_result, run_child, FAULT_ENV};
-use crate::stats::Percentiles;
 use crate::sys::{ctx, err, inherited_fd, socketpair};
+use shmlink_measure::protocol::Fault;
+use shmlink_measure::stats::Percentiles;
 
 /// The hidden subcommand that runs a publisher.
 pub const PUB_CMD: &str = "__bench-pub";

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::find;
 use super::run::{run_isolated, RunOutput, RunSpec};
-use crate::stats::{median_f64, spread_pct, Percentiles};
 use crate::suite::{failed_run_note, planned_status, Status};
+use shmlink_measure::stats::{median_f64, spread_pct, Percentiles};
 
 /// What to run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
