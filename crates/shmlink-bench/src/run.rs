@@ -199,7 +199,7 @@ pub fn drive(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
         seed,
         fault: fault_from_env(),
     };
-    let m = protocol::drive(ep.as_mut(), &plan);
+    let m = protocol::drive(ep.as_mut(), &plan).map_err(|e| err(format!("driver: {e}")));
     finished.store(true, Ordering::SeqCst);
     let m = m?;
     let mut line = String::new();

@@ -23,7 +23,9 @@ pub fn run(conn: Connection, hello: Hello) -> Result<RunResult> {
     }
     let transport = conn.transport().to_string();
     let mut ep = ShmlinkEndpoint::new(conn, Access::InPlace);
-    let (m, report) = exchange(&mut ep, &hello, size).map_err(|e| peer_reason(ep.conn(), e))?;
+    // A server that gave up says why: the core's driver and `recv_control` put its
+    // reason first.
+    let (m, report) = exchange(&mut ep, &hello, size)?;
     ep.into_inner().close().context(|| "close".to_string())?;
 
     if report.msgs != m.count || m.count != hello.count {
@@ -91,27 +93,4 @@ fn recv_control(conn: &mut Connection, expected: &str) -> Result<Vec<u8>> {
         Some(reason) => Err(RunError::new(format!("peer failed: {reason}"))),
         None => Ok(msg),
     }
-}
-
-/// Most queued messages [`peer_reason`] looks through.
-const PEEK_LIMIT: usize = 4096;
-
-/// Explains a failed run: a server that gave up sent a failure notice before it closed,
-/// and its reason says more than the broken send or receive that followed. Looks through
-/// what is still queued, without waiting.
-fn peer_reason(conn: &mut Connection, err: RunError) -> RunError {
-    if err.to_string().contains("peer failed: ") {
-        return err;
-    }
-    conn.set_nonblocking(true);
-    for _ in 0..PEEK_LIMIT {
-        let Ok(msg) = conn.recv_vec() else {
-            break;
-        };
-        if let Some(reason) = failure_reason(&msg) {
-            return RunError::new(format!("peer failed: {reason} (here: {err})"));
-        }
-    }
-    conn.set_nonblocking(false);
-    err
 }

@@ -23,6 +23,11 @@ pub trait Endpoint {
     /// a length the run does not use (best effort; the default says nothing). The other
     /// end's receive then fails with that reason.
     fn tell_failure(&mut self, _reason: &str) {}
+    /// After this end failed: the reason the other end gave up, if it sent one that is
+    /// still queued (looked for without waiting; what is queued may be consumed).
+    fn peer_failure(&mut self) -> Option<String> {
+        None
+    }
 }
 
 /// Sending and receiving in the method's own buffers, without a copy.

@@ -14,6 +14,8 @@ use crate::sys::err;
 pub const FAILURE_TAG: &[u8; 8] = b"PEERFAIL";
 /// Longest reason sent in a failure notice.
 const MAX_REASON: usize = 4096;
+/// Most queued messages [`Endpoint::peer_failure`] looks through.
+const PEEK_LIMIT: usize = 4096;
 
 /// How an endpoint moves messages between the drivers and the connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,6 +187,22 @@ impl Endpoint for ShmlinkEndpoint {
 
     fn tell_failure(&mut self, reason: &str) {
         let _ = self.conn.send(&failure_notice(reason));
+    }
+
+    fn peer_failure(&mut self) -> Option<String> {
+        self.conn.set_nonblocking(true);
+        let mut found = None;
+        for _ in 0..PEEK_LIMIT {
+            let Ok(msg) = self.conn.recv_vec() else {
+                break;
+            };
+            found = failure_reason(&msg);
+            if found.is_some() {
+                break;
+            }
+        }
+        self.conn.set_nonblocking(false);
+        found
     }
 }
 

@@ -91,6 +91,7 @@ pub struct Plan {
 }
 
 /// What the driver measured.
+#[derive(Debug)]
 pub struct Measured {
     /// Round-trip times in ns (latency mode).
     pub rtts: Option<Vec<u64>>,
@@ -216,14 +217,22 @@ impl Plan {
     }
 }
 
-/// Runs the driver's side of a run on `ep`.
+/// Runs the driver's side of a run on `ep`. If it fails after the peer gave up, the
+/// error leads with the peer's reason (where the endpoint carries one).
 pub fn drive(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
-    let ctx = |what: &'static str| move |e: io::Error| err(format!("{what}: {e}"));
     match plan.mode {
         Mode::Latency => latency(ep, plan),
         Mode::Throughput => throughput(ep, plan),
     }
-    .map_err(ctx("driver"))
+    .map_err(|e| {
+        if e.to_string().contains("peer failed: ") {
+            return e;
+        }
+        match ep.peer_failure() {
+            Some(reason) => err(format!("peer failed: {reason} (here: {e})")),
+            None => e,
+        }
+    })
 }
 
 fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
