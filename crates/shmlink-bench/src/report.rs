@@ -372,7 +372,7 @@ mod tests {
         let report = Report {
             schema: SCHEMA,
             shmlink_version: "0.1.0".into(),
-            command: "shmlink bench --quick".into(),
+            command: "shmlink-bench --quick".into(),
             started_unix: 1_700_000_000,
             wall_s: 12.345678901234567,
             machine: Machine::this(),

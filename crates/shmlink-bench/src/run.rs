@@ -1,5 +1,5 @@
-//! One run as processes: the orchestrator starts a driver process (`shmlink __bench-run
-//! SPEC`), which sets the method up, starts the peer process (`shmlink __bench-peer
+//! One run as processes: the orchestrator starts a driver process (`shmlink-bench __bench-run
+//! SPEC`), which sets the method up, starts the peer process (`shmlink-bench __bench-peer
 //! SPEC`), drives the run and prints its result as JSON. A run that hangs or crashes
 //! takes only its own processes down: the orchestrator kills the driver after a
 //! timeout, and the peer dies with the driver (`PR_SET_PDEATHSIG`); the method then
@@ -285,7 +285,7 @@ pub(crate) fn print_result<T: Serialize>(res: io::Result<T>, prefix: &str) -> Ex
     }
 }
 
-/// `shmlink __bench-run SPEC`: prints the run's [`RunOutput`] as JSON; exit 1 with the
+/// `shmlink-bench __bench-run SPEC`: prints the run's [`RunOutput`] as JSON; exit 1 with the
 /// error on stderr on failure.
 pub fn driver_main(spec_json: &str) -> ExitCode {
     let res = serde_json::from_str::<RunSpec>(spec_json)
@@ -298,7 +298,7 @@ pub fn driver_main(spec_json: &str) -> ExitCode {
     print_result(res, "")
 }
 
-/// `shmlink __bench-peer SPEC`: the peer's side of a run.
+/// `shmlink-bench __bench-peer SPEC`: the peer's side of a run.
 pub fn peer_main(spec_json: &str) -> ExitCode {
     // `Err(None)`: failed, and already said why.
     let res = (|| -> Result<PeerReport, Option<io::Error>> {
@@ -341,7 +341,7 @@ fn say_error(e: &io::Error, prefix: &str) {
     let _ = io::stderr().lock().write_all(line.as_bytes());
 }
 
-/// Runs `spec` in a driver process started from `exe` (the `shmlink` binary), killing it
+/// Runs `spec` in a driver process started from `exe` (the `shmlink-bench` binary), killing it
 /// after `timeout`. The error is what the driver and the peer said on stderr.
 pub fn run_isolated(exe: &Path, spec: &RunSpec, timeout: Duration) -> Result<RunOutput, String> {
     let stdout = run_child(

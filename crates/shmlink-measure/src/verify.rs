@@ -55,7 +55,7 @@ pub struct Sampling {
 }
 
 impl Sampling {
-    /// What `shmlink bench` runs with: one message in 16.
+    /// What `shmlink-bench` runs with: one message in 16.
     pub const DEFAULT: Sampling = Sampling { one_in: 16 };
     /// Every byte of every message (round trips then are timed with their checksums).
     pub const ALL: Sampling = Sampling { one_in: 1 };

@@ -352,7 +352,7 @@ mod tests {
             schema: SCHEMA,
             pattern: "pubsub".into(),
             shmlink_version: "0.1.0".into(),
-            command: "shmlink bench --pattern pubsub".into(),
+            command: "shmlink-bench --pattern pubsub".into(),
             started_unix: 1,
             wall_s: 2.5,
             machine: Machine::this(),
