@@ -179,7 +179,7 @@ pub fn fill(dst: &mut [u8], seed: u64, key: u64) -> u64 {
 /// each to `sums`.
 #[inline(always)]
 fn fill_blocks(dst: &mut [u8], k: u64, sums: &mut Sums) {
-    debug_assert!(dst.len().is_multiple_of(BLOCK) && dst.len() <= TEMPLATE_BLOCKS * BLOCK);
+    debug_assert!(dst.len() % BLOCK == 0 && dst.len() <= TEMPLATE_BLOCKS * BLOCK);
     for (t, block) in TEMPLATE.iter().zip(dst.chunks_exact_mut(BLOCK)) {
         let mut w = [0u64; LANES];
         for (w, t) in w.iter_mut().zip(t) {

@@ -193,8 +193,7 @@ impl Plan {
     /// Whether the measured part of a throughput run may end after `n` messages: a
     /// time-bounded one ends on an ack boundary (no FLUSH inside the measured time).
     fn done_streaming(&self, n: u64, t0: Instant) -> bool {
-        (matches!(self.stop, Stop::Count(_)) || n.is_multiple_of(self.ack_every()))
-            && self.done(n, t0)
+        (matches!(self.stop, Stop::Count(_)) || n % self.ack_every() == 0) && self.done(n, t0)
     }
 
     /// Whether the warm-up is over after `n` messages. A timed one also needs one message
@@ -206,7 +205,7 @@ impl Plan {
             Warmup::Count(c) => n >= c,
             Warmup::Time(d) => {
                 n >= 1
-                    && (self.mode == Mode::Latency || n.is_multiple_of(self.ack_every()))
+                    && (self.mode == Mode::Latency || n % self.ack_every() == 0)
                     && t0.elapsed() >= d
             }
         }
@@ -510,7 +509,7 @@ fn answer(
                         send_data(ep, &mut out, seq, fault)
                             .map_err(|e| err(format!("answer #{seq}: {e}")))?;
                     }
-                    Mode::Throughput if expected.is_multiple_of(every) => {
+                    Mode::Throughput if expected % every == 0 => {
                         ep.send(&expected.to_le_bytes())
                             .map_err(|e| err(format!("ack {expected}: {e}")))?;
                     }

@@ -32,7 +32,7 @@ pub fn parse(text: &str) -> Result<usize, String> {
 /// `1MiB`), else the plain number (`1536`): [`parse`] reads it back exactly.
 pub fn exact(bytes: usize) -> String {
     for (shift, unit) in UNITS {
-        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
             return format!("{}{unit}", bytes >> shift);
         }
     }
@@ -44,7 +44,7 @@ pub fn exact(bytes: usize) -> String {
 pub fn human(bytes: usize) -> String {
     for (shift, unit) in &UNITS[1..] {
         if bytes >= 1 << shift {
-            return if bytes.is_multiple_of(1 << shift) {
+            return if bytes % (1 << shift) == 0 {
                 format!("{} {unit}", bytes >> shift)
             } else {
                 format!("{:.1} {unit}", bytes as f64 / (1u64 << shift) as f64)

@@ -6,11 +6,12 @@ use std::io;
 use std::time::Duration;
 
 /// Calls a libc function and turns a `-1` return into the `errno` error. The caller puts
-/// a `// SAFETY:` comment on the call that says why its arguments are valid.
+/// a `// SAFETY:` comment on the call that says why its arguments are valid: the
+/// arguments are expanded inside the macro's `unsafe` block, which is the point.
 #[macro_export]
 macro_rules! syscall {
     ($fn:ident ( $($arg:expr),* $(,)? )) => {{
-        #[allow(unused_unsafe)]
+        #[allow(unused_unsafe, clippy::macro_metavars_in_unsafe)]
         // SAFETY: the caller of the macro guarantees the arguments are valid for `$fn`;
         // each call site states why in its own SAFETY comment.
         let res = unsafe { libc::$fn($($arg),*) };

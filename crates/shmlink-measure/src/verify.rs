@@ -95,8 +95,7 @@ impl Checker {
     /// Whether message `seq` is in the random sample.
     pub fn sampled(&self, seq: u64) -> bool {
         self.one_in == 1
-            || fmix64(self.seed ^ seq.wrapping_mul(0x9e37_79b9_7f4a_7c15))
-                .is_multiple_of(self.one_in)
+            || fmix64(self.seed ^ seq.wrapping_mul(0x9e37_79b9_7f4a_7c15)) % self.one_in == 0
     }
 
     /// Whether every byte of message `seq` is checksummed.
