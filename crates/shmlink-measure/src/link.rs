@@ -25,17 +25,17 @@ pub enum Access {
     /// `reserve`/`commit` and `recv_ref`: written in place; read in place when the
     /// message is in this process's memory, else copied once into a scratch buffer
     /// first, because the peer could change it while it is read (see
-    /// [`shmlink::SharedBytes`]).
+    /// [`shmlink::SharedBytes`]); [`ShmlinkEndpoint::trusting`] reads it where it lies.
     InPlace,
-    /// As `InPlace`, but a message in the peer's shared ring is read where it lies: made
-    /// only by the `unsafe` [`ShmlinkEndpoint::trusting`].
-    Trusting,
 }
 
 /// A [`Connection`] as an [`Endpoint`].
 pub struct ShmlinkEndpoint {
     conn: Connection,
     access: Access,
+    /// In place, a message in the peer's shared ring is read where it lies (made only by
+    /// the `unsafe` [`ShmlinkEndpoint::trusting`]).
+    trusting: bool,
     /// `InPlace`: the copy of a message in the peer's memory.
     scratch: Vec<u8>,
 }
@@ -76,16 +76,12 @@ fn wrong_length(n: usize, want: usize) -> io::Error {
 }
 
 impl ShmlinkEndpoint {
-    /// `conn`, moving messages as `access` says; [`Access::Trusting`] is made by
-    /// [`ShmlinkEndpoint::trusting`] only and is taken as [`Access::InPlace`] here.
+    /// `conn`, moving messages as `access` says.
     pub fn new(conn: Connection, access: Access) -> ShmlinkEndpoint {
-        let access = match access {
-            Access::Trusting => Access::InPlace,
-            a => a,
-        };
         ShmlinkEndpoint {
             conn,
             access,
+            trusting: false,
             scratch: Vec::new(),
         }
     }
@@ -102,7 +98,8 @@ impl ShmlinkEndpoint {
     pub unsafe fn trusting(conn: Connection) -> ShmlinkEndpoint {
         ShmlinkEndpoint {
             conn,
-            access: Access::Trusting,
+            access: Access::InPlace,
+            trusting: true,
             scratch: Vec::new(),
         }
     }
@@ -119,19 +116,22 @@ impl ShmlinkEndpoint {
 }
 
 /// Runs `read` over received `msg`, after turning a failure notice into its error: in
-/// place, or over a copy in `scratch` where `access` says so.
+/// place, or over a copy in `scratch` where the message lies in the peer's memory and
+/// the peer is not `trusting`'s.
 fn read_msg(
-    access: Access,
+    trusting: bool,
     scratch: &mut Vec<u8>,
     msg: &RecvBuf<'_>,
     read: &mut dyn FnMut(&[u8]) -> io::Result<()>,
 ) -> io::Result<()> {
     let bytes = msg.bytes();
-    let local = match access {
-        // SAFETY: `trusting`'s contract: the peer leaves the record alone until it is
-        // released, which happens after `read` returns (`msg` outlives this call).
-        Access::Trusting => Some(unsafe { bytes.as_slice() }),
-        _ => bytes.as_local(),
+    let local = if trusting {
+        // SAFETY: `ShmlinkEndpoint::trusting`'s contract: the peer leaves the record alone
+        // until it is released, which happens after `read` returns (`msg` outlives this
+        // call).
+        Some(unsafe { bytes.as_slice() })
+    } else {
+        bytes.as_local()
     };
     let msg = match local {
         Some(local) => local,
@@ -153,7 +153,7 @@ impl Endpoint for ShmlinkEndpoint {
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<()> {
-        if self.access != Access::Copy {
+        if self.access == Access::InPlace {
             let want = buf.len();
             return self.recv_in_place(&mut |msg| {
                 if msg.len() != want {
@@ -181,7 +181,7 @@ impl Endpoint for ShmlinkEndpoint {
     fn in_place(&mut self) -> Option<&mut dyn InPlace> {
         match self.access {
             Access::Copy => None,
-            _ => Some(self),
+            Access::InPlace => Some(self),
         }
     }
 
@@ -215,6 +215,38 @@ impl InPlace for ShmlinkEndpoint {
 
     fn recv_in_place(&mut self, read: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
         let msg = self.conn.recv_ref().map_err(io_err)?;
-        read_msg(self.access, &mut self.scratch, &msg, read)
+        read_msg(self.trusting, &mut self.scratch, &msg, read)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_notice_carries_its_reason() {
+        let notice = failure_notice("message #3 failed");
+        assert!(notice.starts_with(FAILURE_TAG));
+        assert_eq!(
+            failure_reason(&notice).as_deref(),
+            Some("message #3 failed")
+        );
+        assert_eq!(failure_reason(&7u64.to_le_bytes()), None, "an ack");
+        assert_eq!(failure_reason(b"PEERFAI"), None, "too short");
+    }
+
+    #[test]
+    fn a_long_reason_is_cut_at_a_char_boundary() {
+        let long = "é".repeat(3000); // 6000 bytes
+        let reason = failure_reason(&failure_notice(&long)).unwrap();
+        assert!(reason.len() <= MAX_REASON && reason.len() >= MAX_REASON - 1);
+        assert!(reason.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn no_data_message_or_control_tag_looks_like_a_notice() {
+        let tag = u64::from_le_bytes(*FAILURE_TAG);
+        assert!(tag > 1 << 62, "above any sequence number or count");
+        assert!(tag < crate::protocol::FLUSH, "below the control tags");
     }
 }
