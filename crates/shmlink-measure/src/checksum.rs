@@ -2,7 +2,7 @@
 //! and checksums it in the same pass.
 //!
 //! The checksum is a Fletcher-style pair of running sums over little-endian 64-bit words,
-//! kept in [`LANES`] independent lanes so the compiler turns the loop into plain vector
+//! kept in `LANES` independent lanes so the compiler turns the loop into plain vector
 //! adds (no multiplies in the hot loop): per 64-byte block, lane `l` does
 //! `s1[l] += word[l]; s2[l] += s1[l]`. `s1` changes under any single flipped bit (it moves
 //! by ±2^k, never 0 mod 2^64); `s2` makes the sum depend on the block order. The lanes, the
