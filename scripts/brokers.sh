@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The message brokers the pub/sub benchmark compares shmlink with (`shmlink bench --pattern
+# The message brokers the pub/sub benchmark compares shmlink with (`shmlink-bench --pattern
 # pubsub`, and the tests in crates/shmlink-bench/tests/brokers.rs): Redis and RabbitMQ,
 # private instances on loopback, on ports of their own so that they never meet a broker the
 # machine runs as a system service.

@@ -1,55 +1,12 @@
 //! What every IPC method provides: a way to set up a connected pair between this process
-//! (the driver) and a peer process, and [`Endpoint`]s that send and receive messages.
+//! (the driver) and a peer process, and [`Endpoint`]s (the measurement core's) that send
+//! and receive messages.
 
 use std::io;
 use std::os::fd::OwnedFd;
 
-use serde::{Deserialize, Serialize};
-
-/// What a run measures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Ping-pong: one message in flight, the peer answers each with one of the same size.
-    Latency,
-    /// A window of messages in flight; the peer acknowledges cumulatively.
-    Throughput,
-}
-
-impl Mode {
-    /// The name used on the command line and in output.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Latency => "latency",
-            Mode::Throughput => "throughput",
-        }
-    }
-}
-
-/// One end of a connected pair. Messages are opaque bytes; every message a run sends in
-/// one direction has a length both ends know, so stream methods need no framing.
-pub trait Endpoint {
-    /// Sends all of `msg` as one message.
-    fn send(&mut self, msg: &[u8]) -> io::Result<()>;
-    /// Receives one message of exactly `buf.len()` bytes into `buf`; a message of another
-    /// length is an error.
-    fn recv(&mut self, buf: &mut [u8]) -> io::Result<()>;
-    /// The zero-copy interface, for methods measured in place (the `-zc` rows): the
-    /// drivers then generate data messages straight into the method's buffer and check
-    /// them where they arrived.
-    fn in_place(&mut self) -> Option<&mut dyn InPlace> {
-        None
-    }
-}
-
-/// Sending and receiving in the method's own buffers, without a copy.
-pub trait InPlace {
-    /// Sends one message of `len` bytes that `fill` writes in place.
-    fn send_in_place(&mut self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> io::Result<()>;
-    /// Receives one message and hands it to `read` where it lies; `read`'s error is
-    /// returned after the message is released.
-    fn recv_in_place(&mut self, read: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()>;
-}
+pub use shmlink_measure::endpoint::{Endpoint, InPlace};
+pub use shmlink_measure::Mode;
 
 /// What the driver set up for a run: the peer's arguments, the fds the peer inherits (at
 /// the same numbers), and the step that completes the driver's end once the peer runs.

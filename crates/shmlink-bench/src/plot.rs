@@ -10,8 +10,8 @@ use plotters::prelude::*;
 
 use crate::method::Mode;
 use crate::pubsub::suite::Cell as PubSubCell;
-use crate::report::human_size;
 use crate::suite::{Cell, Status};
+use shmlink_measure::size;
 
 /// The image formats `--plot` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,7 +199,7 @@ impl Axes {
             title: title.into(),
             x_desc: "message size (log)",
             y_desc,
-            x_label: |v| human_size(v.round() as usize),
+            x_label: |v| size::human(v.round() as usize),
         }
     }
 }
@@ -303,7 +303,7 @@ fn draw_pubsub<DB: DrawingBackend>(
                 .filter(|s| !s.points.is_empty())
                 .collect();
             let axes = Axes {
-                title: format!("pubsub {}: p50 latency vs subscribers", human_size(size)),
+                title: format!("pubsub {}: p50 latency vs subscribers", size::human(size)),
                 x_desc: "subscribers (log)",
                 y_desc: "publish → subscriber p50 (µs, log)",
                 x_label: |v| format!("{}", v.round()),
@@ -410,8 +410,8 @@ pub fn write(path: &Path, cells: &[Cell]) -> Result<(), String> {
 mod tests {
     use super::*;
     use crate::run::CpuPerMsg;
-    use crate::stats::Percentiles;
     use crate::suite::Summary;
+    use shmlink_measure::stats::Percentiles;
 
     /// A measured cell: latency p50 `v` ns, or throughput `v` bytes/s.
     fn cell(method: &str, mode: Mode, size: usize, v: f64) -> Cell {

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::method::Mode;
 use crate::suite::{Cell, Status, SuiteConfig};
+use shmlink_measure::size;
 
 /// Version of the JSON and CSV layout.
 pub const SCHEMA: u32 = 1;
@@ -31,7 +32,9 @@ impl Machine {
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .map(|s| s.trim().to_string())
                 .unwrap_or_else(|_| "unknown".into()),
-            cpus_allowed: crate::cpus::format_cpu_list(&crate::cpus::allowed_cpus()),
+            cpus_allowed: shmlink_measure::cpus::format_cpu_list(
+                &shmlink_measure::cpus::allowed_cpus(),
+            ),
         }
     }
 }
@@ -117,21 +120,6 @@ pub fn to_csv(cells: &[Cell]) -> String {
         out.push('\n');
     }
     out
-}
-
-/// A byte count for people: `64 B`, `1 KiB`, `1.5 KiB`.
-pub fn human_size(bytes: usize) -> String {
-    for (shift, unit) in [(20, "MiB"), (10, "KiB")] {
-        if bytes >= 1 << shift {
-            let v = bytes as f64 / (1u64 << shift) as f64;
-            return if bytes.is_multiple_of(1 << shift) {
-                format!("{} {unit}", bytes >> shift)
-            } else {
-                format!("{v:.1} {unit}")
-            };
-        }
-    }
-    format!("{bytes} B")
 }
 
 pub(crate) fn us(ns: u64) -> String {
@@ -229,7 +217,7 @@ pub fn table(cells: &[Cell]) -> String {
                 let _ = writeln!(
                     out,
                     "latency, {}: round trip in us (median of rounds); cpu us per round trip; speed vs tcp and vs shm-spin (>1 = faster)",
-                    human_size(size)
+                    size::human(size)
                 );
                 let _ = writeln!(
                     out,
@@ -251,7 +239,7 @@ pub fn table(cells: &[Cell]) -> String {
                 let _ = writeln!(
                     out,
                     "throughput, {}: median of rounds; cpu us per message; speed vs tcp and vs shm-spin (>1 = faster)",
-                    human_size(size)
+                    size::human(size)
                 );
                 let _ = writeln!(
                     out,
@@ -321,10 +309,10 @@ pub fn table(cells: &[Cell]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::Stop;
     use crate::run::{CpuPerMsg, RunOutput};
-    use crate::stats::Percentiles;
     use crate::suite::Summary;
+    use shmlink_measure::protocol::Stop;
+    use shmlink_measure::stats::Percentiles;
 
     fn cell(method: &str, mode: Mode, head: f64, status: Status) -> Cell {
         let rtt = Percentiles {
@@ -384,7 +372,7 @@ mod tests {
         let report = Report {
             schema: SCHEMA,
             shmlink_version: "0.1.0".into(),
-            command: "shmlink bench --quick".into(),
+            command: "shmlink-bench --quick".into(),
             started_unix: 1_700_000_000,
             wall_s: 12.345678901234567,
             machine: Machine::this(),
@@ -397,7 +385,7 @@ mod tests {
                 stop: Stop::Millis(100),
                 window: 64,
                 cpus: Some((0, 1)),
-                sampling: crate::verify::Sampling::DEFAULT,
+                sampling: shmlink_measure::verify::Sampling::DEFAULT,
             },
             results: sample(),
         };
@@ -437,7 +425,5 @@ mod tests {
         assert!(lat[0].contains("50x") && lat[0].contains("1.00x"), "{t}");
         assert!(lat[2].contains("1.00x") && lat[2].contains("0.02x"), "{t}");
         assert!(t.contains("throughput, 64 B"), "{t}");
-        assert_eq!(human_size(1 << 20), "1 MiB");
-        assert_eq!(human_size(1536), "1.5 KiB");
     }
 }

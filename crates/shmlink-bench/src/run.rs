@@ -1,5 +1,5 @@
-//! One run as processes: the orchestrator starts a driver process (`shmlink __bench-run
-//! SPEC`), which sets the method up, starts the peer process (`shmlink __bench-peer
+//! One run as processes: the orchestrator starts a driver process (`shmlink-bench __bench-run
+//! SPEC`), which sets the method up, starts the peer process (`shmlink-bench __bench-peer
 //! SPEC`), drives the run and prints its result as JSON. A run that hangs or crashes
 //! takes only its own processes down: the orchestrator kills the driver after a
 //! timeout, and the peer dies with the driver (`PR_SET_PDEATHSIG`); the method then
@@ -19,10 +19,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::method::{Ctx, Mode};
 use crate::methods::{self, block_signal};
-use crate::protocol::{self, Fault, PeerReport, Plan, Stop};
-use crate::stats::Percentiles;
 use crate::sys::err;
-use crate::verify::{fresh_seed, Sampling};
+use shmlink_measure::protocol::{self, Fault, PeerReport, Plan, Stop, Warmup};
+use shmlink_measure::stats::Percentiles;
+use shmlink_measure::verify::{fresh_seed, Sampling};
 
 /// The hidden subcommand that runs a driver.
 pub const DRIVER_CMD: &str = "__bench-run";
@@ -45,7 +45,7 @@ pub struct RunSpec {
     pub window: u64,
     pub warmup_ms: u64,
     pub stop: Stop,
-    /// Which messages are checksummed in full (see [`crate::verify`]); the seed of the
+    /// Which messages are checksummed in full (see [`shmlink_measure::verify`]); the seed of the
     /// sample is drawn by the driver, not given here.
     pub sampling: Sampling,
     /// CPUs of the driver and the peer; `None`: not pinned.
@@ -76,7 +76,7 @@ pub struct RunOutput {
     pub cpu_us_per_msg: CpuPerMsg,
     /// Time each end spent checksumming, per measured message, in microseconds: part of
     /// the CPU figures; in throughput mode (the peer) and in zero-copy rows also part of
-    /// the measured time, in latency mode of copy rows not (see [`crate::verify`]).
+    /// the measured time, in latency mode of copy rows not (see [`shmlink_measure::verify`]).
     #[serde(default)]
     pub verify_us_per_msg: CpuPerMsg,
 }
@@ -135,7 +135,7 @@ pub(crate) fn inherit_and_die_with_parent(cmd: &mut Command, fds: Vec<RawFd>) {
 
 pub(crate) fn pin(cpu: Option<usize>) -> io::Result<()> {
     if let Some(cpu) = cpu {
-        shmlink::pin_to_cpu(cpu).map_err(|e| err(format!("pin to CPU {cpu}: {e}")))?;
+        shmlink_measure::sys::pin_to_cpu(cpu)?;
     }
     Ok(())
 }
@@ -193,13 +193,13 @@ pub fn drive(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
         size: spec.size,
         mode: spec.mode,
         window: spec.window,
-        warmup: Duration::from_millis(spec.warmup_ms),
+        warmup: Warmup::Time(Duration::from_millis(spec.warmup_ms)),
         stop: spec.stop,
         sampling: spec.sampling,
         seed,
         fault: fault_from_env(),
     };
-    let m = protocol::drive(ep.as_mut(), &plan);
+    let m = protocol::drive(ep.as_mut(), &plan).map_err(|e| err(format!("driver: {e}")));
     finished.store(true, Ordering::SeqCst);
     let m = m?;
     let mut line = String::new();
@@ -285,7 +285,7 @@ pub(crate) fn print_result<T: Serialize>(res: io::Result<T>, prefix: &str) -> Ex
     }
 }
 
-/// `shmlink __bench-run SPEC`: prints the run's [`RunOutput`] as JSON; exit 1 with the
+/// `shmlink-bench __bench-run SPEC`: prints the run's [`RunOutput`] as JSON; exit 1 with the
 /// error on stderr on failure.
 pub fn driver_main(spec_json: &str) -> ExitCode {
     let res = serde_json::from_str::<RunSpec>(spec_json)
@@ -298,7 +298,7 @@ pub fn driver_main(spec_json: &str) -> ExitCode {
     print_result(res, "")
 }
 
-/// `shmlink __bench-peer SPEC`: the peer's side of a run.
+/// `shmlink-bench __bench-peer SPEC`: the peer's side of a run.
 pub fn peer_main(spec_json: &str) -> ExitCode {
     // `Err(None)`: failed, and already said why.
     let res = (|| -> Result<PeerReport, Option<io::Error>> {
@@ -341,7 +341,7 @@ fn say_error(e: &io::Error, prefix: &str) {
     let _ = io::stderr().lock().write_all(line.as_bytes());
 }
 
-/// Runs `spec` in a driver process started from `exe` (the `shmlink` binary), killing it
+/// Runs `spec` in a driver process started from `exe` (the `shmlink-bench` binary), killing it
 /// after `timeout`. The error is what the driver and the peer said on stderr.
 pub fn run_isolated(exe: &Path, spec: &RunSpec, timeout: Duration) -> Result<RunOutput, String> {
     let stdout = run_child(

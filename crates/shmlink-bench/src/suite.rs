@@ -9,10 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::method::{Mode, SizeLimit};
 use crate::methods;
-use crate::protocol::Stop;
 use crate::run::{run_isolated, CpuPerMsg, RunOutput, RunSpec};
-use crate::stats::{median_f64, spread_pct, Percentiles};
-use crate::verify::Sampling;
+use shmlink_measure::protocol::Stop;
+use shmlink_measure::stats::{median_f64, spread_pct, Percentiles};
+use shmlink_measure::verify::Sampling;
 
 /// What to run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,7 +30,7 @@ pub struct SuiteConfig {
     pub window: u64,
     /// CPUs of the driver and the peer; `None`: not pinned.
     pub cpus: Option<(usize, usize)>,
-    /// Which messages are checksummed in full (see [`crate::verify`]).
+    /// Which messages are checksummed in full (see [`shmlink_measure::verify`]).
     pub sampling: Sampling,
 }
 

@@ -1,50 +1,12 @@
-//! The OS calls the methods need that `std` does not offer: a `syscall!` macro that turns
-//! `-1/errno` into `io::Result`, and small fd helpers.
+//! The OS calls the methods need that `std` does not offer: small fd helpers, over the
+//! measurement core's [`syscall!`] and error helpers.
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-/// Calls a libc function and turns a `-1` return into the `errno` error.
-macro_rules! syscall {
-    ($fn:ident ( $($arg:expr),* $(,)? )) => {{
-        #[allow(unused_unsafe)]
-        // SAFETY: the caller of the macro guarantees the arguments are valid for `$fn`;
-        // each call site states why in its own SAFETY comment.
-        let res = unsafe { libc::$fn($($arg),*) };
-        if res == -1 {
-            Err(std::io::Error::last_os_error())
-        } else {
-            Ok(res)
-        }
-    }};
-}
-pub(crate) use syscall;
-
-/// Puts what was being done in front of an I/O error.
-pub fn ctx(what: impl std::fmt::Display) -> impl FnOnce(io::Error) -> io::Error {
-    move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
-}
-
-/// A new `io::Error` of kind `Other`.
-pub fn err(msg: impl Into<String>) -> io::Error {
-    io::Error::other(msg.into())
-}
-
-/// Fills `buf` from the kernel's random source (`getrandom`).
-pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        let rest = &mut buf[done..];
-        // SAFETY: `rest` is a valid, writable buffer of `rest.len()` bytes.
-        match syscall!(getrandom(rest.as_mut_ptr().cast(), rest.len(), 0)) {
-            Ok(n) => done += n as usize,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
+pub use shmlink_measure::sys::{ctx, err};
+pub(crate) use shmlink_sys::syscall;
 
 /// Takes ownership of an fd number this process inherited from its parent.
 pub fn inherited_fd(text: &str) -> io::Result<OwnedFd> {

@@ -146,28 +146,8 @@ pub fn report(e: &clap::Error) -> ExitCode {
     }
 }
 
-/// Parses a size with an optional binary suffix: `64`, `1k`, `1KiB`, `4K`, `1M`, `64MiB`,
-/// `1G`, `100B`.
-pub fn parse_size(text: &str) -> Result<usize, String> {
-    let bad = || format!("invalid size {text:?} (expected e.g. 64, 4k, 1MiB)");
-    let digits = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    if digits == 0 {
-        return Err(bad());
-    }
-    let n: u64 = text[..digits].parse().map_err(|_| bad())?;
-    let shift = match text[digits..].to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        _ => return Err(bad()),
-    };
-    n.checked_mul(1 << shift)
-        .and_then(|b| usize::try_from(b).ok())
-        .ok_or_else(|| format!("size {text:?} is too large"))
-}
+/// Sizes as the measurement core parses and prints them (`64`, `1k`, `1MiB`).
+pub use shmlink_measure::size::{exact as format_size, parse as parse_size};
 
 /// A message size: [`parse_size`], at most [`MAX_SIZE`].
 pub fn parse_msg_size(text: &str) -> Result<usize, String> {
@@ -179,16 +159,6 @@ pub fn parse_msg_size(text: &str) -> Result<usize, String> {
         ));
     }
     Ok(s)
-}
-
-/// Formats a byte count with the largest binary suffix that divides it.
-pub fn format_size(bytes: usize) -> String {
-    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
-            return format!("{}{unit}", bytes >> shift);
-        }
-    }
-    bytes.to_string()
 }
 
 /// A count of at least 1.

@@ -1,31 +1,19 @@
-//! The client end of a run: sends the hello, drives the latency or throughput loop,
-//! collects the server's report.
-
-use std::time::{Duration, Instant};
+//! The client end of a run: the hello, the measurement core's driver, the server's
+//! report.
 
 use shmlink::Connection;
+use shmlink_measure::link::{failure_reason, Access, ShmlinkEndpoint};
+use shmlink_measure::protocol::{self, Measured, PeerReport, Plan, Stop, Warmup};
+use shmlink_measure::stats::Percentiles;
+use shmlink_measure::verify::Sampling;
+use shmlink_measure::Mode;
 
-use crate::conn_io::{peer_reason, recv_control, recv_data, send_control, send_data};
-use crate::error::{Result, RunError};
+use crate::error::{Context, Result, RunError};
 use crate::report::{CpuPerMsg, RunResult};
-use crate::wire::{Control, Hello, Mode, Report};
-use shmlink_bench::stats::Percentiles;
+use crate::wire::{self, Hello};
 
-/// Most round-trip samples allocated up front (more grow the vector as needed).
-const MAX_PREALLOC: u64 = 10_000_000;
-
-/// What the client measured.
-struct Measured {
-    /// Round-trip times in ns (latency mode).
-    rtts: Option<Vec<u64>>,
-    /// Wall time of the measured part.
-    elapsed: Duration,
-    /// This process's CPU time during the measured part.
-    cpu: Duration,
-}
-
-/// Runs `hello` on `conn` and returns the result.
-pub fn run(conn: &mut Connection, hello: Hello) -> Result<RunResult> {
+/// Runs `hello` on `conn`, closes it, and returns the result.
+pub fn run(conn: Connection, hello: Hello) -> Result<RunResult> {
     let size = usize::try_from(hello.size).expect("size was checked by the parser");
     if size > conn.max_msg_size() {
         return Err(RunError::new(format!(
@@ -33,28 +21,30 @@ pub fn run(conn: &mut Connection, hello: Hello) -> Result<RunResult> {
             conn.max_msg_size()
         )));
     }
-    let (m, report) = exchange(conn, &hello, size).map_err(|e| peer_reason(conn, e))?;
+    let transport = conn.transport().to_string();
+    let mut ep = ShmlinkEndpoint::new(conn, Access::InPlace);
+    // A server that gave up says why: the core's driver and `recv_control` put its
+    // reason first.
+    let (m, report) = exchange(&mut ep, &hello, size)?;
+    ep.into_inner().close().context(|| "close".to_string())?;
 
-    let total = hello.total();
-    if report.msgs != total || report.bytes != total * hello.size {
+    if report.msgs != m.count || m.count != hello.count {
         return Err(RunError::new(format!(
-            "server verified {} messages ({} bytes), client sent {total} ({} bytes)",
-            report.msgs,
-            report.bytes,
-            total * hello.size
+            "server verified {} measured messages, client sent {} of {}",
+            report.msgs, m.count, hello.count
         )));
     }
-    let per_msg_us = |ns: f64| ns / 1000.0 / hello.count as f64;
+    let per_msg_us = |ns: f64| ns / 1000.0 / m.count as f64;
     let secs = m.elapsed.as_secs_f64();
     let throughput = |n: u64| (hello.mode == Mode::Throughput).then(|| n as f64 / secs);
     Ok(RunResult {
-        transport: conn.transport().to_string(),
+        transport,
         size,
-        count: hello.count,
+        count: m.count,
         window: hello.window,
         rtt_ns: m.rtts.and_then(|mut v| Percentiles::of(&mut v)),
-        msgs_per_s: throughput(hello.count),
-        bytes_per_s: throughput(hello.count * hello.size),
+        msgs_per_s: throughput(m.count),
+        bytes_per_s: throughput(m.count * hello.size),
         cpu_us_per_msg: CpuPerMsg {
             client: per_msg_us(m.cpu.as_nanos() as f64),
             server: per_msg_us(report.cpu_ns as f64),
@@ -62,92 +52,45 @@ pub fn run(conn: &mut Connection, hello: Hello) -> Result<RunResult> {
     })
 }
 
-/// Hello, the measured loop, and the server's report.
-fn exchange(conn: &mut Connection, hello: &Hello, size: usize) -> Result<(Measured, Report)> {
-    send_control(conn, &Control::Hello(*hello))?;
-    match recv_control(conn, "ready")? {
-        Control::Ready => {}
-        other => return Err(unexpected("ready", &other)),
+/// Hello, the measured run, and the server's report.
+fn exchange(
+    ep: &mut ShmlinkEndpoint,
+    hello: &Hello,
+    size: usize,
+) -> Result<(Measured, PeerReport)> {
+    ep.conn()
+        .send(&hello.encode())
+        .context(|| "send hello".to_string())?;
+    let ready = recv_control(ep.conn(), "ready")?;
+    if ready != wire::READY {
+        return Err(RunError::new(format!(
+            "protocol error: a {}-byte message where ready was expected",
+            ready.len()
+        )));
     }
-    let m = match hello.mode {
-        Mode::Latency => latency(conn, hello, size)?,
-        Mode::Throughput => throughput(conn, hello, size)?,
+    let plan = Plan {
+        size,
+        mode: hello.mode,
+        window: hello.window,
+        warmup: Warmup::Count(hello.warmup),
+        stop: Stop::Count(hello.count),
+        // Every byte of every message, every round trip timed with its checks.
+        sampling: Sampling::ALL,
+        seed: 0,
+        fault: None,
     };
-    match recv_control(conn, "report")? {
-        Control::Report(r) => Ok((m, r)),
-        other => Err(unexpected("report", &other)),
-    }
+    let m = protocol::drive(ep, &plan)?;
+    let report = recv_control(ep.conn(), "report")?;
+    let report =
+        wire::decode_report(&report).map_err(|e| RunError::new(format!("protocol error: {e}")))?;
+    Ok((m, report))
 }
 
-fn unexpected(expected: &str, got: &Control) -> RunError {
-    RunError::new(format!(
-        "protocol error: expected {expected}, got {}",
-        got.name()
-    ))
-}
-
-/// One message in flight; every round trip timed.
-fn latency(conn: &mut Connection, h: &Hello, size: usize) -> Result<Measured> {
-    let mut rtts = Vec::with_capacity(h.count.min(MAX_PREALLOC) as usize);
-    let mut start = Instant::now();
-    let mut cpu0 = Duration::ZERO;
-    for seq in 0..h.total() {
-        if seq == h.warmup {
-            cpu0 = shmlink::cpu_time();
-            start = Instant::now();
-        }
-        let t0 = Instant::now();
-        send_data(conn, seq, size)?;
-        recv_data(conn, seq, size)?;
-        let rtt = t0.elapsed();
-        if seq >= h.warmup {
-            rtts.push(rtt.as_nanos() as u64);
-        }
-    }
-    Ok(Measured {
-        rtts: Some(rtts),
-        elapsed: start.elapsed(),
-        cpu: shmlink::cpu_time().saturating_sub(cpu0),
-    })
-}
-
-/// Up to `window` messages in flight; timed from the first measured message to the
-/// acknowledgement of the last, after the warm-up has been acknowledged.
-fn throughput(conn: &mut Connection, h: &Hello, size: usize) -> Result<Measured> {
-    let total = h.total();
-    let mut acked = 0;
-    let mut start = Instant::now();
-    let mut cpu0 = Duration::ZERO;
-    for seq in 0..total {
-        if seq == h.warmup {
-            while acked < seq {
-                acked = recv_ack(conn, acked, seq)?;
-            }
-            cpu0 = shmlink::cpu_time();
-            start = Instant::now();
-        }
-        while seq - acked >= h.window {
-            acked = recv_ack(conn, acked, seq)?;
-        }
-        send_data(conn, seq, size)?;
-    }
-    while acked < total {
-        acked = recv_ack(conn, acked, total)?;
-    }
-    Ok(Measured {
-        rtts: None,
-        elapsed: start.elapsed(),
-        cpu: shmlink::cpu_time().saturating_sub(cpu0),
-    })
-}
-
-/// Receives the next cumulative ack, which must lie in `acked+1 ..= sent`.
-fn recv_ack(conn: &mut Connection, acked: u64, sent: u64) -> Result<u64> {
-    match recv_control(conn, "ack")? {
-        Control::Ack(n) if n > acked && n <= sent => Ok(n),
-        Control::Ack(n) => Err(RunError::new(format!(
-            "protocol error: ack for {n} messages after {acked} acknowledged and {sent} sent"
-        ))),
-        other => Err(unexpected("ack", &other)),
+/// Receives a control message; a failure notice becomes the error.
+fn recv_control(conn: &mut Connection, expected: &str) -> Result<Vec<u8>> {
+    let msg = conn.recv_vec().context(|| format!("receive {expected}"))?;
+    match failure_reason(&msg) {
+        Some(reason) => Err(RunError::new(format!("peer failed: {reason}"))),
+        None => Ok(msg),
     }
 }

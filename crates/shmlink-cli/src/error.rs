@@ -33,12 +33,7 @@ macro_rules! from_display {
         }
     )*};
 }
-from_display!(
-    shmlink::Error,
-    std::io::Error,
-    shmlink_bench::payload::VerifyError,
-    crate::wire::DecodeError
-);
+from_display!(shmlink::Error, std::io::Error);
 
 /// Puts what was being done in front of an error.
 pub trait Context<T> {

@@ -196,12 +196,12 @@ fn columns(rows: &[Vec<String>], right: &[usize], indent: &str, out: &mut String
             let last = i + 1 == row.len();
             let pad = widths[i].saturating_sub(cell.chars().count());
             if right.contains(&i) {
-                line.extend(std::iter::repeat_n(' ', pad));
+                line.extend(std::iter::repeat(' ').take(pad));
                 line.push_str(cell);
             } else {
                 line.push_str(cell);
                 if !last {
-                    line.extend(std::iter::repeat_n(' ', pad));
+                    line.extend(std::iter::repeat(' ').take(pad));
                 }
             }
             if !last {

@@ -8,7 +8,6 @@
 
 mod args;
 mod client;
-mod conn_io;
 mod delegate;
 mod error;
 mod ls;
@@ -35,7 +34,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Pong(p) => {
-            let p = match p.into_args(&shmlink_bench::cpus::allowed_cpus()) {
+            let p = match p.into_args(&shmlink_measure::cpus::allowed_cpus()) {
                 Ok(p) => p,
                 Err(e) => return args::report(&e),
             };

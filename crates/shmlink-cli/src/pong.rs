@@ -7,7 +7,10 @@ use std::time::Instant;
 
 use shmlink::{ErrorKind, Listener, Options, MAX_MSG_SIZE_LIMIT};
 
-use crate::args::format_size;
+use shmlink_measure::size;
+use shmlink_measure::sys::pin_to_cpu;
+use shmlink_measure::Mode;
+
 use crate::client;
 use crate::error::{Context, Result, RunError};
 use crate::pong_args::{Pinning, PongArgs, Role};
@@ -15,7 +18,7 @@ use crate::report::{RunResult, Table};
 use crate::server;
 use crate::spawn::{connect_retry, die_with_parent, ServerProcess, START_TIMEOUT};
 use crate::stop::StopSignals;
-use crate::wire::{Hello, Mode};
+use crate::wire::{self, Hello};
 
 /// Runs the command.
 pub fn run(args: &PongArgs) -> Result<()> {
@@ -31,13 +34,13 @@ fn pin(pinning: Pinning, server: bool) -> Result<Option<usize>> {
     let Some(cpu) = pinning.cpu(server) else {
         return Ok(None);
     };
-    match shmlink::pin_to_cpu(cpu) {
+    match pin_to_cpu(cpu) {
         Ok(()) => Ok(Some(cpu)),
         Err(e) if matches!(pinning, Pinning::Auto { .. }) => {
             eprintln!("shmlink pong: warning: cannot pin to CPU {cpu} ({e}); not pinned");
             Ok(None)
         }
-        Err(e) => Err(RunError::new(format!("pin to CPU {cpu}: {e}"))),
+        Err(e) => Err(RunError::new(e.to_string())),
     }
 }
 
@@ -69,7 +72,7 @@ fn serve(args: &PongArgs) -> Result<()> {
     let listener = stop.drop_on_signal(listener)?;
     loop {
         let accepted = listener.lock().as_mut().map(|l| l.accept());
-        let mut conn = match accepted {
+        let conn = match accepted {
             // Stopped by a signal: the signal thread exits the process.
             None => loop {
                 std::thread::park();
@@ -85,14 +88,12 @@ fn serve(args: &PongArgs) -> Result<()> {
             }
             Some(Err(e)) => return Err(e).context(|| format!("accept on {addr}")),
         };
-        let res = server::serve(&mut conn);
-        drop(conn);
-        match res {
+        match server::serve(conn) {
             Ok(_) if args.once => return Ok(()),
             Err(e) if args.once => return Err(e).context(|| format!("serve on {addr}")),
             Ok(h) => eprintln!(
                 "shmlink pong: served a {} run: {} messages of {} bytes, all verified",
-                mode_name(h.mode),
+                h.mode.name(),
                 h.total(),
                 h.size
             ),
@@ -127,13 +128,6 @@ fn per_client(kind: ErrorKind) -> bool {
             | ErrorKind::VersionMismatch
             | ErrorKind::PermissionDenied
     )
-}
-
-fn mode_name(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Latency => "latency",
-        Mode::Throughput => "throughput",
-    }
 }
 
 /// The client (and, without `--client`, the servers): one run per address.
@@ -176,9 +170,9 @@ fn describe(args: &PongArgs, client_cpu: Option<usize>) -> String {
     let wait = args.options().get_wait_policy();
     format!(
         "# pong {}: {} messages of {} after {} warm-up{}; client {}, server {}; wait: spin {:?}, yield {:?}{}",
-        mode_name(args.mode),
+        args.mode.name(),
         args.count,
-        match format_size(args.size) {
+        match size::exact(args.size) {
             s if s.ends_with('B') => s,
             s => format!("{s} B"),
         },
@@ -193,7 +187,7 @@ fn describe(args: &PongArgs, client_cpu: Option<usize>) -> String {
         wait.spin,
         wait.yield_,
         args.ring_size
-            .map_or(String::new(), |r| format!("; ring {}", format_size(r)))
+            .map_or(String::new(), |r| format!("; ring {}", size::exact(r)))
     )
 }
 
@@ -211,19 +205,19 @@ fn run_one(args: &PongArgs, addr: &str) -> Result<RunResult> {
         .map_or(addr, |s| s.addr.as_str())
         .to_string();
     let deadline = Instant::now() + START_TIMEOUT;
-    let mut conn = connect_retry(&target, &opts, deadline, || {
+    let conn = connect_retry(&target, &opts, deadline, || {
         server.as_mut().map_or(Ok(()), |s| s.check_alive())
     })
     .context(|| format!("connect to {target}"))?;
     let hello = Hello {
+        version: wire::VERSION,
         mode: args.mode,
         size: args.size as u64,
         count: args.count,
         warmup: args.warmup(),
         window: args.window,
     };
-    let result = client::run(&mut conn, hello)?;
-    conn.close().context(|| "close".to_string())?;
+    let result = client::run(conn, hello)?;
     if let Some(server) = server {
         server.finish()?;
     }

@@ -1,7 +1,7 @@
 //! `shmlink pong`'s arguments once parsed, with defaults applied: what the pong run needs,
 //! whatever parses the command line.
 
-use crate::wire::Mode;
+use shmlink_measure::Mode;
 
 /// Which ends of the pong this process runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,8 +5,8 @@ use clap::Args;
 
 use crate::args::{parse_addr, parse_msg_size, parse_positive, parse_size, usage_error, ConnFlags};
 use crate::pong_args::{default_addrs, default_count, Pinning, PongArgs, Role};
-use crate::wire::Mode;
-use shmlink_bench::cpus::format_cpu_list;
+use shmlink_measure::cpus::format_cpu_list;
+use shmlink_measure::Mode;
 
 /// Window in throughput mode when `-w` is not given.
 pub const DEFAULT_WINDOW: u64 = 64;

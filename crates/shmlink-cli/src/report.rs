@@ -2,9 +2,9 @@
 
 use serde::Serialize;
 
-use crate::args::format_size;
-use crate::wire::Mode;
-use shmlink_bench::stats::Percentiles;
+use shmlink_measure::size;
+use shmlink_measure::stats::Percentiles;
+use shmlink_measure::Mode;
 
 /// CPU time per message of each end, in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -93,7 +93,7 @@ impl Table {
             (Mode::Latency, Some(p)) => format!(
                 "{:<9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>12} {:>12}",
                 r.transport,
-                format_size(r.size),
+                size::exact(r.size),
                 r.count,
                 us(p.p50),
                 us(p.p90),
@@ -106,7 +106,7 @@ impl Table {
             _ => format!(
                 "{:<9} {:>8} {:>9} {:>6} {:>12.0} {:>11.1} {:>12} {:>12}",
                 r.transport,
-                format_size(r.size),
+                size::exact(r.size),
                 r.count,
                 r.window,
                 r.msgs_per_s.unwrap_or(f64::NAN),

@@ -1,25 +1,25 @@
-//! The server end: serves one client's run as its hello describes it, then waits for the
-//! client to close.
-
-use std::time::Duration;
+//! The server end: serves one client's run as its hello describes it, with the
+//! measurement core's peer, then waits for the client to close.
 
 use shmlink::{Connection, ErrorKind};
+use shmlink_measure::link::{failure_notice, Access, ShmlinkEndpoint};
+use shmlink_measure::protocol;
+use shmlink_measure::verify::Sampling;
 
-use crate::conn_io::{recv_control, recv_data, send_control, send_data};
-use crate::error::{Result, RunError};
-use crate::wire::{Control, Hello, Mode, Report};
+use crate::error::{Context, Result, RunError};
+use crate::wire::{self, Hello};
 
 /// Serves one run on `conn`; returns the hello it served. On failure the client is sent
-/// the reason (`Failed`) before the error is returned.
-pub fn serve(conn: &mut Connection) -> Result<Hello> {
-    let hello = match recv_control(conn, "hello")? {
-        Control::Hello(h) => h,
-        other => {
-            let e = RunError::new(format!(
-                "protocol error: expected hello, got {}",
-                other.name()
-            ));
-            return Err(fail(conn, e));
+/// the reason (a failure notice) before the error is returned.
+pub fn serve(mut conn: Connection) -> Result<Hello> {
+    let msg = conn.recv_vec().context(|| "receive hello".to_string())?;
+    let hello = match Hello::decode(&msg) {
+        Ok(h) => h,
+        Err(e) => {
+            return Err(fail(
+                &mut conn,
+                RunError::new(format!("protocol error: {e}")),
+            ))
         }
     };
     let size = match usize::try_from(hello.size) {
@@ -30,28 +30,26 @@ pub fn serve(conn: &mut Connection) -> Result<Hello> {
                 hello.size,
                 conn.max_msg_size()
             ));
-            return Err(fail(conn, e));
+            return Err(fail(&mut conn, e));
         }
     };
-    send_control(conn, &Control::Ready)?;
-    let res = match hello.mode {
-        Mode::Latency => latency(conn, &hello, size),
-        Mode::Throughput => throughput(conn, &hello, size),
-    };
-    match res {
-        Ok(cpu) => {
-            let total = hello.total();
-            let report = Report {
-                msgs: total,
-                bytes: total * hello.size,
-                cpu_ns: cpu.as_nanos() as u64,
-            };
-            send_control(conn, &Control::Report(report))?;
-            wait_for_close(conn)?;
-            Ok(hello)
-        }
-        Err(e) => Err(fail(conn, e)),
-    }
+    conn.send(wire::READY)
+        .context(|| "send ready".to_string())?;
+    let mut ep = ShmlinkEndpoint::new(conn, Access::InPlace);
+    // The core tells the client why, if it fails.
+    let report = protocol::serve(
+        &mut ep,
+        size,
+        hello.mode,
+        hello.window,
+        (Sampling::ALL, 0),
+        None,
+    )?;
+    let mut conn = ep.into_inner();
+    conn.send(&wire::encode_report(&report))
+        .context(|| "send report".to_string())?;
+    wait_for_close(&mut conn)?;
+    Ok(hello)
 }
 
 /// Waits for the client to close after it got the report, so the client closes a
@@ -71,39 +69,6 @@ fn wait_for_close(conn: &mut Connection) -> Result<()> {
 
 /// Tells the client why the run failed (best effort) and hands the error back.
 fn fail(conn: &mut Connection, e: RunError) -> RunError {
-    let _ = conn.send(&Control::Failed(e.to_string()).encode());
+    let _ = conn.send(&failure_notice(&e.to_string()));
     e
-}
-
-/// Verifies and answers every message with one of the same size and sequence number.
-/// Returns the CPU time of the measured part.
-fn latency(conn: &mut Connection, h: &Hello, size: usize) -> Result<Duration> {
-    let mut cpu0 = Duration::ZERO;
-    for seq in 0..h.total() {
-        if seq == h.warmup {
-            cpu0 = shmlink::cpu_time();
-        }
-        recv_data(conn, seq, size)?;
-        send_data(conn, seq, size)?;
-    }
-    Ok(shmlink::cpu_time().saturating_sub(cpu0))
-}
-
-/// Verifies every message; acknowledges cumulatively every `ack_every` messages, at the
-/// end of the warm-up and at the last message. Returns the CPU time of the measured part.
-fn throughput(conn: &mut Connection, h: &Hello, size: usize) -> Result<Duration> {
-    let total = h.total();
-    let every = h.ack_every();
-    let mut cpu0 = Duration::ZERO;
-    for seq in 0..total {
-        if seq == h.warmup {
-            cpu0 = shmlink::cpu_time();
-        }
-        recv_data(conn, seq, size)?;
-        let received = seq + 1;
-        if received % every == 0 || received == h.warmup || received == total {
-            send_control(conn, &Control::Ack(received))?;
-        }
-    }
-    Ok(shmlink::cpu_time().saturating_sub(cpu0))
 }

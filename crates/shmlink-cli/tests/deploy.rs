@@ -1036,7 +1036,7 @@ fn check_pod(pod: &PodCheck, p: &mut Problems, out: &mut Vec<ShmlinkContainer>) 
         "affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution",
     ) {
         for term in aff.as_sequence().into_iter().flatten() {
-            if str_at(term, "topologyKey").is_none_or(|k| k.is_empty()) {
+            if str_at(term, "topologyKey").map_or(true, |k| k.is_empty()) {
                 p.add(here, "a podAffinity term needs a topologyKey");
             }
             if at(term, "labelSelector").is_none() {
@@ -1062,7 +1062,7 @@ fn check_pod(pod: &PodCheck, p: &mut Problems, out: &mut Vec<ShmlinkContainer>) 
             if !names.insert(name.to_string()) {
                 p.add(&here, "two containers with this name");
             }
-            if str_at(c, "image").is_none_or(|i| i.is_empty()) {
+            if str_at(c, "image").map_or(true, |i| i.is_empty()) {
                 p.add(&here, "needs an image");
             }
             match (list, str_at(c, "restartPolicy")) {

@@ -387,3 +387,25 @@ pub fn membarrier_register() -> bool {
 pub fn membarrier_global() -> io::Result<()> {
     membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED).map(drop)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_grows_with_work() {
+        let t0 = cpu_time();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(30);
+        let mut x = 0u64;
+        while std::time::Instant::now() < deadline {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(cpu_time() > t0, "30 ms of spinning used no CPU time");
+    }
+
+    #[test]
+    fn pinning_to_an_absurd_cpu_is_refused() {
+        let e = pin_to_cpu(1 << 20).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+}

@@ -10,8 +10,9 @@ use std::io;
 
 use shmlink::{Connection, Listener, Options, WaitPolicy};
 
-use crate::method::{arg, Ctx, Endpoint, InPlace, Method, Prepared};
-use crate::sys::err;
+use shmlink_measure::link::{Access, ShmlinkEndpoint};
+
+use crate::method::{arg, Ctx, Endpoint, Method, Prepared};
 
 /// Ring bytes per direction for `shm:` (the same as the `shm-*` methods).
 const RING: usize = 1 << 20;
@@ -63,50 +64,17 @@ fn io_err(e: shmlink::Error) -> io::Error {
     io::Error::other(e.to_string())
 }
 
-struct ShmlinkEnd {
-    conn: Connection,
-    zero_copy: bool,
-}
-
-impl Endpoint for ShmlinkEnd {
-    fn send(&mut self, msg: &[u8]) -> io::Result<()> {
-        self.conn.send(msg).map_err(io_err)
-    }
-
-    fn recv(&mut self, buf: &mut [u8]) -> io::Result<()> {
-        let n = self.conn.recv(buf).map_err(io_err)?;
-        if n != buf.len() {
-            return Err(err(format!(
-                "received a {n}-byte message, expected {} bytes",
-                buf.len()
-            )));
-        }
-        Ok(())
-    }
-
-    fn in_place(&mut self) -> Option<&mut dyn InPlace> {
-        if self.zero_copy {
-            Some(self)
-        } else {
-            None
-        }
-    }
-}
-
-impl InPlace for ShmlinkEnd {
-    fn send_in_place(&mut self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> io::Result<()> {
-        let mut buf = self.conn.reserve(len).map_err(io_err)?;
-        fill(&mut buf);
-        buf.commit().map_err(io_err)
-    }
-
-    fn recv_in_place(&mut self, read: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
-        let msg = self.conn.recv_ref().map_err(io_err)?;
+/// The measurement core's endpoint over `conn`: copying, or (the zero-copy row) in
+/// place, reading the peer's records where they lie.
+fn endpoint(conn: Connection, zero_copy: bool) -> Box<dyn Endpoint> {
+    if zero_copy {
         // SAFETY: the bench trusts its peer, the other half of this same program, to
-        // leave a record alone until it is released (docs/benchmarks.md); the zero-copy
-        // row measures that in-place read. A library user facing an untrusted peer
-        // copies out with the safe methods instead.
-        read(unsafe { msg.bytes().as_slice() })
+        // leave a record alone until it is released (docs/benchmarks.md); the
+        // zero-copy row measures that in-place read. A library user facing an
+        // untrusted peer copies out with the safe methods instead.
+        Box::new(unsafe { ShmlinkEndpoint::trusting(conn) })
+    } else {
+        Box::new(ShmlinkEndpoint::new(conn, Access::Copy))
     }
 }
 
@@ -162,7 +130,7 @@ impl Method for Shmlink {
             inherit: Vec::new(),
             finish: Box::new(move || {
                 let conn = listener.accept().map_err(io_err)?;
-                Ok(Box::new(ShmlinkEnd { conn, zero_copy }) as Box<dyn Endpoint>)
+                Ok(endpoint(conn, zero_copy))
             }),
         })
     }
@@ -170,9 +138,6 @@ impl Method for Shmlink {
     fn connect(&self, c: &Ctx, args: &[String]) -> io::Result<Box<dyn Endpoint>> {
         let addr = arg(args, 0, "address")?;
         let conn = Connection::connect(addr, &self.options(c)).map_err(io_err)?;
-        Ok(Box::new(ShmlinkEnd {
-            conn,
-            zero_copy: self.zero_copy,
-        }))
+        Ok(endpoint(conn, self.zero_copy))
     }
 }

@@ -5,7 +5,7 @@
 //! | bytes | content |
 //! |---|---|
 //! | `0..4` | the publisher's `CLOCK_MONOTONIC` in ns, low 32 bits, little-endian, read just before the publish call |
-//! | `4..n` | the suite's data message `seq` of `n - 4` bytes ([`crate::payload`]) |
+//! | `4..n` | the suite's data message `seq` of `n - 4` bytes ([`shmlink_measure::payload`]) |
 //!
 //! The subscriber reads the same clock when the message is in its hands and takes the
 //! difference modulo 2³² (exact for latencies under 4.29 s; the run fails long before).
@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use crate::payload::{self, VerifyError};
+use shmlink_measure::payload::{self, VerifyError};
 
 /// Bytes of the timestamp in front of the payload.
 pub const STAMP: usize = 4;

@@ -1,4 +1,4 @@
-//! The publish/subscribe pattern (`shmlink bench --pattern pubsub`): one publisher
+//! The publish/subscribe pattern (`shmlink-bench --pattern pubsub`): one publisher
 //! process, N subscriber processes, every message delivered to every subscriber.
 //!
 //! - [`Method`]: what a pub/sub method provides (a publisher that reaches N subscriber

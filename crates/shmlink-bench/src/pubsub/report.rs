@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use super::suite::{Cell, Config};
 use super::REFERENCE;
-use crate::report::{self, csv_field, human_size, ratio, status_name, us, Machine};
+use crate::report::{self, csv_field, ratio, status_name, us, Machine};
 use crate::suite::Status;
+use shmlink_measure::size;
 
 /// Version of the pub/sub JSON and CSV layout.
 pub const SCHEMA: u32 = 1;
@@ -133,7 +134,7 @@ pub fn table(cells: &[Cell]) -> String {
                 "pubsub, {}, {n} subscriber{}: publish -> subscriber latency in us over all \
                  subscribers (median of rounds); pub: us in publish per message and publisher \
                  cpu us per message; speed vs shmlink (>1 = faster)",
-                human_size(size),
+                size::human(size),
                 if n == 1 { "" } else { "s" }
             );
             let _ = writeln!(
@@ -192,7 +193,7 @@ pub fn table(cells: &[Cell]) -> String {
         let _ = writeln!(
             out,
             "pubsub, {}, by subscriber count: p50 latency in us (x = speed vs shmlink); pub us in publish per message",
-            human_size(size)
+            size::human(size)
         );
         let mut head = format!("{:<w$}", "method");
         for &n in &counts {
@@ -256,7 +257,7 @@ mod tests {
     use super::*;
     use crate::pubsub::run::RunOutput;
     use crate::pubsub::suite::Summary;
-    use crate::stats::Percentiles;
+    use shmlink_measure::stats::Percentiles;
 
     fn p(v: u64) -> Percentiles {
         Percentiles {
@@ -351,7 +352,7 @@ mod tests {
             schema: SCHEMA,
             pattern: "pubsub".into(),
             shmlink_version: "0.1.0".into(),
-            command: "shmlink bench --pattern pubsub".into(),
+            command: "shmlink-bench --pattern pubsub".into(),
             started_unix: 1,
             wall_s: 2.5,
             machine: Machine::this(),

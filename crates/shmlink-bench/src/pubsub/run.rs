@@ -1,6 +1,6 @@
 //! One pub/sub run as processes. The orchestrator starts the publisher process
-//! (`shmlink __bench-pub SPEC`, pinned to the first CPU), which sets the method up and
-//! starts one subscriber process per subscriber (`shmlink __bench-sub SPEC`, pinned to
+//! (`shmlink-bench __bench-pub SPEC`, pinned to the first CPU), which sets the method up and
+//! starts one subscriber process per subscriber (`shmlink-bench __bench-sub SPEC`, pinned to
 //! the second CPU; they die with the publisher, `PR_SET_PDEATHSIG`). Each subscriber
 //! has a side channel to the publisher (a Unix stream socket pair, outside the method):
 //! it says when it has subscribed, and acknowledges every message.
@@ -45,10 +45,10 @@ use serde::{Deserialize, Serialize};
 
 use super::message::{self, MIN_SIZE};
 use super::{find, methods, Ctx, Publish};
-use crate::protocol::Fault;
 use crate::run::{inherit_and_die_with_parent, pin, print_result, run_child, FAULT_ENV};
-use crate::stats::Percentiles;
 use crate::sys::{ctx, err, inherited_fd, socketpair};
+use shmlink_measure::protocol::Fault;
+use shmlink_measure::stats::Percentiles;
 
 /// The hidden subcommand that runs a publisher.
 pub const PUB_CMD: &str = "__bench-pub";
@@ -468,7 +468,7 @@ fn subscribe(spec: &SubSpec) -> io::Result<SubReport> {
     })
 }
 
-/// `shmlink __bench-pub SPEC`: prints the run's [`RunOutput`] as JSON; exit 1 with the
+/// `shmlink-bench __bench-pub SPEC`: prints the run's [`RunOutput`] as JSON; exit 1 with the
 /// error on stderr on failure.
 pub fn publisher_main(spec_json: &str) -> ExitCode {
     let res = serde_json::from_str::<RunSpec>(spec_json)
@@ -481,7 +481,7 @@ pub fn publisher_main(spec_json: &str) -> ExitCode {
     print_result(res, "publisher: ")
 }
 
-/// `shmlink __bench-sub SPEC`: one subscriber of a run.
+/// `shmlink-bench __bench-sub SPEC`: one subscriber of a run.
 pub fn subscriber_main(spec_json: &str) -> ExitCode {
     let res = serde_json::from_str::<SubSpec>(spec_json)
         .map_err(|e| err(format!("bad subscriber spec: {e}")))
@@ -491,7 +491,7 @@ pub fn subscriber_main(spec_json: &str) -> ExitCode {
     print_result(res, "")
 }
 
-/// Runs `spec` in a publisher process started from `exe` (the `shmlink` binary), killing
+/// Runs `spec` in a publisher process started from `exe` (the `shmlink-bench` binary), killing
 /// it after `timeout`. The error is what the publisher and subscribers said on stderr.
 pub fn run_isolated(exe: &Path, spec: &RunSpec, timeout: Duration) -> Result<RunOutput, String> {
     let clean_up = || {

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::find;
 use super::run::{run_isolated, RunOutput, RunSpec};
-use crate::stats::{median_f64, spread_pct, Percentiles};
 use crate::suite::{failed_run_note, planned_status, Status};
+use shmlink_measure::stats::{median_f64, spread_pct, Percentiles};
 
 /// What to run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -133,7 +133,7 @@ pub fn timeout(config: &Config, subscribers: usize) -> Duration {
 }
 
 /// Runs the suite with publisher and subscriber processes started from `exe` (the
-/// `shmlink` binary). A failed run marks its cell failed and the suite goes on.
+/// `shmlink-bench` binary). A failed run marks its cell failed and the suite goes on.
 pub fn run(exe: &Path, config: &Config, mut progress: impl FnMut(Progress)) -> Vec<Cell> {
     let mut cells = plan(config);
     let runnable = cells.iter().filter(|c| c.status == Status::Ok).count();

@@ -1,4 +1,4 @@
-//! Helpers of the `shmlink bench` tests (`bench.rs`, `pubsub.rs`): the binary, a
+//! Helpers of the `shmlink-bench` tests (`bench.rs`, `pubsub.rs`): the binary, a
 //! directory per test, one test at a time running processes, a test per method
 //! ([`method_tests!`]), and iceoryx2's files.
 
@@ -30,7 +30,7 @@ macro_rules! method_tests {
     };
 }
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_shmlink");
+pub const BIN: &str = env!("CARGO_BIN_EXE_shmlink-bench");
 
 /// A directory of this test's own (rendezvous files, reports), removed on drop.
 pub struct Dir(pub PathBuf);
@@ -59,19 +59,16 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// `shmlink bench ARGS` in `d` (a run without output flags writes bench-results/ there),
+/// `shmlink-bench ARGS` in `d` (a run without output flags writes bench-results/ there),
 /// with `env` set, one test at a time.
 pub fn shmlink_bench(d: &Dir, args: &[&str], env: &[(&str, &str)]) -> Output {
     let _serial = serial();
     let mut cmd = Command::new(BIN);
-    cmd.arg("bench")
-        .args(args)
-        .env("SHMLINK_DIR", &d.0)
-        .current_dir(&d.0);
+    cmd.args(args).env("SHMLINK_DIR", &d.0).current_dir(&d.0);
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.output().expect("run shmlink bench")
+    cmd.output().expect("run shmlink-bench")
 }
 
 pub fn text(b: &[u8]) -> String {

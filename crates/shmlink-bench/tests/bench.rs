@@ -1,4 +1,4 @@
-//! `shmlink bench` end to end: every method does a short ping-pong and a short stream
+//! `shmlink-bench` end to end: every method does a short ping-pong and a short stream
 //! between two processes with every byte of every message verified; bad arguments exit
 //! 2 with the valid choices; a peer that crashes fails its method and the suite goes on;
 //! corrupted data fails every method in both modes, wherever in a run it comes; the JSON
@@ -11,13 +11,13 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use shmlink_bench::method::Mode;
 use shmlink_bench::methods::METHODS;
-use shmlink_bench::protocol::Stop;
 use shmlink_bench::report::{Report, CSV_HEADER};
 use shmlink_bench::run::{run_isolated, RunOutput, RunSpec, FAULT_ENV};
 use shmlink_bench::suite::Status;
-use shmlink_bench::verify::Sampling;
+use shmlink_measure::protocol::Stop;
+use shmlink_measure::verify::Sampling;
+use shmlink_measure::Mode;
 
 use common::{iceoryx2_files, serial, shmlink_bench, text, Dir, BIN};
 
@@ -33,7 +33,7 @@ fn spec(method: &str, mode: Mode, size: usize, count: u64, window: u64) -> RunSp
         window,
         warmup_ms: 0,
         stop: Stop::Count(count),
-        // As `shmlink bench` runs; these short runs lie inside the checksummed laps, so
+        // As `shmlink-bench` runs; these short runs lie inside the checksummed laps, so
         // every byte of every message is verified.
         sampling: Sampling::DEFAULT,
         cpus: None,
@@ -175,7 +175,7 @@ fn iceoryx2_leaves_nothing_after_a_killed_run() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
-/// `shmlink bench ARGS` in `d`, its peers injecting `fault` ([`FAULT_ENV`]) if given.
+/// `shmlink-bench ARGS` in `d`, its peers injecting `fault` ([`FAULT_ENV`]) if given.
 fn bench(d: &Dir, args: &[&str], fault: Option<&str>) -> Output {
     let env: Vec<(&str, &str)> = fault.map(|f| (FAULT_ENV, f)).into_iter().collect();
     shmlink_bench(d, args, &env)
@@ -310,7 +310,7 @@ fn corrupt_data_fails_every_method_in_warm_up_first_measured_and_deep_messages()
     let methods = names.join(",");
     // 8 KiB: the largest size every method carries; two laps are 256 messages.
     let deep_size = 8192;
-    assert_eq!(shmlink_bench::verify::laps(deep_size), 256);
+    assert_eq!(shmlink_measure::verify::laps(deep_size), 256);
     let cases = [
         ("corrupt:0", 64, 20, "trailer"),
         ("corrupt:1", 64, 20, "trailer"),

@@ -2,7 +2,7 @@
 //! and checksums it in the same pass.
 //!
 //! The checksum is a Fletcher-style pair of running sums over little-endian 64-bit words,
-//! kept in [`LANES`] independent lanes so the compiler turns the loop into plain vector
+//! kept in `LANES` independent lanes so the compiler turns the loop into plain vector
 //! adds (no multiplies in the hot loop): per 64-byte block, lane `l` does
 //! `s1[l] += word[l]; s2[l] += s1[l]`. `s1` changes under any single flipped bit (it moves
 //! by ±2^k, never 0 mod 2^64); `s2` makes the sum depend on the block order. The lanes, the
@@ -179,7 +179,7 @@ pub fn fill(dst: &mut [u8], seed: u64, key: u64) -> u64 {
 /// each to `sums`.
 #[inline(always)]
 fn fill_blocks(dst: &mut [u8], k: u64, sums: &mut Sums) {
-    debug_assert!(dst.len().is_multiple_of(BLOCK) && dst.len() <= TEMPLATE_BLOCKS * BLOCK);
+    debug_assert!(dst.len() % BLOCK == 0 && dst.len() <= TEMPLATE_BLOCKS * BLOCK);
     for (t, block) in TEMPLATE.iter().zip(dst.chunks_exact_mut(BLOCK)) {
         let mut w = [0u64; LANES];
         for (w, t) in w.iter_mut().zip(t) {

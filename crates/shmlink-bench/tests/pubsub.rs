@@ -1,4 +1,4 @@
-//! `shmlink bench --pattern pubsub` end to end: every pub/sub method publishes to 1 and 3
+//! `shmlink-bench --pattern pubsub` end to end: every pub/sub method publishes to 1 and 3
 //! subscriber processes at 8 B and at its largest size (up to 1 MiB), every message
 //! verified at every subscriber; `--same-core`; bad `--pattern`/`--subscribers` values
 //! exit 2 with the valid choices; a subscriber that dies or hangs fails its method and
@@ -29,7 +29,7 @@ fn dir(test: &str) -> Dir {
     common::dir("pubsub", test)
 }
 
-/// `shmlink bench --pattern pubsub ARGS` in `d`, with `env` set.
+/// `shmlink-bench --pattern pubsub ARGS` in `d`, with `env` set.
 fn pubsub(d: &Dir, args: &[&str], env: &[(&str, &str)]) -> Output {
     shmlink_bench(d, &[&["--pattern", "pubsub"][..], args].concat(), env)
 }
@@ -165,7 +165,7 @@ fn bad_pattern_and_subscriber_counts_exit_2_with_the_valid_choices() {
     }
     // --subscribers belongs to the pub/sub pattern.
     let out = Command::new(BIN)
-        .args(["bench", "--subscribers", "2"])
+        .args(["--subscribers", "2"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));

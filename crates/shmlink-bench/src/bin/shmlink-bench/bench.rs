@@ -1,4 +1,4 @@
-//! `shmlink bench`: parses the arguments into a [`SuiteConfig`], runs the suite with a
+//! `shmlink-bench`: parses the arguments into a [`SuiteConfig`], runs the suite with a
 //! progress line, prints the table and writes the JSON and CSV reports and the plot
 //! (by default all of them into `bench-results/<timestamp>/`).
 
@@ -7,24 +7,36 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use shmlink_bench::cpus::{different_cores, format_cpu_list};
-use shmlink_bench::method::{Mode, SizeLimit};
+use shmlink_bench::method::SizeLimit;
 use shmlink_bench::methods::{self, METHODS};
 use shmlink_bench::plot;
-use shmlink_bench::protocol::{Stop, MIN_SIZE};
 use shmlink_bench::pubsub;
-use shmlink_bench::report::{self, human_size, Machine, Report};
+use shmlink_bench::report::{self, Machine, Report};
 use shmlink_bench::suite::{self, Status, SuiteConfig};
-use shmlink_bench::verify::Sampling;
+use shmlink_measure::cpus::{different_cores, format_cpu_list};
+use shmlink_measure::protocol::{Stop, MIN_SIZE};
+use shmlink_measure::size;
+use shmlink_measure::verify::Sampling;
+use shmlink_measure::Mode;
 
-use crate::args::{flag_value, parse_size, split_flag, Command, UsageError};
-use crate::bench_pubsub;
-use crate::help::BENCH_HELP;
+pub use crate::flags::usage;
+use crate::flags::{flag_value, split_flag, UsageError};
+use crate::pubsub as bench_pubsub;
 
 /// Largest message size the suite runs.
 pub const MAX_SIZE: usize = 16 << 20;
 
-/// `shmlink bench`'s arguments, with defaults applied.
+/// What the command line asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// `--help`: print the help and exit 0.
+    Help,
+    /// `--version`.
+    Version,
+    Bench(Box<BenchArgs>),
+}
+
+/// `shmlink-bench`'s arguments, with defaults applied.
 #[derive(Debug, PartialEq, Eq)]
 pub struct BenchArgs {
     /// The point-to-point suite (the default pattern).
@@ -37,10 +49,6 @@ pub struct BenchArgs {
     pub plot: Option<PathBuf>,
     /// `--list`: print the methods and exit.
     pub list: bool,
-}
-
-pub(crate) fn usage<T>(msg: impl Into<String>) -> Result<T, UsageError> {
-    Err(UsageError(msg.into()))
 }
 
 /// Parses `300ms`, `1s`, `0.5` (seconds), `2m` into milliseconds.
@@ -103,7 +111,7 @@ pub(crate) fn parse_method_list(
     Ok(out)
 }
 
-/// What `shmlink bench` measures.
+/// What `shmlink-bench` measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Pattern {
     /// Two processes: ping-pong latency and streaming throughput (the default).
@@ -124,7 +132,7 @@ fn parse_sizes(text: &str) -> Result<Vec<usize>, UsageError> {
     for s in text.split(',').map(str::trim) {
         let valid =
             "valid sizes: 8 B to 16 MiB with binary suffixes, e.g. 64,128,1k,4k,16k,64k,1M,16M, or all";
-        let n = match parse_size(s) {
+        let n = match size::parse(s) {
             Ok(n) => n,
             Err(e) => return usage(format!("--sizes: {e}; {valid}")),
         };
@@ -176,8 +184,8 @@ fn placement(
     }
 }
 
-/// Parses `shmlink bench`'s arguments; `allowed` are the CPUs this process may use.
-pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, UsageError> {
+/// Parses `shmlink-bench`'s arguments; `allowed` are the CPUs this process may use.
+pub fn parse(argv: Vec<String>, allowed: &[usize]) -> Result<Parsed, UsageError> {
     let mut methods = None;
     let mut sizes = None;
     let mut modes = None;
@@ -203,7 +211,8 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
         let (flag, inline) = split_flag(&arg);
         let mut value = |what: &str| flag_value(&flag, &inline, &mut args, what);
         match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help(BENCH_HELP)),
+            "-h" | "--help" => return Ok(Parsed::Help),
+            "-V" | "--version" => return Ok(Parsed::Version),
             "--quick" => quick = true,
             "--list" => list = true,
             "--same-core" => same_core = true,
@@ -271,7 +280,7 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
             }
             _ => {
                 return usage(format!(
-                    "unknown option {flag:?} (try 'shmlink bench --help')"
+                    "unknown option {flag:?} (try 'shmlink-bench --help')"
                 ))
             }
         }
@@ -319,7 +328,7 @@ pub fn parse_bench(argv: Vec<String>, allowed: &[usize]) -> Result<Command, Usag
         cpus,
         sampling: Sampling::DEFAULT,
     };
-    Ok(Command::Bench(Box::new(BenchArgs {
+    Ok(Parsed::Bench(Box::new(BenchArgs {
         config,
         pubsub,
         json,
@@ -375,7 +384,7 @@ fn progress_line(p: &suite::Progress, elapsed: Duration) -> String {
         "{} {} {}",
         p.cell.method,
         p.cell.mode.name(),
-        human_size(p.cell.size)
+        size::human(p.cell.size)
     );
     bar_line(p.done, p.total, p.round, &what, elapsed)
 }
@@ -434,7 +443,7 @@ impl ProgressOut {
             if self.tty {
                 eprintln!();
             }
-            eprintln!("shmlink bench: {f}");
+            eprintln!("shmlink-bench: {f}");
         }
     }
 
@@ -491,13 +500,13 @@ pub(crate) fn write_files(
 ) -> bool {
     if let Some(dir) = &out.dir {
         if let Err(e) = std::fs::create_dir_all(dir) {
-            eprintln!("shmlink bench: create {}: {e}", dir.display());
+            eprintln!("shmlink-bench: create {}: {e}", dir.display());
             return false;
         }
     }
     let mut ok = true;
     let mut report_error = |what: String| {
-        eprintln!("shmlink bench: {what}");
+        eprintln!("shmlink-bench: {what}");
         ok = false;
     };
     for (path, text) in [(&out.json, json), (&out.csv, csv)] {
@@ -552,7 +561,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(e) => {
-            eprintln!("shmlink bench: find this program: {e}");
+            eprintln!("shmlink-bench: find this program: {e}");
             return ExitCode::from(1);
         }
     };
@@ -568,7 +577,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     };
     let estimate = (runnable as u64 * c.rounds as u64 * per_run_ms) as f64 / 1000.0;
     println!(
-        "# shmlink bench: {} methods x {} sizes x {} modes x {} rounds = {} runs{}; driver {}, peer {}",
+        "# shmlink-bench: {} methods x {} sizes x {} modes x {} rounds = {} runs{}; driver {}, peer {}",
         c.methods.len(),
         c.sizes.len(),
         c.modes.len(),
@@ -588,7 +597,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
                 "{} {} {} failed: {}",
                 p.cell.method,
                 p.cell.mode.name(),
-                human_size(p.cell.size),
+                size::human(p.cell.size),
                 p.cell.note.as_deref().unwrap_or("")
             )
         });
@@ -628,7 +637,7 @@ pub(crate) fn unix_now() -> u64 {
 /// output was `written`.
 pub(crate) fn exit_status(failed: usize, cells: usize, written: bool) -> ExitCode {
     if failed > 0 {
-        eprintln!("shmlink bench: {failed} of {cells} cells failed");
+        eprintln!("shmlink-bench: {failed} of {cells} cells failed");
     }
     if written && failed == 0 {
         ExitCode::SUCCESS
@@ -639,7 +648,7 @@ pub(crate) fn exit_status(failed: usize, cells: usize, written: bool) -> ExitCod
 
 /// The command line, for the reports.
 pub(crate) fn command_line() -> String {
-    std::iter::once("shmlink".to_string())
+    std::iter::once("shmlink-bench".to_string())
         .chain(std::env::args().skip(1))
         .collect::<Vec<_>>()
         .join(" ")
@@ -651,8 +660,8 @@ mod tests {
 
     fn bench(args: &str) -> Result<BenchArgs, UsageError> {
         let argv = args.split_whitespace().map(String::from).collect();
-        match parse_bench(argv, &[0, 1])? {
-            Command::Bench(b) => Ok(*b),
+        match parse(argv, &[0, 1])? {
+            Parsed::Bench(b) => Ok(*b),
             other => panic!("not a bench command: {other:?}"),
         }
     }

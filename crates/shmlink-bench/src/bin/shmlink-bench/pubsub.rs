@@ -1,4 +1,4 @@
-//! `shmlink bench --pattern pubsub`: the pub/sub options ([`config`]), and running the
+//! `shmlink-bench --pattern pubsub`: the pub/sub options ([`config`]), and running the
 //! pub/sub suite with a progress line, its table and its reports (the files as for the
 //! point-to-point suite: see [`crate::bench`]).
 
@@ -7,16 +7,17 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use shmlink_bench::plot;
-use shmlink_bench::protocol::Stop;
 use shmlink_bench::pubsub;
-use shmlink_bench::report::{human_size, Machine};
+use shmlink_bench::report::Machine;
 use shmlink_bench::suite::Status;
+use shmlink_measure::protocol::Stop;
+use shmlink_measure::size;
 
-use crate::args::UsageError;
 use crate::bench::{
     bar_line, command_line, exit_status, on_cpu, parse_method_list, print_method, unix_now, usage,
     write_files, BenchArgs, Outputs, ProgressOut,
 };
+use crate::flags::UsageError;
 
 /// Measured messages per pub/sub run unless `--iterations` says otherwise.
 pub const PUBSUB_MESSAGES: u64 = 1000;
@@ -56,7 +57,7 @@ fn parse_methods(text: &str) -> Result<Vec<String>, UsageError> {
     })
 }
 
-/// The pub/sub suite's configuration from `shmlink bench`'s options: `--methods` (pub/sub
+/// The pub/sub suite's configuration from `shmlink-bench`'s options: `--methods` (pub/sub
 /// names), `--sizes`, `--subscribers`, `--rounds`, `--iterations` (measured messages per
 /// run), `--quick`, and the placement.
 pub fn config(
@@ -94,7 +95,7 @@ fn progress_line(p: &pubsub::suite::Progress, elapsed: Duration) -> String {
     let what = format!(
         "{} {} x{}",
         p.cell.method,
-        human_size(p.cell.size),
+        size::human(p.cell.size),
         p.cell.subscribers
     );
     bar_line(p.done, p.total, p.round, &what, elapsed)
@@ -113,7 +114,7 @@ pub fn run(args: &BenchArgs, c: &pubsub::suite::Config, exe: &Path) -> ExitCode 
     let cells = pubsub::suite::plan(c);
     let runnable = cells.iter().filter(|x| x.status == Status::Ok).count();
     println!(
-        "# shmlink bench --pattern pubsub: {} methods x {} sizes x {} subscriber counts x {} \
+        "# shmlink-bench --pattern pubsub: {} methods x {} sizes x {} subscriber counts x {} \
          rounds = {} runs of {} messages (+{} warm-up), each acknowledged by every subscriber \
          before the next; publisher {}, subscribers {}",
         c.methods.len(),
@@ -135,7 +136,7 @@ pub fn run(args: &BenchArgs, c: &pubsub::suite::Config, exe: &Path) -> ExitCode 
             format!(
                 "pubsub {} {} x{} failed: {}",
                 p.cell.method,
-                human_size(p.cell.size),
+                size::human(p.cell.size),
                 p.cell.subscribers,
                 p.cell.note.as_deref().unwrap_or("")
             )

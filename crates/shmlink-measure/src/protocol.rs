@@ -1,19 +1,29 @@
-//! The two drivers and the peer's side of them, the same for every method.
+//! The two drivers and the peer's side of them, the same for every method and for
+//! `shmlink pong`.
 //!
 //! Every message the driver sends has the run's size; its first 8 bytes are the sequence
-//! number (see [`crate::payload`]) or one of two control tags:
+//! number (see [`crate::payload`]) or one of three control tags:
 //!
 //! ```text
 //! driver                                   peer
-//!   data #0 … (warm-up, time-bounded)  ─▶   verified; latency: answered with data #i,
-//!                                           throughput: Ack(n) every ceil(window/2)
-//!   MARK                               ─▶   starts its CPU clock; answers MARK
-//!                                           (latency) or Ack(received) (throughput)
-//!   data … (measured)                  ─▶   as above
-//!   STOP                               ─▶   stops its clock, reports on stdout, exits
+//!   data #0 … (warm-up: a time or a count) ─▶ verified; latency: answered with data #i,
+//!                                             throughput: Ack(n) every ceil(window/2)
+//!   FLUSH   (throughput, when the count   ─▶ answers Ack(received)
+//!            sent is not a multiple of the
+//!            ack interval)
+//!   MARK                                  ─▶ starts its CPU clock; answers MARK
+//!                                            (latency) or Ack(received) (throughput)
+//!   data … (measured: a time or a count)  ─▶ as above; FLUSH as above at the end
+//!   STOP                                  ─▶ stops its clock and returns its
+//!                                            [`PeerReport`] (the bench's peer prints
+//!                                            it on stdout, pong's server sends it back)
 //! ```
 //!
-//! Acks are 8-byte little-endian counts of messages received. Every data message's length
+//! Acks are 8-byte little-endian counts of messages received. Messages shorter than a
+//! control tag ([`MIN_SIZE`]) need an endpoint that keeps message boundaries and receives
+//! in place ([`Endpoint::in_place`]): control messages are then 8 bytes long and told
+//! from data by their length. A peer that fails tells the driver why where the endpoint
+//! can ([`Endpoint::tell_failure`]). Every data message's length
 //! and both copies of its sequence number are checked, and every byte of the first laps,
 //! of a random sample and of every zero-copy row's message is checksummed (see
 //! [`crate::verify`], which also says what is timed).
@@ -23,16 +33,20 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::method::{Endpoint, Mode};
+use crate::endpoint::Endpoint;
+use crate::mode::Mode;
 use crate::payload::{self, MIN_CHECKSUMMED, TRAILER};
-use crate::sys::err;
+use crate::sys::{cpu_time, err};
 use crate::verify::{Checker, Sampling};
 
 /// Control tag: the warm-up is over.
 pub const MARK: u64 = u64::MAX - 1;
 /// Control tag: the run is over.
 pub const STOP: u64 = u64::MAX;
-/// Smallest message: room for the sequence number or a control tag.
+/// Control tag (throughput): acknowledge what you received now.
+pub const FLUSH: u64 = u64::MAX - 2;
+/// Smallest message for every endpoint: room for the sequence number or a control tag.
+/// Endpoints that receive in place take any size (see the module's docs).
 pub const MIN_SIZE: usize = 8;
 /// Fewest measured messages of a time-bounded run.
 const MIN_MEASURED: u64 = 10;
@@ -43,21 +57,30 @@ const MAX_SAMPLES: u64 = 20_000_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stop {
-    /// After this many messages (round trips in latency mode; rounded up to a multiple of
-    /// the ack interval in throughput mode).
+    /// After exactly this many messages (round trips in latency mode).
     Count(u64),
     /// After this many milliseconds (and at least a few messages).
     Millis(u64),
 }
 
+/// When the warm-up ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Warmup {
+    /// After this time, and at least one message (the bench).
+    Time(Duration),
+    /// After exactly this many messages, possibly none (`shmlink pong`).
+    Count(u64),
+}
+
 /// What the driver does in a run.
 #[derive(Clone, Copy, Debug)]
 pub struct Plan {
+    /// Bytes per data message.
     pub size: usize,
     pub mode: Mode,
+    /// Messages in flight in throughput mode (1 in latency mode).
     pub window: u64,
-    /// Warm-up time (at least one message).
-    pub warmup: Duration,
+    pub warmup: Warmup,
     pub stop: Stop,
     /// Which messages are checksummed in full.
     pub sampling: Sampling,
@@ -68,6 +91,7 @@ pub struct Plan {
 }
 
 /// What the driver measured.
+#[derive(Debug)]
 pub struct Measured {
     /// Round-trip times in ns (latency mode).
     pub rtts: Option<Vec<u64>>,
@@ -81,13 +105,22 @@ pub struct Measured {
     pub verify: Duration,
 }
 
-fn tag_of(msg: &[u8]) -> u64 {
-    u64::from_le_bytes(msg[..8].try_into().expect("messages have at least 8 bytes"))
+/// The control tag of `msg` in a run of `size`-byte messages, or `None` for a data
+/// message.
+fn tag_of(msg: &[u8], size: usize) -> Option<u64> {
+    if msg.len() < MIN_SIZE || (size < MIN_SIZE && msg.len() == size) {
+        return None;
+    }
+    let tag = u64::from_le_bytes(msg[..8].try_into().expect("checked above"));
+    [MARK, STOP, FLUSH].contains(&tag).then_some(tag)
 }
 
-fn control(buf: &mut [u8], tag: u64) {
-    buf.fill(0);
-    buf[..8].copy_from_slice(&tag.to_le_bytes());
+/// A control message with `tag` in a run of `size`-byte messages: the run's size, or a
+/// tag's 8 bytes where messages are shorter.
+fn control(size: usize, tag: u64) -> Vec<u8> {
+    let mut msg = vec![0u8; size.max(MIN_SIZE)];
+    msg[..8].copy_from_slice(&tag.to_le_bytes());
+    msg
 }
 
 /// Sends data message `seq` of `out.len()` bytes: generated into `out` and sent, or, for
@@ -125,7 +158,7 @@ fn recv_msg<T>(
             let size = inb.len();
             let mut out = None;
             zc.recv_in_place(&mut |msg| {
-                if msg.len() != size {
+                if msg.len() != size && !(size < MIN_SIZE && msg.len() == MIN_SIZE) {
                     return Err(err(format!(
                         "received a {}-byte message, expected {size} bytes",
                         msg.len()
@@ -157,11 +190,25 @@ impl Plan {
         }
     }
 
-    /// Whether the warm-up is over: its time is up and it sent at least one message.
-    /// (The checksummed laps at the start of a run normally lie inside it; where they do
-    /// not, the measured part pays for their checksums.)
+    /// Whether the measured part of a throughput run may end after `n` messages: a
+    /// time-bounded one ends on an ack boundary (no FLUSH inside the measured time).
+    fn done_streaming(&self, n: u64, t0: Instant) -> bool {
+        (matches!(self.stop, Stop::Count(_)) || n % self.ack_every() == 0) && self.done(n, t0)
+    }
+
+    /// Whether the warm-up is over after `n` messages. A timed one also needs one message
+    /// and (throughput) an ack boundary. (The checksummed laps at the start of a run
+    /// normally lie inside it; where they do not, the measured part pays for their
+    /// checksums.)
     fn warm(&self, n: u64, t0: Instant) -> bool {
-        n >= 1 && t0.elapsed() >= self.warmup
+        match self.warmup {
+            Warmup::Count(c) => n >= c,
+            Warmup::Time(d) => {
+                n >= 1
+                    && (self.mode == Mode::Latency || n % self.ack_every() == 0)
+                    && t0.elapsed() >= d
+            }
+        }
     }
 
     fn ack_every(&self) -> u64 {
@@ -169,14 +216,22 @@ impl Plan {
     }
 }
 
-/// Runs the driver's side of a run on `ep`.
+/// Runs the driver's side of a run on `ep`. If it fails after the peer gave up, the
+/// error leads with the peer's reason (where the endpoint carries one).
 pub fn drive(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
-    let ctx = |what: &'static str| move |e: io::Error| err(format!("{what}: {e}"));
     match plan.mode {
         Mode::Latency => latency(ep, plan),
         Mode::Throughput => throughput(ep, plan),
     }
-    .map_err(ctx("driver"))
+    .map_err(|e| {
+        if e.to_string().contains("peer failed: ") {
+            return e;
+        }
+        match ep.peer_failure() {
+            Some(reason) => err(format!("peer failed: {reason} (here: {e})")),
+            None => e,
+        }
+    })
 }
 
 fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
@@ -196,11 +251,10 @@ fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
         round_trip(ep, &mut checker, seq)?;
         seq += 1;
     }
-    let mut mark = vec![0u8; plan.size];
-    control(&mut mark, MARK);
+    let mut mark = control(plan.size, MARK);
     ep.send(&mark)?;
     ep.recv(&mut mark)?;
-    if tag_of(&mark) != MARK {
+    if tag_of(&mark, plan.size) != Some(MARK) {
         return Err(err("the peer did not answer the end-of-warm-up mark"));
     }
 
@@ -209,7 +263,7 @@ fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
         Stop::Millis(_) => 1 << 16,
     });
     checker.reset_spent();
-    let cpu0 = shmlink::cpu_time();
+    let cpu0 = cpu_time();
     let t0 = Instant::now();
     let mut n = 0;
     while !plan.done(n, t0) {
@@ -223,9 +277,8 @@ fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
         n += 1;
     }
     let elapsed = t0.elapsed();
-    let cpu = shmlink::cpu_time().saturating_sub(cpu0);
-    control(&mut mark, STOP);
-    ep.send(&mark)?;
+    let cpu = cpu_time().saturating_sub(cpu0);
+    ep.send(&control(plan.size, STOP))?;
     Ok(Measured {
         rtts: Some(rtts),
         count: n,
@@ -248,9 +301,28 @@ fn recv_ack(ep: &mut dyn Endpoint, acked: u64, sent: u64) -> io::Result<u64> {
     }
 }
 
+/// Waits until all `sent` messages are acknowledged: the acks due at every interval,
+/// then, if `sent` is not on an interval, the answer to a FLUSH.
+fn settle(ep: &mut dyn Endpoint, plan: &Plan, sent: u64, acked: &mut u64) -> io::Result<()> {
+    let due = sent - sent % plan.ack_every();
+    while *acked < due {
+        *acked = recv_ack(ep, *acked, sent)?;
+    }
+    if *acked < sent {
+        ep.send(&control(plan.size, FLUSH))?;
+        *acked = recv_ack(ep, *acked, sent)?;
+        if *acked != sent {
+            return Err(err(format!(
+                "the peer answered a flush with ack {} after {sent} messages",
+                *acked
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn throughput(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
     let mut out = vec![0u8; plan.size];
-    let every = plan.ack_every();
     let (mut sent, mut acked) = (0u64, 0u64);
     let mut send = |ep: &mut dyn Endpoint, sent: &mut u64, acked: &mut u64| -> io::Result<()> {
         while *sent - *acked >= plan.window {
@@ -262,15 +334,11 @@ fn throughput(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
         Ok(())
     };
     let t_warm = Instant::now();
-    while !(sent % every == 0 && plan.warm(sent, t_warm)) {
+    while !plan.warm(sent, t_warm) {
         send(ep, &mut sent, &mut acked)?;
     }
-    while acked < sent {
-        acked = recv_ack(ep, acked, sent)?;
-    }
-    let mut mark = vec![0u8; plan.size];
-    control(&mut mark, MARK);
-    ep.send(&mark)?;
+    settle(ep, plan, sent, &mut acked)?;
+    ep.send(&control(plan.size, MARK))?;
     let mut ack = [0u8; 8];
     ep.recv(&mut ack)?;
     if u64::from_le_bytes(ack) != sent {
@@ -281,18 +349,15 @@ fn throughput(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
     }
 
     let start = sent;
-    let cpu0 = shmlink::cpu_time();
+    let cpu0 = cpu_time();
     let t0 = Instant::now();
-    while !((sent - start) % every == 0 && plan.done(sent - start, t0)) {
+    while !plan.done_streaming(sent - start, t0) {
         send(ep, &mut sent, &mut acked)?;
     }
-    while acked < sent {
-        acked = recv_ack(ep, acked, sent)?;
-    }
+    settle(ep, plan, sent, &mut acked)?;
     let elapsed = t0.elapsed();
-    let cpu = shmlink::cpu_time().saturating_sub(cpu0);
-    control(&mut mark, STOP);
-    ep.send(&mark)?;
+    let cpu = cpu_time().saturating_sub(cpu0);
+    ep.send(&control(plan.size, STOP))?;
     Ok(Measured {
         rtts: None,
         count: sent - start,
@@ -373,8 +438,24 @@ impl Fault {
     }
 }
 
-/// The peer's side: answers until STOP.
+/// The peer's side: answers until STOP. On failure the driver is told why where the
+/// endpoint can ([`Endpoint::tell_failure`]).
 pub fn serve(
+    ep: &mut dyn Endpoint,
+    size: usize,
+    mode: Mode,
+    window: u64,
+    sample: (Sampling, u64),
+    fault: Option<Fault>,
+) -> io::Result<PeerReport> {
+    let res = answer(ep, size, mode, window, sample, fault);
+    if let Err(e) = &res {
+        ep.tell_failure(&e.to_string());
+    }
+    res
+}
+
+fn answer(
     ep: &mut dyn Endpoint,
     size: usize,
     mode: Mode,
@@ -388,31 +469,34 @@ pub fn serve(
     let mut out = vec![0u8; size];
     let mut expected = 0u64;
     let mut at_mark = 0;
-    let mut cpu0 = shmlink::cpu_time();
+    let mut cpu0 = cpu_time();
     loop {
         let tag = recv_msg(ep, &mut inb, |msg| {
-            let tag = tag_of(msg);
-            if tag != STOP && tag != MARK {
+            let tag = tag_of(msg, size);
+            if tag.is_none() {
                 check(&mut checker, msg, expected)?;
             }
             Ok(tag)
         })
         .map_err(|e| err(format!("receive #{expected}: {e}")))?;
         match tag {
-            STOP => break,
-            MARK => {
-                cpu0 = shmlink::cpu_time();
+            Some(STOP) => break,
+            Some(MARK) => {
+                cpu0 = cpu_time();
                 checker.reset_spent();
                 at_mark = expected;
                 match mode {
-                    Mode::Latency => {
-                        control(&mut out, MARK);
-                        ep.send(&out)?
-                    }
+                    Mode::Latency => ep.send(&control(size, MARK))?,
                     Mode::Throughput => ep.send(&expected.to_le_bytes())?,
                 }
             }
-            _ => {
+            Some(_) if mode == Mode::Latency => {
+                return Err(err("a flush in a latency run"));
+            }
+            Some(_) => ep
+                .send(&expected.to_le_bytes())
+                .map_err(|e| err(format!("ack {expected} after a flush: {e}")))?,
+            None => {
                 if fault == Some(Fault::Exit(expected)) {
                     eprintln!("peer: injected fault: exiting at message #{expected}");
                     std::process::exit(3);
@@ -425,7 +509,7 @@ pub fn serve(
                         send_data(ep, &mut out, seq, fault)
                             .map_err(|e| err(format!("answer #{seq}: {e}")))?;
                     }
-                    Mode::Throughput if expected.is_multiple_of(every) => {
+                    Mode::Throughput if expected % every == 0 => {
                         ep.send(&expected.to_le_bytes())
                             .map_err(|e| err(format!("ack {expected}: {e}")))?;
                     }
@@ -436,7 +520,7 @@ pub fn serve(
     }
     Ok(PeerReport {
         msgs: expected - at_mark,
-        cpu_ns: shmlink::cpu_time().saturating_sub(cpu0).as_nanos() as u64,
+        cpu_ns: cpu_time().saturating_sub(cpu0).as_nanos() as u64,
         verify_ns: checker.spent().as_nanos() as u64,
     })
 }

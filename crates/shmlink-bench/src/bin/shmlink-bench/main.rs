@@ -1,0 +1,57 @@
+//! `shmlink-bench`: compares IPC methods side by side (latency, throughput, CPU per
+//! message) between two processes, or publish/subscribe between one publisher and N
+//! subscribers (`--pattern pubsub`); see `shmlink-bench --help`. Every run is this
+//! program re-executed as its driver and peer (or publisher and subscribers).
+
+mod bench;
+mod flags;
+mod help;
+mod pubsub;
+
+use std::process::ExitCode;
+
+use bench::Parsed;
+use shmlink_bench::pubsub::run::{PUB_CMD, SUB_CMD};
+use shmlink_bench::run::{DRIVER_CMD, PEER_CMD};
+
+fn main() -> ExitCode {
+    // The hidden subcommands that the suite starts its runs with.
+    let argv: Vec<String> = std::env::args().skip(1).take(2).collect();
+    match argv.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        [DRIVER_CMD, spec] => return shmlink_bench::run::driver_main(spec),
+        [PEER_CMD, spec] => return shmlink_bench::run::peer_main(spec),
+        [PUB_CMD, spec] => return shmlink_bench::pubsub::run::publisher_main(spec),
+        [SUB_CMD, spec] => return shmlink_bench::pubsub::run::subscriber_main(spec),
+        _ => {}
+    }
+    let args = match std::env::args_os()
+        .skip(1)
+        .map(|a| {
+            a.into_string()
+                .map_err(|a| flags::UsageError(format!("argument {a:?} is not UTF-8")))
+        })
+        .collect::<Result<Vec<String>, _>>()
+    {
+        Ok(args) => args,
+        Err(e) => return usage_error(&e),
+    };
+    match bench::parse(args, &shmlink_measure::cpus::allowed_cpus()) {
+        Ok(Parsed::Help) => {
+            // A closed stdout (`| head`) is not worth an error.
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), help::BENCH_HELP.as_bytes());
+            ExitCode::SUCCESS
+        }
+        Ok(Parsed::Version) => {
+            println!("shmlink-bench {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Ok(Parsed::Bench(b)) => bench::run(&b),
+        Err(e) => usage_error(&e),
+    }
+}
+
+/// Bad arguments: the reason on stderr, exit status 2.
+fn usage_error(e: &flags::UsageError) -> ExitCode {
+    eprintln!("shmlink-bench: {e}");
+    ExitCode::from(2)
+}
