@@ -5,7 +5,7 @@ use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
 
-use crate::addr::Address;
+use crate::addr::{Address, Transport};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::sync::{AtomicU64, Ordering};
@@ -122,7 +122,7 @@ impl Listener {
     pub fn bind(addr: &str, opts: &Options) -> Result<Listener> {
         opts.validate()?;
         let parsed = Address::parse(addr)?;
-        let ops = (transport::lookup(&parsed)?.bind)(&parsed, opts)
+        let ops = (transport::lookup(&parsed).bind)(&parsed, opts)
             .map_err(|e| e.context(format_args!("bind {addr}")))?;
         Ok(Listener {
             ops,
@@ -136,6 +136,28 @@ impl Listener {
     pub fn accept(&mut self) -> Result<Connection> {
         let Accepted { conn, counters } = self.ops.accept(!self.nonblocking)?;
         Ok(Connection::from_ops(conn, counters))
+    }
+
+    /// An endless iterator over accepted connections, like
+    /// [`std::net::TcpListener::incoming`]: each item is what [`accept`](Self::accept)
+    /// returns. Refused clients never appear (the listener skips them); an error item is
+    /// the listener's own failure (or [`ErrorKind::WouldBlock`] in non-blocking mode) and
+    /// the iteration may go on after it.
+    ///
+    /// ```
+    /// # std::env::set_var("SHMLINK_DIR", std::env::temp_dir().join(format!("shmlink-doc-{}", std::process::id())));
+    /// use shmlink::{Connection, Listener, Options};
+    /// let mut listener = Listener::bind("shm:doc-incoming", &Options::default())?;
+    /// let client = std::thread::spawn(|| Connection::connect("shm:doc-incoming", &Options::default()));
+    /// for conn in listener.incoming().take(1) {
+    ///     let mut conn = conn?;
+    ///     assert_eq!(conn.transport(), shmlink::Transport::Shm);
+    /// }
+    /// client.join().unwrap()?;
+    /// # Ok::<(), shmlink::Error>(())
+    /// ```
+    pub fn incoming(&mut self) -> Incoming<'_> {
+        Incoming { listener: self }
     }
 
     /// Switches non-blocking mode; the listener's fd is readable when `accept` may succeed.
@@ -169,6 +191,21 @@ impl fmt::Debug for Listener {
     }
 }
 
+/// The iterator [`Listener::incoming`] returns: never ends, each item is one
+/// [`Listener::accept`].
+#[derive(Debug)]
+pub struct Incoming<'a> {
+    listener: &'a mut Listener,
+}
+
+impl Iterator for Incoming<'_> {
+    type Item = Result<Connection>;
+
+    fn next(&mut self) -> Option<Result<Connection>> {
+        Some(self.listener.accept())
+    }
+}
+
 /// A connection: reliable, ordered, message-boundary-preserving, flow-controlled.
 ///
 /// Blocking by default; in non-blocking mode calls return [`ErrorKind::WouldBlock`] and the
@@ -180,6 +217,8 @@ pub struct Connection {
     /// The transport's limit, cached: it is checked on every send.
     max_send: usize,
     nonblocking: bool,
+    /// What the messages travel over (for `auto:`, what it settled on).
+    transport: Transport,
     /// Shared with the listener that accepted the connection, if it keeps track of it.
     counters: Arc<SharedCounters>,
     closed: bool,
@@ -188,8 +227,14 @@ pub struct Connection {
 impl Connection {
     /// `counters`: those the listener reads, if it keeps track of the connection.
     fn from_ops(ops: Box<dyn ConnOps>, counters: Option<Arc<SharedCounters>>) -> Connection {
+        let local = ops.local_addr();
+        let transport = local
+            .split_once(':')
+            .and_then(|(prefix, _)| prefix.parse().ok())
+            .unwrap_or_else(|| panic!("transport gave a local address without prefix: {local:?}"));
         Connection {
             max_send: ops.max_send_size(),
+            transport,
             ops: ops.into(),
             nonblocking: false,
             counters: counters.unwrap_or_else(|| Arc::new(SharedCounters::new())),
@@ -201,7 +246,7 @@ impl Connection {
     pub fn connect(addr: &str, opts: &Options) -> Result<Connection> {
         opts.validate()?;
         let parsed = Address::parse(addr)?;
-        let ops = (transport::lookup(&parsed)?.connect)(&parsed, opts)
+        let ops = (transport::lookup(&parsed).connect)(&parsed, opts)
             .map_err(|e| e.context(format_args!("connect {addr}")))?;
         Ok(Connection::from_ops(ops, None))
     }
@@ -320,6 +365,13 @@ impl Connection {
         Ok(RecvBuf { conn: self })
     }
 
+    /// Pushes out, without blocking, what a non-blocking send left in this process; true
+    /// once nothing is left (the next non-blocking send will be accepted).
+    pub(crate) fn writable(&mut self) -> Result<bool> {
+        self.check_open()?;
+        with_conn!(&mut self.ops, |c| c.writable())
+    }
+
     /// Switches non-blocking mode.
     pub fn set_nonblocking(&mut self, nonblocking: bool) {
         self.nonblocking = nonblocking;
@@ -359,14 +411,11 @@ impl Connection {
         with_conn!(&self.ops, |c| c.max_send_size())
     }
 
-    /// The transport's name (`"shm"`, `"ux"`, `"tcp"`, `"tls"`).
-    pub fn transport(&self) -> &'static str {
-        let addr = with_conn!(&self.ops, |c| c.local_addr());
-        transport::REGISTRY
-            .iter()
-            .map(|t| t.name)
-            .find(|name| addr.strip_prefix(name).is_some_and(|r| r.starts_with(':')))
-            .unwrap_or("?")
+    /// What the messages travel over: [`Transport::Shm`], [`Transport::Ux`],
+    /// [`Transport::Tcp`] or [`Transport::Tls`] (an `auto:` connection reports the one it
+    /// settled on, never [`Transport::Auto`]).
+    pub fn transport(&self) -> Transport {
+        self.transport
     }
 
     /// Our address.

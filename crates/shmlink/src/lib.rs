@@ -24,6 +24,27 @@
 //! connections each one holds, with peers and counters (what `shmlink ls` shows); a
 //! listener answers while its process accepts or polls it.
 //!
+//! # Threads
+//!
+//! Every public type says whether it is `Send` and `Sync`, and a compile-time check in
+//! this crate keeps it so. Connections, listeners, publishers and subscribers are `Send`
+//! (move them to the thread or task that serves them) but not `Sync`: each call takes
+//! `&mut self`. To send from one thread while another receives, [`Connection::split`]
+//! gives a [`SendHalf`] and a [`RecvHalf`]. A [`Subscriber`] is also an [`Iterator`]
+//! over its messages.
+//!
+//! # Cargo features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `tracing` | off | events through the [`tracing`](https://docs.rs/tracing) crate (target `shmlink`): a listener's accepts and refusals with the reason (a refused client is otherwise invisible on the listener's side), peer death, pub/sub subscribers joining, leaving, being detached, and lag. Off, the calls compile to nothing. |
+//! | `testing` | off | `shmlink::testing`: raw-protocol clients, hostile peers and fuzz entry points for this workspace's tests, fuzz targets and benchmarks. Not part of the API: it changes without notice. |
+//!
+//! # Platform
+//!
+//! Linux only (memfd seals, `SO_PEERCRED`, abstract Unix sockets, `eventfd`, `epoll`),
+//! on 64-bit targets; other targets fail to compile with a message saying so.
+//!
 //! ```
 //! # std::env::set_var("SHMLINK_DIR", std::env::temp_dir().join(format!("shmlink-doc-{}", std::process::id())));
 //! use shmlink::{Connection, ErrorKind, Listener, Options};
@@ -49,12 +70,18 @@
 //! server.join().unwrap()?;
 //! # Ok::<(), shmlink::Error>(())
 //! ```
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 // Sizes announced by peers are u64 on the wire and in shared memory; the arithmetic that
 // bounds them assumes they fit a usize.
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("shmlink supports 64-bit targets only (sizes from peers are checked as 64-bit)");
+
+// memfd seals, SO_PEERCRED, abstract Unix sockets, eventfd and epoll: Linux only.
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "shmlink supports Linux only (it needs memfd seals, SO_PEERCRED, eventfd and epoll)"
+);
 
 mod addr;
 mod conn;
@@ -62,14 +89,21 @@ mod error;
 mod notify;
 mod options;
 mod pubsub;
+// The field offsets here serve `crate::testing` only.
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 mod ring;
+mod split;
 mod status;
 mod sync;
 mod sys;
+mod threads;
+mod trace;
 mod transport;
 mod trust;
 mod view;
 
+/// Test and benchmark helpers (cargo feature `testing`); not part of the API.
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod testing;
 
@@ -78,16 +112,17 @@ pub mod testing;
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
 
-pub use addr::{rendezvous_dir, Address, UnixName, TRANSPORTS};
-pub use conn::{Connection, Counters, Listener, RecvBuf, SendBuf};
+pub use addr::{rendezvous_dir, Address, Transport, UnixName};
+pub use conn::{Connection, Counters, Incoming, Listener, RecvBuf, SendBuf};
 pub use error::{Error, ErrorKind, Result};
 pub use options::{
     Options, Pem, TlsOptions, WaitPolicy, MAX_MSG_SIZE_LIMIT, MAX_RING_SIZE, MIN_RING_SIZE,
 };
 pub use pubsub::{
-    Loan, Policy, PubSubOptions, Publisher, PublisherStats, Sample, Subscriber, SubscriberInfo,
-    SubscriberStats, MAX_SUBSCRIBERS,
+    Loan, Messages, Policy, PubSubOptions, Publisher, PublisherStats, Sample, Subscriber,
+    SubscriberInfo, SubscriberStats, MAX_SUBSCRIBERS,
 };
+pub use split::{RecvHalf, ReuniteError, SendHalf};
 pub use status::{
     inspect, ConnectionStatus, ListenerStatus, ProcessCred, SocketReport, SocketState,
     DEFAULT_INSPECT_TIMEOUT,

@@ -200,13 +200,17 @@ impl TlsOptions {
 /// Options for [`Connection::connect`](crate::Connection::connect) and
 /// [`Listener::bind`](crate::Listener::bind).
 ///
+/// A by-value builder: each setter has the option's plain name and returns the options;
+/// the value reads back through the same name prefixed `configured_` (the pattern of
+/// [`PubSubOptions`](crate::PubSubOptions) too). `Send`, `Sync`, `Clone`.
+///
 /// ```
 /// use std::time::Duration;
 /// let opts = shmlink::Options::default()
 ///     .ring_size(1 << 20)
 ///     .max_msg_size(16 << 20)
 ///     .connect_timeout(Duration::from_secs(2));
-/// assert_eq!(opts.get_ring_size(), 1 << 20);
+/// assert_eq!(opts.configured_ring_size(), 1 << 20);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
@@ -351,23 +355,25 @@ impl Options {
         self
     }
 
-    /// The TLS settings set.
-    pub fn get_tls(&self) -> &TlsOptions {
+    /// The TLS settings [`tls`](Self::tls) set.
+    pub fn configured_tls(&self) -> &TlsOptions {
         &self.tls
     }
 
-    /// The ring size set.
-    pub fn get_ring_size(&self) -> usize {
+    /// The ring size [`ring_size`](Self::ring_size) set (or the default).
+    pub fn configured_ring_size(&self) -> usize {
         self.ring_size
     }
 
-    /// The maximum message size set.
-    pub fn get_max_msg_size(&self) -> usize {
+    /// The maximum message size [`max_msg_size`](Self::max_msg_size) set (or the
+    /// default). A connection's real limit also depends on the peer:
+    /// [`Connection::max_msg_size`](crate::Connection::max_msg_size).
+    pub fn configured_max_msg_size(&self) -> usize {
         self.max_msg_size
     }
 
-    /// The wait policy set.
-    pub fn get_wait_policy(&self) -> WaitPolicy {
+    /// The wait policy [`wait_policy`](Self::wait_policy) set (or the default).
+    pub fn configured_wait_policy(&self) -> WaitPolicy {
         self.wait
     }
 

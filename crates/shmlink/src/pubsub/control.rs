@@ -416,7 +416,7 @@ impl Control {
             );
         };
         // Network clients must not take every slot: the rest stays for local subscribers.
-        let max_remote = topic.opts.get_max_remote_subscribers();
+        let max_remote = topic.opts.configured_max_remote_subscribers();
         if remote && table.subs.iter().flatten().filter(|s| s.remote).count() >= max_remote {
             return refuse(
                 sock,

@@ -36,7 +36,7 @@ pub(crate) fn outer(addr: &Address, opts: &Options) -> Option<(Address, &'static
         Address::Tls { .. } => (addr.clone(), &tls::TRANSPORT, false),
         Address::Auto { host, port } => {
             let (host, port) = (host.clone(), *port);
-            if *opts.get_tls() != TlsOptions::default() {
+            if *opts.configured_tls() != TlsOptions::default() {
                 (Address::Tls { host, port }, &tls::TRANSPORT, true)
             } else {
                 (Address::Tcp { host, port }, &tcp::TRANSPORT, true)
@@ -55,7 +55,7 @@ struct Ended {
 /// A subscriber that receives the topic over a framed connection.
 pub(crate) struct NetSubscriber {
     conn: Box<dyn ConnOps>,
-    transport: &'static str,
+    transport: crate::Transport,
     policy: Policy,
     max_msg: usize,
     /// Position of the next message.
@@ -125,10 +125,10 @@ pub(crate) fn connect(parsed: &Address, addr: &str, opts: &PubSubOptions) -> Res
                 }
                 conn.release();
                 return Ok(Connected::Net(NetSubscriber {
-                    transport: if outer_addr.transport() == "tls" {
-                        "tls"
+                    transport: if outer_addr.transport() == crate::Transport::Tls {
+                        crate::Transport::Tls
                     } else {
-                        "tcp"
+                        crate::Transport::Tcp
                     },
                     conn,
                     policy,
@@ -384,7 +384,7 @@ impl NetSubscriber {
         &self.addr
     }
 
-    pub(crate) fn transport(&self) -> &'static str {
+    pub(crate) fn transport(&self) -> crate::Transport {
         self.transport
     }
 

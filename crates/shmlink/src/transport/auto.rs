@@ -256,7 +256,7 @@ fn outer(addr: &Address, opts: &Options) -> (Address, &'static Transport) {
         Address::Auto { host, port } => (host.clone(), *port),
         _ => unreachable!("the registry only hands auto: addresses to the auto transport"),
     };
-    if *opts.get_tls() != TlsOptions::default() {
+    if *opts.configured_tls() != TlsOptions::default() {
         (Address::Tls { host, port }, &tls::TRANSPORT)
     } else {
         (Address::Tcp { host, port }, &tcp::TRANSPORT)
