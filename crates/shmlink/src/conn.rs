@@ -135,7 +135,15 @@ impl Listener {
     /// In non-blocking mode, returns [`ErrorKind::WouldBlock`] when no client is ready.
     pub fn accept(&mut self) -> Result<Connection> {
         let Accepted { conn, counters } = self.ops.accept(!self.nonblocking)?;
-        Ok(Connection::from_ops(conn, counters))
+        let conn = Connection::from_ops(conn, counters);
+        crate::trace::event!(
+            info,
+            listener = %self.local_addr(),
+            peer = %conn.peer_addr(),
+            transport = %conn.transport(),
+            "accepted"
+        );
+        Ok(conn)
     }
 
     /// An endless iterator over accepted connections, like
@@ -222,6 +230,9 @@ pub struct Connection {
     /// Shared with the listener that accepted the connection, if it keeps track of it.
     counters: Arc<SharedCounters>,
     closed: bool,
+    /// Whether the peer's death was reported (`tracing` feature), so it is reported once.
+    #[cfg(feature = "tracing")]
+    reset_seen: bool,
 }
 
 impl Connection {
@@ -239,6 +250,8 @@ impl Connection {
             nonblocking: false,
             counters: counters.unwrap_or_else(|| Arc::new(SharedCounters::new())),
             closed: false,
+            #[cfg(feature = "tracing")]
+            reset_seen: false,
         }
     }
 
@@ -249,6 +262,24 @@ impl Connection {
         let ops = (transport::lookup(&parsed).connect)(&parsed, opts)
             .map_err(|e| e.context(format_args!("connect {addr}")))?;
         Ok(Connection::from_ops(ops, None))
+    }
+
+    /// Reports (`tracing` feature) the first [`ErrorKind::ConnectionReset`]: the peer
+    /// died or broke the connection.
+    #[cold]
+    fn failed(&mut self, e: Error) -> Error {
+        #[cfg(feature = "tracing")]
+        if e.kind() == ErrorKind::ConnectionReset && !self.reset_seen {
+            self.reset_seen = true;
+            crate::trace::event!(
+                warn,
+                local = %self.local_addr(),
+                peer = %self.peer_addr(),
+                error = %e,
+                "peer died or reset the connection"
+            );
+        }
+        e
     }
 
     #[inline]
@@ -279,7 +310,9 @@ impl Connection {
     pub fn send(&mut self, msg: &[u8]) -> Result<()> {
         self.check_open()?;
         self.check_size(msg.len())?;
-        with_conn!(&mut self.ops, |c| c.send(msg, !self.nonblocking))?;
+        if let Err(e) = with_conn!(&mut self.ops, |c| c.send(msg, !self.nonblocking)) {
+            return Err(self.failed(e));
+        }
         self.counters.count_out(msg.len());
         Ok(())
     }
@@ -310,7 +343,10 @@ impl Connection {
     #[inline]
     fn next(&mut self) -> Result<usize> {
         self.check_open()?;
-        with_conn!(&mut self.ops, |c| c.recv_next(!self.nonblocking))
+        match with_conn!(&mut self.ops, |c| c.recv_next(!self.nonblocking)) {
+            Ok(n) => Ok(n),
+            Err(e) => Err(self.failed(e)),
+        }
     }
 
     #[inline]
