@@ -93,6 +93,8 @@ const SUN_PATH_MAX: usize = 107;
 const NAME_MAX: usize = 64;
 
 /// Where a Unix socket lives: a file system path or a name in the abstract namespace.
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UnixName {
     /// A socket file.
@@ -102,6 +104,8 @@ pub enum UnixName {
 }
 
 /// A parsed address.
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Address {
     /// `shm:NAME` (in the rendezvous directory), `shm:/path.sock` or `shm:@name`.

@@ -13,6 +13,8 @@ use crate::transport::{self, with_conn, Accepted, Conn, ConnOps, ListenerOps};
 use crate::view::SharedBytes;
 
 /// Per-connection message and byte counters.
+///
+/// `Send`, `Sync`, `Copy`: plain numbers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Messages sent.
@@ -112,6 +114,8 @@ impl SharedCounters {
 /// assert_eq!(client.join().unwrap()?, b"ping");
 /// # Ok::<(), shmlink::Error>(())
 /// ```
+///
+/// `Send` (serve it from any thread), not `Sync`: `accept` takes `&mut self`.
 pub struct Listener {
     ops: Box<dyn ListenerOps>,
     nonblocking: bool,
@@ -201,6 +205,8 @@ impl fmt::Debug for Listener {
 
 /// The iterator [`Listener::incoming`] returns: never ends, each item is one
 /// [`Listener::accept`].
+///
+/// `Send`, like the [`Listener`] it borrows.
 #[derive(Debug)]
 pub struct Incoming<'a> {
     listener: &'a mut Listener,
@@ -220,6 +226,9 @@ impl Iterator for Incoming<'_> {
 /// connection's fd ([`AsRawFd`]) becomes readable when it is worth calling again or the
 /// peer is gone. Zero-length messages are valid messages; the end of the stream is
 /// reported as [`ErrorKind::EndOfStream`], never as a length of 0.
+///
+/// `Send`, not `Sync`: move it to the thread that serves it; every call takes
+/// `&mut self`. To send from one thread while another receives, [`split`](Self::split) it.
 pub struct Connection {
     ops: Conn,
     /// The transport's limit, cached: it is checked on every send.
@@ -498,6 +507,8 @@ impl fmt::Debug for Connection {
 
 /// Room for one outgoing message, written in place; [`commit`](SendBuf::commit) sends it,
 /// dropping it sends nothing.
+///
+/// `Send`, not `Sync`: it borrows the [`Connection`] mutably.
 pub struct SendBuf<'a> {
     conn: &'a mut Connection,
     len: usize,
@@ -539,6 +550,8 @@ impl Drop for SendBuf<'_> {
 }
 
 /// A received message lent in place; consumed when dropped.
+///
+/// `Send`, not `Sync`: it borrows the [`Connection`] mutably.
 pub struct RecvBuf<'a> {
     conn: &'a mut Connection,
 }

@@ -21,6 +21,8 @@ pub const MAX_MSG_SIZE_LIMIT: usize = 1 << 30;
 /// parks. `spin` polls with the CPU's `pause` hint; `yield_` polls with `sched_yield`, which
 /// lets a peer pinned to the same core run. Both zero means "always sleep" (the blocking
 /// policy).
+///
+/// `Send`, `Sync`, `Copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WaitPolicy {
     /// Busy-poll time before yielding.
@@ -51,6 +53,8 @@ impl Default for WaitPolicy {
 /// Where a PEM document comes from: a file, or the text itself.
 ///
 /// Its `Debug` form never shows the text, which may be a private key.
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Pem {
     /// The path of a file holding PEM text.
@@ -121,6 +125,8 @@ impl fmt::Display for Pem {
 /// );
 /// # let _ = (server, client);
 /// ```
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsOptions {
     pub(crate) cert: Option<Pem>,

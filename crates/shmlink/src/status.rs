@@ -35,6 +35,8 @@ pub const DEFAULT_INSPECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A process at the other end of a Unix socket, as the kernel saw it when the socket was
 /// connected or bound (`SO_PEERCRED`): the kernel's word, not the peer's.
+///
+/// `Send`, `Sync`, `Copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcessCred {
     /// Process id in the PID namespace of whoever asked the kernel (0 if the process is
@@ -57,6 +59,8 @@ impl From<PeerCred> for ProcessCred {
 }
 
 /// What a listener reports about itself and its connections.
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ListenerStatus {
@@ -76,6 +80,8 @@ pub struct ListenerStatus {
 }
 
 /// One connection a listener accepted and that is still open in the listener's process.
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ConnectionStatus {
@@ -93,6 +99,8 @@ pub struct ConnectionStatus {
 }
 
 /// What [`inspect`] found at one socket.
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SocketState {
@@ -110,6 +118,8 @@ pub enum SocketState {
 }
 
 /// One rendezvous socket and what [`inspect`] learned about it.
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SocketReport {

@@ -9,6 +9,8 @@ use crate::options::{Options, WaitPolicy, MAX_MSG_SIZE_LIMIT};
 
 /// What the publisher does when the ring is full, i.e. when the oldest message in it
 /// has not been read by every subscriber yet.
+///
+/// `Send`, `Sync`, `Copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Policy {
     /// The publisher waits for the slowest live subscriber (lossless). A subscriber the

@@ -11,6 +11,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::view::SharedBytes;
 
 /// Subscriber statistics.
+///
+/// `Send`, `Sync`, `Copy`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SubscriberStats {
     /// Messages received.
@@ -247,6 +249,8 @@ fn note(e: &Error) {
 }
 
 /// The iterator [`Subscriber::iter`] returns (see "Iteration" on [`Subscriber`]).
+///
+/// `Send`, like the [`Subscriber`] it borrows.
 #[derive(Debug)]
 pub struct Messages<'a> {
     sub: &'a mut Subscriber,
@@ -322,6 +326,9 @@ impl std::fmt::Debug for Subscriber {
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// Neither `Send` nor `Sync`: a slot of shared memory lent to the thread that called
+/// [`Subscriber::recv_ref`].
 pub struct Sample<'a>(Lent<'a>);
 
 enum Lent<'a> {
