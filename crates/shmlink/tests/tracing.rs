@@ -169,3 +169,33 @@ fn tcp_refusal_is_an_event_with_the_reason() {
         .unwrap();
     assert!(r.field("peer").contains("127.0.0.1"), "{r:#?}");
 }
+
+/// A subscriber that the publisher overwrote reports its lag, with the count lost.
+#[test]
+fn lag_is_an_event_with_the_count() {
+    use shmlink::{Policy, PubSubOptions, Publisher, Subscriber};
+    let addr = format!("shm:{}/lag-event.sock", common::test_dir().display());
+    let opts = PubSubOptions::default().slots(8).policy(Policy::Overwrite);
+    let mut publisher = Publisher::bind(&addr, &opts).unwrap();
+    let mut sub = Subscriber::connect(&addr, &opts).unwrap();
+    publisher
+        .wait_for_subscribers(1, std::time::Duration::from_secs(30))
+        .unwrap();
+    for i in 0..100u32 {
+        publisher.publish(&i.to_le_bytes()).unwrap();
+    }
+    let collector = Collector::default();
+    let e = collecting(&collector, || sub.recv_vec().unwrap_err());
+    assert_eq!(e.kind(), shmlink::ErrorKind::Lagged, "{e}");
+    let events = collector.events();
+    let lagged: Vec<_> = events
+        .iter()
+        .filter(|e| e.field("message").starts_with("subscriber lagged"))
+        .collect();
+    assert_eq!(lagged.len(), 1, "{events:#?}");
+    assert_eq!(
+        lagged[0].field("missed"),
+        e.missed().unwrap().to_string(),
+        "{events:#?}"
+    );
+}
