@@ -38,9 +38,9 @@ pub enum Transport {
 }
 
 impl Transport {
-    /// Every transport, in the order the library tries them when it lists them. This is
-    /// the one list of transports: parsing, error messages and the library's dispatch
-    /// table (an exhaustive `match` on this enum) follow it.
+    /// Every transport, in the order of the crate docs' table. Parsing and error
+    /// messages follow this list; the library's dispatch table is an exhaustive `match`
+    /// on the enum, so the enum is the one registry of transports.
     pub const ALL: &'static [Transport] = &[
         Transport::Shm,
         Transport::Ux,

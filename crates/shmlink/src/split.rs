@@ -25,7 +25,7 @@
 //! their direction; this split is the one that is correct for every transport today.
 
 use std::fmt;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -65,8 +65,9 @@ struct Shared {
     /// Per half (`SEND`, `RECV`): its wake-up flag and the epoll set it sleeps in (the
     /// connection's fd and that flag).
     sleep: [Sleep; 2],
-    /// The connection's fd (it lives as long as `state`).
-    conn_fd: RawFd,
+    /// A duplicate of the connection's fd (the same epoll set or socket), for event
+    /// loops ([`AsFd`]) and the halves' own epoll sets.
+    conn_fd: OwnedFd,
     /// Whether the connection was in non-blocking mode before the split.
     was_nonblocking: bool,
 }
@@ -205,12 +206,12 @@ impl Connection {
         let ctx = |e| Error::io("split a connection", e);
         let was_nonblocking = self.is_nonblocking();
         self.set_nonblocking(true);
-        let conn_fd = self.as_raw_fd();
+        let conn_fd = self.as_fd().try_clone_to_owned().map_err(ctx)?;
         let sleep = |_| -> Result<Sleep> {
             let kick = EventFlag::new().map_err(ctx)?;
             let epoll = Epoll::new().map_err(ctx)?;
             epoll
-                .add(conn_fd, libc::EPOLLIN as u32, TOKEN_CONN)
+                .add(conn_fd.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_CONN)
                 .map_err(ctx)?;
             epoll
                 .add(kick.fd().as_raw_fd(), libc::EPOLLIN as u32, TOKEN_KICK)
@@ -351,17 +352,14 @@ impl RecvHalf {
 /// that watch a split connection; the halves themselves always block).
 impl AsFd for SendHalf {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: the fd belongs to the connection in `shared`, which this half keeps
-        // alive at least as long as the borrow of `self`.
-        unsafe { BorrowedFd::borrow_raw(self.shared.conn_fd) }
+        self.shared.conn_fd.as_fd()
     }
 }
 
 /// See [`SendHalf`]'s `AsFd`.
 impl AsFd for RecvHalf {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: as for `SendHalf`.
-        unsafe { BorrowedFd::borrow_raw(self.shared.conn_fd) }
+        self.shared.conn_fd.as_fd()
     }
 }
 
