@@ -102,7 +102,7 @@ mod transport;
 mod trust;
 mod view;
 
-/// Test and benchmark helpers (cargo feature `testing`); not part of the API.
+// Test and benchmark helpers (cargo feature `testing`); not part of the API.
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod testing;
