@@ -76,12 +76,56 @@ fn duplex(t: &str) {
     drop(srx);
 }
 
+/// Both halves wait at once — the receive half for a message, the send half for room
+/// (the peer reads nothing) — and both sleep in the kernel rather than waking each other
+/// in turn; then the peer sends one message and reads everything, and both finish.
+fn both_wait(t: &str) {
+    const FILL: u64 = 4000;
+    let (client, mut server) = pair(t);
+    let (mut tx, mut rx) = client.split().unwrap();
+    let (tids, tid) = std::sync::mpsc::channel();
+    let tids2 = tids.clone();
+    let sender = thread::spawn(move || {
+        tids.send(common::gettid()).unwrap();
+        for seq in 0..FILL {
+            tx.send(&payload(seq, 4096)).unwrap();
+        }
+        tx
+    });
+    let receiver = thread::spawn(move || {
+        tids2.send(common::gettid()).unwrap();
+        let msg = rx.recv_vec().unwrap();
+        (rx, msg)
+    });
+    let (a, b) = (tid.recv().unwrap(), tid.recv().unwrap());
+    assert!(
+        common::wait_until(Duration::from_secs(30), || {
+            common::sleeps_waiting_for_io(a) && common::sleeps_waiting_for_io(b)
+        }),
+        "{t}: both halves should sleep while they wait"
+    );
+    server.send(b"wake").unwrap();
+    for seq in 0..FILL {
+        verify(seq, 4096, &server.recv_vec().unwrap());
+    }
+    let tx = sender.join().unwrap();
+    let (rx, msg) = receiver.join().unwrap();
+    assert_eq!(msg, b"wake");
+    tx.reunite(rx).unwrap().close().unwrap();
+    common::expect_eos(&mut server);
+}
+
 macro_rules! per_transport {
     ($($t:ident),*) => {$(
         mod $t {
             #[test]
             fn duplex_threads_exchange_many_messages() {
                 super::duplex(stringify!($t));
+            }
+
+            #[test]
+            fn waiting_halves_sleep() {
+                super::both_wait(stringify!($t));
             }
 
             #[test]
