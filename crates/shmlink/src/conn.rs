@@ -162,7 +162,7 @@ impl Listener {
     /// let mut listener = Listener::bind("shm:doc-incoming", &Options::default())?;
     /// let client = std::thread::spawn(|| Connection::connect("shm:doc-incoming", &Options::default()));
     /// for conn in listener.incoming().take(1) {
-    ///     let mut conn = conn?;
+    ///     let conn = conn?;
     ///     assert_eq!(conn.transport(), shmlink::Transport::Shm);
     /// }
     /// client.join().unwrap()?;

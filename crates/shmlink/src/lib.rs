@@ -24,27 +24,6 @@
 //! connections each one holds, with peers and counters (what `shmlink ls` shows); a
 //! listener answers while its process accepts or polls it.
 //!
-//! # Threads
-//!
-//! Every public type says whether it is `Send` and `Sync`, and a compile-time check in
-//! this crate keeps it so. Connections, listeners, publishers and subscribers are `Send`
-//! (move them to the thread or task that serves them) but not `Sync`: each call takes
-//! `&mut self`. To send from one thread while another receives, [`Connection::split`]
-//! gives a [`SendHalf`] and a [`RecvHalf`]. A [`Subscriber`] is also an [`Iterator`]
-//! over its messages.
-//!
-//! # Cargo features
-//!
-//! | feature | default | what it adds |
-//! |---|---|---|
-//! | `tracing` | off | events through the [`tracing`](https://docs.rs/tracing) crate (target `shmlink`): a listener's accepts and refusals with the reason (a refused client is otherwise invisible on the listener's side), peer death, pub/sub subscribers joining, leaving, being detached, and lag. Off, the calls compile to nothing. |
-//! | `testing` | off | `shmlink::testing`: raw-protocol clients, hostile peers and fuzz entry points for this workspace's tests, fuzz targets and benchmarks. Not part of the API: it changes without notice. |
-//!
-//! # Platform
-//!
-//! Linux only (memfd seals, `SO_PEERCRED`, abstract Unix sockets, `eventfd`, `epoll`),
-//! on 64-bit targets; other targets fail to compile with a message saying so.
-//!
 //! ```
 //! # std::env::set_var("SHMLINK_DIR", std::env::temp_dir().join(format!("shmlink-doc-{}", std::process::id())));
 //! use shmlink::{Connection, ErrorKind, Listener, Options};
@@ -70,6 +49,27 @@
 //! server.join().unwrap()?;
 //! # Ok::<(), shmlink::Error>(())
 //! ```
+//!
+//! # Threads
+//!
+//! Every public type says whether it is `Send` and `Sync`, and a compile-time check in
+//! this crate keeps it so. Connections, listeners, publishers and subscribers are `Send`
+//! (move them to the thread or task that serves them) but not `Sync`: each call takes
+//! `&mut self`. To send from one thread while another receives, [`Connection::split`]
+//! gives a [`SendHalf`] and a [`RecvHalf`]. [`Subscriber::iter`] (or `for msg in &mut sub`)
+//! iterates over a subscriber's messages.
+//!
+//! # Cargo features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `tracing` | off | events through the [`tracing`](https://docs.rs/tracing) crate (target `shmlink`): a listener's accepts and refusals with the reason (a refused client is otherwise invisible on the listener's side), peer death, pub/sub subscribers joining, leaving, being detached, and lag. Off, the calls compile to nothing. |
+//! | `testing` | off | `shmlink::testing`: raw-protocol clients, hostile peers and fuzz entry points for this workspace's tests, fuzz targets and benchmarks. Not part of the API: it changes without notice. |
+//!
+//! # Platform
+//!
+//! Linux only (memfd seals, `SO_PEERCRED`, abstract Unix sockets, `eventfd`, `epoll`),
+//! on 64-bit targets; other targets fail to compile with a message saying so.
 #![deny(missing_docs)]
 
 // Sizes announced by peers are u64 on the wire and in shared memory; the arithmetic that
