@@ -199,3 +199,28 @@ fn lag_is_an_event_with_the_count() {
         "{events:#?}"
     );
 }
+
+/// A peer that goes away mid-message (`shm:`: a split message accepted in non-blocking
+/// mode, then the connection dropped) is reported once, when the reset surfaces.
+#[test]
+fn peer_reset_is_one_event() {
+    let opts = Options::default().ring_size(4096);
+    let (mut client, mut server) = common::pair_with("shm", &opts);
+    client.set_nonblocking(true);
+    client.send(&[5u8; 64 << 10]).unwrap();
+    drop(client);
+    let collector = Collector::default();
+    collecting(&collector, || {
+        for _ in 0..2 {
+            let e = server.recv_vec().unwrap_err();
+            assert_eq!(e.kind(), shmlink::ErrorKind::ConnectionReset, "{e}");
+        }
+    });
+    let events = collector.events();
+    let resets: Vec<_> = events
+        .iter()
+        .filter(|e| e.field("message").starts_with("peer died"))
+        .collect();
+    assert_eq!(resets.len(), 1, "reported once: {events:#?}");
+    assert!(!resets[0].field("peer").is_empty(), "{events:#?}");
+}
