@@ -1,13 +1,15 @@
 //! The `tracing` feature: a listener reports the clients it refuses, with the reason
-//! (nothing else on the listener's side shows them: `accept` skips them), and the
-//! connections it accepts. A minimal collector of our own records the events.
+//! (nothing else on the listener's side shows them: `accept` skips them), the
+//! connections it accepts, a subscriber's lag and a peer's death. A minimal subscriber of
+//! our own records the events.
 
 mod common;
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::io::{Read, Write};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Once};
 use std::thread;
 
 use shmlink::{Connection, Listener, Options};
@@ -29,7 +31,7 @@ impl Seen {
     }
 }
 
-/// Records every event; knows no spans.
+/// The events one test collects (from its own thread only: see [`Router`]).
 #[derive(Clone, Default)]
 struct Collector {
     seen: Arc<Mutex<Vec<Seen>>>,
@@ -48,7 +50,19 @@ impl Visit for Fields<'_> {
     }
 }
 
-impl tracing::Subscriber for Collector {
+thread_local! {
+    /// The collector of the test running on this thread, while it collects.
+    static CURRENT: RefCell<Option<Collector>> = const { RefCell::new(None) };
+}
+
+/// The process's one subscriber: hands each event to the collector of the thread that
+/// emitted it. (Scoped per-thread subscribers would race with the tests running in
+/// parallel: `tracing` caches a call site's interest when it is first hit, and one hit
+/// while no subscriber exists anywhere would silence that site for good.) Knows no
+/// spans.
+struct Router;
+
+impl tracing::Subscriber for Router {
     fn enabled(&self, _: &Metadata<'_>) -> bool {
         true
     }
@@ -62,12 +76,16 @@ impl tracing::Subscriber for Collector {
     fn record_follows_from(&self, _: &Id, _: &Id) {}
 
     fn event(&self, event: &Event<'_>) {
-        let mut fields = BTreeMap::new();
-        event.record(&mut Fields(&mut fields));
-        self.seen.lock().unwrap().push(Seen {
-            level: *event.metadata().level(),
-            target: event.metadata().target().to_string(),
-            fields,
+        CURRENT.with(|c| {
+            if let Some(collector) = &*c.borrow() {
+                let mut fields = BTreeMap::new();
+                event.record(&mut Fields(&mut fields));
+                collector.seen.lock().unwrap().push(Seen {
+                    level: *event.metadata().level(),
+                    target: event.metadata().target().to_string(),
+                    fields,
+                });
+            }
         });
     }
 
@@ -77,14 +95,24 @@ impl tracing::Subscriber for Collector {
 }
 
 impl Collector {
+    /// A collector, with the [`Router`] installed as the process's subscriber.
+    fn new() -> Collector {
+        static INSTALL: Once = Once::new();
+        INSTALL.call_once(|| tracing::subscriber::set_global_default(Router).unwrap());
+        Collector::default()
+    }
+
     fn events(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
 }
 
-/// Runs `body` with `collector` as this thread's subscriber.
+/// Runs `body`, collecting the events this thread emits meanwhile into `collector`.
 fn collecting<T>(collector: &Collector, body: impl FnOnce() -> T) -> T {
-    tracing::subscriber::with_default(collector.clone(), body)
+    CURRENT.with(|c| *c.borrow_mut() = Some(collector.clone()));
+    let out = body();
+    CURRENT.with(|c| *c.borrow_mut() = None);
+    out
 }
 
 /// Checks that the events hold one refusal (with `reason` containing `why`) followed by
@@ -116,7 +144,7 @@ fn check_refusal_then_accept(events: &[Seen], why: &str) {
 #[test]
 fn shm_refusal_is_an_event_with_the_reason() {
     let addr = common::fresh_addr("shm");
-    let collector = Collector::default();
+    let collector = Collector::new();
     let mut listener = Listener::bind(&addr, &Options::default()).unwrap();
     let client_addr = addr.clone();
     let clients = thread::spawn(move || {
@@ -145,7 +173,7 @@ fn shm_refusal_is_an_event_with_the_reason() {
 /// listener, the client and the reason.
 #[test]
 fn tcp_refusal_is_an_event_with_the_reason() {
-    let collector = Collector::default();
+    let collector = Collector::new();
     let mut listener = Listener::bind("tcp:127.0.0.1:0", &Options::default()).unwrap();
     let addr = listener.local_addr();
     let client_addr = addr.clone();
@@ -174,6 +202,7 @@ fn tcp_refusal_is_an_event_with_the_reason() {
 #[test]
 fn lag_is_an_event_with_the_count() {
     use shmlink::{Policy, PubSubOptions, Publisher, Subscriber};
+    let collector = Collector::new();
     let addr = format!("shm:{}/lag-event.sock", common::test_dir().display());
     let opts = PubSubOptions::default().slots(8).policy(Policy::Overwrite);
     let mut publisher = Publisher::bind(&addr, &opts).unwrap();
@@ -184,7 +213,6 @@ fn lag_is_an_event_with_the_count() {
     for i in 0..100u32 {
         publisher.publish(&i.to_le_bytes()).unwrap();
     }
-    let collector = Collector::default();
     let e = collecting(&collector, || sub.recv_vec().unwrap_err());
     assert_eq!(e.kind(), shmlink::ErrorKind::Lagged, "{e}");
     let events = collector.events();
@@ -204,12 +232,12 @@ fn lag_is_an_event_with_the_count() {
 /// mode, then the connection dropped) is reported once, when the reset surfaces.
 #[test]
 fn peer_reset_is_one_event() {
+    let collector = Collector::new();
     let opts = Options::default().ring_size(4096);
     let (mut client, mut server) = common::pair_with("shm", &opts);
     client.set_nonblocking(true);
     client.send(&[5u8; 64 << 10]).unwrap();
     drop(client);
-    let collector = Collector::default();
     collecting(&collector, || {
         for _ in 0..2 {
             let e = server.recv_vec().unwrap_err();
