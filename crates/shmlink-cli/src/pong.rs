@@ -167,7 +167,7 @@ fn run_clients(args: &PongArgs) -> Result<()> {
 fn describe(args: &PongArgs, client_cpu: Option<usize>) -> String {
     let server_cpu = args.pinning.cpu(true);
     let cpu = |c: Option<usize>| c.map_or("unpinned".to_string(), |c| format!("CPU {c}"));
-    let wait = args.options().get_wait_policy();
+    let wait = args.options().configured_wait_policy();
     format!(
         "# pong {}: {} messages of {} after {} warm-up{}; client {}, server {}; wait: spin {:?}, yield {:?}{}",
         args.mode.name(),
@@ -195,7 +195,7 @@ fn describe(args: &PongArgs, client_cpu: Option<usize>) -> String {
 fn run_one(args: &PongArgs, addr: &str) -> Result<RunResult> {
     let opts: Options = args
         .options()
-        .max_msg_size(args.size.max(Options::default().get_max_msg_size()));
+        .max_msg_size(args.size.max(Options::default().configured_max_msg_size()));
     let mut server = match args.role {
         Role::Both => Some(ServerProcess::start(args, addr)?),
         _ => None,

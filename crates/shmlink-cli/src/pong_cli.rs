@@ -298,7 +298,10 @@ mod tests {
         );
         assert!(p.json);
         assert_eq!(p.ring_size, Some(1 << 20));
-        assert_eq!(p.options().get_wait_policy(), shmlink::WaitPolicy::BLOCKING);
+        assert_eq!(
+            p.options().configured_wait_policy(),
+            shmlink::WaitPolicy::BLOCKING
+        );
         assert_eq!(p.addrs, ["shm:a", "ux:b"]);
         let p = pong("--server --once --parent-pid 7 --cpus none shm:x").unwrap();
         assert_eq!(
@@ -308,7 +311,7 @@ mod tests {
         assert_eq!(p.pinning, Pinning::Off);
         assert_eq!(pong("-w 8 -- ux:-odd").unwrap().addrs, ["ux:-odd"]);
         let p = pong("--cert c.pem --key k.pem --ca=ca.pem tls:127.0.0.1:0").unwrap();
-        let tls = p.options().get_tls().clone();
+        let tls = p.options().configured_tls().clone();
         assert_eq!(
             tls,
             shmlink::TlsOptions::new()

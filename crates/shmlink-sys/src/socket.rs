@@ -10,6 +10,8 @@ use std::time::Instant;
 use crate::{owned, poll_fd, syscall, Interest};
 
 /// Where a Unix socket lives: a file system path or a name in the abstract namespace.
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UnixName {
     /// A socket file.

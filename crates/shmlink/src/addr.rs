@@ -3,11 +3,88 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use crate::error::{Error, ErrorKind, Result};
 
-/// The transports an address may name, by prefix.
-pub const TRANSPORTS: &[&str] = &["shm", "ux", "tcp", "tls", "auto"];
+/// A transport, named by its address prefix (`shm:`, `ux:`, `tcp:`, `tls:`, `auto:`).
+///
+/// [`Display`](fmt::Display) and [`FromStr`] use the prefix without the colon:
+///
+/// ```
+/// use shmlink::Transport;
+/// assert_eq!("tls".parse::<Transport>()?, Transport::Tls);
+/// assert_eq!(Transport::Shm.to_string(), "shm");
+/// assert!(Transport::ALL.contains(&Transport::Auto));
+/// # Ok::<(), shmlink::Error>(())
+/// ```
+///
+/// `Send`, `Sync`, `Copy`.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// `shm:` — shared-memory rings.
+    Shm,
+    /// `ux:` — Unix `SOCK_SEQPACKET`.
+    Ux,
+    /// `tcp:` — TCP with length-prefixed frames.
+    Tcp,
+    /// `tls:` — `tcp:` inside TLS 1.3.
+    Tls,
+    /// `auto:` — TCP (or TLS), upgraded to `shm:` when both ends share a kernel. Only an
+    /// address names it: a connection or subscriber made through `auto:` reports the
+    /// transport its messages really travel over.
+    Auto,
+}
+
+impl Transport {
+    /// Every transport, in the order of the crate docs' table. Parsing and error
+    /// messages follow this list; the library's dispatch table is an exhaustive `match`
+    /// on the enum, so the enum is the one registry of transports.
+    pub const ALL: &'static [Transport] = &[
+        Transport::Shm,
+        Transport::Ux,
+        Transport::Tcp,
+        Transport::Tls,
+        Transport::Auto,
+    ];
+
+    /// The address prefix, without the colon: `"shm"`, `"ux"`, `"tcp"`, `"tls"`, `"auto"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Transport::Shm => "shm",
+            Transport::Ux => "ux",
+            Transport::Tcp => "tcp",
+            Transport::Tls => "tls",
+            Transport::Auto => "auto",
+        }
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Transport {
+    type Err = Error;
+
+    /// Parses a prefix without the colon (`"shm"`); fails with
+    /// [`ErrorKind::InvalidAddress`] naming the known ones.
+    fn from_str(s: &str) -> Result<Transport> {
+        Transport::ALL
+            .iter()
+            .copied()
+            .find(|t| t.as_str() == s)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidAddress,
+                    format!("unknown transport {s:?} (expected one of {})", prefixes()),
+                )
+            })
+    }
+}
 
 /// Longest path that fits `sockaddr_un.sun_path` with its terminating NUL.
 const SUN_PATH_MAX: usize = 107;
@@ -19,6 +96,8 @@ const NAME_MAX: usize = 64;
 pub use crate::sys::socket::UnixName;
 
 /// A parsed address.
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Address {
     /// `shm:NAME` (in the rendezvous directory), `shm:/path.sock` or `shm:@name`.
@@ -72,8 +151,14 @@ impl Address {
                 prefixes()
             )));
         };
-        match prefix {
-            "shm" => {
+        let Ok(transport) = prefix.parse::<Transport>() else {
+            return Err(bad(&format!(
+                "unknown transport {prefix:?} (expected one of {})",
+                prefixes()
+            )));
+        };
+        match transport {
+            Transport::Shm => {
                 let socket = if let Some(name) = rest.strip_prefix('@') {
                     UnixName::Abstract(check_name(name).map_err(|w| bad(&w))?)
                 } else if rest.starts_with('/') {
@@ -90,7 +175,7 @@ impl Address {
                     text: rest.to_string(),
                 })
             }
-            "ux" => {
+            Transport::Ux => {
                 if rest.starts_with('/') {
                     Ok(Address::Ux(UnixName::Path(
                         check_path(rest).map_err(|w| bad(&w))?,
@@ -101,30 +186,26 @@ impl Address {
                     )))
                 }
             }
-            "tcp" | "tls" | "auto" => {
+            Transport::Tcp | Transport::Tls | Transport::Auto => {
                 let (host, port) = host_port(rest)
                     .map_err(|w| bad(&format!("{w} (expected {prefix}:HOST:PORT)")))?;
-                Ok(match prefix {
-                    "tcp" => Address::Tcp { host, port },
-                    "tls" => Address::Tls { host, port },
+                Ok(match transport {
+                    Transport::Tcp => Address::Tcp { host, port },
+                    Transport::Tls => Address::Tls { host, port },
                     _ => Address::Auto { host, port },
                 })
             }
-            other => Err(bad(&format!(
-                "unknown transport {other:?} (expected one of {})",
-                prefixes()
-            ))),
         }
     }
 
-    /// The transport's prefix (`"shm"`, `"ux"`, `"tcp"`, `"tls"`).
-    pub fn transport(&self) -> &'static str {
+    /// The transport the address names (its prefix).
+    pub fn transport(&self) -> Transport {
         match self {
-            Address::Shm { .. } => "shm",
-            Address::Ux(_) => "ux",
-            Address::Tcp { .. } => "tcp",
-            Address::Tls { .. } => "tls",
-            Address::Auto { .. } => "auto",
+            Address::Shm { .. } => Transport::Shm,
+            Address::Ux(_) => Transport::Ux,
+            Address::Tcp { .. } => Transport::Tcp,
+            Address::Tls { .. } => Transport::Tls,
+            Address::Auto { .. } => Transport::Auto,
         }
     }
 
@@ -156,7 +237,7 @@ impl fmt::Display for Address {
 }
 
 fn prefixes() -> String {
-    TRANSPORTS
+    Transport::ALL
         .iter()
         .map(|t| format!("{t}:"))
         .collect::<Vec<_>>()
@@ -283,6 +364,29 @@ mod tests {
             panic!("shm:NAME must resolve to a path");
         };
         assert!(p.ends_with("chan.sock"));
+    }
+
+    #[test]
+    fn transport_names_round_trip_and_match_addresses() {
+        for &t in Transport::ALL {
+            assert_eq!(t.as_str().parse::<Transport>().unwrap(), t);
+            assert_eq!(t.to_string(), t.as_str());
+        }
+        for (text, t) in [
+            ("shm:x", Transport::Shm),
+            ("ux:x", Transport::Ux),
+            ("tcp:h:1", Transport::Tcp),
+            ("tls:h:1", Transport::Tls),
+            ("auto:h:1", Transport::Auto),
+        ] {
+            assert_eq!(Address::parse(text).unwrap().transport(), t, "{text}");
+        }
+        let e = "udp".parse::<Transport>().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidAddress);
+        assert!(
+            e.to_string().contains("shm:, ux:, tcp:, tls:, auto:"),
+            "{e}"
+        );
     }
 
     #[test]

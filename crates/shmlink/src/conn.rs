@@ -5,7 +5,7 @@ use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
 
-use crate::addr::Address;
+use crate::addr::{Address, Transport};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::{Counters, SharedCounters};
@@ -29,6 +29,8 @@ use crate::view::SharedBytes;
 /// assert_eq!(client.join().unwrap()?, b"ping");
 /// # Ok::<(), shmlink::Error>(())
 /// ```
+///
+/// `Send` (serve it from any thread), not `Sync`: `accept` takes `&mut self`.
 pub struct Listener {
     ops: Box<dyn ListenerOps>,
     nonblocking: bool,
@@ -39,7 +41,7 @@ impl Listener {
     pub fn bind(addr: &str, opts: &Options) -> Result<Listener> {
         opts.validate()?;
         let parsed = Address::parse(addr)?;
-        let ops = (transport::lookup(&parsed)?.bind)(&parsed, opts)
+        let ops = (transport::lookup(&parsed).bind)(&parsed, opts)
             .map_err(|e| e.context(format_args!("bind {addr}")))?;
         Ok(Listener {
             ops,
@@ -52,7 +54,37 @@ impl Listener {
     /// In non-blocking mode, returns [`ErrorKind::WouldBlock`] when no client is ready.
     pub fn accept(&mut self) -> Result<Connection> {
         let Accepted { conn, counters } = self.ops.accept(!self.nonblocking)?;
-        Ok(Connection::from_ops(conn, counters))
+        let conn = Connection::from_ops(conn, counters);
+        crate::trace::event!(
+            info,
+            listener = %self.local_addr(),
+            peer = %conn.peer_addr(),
+            transport = %conn.transport(),
+            "accepted"
+        );
+        Ok(conn)
+    }
+
+    /// An endless iterator over accepted connections, like
+    /// [`std::net::TcpListener::incoming`]: each item is what [`accept`](Self::accept)
+    /// returns. Refused clients never appear (the listener skips them); an error item is
+    /// the listener's own failure (or [`ErrorKind::WouldBlock`] in non-blocking mode) and
+    /// the iteration may go on after it.
+    ///
+    /// ```
+    /// # std::env::set_var("SHMLINK_DIR", std::env::temp_dir().join(format!("shmlink-doc-{}", std::process::id())));
+    /// use shmlink::{Connection, Listener, Options};
+    /// let mut listener = Listener::bind("shm:doc-incoming", &Options::default())?;
+    /// let client = std::thread::spawn(|| Connection::connect("shm:doc-incoming", &Options::default()));
+    /// for conn in listener.incoming().take(1) {
+    ///     let conn = conn?;
+    ///     assert_eq!(conn.transport(), shmlink::Transport::Shm);
+    /// }
+    /// client.join().unwrap()?;
+    /// # Ok::<(), shmlink::Error>(())
+    /// ```
+    pub fn incoming(&mut self) -> Incoming<'_> {
+        Incoming { listener: self }
     }
 
     /// Switches non-blocking mode; the listener's fd is readable when `accept` may succeed.
@@ -86,31 +118,64 @@ impl fmt::Debug for Listener {
     }
 }
 
+/// The iterator [`Listener::incoming`] returns: never ends, each item is one
+/// [`Listener::accept`].
+///
+/// `Send`, like the [`Listener`] it borrows.
+#[derive(Debug)]
+pub struct Incoming<'a> {
+    listener: &'a mut Listener,
+}
+
+impl Iterator for Incoming<'_> {
+    type Item = Result<Connection>;
+
+    fn next(&mut self) -> Option<Result<Connection>> {
+        Some(self.listener.accept())
+    }
+}
+
 /// A connection: reliable, ordered, message-boundary-preserving, flow-controlled.
 ///
 /// Blocking by default; in non-blocking mode calls return [`ErrorKind::WouldBlock`] and the
 /// connection's fd ([`AsRawFd`]) becomes readable when it is worth calling again or the
 /// peer is gone. Zero-length messages are valid messages; the end of the stream is
 /// reported as [`ErrorKind::EndOfStream`], never as a length of 0.
+///
+/// `Send`, not `Sync`: move it to the thread that serves it; every call takes
+/// `&mut self`. To send from one thread while another receives, [`split`](Self::split) it.
 pub struct Connection {
     ops: Conn,
     /// The transport's limit, cached: it is checked on every send.
     max_send: usize,
     nonblocking: bool,
+    /// What the messages travel over (for `auto:`, what it settled on).
+    transport: Transport,
     /// Shared with the listener that accepted the connection, if it keeps track of it.
     counters: Arc<SharedCounters>,
     closed: bool,
+    /// Whether the peer's death was reported (`tracing` feature), so it is reported once.
+    #[cfg(feature = "tracing")]
+    reset_seen: bool,
 }
 
 impl Connection {
     /// `counters`: those the listener reads, if it keeps track of the connection.
     fn from_ops(ops: Box<dyn ConnOps>, counters: Option<Arc<SharedCounters>>) -> Connection {
+        let local = ops.local_addr();
+        let transport = local
+            .split_once(':')
+            .and_then(|(prefix, _)| prefix.parse().ok())
+            .unwrap_or_else(|| panic!("transport gave a local address without prefix: {local:?}"));
         Connection {
             max_send: ops.max_send_size(),
+            transport,
             ops: ops.into(),
             nonblocking: false,
             counters: counters.unwrap_or_else(|| Arc::new(SharedCounters::new())),
             closed: false,
+            #[cfg(feature = "tracing")]
+            reset_seen: false,
         }
     }
 
@@ -118,9 +183,27 @@ impl Connection {
     pub fn connect(addr: &str, opts: &Options) -> Result<Connection> {
         opts.validate()?;
         let parsed = Address::parse(addr)?;
-        let ops = (transport::lookup(&parsed)?.connect)(&parsed, opts)
+        let ops = (transport::lookup(&parsed).connect)(&parsed, opts)
             .map_err(|e| e.context(format_args!("connect {addr}")))?;
         Ok(Connection::from_ops(ops, None))
+    }
+
+    /// Reports (`tracing` feature) the first [`ErrorKind::ConnectionReset`]: the peer
+    /// died or broke the connection.
+    #[cold]
+    fn failed(&mut self, e: Error) -> Error {
+        #[cfg(feature = "tracing")]
+        if e.kind() == ErrorKind::ConnectionReset && !self.reset_seen {
+            self.reset_seen = true;
+            crate::trace::event!(
+                warn,
+                local = %self.local_addr(),
+                peer = %self.peer_addr(),
+                error = %e,
+                "peer died or reset the connection"
+            );
+        }
+        e
     }
 
     #[inline]
@@ -151,7 +234,9 @@ impl Connection {
     pub fn send(&mut self, msg: &[u8]) -> Result<()> {
         self.check_open()?;
         self.check_size(msg.len())?;
-        with_conn!(&mut self.ops, |c| c.send(msg, !self.nonblocking))?;
+        if let Err(e) = with_conn!(&mut self.ops, |c| c.send(msg, !self.nonblocking)) {
+            return Err(self.failed(e));
+        }
         self.counters.count_out(msg.len());
         Ok(())
     }
@@ -182,7 +267,10 @@ impl Connection {
     #[inline]
     fn next(&mut self) -> Result<usize> {
         self.check_open()?;
-        with_conn!(&mut self.ops, |c| c.recv_next(!self.nonblocking))
+        match with_conn!(&mut self.ops, |c| c.recv_next(!self.nonblocking)) {
+            Ok(n) => Ok(n),
+            Err(e) => Err(self.failed(e)),
+        }
     }
 
     #[inline]
@@ -237,6 +325,13 @@ impl Connection {
         Ok(RecvBuf { conn: self })
     }
 
+    /// Pushes out, without blocking, what a non-blocking send left in this process; true
+    /// once nothing is left (the next non-blocking send will be accepted).
+    pub(crate) fn writable(&mut self) -> Result<bool> {
+        self.check_open()?;
+        with_conn!(&mut self.ops, |c| c.writable())
+    }
+
     /// Switches non-blocking mode.
     pub fn set_nonblocking(&mut self, nonblocking: bool) {
         self.nonblocking = nonblocking;
@@ -276,14 +371,11 @@ impl Connection {
         with_conn!(&self.ops, |c| c.max_send_size())
     }
 
-    /// The transport's name (`"shm"`, `"ux"`, `"tcp"`, `"tls"`).
-    pub fn transport(&self) -> &'static str {
-        let addr = with_conn!(&self.ops, |c| c.local_addr());
-        transport::REGISTRY
-            .iter()
-            .map(|t| t.name)
-            .find(|name| addr.strip_prefix(name).is_some_and(|r| r.starts_with(':')))
-            .unwrap_or("?")
+    /// What the messages travel over: [`Transport::Shm`], [`Transport::Ux`],
+    /// [`Transport::Tcp`] or [`Transport::Tls`] (an `auto:` connection reports the one it
+    /// settled on, never [`Transport::Auto`]).
+    pub fn transport(&self) -> Transport {
+        self.transport
     }
 
     /// Our address.
@@ -330,6 +422,8 @@ impl fmt::Debug for Connection {
 
 /// Room for one outgoing message, written in place; [`commit`](SendBuf::commit) sends it,
 /// dropping it sends nothing.
+///
+/// `Send`, not `Sync`: it borrows the [`Connection`] mutably.
 pub struct SendBuf<'a> {
     conn: &'a mut Connection,
     len: usize,
@@ -371,6 +465,8 @@ impl Drop for SendBuf<'_> {
 }
 
 /// A received message lent in place; consumed when dropped.
+///
+/// `Send`, not `Sync`: it borrows the [`Connection`] mutably.
 pub struct RecvBuf<'a> {
     conn: &'a mut Connection,
 }

@@ -8,6 +8,8 @@ use std::io;
 ///
 /// Kinds that have an equivalent in [`std::io::ErrorKind`] map to it through
 /// [`ErrorKind::io_kind`] (and `From<Error> for io::Error`); the others are shmlink's own.
+///
+/// `Send`, `Sync`, `Copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
@@ -96,6 +98,9 @@ impl ErrorKind {
 }
 
 /// A shmlink error: a kind, a message with context, and the OS error behind it if any.
+///
+/// `Send` and `Sync` (so it converts into `Box<dyn std::error::Error + Send + Sync>`
+/// and [`std::io::Error`]).
 pub struct Error {
     kind: ErrorKind,
     msg: String,

@@ -38,6 +38,8 @@ use crate::transport::shm::handshake::{Packet, MAX_STATUS};
 pub const DEFAULT_INSPECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// What [`inspect`](crate::inspect()) found at one socket.
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SocketState {
@@ -57,6 +59,8 @@ pub enum SocketState {
 }
 
 /// One rendezvous socket and what [`inspect`](crate::inspect()) learned about it.
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SocketReport {

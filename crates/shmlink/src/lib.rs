@@ -49,12 +49,39 @@
 //! server.join().unwrap()?;
 //! # Ok::<(), shmlink::Error>(())
 //! ```
-#![warn(missing_docs)]
+//!
+//! # Threads
+//!
+//! Every public type says whether it is `Send` and `Sync`, and a compile-time check in
+//! this crate keeps it so. Connections, listeners, publishers and subscribers are `Send`
+//! (move them to the thread or task that serves them) but not `Sync`: each call takes
+//! `&mut self`. To send from one thread while another receives, [`Connection::split`]
+//! gives a [`SendHalf`] and a [`RecvHalf`]. [`Subscriber::iter`] (or `for msg in &mut sub`)
+//! iterates over a subscriber's messages.
+//!
+//! # Cargo features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `tracing` | off | events through the [`tracing`](https://docs.rs/tracing) crate (target `shmlink`): a listener's accepts and refusals with the reason (a refused client is otherwise invisible on the listener's side), peer death, pub/sub subscribers joining, leaving, being detached, and lag. Off, the calls compile to nothing. |
+//! | `testing` | off | `shmlink::testing`: raw-protocol clients, hostile peers and fuzz entry points for this workspace's tests, fuzz targets and benchmarks. Not part of the API: it changes without notice. |
+//!
+//! # Platform
+//!
+//! Linux only (memfd seals, `SO_PEERCRED`, abstract Unix sockets, `eventfd`, `epoll`),
+//! on 64-bit targets; other targets fail to compile with a message saying so.
+#![deny(missing_docs)]
 
 // Sizes announced by peers are u64 on the wire and in shared memory; the arithmetic that
 // bounds them assumes they fit a usize.
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("shmlink supports 64-bit targets only (sizes from peers are checked as 64-bit)");
+
+// memfd seals, SO_PEERCRED, abstract Unix sockets, eventfd and epoll: Linux only.
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "shmlink supports Linux only (it needs memfd seals, SO_PEERCRED, eventfd and epoll)"
+);
 
 mod addr;
 mod conn;
@@ -64,7 +91,10 @@ mod notify;
 mod options;
 mod pubsub;
 mod rendezvous;
+mod split;
 mod status;
+mod threads;
+mod trace;
 mod transport;
 mod trust;
 mod view;
@@ -74,6 +104,8 @@ use shmlink_ring::spsc as ring;
 use shmlink_ring::sync;
 use shmlink_sys as sys;
 
+// Test and benchmark helpers (cargo feature `testing`); not part of the API.
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod testing;
 
@@ -82,16 +114,17 @@ pub mod testing;
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
 
-pub use addr::{rendezvous_dir, Address, UnixName, TRANSPORTS};
-pub use conn::{Connection, Listener, RecvBuf, SendBuf};
+pub use addr::{rendezvous_dir, Address, Transport, UnixName};
+pub use conn::{Connection, Incoming, Listener, RecvBuf, SendBuf};
 pub use error::{Error, ErrorKind, Result};
 pub use inspect::{inspect, SocketReport, SocketState, DEFAULT_INSPECT_TIMEOUT};
 pub use options::{
     Options, Pem, TlsOptions, WaitPolicy, MAX_MSG_SIZE_LIMIT, MAX_RING_SIZE, MIN_RING_SIZE,
 };
 pub use pubsub::{
-    Loan, Policy, PubSubOptions, Publisher, PublisherStats, Sample, Subscriber, SubscriberInfo,
-    SubscriberStats, TopicStatus, TopicSubscriber, MAX_SUBSCRIBERS,
+    Loan, Messages, Policy, PubSubOptions, Publisher, PublisherStats, Sample, Subscriber,
+    SubscriberInfo, SubscriberStats, TopicStatus, TopicSubscriber, MAX_SUBSCRIBERS,
 };
+pub use split::{RecvHalf, ReuniteError, SendHalf};
 pub use status::{ConnectionStatus, Counters, ListenerStatus, ProcessCred};
 pub use view::SharedBytes;

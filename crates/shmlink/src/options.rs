@@ -21,6 +21,8 @@ pub const MAX_MSG_SIZE_LIMIT: usize = 1 << 30;
 /// parks. `spin` polls with the CPU's `pause` hint; `yield_` polls with `sched_yield`, which
 /// lets a peer pinned to the same core run. Both zero means "always sleep" (the blocking
 /// policy).
+///
+/// `Send`, `Sync`, `Copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WaitPolicy {
     /// Busy-poll time before yielding.
@@ -51,6 +53,8 @@ impl Default for WaitPolicy {
 /// Where a PEM document comes from: a file, or the text itself.
 ///
 /// Its `Debug` form never shows the text, which may be a private key.
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Pem {
     /// The path of a file holding PEM text.
@@ -121,6 +125,8 @@ impl fmt::Display for Pem {
 /// );
 /// # let _ = (server, client);
 /// ```
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsOptions {
     pub(crate) cert: Option<Pem>,
@@ -200,13 +206,17 @@ impl TlsOptions {
 /// Options for [`Connection::connect`](crate::Connection::connect) and
 /// [`Listener::bind`](crate::Listener::bind).
 ///
+/// A by-value builder: each setter has the option's plain name and returns the options;
+/// the value reads back through the same name prefixed `configured_` (the pattern of
+/// [`PubSubOptions`](crate::PubSubOptions) too). `Send`, `Sync`, `Clone`.
+///
 /// ```
 /// use std::time::Duration;
 /// let opts = shmlink::Options::default()
 ///     .ring_size(1 << 20)
 ///     .max_msg_size(16 << 20)
 ///     .connect_timeout(Duration::from_secs(2));
-/// assert_eq!(opts.get_ring_size(), 1 << 20);
+/// assert_eq!(opts.configured_ring_size(), 1 << 20);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
@@ -351,23 +361,25 @@ impl Options {
         self
     }
 
-    /// The TLS settings set.
-    pub fn get_tls(&self) -> &TlsOptions {
+    /// The TLS settings [`tls`](Self::tls) set.
+    pub fn configured_tls(&self) -> &TlsOptions {
         &self.tls
     }
 
-    /// The ring size set.
-    pub fn get_ring_size(&self) -> usize {
+    /// The ring size [`ring_size`](Self::ring_size) set (or the default).
+    pub fn configured_ring_size(&self) -> usize {
         self.ring_size
     }
 
-    /// The maximum message size set.
-    pub fn get_max_msg_size(&self) -> usize {
+    /// The maximum message size [`max_msg_size`](Self::max_msg_size) set (or the
+    /// default). A connection's real limit also depends on the peer:
+    /// [`Connection::max_msg_size`](crate::Connection::max_msg_size).
+    pub fn configured_max_msg_size(&self) -> usize {
         self.max_msg_size
     }
 
-    /// The wait policy set.
-    pub fn get_wait_policy(&self) -> WaitPolicy {
+    /// The wait policy [`wait_policy`](Self::wait_policy) set (or the default).
+    pub fn configured_wait_policy(&self) -> WaitPolicy {
         self.wait
     }
 

@@ -11,6 +11,8 @@ use crate::sync::{AtomicU64, Ordering};
 use crate::sys::socket::PeerCred;
 
 /// Per-connection message and byte counters.
+///
+/// `Send`, `Sync`, `Copy`: plain numbers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Messages sent.
@@ -95,6 +97,8 @@ impl SharedCounters {
 
 /// A process at the other end of a Unix socket, as the kernel saw it when the socket was
 /// connected or bound (`SO_PEERCRED`): the kernel's word, not the peer's.
+///
+/// `Send`, `Sync`, `Copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcessCred {
     /// Process id in the PID namespace of whoever asked the kernel (0 if the process is
@@ -117,6 +121,8 @@ impl From<PeerCred> for ProcessCred {
 }
 
 /// What a listener reports about itself and its connections.
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ListenerStatus {
@@ -136,6 +142,8 @@ pub struct ListenerStatus {
 }
 
 /// One connection a listener accepted and that is still open in the listener's process.
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ConnectionStatus {

@@ -54,6 +54,8 @@ use crate::sys;
 /// let first = sample[0]; // Sample is not a slice either
 /// # Ok(()) }
 /// ```
+///
+/// `Send`, `Sync`, `Copy`: a view whose every read is a copy.
 #[derive(Clone, Copy)]
 pub struct SharedBytes<'a> {
     ptr: NonNull<u8>,

@@ -42,7 +42,7 @@ fn serve(mut l: Listener) -> (Arc<AtomicBool>, JoinHandle<Vec<&'static str>>) {
         while !flag.load(Ordering::Relaxed) {
             match l.accept() {
                 Ok(c) => {
-                    paths.push(c.transport());
+                    paths.push(c.transport().as_str());
                     std::thread::spawn(move || answer_with_transport(c));
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
@@ -58,7 +58,7 @@ fn serve(mut l: Listener) -> (Arc<AtomicBool>, JoinHandle<Vec<&'static str>>) {
 
 fn answer_with_transport(mut c: Connection) {
     while c.recv_vec().is_ok() {
-        if c.send(c.transport().as_bytes()).is_err() {
+        if c.send(c.transport().as_str().as_bytes()).is_err() {
             break;
         }
     }
@@ -173,7 +173,7 @@ fn another_servers_socket_at_the_same_path_is_not_taken() {
     let (stop_b, server_b) = serve(b);
 
     let mut c = Connection::connect(&a_addr, &Options::default()).unwrap();
-    assert_eq!(c.transport(), "tcp");
+    assert_eq!(c.transport(), shmlink::Transport::Tcp);
     c.send(b"which?").unwrap();
     assert_eq!(c.recv_vec().unwrap(), b"tcp");
     drop(c);
@@ -319,7 +319,11 @@ fn clients_racing_a_restarting_listener_never_hang_or_split() {
                                 Ok(()) => match recv_within(&mut c, Duration::from_secs(5)) {
                                     // Both ends on the same path, whichever it is.
                                     Ok(theirs) => {
-                                        assert_eq!(theirs, mine.as_bytes(), "split connection");
+                                        assert_eq!(
+                                            theirs,
+                                            mine.as_str().as_bytes(),
+                                            "split connection"
+                                        );
                                         format!("ok {mine}")
                                     }
                                     Err(kind) => format!("lost {kind}"),
@@ -379,7 +383,7 @@ fn with_tls_options_the_negotiation_runs_over_tls_and_still_upgrades() {
     let tcp = addr.replacen("auto:", "tcp:", 1);
     assert!(Connection::connect(&tcp, &Options::default()).is_err());
     let mut c = Connection::connect(&addr, &opts).unwrap();
-    assert_eq!(c.transport(), "shm");
+    assert_eq!(c.transport(), shmlink::Transport::Shm);
     c.send(b"which?").unwrap();
     assert_eq!(c.recv_vec().unwrap(), b"shm");
     drop(c);

@@ -381,8 +381,8 @@ fn counters_and_addresses(t: &str) {
     let sc = s.counters();
     assert_eq!((sc.msgs_in, sc.bytes_in), (2, 30));
     let t = path_of(t);
-    assert_eq!(c.transport(), t);
-    assert_eq!(s.transport(), t);
+    assert_eq!(c.transport().as_str(), t);
+    assert_eq!(s.transport().as_str(), t);
     assert!(
         c.peer_addr().starts_with(&format!("{t}:")),
         "{}",

@@ -26,8 +26,9 @@
 //!
 //! 1. Plain types and the OS: `error`; `addr` (addresses, the rendezvous directory);
 //!    `options`; `sys` (the only libc user) and `sync` (the loom shim); `trust` (who may
-//!    connect); `view`, `notify`; `status` (per-connection counters and what a listener
-//!    reports: a leaf the transports fill in and `inspect` reads).
+//!    connect); `trace` (the optional `tracing` events); `view`, `notify`; `status`
+//!    (per-connection counters and what a listener reports: a leaf the transports fill
+//!    in and `inspect` reads).
 //! 2. `ring`: the SPSC byte ring.
 //! 3. `rendezvous`: binding, removing and sweeping the rendezvous sockets of `shm:`
 //!    addresses (for the `shm:` listener, `auto:`'s upgrade socket and the publisher).
@@ -39,16 +40,19 @@
 //!    boot ids, tokens, the upgrade socket); `net` (publish/subscribe's one interface to
 //!    the network transports); `auto`. `transport`'s own file only lists them (the
 //!    registry) and holds a connection as `shm:` or as a trait object (`Conn`).
-//! 5. `conn` (the public `Connection` and `Listener` over the transports).
+//! 5. `conn` (the public `Connection` and `Listener` over the transports), then `split`
+//!    (its send and receive halves).
 //! 6. `pubsub`, inside which: the codecs `wire` and `handshake`; `ring`, `segment`,
 //!    `options`; `topic` (the state the publisher shares with its control and fan-out
 //!    threads) and `stats`; `shm_subscriber`, `remote` (the network subscriber), then
-//!    `subscriber`; `control`, `fanout`, then `publisher`, which starts both threads. Its
+//!    `subscriber`; `status` (a topic's answer to `inspect`), `control`, `fanout`, then
+//!    `publisher`, which starts both threads. Its
 //!    network side names nothing of `transport` but `transport::net`, its shared-memory
 //!    side the `shm:` packet codec its handshake extends (checked below).
 //! 7. `inspect` (asks listeners and publishers over their rendezvous sockets; a
 //!    publisher's answer is pub/sub's own packet, so `inspect` comes after `pubsub`).
-//! 8. `testing` (helpers for the tests) may name anything; nothing names it.
+//! 8. `testing` (helpers for the tests, cargo feature `testing`) and `threads` (the
+//!    compile-time `Send`/`Sync` checks) may name anything; nothing names them.
 //!
 //! The crate root only declares and re-exports.
 

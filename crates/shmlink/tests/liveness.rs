@@ -196,7 +196,7 @@ fn remote_subscriber_flood_leaves_the_local_slots() {
     for _ in 0..8 {
         match Subscriber::connect(&tcp, &PubSubOptions::default()) {
             Ok(s) => {
-                assert_eq!(s.transport(), "tcp");
+                assert_eq!(s.transport(), shmlink::Transport::Tcp);
                 subs.push(s);
             }
             Err(e) => {
@@ -215,7 +215,7 @@ fn remote_subscriber_flood_leaves_the_local_slots() {
     // The local slots are still there.
     for _ in 0..2 {
         let s = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
-        assert_eq!(s.transport(), "shm");
+        assert_eq!(s.transport(), shmlink::Transport::Shm);
         subs.push(s);
     }
     publisher

@@ -569,7 +569,7 @@ impl Fixture {
             match l.accept() {
                 Ok(conn) => {
                     l.set_nonblocking(false);
-                    assert_eq!(conn.transport(), self.transport);
+                    assert_eq!(conn.transport().as_str(), self.transport);
                     // A connection adds no file next to the listener's socket.
                     self.check_dir_holds_only_the_socket();
                     return conn;

@@ -340,7 +340,7 @@ fn graceful_close_is_end_of_stream_after_the_last_message() {
         let a = addr.clone();
         let by_ref = std::thread::spawn(move || {
             let mut sub = Subscriber::connect(&a, &PubSubOptions::default()).unwrap();
-            assert_eq!(sub.transport(), "tcp");
+            assert_eq!(sub.transport(), shmlink::Transport::Tcp);
             assert_eq!(sub.policy(), Policy::Block);
             assert_eq!(sub.max_msg_size(), 64);
             let mut n = 0;
@@ -504,7 +504,7 @@ fn auto_subscriber_picks_shm_locally_and_tcp_otherwise() {
             Publisher::bind("auto:127.0.0.1:0", &PubSubOptions::default().slots(256)).unwrap();
         let addr = publisher.local_addr();
         let mut local = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
-        assert_eq!(local.transport(), "shm");
+        assert_eq!(local.transport(), shmlink::Transport::Shm);
         // Remove the rendezvous socket (its name carries the port): the next one stays
         // on TCP.
         let port = addr.rsplit(':').next().unwrap();
@@ -520,7 +520,7 @@ fn auto_subscriber_picks_shm_locally_and_tcp_otherwise() {
         }
         assert_eq!(removed, 1, "no topic socket for port {port} in {dir:?}");
         let mut remote = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
-        assert_eq!(remote.transport(), "tcp");
+        assert_eq!(remote.transport(), shmlink::Transport::Tcp);
         publisher.wait_for_subscribers(2, WAIT).unwrap();
         for seq in 0..100 {
             publish(&mut publisher, seq);
@@ -623,7 +623,7 @@ fn tls_topic_smoke() {
         let o = opts.clone();
         let sub = std::thread::spawn(move || {
             let mut sub = Subscriber::connect(&addr, &o).unwrap();
-            assert_eq!(sub.transport(), "tls");
+            assert_eq!(sub.transport(), shmlink::Transport::Tls);
             read_all(&mut sub)
         });
         publisher.wait_for_subscribers(1, WAIT).unwrap();

@@ -45,7 +45,7 @@ fn serve(tls: TlsOptions, good: usize) -> (String, thread::JoinHandle<()>) {
 /// Connects, and checks the connection works.
 fn works(addr: &str, tls: TlsOptions) {
     let mut c = Connection::connect(addr, &Options::default().tls(tls)).unwrap();
-    assert_eq!(c.transport(), "tls");
+    assert_eq!(c.transport(), shmlink::Transport::Tls);
     c.send(b"hi").unwrap();
     assert_eq!(c.recv_vec().unwrap(), b"hi");
 }

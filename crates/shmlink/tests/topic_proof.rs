@@ -125,7 +125,7 @@ fn auto_subscriber_attaches_over_shm_with_its_token() {
         Publisher::bind("auto:127.0.0.1:0", &PubSubOptions::default().slots(64)).unwrap();
     let addr = publisher.local_addr();
     let mut sub = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
-    assert_eq!(sub.transport(), "shm");
+    assert_eq!(sub.transport(), shmlink::Transport::Shm);
     publish(&mut publisher, 1, 10);
     expect_numbers(&mut sub, 10);
 
@@ -173,7 +173,7 @@ fn a_wrong_proof_keeps_the_subscriber_on_the_network() {
     .unwrap();
 
     let mut sub = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap();
-    assert_eq!(sub.transport(), "tcp");
+    assert_eq!(sub.transport(), shmlink::Transport::Tcp);
     publish(&mut publisher, 1, 10);
     expect_numbers(&mut sub, 10);
 
@@ -210,7 +210,7 @@ fn other_local_users_cannot_skip_the_client_certificate() {
         &PubSubOptions::default().options(common::opts("tls")),
     )
     .unwrap();
-    assert_eq!(ours.transport(), "shm");
+    assert_eq!(ours.transport(), shmlink::Transport::Shm);
     publish(&mut auto, 1, 5);
     expect_numbers(&mut ours, 5);
     if !root() {

@@ -80,7 +80,7 @@ fn endpoint(conn: Connection, zero_copy: bool) -> Box<dyn Endpoint> {
 
 impl Shmlink {
     fn options(&self, c: &Ctx) -> Options {
-        let default_max = Options::default().get_max_msg_size();
+        let default_max = Options::default().configured_max_msg_size();
         let mut opts = Options::default().max_msg_size(c.size.max(default_max));
         if self.transport == "shm" {
             // In place means in one ring record, at most half a ring: the zero-copy row

@@ -298,7 +298,16 @@ impl Control {
         let p = self.pending.swap_remove(i);
         let _ = self.topic.ctl_epoll.delete(p.sock.as_raw_fd());
         let (sock, remote) = (p.sock, p.remote);
-        let refuse = |sock: &OwnedFd, code, reason: String| {
+        // The topic, for the refusal's event (`tracing` feature).
+        let _topic = self.topic.clone();
+        let refuse = |sock: &OwnedFd, code: RefuseCode, reason: String| {
+            crate::trace::event!(
+                warn,
+                topic = %_topic.addr,
+                ?code,
+                reason = %reason,
+                "subscriber refused"
+            );
             let _ = socket::send(sock.as_fd(), &Packet::Refuse(code, reason).encode());
         };
         let n = match res {
@@ -433,7 +442,7 @@ impl Control {
             );
         };
         // Network clients must not take every slot: the rest stays for local subscribers.
-        let max_remote = topic.opts.get_max_remote_subscribers();
+        let max_remote = topic.opts.configured_max_remote_subscribers();
         if remote && table.subs.iter().flatten().filter(|s| s.remote).count() >= max_remote {
             return refuse(
                 sock,
@@ -505,6 +514,15 @@ impl Control {
         }
         table.next_gen += 1;
         table.next_slot = slot + 1;
+        crate::trace::event!(
+            info,
+            topic = %topic.addr,
+            slot,
+            remote,
+            pid = cred.pid,
+            uid = cred.uid,
+            "subscriber joined"
+        );
         table.subs[slot] = Some(Sub {
             gen,
             page,

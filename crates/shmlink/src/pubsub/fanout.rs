@@ -114,7 +114,7 @@ pub(crate) fn plan(parsed: &Address, opts: &PubSubOptions) -> Result<NetPlan> {
     let mut base = opts
         .base
         .clone()
-        .max_msg_size(framed_max(opts.get_max_msg_size()));
+        .max_msg_size(framed_max(opts.configured_max_msg_size()));
     base.role = Role::Topic;
     let listener = outer.bind(&base)?;
     let bound = listener.local_addr();

@@ -9,6 +9,8 @@ use crate::options::{Options, WaitPolicy, MAX_MSG_SIZE_LIMIT};
 
 /// What the publisher does when the ring is full, i.e. when the oldest message in it
 /// has not been read by every subscriber yet.
+///
+/// `Send`, `Sync`, `Copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Policy {
     /// The publisher waits for the slowest live subscriber (lossless). A subscriber the
@@ -41,6 +43,10 @@ pub const DEFAULT_MAX_MSG: usize = 4096 - PAYLOAD_OFFSET;
 /// timeouts and the wait policy come from the [`Options`] set with
 /// [`options`](Self::options).
 ///
+/// Like [`Options`], a by-value builder whose setters have the plain names; values read
+/// back through `configured_NAME` (defaults and [`capacity`](Self::capacity) applied).
+/// `Send`, `Sync`, `Clone`.
+///
 /// ```
 /// use std::time::Duration;
 /// use shmlink::{Policy, PubSubOptions};
@@ -50,7 +56,7 @@ pub const DEFAULT_MAX_MSG: usize = 4096 - PAYLOAD_OFFSET;
 ///     .policy(Policy::Block)
 ///     .stall_timeout(Duration::from_millis(500))
 ///     .history(100);
-/// assert_eq!(opts.get_slots(), 4096);
+/// assert_eq!(opts.configured_slots(), 4096);
 /// assert_eq!(opts.slot_size(), 320); // 16-byte header + 256, rounded up to 64
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -175,7 +181,7 @@ impl PubSubOptions {
 
     /// The most remote subscribers these options allow (see
     /// [`max_remote_subscribers`](Self::max_remote_subscribers)).
-    pub fn get_max_remote_subscribers(&self) -> usize {
+    pub fn configured_max_remote_subscribers(&self) -> usize {
         self.max_remote_subscribers
             .unwrap_or(self.max_subscribers / 2)
     }
@@ -194,8 +200,9 @@ impl PubSubOptions {
         self
     }
 
-    /// The slot count the options give (after [`capacity`](Self::capacity)).
-    pub fn get_slots(&self) -> usize {
+    /// The slot count the options give: [`slots`](Self::slots), or what
+    /// [`capacity`](Self::capacity) makes of its byte budget.
+    pub fn configured_slots(&self) -> usize {
         match self.capacity {
             None => self.slots,
             Some(bytes) => {
@@ -205,32 +212,33 @@ impl PubSubOptions {
         }
     }
 
-    /// The largest message (the publisher's default if unset).
-    pub fn get_max_msg_size(&self) -> usize {
+    /// The largest message [`max_msg_size`](Self::max_msg_size) set (the publisher's
+    /// default if unset).
+    pub fn configured_max_msg_size(&self) -> usize {
         self.max_msg_size.unwrap_or(DEFAULT_MAX_MSG)
     }
 
     /// Bytes per slot: the 16-byte header and the largest message, rounded up to 64.
     pub fn slot_size(&self) -> usize {
-        (PAYLOAD_OFFSET + self.get_max_msg_size()).next_multiple_of(64)
+        (PAYLOAD_OFFSET + self.configured_max_msg_size()).next_multiple_of(64)
     }
 
-    /// The policy set.
-    pub fn get_policy(&self) -> Policy {
+    /// The policy [`policy`](Self::policy) set (or the default).
+    pub fn configured_policy(&self) -> Policy {
         self.policy
     }
 
-    /// The transport options.
-    pub fn get_options(&self) -> &Options {
+    /// The transport options [`options`](Self::options) set.
+    pub fn configured_options(&self) -> &Options {
         &self.base
     }
 
     /// The ring these options describe.
     pub(crate) fn geometry(&self) -> Geometry {
         Geometry {
-            slots: self.get_slots() as u64,
+            slots: self.configured_slots() as u64,
             slot_size: self.slot_size(),
-            max_msg: self.get_max_msg_size(),
+            max_msg: self.configured_max_msg_size(),
         }
     }
 
@@ -238,13 +246,13 @@ impl PubSubOptions {
     pub fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::new(ErrorKind::InvalidInput, msg));
         self.base.validate()?;
-        let max_msg = self.get_max_msg_size();
+        let max_msg = self.configured_max_msg_size();
         if max_msg > MAX_MSG_SIZE_LIMIT {
             return bad(format!(
                 "option max_msg_size = {max_msg}: must be at most {MAX_MSG_SIZE_LIMIT}"
             ));
         }
-        let slots = self.get_slots();
+        let slots = self.configured_slots();
         if !slots.is_power_of_two() || !(2..=MAX_SLOTS).contains(&slots) {
             return bad(format!(
                 "option slots = {slots}: must be a power of two in 2..={MAX_SLOTS}"
@@ -278,7 +286,7 @@ impl PubSubOptions {
     /// Checks the options a publisher uses beyond [`validate`](Self::validate).
     pub(crate) fn validate_publisher(&self) -> Result<()> {
         self.validate()?;
-        let slots = self.get_slots() as u64;
+        let slots = self.configured_slots() as u64;
         let history = self.publisher_history();
         if history >= slots {
             return Err(Error::new(
@@ -356,18 +364,22 @@ mod tests {
     #[test]
     fn remote_subscribers_leave_local_slots_by_default() {
         let o = PubSubOptions::default();
-        assert_eq!(o.get_max_remote_subscribers(), MAX_SUBSCRIBERS / 2);
+        assert_eq!(o.configured_max_remote_subscribers(), MAX_SUBSCRIBERS / 2);
         let o = o.max_subscribers(4);
-        assert_eq!(o.get_max_remote_subscribers(), 2);
-        assert_eq!(o.max_remote_subscribers(4).get_max_remote_subscribers(), 4);
+        assert_eq!(o.configured_max_remote_subscribers(), 2);
+        assert_eq!(
+            o.max_remote_subscribers(4)
+                .configured_max_remote_subscribers(),
+            4
+        );
     }
 
     #[test]
     fn capacity_picks_a_power_of_two_of_slots() {
         let o = PubSubOptions::default().max_msg_size(48).capacity(1000);
         assert_eq!(o.slot_size(), 64);
-        assert_eq!(o.get_slots(), 8); // 15 fit, 8 is the power of two below
-        assert_eq!(o.clone().capacity(10).get_slots(), 2);
-        assert_eq!(o.slots(64).get_slots(), 64);
+        assert_eq!(o.configured_slots(), 8); // 15 fit, 8 is the power of two below
+        assert_eq!(o.clone().capacity(10).configured_slots(), 2);
+        assert_eq!(o.slots(64).configured_slots(), 64);
     }
 }

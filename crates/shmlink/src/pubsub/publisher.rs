@@ -76,6 +76,8 @@ fn doorbell(sock: BorrowedFd<'_>) -> bool {
 }
 
 /// Publisher statistics.
+///
+/// `Send`, `Sync`, `Copy`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PublisherStats {
     /// Messages published.
@@ -91,6 +93,8 @@ pub struct PublisherStats {
 }
 
 /// One subscriber as the publisher sees it.
+///
+/// `Send`, `Sync`, `Copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SubscriberInfo {
     /// Its slot in the topic (0..128).
@@ -199,6 +203,9 @@ pub struct SubscriberInfo {
 /// assert_eq!(subscriber.recv_vec().unwrap_err().kind(), shmlink::ErrorKind::EndOfStream);
 /// # Ok::<(), shmlink::Error>(())
 /// ```
+///
+/// `Send` (publish from any one thread), not `Sync`: every call that publishes takes
+/// `&mut self`.
 pub struct Publisher {
     topic: Arc<Topic>,
     ring: Ring,
@@ -695,6 +702,9 @@ impl std::fmt::Debug for Publisher {
 
 /// A slot lent by [`Publisher::loan`], written in place; [`publish`](Loan::publish)
 /// publishes it, dropping it publishes nothing.
+///
+/// Neither `Send` nor `Sync`: a slot of shared memory lent to the thread that called
+/// [`Publisher::loan`].
 pub struct Loan<'a> {
     publisher: &'a mut Publisher,
     ptr: NonNull<u8>,

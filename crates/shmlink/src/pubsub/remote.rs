@@ -36,7 +36,7 @@ struct Ended {
 /// A subscriber that receives the topic over a framed connection.
 pub(crate) struct NetSubscriber {
     conn: NetConn,
-    transport: &'static str,
+    transport: crate::Transport,
     policy: Policy,
     max_msg: usize,
     /// Position of the next message.
@@ -355,7 +355,7 @@ impl NetSubscriber {
         &self.addr
     }
 
-    pub(crate) fn transport(&self) -> &'static str {
+    pub(crate) fn transport(&self) -> crate::Transport {
         self.transport
     }
 

@@ -3,6 +3,8 @@
 //! hands it out.
 
 /// Subscriber statistics.
+///
+/// `Send`, `Sync`, `Copy`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SubscriberStats {
     /// Messages received.

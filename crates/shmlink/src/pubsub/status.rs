@@ -41,6 +41,8 @@ const SUB_FIXED: usize = 4 * 4 + 8 * 2 + 2;
 
 /// What a publisher reports about its topic to [`inspect`](crate::inspect)
 /// ([`SocketState::Topic`](crate::SocketState::Topic)).
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TopicStatus {
@@ -68,6 +70,8 @@ pub struct TopicStatus {
 }
 
 /// One subscriber of a [`TopicStatus`].
+///
+/// `Send`, `Sync`, `Clone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TopicSubscriber {

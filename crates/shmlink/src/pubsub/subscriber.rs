@@ -7,7 +7,7 @@ use super::options::{Policy, PubSubOptions};
 use super::remote::{self, Connected, NetSubscriber};
 use super::shm_subscriber::{ShmSample, ShmSubscriber};
 use super::stats::SubscriberStats;
-use crate::addr::Address;
+use crate::addr::{Address, Transport};
 use crate::error::{Error, ErrorKind, Result};
 use crate::view::SharedBytes;
 
@@ -35,7 +35,32 @@ use crate::view::SharedBytes;
 /// [`ErrorKind::ConnectionReset`] (the publisher died), [`ErrorKind::Detached`] (the
 /// publisher stopped waiting for us). [`ErrorKind::Lagged`] does not end it.
 ///
-/// See [`Publisher`](crate::Publisher) for an example.
+/// # Iteration
+///
+/// [`iter`](Self::iter) (or `for msg in &mut subscriber`) yields the messages as
+/// vectors: `Some(Ok(msg))` for each message; `Some(Err(e))` for
+/// [`ErrorKind::Lagged`] (the count lost is in [`Error::missed`]) and, in non-blocking
+/// mode, [`ErrorKind::WouldBlock`], after which the iteration goes on; `None` at
+/// [`ErrorKind::EndOfStream`]; and for any other error (the publisher died, this
+/// subscriber was detached, …) that error once, then `None`.
+///
+/// ```no_run
+/// # fn demo() -> shmlink::Result<()> {
+/// use shmlink::{ErrorKind, PubSubOptions, Subscriber};
+/// let mut sub = Subscriber::connect("shm:prices", &PubSubOptions::default())?;
+/// for msg in sub.iter() {
+///     match msg {
+///         Ok(msg) => println!("{} bytes", msg.len()),
+///         Err(e) if e.kind() == ErrorKind::Lagged => eprintln!("lost {:?}", e.missed()),
+///         Err(e) => return Err(e), // the subscription is over
+///     }
+/// }
+/// // The publisher closed the topic and everything was read.
+/// # Ok(()) }
+/// ```
+///
+/// `Send`, not `Sync` (every call takes `&mut self`). See [`Publisher`](crate::Publisher)
+/// for an example with both ends.
 pub struct Subscriber {
     inner: Inner,
 }
@@ -85,12 +110,28 @@ impl Subscriber {
     /// returns [`ErrorKind::MessageTooLarge`] and leaves it queued.
     #[inline]
     pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize> {
-        with_sub!(&mut self.inner, |s| s.recv(buf))
+        let res = with_sub!(&mut self.inner, |s| s.recv(buf));
+        if let Err(e) = &res {
+            note(e);
+        }
+        res
     }
 
     /// Receives the next message into a new vector.
     pub fn recv_vec(&mut self) -> Result<Vec<u8>> {
-        with_sub!(&mut self.inner, |s| s.recv_vec())
+        let res = with_sub!(&mut self.inner, |s| s.recv_vec());
+        if let Err(e) = &res {
+            note(e);
+        }
+        res
+    }
+
+    /// The messages, until the end of the stream (see "Iteration" above).
+    pub fn iter(&mut self) -> Messages<'_> {
+        Messages {
+            sub: self,
+            done: false,
+        }
     }
 
     /// Receives the next message and lends it: over `shm:` in place, in the shared ring
@@ -104,12 +145,16 @@ impl Subscriber {
     /// intact and give `None` when they were not, so torn bytes are never kept.
     #[inline]
     pub fn recv_ref(&mut self) -> Result<Sample<'_>> {
-        match &mut self.inner {
+        let res = match &mut self.inner {
             Inner::Shm(s) => s.recv_ref().map(|s| Sample(Lent::Shm(s))),
             Inner::Net(n) => n
                 .recv_lent()
                 .map(|(bytes, position)| Sample(Lent::Net { bytes, position })),
+        };
+        if let Err(e) = &res {
+            note(e);
         }
+        res
     }
 
     /// Switches non-blocking mode.
@@ -159,12 +204,73 @@ impl Subscriber {
         with_sub!(&self.inner, |s| s.addr())
     }
 
-    /// What the messages travel over: `"shm"`, `"tcp"` or `"tls"`.
-    pub fn transport(&self) -> &'static str {
+    /// What the messages travel over: [`Transport::Shm`], [`Transport::Tcp`] or
+    /// [`Transport::Tls`] (an `auto:` subscription reports the one it settled on).
+    pub fn transport(&self) -> Transport {
         match &self.inner {
-            Inner::Shm(_) => "shm",
+            Inner::Shm(_) => Transport::Shm,
             Inner::Net(n) => n.transport(),
         }
+    }
+}
+
+/// Reports, with the `tracing` feature, what an error says about the subscription (its
+/// message names the topic).
+#[cold]
+fn note(e: &Error) {
+    match e.kind() {
+        ErrorKind::Lagged => crate::trace::event!(
+            warn,
+            missed = e.missed().unwrap_or(0),
+            error = %e,
+            "subscriber lagged: messages overwritten before it read them"
+        ),
+        ErrorKind::Detached => {
+            crate::trace::event!(warn, error = %e, "subscriber detached by the publisher")
+        }
+        ErrorKind::ConnectionReset => {
+            crate::trace::event!(warn, error = %e, "subscriber: the publisher died")
+        }
+        _ => {}
+    }
+    let _ = e;
+}
+
+/// The iterator [`Subscriber::iter`] returns (see "Iteration" on [`Subscriber`]).
+///
+/// `Send`, like the [`Subscriber`] it borrows.
+#[derive(Debug)]
+pub struct Messages<'a> {
+    sub: &'a mut Subscriber,
+    done: bool,
+}
+
+impl Iterator for Messages<'_> {
+    type Item = Result<Vec<u8>>;
+
+    fn next(&mut self) -> Option<Result<Vec<u8>>> {
+        if self.done {
+            return None;
+        }
+        match self.sub.recv_vec() {
+            Ok(msg) => Some(Ok(msg)),
+            Err(e) if matches!(e.kind(), ErrorKind::Lagged | ErrorKind::WouldBlock) => Some(Err(e)),
+            Err(e) => {
+                self.done = true;
+                (e.kind() != ErrorKind::EndOfStream).then_some(Err(e))
+            }
+        }
+    }
+}
+
+impl std::iter::FusedIterator for Messages<'_> {}
+
+impl<'a> IntoIterator for &'a mut Subscriber {
+    type Item = Result<Vec<u8>>;
+    type IntoIter = Messages<'a>;
+
+    fn into_iter(self) -> Messages<'a> {
+        self.iter()
     }
 }
 
@@ -208,6 +314,9 @@ impl std::fmt::Debug for Subscriber {
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// Neither `Send` nor `Sync`: a slot of shared memory lent to the thread that called
+/// [`Subscriber::recv_ref`].
 pub struct Sample<'a>(Lent<'a>);
 
 enum Lent<'a> {

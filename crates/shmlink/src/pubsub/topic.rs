@@ -169,6 +169,14 @@ impl Topic {
         let Some(sub) = table.subs[slot].take() else {
             return;
         };
+        crate::trace::event!(
+            info,
+            topic = %self.addr,
+            slot,
+            remote = sub.remote,
+            why = ?why,
+            "subscriber left or detached"
+        );
         let fd = sub.sock.as_raw_fd();
         let _ = self.pub_epoll.delete(fd);
         let _ = self.ctl_epoll.delete(fd);

@@ -446,6 +446,7 @@ impl AutoListener {
         let keys: Vec<u64> = self.deciding.keys().copied().collect();
         for key in keys {
             let d = self.deciding.get_mut(&key).expect("key from the map");
+            let _timed_out = d.deadline <= now;
             let step = if d.deadline <= now {
                 Step::Drop
             } else if d.upgraded {
@@ -461,7 +462,21 @@ impl AutoListener {
             };
             match step {
                 Step::Wait => {}
-                Step::Drop => drop(self.finish(key)),
+                Step::Drop => {
+                    let _d = self.finish(key);
+                    crate::trace::event!(
+                        warn,
+                        listener = %self.addr,
+                        peer = %_d.as_ref().map(|d| d.conn.peer_addr()).unwrap_or_default(),
+                        reason = if _timed_out {
+                            "the auto: negotiation timed out"
+                        } else {
+                            "the auto: negotiation failed: the client left, or sent a message \
+                             out of order, malformed or not of an auto: client"
+                        },
+                        "client refused"
+                    );
+                }
                 Step::Tcp => {
                     if let Some(d) = self.finish(key) {
                         let counters = self

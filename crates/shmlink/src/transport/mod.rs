@@ -1,7 +1,7 @@
 //! Transports behind one interface, chosen by address prefix (XCM's `xcm_tp_ops`).
 //!
 //! A transport implements [`ConnOps`] for connections and [`ListenerOps`] for listeners
-//! and registers a [`Transport`] in [`REGISTRY`]. The public [`Connection`] and
+//! and registers a [`Transport`] in [`entry`]. The public [`Connection`] and
 //! [`Listener`] wrappers add what every transport shares (counters, blocking mode,
 //! argument checks), so a transport only moves messages.
 //!
@@ -9,7 +9,6 @@
 //! [`Listener`]: crate::Listener
 
 use crate::addr::Address;
-use crate::error::{Error, ErrorKind, Result};
 
 pub(crate) mod auto;
 pub(crate) mod framed;
@@ -55,24 +54,32 @@ macro_rules! with_conn {
 }
 pub(crate) use with_conn;
 
-/// Every transport, by prefix.
-pub(crate) static REGISTRY: &[Transport] = &[
-    shm::TRANSPORT,
-    ux::TRANSPORT,
-    tcp::TRANSPORT,
-    tls::TRANSPORT,
-    auto::TRANSPORT,
-];
+/// The entry points of `transport`. The public [`Transport`](crate::Transport) enum is
+/// the registry: this exhaustive `match` is its dispatch table, so a new variant does
+/// not compile until it has an entry here.
+pub(crate) fn entry(transport: crate::Transport) -> &'static Transport {
+    use crate::Transport as T;
+    match transport {
+        T::Shm => &shm::TRANSPORT,
+        T::Ux => &ux::TRANSPORT,
+        T::Tcp => &tcp::TRANSPORT,
+        T::Tls => &tls::TRANSPORT,
+        T::Auto => &auto::TRANSPORT,
+    }
+}
 
 /// The transport that serves `addr`.
-pub(crate) fn lookup(addr: &Address) -> Result<&'static Transport> {
-    REGISTRY
-        .iter()
-        .find(|t| t.name == addr.transport())
-        .ok_or_else(|| {
-            Error::new(
-                ErrorKind::InvalidAddress,
-                format!("{addr}: transport not available in this build"),
-            )
-        })
+pub(crate) fn lookup(addr: &Address) -> &'static Transport {
+    entry(addr.transport())
+}
+
+#[cfg(test)]
+mod tests {
+    /// Each entry answers to its own prefix.
+    #[test]
+    fn entries_match_their_names() {
+        for &t in crate::Transport::ALL {
+            assert_eq!(super::entry(t).name, t.as_str());
+        }
+    }
 }

@@ -33,7 +33,7 @@ pub(crate) fn outer(addr: &Address, opts: &Options) -> Option<Outer> {
         Address::Tls { .. } => (addr.clone(), &tls::TRANSPORT, false),
         Address::Auto { host, port } => {
             let (host, port) = (host.clone(), *port);
-            if *opts.get_tls() != TlsOptions::default() {
+            if *opts.configured_tls() != TlsOptions::default() {
                 (Address::Tls { host, port }, &tls::TRANSPORT, true)
             } else {
                 (Address::Tcp { host, port }, &tcp::TRANSPORT, true)
@@ -49,9 +49,9 @@ pub(crate) fn outer(addr: &Address, opts: &Options) -> Option<Outer> {
 }
 
 impl Outer {
-    /// `"tcp"` or `"tls"`.
-    pub(crate) fn transport(&self) -> &'static str {
-        self.transport.name
+    /// [`Tcp`](crate::Transport::Tcp) or [`Tls`](crate::Transport::Tls).
+    pub(crate) fn transport(&self) -> crate::Transport {
+        self.addr.transport()
     }
 
     /// The transport's registry entry.

@@ -516,7 +516,7 @@ mod tests {
         let me = format!("ux:[pid {}]", std::process::id());
         assert_eq!(client.local_addr(), me);
         assert_eq!(server.peer_addr(), me);
-        assert_eq!(client.transport(), "ux");
+        assert_eq!(client.transport(), crate::Transport::Ux);
     }
 
     #[test]

@@ -291,7 +291,7 @@ impl Server {
             // SAFETY: one valid pollfd that lives across the call.
             unsafe { libc::poll(&mut p, 1, left.as_millis().min(1000) as i32) };
         };
-        assert_eq!(conn.transport(), self.expect, "server: {conn:?}");
+        assert_eq!(conn.transport().as_str(), self.expect, "server: {conn:?}");
         let name = String::from_utf8(conn.recv_vec().unwrap()).expect("a case name");
         (conn, name)
     }
@@ -352,7 +352,7 @@ impl Client {
     fn connect_with(&self, name: &str, opts: Options) -> Connection {
         let mut conn = Connection::connect(&self.addr, &opts)
             .unwrap_or_else(|e| panic!("client: {name}: {e}"));
-        assert_eq!(conn.transport(), self.expect, "client: {conn:?}");
+        assert_eq!(conn.transport().as_str(), self.expect, "client: {conn:?}");
         conn.send(name.as_bytes()).unwrap();
         conn
     }
@@ -381,8 +381,8 @@ pub fn run_client(t: &'static Transport, addr: &str, expect: &str, cases: &[&Cas
 
 /// Both ends report the expected transport, and each sees the other's.
 fn transport_server(server: &mut Server, mut conn: Connection) {
-    assert_eq!(conn.transport(), server.expect);
-    conn.send(conn.transport().as_bytes()).unwrap();
+    assert_eq!(conn.transport().as_str(), server.expect);
+    conn.send(conn.transport().as_str().as_bytes()).unwrap();
     expect_eos(&mut conn);
 }
 
@@ -394,7 +394,11 @@ fn transport_client(client: &Client, name: &'static str) {
         client.expect,
         "server's transport"
     );
-    assert_eq!(conn.transport(), client.expect, "client's transport");
+    assert_eq!(
+        conn.transport().as_str(),
+        client.expect,
+        "client's transport"
+    );
     conn.close().unwrap();
 }
 

@@ -38,7 +38,7 @@ fn options(size: usize) -> PubSubOptions {
         .policy(Policy::Block)
         .stall_timeout(Duration::from_secs(5))
         .capacity(MAX_RING);
-    if opts.get_slots() > SLOTS {
+    if opts.configured_slots() > SLOTS {
         opts.slots(SLOTS)
     } else {
         opts

@@ -119,6 +119,13 @@ impl<W: Wire> ServerHandshake<W> {
         let peer_max = match parse_hello_as(hello, self.role) {
             Ok(max) => max,
             Err(e) => {
+                crate::trace::event!(
+                    warn,
+                    listener = %self.local,
+                    peer = %self.peer,
+                    reason = %e,
+                    "client refused"
+                );
                 // Another version or the other role: our hello tells the client why.
                 if matches!(
                     e.kind(),
@@ -255,8 +262,15 @@ impl<A: Acceptor> FramedListener<A> {
                 }
                 return Ok(None);
             }
-            Err(_) => {
+            Err(_e) => {
                 let p = self.pending.remove(&token).expect("looked up above");
+                crate::trace::event!(
+                    warn,
+                    listener = %self.acceptor.local_addr(),
+                    peer = %p.handshake.peer,
+                    reason = %_e,
+                    "client refused"
+                );
                 p.handshake.refuse();
                 return Ok(None);
             }

@@ -596,6 +596,15 @@ impl ConnOps for ShmConn {
         self.send_message(msg, blocking)
     }
 
+    fn writable(&mut self) -> Result<bool> {
+        self.check_broken()?;
+        match self.flush_pending(false) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     #[inline]
     fn reserve(&mut self, n: usize, blocking: bool) -> Result<()> {
         self.check_broken()?;

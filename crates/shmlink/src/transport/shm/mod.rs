@@ -366,6 +366,13 @@ impl ShmListener {
             return match verdict {
                 Ok(peer) => Some(self.connected(p.sock, *h, peer)),
                 Err((code, reason)) => {
+                    crate::trace::event!(
+                        warn,
+                        listener = %self.addr,
+                        ?code,
+                        reason = %reason,
+                        "client refused"
+                    );
                     let _ = socket::send(p.sock.as_fd(), &Packet::Refuse(code, reason).encode());
                     None
                 }
@@ -408,6 +415,13 @@ impl ShmListener {
                 None
             }
             Err((code, reason)) => {
+                crate::trace::event!(
+                    warn,
+                    listener = %self.addr,
+                    ?code,
+                    reason = %reason,
+                    "client refused"
+                );
                 let _ = socket::send(p.sock.as_fd(), &Packet::Refuse(code, reason).encode());
                 None
             }

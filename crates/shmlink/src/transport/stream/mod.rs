@@ -631,7 +631,7 @@ pub(crate) mod tests {
         assert_eq!(client.peer_addr(), addr);
         assert_eq!(server.local_addr(), addr);
         assert_eq!(server.peer_addr(), client.local_addr());
-        assert_eq!(client.transport(), "tcp");
+        assert_eq!(client.transport(), crate::Transport::Tcp);
     }
 
     #[test]
