@@ -215,19 +215,12 @@ pub struct ConnFlags {
 impl ConnFlags {
     /// The library options these flags ask for.
     pub fn options(&self) -> shmlink::Options {
-        let mut tls = shmlink::TlsOptions::new();
-        if let Some(cert) = &self.cert {
-            tls = tls.cert(shmlink::Pem::file(cert));
-        }
-        if let Some(key) = &self.key {
-            tls = tls.key(shmlink::Pem::file(key));
-        }
-        if let Some(ca) = &self.ca {
-            tls = tls.ca(shmlink::Pem::file(ca));
-        }
-        shmlink::Options::default()
-            .shared_rendezvous_dir(self.shared_dir)
-            .tls(tls)
+        crate::pong_args::conn_options(
+            self.shared_dir,
+            self.cert.as_deref(),
+            self.key.as_deref(),
+            self.ca.as_deref(),
+        )
     }
 }
 

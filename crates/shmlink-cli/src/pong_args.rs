@@ -84,7 +84,12 @@ impl PongArgs {
 
     /// The options both ends use for their connections.
     pub fn options(&self) -> shmlink::Options {
-        let mut opts = shmlink::Options::default().shared_rendezvous_dir(self.shared_dir);
+        let mut opts = conn_options(
+            self.shared_dir,
+            self.cert.as_deref(),
+            self.key.as_deref(),
+            self.ca.as_deref(),
+        );
         if let Some(ring) = self.ring_size {
             opts = opts.ring_size(ring);
         }
@@ -92,18 +97,31 @@ impl PongArgs {
             let d = std::time::Duration::from_micros(us);
             opts = opts.wait_policy(shmlink::WaitPolicy { spin: d, yield_: d });
         }
-        let mut tls = shmlink::TlsOptions::new();
-        if let Some(cert) = &self.cert {
-            tls = tls.cert(shmlink::Pem::file(cert));
-        }
-        if let Some(key) = &self.key {
-            tls = tls.key(shmlink::Pem::file(key));
-        }
-        if let Some(ca) = &self.ca {
-            tls = tls.ca(shmlink::Pem::file(ca));
-        }
-        opts.tls(tls)
+        opts
     }
+}
+
+/// The connection options every command's flags ask for: the shared rendezvous directory
+/// and the TLS files (PEM) of `tls:` and `auto:` addresses.
+pub fn conn_options(
+    shared_dir: bool,
+    cert: Option<&str>,
+    key: Option<&str>,
+    ca: Option<&str>,
+) -> shmlink::Options {
+    let mut tls = shmlink::TlsOptions::new();
+    if let Some(cert) = cert {
+        tls = tls.cert(shmlink::Pem::file(cert));
+    }
+    if let Some(key) = key {
+        tls = tls.key(shmlink::Pem::file(key));
+    }
+    if let Some(ca) = ca {
+        tls = tls.ca(shmlink::Pem::file(ca));
+    }
+    shmlink::Options::default()
+        .shared_rendezvous_dir(shared_dir)
+        .tls(tls)
 }
 
 /// The default measured count for `mode` and `size`: seconds, not minutes, per run.
