@@ -579,22 +579,14 @@ impl Publisher {
         let table = self.topic.lock();
         let remotes = self.topic.remotes();
         table
-            .subs
-            .iter()
-            .enumerate()
-            .filter_map(|(slot, sub)| {
-                let sub = sub.as_ref()?;
-                let page = sub.page.get();
-                // Untrusted values: clamp them into what is possible.
-                let cursor = page.load_cursor().min(self.next);
-                Some(SubscriberInfo {
-                    slot,
-                    pid: sub.cred.pid,
-                    uid: sub.cred.uid,
-                    lag: self.next - cursor,
-                    missed: page.missed().min(self.next),
-                    remote: remotes.get(&slot).copied(),
-                })
+            .views(self.next)
+            .map(|v| SubscriberInfo {
+                slot: v.slot,
+                pid: v.sub.cred.pid,
+                uid: v.sub.cred.uid,
+                lag: v.lag,
+                missed: v.missed,
+                remote: remotes.get(&v.slot).copied(),
             })
             .collect()
     }

@@ -112,22 +112,13 @@ fn snapshot(topic: &Topic) -> TopicStatus {
     let remotes = topic.remotes();
     let published = topic.ring().written();
     let subscribers = table
-        .subs
-        .iter()
-        .enumerate()
-        .filter_map(|(slot, sub)| {
-            let sub = sub.as_ref()?;
-            let page = sub.page.get();
-            // Untrusted values (the subscriber writes its page): clamp them into what is
-            // possible.
-            let cursor = page.load_cursor().min(published);
-            Some(TopicSubscriber {
-                slot: slot as u32,
-                cred: sub.cred.into(),
-                lag: published - cursor,
-                missed: page.missed().min(published),
-                remote: remotes.get(&slot).map(|a| a.to_string()),
-            })
+        .views(published)
+        .map(|v| TopicSubscriber {
+            slot: v.slot as u32,
+            cred: v.sub.cred.into(),
+            lag: v.lag,
+            missed: v.missed,
+            remote: remotes.get(&v.slot).map(|a| a.to_string()),
         })
         .collect();
     TopicStatus {

@@ -91,6 +91,33 @@ pub(crate) struct Table {
     pub closed: bool,
 }
 
+/// One subscriber as a report shows it: its lag and losses read from the cursor page it
+/// writes, clamped into what is possible at `published`.
+pub(crate) struct SubView<'a> {
+    pub slot: usize,
+    pub sub: &'a Sub,
+    pub lag: u64,
+    pub missed: u64,
+}
+
+impl Table {
+    /// Every subscriber in the table with its lag and losses at `published`. Its page is
+    /// untrusted (the subscriber writes it): a cursor past `published` counts as caught
+    /// up, losses as at most `published`.
+    pub fn views(&self, published: u64) -> impl Iterator<Item = SubView<'_>> {
+        self.subs.iter().enumerate().filter_map(move |(slot, sub)| {
+            let sub = sub.as_ref()?;
+            let page = sub.page.get();
+            Some(SubView {
+                slot,
+                sub,
+                lag: published - page.load_cursor().min(published),
+                missed: page.missed().min(published),
+            })
+        })
+    }
+}
+
 /// What the publisher and the control thread share.
 pub(crate) struct Topic {
     pub addr: String,
