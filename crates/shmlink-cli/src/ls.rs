@@ -64,7 +64,7 @@ cannot be read, 2 on bad arguments.";
 )]
 pub struct LsCli {
     /// The directory to scan [default: the rendezvous directory: $SHMLINK_DIR, else
-    /// $XDG_RUNTIME_DIR/shmlink, else /tmp/shmlink-<uid>]
+    /// $XDG_RUNTIME_DIR/shmlink, else /tmp/shmlink-$UID]
     #[arg(value_name = "DIR")]
     dir: Option<PathBuf>,
     /// Print one JSON object instead of the table

@@ -1,6 +1,6 @@
 //! RabbitMQ pub/sub over AMQP 0-9-1: a [`Publisher`] that publishes to a fanout exchange
 //! and a [`Subscriber`] that consumes from its own queue bound to it, one TCP connection
-//! and one channel each. The framing is in [`super::frame`].
+//! and one channel each. The framing is in `super::frame`.
 //!
 //! Both log in as `guest`/`guest` (RabbitMQ allows it from loopback), negotiate a frame
 //! size of at most 128 KiB and heartbeats off (0: neither side sends or expects them;

@@ -1,5 +1,5 @@
 //! Redis pub/sub: a [`Publisher`] (`PUBLISH`) and a [`Subscriber`] (`SUBSCRIBE`) over one
-//! TCP connection each, speaking RESP2 ([`super::resp`]).
+//! TCP connection each, speaking RESP2 (`super::resp`).
 
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;

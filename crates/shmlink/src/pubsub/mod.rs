@@ -62,9 +62,9 @@ pub(crate) mod shm_subscriber;
 pub(crate) mod stats;
 pub(crate) mod status;
 pub(crate) mod subscriber;
+mod topic;
 // Offsets, raw constructors and fuzz entry points here serve `crate::testing` only.
 #[cfg_attr(not(feature = "testing"), allow(dead_code))]
-mod topic;
 pub(crate) mod wire;
 
 pub use options::{Policy, PubSubOptions};

@@ -346,6 +346,7 @@ fn decode(bytes: &[u8]) -> Result<TopicStatus> {
 
 /// Fuzzing: a topic's answer is refused or parsed from any bytes without panicking, and
 /// what parses encodes to the same bytes.
+#[cfg(feature = "testing")]
 pub(crate) fn fuzz_answer(data: &[u8]) {
     if let Some(Ok(s)) = decode_answer(data) {
         assert_eq!(encode(&s), data, "a parsed answer re-encodes to its bytes");

@@ -32,7 +32,7 @@ pub enum Wake {
     Signal,
 }
 
-/// Blocks [`SIGNAL`] in the calling thread (and the threads it starts later), so it stays
+/// Blocks `SIGNAL` in the calling thread (and the threads it starts later), so it stays
 /// pending for `sigwaitinfo` instead of killing the process.
 pub fn block_signal() -> io::Result<()> {
     // SAFETY: sigset_t is plain data, initialised by sigemptyset before use.

@@ -6,7 +6,7 @@
 //! listener's wait. `iceoryx2` copies (into the loaned sample, and out of the received
 //! one); `iceoryx2-zc` writes into the loaned sample and reads the received one in place.
 //! As in iceoryx2's own benchmarks, the publisher loans its next sample right after each
-//! publish ([`Loan`]), off the path of the next message.
+//! publish (`Loan`), off the path of the next message.
 //!
 //! The notification costs the publisher one datagram per subscriber per message (the
 //! `ipc` event service), also when a subscriber is busy-polling and would not need it:
