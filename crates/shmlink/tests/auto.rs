@@ -390,3 +390,59 @@ fn with_tls_options_the_negotiation_runs_over_tls_and_still_upgrades() {
     stop.store(true, Ordering::Relaxed);
     assert_eq!(server.join().unwrap(), ["shm"]);
 }
+
+/// Waits until `fd` is readable or `timeout` passes; true if readable.
+fn readable_within(fd: std::os::fd::BorrowedFd<'_>, timeout: Duration) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the call.
+    let n = unsafe { libc::poll(&mut p, 1, timeout.as_millis() as libc::c_int) };
+    assert!(n >= 0, "poll: {}", std::io::Error::last_os_error());
+    n == 1
+}
+
+/// Regression: a non-blocking `auto:` listener moves its negotiations on only inside
+/// `accept`, so its fd must become readable when a negotiation's deadline passes, or an
+/// event loop would keep a silent client until something else happened.
+#[test]
+fn an_event_loop_hears_a_negotiation_deadline() {
+    let opts = Options::default().handshake_timeout(Duration::from_millis(200));
+    let mut l = Listener::bind("auto:127.0.0.1:0", &opts).unwrap();
+    l.set_nonblocking(true);
+    let tcp = l.local_addr().replacen("auto:", "tcp:", 1);
+    // A client that completes the framed hello, then never negotiates: it reads until
+    // its connection ends.
+    let silent = std::thread::spawn(move || {
+        let mut c = Connection::connect(&tcp, &Options::default()).unwrap();
+        loop {
+            if let Err(e) = c.recv_vec() {
+                return e.kind();
+            }
+        }
+    });
+    let started = Instant::now();
+    // An event loop: wait for the fd, accept. The client's connection and its hello are
+    // events at once; after them only the deadline (200 ms) can be one.
+    loop {
+        assert!(
+            readable_within(l.as_fd(), Duration::from_secs(5)),
+            "the listener's fd stayed quiet past the negotiation deadline"
+        );
+        assert_eq!(l.accept().unwrap_err().kind(), ErrorKind::WouldBlock);
+        if started.elapsed() >= Duration::from_millis(150) {
+            break;
+        }
+    }
+    // That accept dropped the client (a closed or a reset connection on its side).
+    let kind = silent.join().unwrap();
+    assert!(
+        matches!(kind, ErrorKind::EndOfStream | ErrorKind::ConnectionReset),
+        "{kind:?}"
+    );
+    // With no negotiation left the timer is disarmed: the fd is quiet again.
+    assert!(!readable_within(l.as_fd(), Duration::from_millis(300)));
+}

@@ -42,7 +42,7 @@ use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::sys::stream::EventFlag;
-use crate::sys::{self, Epoll, Event, Interest};
+use crate::sys::{self, Epoll, Event, Interest, TimerFd};
 use crate::transport::{net, Accepted, ConnOps, ListenerOps, Transport};
 
 /// The `auto:` entry in the transport registry.
@@ -68,6 +68,7 @@ const MAX_DECIDING: usize = 128;
 const TOKEN_TCP: u64 = 0;
 const TOKEN_SHM: u64 = 1;
 const TOKEN_READY: u64 = 2;
+const TOKEN_TIMER: u64 = 3;
 
 /// A negotiation message, carried as one message of the TCP connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -362,10 +363,13 @@ struct AutoListener {
     no_shm: String,
     boot_id: Vec<u8>,
     /// The listener's fd: the TCP listener, the upgrade socket, every connection in
-    /// negotiation and `ready_flag`.
+    /// negotiation, `ready_flag` and `timer`.
     epoll: Epoll,
     /// Set while `ready` holds connections.
     ready_flag: EventFlag,
+    /// Fires at the earliest negotiation deadline, so that an event loop calls `accept`
+    /// (which drops the late client) even when nothing else happens.
+    timer: TimerFd,
     deciding: HashMap<u64, Deciding>,
     next_token: u64,
     ready: VecDeque<Accepted>,
@@ -393,11 +397,13 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     let ctx = |e| Error::io("create the auto: listener's epoll set", e);
     let epoll = Epoll::new().map_err(ctx)?;
     let ready_flag = EventFlag::new().map_err(ctx)?;
+    let timer = TimerFd::new().map_err(ctx)?;
     let watch = |fd: BorrowedFd<'_>, token| {
         epoll.add(fd.as_raw_fd(), Interest::READABLE, sys::Token(token))
     };
     watch(tcp.fd(), TOKEN_TCP).map_err(ctx)?;
     watch(ready_flag.fd(), TOKEN_READY).map_err(ctx)?;
+    watch(timer.fd(), TOKEN_TIMER).map_err(ctx)?;
     if let Some(l) = &shm {
         watch(l.fd(), TOKEN_SHM).map_err(ctx)?;
     }
@@ -410,8 +416,9 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         boot_id: boot_id(),
         epoll,
         ready_flag,
+        timer,
         deciding: HashMap::new(),
-        next_token: TOKEN_READY + 1,
+        next_token: TOKEN_TIMER + 1,
         ready: VecDeque::new(),
         timeout: opts.handshake_timeout,
         addr,
@@ -500,6 +507,11 @@ impl AutoListener {
                 .set()
                 .map_err(|e| Error::io("auto: listener", e))?;
         }
+        // Re-arming also clears an expiry that brought us here.
+        let next = self.deciding.values().map(|d| d.deadline).min();
+        self.timer
+            .set(next.map(|d| d.saturating_duration_since(now)))
+            .map_err(|e| Error::io("auto: listener's deadline timer", e))?;
         Ok(())
     }
 
