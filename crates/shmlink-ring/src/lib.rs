@@ -81,6 +81,8 @@
 
 pub mod broadcast;
 mod error;
+#[cfg(all(test, loom))]
+mod loom_doorbell;
 pub mod spsc;
 pub mod sync;
 

@@ -20,37 +20,12 @@
 
 use std::ptr::NonNull;
 
-use loom::sync::{Arc, Condvar, Mutex};
+use loom::sync::Arc;
 use loom::thread;
 
 use super::*;
+use crate::loom_doorbell::Doorbell;
 use crate::sync::{AtomicU64, Ordering};
-
-/// A doorbell: a counter of rings and a way to wait for it to move (a socket byte and
-/// `poll` in the real thing).
-#[derive(Default)]
-struct Doorbell {
-    rings: Mutex<u64>,
-    cv: Condvar,
-}
-
-impl Doorbell {
-    fn notify(&self) {
-        *self.rings.lock().unwrap() += 1;
-        self.cv.notify_one();
-    }
-    /// What has been rung so far ("drain").
-    fn seen(&self) -> u64 {
-        *self.rings.lock().unwrap()
-    }
-    /// Sleeps until a ring after `seen` ("poll").
-    fn wait_past(&self, seen: u64) {
-        let mut n = self.rings.lock().unwrap();
-        while *n == seen {
-            n = self.cv.wait(n).unwrap();
-        }
-    }
-}
 
 /// A slot in process memory: the header, then a one-word payload.
 #[repr(C)]
@@ -181,7 +156,7 @@ fn publisher(s: &Shared) {
         ring.close();
         // Closing the sockets wakes everyone.
         for bell in &s.to_sub[..s.nsubs] {
-            bell.notify();
+            bell.ring();
         }
     }
 }
@@ -198,7 +173,7 @@ fn wait_for_room(s: &Shared, ring: &Ring, policy: Policy, pos: u64, live: &mut [
         if policy == Policy::BlockDetachSecond && blocking(live, 1) {
             live[1] = false;
             s.pages[1].set_detached();
-            s.to_sub[1].notify();
+            s.to_sub[1].ring();
             continue;
         }
         let seen = s.to_pub.seen();
@@ -221,7 +196,7 @@ fn wake_sleepers(s: &Shared, ring: &Ring, last: &mut [LastRing; SUBS], next: u64
             continue;
         }
         if let Some(rung) = ring.take_sleeper(&s.pages[i], last[i], next) {
-            s.to_sub[i].notify();
+            s.to_sub[i].ring();
             last[i] = rung;
         }
     }
@@ -269,7 +244,7 @@ fn subscriber(s: &Shared, me: usize) -> Seen {
                     seen.got.push(pos);
                     pos += 1;
                     if page.advance(pos, seen.missed, notify) {
-                        s.to_pub.notify();
+                        s.to_pub.ring();
                     }
                     continue;
                 }

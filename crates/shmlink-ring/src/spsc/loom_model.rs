@@ -21,36 +21,11 @@
 use std::ptr::NonNull;
 
 use loom::cell::UnsafeCell;
-use loom::sync::{Arc, Condvar, Mutex};
+use loom::sync::Arc;
 use loom::thread;
 
 use super::*;
-
-/// The doorbell: a counter of rings and a way to wait for it to move (the socket byte and
-/// `poll` in the real transport).
-#[derive(Default)]
-struct Doorbell {
-    rings: Mutex<u64>,
-    cv: Condvar,
-}
-
-impl Doorbell {
-    fn ring(&self) {
-        *self.rings.lock().unwrap() += 1;
-        self.cv.notify_one();
-    }
-    /// What has been rung so far ("drain").
-    fn seen(&self) -> u64 {
-        *self.rings.lock().unwrap()
-    }
-    /// Sleeps until a ring after `seen` ("poll").
-    fn wait_past(&self, seen: u64) {
-        let mut n = self.rings.lock().unwrap();
-        while *n == seen {
-            n = self.cv.wait(n).unwrap();
-        }
-    }
-}
+use crate::loom_doorbell::Doorbell;
 
 /// Ring memory shared by the two threads: the producer's block and data area, the
 /// consumer's block.
