@@ -46,9 +46,11 @@ const KINDS: &[(&str, &str)] = &[
     ("CronJob", "batch/v1"),
 ];
 
-/// Transports an address may name in a recipe (docs/design.md §6.1). Those the built binary does
-/// not list yet are checked for their `HOST:PORT` shape only.
-const TRANSPORTS: &[&str] = &["shm", "ux", "tcp", "tls", "auto"];
+/// Transports an address may name in a recipe (docs/design.md §6.1): the library's registry.
+/// Those the built binary does not list yet are checked for their `HOST:PORT` shape only.
+fn transports() -> impl Iterator<Item = &'static str> {
+    shmlink::Transport::ALL.iter().map(|t| t.as_str())
+}
 
 // ---------------------------------------------------------------------------------
 // Files and YAML
@@ -219,8 +221,7 @@ impl Cli {
             .iter()
             .map(|c| (c.clone(), help(&[c, "--help"])))
             .collect();
-        let transports = TRANSPORTS
-            .iter()
+        let transports = transports()
             .filter(|t| helps["pong"].contains(&format!("{t}:")))
             .map(|t| t.to_string())
             .collect();
@@ -342,7 +343,7 @@ fn check_addr(cli: &Cli, at: &str, addr: &str, p: &mut Problems) {
         p.add(at, format!("{addr:?} is not an address (TRANSPORT:...)"));
         return;
     };
-    if !TRANSPORTS.contains(&prefix) {
+    if !transports().any(|t| t == prefix) {
         p.add(at, format!("{addr:?}: unknown transport {prefix:?}"));
     } else if cli.transports.contains(prefix) {
         if let Err(e) = shmlink::Address::parse(addr) {
