@@ -827,3 +827,34 @@ fn close_delivers_queued_messages(t: &str) {
     expect_eos(&mut s);
     closer.join().unwrap().unwrap();
 }
+
+/// A framed listener in an event loop drops a client that never says hello at the
+/// handshake deadline: its fd becomes readable then (a timerfd in its epoll set), not only
+/// when the next client arrives.
+#[test]
+fn an_event_loop_hears_a_handshake_deadline() {
+    let opts = Options::default().handshake_timeout(Duration::from_millis(200));
+    let (mut l, addr) = bind("tcp", &opts);
+    l.set_nonblocking(true);
+    let mut silent = std::net::TcpStream::connect(addr.trim_start_matches("tcp:")).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let started = std::time::Instant::now();
+    // The connection is an event at once; after it only the deadline (200 ms) can be one.
+    while started.elapsed() < Duration::from_millis(150) {
+        assert!(
+            readable_within(l.as_raw_fd(), PATIENCE_MS),
+            "the listener's fd stayed quiet past the handshake deadline"
+        );
+        assert_eq!(l.accept().unwrap_err().kind(), ErrorKind::WouldBlock);
+    }
+    // That accept dropped the client: it reads the end of its connection (or a reset).
+    let mut byte = [0u8; 1];
+    match std::io::Read::read(&mut silent, &mut byte) {
+        Ok(n) => assert_eq!(n, 0, "the listener wrote to a client that never said hello"),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+    }
+    // With no client left the timer is disarmed: the fd is quiet again.
+    assert!(!readable_within(l.as_raw_fd(), 300));
+}

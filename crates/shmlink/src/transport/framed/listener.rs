@@ -12,7 +12,7 @@ use super::{bad_data, FramedConn, Link, Wire};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::{Options, Role};
 use crate::sys::stream;
-use crate::sys::{Epoll, Event, Interest, Token};
+use crate::sys::{Epoll, Event, Interest, TimerFd, Token};
 use crate::transport::{Accepted, ConnOps, ListenerOps};
 
 /// Most clients a listener keeps in the middle of their handshake; beyond that the oldest
@@ -21,6 +21,8 @@ const MAX_PENDING: usize = 128;
 
 /// Epoll token of a listener's listening socket; pending clients count up from 1.
 const TOKEN_LISTEN: u64 = 0;
+/// The deadline timer's token in the listener's epoll set.
+const TOKEN_TIMER: u64 = 1;
 
 /// How a transport's listening socket hands out clients.
 pub(crate) trait Acceptor: Send + 'static {
@@ -164,8 +166,11 @@ struct Pending<W: Wire> {
 /// without letting a slow or hostile client hold up others, and hands out connections.
 pub(crate) struct FramedListener<A: Acceptor> {
     acceptor: A,
-    /// Holds the listening socket and every pending client ([`ListenerOps::fd`]).
+    /// Holds the listening socket, `timer` and every pending client ([`ListenerOps::fd`]).
     epoll: Epoll,
+    /// Fires at the earliest handshake deadline, so that an event loop calls `accept`
+    /// (which drops the late client) even when nothing else happens.
+    timer: TimerFd,
     pending: HashMap<u64, Pending<A::Wire>>,
     next_token: u64,
     events: Vec<Event>,
@@ -184,11 +189,20 @@ impl<A: Acceptor> FramedListener<A> {
                 Token(TOKEN_LISTEN),
             )
             .map_err(ctx)?;
+        let timer = TimerFd::new().map_err(ctx)?;
+        epoll
+            .add(
+                timer.fd().as_raw_fd(),
+                Interest::READABLE,
+                Token(TOKEN_TIMER),
+            )
+            .map_err(ctx)?;
         Ok(FramedListener {
             acceptor,
             epoll,
+            timer,
             pending: HashMap::new(),
-            next_token: TOKEN_LISTEN + 1,
+            next_token: TOKEN_TIMER + 1,
             events: Vec::new(),
             opts: opts.clone(),
         })
@@ -291,6 +305,9 @@ impl<A: Acceptor> FramedListener<A> {
         for token in events.iter().map(|e| e.token().0) {
             let conn = if token == TOKEN_LISTEN {
                 self.accept_new()?
+            } else if token == TOKEN_TIMER {
+                // `accept` drops the late clients and re-arms the timer.
+                continue;
             } else {
                 self.advance(token)?
             };
@@ -320,11 +337,16 @@ impl<A: Acceptor> ListenerOps for FramedListener<A> {
                 .map_err(|e| self.error("wait for clients", e))
                 .and_then(|()| self.handle(&events));
             self.events = events;
-            if let Some(conn) = res? {
-                return Ok(Accepted::untracked(conn));
-            }
-            if !blocking {
-                return Err(Error::would_block());
+            let conn = res?;
+            // Re-arming also clears an expiry that brought us here.
+            let next = self.pending.values().map(|p| p.handshake.deadline()).min();
+            self.timer
+                .set(next.map(|d| d.saturating_duration_since(Instant::now())))
+                .map_err(|e| self.error("arm the handshake deadline timer", e))?;
+            match conn {
+                Some(conn) => return Ok(Accepted::untracked(conn)),
+                None if !blocking => return Err(Error::would_block()),
+                None => {}
             }
         }
     }
