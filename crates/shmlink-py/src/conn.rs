@@ -13,6 +13,12 @@ use crate::errors::{closed, to_py, Op};
 use crate::options;
 use crate::wait::{self, Mode, Spin};
 
+/// Pushes out, without waiting, what a non-blocking send left (`WouldBlock` while some
+/// is left): a reservation of zero bytes flushes first, then is dropped uncommitted.
+fn flush(c: &mut Connection) -> shmlink::Result<()> {
+    c.reserve(0).map(drop)
+}
+
 /// Locks, shrugging off poisoning: the guarded objects stay consistent (a panic cannot
 /// happen between two of their calls' effects that matter here).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -36,6 +42,15 @@ pub(crate) struct PyConnection {
 }
 
 impl PyConnection {
+    /// After a send was accepted: in blocking mode (or with a timeout) waits until all of
+    /// it is handed to the transport, as a blocking send in the library does.
+    fn finish_send(&self, py: Python<'_>) -> PyResult<()> {
+        if self.mode() == Mode::NonBlocking {
+            return Ok(());
+        }
+        self.flush(py)
+    }
+
     pub(crate) fn new(mut conn: Connection, spin: Spin) -> PyConnection {
         conn.set_nonblocking(true);
         PyConnection {
@@ -86,7 +101,8 @@ impl PyConnection {
         let msg = Msg::get(data)?;
         let first = self.with(|c| c.send(msg.with_gil(py)));
         if !matches!(&first, Err(e) if e.kind() == ErrorKind::WouldBlock) {
-            return first.map_err(|e| to_py(py, e, Op::Send));
+            first.map_err(|e| to_py(py, e, Op::Send))?;
+            return self.finish_send(py);
         }
         // The GIL is released while waiting: only bytes nobody can change may be read.
         let copy;
@@ -100,6 +116,29 @@ impl PyConnection {
         let r = wait::finish(py, first, self.fd(), self.mode(), self.spin, "send", || {
             self.with(|c| c.send(bytes))
         })?;
+        r.map_err(|e| to_py(py, e, Op::Send))?;
+        self.finish_send(py)
+    }
+
+    /// flush()
+    /// --
+    ///
+    /// Hands to the transport what a non-blocking :meth:`send` accepted but could not
+    /// pass on yet (the rest of a message larger than the ring, or than the socket
+    /// buffer). Blocking sends do this themselves; in non-blocking mode (asyncio) call it
+    /// until it stops raising ``BlockingIOError``, or the rest goes out only with the
+    /// next call (at the latest :meth:`close`).
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let first = self.with(flush);
+        let r = wait::finish(
+            py,
+            first,
+            self.fd(),
+            self.mode(),
+            self.spin,
+            "flush",
+            || self.with(flush),
+        )?;
         r.map_err(|e| to_py(py, e, Op::Send))
     }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use shmlink::{Options, Pem, Policy, PubSubOptions, TlsOptions, WaitPolicy};
@@ -16,6 +16,22 @@ pub(crate) fn seconds(name: &str, value: f64) -> PyResult<Duration> {
             "{name} must be a finite number of seconds >= 0, not {value}"
         ))
     })
+}
+
+/// An integer option: a `ValueError` (not `OverflowError`) when it is out of range.
+fn int<'py, T: FromPyObject<'py>>(key: &str, value: &Bound<'py, PyAny>) -> PyResult<T> {
+    value.extract().map_err(|e| {
+        if e.is_instance_of::<PyOverflowError>(value.py()) {
+            PyValueError::new_err(format!("option {key} is out of range: {value}"))
+        } else {
+            e
+        }
+    })
+}
+
+/// A number of seconds option.
+fn secs(key: &str, value: &Bound<'_, PyAny>) -> PyResult<Duration> {
+    seconds(key, value.extract()?)
 }
 
 /// The options of a connection or listener, and what is left over for the caller.
@@ -34,20 +50,20 @@ fn apply(
 ) -> PyResult<bool> {
     let take = std::mem::take(opts);
     *opts = match key {
-        "ring_size" => take.ring_size(value.extract()?),
-        "max_msg_size" => take.max_msg_size(value.extract()?),
-        "connect_timeout" => take.connect_timeout(seconds(key, value.extract()?)?),
-        "handshake_timeout" => take.handshake_timeout(seconds(key, value.extract()?)?),
-        "allow_uids" => take.allow_uids(value.extract::<Vec<u32>>()?),
-        "allow_gids" => take.allow_gids(value.extract::<Vec<u32>>()?),
-        "expect_uids" => take.expect_uids(value.extract::<Vec<u32>>()?),
+        "ring_size" => take.ring_size(int(key, value)?),
+        "max_msg_size" => take.max_msg_size(int(key, value)?),
+        "connect_timeout" => take.connect_timeout(secs(key, value)?),
+        "handshake_timeout" => take.handshake_timeout(secs(key, value)?),
+        "allow_uids" => take.allow_uids(int::<Vec<u32>>(key, value)?),
+        "allow_gids" => take.allow_gids(int::<Vec<u32>>(key, value)?),
+        "expect_uids" => take.expect_uids(int::<Vec<u32>>(key, value)?),
         "shared_rendezvous_dir" => take.shared_rendezvous_dir(value.extract()?),
         "spin" => {
-            wait.spin = seconds(key, value.extract()?)?;
+            wait.spin = secs(key, value)?;
             take
         }
         "yield_time" => {
-            wait.yield_ = seconds(key, value.extract()?)?;
+            wait.yield_ = secs(key, value)?;
             take
         }
         "tls_cert" | "tls_key" | "tls_ca" | "tls_server_name" | "verify_hostname" => {
@@ -116,9 +132,9 @@ pub(crate) fn pubsub(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<(PubSubOpti
             let v = &v;
             let taken = std::mem::take(&mut ps);
             ps = match key.as_str() {
-                "slots" => taken.slots(v.extract()?),
-                "capacity" => taken.capacity(v.extract()?),
-                "max_msg_size" => taken.max_msg_size(v.extract()?),
+                "slots" => taken.slots(int(&key, v)?),
+                "capacity" => taken.capacity(int(&key, v)?),
+                "max_msg_size" => taken.max_msg_size(int(&key, v)?),
                 "policy" => taken.policy(match v.extract::<String>()?.as_str() {
                     "block" => Policy::Block,
                     "overwrite" => Policy::Overwrite,
@@ -128,9 +144,9 @@ pub(crate) fn pubsub(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<(PubSubOpti
                         )))
                     }
                 }),
-                "stall_timeout" => taken.stall_timeout(seconds(&key, v.extract()?)?),
-                "history" => taken.history(v.extract()?),
-                "max_subscribers" => taken.max_subscribers(v.extract()?),
+                "stall_timeout" => taken.stall_timeout(secs(&key, v)?),
+                "history" => taken.history(int(&key, v)?),
+                "max_subscribers" => taken.max_subscribers(int(&key, v)?),
                 _ => {
                     if !apply(&mut options, &mut tls, &mut wait, &key, v)? {
                         return Err(PyTypeError::new_err(format!("unexpected option {key:?}")));

@@ -85,8 +85,10 @@ class Connection:
         self._w = _Waiter(conn)
 
     async def send(self, data: BytesLike) -> None:
-        """Sends one message, waiting while the peer's window is full."""
+        """Sends one message, waiting while the peer's window is full (until all of it
+        is handed to the transport)."""
         await self._w.run(lambda: self.conn.send(data))
+        await self._w.run(self.conn.flush)
 
     async def recv(self) -> bytes:
         """Receives one message; ``EOFError`` at the end of the stream."""
