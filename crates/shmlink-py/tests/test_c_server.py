@@ -9,15 +9,15 @@ import os
 import shlex
 import subprocess
 
-import pytest
-
 import peers
+from conftest import require
 
 CMD = os.environ.get("SHMLINK_C_ECHO_SERVER")
 
 
-@pytest.mark.skipif(not CMD, reason="SHMLINK_C_ECHO_SERVER is not set (the C echo server's command)")
 def test_python_client_to_c_echo_server(addr):
+    if not CMD:
+        require("capi", "SHMLINK_C_ECHO_SERVER (the C echo server's command) is not set")
     server = subprocess.Popen(shlex.split(CMD) + [addr])
     try:
         with peers.connect_retry(addr, deadline=20) as conn:
