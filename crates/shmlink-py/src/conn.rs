@@ -87,9 +87,6 @@ impl PyConnection {
 
 #[pymethods]
 impl PyConnection {
-    /// send(data, /)
-    /// --
-    ///
     /// Sends one message: ``bytes``, ``bytearray``, ``memoryview`` or any C-contiguous
     /// buffer of bytes. Waits (GIL released) while the peer's receive window is full,
     /// per :meth:`settimeout`. Raises ``BlockingIOError`` in non-blocking mode when it
@@ -120,9 +117,6 @@ impl PyConnection {
         self.finish_send(py)
     }
 
-    /// flush()
-    /// --
-    ///
     /// Hands to the transport what a non-blocking :meth:`send` accepted but could not
     /// pass on yet (the rest of a message larger than the ring, or than the socket
     /// buffer). Blocking sends do this themselves; in non-blocking mode (asyncio) call it
@@ -142,9 +136,6 @@ impl PyConnection {
         r.map_err(|e| to_py(py, e, Op::Send))
     }
 
-    /// recv()
-    /// --
-    ///
     /// Receives one message as ``bytes``. Waits (GIL released) per :meth:`settimeout`.
     /// Raises ``EOFError`` once the peer closed and everything it sent was received,
     /// ``ConnectionResetError`` when the peer died, ``BlockingIOError`` in non-blocking
@@ -172,9 +163,6 @@ impl PyConnection {
         }
     }
 
-    /// recv_into(buffer, /)
-    /// --
-    ///
     /// Receives one message into a writable buffer (``bytearray``, ``memoryview``, …) and
     /// returns its length. A message larger than the buffer stays queued and
     /// ``MessageTooLargeError`` says so (receive it with a larger buffer or :meth:`recv`).
@@ -205,18 +193,12 @@ impl PyConnection {
         Ok(n)
     }
 
-    /// fileno()
-    /// --
-    ///
     /// The fd to watch for readability (``selectors``, ``loop.add_reader``): readable
     /// when a non-blocking call is worth retrying or the peer is gone. -1 once closed.
     fn fileno(&self) -> i32 {
         self.fd()
     }
 
-    /// setblocking(flag, /)
-    /// --
-    ///
     /// ``False``: calls raise ``BlockingIOError`` instead of waiting (``settimeout(0)``);
     /// ``True``: they wait without limit (``settimeout(None)``).
     fn setblocking(&self, flag: bool) {
@@ -227,17 +209,11 @@ impl PyConnection {
         };
     }
 
-    /// getblocking()
-    /// --
-    ///
     /// Whether calls wait (blocking mode or a timeout).
     fn getblocking(&self) -> bool {
         self.mode() != Mode::NonBlocking
     }
 
-    /// settimeout(value, /)
-    /// --
-    ///
     /// ``None``: calls wait without limit; ``0``: non-blocking; ``t > 0``: calls wait at
     /// most ``t`` seconds and then raise ``TimeoutError``.
     #[pyo3(signature = (value, /))]
@@ -246,17 +222,11 @@ impl PyConnection {
         Ok(())
     }
 
-    /// gettimeout()
-    /// --
-    ///
     /// The timeout in seconds, ``None`` in blocking mode, ``0.0`` in non-blocking mode.
     fn gettimeout(&self) -> Option<f64> {
         self.mode().timeout()
     }
 
-    /// close()
-    /// --
-    ///
     /// Closes gracefully: the peer receives every message sent before, then
     /// ``EOFError``. Waits (GIL released) for a partly sent large message to be taken,
     /// at most 30 s while the peer takes nothing. Closing twice does nothing.
@@ -301,9 +271,6 @@ impl PyConnection {
         self.info(py, |c| c.max_msg_size())
     }
 
-    /// counters()
-    /// --
-    ///
     /// Messages and bytes sent and received: a dict with ``msgs_out``, ``bytes_out``,
     /// ``msgs_in``, ``bytes_in``.
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -375,9 +342,6 @@ impl PyListener {
 
 #[pymethods]
 impl PyListener {
-    /// accept()
-    /// --
-    ///
     /// Waits (GIL released, per :meth:`settimeout`) for the next client and returns its
     /// :class:`Connection`, in blocking mode. Clients that fail the handshake are
     /// refused and skipped.
@@ -394,17 +358,11 @@ impl PyListener {
         }
     }
 
-    /// fileno()
-    /// --
-    ///
     /// The fd to watch: readable when :meth:`accept` is worth calling. -1 once closed.
     fn fileno(&self) -> i32 {
         self.fd.load(Ordering::Relaxed)
     }
 
-    /// setblocking(flag, /)
-    /// --
-    ///
     /// As :meth:`Connection.setblocking`.
     fn setblocking(&self, flag: bool) {
         *lock(&self.mode) = if flag {
@@ -414,17 +372,11 @@ impl PyListener {
         };
     }
 
-    /// getblocking()
-    /// --
-    ///
     /// Whether :meth:`accept` waits.
     fn getblocking(&self) -> bool {
         *lock(&self.mode) != Mode::NonBlocking
     }
 
-    /// settimeout(value, /)
-    /// --
-    ///
     /// As :meth:`Connection.settimeout`.
     #[pyo3(signature = (value, /))]
     fn settimeout(&self, value: Option<f64>) -> PyResult<()> {
@@ -432,17 +384,11 @@ impl PyListener {
         Ok(())
     }
 
-    /// gettimeout()
-    /// --
-    ///
     /// As :meth:`Connection.gettimeout`.
     fn gettimeout(&self) -> Option<f64> {
         lock(&self.mode).timeout()
     }
 
-    /// close()
-    /// --
-    ///
     /// Stops listening and removes the rendezvous socket. Accepted connections live on.
     fn close(&self) {
         self.fd.store(-1, Ordering::Relaxed);
@@ -482,9 +428,6 @@ impl PyListener {
     }
 }
 
-/// connect(addr, /, **options)
-/// --
-///
 /// Connects to ``addr`` (``shm:NAME``, ``ux:NAME``, ``tcp:HOST:PORT``, ``tls:HOST:PORT``,
 /// ``auto:HOST:PORT``) and returns a blocking :class:`Connection`. Waits (GIL released)
 /// at most ``connect_timeout`` seconds (default 5). Options: see ``docs/python.md``.
@@ -505,9 +448,6 @@ pub(crate) fn connect(
     Ok(PyConnection::new(conn, parsed.spin))
 }
 
-/// listen(addr, /, **options)
-/// --
-///
 /// Binds ``addr`` and returns a blocking :class:`Listener`. Raises ``OSError``
 /// (``EADDRINUSE``) when another listener serves it, ``ValueError`` for a bad address
 /// or option.

@@ -61,9 +61,6 @@ impl<T: AsRawFd> Handle<T> {
     }
 }
 
-/// Publisher(addr, /, **options)
-/// --
-///
 /// The publishing end of a topic bound at ``addr`` (``shm:NAME``; ``tcp:``, ``tls:``,
 /// ``auto:`` also serve remote subscribers). Each message is written once, whatever the
 /// number of subscribers. Options: ``slots``, ``capacity``, ``max_msg_size`` (default
@@ -89,9 +86,6 @@ impl PyPublisher {
         })
     }
 
-    /// publish(data, /)
-    /// --
-    ///
     /// Publishes one message (a bytes-like object) to every subscriber. Under the
     /// ``block`` policy waits (GIL released, per :meth:`settimeout`) while the slowest
     /// subscriber holds the oldest slot; one that stalls for ``stall_timeout`` is
@@ -115,9 +109,6 @@ impl PyPublisher {
         r.map_err(|e| to_py(py, e, Op::Send))
     }
 
-    /// wait_for_subscribers(n, timeout, /)
-    /// --
-    ///
     /// Waits (GIL released) until at least ``n`` subscribers are subscribed; raises
     /// ``TimeoutError`` after ``timeout`` seconds.
     fn wait_for_subscribers(&self, py: Python<'_>, n: usize, timeout: f64) -> PyResult<()> {
@@ -166,17 +157,11 @@ impl PyPublisher {
         }
     }
 
-    /// fileno()
-    /// --
-    ///
     /// Readable when a :meth:`publish` that raised ``BlockingIOError`` is worth retrying.
     fn fileno(&self) -> i32 {
         self.h.fd()
     }
 
-    /// setblocking(flag, /)
-    /// --
-    ///
     /// As :meth:`Connection.setblocking`.
     fn setblocking(&self, flag: bool) {
         self.h.set_mode(if flag {
@@ -186,9 +171,6 @@ impl PyPublisher {
         });
     }
 
-    /// settimeout(value, /)
-    /// --
-    ///
     /// As :meth:`Connection.settimeout`.
     #[pyo3(signature = (value, /))]
     fn settimeout(&self, value: Option<f64>) -> PyResult<()> {
@@ -196,17 +178,11 @@ impl PyPublisher {
         Ok(())
     }
 
-    /// gettimeout()
-    /// --
-    ///
     /// As :meth:`Connection.gettimeout`.
     fn gettimeout(&self) -> Option<f64> {
         self.h.mode().timeout()
     }
 
-    /// close()
-    /// --
-    ///
     /// Closes the topic: subscribers read what was published, then get ``EOFError``.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         match self.h.take() {
@@ -228,9 +204,6 @@ impl PyPublisher {
     }
 }
 
-/// Subscriber(addr, /, **options)
-/// --
-///
 /// Subscribes to the topic a :class:`Publisher` bound at ``addr``. Options:
 /// ``history`` (past messages to replay), ``max_msg_size`` (refuse topics with larger
 /// messages), and the connection options. Iterating yields the messages until the
@@ -255,9 +228,6 @@ impl PySubscriber {
         })
     }
 
-    /// recv()
-    /// --
-    ///
     /// The next message as ``bytes``. Waits (GIL released) per :meth:`settimeout`.
     /// Raises ``EOFError`` when the publisher closed the topic and everything was read,
     /// ``LaggedError`` (``overwrite`` policy; ``.missed`` says how many were lost, the
@@ -280,17 +250,11 @@ impl PySubscriber {
         }
     }
 
-    /// fileno()
-    /// --
-    ///
     /// Readable when :meth:`recv` is worth retrying.
     fn fileno(&self) -> i32 {
         self.h.fd()
     }
 
-    /// setblocking(flag, /)
-    /// --
-    ///
     /// As :meth:`Connection.setblocking`.
     fn setblocking(&self, flag: bool) {
         self.h.set_mode(if flag {
@@ -300,9 +264,6 @@ impl PySubscriber {
         });
     }
 
-    /// settimeout(value, /)
-    /// --
-    ///
     /// As :meth:`Connection.settimeout`.
     #[pyo3(signature = (value, /))]
     fn settimeout(&self, value: Option<f64>) -> PyResult<()> {
@@ -310,17 +271,11 @@ impl PySubscriber {
         Ok(())
     }
 
-    /// gettimeout()
-    /// --
-    ///
     /// As :meth:`Connection.gettimeout`.
     fn gettimeout(&self) -> Option<f64> {
         self.h.mode().timeout()
     }
 
-    /// close()
-    /// --
-    ///
     /// Unsubscribes.
     fn close(&self) {
         drop(self.h.take());
