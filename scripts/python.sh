@@ -13,6 +13,8 @@ python=${PYTHON:-python3}
 if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
+# The venv's programs first: maturin's build hook runs the `maturin` it installed.
+export PATH="$PWD/$venv/bin:$PATH"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check \
   'maturin>=1.5,<2' 'pytest>=7' 'pytest-timeout>=2'
 # --force-reinstall: the version number does not change with the code.

@@ -2,7 +2,7 @@
 //! the pure-Python package `shmlink` (python/shmlink). See `docs/python.md`.
 //!
 //! Every shmlink object is kept in non-blocking mode; blocking Python calls are built
-//! in [`wait`] from non-blocking tries and `poll()` on the object's fd, with the GIL
+//! in `wait.rs` from non-blocking tries and `poll()` on the object's fd, with the GIL
 //! released, so that Ctrl-C interrupts them.
 #![deny(missing_docs)]
 
