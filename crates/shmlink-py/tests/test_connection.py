@@ -354,3 +354,34 @@ def test_send_and_recv_from_two_threads_at_once(addr):
         assert got == [b"%d" % i for i in range(1000)]
         a.close()
         b.close()
+
+
+def test_keyboardinterrupt_during_a_send_to_a_full_ring(addr):
+    with shmlink.listen(addr, ring_size=4096) as listener:
+        client, server = peers.pair(listener, addr, ring_size=4096)
+
+        def interrupt():
+            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        t = threading.Thread(target=interrupt)
+        t.start()
+        sent = 0
+        with pytest.raises(KeyboardInterrupt):
+            while True:  # nobody reads: the ring fills and send waits
+                client.send(bytes(1000))
+                sent += 1
+        t.join()
+        assert sent > 0
+        # What was sent arrives whole and in order.
+        server.setblocking(False)
+        got = 0
+        while True:
+            try:
+                assert server.recv() == bytes(1000)
+                got += 1
+            except BlockingIOError:
+                break
+        assert got >= sent
+        client.close()
+        server.close()
