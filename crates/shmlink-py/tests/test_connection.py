@@ -400,3 +400,33 @@ def test_keyboardinterrupt_during_a_send_to_a_full_ring(addr):
         assert got >= sent
         client.close()
         server.close()
+
+
+def test_a_peer_that_breaks_the_protocol_is_protocolerror(tmp_path):
+    """A "listener" that answers the shm: hello with junk: ProtocolError (an OSError,
+    errno EPROTO), not a crash or a hang."""
+    import socket
+
+    path = str(tmp_path / "junk.sock")
+    ls = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    ls.bind(path)
+    ls.listen(1)
+
+    def junk_server():
+        c, _ = ls.accept()
+        with c:
+            c.recv(4096)
+            c.send(b"\xff" * 64)
+            c.settimeout(5)
+            try:
+                c.recv(16)
+            except OSError:
+                pass
+
+    t = threading.Thread(target=junk_server)
+    t.start()
+    with pytest.raises(shmlink.ProtocolError) as e:
+        shmlink.connect("shm:" + path, connect_timeout=5)
+    assert isinstance(e.value, OSError) and e.value.errno == 71  # EPROTO
+    t.join(10)
+    ls.close()
