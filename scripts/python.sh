@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Python package (crates/shmlink-py): makes a venv under target/, installs maturin,
 # pytest and the package exactly as the README says (pip install ./crates/shmlink-py),
-# and runs the pytest suite (cryptography makes the tls: test certificates). scripts/test.sh calls it; pytest's closing summary line is
-# what its `all:` line counts, and skipped tests go to $SHMLINK_SKIP_LOG.
+# and runs the pytest suite (cryptography makes the tls: test certificates).
+# scripts/test.sh calls it; pytest's closing summary line is what its `all:` line
+# counts, and skipped tests go to $SHMLINK_SKIP_LOG.
 #   scripts/python.sh            install + test
 #   scripts/python.sh --no-test  install only (scripts/bench-python.py uses the venv)
 #   PYTHON=python3.12 scripts/python.sh   another interpreter (CPython >= 3.9)
