@@ -1,5 +1,6 @@
 """One thread serves many connections with selectors. Usage:
 python selectors_server.py shm:many [max-connections]"""
+import collections
 import selectors
 import sys
 
@@ -9,6 +10,7 @@ sel = selectors.DefaultSelector()
 listener = shmlink.listen(sys.argv[1])
 listener.setblocking(False)
 sel.register(listener, selectors.EVENT_READ)
+unsent = {}  # connection -> echoes a full ring held back
 remaining = int(sys.argv[2]) if len(sys.argv) > 2 else None
 print("listening on", listener.local_addr, flush=True)
 
@@ -21,17 +23,22 @@ while remaining is None or remaining > 0:
                 continue
             conn.setblocking(False)
             sel.register(conn, selectors.EVENT_READ)
+            unsent[conn] = collections.deque()
             continue
         conn = key.fileobj
-        while True:  # drain what is there: the fd is readable until we do
-            try:
-                conn.send(conn.recv())
-            except BlockingIOError:
-                break
-            except (EOFError, ConnectionResetError):
-                sel.unregister(conn)
-                conn.close()
-                if remaining is not None:
-                    remaining -= 1
-                break
+        queue = unsent[conn]
+        try:
+            while True:  # until BlockingIOError: the fd stays readable until then
+                while queue:
+                    conn.send(queue[0])
+                    queue.popleft()
+                queue.append(conn.recv())
+        except BlockingIOError:
+            pass  # wait for the fd: a message arrived, or room for the held-back echo
+        except (EOFError, ConnectionResetError):
+            sel.unregister(conn)
+            del unsent[conn]
+            conn.close()
+            if remaining is not None:
+                remaining -= 1
 listener.close()
