@@ -87,13 +87,14 @@ impl PyConnection {
 
 #[pymethods]
 impl PyConnection {
-    /// Sends one message: ``bytes``, ``bytearray``, ``memoryview`` or any C-contiguous
-    /// buffer of bytes. Waits (GIL released) while the peer's receive window is full,
-    /// per :meth:`settimeout`. Raises ``BlockingIOError`` in non-blocking mode when it
-    /// would wait, ``BrokenPipeError`` when the peer is gone, ``MessageTooLargeError``
-    /// above :attr:`max_msg_size`. A message larger than the ring that is accepted in
-    /// part is finished by later calls (like a socket's send buffer); :meth:`close`
-    /// delivers what is left.
+    /// Sends one message: ``bytes``, ``bytearray``, ``memoryview`` or any other
+    /// bytes-like object. Waits (GIL released) while the peer's receive window is full,
+    /// per :meth:`settimeout`, and returns once the whole message is handed to the
+    /// transport. Raises ``BlockingIOError`` in non-blocking mode when it would wait,
+    /// ``BrokenPipeError`` when the peer is gone, ``MessageTooLargeError`` above
+    /// :attr:`max_msg_size`. In non-blocking mode a message larger than the ring may be
+    /// accepted in part: :meth:`flush` (or the next call) pushes the rest, and
+    /// :meth:`close` delivers what is left.
     fn send(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
         let msg = Msg::get(data)?;
         let first = self.with(|c| c.send(msg.with_gil(py)));
