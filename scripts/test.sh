@@ -22,6 +22,9 @@ trap 'rm -f "$log" "$SHMLINK_SKIP_LOG"' EXIT
 echo "== unit, integration and doc tests"
 cargo test --workspace 2>&1 | tee -a "$log"
 
+echo "== the Python package: pip install ./crates/shmlink-py into target/py-venv, pytest"
+scripts/python.sh 2>&1 | tee -a "$log"
+
 echo "== hostile publisher geometries, release build (wrapping arithmetic is silent there)"
 cargo test --release -p shmlink --test hostile_publisher 2>&1 | tee -a "$log"
 
@@ -67,9 +70,14 @@ fi
 
 # One closing line over every test binary above (each printed its own summary), then the
 # skipped tests. libtest counts a skipped test as passed; here it moves to skipped.
+# pytest (scripts/python.sh) counts its skips apart from its passes: its lines in the skip
+# log (shmlink-py/pytest::) are not taken off the passed count, and its closing line
+# ("== 23 passed, 1 skipped in 3.1s ==") adds passed, failed and errors.
 awk 'FILENAME == ARGV[1] { sub(/^SKIPPED /, ""); sub(/: .*/, "")
-    if (!($0 in seen)) { seen[$0]; n++; if ($0 !~ /^scripts\/test\.sh::/) t++ }; next }
+    if (!($0 in seen)) { seen[$0]; n++; if ($0 !~ /^(scripts\/test\.sh|shmlink-py\/pytest)::/) t++ }; next }
   /^test result:/ { p += $4; f += $6; i += $8 }
+  /^=+ [0-9]+ [a-z]+.* in [0-9.]+s/ { for (k = 2; k < NF; k++) { w = $(k + 1); sub(/,$/, "", w)
+      if (w == "passed") p += $k; else if (w == "failed" || w ~ /^errors?$/) f += $k } }
   END { printf "all: %d passed, %d failed, %d skipped, %d ignored\n", p - t, f, n, i }' \
   "$SHMLINK_SKIP_LOG" "$log"
 sort -u "$SHMLINK_SKIP_LOG" | sed 's/^SKIPPED /  skipped: /'
