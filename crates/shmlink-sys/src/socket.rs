@@ -318,6 +318,12 @@ pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     recv_flags(sock, buf, libc::MSG_DONTWAIT)
 }
 
+/// Copies the first waiting packet without taking it off the socket (`MSG_PEEK`), without
+/// blocking; `Ok(0)` is end of stream.
+pub fn peek(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    recv_flags(sock, buf, libc::MSG_DONTWAIT | libc::MSG_PEEK)
+}
+
 /// Receives one packet, waiting for it if the socket is in blocking mode.
 pub fn recv_wait(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     recv_flags(sock, buf, 0)

@@ -21,6 +21,26 @@ use crate::view::SharedBytes;
 /// Length of the total-size prefix in the first fragment of a split message.
 const TOTAL_LEN: usize = 8;
 
+/// A doorbell's byte: which of the receiver's two directions may progress. Both share
+/// one control socket (the connection's fd), so a drain must know whose cue it takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Bell {
+    /// Your receive ring has records (or the end-of-stream mark).
+    Data = 1,
+    /// Your send ring has room.
+    Room = 2,
+}
+
+impl Bell {
+    fn other(self) -> Bell {
+        match self {
+            Bell::Data => Bell::Room,
+            Bell::Room => Bell::Data,
+        }
+    }
+}
+
 /// The message `recv_next` made current.
 enum Current {
     None,
@@ -73,6 +93,13 @@ pub(crate) struct ShmConn {
     /// An announcement found work at once and was left for the peer to clear, so a
     /// doorbell may arrive that nobody sleeps for: drain before the next sleep.
     stale_doorbell: bool,
+    /// The last receive returned `WouldBlock` (or none was made yet: a new consumer
+    /// starts announced): a data doorbell is the caller's cue, which only a receive may
+    /// drain.
+    rx_waiting: bool,
+    /// The last send returned `WouldBlock` or left the rest of a message pending: a room
+    /// doorbell is the caller's cue, which only a call that retries the send may drain.
+    tx_waiting: bool,
     /// Set after a protocol violation: the connection is dead.
     broken: Option<String>,
     closed: bool,
@@ -118,6 +145,8 @@ impl ShmConn {
             pending_pos: 0,
             peer_eof: false,
             stale_doorbell: false,
+            rx_waiting: true,
+            tx_waiting: false,
             broken: None,
             closed: false,
             local: s.local,
@@ -152,10 +181,11 @@ impl ShmConn {
         ))
     }
 
-    /// Rings the peer's doorbell: one byte on the control socket.
+    /// Rings the peer's doorbell: one packet on the control socket, whose byte says which
+    /// of its directions may progress ([`Bell`]).
     #[cold]
-    fn doorbell(&mut self) {
-        match socket::send(self.sock.as_fd(), &[1]) {
+    fn doorbell(&mut self, bell: Bell) {
+        match socket::send(self.sock.as_fd(), &[bell as u8]) {
             // A full socket already holds doorbells the peer has not drained.
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -196,16 +226,38 @@ impl ShmConn {
         Ok(false)
     }
 
-    /// Drains every pending doorbell, so that the fd stops being readable before a
-    /// non-blocking caller goes back to its event loop.
-    fn drain(&mut self) -> Result<()> {
+    /// Drains the doorbells waiting on the control socket, so that the fd stops being
+    /// readable before a non-blocking caller goes back to its event loop. The caller
+    /// re-checks `own`'s direction after this; a doorbell for the other direction stops
+    /// the drain while a caller still waits on that direction, because it is that
+    /// caller's only cue: taking it would leave the fd quiet with work to do.
+    fn drain(&mut self, own: Bell) -> Result<()> {
+        let other_waits = match own {
+            Bell::Data => self.tx_waiting,
+            Bell::Room => self.rx_waiting,
+        };
         // Bounded: a peer that keeps ringing cannot keep us here.
         for _ in 0..64 {
+            if other_waits && !self.next_doorbell_is(own) {
+                break;
+            }
             if !self.take_doorbell(false)? {
                 break;
             }
         }
         Ok(())
+    }
+
+    /// Whether the first packet on the control socket may be taken by a drain for `own`:
+    /// `own`'s doorbell, an unknown byte (nobody waits for it), end-of-file or an error
+    /// (which `take_doorbell` reports). `false` if there is none.
+    fn next_doorbell_is(&self, own: Bell) -> bool {
+        let mut buf = [0u8; 16];
+        match socket::peek(self.sock.as_fd(), &mut buf) {
+            Ok(0) => true,
+            Ok(_) => buf[0] == own as u8 || buf[0] != Bell::other(own) as u8,
+            Err(e) => e.kind() != io::ErrorKind::WouldBlock,
+        }
     }
 
     /// The wait policy for this wait: without the spin phase when the peer last waited on
@@ -225,10 +277,10 @@ impl ShmConn {
     /// see the fd readable for doorbells already dealt with; a blocking one must not wake
     /// at once for a doorbell nobody slept for. Each announcement brings at most one
     /// doorbell, so in blocking mode only a left-over one needs draining.
-    fn drain_stale(&mut self, blocking: bool) -> Result<()> {
+    fn drain_stale(&mut self, blocking: bool, own: Bell) -> Result<()> {
         if !blocking || self.stale_doorbell {
             self.stale_doorbell = false;
-            self.drain()?;
+            self.drain(own)?;
         }
         Ok(())
     }
@@ -245,6 +297,7 @@ impl ShmConn {
     #[inline(always)]
     fn room(&mut self, len: usize, blocking: bool) -> Result<Option<NonNull<u8>>> {
         if let Ok(Some(p)) = self.tx.try_reserve(len) {
+            self.tx_waiting = false;
             return Ok(Some(p));
         }
         self.wait_room(len, blocking)
@@ -255,10 +308,13 @@ impl ShmConn {
     fn wait_room(&mut self, len: usize, blocking: bool) -> Result<Option<NonNull<u8>>> {
         let need = record_size(len);
         let mut spun = false;
-        self.drain_stale(blocking)?;
+        self.drain_stale(blocking, Bell::Room)?;
         loop {
             match self.tx.try_reserve(len) {
-                Ok(Some(p)) => return Ok(Some(p)),
+                Ok(Some(p)) => {
+                    self.tx_waiting = false;
+                    return Ok(Some(p));
+                }
                 Ok(None) => {}
                 Err(e) => return Err(self.fail(e)),
             }
@@ -284,6 +340,7 @@ impl ShmConn {
                 Err(e) => return Err(self.fail(e)),
             }
             if !blocking {
+                self.tx_waiting = true;
                 return Ok(None);
             }
             self.sleep()?;
@@ -309,7 +366,7 @@ impl ShmConn {
         };
         let len = body.len() + prefix.map_or(0, |_| TOTAL_LEN);
         if self.tx.commit(len, flags) {
-            self.doorbell();
+            self.doorbell(Bell::Data);
         }
     }
 
@@ -482,7 +539,7 @@ impl ShmConn {
             self.reasm.set_len(at + len);
         }
         if self.rx.advance(rec.size()) {
-            self.doorbell();
+            self.doorbell(Bell::Room);
         }
         if rec.flags == 0 {
             self.reasm_total = None;
@@ -502,7 +559,7 @@ impl ShmConn {
                 return Ok(());
             }
         }
-        self.drain_stale(blocking)?;
+        self.drain_stale(blocking, Bell::Data)?;
         loop {
             // A graceful close sets the ring's closed flag and rings the doorbell before
             // the control socket closes: either one ends the wait.
@@ -514,6 +571,7 @@ impl ShmConn {
                 return Ok(());
             }
             if !blocking {
+                self.rx_waiting = true;
                 return Err(Error::would_block());
             }
             self.sleep()?;
@@ -558,7 +616,10 @@ impl ShmConn {
         }
         loop {
             let rec = match self.rx.peek() {
-                Ok(Some(rec)) => rec,
+                Ok(Some(rec)) => {
+                    self.rx_waiting = false;
+                    rec
+                }
                 Ok(None) => match self.wait_data(blocking) {
                     Ok(()) => continue,
                     Err(e) => return Err(self.fail(e)),
@@ -657,7 +718,7 @@ impl ConnOps for ShmConn {
         match mem::replace(&mut self.reservation, Reservation::None) {
             Reservation::InPlace { len, .. } => {
                 if self.tx.commit(len, 0) {
-                    self.doorbell();
+                    self.doorbell(Bell::Data);
                 }
                 Ok(())
             }
@@ -687,6 +748,7 @@ impl ConnOps for ShmConn {
         ) {
             if let Ok(Some(rec)) = self.rx.peek() {
                 if rec.flags == 0 && rec.len <= self.max_recv {
+                    self.rx_waiting = false;
                     self.current = Current::InPlace {
                         ptr: rec.ptr,
                         len: rec.len,
@@ -714,7 +776,7 @@ impl ConnOps for ShmConn {
         match mem::replace(&mut self.current, Current::None) {
             Current::InPlace { len, .. } => {
                 if self.rx.advance(record_size(len)) {
-                    self.doorbell();
+                    self.doorbell(Bell::Room);
                 }
             }
             Current::Reassembled => self.reasm.clear(),
@@ -760,7 +822,7 @@ impl ConnOps for ShmConn {
             self.flush_pending(false)
         };
         if self.tx.close() {
-            self.doorbell();
+            self.doorbell(Bell::Data);
         }
         flushed
     }

@@ -1,0 +1,139 @@
+//! No lost wake-ups for event loops: a non-blocking `shm:` connection whose calls return
+//! `WouldBlock` must make its fd readable once any of them may progress, whichever call
+//! came last. One fd carries doorbells for both directions (data for our receive ring,
+//! room in our send ring); a call that drains doorbells for its own direction must not
+//! swallow one the other direction still waits for (docs/design.md §4.4).
+
+mod common;
+
+use std::os::fd::AsRawFd;
+
+use common::*;
+use shmlink::{Connection, ErrorKind, Options};
+
+/// Whether `fd` becomes readable within `ms` milliseconds.
+fn readable_within(fd: i32, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) == 1 }
+}
+
+/// A receive that found nothing, then a send into a full ring: the data that arrived in
+/// between must still make the fd readable, although the send drained doorbells.
+#[test]
+fn a_full_send_does_not_swallow_the_data_doorbell() {
+    let opts = Options::default().ring_size(4096);
+    let (mut client, mut server) = pair_with("shm", &opts);
+    server.set_nonblocking(true);
+    assert_eq!(server.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
+    // Data arrives; its doorbell sits on the server's fd.
+    client.send(b"hello").unwrap();
+    assert!(readable_within(server.as_raw_fd(), 10_000));
+    // The server's event loop sends first, until its ring is full (the client reads
+    // nothing, so no room will come).
+    let mut sent = 0;
+    loop {
+        match server.send(&[7u8; 1000]) {
+            Ok(()) => sent += 1,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(sent < 100, "a 4 KiB ring took 100 KB");
+    }
+    assert!(
+        readable_within(server.as_raw_fd(), 1000),
+        "the fd went quiet with a message waiting: the send swallowed its doorbell"
+    );
+    assert_eq!(server.recv_vec().unwrap(), b"hello");
+    for _ in 0..sent {
+        assert_eq!(client.recv_vec().unwrap(), [7u8; 1000]);
+    }
+}
+
+/// A non-blocking server in a poll() loop echoes messages larger than half the ring (so
+/// the rest of a send waits in the process and a receive pushes it on) to three clients
+/// at once: every round must finish. Found by the C API's poll example: the receive
+/// armed the send ring, then drained the room doorbell that answered it before arming
+/// the receive ring, and the fd stayed quiet while a client waited for its echo.
+#[test]
+fn a_poll_loop_echoes_fragmented_messages() {
+    const CLIENTS: usize = 3;
+    for round in 0..10 {
+        let (mut listener, addr) = bind("shm", &Options::default());
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let addr = addr.clone();
+                std::thread::spawn(move || {
+                    let mut c = Connection::connect(&addr, &Options::default()).unwrap();
+                    for i in 0..50u64 {
+                        let n = if i % 10 == 9 {
+                            1 << 20
+                        } else {
+                            (i as usize * 7919) % 70_000
+                        };
+                        let msg = payload(i, n);
+                        c.send(&msg).unwrap();
+                        verify(i, n, &c.recv_vec().unwrap());
+                    }
+                    c.close().unwrap();
+                })
+            })
+            .collect();
+        let mut conns: Vec<Connection> = (0..CLIENTS)
+            .map(|_| {
+                let mut c = listener.accept().unwrap();
+                c.set_nonblocking(true);
+                c
+            })
+            .collect();
+        serve(&mut conns, round);
+        for c in clients {
+            c.join().unwrap();
+        }
+    }
+}
+
+/// Echoes on every connection until each reaches its end, waiting in poll().
+fn serve(conns: &mut [Connection], round: usize) {
+    let mut done = vec![false; conns.len()];
+    while done.iter().any(|d| !d) {
+        let mut fds: Vec<libc::pollfd> = conns
+            .iter()
+            .zip(&done)
+            .map(|(c, &d)| libc::pollfd {
+                fd: if d { -1 } else { c.as_raw_fd() },
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `fds` is a live array of `fds.len()` pollfd structures.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 10_000) };
+        assert!(
+            ready != 0,
+            "round {round}: poll heard nothing for 10 s while clients wait for echoes"
+        );
+        for (i, c) in conns.iter_mut().enumerate() {
+            if fds[i].revents == 0 || done[i] {
+                continue;
+            }
+            loop {
+                match c.recv_vec() {
+                    // A client waits for each echo before it sends again, so a send
+                    // always finds room for at least the start of the echo (the rest
+                    // waits in the connection).
+                    Ok(m) => c.send(&m).unwrap(),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::EndOfStream => {
+                        done[i] = true;
+                        break;
+                    }
+                    Err(e) => panic!("round {round}: recv: {e}"),
+                }
+            }
+        }
+    }
+}
