@@ -366,6 +366,19 @@ impl Connection {
         }
     }
 
+    /// For `crate::tokio`: whether [`reserve`](Self::reserve) of `n` bytes lends room in
+    /// the ring itself (`shm:`, a message within one record), whose commit never waits.
+    /// Otherwise the room is a staging buffer and a non-blocking commit may fail with
+    /// [`ErrorKind::WouldBlock`], so the async reserve stages in its own buffer.
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn reserves_in_place(&self, n: usize) -> bool {
+        match &self.ops {
+            crate::transport::Conn::Shm(c) => c.fits_in_place(n),
+            crate::transport::Conn::Dyn(_) => false,
+        }
+    }
+
     /// For `crate::tokio`'s bounded spin: `Some(true)` when a receive would find a
     /// message or the end of the stream without waiting, `Some(false)` when not,
     /// `None` when the transport cannot tell without a system call (every transport but

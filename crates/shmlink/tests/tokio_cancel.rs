@@ -64,20 +64,33 @@ fn steady_sender(mut c: Connection) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// A receiver that never cancels, slow at first and now and then, so the sender waits
-/// for room (also on `tcp:`, once the kernel's socket buffers are full).
-fn steady_receiver(mut s: Connection) -> tokio::task::JoinHandle<()> {
+/// A receiver that never cancels: it reads nothing until the sender has been cancelled
+/// [`MIN_CANCELLED`] times (or is done), then reads with a pause now and then, so the
+/// sender waits for room again (also on `tcp:`, once the kernel's buffers are full).
+fn steady_receiver(
+    mut s: Connection,
+    gate: std::sync::Arc<tokio::sync::Notify>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        gate.notified().await;
         for seq in 0..N {
-            verify(seq, len(seq), &s.recv_vec().await.unwrap());
+            verify(seq, send_len(seq), &s.recv_vec().await.unwrap());
             if seq % 200 == 0 {
-                tokio::time::sleep(Duration::from_millis(2)).await;
+                tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
         let e = s.recv_vec().await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::EndOfStream, "{e}");
     })
+}
+
+/// Cancellations a test needs before it counts.
+const MIN_CANCELLED: u64 = 100;
+
+/// Sizes for the send test: 3 KiB on average, 60 MB in all, more than loopback TCP's
+/// socket buffers hold.
+fn send_len(seq: u64) -> usize {
+    12 + (seq as usize * 131) % 6000
 }
 
 fn recv_cancelled(t: &'static str) {
@@ -113,11 +126,12 @@ fn recv_cancelled(t: &'static str) {
 fn send_cancelled(t: &'static str) {
     run(async move {
         let (mut c, s) = pair_async(t).await;
-        let receiver = steady_receiver(s);
+        let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+        let receiver = steady_receiver(s, gate.clone());
         let (mut seq, mut cancelled, mut i) = (0u64, 0u64, 0u64);
         while seq < N {
             i += 1;
-            let msg = payload(seq, len(seq));
+            let msg = payload(seq, send_len(seq));
             tokio::select! {
                 r = async {
                     if seq % 2 == 0 {
@@ -125,19 +139,25 @@ fn send_cancelled(t: &'static str) {
                     } else {
                         let mut buf = c.reserve(msg.len()).await?;
                         buf.copy_from_slice(&msg);
-                        buf.commit()
+                        buf.commit().await
                     }
                 } => {
                     r.unwrap();
                     seq += 1;
                 }
-                () = interrupt(i) => cancelled += 1,
+                () = interrupt(i) => {
+                    cancelled += 1;
+                    if cancelled == MIN_CANCELLED {
+                        gate.notify_one();
+                    }
+                }
             }
         }
+        gate.notify_one();
         c.close().await.unwrap();
         receiver.await.unwrap();
         eprintln!("{t}: {cancelled} sends cancelled mid-way");
-        assert!(cancelled > 100, "too few cancellations ({cancelled}) to test anything");
+        assert!(cancelled >= MIN_CANCELLED, "too few cancellations ({cancelled}) to test anything");
     });
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ::tokio::io::unix::AsyncFd;
 
 use super::{reactor_error, register, would_block, Fd};
-use crate::conn::{RecvBuf, SendBuf};
+use crate::conn::RecvBuf;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::Counters;
@@ -253,14 +253,26 @@ impl Connection {
     }
 
     /// Reserves room for a message of `n` bytes to fill in place, awaiting room like
-    /// [`send`](Self::send); [`SendBuf::commit`] sends it (without waiting), dropping
-    /// the guard sends nothing. On `shm:` the bytes go straight into the ring when the
-    /// message fits in half of it.
+    /// [`send`](Self::send); [`SendBuf::commit`] sends it, dropping the guard sends
+    /// nothing. On `shm:` a message that fits in one record (half the ring) is written
+    /// straight into the ring and its commit never waits; larger ones, and every message
+    /// on the other transports, are staged in a buffer of the guard's and sent by the
+    /// commit (which may then wait like `send`).
     ///
     /// Cancel safe: a dropped future reserved nothing.
     pub async fn reserve(&mut self, n: usize) -> Result<SendBuf<'_>> {
+        if n > self.inner.max_msg_size() || !self.inner.reserves_in_place(n) {
+            if n > self.inner.max_msg_size() {
+                // The library's own message.
+                self.inner.reserve_begin(n)?;
+            }
+            return Ok(SendBuf(Room::Staged {
+                conn: self,
+                buf: vec![0; n],
+            }));
+        }
         poll_fn(|cx| self.poll_op(cx, false, |c| c.reserve_begin(n))).await?;
-        Ok(self.inner.lend_reserved(n))
+        Ok(SendBuf(Room::InPlace(self.inner.lend_reserved(n))))
     }
 
     /// Receives one message into `buf`; returns its length. A message that does not fit
@@ -413,6 +425,64 @@ impl fmt::Debug for Connection {
             .field("local", &self.local_addr())
             .field("peer", &self.peer_addr())
             .field("spin", &self.spin)
+            .finish()
+    }
+}
+
+/// Room for one outgoing message from [`Connection::reserve`], written in place;
+/// [`commit`](SendBuf::commit) sends it, dropping it sends nothing.
+///
+/// `Send`, not `Sync`: it borrows the connection mutably.
+pub struct SendBuf<'a>(Room<'a>);
+
+enum Room<'a> {
+    /// In the ring.
+    InPlace(crate::SendBuf<'a>),
+    /// In a buffer of ours, sent by `commit`.
+    Staged {
+        conn: &'a mut Connection,
+        buf: Vec<u8>,
+    },
+}
+
+impl SendBuf<'_> {
+    /// Sends the message. In place it is published at once; a staged message is sent
+    /// like [`Connection::send`] (awaiting room).
+    ///
+    /// Cancel safe in the sense of `send`: a dropped future sent nothing (the message
+    /// is dropped with it).
+    pub async fn commit(self) -> Result<()> {
+        match self.0 {
+            Room::InPlace(b) => b.commit(),
+            Room::Staged { conn, buf } => conn.send(&buf).await,
+        }
+    }
+}
+
+impl std::ops::Deref for SendBuf<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            Room::InPlace(b) => b,
+            Room::Staged { buf, .. } => buf,
+        }
+    }
+}
+
+impl std::ops::DerefMut for SendBuf<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match &mut self.0 {
+            Room::InPlace(b) => b,
+            Room::Staged { buf, .. } => buf,
+        }
+    }
+}
+
+impl fmt::Debug for SendBuf<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SendBuf")
+            .field("len", &self.len())
+            .field("in_place", &matches!(self.0, Room::InPlace(_)))
             .finish()
     }
 }

@@ -47,6 +47,7 @@
 //! | [`Connection::recv`], [`recv_vec`](Connection::recv_vec), [`recv_ref`](Connection::recv_ref), [`RecvHalf::recv`], [`RecvHalf::recv_vec`] | yes | received nothing; the message stays queued |
 //! | [`Connection::send`], [`SendHalf::send`] | yes | sent nothing (a message is taken whole or not at all) |
 //! | [`Connection::reserve`] | yes | reserved nothing |
+//! | [`SendBuf::commit`] | yes | sent nothing (a staged message is dropped with it) |
 //! | [`Connection::flush`], [`SendHalf::flush`] | yes | what was accepted stays queued; flush again |
 //! | [`Connection::close`] | no | the connection is dropped: queued messages may be lost (as on a drop) |
 //! | [`Subscriber::recv`], [`recv_vec`](Subscriber::recv_vec), its `Stream` | yes | took nothing from the ring |
@@ -89,7 +90,7 @@ mod pubsub;
 mod split;
 mod stream;
 
-pub use conn::{Connection, Incoming, Listener};
+pub use conn::{Connection, Incoming, Listener, SendBuf};
 pub use pubsub::{Publisher, Subscriber};
 pub use split::{RecvHalf, SendHalf};
 pub use stream::ByteStream;
