@@ -153,12 +153,12 @@ where
 /// Cloning is cheap (calls on clones share the channel's connection).
 #[derive(Clone, Debug)]
 pub struct EchoClient {
-    inner: tonic::client::Grpc<tonic::transport::Channel>,
+    inner: tonic::client::Grpc<crate::ShmChannel>,
 }
 
 impl EchoClient {
     /// A client on `channel`.
-    pub fn new(channel: tonic::transport::Channel) -> EchoClient {
+    pub fn new(channel: crate::ShmChannel) -> EchoClient {
         EchoClient {
             inner: tonic::client::Grpc::new(channel),
         }

@@ -14,7 +14,10 @@
 //! `tokio` feature build with 1.80.
 #![deny(missing_docs)]
 
+mod channel;
 pub mod echo;
+
+pub use channel::{unavailable_if_lost, LostBody, ResponseFuture, ShmChannel};
 
 use std::io;
 use std::pin::Pin;
@@ -26,9 +29,9 @@ use shmlink::tokio::{ByteStream, Connection, Listener};
 use shmlink::Options;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::Connected;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
-/// A server-side connection as tonic takes it: the byte stream plus [`Connected`] (its
+/// A shmlink connection as tonic takes it: the byte stream plus [`Connected`] (its
 /// connect info is [`ShmConnectInfo`]).
 #[derive(Debug)]
 pub struct ShmIo(pub ByteStream);
@@ -60,13 +63,15 @@ impl AsyncRead for ShmIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+        Pin::new(&mut self.get_mut().0)
+            .poll_read(cx, buf)
     }
 }
 
 impl AsyncWrite for ShmIo {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+        Pin::new(&mut self.get_mut().0)
+            .poll_write(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -74,7 +79,8 @@ impl AsyncWrite for ShmIo {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+        Pin::new(&mut self.get_mut().0)
+            .poll_shutdown(cx)
     }
 }
 
@@ -100,7 +106,8 @@ pub fn incoming(
 }
 
 /// A channel to the gRPC server at the shmlink address `addr`: each (re)connection opens
-/// a shmlink connection. Connects once before returning (an unreachable server fails
+/// a shmlink connection; a connection lost mid-call fails the call with `Unavailable`
+/// (see [`ShmChannel`]). Connects once before returning (an unreachable server fails
 /// here with the shmlink error in the source chain).
 ///
 /// ```no_run
@@ -111,15 +118,16 @@ pub fn incoming(
 /// assert_eq!(reply, b"hello");
 /// # Ok(()) }
 /// ```
-pub async fn channel(addr: &str, opts: &Options) -> Result<Channel, tonic::transport::Error> {
-    endpoint()
+pub async fn channel(addr: &str, opts: &Options) -> Result<ShmChannel, tonic::transport::Error> {
+    let channel = endpoint()
         .connect_with_connector(connector(addr, opts))
-        .await
+        .await?;
+    Ok(ShmChannel::new(channel))
 }
 
 /// Like [`channel`], but connects on first use (and reconnects after a failure then).
-pub fn channel_lazy(addr: &str, opts: &Options) -> Channel {
-    endpoint().connect_with_connector_lazy(connector(addr, opts))
+pub fn channel_lazy(addr: &str, opts: &Options) -> ShmChannel {
+    ShmChannel::new(endpoint().connect_with_connector_lazy(connector(addr, opts)))
 }
 
 /// The endpoint: its URI only names the HTTP/2 authority (the connector ignores it).
@@ -133,9 +141,9 @@ fn connector(
     opts: &Options,
 ) -> impl tower::Service<
     http::Uri,
-    Response = TokioIo<ByteStream>,
+    Response = TokioIo<ShmIo>,
     Error = shmlink::Error,
-    Future = impl std::future::Future<Output = Result<TokioIo<ByteStream>, shmlink::Error>> + Send,
+    Future = impl std::future::Future<Output = Result<TokioIo<ShmIo>, shmlink::Error>> + Send,
 > + Clone
        + Send
        + 'static {
@@ -144,7 +152,7 @@ fn connector(
         let (addr, opts) = (addr.clone(), opts.clone());
         async move {
             let conn = Connection::connect(&addr, &opts).await?;
-            Ok(TokioIo::new(conn.into_byte_stream()))
+            Ok(TokioIo::new(ShmIo(conn.into_byte_stream())))
         }
     })
 }
