@@ -168,7 +168,7 @@ pub struct Connection {
     // Declared before `inner`: the registration goes before the fd it names.
     pub(super) fd: AsyncFd<Fd>,
     pub(super) inner: crate::Connection,
-    pub(super) spin: Duration,
+    pub(super) spin: Spin,
 }
 
 impl Connection {
@@ -195,18 +195,23 @@ impl Connection {
     fn from_std_spin(mut inner: crate::Connection, spin: Duration) -> Result<Connection> {
         inner.set_nonblocking(true);
         let fd = register(inner.as_raw_fd())?;
-        Ok(Connection { fd, inner, spin })
+        Ok(Connection {
+            fd,
+            inner,
+            spin: Spin::new(spin),
+        })
     }
 
-    /// Sets how long a receive busy-polls the ring before it awaits the reactor
-    /// (`shm:` only; zero: never spin).
+    /// Sets how long a receive may busy-poll the ring before it awaits the reactor
+    /// (`shm:` only; zero: never spin). The spin adapts below this budget (see the
+    /// [module docs](crate::tokio#how-it-waits)).
     pub fn set_spin(&mut self, spin: Duration) {
-        self.spin = spin;
+        self.spin = Spin::new(spin);
     }
 
-    /// The receive spin.
+    /// The receive spin budget.
     pub fn spin(&self) -> Duration {
-        self.spin
+        self.spin.max()
     }
 
     /// Runs the non-blocking `op` until it does not fail with `WouldBlock`, awaiting the
@@ -217,8 +222,8 @@ impl Connection {
         recv: bool,
         mut op: impl FnMut(&mut crate::Connection) -> Result<T>,
     ) -> Poll<Result<T>> {
-        if recv && !self.spin.is_zero() && self.inner.recv_hint() == Some(false) {
-            spin_until_hint(&mut self.inner, self.spin);
+        if recv && !self.spin.max().is_zero() && self.inner.recv_hint() == Some(false) {
+            self.spin.spin(&mut self.inner);
         }
         loop {
             let r = op(&mut self.inner);
@@ -390,19 +395,61 @@ impl Connection {
     }
 }
 
-/// Busy-polls (shared memory only) until a receive would not wait or `spin` passed.
-#[inline(never)]
-pub(super) fn spin_until_hint(conn: &mut crate::Connection, spin: Duration) {
-    let until = Instant::now() + spin;
-    loop {
-        for _ in 0..32 {
-            std::hint::spin_loop();
-            if conn.recv_hint() != Some(false) {
+/// The receive spin budget, adaptive: a spin that ends empty-handed halves the next
+/// one, one that finds a message doubles it back (up to the configured budget). When
+/// spinning does not pay — the peer answers slowly, or it waits for the very CPU we spin
+/// on (more runnable threads than CPUs) — the budget falls to nothing and only every
+/// 16th wait tries a quarter of it, so a spinning connection costs little more than one
+/// that never spins.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Spin {
+    max: Duration,
+    cur: Duration,
+    skipped: u32,
+}
+
+impl Spin {
+    pub(super) fn new(max: Duration) -> Spin {
+        Spin {
+            max,
+            cur: max,
+            skipped: 0,
+        }
+    }
+
+    pub(super) fn max(&self) -> Duration {
+        self.max
+    }
+
+    /// Busy-polls (shared memory only) until a receive would not wait or the budget
+    /// passed.
+    #[inline(never)]
+    pub(super) fn spin(&mut self, conn: &mut crate::Connection) {
+        let budget = if self.cur.is_zero() {
+            self.skipped = self.skipped.wrapping_add(1);
+            if self.skipped % 16 != 0 {
                 return;
             }
-        }
-        if Instant::now() >= until {
-            return;
+            self.max / 4
+        } else {
+            self.cur
+        };
+        let until = Instant::now() + budget;
+        loop {
+            for _ in 0..32 {
+                std::hint::spin_loop();
+                if conn.recv_hint() != Some(false) {
+                    self.cur = (self.cur * 2 + Duration::from_micros(1)).min(self.max);
+                    return;
+                }
+            }
+            if Instant::now() >= until {
+                self.cur /= 2;
+                if self.cur < Duration::from_micros(1) {
+                    self.cur = Duration::ZERO;
+                }
+                return;
+            }
         }
     }
 }

@@ -189,7 +189,7 @@ impl SendHalf {
         Ok(Connection {
             fd,
             inner: st.conn,
-            spin: st.spin,
+            spin: super::conn::Spin::new(st.spin),
         })
     }
 

@@ -3,6 +3,7 @@
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -16,7 +17,7 @@ const CHUNK: usize = 64 * 1024;
 /// A [`Connection`] as a byte stream: [`AsyncRead`] + [`AsyncWrite`], for anything that
 /// runs over a socket (hyper, tonic, tokio-util codecs).
 ///
-/// Each `write` sends one message of up to 64 KiB (or the connection's maximum); a read
+/// Reads do not spin by default ([`set_spin`](Self::set_spin)). Each `write` sends one message of up to 64 KiB (or the connection's maximum); a read
 /// returns bytes from the next message, keeping what does not fit for the next read.
 /// `shutdown` sends a zero-length message, which the peer's `ByteStream` reads as the
 /// end of the stream (`read` returns 0) while both can still read what the other sends:
@@ -68,7 +69,11 @@ pub struct ByteStream {
 
 impl ByteStream {
     /// Wraps a connection.
-    pub fn new(conn: Connection) -> ByteStream {
+    pub fn new(mut conn: Connection) -> ByteStream {
+        // A byte-stream reader (hyper, a codec) reads until a read is pending: a spin
+        // there would delay every pending read, not only the ones that wait for an
+        // answer. Turn it on with `set_spin` where a read mostly waits for an answer.
+        conn.set_spin(Duration::ZERO);
         let chunk = conn.max_msg_size().clamp(1, CHUNK);
         ByteStream {
             conn,
@@ -78,6 +83,12 @@ impl ByteStream {
             shut: false,
             chunk,
         }
+    }
+
+    /// Sets the receive spin budget of reads (zero by default: see
+    /// [`Connection::set_spin`]).
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.conn.set_spin(spin);
     }
 
     /// The connection inside.
@@ -139,7 +150,40 @@ impl AsyncRead for ByteStream {
             me.at = 0;
         }
         drop(msg);
+        if k == n {
+            // Room left: take the messages that are already there, without waiting, so a
+            // reader with a large buffer (hyper's) gets many small writes in one read.
+            me.read_more(buf);
+        }
         Poll::Ready(Ok(()))
+    }
+}
+
+impl ByteStream {
+    /// Copies whole messages that wait, while they fit in `buf`; stops at the first that
+    /// does not fit (it stays queued), at the peer's shutdown, or when none waits.
+    fn read_more(&mut self, buf: &mut ReadBuf<'_>) {
+        // Bounded: at most this many messages per read.
+        for _ in 0..64 {
+            if buf.remaining() == 0 {
+                return;
+            }
+            let dst = buf.initialize_unfilled();
+            match self.conn.inner.recv(dst) {
+                Ok(0) => {
+                    self.eof = true;
+                    return;
+                }
+                Ok(n) => buf.advance(n),
+                Err(e) if e.kind() == ErrorKind::EndOfStream => {
+                    self.eof = true;
+                    return;
+                }
+                // Would block, does not fit (still queued), or an error that the next
+                // read reports.
+                Err(_) => return,
+            }
+        }
     }
 }
 
