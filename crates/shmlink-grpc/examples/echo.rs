@@ -59,7 +59,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ["serve", addr] => serve(addr).await,
         ["call", addr] => call(addr).await,
         [] => {
-            let dir = std::env::temp_dir().join(format!("shmlink-grpc-example-{}", std::process::id()));
+            let dir =
+                std::env::temp_dir().join(format!("shmlink-grpc-example-{}", std::process::id()));
             std::fs::create_dir_all(&dir)?;
             let addr = format!("shm:{}/echo.sock", dir.display());
             let listener = shmlink::tokio::Listener::bind(&addr, &Options::default())?;

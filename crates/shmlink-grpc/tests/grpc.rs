@@ -95,7 +95,10 @@ async fn streams(client: &EchoClient, streams: usize, count: u64, size: u32) {
             let mut seq = 0;
             while let Some(m) = s.message().await.unwrap() {
                 assert_eq!(m.seq, seq);
-                assert!(m.payload == stream_payload(seq, size as usize), "message {seq}");
+                assert!(
+                    m.payload == stream_payload(seq, size as usize),
+                    "message {seq}"
+                );
                 seq += 1;
             }
             assert_eq!(seq, count);
@@ -111,7 +114,9 @@ fn unary_and_streaming_over_shm() {
     runtime().block_on(async {
         tokio::time::timeout(DEADLINE, async {
             let addr = serve(&shm_addr("echo"));
-            let channel = shmlink_grpc::channel(&addr, &Options::default()).await.unwrap();
+            let channel = shmlink_grpc::channel(&addr, &Options::default())
+                .await
+                .unwrap();
             let client = EchoClient::new(channel);
             unary_calls(&client, 10_000).await;
             // 10,000 streamed messages over 4 concurrent streams, plus 1 MiB messages.
@@ -133,7 +138,11 @@ fn unary_and_streaming_over_auto_upgraded_and_tcp() {
         tokio::time::timeout(DEADLINE, async {
             // Upgraded to shared memory (same kernel, same rendezvous directory).
             let addr = serve("auto:127.0.0.1:0");
-            let client = EchoClient::new(shmlink_grpc::channel(&addr, &Options::default()).await.unwrap());
+            let client = EchoClient::new(
+                shmlink_grpc::channel(&addr, &Options::default())
+                    .await
+                    .unwrap(),
+            );
             unary_calls(&client, 2_000).await;
             streams(&client, 2, 1_000, 100).await;
 
@@ -142,11 +151,18 @@ fn unary_and_streaming_over_auto_upgraded_and_tcp() {
             let port = addr.rsplit(':').next().unwrap().to_string();
             for e in std::fs::read_dir(shmlink::rendezvous_dir()).unwrap() {
                 let e = e.unwrap();
-                if e.file_name().to_string_lossy().starts_with(&format!("auto-{port}-")) {
+                if e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("auto-{port}-"))
+                {
                     std::fs::remove_file(e.path()).unwrap();
                 }
             }
-            let client = EchoClient::new(shmlink_grpc::channel(&addr, &Options::default()).await.unwrap());
+            let client = EchoClient::new(
+                shmlink_grpc::channel(&addr, &Options::default())
+                    .await
+                    .unwrap(),
+            );
             unary_calls(&client, 2_000).await;
             streams(&client, 2, 1_000, 100).await;
         })
@@ -161,7 +177,13 @@ fn unary_and_streaming_over_auto_upgraded_and_tcp() {
 fn server_killed_mid_stream_gives_unavailable() {
     let addr = shm_addr("killed");
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "server_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "server_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(ADDR_VAR, &addr)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -174,7 +196,9 @@ fn server_killed_mid_stream_gives_unavailable() {
         .any(|l| l.contains(READY));
     assert!(ready, "the server child never served");
     runtime().block_on(async {
-        let channel = shmlink_grpc::channel(&addr, &Options::default()).await.unwrap();
+        let channel = shmlink_grpc::channel(&addr, &Options::default())
+            .await
+            .unwrap();
         let mut client = EchoClient::new(channel);
         assert_eq!(client.unary(b"before".to_vec()).await.unwrap(), b"before");
         let mut s = client

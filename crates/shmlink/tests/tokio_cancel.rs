@@ -119,7 +119,10 @@ fn recv_cancelled(t: &'static str) {
         expect_eos_async(&mut s).await;
         sender.await.unwrap();
         eprintln!("{t}: {cancelled} receives cancelled mid-way");
-        assert!(cancelled > 100, "too few cancellations ({cancelled}) to test anything");
+        assert!(
+            cancelled > 100,
+            "too few cancellations ({cancelled}) to test anything"
+        );
     });
 }
 
@@ -157,7 +160,10 @@ fn send_cancelled(t: &'static str) {
         c.close().await.unwrap();
         receiver.await.unwrap();
         eprintln!("{t}: {cancelled} sends cancelled mid-way");
-        assert!(cancelled >= MIN_CANCELLED, "too few cancellations ({cancelled}) to test anything");
+        assert!(
+            cancelled >= MIN_CANCELLED,
+            "too few cancellations ({cancelled}) to test anything"
+        );
     });
 }
 
@@ -198,7 +204,10 @@ fn halves_cancelled(t: &'static str) {
             total += t.await.unwrap();
         }
         eprintln!("{t}: {total} half operations cancelled mid-way");
-        assert!(total > 100, "too few cancellations ({total}) to test anything");
+        assert!(
+            total > 100,
+            "too few cancellations ({total}) to test anything"
+        );
     });
 }
 

@@ -1,5 +1,6 @@
 //! The conformance scenarios through `shmlink::tokio`, on a multi-threaded runtime with
-//! 64 concurrent connections on one runtime: echo, 1,000,000 ordered checksummed
+//! 64 concurrent connections on one runtime, on `shm:`, `ux:`, `tcp:` and `auto:`
+//! (upgraded): echo, 1,000,000 ordered checksummed
 //! messages, 1 B – 64 MiB, flow control with a slow reader, a peer killed with SIGKILL
 //! (reset within 100 ms), graceful close; plus split halves in full duplex, the byte
 //! stream, async publish/subscribe, and idle connections that cost no CPU.
@@ -28,7 +29,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// Concurrent connections on the one runtime.
 const CONNS: usize = 64;
 /// Whole-scenario deadline: a lost wake-up fails the test instead of hanging CI.
-const DEADLINE: Duration = Duration::from_secs(240);
+const DEADLINE: Duration = Duration::from_secs(180);
 /// Smallest ring: sends hit `WouldBlock` constantly.
 const SMALL_RING: usize = 4096;
 
@@ -60,7 +61,10 @@ fn small_opts(t: &str) -> Options {
 /// Binds a fresh address of test transport `t`; returns the listener and the address.
 fn bind_async(t: &str, o: &Options) -> (Listener, String) {
     let (l, addr) = bind(t, o);
-    (Listener::from_std(l, Duration::from_micros(20)).unwrap(), addr)
+    (
+        Listener::from_std(l, Duration::from_micros(20)).unwrap(),
+        addr,
+    )
 }
 
 /// `n` connected pairs (client, server) made concurrently.
@@ -94,6 +98,35 @@ async fn pairs(t: &str, o: &Options, n: usize) -> Vec<(Connection, Connection)> 
     res.into_iter().map(Option::unwrap).collect()
 }
 
+/// `n` pairs made by the blocking API (the library's own wait policy from `o`), then
+/// wrapped with `from_std`.
+async fn pairs_std(t: &str, o: &Options, n: usize) -> Vec<(Connection, Connection)> {
+    let (mut l, addr) = bind(t, o);
+    let o2 = o.clone();
+    let clients = std::thread::spawn(move || {
+        (0..n)
+            .map(|_| shmlink::Connection::connect(&addr, &o2).unwrap())
+            .collect::<Vec<_>>()
+    });
+    let servers: Vec<_> = (0..n).map(|_| l.accept().unwrap()).collect();
+    let clients = clients.join().unwrap();
+    // Connected in order, accepted in order: pair by the client's own address.
+    let mut res = Vec::new();
+    let mut servers: Vec<Option<shmlink::Connection>> = servers.into_iter().map(Some).collect();
+    for c in clients {
+        let i = servers
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| s.peer_addr() == c.local_addr()))
+            .unwrap_or_else(|| servers.iter().position(Option::is_some).unwrap());
+        let s = servers[i].take().unwrap();
+        res.push((
+            Connection::from_std(c).unwrap(),
+            Connection::from_std(s).unwrap(),
+        ));
+    }
+    res
+}
+
 fn len_of(seq: u64, max: usize) -> usize {
     (seq as usize * 7919) % max
 }
@@ -101,12 +134,24 @@ fn len_of(seq: u64, max: usize) -> usize {
 /// Echo on 64 connections: each client sends mixed sizes (some larger than half the
 /// ring, so split on `shm:`), the server echoes, the client checks each reply.
 fn echo_64(t: &str) {
+    echo_64_with(t, false)
+}
+
+/// `asymmetric`: both ends made by the blocking API with the default wait policy, then
+/// wrapped (`from_std`), so that `shm:` runs the asymmetric fence (see
+/// [`asymmetric_fence_echo_repro`]).
+fn echo_64_with(t: &str, asymmetric: bool) {
     let t = t.to_string();
     run(async move {
         let o = small_opts(&t);
         const ROUNDS: u64 = 300;
         let mut tasks = Vec::new();
-        for (mut c, mut s) in pairs(&t, &o, CONNS).await {
+        let conns = if asymmetric {
+            pairs_std(&t, &o, CONNS).await
+        } else {
+            pairs(&t, &o, CONNS).await
+        };
+        for (mut c, mut s) in conns {
             tasks.push(tokio::spawn(async move {
                 loop {
                     match s.recv_vec().await {
@@ -144,7 +189,9 @@ fn million_ordered(t: &str, total: u64) {
         for (mut c, mut s) in pairs(&t, &o, CONNS).await {
             tasks.push(tokio::spawn(async move {
                 for seq in 0..per {
-                    c.send(&payload(seq, 12 + (seq % 52) as usize)).await.unwrap();
+                    c.send(&payload(seq, 12 + (seq % 52) as usize))
+                        .await
+                        .unwrap();
                 }
                 c.close().await.unwrap();
                 per
@@ -402,7 +449,18 @@ macro_rules! suite {
     )*};
 }
 
-suite!(shm, ux, tcp, auto, auto_tcp);
+suite!(shm, ux, tcp, auto);
+
+/// Echo on 64 `shm:` connections whose handshake chose the asymmetric fence (both ends
+/// made with the default wait policy, then wrapped). `shmlink::tokio`'s own `bind` and
+/// `connect` choose the symmetric fence; with the asymmetric one this test lost a
+/// wake-up (every task awaiting, nothing to wake it) in 2 of 3 runs on the 2-vCPU
+/// development VM. Not explained yet: kept as a reproducer, run with `--ignored`.
+#[test]
+#[ignore]
+fn asymmetric_fence_echo_repro() {
+    echo_64_with("shm", true);
+}
 
 #[test]
 fn shm_million_ordered_checksummed() {
@@ -542,7 +600,10 @@ fn peer_killed_resets_within_100ms() {
                 break;
             }
         }
-        assert!(ok, "{t}: reset later than 100 ms in every attempt: {worst:?}");
+        assert!(
+            ok,
+            "{t}: reset later than 100 ms in every attempt: {worst:?}"
+        );
     }
 }
 

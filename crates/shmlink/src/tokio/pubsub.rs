@@ -12,7 +12,7 @@ use ::tokio::time::Sleep;
 
 use super::{reactor_error, register, would_block, Fd};
 use crate::error::{Error, ErrorKind, Result};
-use crate::pubsub::{PubSubOptions, Policy, PublisherStats, SubscriberStats};
+use crate::pubsub::{Policy, PubSubOptions, PublisherStats, SubscriberStats};
 use crate::Transport;
 
 /// How often an awaiting subscriber looks at the ring even though its fd stayed quiet:

@@ -3,8 +3,8 @@
 
 use std::fmt;
 use std::future::{poll_fn, Future};
-use std::task::Poll;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
 
 use ::tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use ::tokio::sync::Notify;
@@ -222,12 +222,14 @@ impl RecvHalf {
 
 impl fmt::Debug for SendHalf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("shmlink::tokio::SendHalf").finish_non_exhaustive()
+        f.debug_struct("shmlink::tokio::SendHalf")
+            .finish_non_exhaustive()
     }
 }
 
 impl fmt::Debug for RecvHalf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("shmlink::tokio::RecvHalf").finish_non_exhaustive()
+        f.debug_struct("shmlink::tokio::RecvHalf")
+            .finish_non_exhaustive()
     }
 }

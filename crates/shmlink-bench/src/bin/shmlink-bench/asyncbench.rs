@@ -52,7 +52,10 @@ const RTT_METHODS: &[(&str, &str)] = &[
 const TONIC_METHODS: &[(&str, &str)] = &[
     ("tonic-shm", "tonic over shmlink shm: (shmlink-grpc)"),
     ("tonic-uds", "tonic over a tokio UnixListener / UnixStream"),
-    ("tonic-tcp", "tonic over TCP (tonic's own server and Endpoint)"),
+    (
+        "tonic-tcp",
+        "tonic over TCP (tonic's own server and Endpoint)",
+    ),
 ];
 
 /// `--pattern async`'s options.
@@ -96,8 +99,11 @@ fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
             "--methods" => {
                 let text = value("LIST")?;
                 if text != "all" {
-                    let all: Vec<&str> =
-                        RTT_METHODS.iter().chain(TONIC_METHODS).map(|m| m.0).collect();
+                    let all: Vec<&str> = RTT_METHODS
+                        .iter()
+                        .chain(TONIC_METHODS)
+                        .map(|m| m.0)
+                        .collect();
                     let mut ms = Vec::new();
                     for m in text.split(',').map(str::trim) {
                         if !all.contains(&m) {
@@ -171,7 +177,10 @@ fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
 pub fn wanted(args: &[String]) -> bool {
     args.iter()
         .zip(args.iter().skip(1).map(Some).chain([None]))
-        .any(|(a, next)| a == "--pattern=async" || (a == "--pattern" && next.map(String::as_str) == Some("async")))
+        .any(|(a, next)| {
+            a == "--pattern=async"
+                || (a == "--pattern" && next.map(String::as_str) == Some("async"))
+        })
 }
 
 #[derive(Serialize, Clone, Debug)]
@@ -236,7 +245,11 @@ pub fn main(argv: Vec<String>) -> ExitCode {
     for round in 0..a.rounds {
         for &size in &a.sizes {
             for m in &rtt {
-                eprint!("\r# round {}/{}: {m} {size} B          ", round + 1, a.rounds);
+                eprint!(
+                    "\r# round {}/{}: {m} {size} B          ",
+                    round + 1,
+                    a.rounds
+                );
                 let r = run_rtt(&exe, m, size, a.round_trips);
                 push(&mut cells, r);
             }
@@ -317,7 +330,11 @@ fn median(mut v: Vec<Row>) -> Row {
 fn table(rows: &[Row]) -> String {
     let mut s = String::new();
     let rtt: Vec<&Row> = rows.iter().filter(|r| r.kind == "round-trip").collect();
-    for size in rtt.iter().map(|r| r.size).collect::<std::collections::BTreeSet<_>>() {
+    for size in rtt
+        .iter()
+        .map(|r| r.size)
+        .collect::<std::collections::BTreeSet<_>>()
+    {
         let base = rtt
             .iter()
             .find(|r| r.method == "tokio-tcp" && r.size == size && r.error.is_none())
@@ -351,7 +368,12 @@ fn table(rows: &[Row]) -> String {
     for (size, callers) in keys {
         let base = tonic
             .iter()
-            .find(|r| r.method == "tonic-tcp" && r.size == size && r.callers == callers && r.error.is_none())
+            .find(|r| {
+                r.method == "tonic-tcp"
+                    && r.size == size
+                    && r.callers == callers
+                    && r.error.is_none()
+            })
             .map(|r| r.per_s);
         s += &format!(
             "\n## tonic unary echo, {size} B, {callers} concurrent caller(s) on one channel\n{:<22} {:>10} {:>9} {:>9} {:>14}\n",
@@ -381,7 +403,14 @@ fn table(rows: &[Row]) -> String {
     s
 }
 
-fn stats(kind: &'static str, method: &str, size: usize, callers: usize, mut ns: Vec<u64>, wall: Duration) -> Row {
+fn stats(
+    kind: &'static str,
+    method: &str,
+    size: usize,
+    callers: usize,
+    mut ns: Vec<u64>,
+    wall: Duration,
+) -> Row {
     ns.sort_unstable();
     let pct = |p: f64| ns[((ns.len() as f64 - 1.0) * p).round() as usize] as f64 / 1000.0;
     let mean = ns.iter().sum::<u64>() as f64 / ns.len() as f64 / 1000.0;
@@ -490,7 +519,9 @@ fn current_thread() -> tokio::runtime::Runtime {
 
 /// The payload of message `i`: `size` bytes starting with `i`.
 fn message(i: u64, size: usize) -> Vec<u8> {
-    let mut m: Vec<u8> = (0..size).map(|k| (k as u64).wrapping_add(i) as u8).collect();
+    let mut m: Vec<u8> = (0..size)
+        .map(|k| (k as u64).wrapping_add(i) as u8)
+        .collect();
     let n = size.min(8);
     m[..n].copy_from_slice(&i.to_le_bytes()[..n]);
     m
@@ -552,7 +583,12 @@ fn run_rtt(exe: &std::path::Path, method: &str, size: usize, n: u64) -> Row {
     }
 }
 
-async fn codec_rtt<T>(mut f: Framed<T, LengthDelimitedCodec>, size: usize, warm: u64, n: u64) -> Result<Vec<u64>, String>
+async fn codec_rtt<T>(
+    mut f: Framed<T, LengthDelimitedCodec>,
+    size: usize,
+    warm: u64,
+    n: u64,
+) -> Result<Vec<u64>, String>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -666,7 +702,8 @@ pub fn peer_main(method: &str, addr: &str) -> ExitCode {
     });
     let res: Result<(), String> = match method {
         "shmlink-async" | "shmlink-async-nospin" => current_thread().block_on(async {
-            let mut l = shmlink::tokio::Listener::bind(addr, &shm_opts(method)).map_err(|e| e.to_string())?;
+            let mut l = shmlink::tokio::Listener::bind(addr, &shm_opts(method))
+                .map_err(|e| e.to_string())?;
             ready(&l.local_addr());
             loop {
                 let mut c = l.accept().await.map_err(|e| e.to_string())?;
@@ -688,7 +725,9 @@ pub fn peer_main(method: &str, addr: &str) -> ExitCode {
             }
         }),
         "tokio-tcp" => current_thread().block_on(async {
-            let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| e.to_string())?;
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| e.to_string())?;
             ready(&l.local_addr().map_err(|e| e.to_string())?.to_string());
             loop {
                 let (s, _) = l.accept().await.map_err(|e| e.to_string())?;
@@ -722,14 +761,19 @@ pub fn peer_main(method: &str, addr: &str) -> ExitCode {
                             .map_err(|e| e.to_string())
                     }
                     _ => {
-                        let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| e.to_string())?;
+                        let l = tokio::net::TcpListener::bind(addr)
+                            .await
+                            .map_err(|e| e.to_string())?;
                         ready(&l.local_addr().map_err(|e| e.to_string())?.to_string());
                         let incoming = tokio_stream::wrappers::TcpListenerStream::new(l).map(|s| {
                             s.inspect(|s| {
                                 let _ = s.set_nodelay(true);
                             })
                         });
-                        router.serve_with_incoming(incoming).await.map_err(|e| e.to_string())
+                        router
+                            .serve_with_incoming(incoming)
+                            .await
+                            .map_err(|e| e.to_string())
                     }
                 }
             }),
