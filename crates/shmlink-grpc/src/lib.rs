@@ -5,7 +5,7 @@
 //! where a client elsewhere falls back to TCP (and one on the same kernel moves to
 //! shared memory), or `ux:`/`tcp:`/`tls:`.
 //!
-//! HTTP/2 runs over a [`ByteStream`](shmlink::tokio::ByteStream) (`AsyncRead +
+//! HTTP/2 runs over a [`ByteStream`] (`AsyncRead +
 //! AsyncWrite` over the connection's messages). [`echo`] is a small service written
 //! without protoc (prost messages by hand, the service glue as tonic's code generator
 //! would write it): the example, the test and the benchmark use it.

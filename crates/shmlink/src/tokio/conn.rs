@@ -345,7 +345,8 @@ impl Connection {
     }
 
     /// Splits the connection into owned halves that two tasks use at once;
-    /// [`SendHalf::reunite`] gives it back. See [`SendHalf`] for the costs.
+    /// [`SendHalf::reunite`](super::SendHalf::reunite) gives it back. See
+    /// [`SendHalf`](super::SendHalf) for the costs.
     pub fn split(self) -> (super::SendHalf, super::RecvHalf) {
         super::split::split(self)
     }
