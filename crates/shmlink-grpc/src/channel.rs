@@ -111,12 +111,18 @@ impl http_body::Body for LostBody {
     }
 }
 
-/// `status` as [`Code::Unavailable`] when it is `Unknown` or `Internal` and caused by a
-/// lost connection: an I/O error (directly, or inside an HTTP/2 error) of kind
-/// `ConnectionReset`, `ConnectionAborted`, `BrokenPipe` or `NotConnected`. Other
-/// statuses are returned unchanged. For clients on a plain [`Channel`].
+/// `status` as [`Code::Unavailable`] when it is `Unknown`, `Internal` or `Cancelled` and
+/// caused by a lost connection: an I/O error (directly, or inside an HTTP/2 error) of
+/// kind `ConnectionReset`, `ConnectionAborted`, `BrokenPipe` or `NotConnected`, or hyper's
+/// report that the connection closed under the call (a request it never sent is
+/// "canceled" to hyper, which tonic passes on as `Cancelled`). Other statuses are returned
+/// unchanged. For clients on a plain [`Channel`].
 pub fn unavailable_if_lost(status: Status) -> Status {
-    if !matches!(status.code(), Code::Unknown | Code::Internal) || !lost(&status) {
+    if !matches!(
+        status.code(),
+        Code::Unknown | Code::Internal | Code::Cancelled
+    ) || !lost(&status)
+    {
         return status;
     }
     Status::unavailable(format!("connection lost: {}", status.message()))
@@ -145,6 +151,11 @@ fn lost(err: &(dyn StdError + 'static)) -> bool {
         // h2's error has no `source`; its I/O error is behind `get_io`.
         if let Some(io) = e.downcast_ref::<h2::Error>().and_then(h2::Error::get_io) {
             if lost_kind(io.kind()) {
+                return true;
+            }
+        }
+        if let Some(h) = e.downcast_ref::<hyper::Error>() {
+            if h.is_canceled() || h.is_closed() || h.is_incomplete_message() {
                 return true;
             }
         }
