@@ -20,6 +20,8 @@ export SHMLINK_SKIP_LOG
 trap 'rm -f "$log" "$SHMLINK_SKIP_LOG"' EXIT
 
 echo "== unit, integration and doc tests"
+# Includes shmlink's tokio tests (tests/tokio_*.rs, ~2 min: the shmlink dev-dependency
+# turns the feature on) and crates/shmlink-grpc's tonic tests.
 cargo test --workspace 2>&1 | tee -a "$log"
 
 echo "== the Python package: pip install ./crates/shmlink-py into target/py-venv, pytest"

@@ -325,6 +325,73 @@ impl Connection {
         Ok(RecvBuf { conn: self })
     }
 
+    /// For `crate::tokio`: makes the next message current and counts it, like
+    /// [`recv_ref`](Self::recv_ref) without the guard; [`lend`](Self::lend) then lends it.
+    /// (An async `recv_ref` cannot return a guard from inside its retry loop.)
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn recv_begin(&mut self) -> Result<usize> {
+        let n = self.next()?;
+        self.count_in(n);
+        Ok(n)
+    }
+
+    /// For `crate::tokio`: the guard over the message [`recv_begin`](Self::recv_begin)
+    /// made current.
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn lend(&mut self) -> RecvBuf<'_> {
+        RecvBuf { conn: self }
+    }
+
+    /// For `crate::tokio`: reserves like [`reserve`](Self::reserve) without the guard;
+    /// [`lend_reserved`](Self::lend_reserved) then lends the room.
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn reserve_begin(&mut self, n: usize) -> Result<()> {
+        self.check_open()?;
+        self.check_size(n)?;
+        with_conn!(&mut self.ops, |c| c.reserve(n, !self.nonblocking))
+    }
+
+    /// For `crate::tokio`: the guard over the room [`reserve_begin`](Self::reserve_begin)
+    /// reserved for `n` bytes.
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn lend_reserved(&mut self, n: usize) -> SendBuf<'_> {
+        SendBuf {
+            conn: self,
+            len: n,
+            done: false,
+        }
+    }
+
+    /// For `crate::tokio`: whether [`reserve`](Self::reserve) of `n` bytes lends room in
+    /// the ring itself (`shm:`, a message within one record), whose commit never waits.
+    /// Otherwise the room is a staging buffer and a non-blocking commit may fail with
+    /// [`ErrorKind::WouldBlock`], so the async reserve stages in its own buffer.
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn reserves_in_place(&self, n: usize) -> bool {
+        match &self.ops {
+            crate::transport::Conn::Shm(c) => c.fits_in_place(n),
+            crate::transport::Conn::Dyn(_) => false,
+        }
+    }
+
+    /// For `crate::tokio`'s bounded spin: `Some(true)` when a receive would find a
+    /// message or the end of the stream without waiting, `Some(false)` when not,
+    /// `None` when the transport cannot tell without a system call (every transport but
+    /// `shm:`). Announces nothing and takes no doorbell.
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn recv_hint(&mut self) -> Option<bool> {
+        match &mut self.ops {
+            crate::transport::Conn::Shm(c) => Some(c.recv_hint()),
+            crate::transport::Conn::Dyn(_) => None,
+        }
+    }
+
     /// Pushes out, without blocking, what a non-blocking send left in this process; true
     /// once nothing is left (the next non-blocking send will be accepted).
     pub(crate) fn writable(&mut self) -> Result<bool> {

@@ -64,6 +64,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `tracing` | off | events through the [`tracing`](https://docs.rs/tracing) crate (target `shmlink`): a listener's accepts and refusals with the reason (a refused client is otherwise invisible on the listener's side), peer death, pub/sub subscribers joining, leaving, being detached, and lag. Off, the calls compile to nothing. |
+//! | `tokio` | off | [`shmlink::tokio`](crate::tokio) (built only with the feature): async listeners, connections (and owned halves), publishers and subscribers on tokio's `AsyncFd` without a thread per connection, streams of connections and messages, and a byte-stream adapter (`AsyncRead + AsyncWrite`) for hyper and tonic. See `docs/async.md`. |
 //! | `testing` | off | `shmlink::testing`: raw-protocol clients, hostile peers and fuzz entry points for this workspace's tests, fuzz targets and benchmarks. Not part of the API: it changes without notice. |
 //!
 //! # Platform
@@ -94,6 +95,9 @@ mod rendezvous;
 mod split;
 mod status;
 mod threads;
+// Async on tokio (cargo feature `tokio`).
+#[cfg(feature = "tokio")]
+pub mod tokio;
 mod trace;
 mod transport;
 mod trust;

@@ -41,6 +41,7 @@ Selection:
 
 Pattern:
   --pattern P      p2p (or point-to-point): two processes, the options above [default];
+                   async: see below;
                    pubsub: one publisher process and N subscriber processes. Each message
                    carries the publisher's CLOCK_MONOTONIC from just before the publish
                    call; every subscriber verifies it in full and acknowledges it on a side
@@ -52,6 +53,14 @@ Pattern:
                    uds, redis, rabbitmq. --sizes [default: 64,64k]; --iterations: measured
                    messages per run [default: 1000; --quick: 100]; --rounds [default: 3;
                    --quick: 1]; --mode, --duration, --warmup and --window do not apply.
+                   async: async Rust on tokio, each end its own process. Round trip
+                   (current-thread runtimes): shmlink-async (spin budget 20 us),
+                   shmlink-async-nospin, tokio-uds and tokio-tcp (LengthDelimitedCodec);
+                   tonic unary echo: tonic-shm, tonic-uds, tonic-tcp with 1 and 16
+                   concurrent callers (req/s, p50, p99). Options: --methods, --sizes
+                   [default: 64], --callers LIST [default: 1,16], --iterations N (round
+                   trips [default: 20000] and calls per caller [default: 4000]),
+                   --rounds [default: 3], --quick, --json FILE.
   --subscribers LIST
                    subscriber counts, 1 to 64 [default: 1,2,4,8,16]
 

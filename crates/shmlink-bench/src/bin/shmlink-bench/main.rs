@@ -1,8 +1,10 @@
 //! `shmlink-bench`: compares IPC methods side by side (latency, throughput, CPU per
 //! message) between two processes, or publish/subscribe between one publisher and N
-//! subscribers (`--pattern pubsub`); see `shmlink-bench --help`. Every run is this
+//! subscribers (`--pattern pubsub`), or async Rust on tokio with tonic (`--pattern async`);
+//! see `shmlink-bench --help`. Every run is this
 //! program re-executed as its driver and peer (or publisher and subscribers).
 
+mod asyncbench;
 mod bench;
 mod flags;
 mod help;
@@ -24,6 +26,12 @@ fn main() -> ExitCode {
         [SUB_CMD, spec] => return shmlink_bench::pubsub::run::subscriber_main(spec),
         _ => {}
     }
+    let argv3: Vec<String> = std::env::args().skip(1).take(3).collect();
+    if let [cmd, method, addr] = &argv3[..] {
+        if cmd == asyncbench::PEER_CMD {
+            return asyncbench::peer_main(method, addr);
+        }
+    }
     let args = match std::env::args_os()
         .skip(1)
         .map(|a| {
@@ -35,6 +43,9 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(e) => return usage_error(&e),
     };
+    if asyncbench::wanted(&args) {
+        return asyncbench::main(args);
+    }
     match bench::parse(args, &shmlink_measure::cpus::allowed_cpus()) {
         Ok(Parsed::Help) => {
             // A closed stdout (`| head`) is not worth an error.

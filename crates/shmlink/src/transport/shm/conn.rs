@@ -581,6 +581,26 @@ impl ShmConn {
         }
     }
 
+    /// Whether a reservation of `n` bytes is written in place in the ring (else it is
+    /// staged, and a non-blocking commit of it can fail with `WouldBlock`).
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn fits_in_place(&self, n: usize) -> bool {
+        record_size(n) <= self.tx.ring().max_record()
+    }
+
+    /// Whether `recv_next` would return at once: a record waits, something unusual
+    /// (a current message, a broken ring, the peer's end) needs the slow path, or the
+    /// peer closed. Reads shared memory only: no announcement, no system call.
+    #[cfg(feature = "tokio")]
+    #[inline]
+    pub(crate) fn recv_hint(&mut self) -> bool {
+        if self.broken.is_some() || !matches!(self.current, Current::None) || self.peer_eof {
+            return true;
+        }
+        self.rx.has_data().unwrap_or(true) || self.rx.peer_closed()
+    }
+
     /// The peer is gone: what it sent is still delivered, then end-of-stream if it closed
     /// gracefully, a reset if it did not.
     fn end_of_data(&mut self) -> Result<()> {

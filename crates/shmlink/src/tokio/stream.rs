@@ -1,0 +1,224 @@
+//! [`ByteStream`]: a connection as `AsyncRead + AsyncWrite`.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::Connection;
+use crate::error::ErrorKind;
+
+/// Largest message a write sends: one HTTP/2 frame of the default size fits, and a
+/// message this size stays well under half of the smallest ring worth using for bulk.
+const CHUNK: usize = 64 * 1024;
+
+/// A [`Connection`] as a byte stream: [`AsyncRead`] + [`AsyncWrite`], for anything that
+/// runs over a socket (hyper, tonic, tokio-util codecs).
+///
+/// Reads do not spin by default ([`set_spin`](Self::set_spin)). Each `write` sends one message of up to 64 KiB (or the connection's maximum); a read
+/// returns bytes from the next message, keeping what does not fit for the next read.
+/// `shutdown` sends a zero-length message, which the peer's `ByteStream` reads as the
+/// end of the stream (`read` returns 0) while both can still read what the other sends:
+/// half-close as on TCP. So both ends of a connection must be `ByteStream`s; the peer's
+/// graceful close also reads as the end of the stream, and its death as
+/// [`io::ErrorKind::ConnectionReset`].
+///
+/// ```
+/// # std::env::set_var("SHMLINK_DIR", std::env::temp_dir().join(format!("shmlink-doc-{}", std::process::id())));
+/// # ::tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+/// use ::tokio::io::{AsyncReadExt, AsyncWriteExt};
+/// use shmlink::tokio::{Connection, Listener};
+/// use shmlink::Options;
+///
+/// let mut listener = Listener::bind("shm:doc-bytes", &Options::default())?;
+/// let server = ::tokio::spawn(async move {
+///     let mut s = listener.accept().await?.into_byte_stream();
+///     let mut all = Vec::new();
+///     s.read_to_end(&mut all).await?; // until the client's shutdown
+///     s.write_all(&all).await?;
+///     s.shutdown().await?;
+///     Ok::<(), std::io::Error>(())
+/// });
+/// let mut s = Connection::connect("shm:doc-bytes", &Options::default()).await?.into_byte_stream();
+/// s.write_all(b"hello, ").await?;
+/// s.write_all(b"world").await?;
+/// s.shutdown().await?;
+/// let mut back = String::new();
+/// s.read_to_string(&mut back).await?;
+/// assert_eq!(back, "hello, world");
+/// server.await.unwrap()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+///
+/// `Send`, not `Sync`; `Unpin`.
+#[derive(Debug)]
+pub struct ByteStream {
+    conn: Connection,
+    /// What a read took from a message but could not return yet.
+    rest: Vec<u8>,
+    at: usize,
+    /// The peer shut down its writing (or closed): reads return 0.
+    eof: bool,
+    /// We shut down our writing.
+    shut: bool,
+    chunk: usize,
+}
+
+impl ByteStream {
+    /// Wraps a connection.
+    pub fn new(mut conn: Connection) -> ByteStream {
+        // A byte-stream reader (hyper, a codec) reads until a read is pending: a spin
+        // there would delay every pending read, not only the ones that wait for an
+        // answer. Turn it on with `set_spin` where a read mostly waits for an answer.
+        conn.set_spin(Duration::ZERO);
+        let chunk = conn.max_msg_size().clamp(1, CHUNK);
+        ByteStream {
+            conn,
+            rest: Vec::new(),
+            at: 0,
+            eof: false,
+            shut: false,
+            chunk,
+        }
+    }
+
+    /// Sets the receive spin budget of reads (zero by default: see
+    /// [`Connection::set_spin`]).
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.conn.set_spin(spin);
+    }
+
+    /// The connection inside.
+    pub fn get_ref(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// Gives the connection back; bytes read from a message but not yet returned are
+    /// lost.
+    pub fn into_inner(self) -> Connection {
+        self.conn
+    }
+}
+
+impl AsyncRead for ByteStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        if me.at < me.rest.len() {
+            let n = (me.rest.len() - me.at).min(buf.remaining());
+            buf.put_slice(&me.rest[me.at..me.at + n]);
+            me.at += n;
+            if me.at == me.rest.len() {
+                me.rest.clear();
+                me.at = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        if me.eof {
+            return Poll::Ready(Ok(()));
+        }
+        let n = match ready!(me.conn.poll_op(cx, true, |c| c.recv_begin())) {
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::EndOfStream => {
+                me.eof = true;
+                return Poll::Ready(Ok(()));
+            }
+            Err(e) => return Poll::Ready(Err(e.into())),
+        };
+        let msg = me.conn.inner.lend();
+        if n == 0 {
+            // The peer's shutdown.
+            me.eof = true;
+            return Poll::Ready(Ok(()));
+        }
+        let k = n.min(buf.remaining());
+        let dst = buf.initialize_unfilled_to(k);
+        msg.bytes().copy_to(dst);
+        buf.advance(k);
+        if k < n {
+            me.rest.resize(n - k, 0);
+            msg.bytes().copy_range_to(k, &mut me.rest);
+            me.at = 0;
+        }
+        drop(msg);
+        if k == n {
+            // Room left: take the messages that are already there, without waiting, so a
+            // reader with a large buffer (hyper's) gets many small writes in one read.
+            me.read_more(buf);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl ByteStream {
+    /// Copies whole messages that wait, while they fit in `buf`; stops at the first that
+    /// does not fit (it stays queued), at the peer's shutdown, or when none waits.
+    fn read_more(&mut self, buf: &mut ReadBuf<'_>) {
+        // Bounded: at most this many messages per read.
+        for _ in 0..64 {
+            if buf.remaining() == 0 {
+                return;
+            }
+            let dst = buf.initialize_unfilled();
+            match self.conn.inner.recv(dst) {
+                Ok(0) => {
+                    self.eof = true;
+                    return;
+                }
+                Ok(n) => buf.advance(n),
+                Err(e) if e.kind() == ErrorKind::EndOfStream => {
+                    self.eof = true;
+                    return;
+                }
+                // Would block, does not fit (still queued), or an error that the next
+                // read reports.
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+impl AsyncWrite for ByteStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        if me.shut {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "write after shutdown",
+            )));
+        }
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let n = buf.len().min(me.chunk);
+        ready!(me.conn.poll_send(cx, &buf[..n]))?;
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        Poll::Ready(ready!(me.conn.poll_flush(cx)).map_err(io::Error::from))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if !me.shut {
+            ready!(me.conn.poll_send(cx, &[]))?;
+            me.shut = true;
+        }
+        Poll::Ready(ready!(me.conn.poll_flush(cx)).map_err(io::Error::from))
+    }
+}
