@@ -161,3 +161,131 @@ fn run_c(source: &str, args: &[&str], timeout: Duration) {
 fn c_echo_over_shm_ux_tcp_with_zero_copy() {
     run_c("tests/c/echo.c", &[], Duration::from_secs(180));
 }
+
+#[test]
+fn c_one_million_ordered_checksummed_messages() {
+    run_c("tests/c/ordered.c", &[], Duration::from_secs(300));
+}
+
+#[test]
+fn c_sizes_from_0_bytes_to_64_mib() {
+    run_c("tests/c/sizes.c", &[], Duration::from_secs(300));
+}
+
+#[test]
+fn c_poll_loop_over_64_nonblocking_connections() {
+    run_c("tests/c/nonblocking.c", &[], Duration::from_secs(180));
+}
+
+#[test]
+fn c_peer_death_is_econnreset_within_100_ms() {
+    run_c("tests/c/peer_death.c", &[], Duration::from_secs(120));
+}
+
+#[test]
+fn c_bad_arguments_are_einval_not_crashes() {
+    run_c("tests/c/bad_args.c", &[], Duration::from_secs(120));
+}
+
+#[test]
+fn c_pubsub_fan_out_to_4_processes() {
+    run_c("tests/c/pubsub.c", &[], Duration::from_secs(240));
+}
+
+/// examples/rust_peer, built once per run (`cargo test --test c` alone builds no
+/// examples) into the target directory of this test binary.
+fn rust_peer() -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", "shmlink-capi", "--example", "rust_peer"])
+            .current_dir(root())
+            .output()
+            .expect("run cargo build");
+        assert!(out.status.success(), "building rust_peer failed: {}", text(&out));
+    });
+    let exe = std::env::current_exe().expect("own path");
+    let dir = exe.parent().and_then(Path::parent).expect("target/PROFILE");
+    dir.join("examples/rust_peer")
+}
+
+/// Reads the first stdout line of a process that prints its bound address.
+fn bound_addr(child: &mut Child) -> String {
+    use std::io::BufRead;
+    let stdout = child.stdout.as_mut().expect("piped stdout");
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("read the bound address");
+    line.trim().to_owned()
+}
+
+#[test]
+fn c_client_to_rust_server() {
+    let Some(bin) = compile("tests/c/interop_client.c") else { return };
+    let dir = shm_dir("interop-c-client");
+    for addr in ["shm:interop", "tcp:127.0.0.1:0"] {
+        let mut server = Command::new(rust_peer())
+            .args(["server", addr])
+            .env("SHMLINK_DIR", &dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rust_peer");
+        let bound = bound_addr(&mut server);
+        let client = finish(spawn(&bin, &[&bound], &dir), Duration::from_secs(120), "C client");
+        let server = finish(server, Duration::from_secs(30), "Rust server");
+        print!("{}", text(&client));
+        assert!(client.status.success(), "C client on {addr}: {}", text(&client));
+        assert!(server.status.success(), "Rust server on {addr}: {}", text(&server));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn rust_client_to_c_echo_server() {
+    let Some(bin) = compile("examples/echo_server.c") else { return };
+    let dir = shm_dir("interop-c-server");
+    for addr in ["shm:interop", "ux:interop-c-server", "tcp:127.0.0.1:0"] {
+        let addr = if addr.starts_with("ux:") {
+            format!("{addr}-{}", std::process::id())
+        } else {
+            addr.to_owned()
+        };
+        let mut server = spawn(&bin, &[&addr], &dir);
+        let bound = bound_addr(&mut server);
+        let client = Command::new(rust_peer())
+            .args(["client", &bound, "300"])
+            .env("SHMLINK_DIR", &dir)
+            .output()
+            .expect("run rust_peer client");
+        let server = finish(server, Duration::from_secs(60), "C echo server");
+        print!("{}", text(&client));
+        assert!(client.status.success(), "Rust client on {addr}: {}", text(&client));
+        assert!(server.status.success(), "C echo server on {addr}: {}", text(&server));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn c_examples_echo_client_and_server() {
+    let (Some(server_bin), Some(client_bin)) =
+        (compile("examples/echo_server.c"), compile("examples/echo_client.c"))
+    else {
+        return;
+    };
+    let dir = shm_dir("examples");
+    let mut server = spawn(&server_bin, &["shm:example-echo"], &dir);
+    let bound = bound_addr(&mut server);
+    let client = finish(
+        spawn(&client_bin, &[&bound, "hello", "world"], &dir),
+        Duration::from_secs(60),
+        "echo_client",
+    );
+    let server = finish(server, Duration::from_secs(30), "echo_server");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(client.status.success(), "echo_client: {}", text(&client));
+    assert!(server.status.success(), "echo_server: {}", text(&server));
+    let out = String::from_utf8_lossy(&client.stdout);
+    assert!(out.contains("connected over shm") && out.ends_with("hello\nworld\n"), "{out}");
+}
