@@ -46,7 +46,9 @@ pub(crate) unsafe fn bytes<'a>(buf: *const c_void, len: usize) -> Res<&'a [u8]> 
         return Ok(&[]);
     }
     if buf.is_null() {
-        return Err(Fail::inval(format!("buffer is NULL but its length is {len}")));
+        return Err(Fail::inval(format!(
+            "buffer is NULL but its length is {len}"
+        )));
     }
     if len > isize::MAX as usize {
         return Err(Fail::inval(format!("buffer length {len} is impossible")));
@@ -64,7 +66,9 @@ pub(crate) unsafe fn bytes_mut<'a>(buf: *mut c_void, cap: usize) -> Res<&'a mut 
         return Ok(&mut []);
     }
     if buf.is_null() {
-        return Err(Fail::inval(format!("buffer is NULL but its capacity is {cap}")));
+        return Err(Fail::inval(format!(
+            "buffer is NULL but its capacity is {cap}"
+        )));
     }
     if cap > isize::MAX as usize {
         return Err(Fail::inval(format!("buffer capacity {cap} is impossible")));

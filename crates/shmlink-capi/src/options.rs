@@ -123,7 +123,9 @@ unsafe fn ids(ids: *const u32, n: usize) -> Res<Vec<u32>> {
         return Ok(Vec::new());
     }
     if ids.is_null() {
-        return Err(Fail::inval(format!("id list is NULL but its length is {n}")));
+        return Err(Fail::inval(format!(
+            "id list is NULL but its length is {n}"
+        )));
     }
     if n > 1 << 20 {
         return Err(Fail::inval(format!("id list of {n} entries is too long")));
@@ -172,7 +174,10 @@ pub unsafe extern "C" fn shmlink_options_free(opts: *mut ShmlinkOptions) {
 /// # Safety
 /// `opts` is NULL or a live `shmlink_options`.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_options_set_ring_size(opts: *mut ShmlinkOptions, bytes: usize) -> c_int {
+pub unsafe extern "C" fn shmlink_options_set_ring_size(
+    opts: *mut ShmlinkOptions,
+    bytes: usize,
+) -> c_int {
     // SAFETY: forwarded to the caller.
     unsafe { set(opts, |o| Ok(o.ring_size(bytes))) }
 }
@@ -185,7 +190,10 @@ pub unsafe extern "C" fn shmlink_options_set_ring_size(opts: *mut ShmlinkOptions
 /// # Safety
 /// `opts` is NULL or a live `shmlink_options`.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_options_set_max_msg_size(opts: *mut ShmlinkOptions, bytes: usize) -> c_int {
+pub unsafe extern "C" fn shmlink_options_set_max_msg_size(
+    opts: *mut ShmlinkOptions,
+    bytes: usize,
+) -> c_int {
     // SAFETY: forwarded to the caller.
     unsafe {
         set(opts, |o| {
@@ -230,9 +238,16 @@ pub unsafe extern "C" fn shmlink_options_set_wait_policy(
 /// # Safety
 /// `opts` is NULL or a live `shmlink_options`.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_options_set_connect_timeout_ms(opts: *mut ShmlinkOptions, ms: u64) -> c_int {
+pub unsafe extern "C" fn shmlink_options_set_connect_timeout_ms(
+    opts: *mut ShmlinkOptions,
+    ms: u64,
+) -> c_int {
     // SAFETY: forwarded to the caller.
-    unsafe { set(opts, |o| Ok(o.connect_timeout(millis(ms, "connect_timeout")?))) }
+    unsafe {
+        set(opts, |o| {
+            Ok(o.connect_timeout(millis(ms, "connect_timeout")?))
+        })
+    }
 }
 
 /// How long a listener waits for a client's handshake before dropping it (milliseconds,
@@ -243,9 +258,16 @@ pub unsafe extern "C" fn shmlink_options_set_connect_timeout_ms(opts: *mut Shmli
 /// # Safety
 /// `opts` is NULL or a live `shmlink_options`.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_options_set_handshake_timeout_ms(opts: *mut ShmlinkOptions, ms: u64) -> c_int {
+pub unsafe extern "C" fn shmlink_options_set_handshake_timeout_ms(
+    opts: *mut ShmlinkOptions,
+    ms: u64,
+) -> c_int {
     // SAFETY: forwarded to the caller.
-    unsafe { set(opts, |o| Ok(o.handshake_timeout(millis(ms, "handshake_timeout")?))) }
+    unsafe {
+        set(opts, |o| {
+            Ok(o.handshake_timeout(millis(ms, "handshake_timeout")?))
+        })
+    }
 }
 
 /// Listener: user ids admitted besides the listener's own uid and root (checked with
@@ -308,7 +330,10 @@ pub unsafe extern "C" fn shmlink_options_set_expect_uids(
 /// # Safety
 /// `opts` is NULL or a live `shmlink_options`.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_options_set_shared_rendezvous_dir(opts: *mut ShmlinkOptions, shared: bool) -> c_int {
+pub unsafe extern "C" fn shmlink_options_set_shared_rendezvous_dir(
+    opts: *mut ShmlinkOptions,
+    shared: bool,
+) -> c_int {
     // SAFETY: forwarded to the caller.
     unsafe { set(opts, |o| Ok(o.shared_rendezvous_dir(shared))) }
 }
@@ -350,7 +375,10 @@ unsafe fn set_tls_file(opts: *mut ShmlinkOptions, path: *const c_char, which: Tl
 /// # Safety
 /// `opts` is NULL or a live `shmlink_options`; `path` NULL or a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_options_set_tls_cert_file(opts: *mut ShmlinkOptions, path: *const c_char) -> c_int {
+pub unsafe extern "C" fn shmlink_options_set_tls_cert_file(
+    opts: *mut ShmlinkOptions,
+    path: *const c_char,
+) -> c_int {
     // SAFETY: forwarded to the caller.
     unsafe { set_tls_file(opts, path, TlsFile::Cert) }
 }
@@ -363,7 +391,10 @@ pub unsafe extern "C" fn shmlink_options_set_tls_cert_file(opts: *mut ShmlinkOpt
 /// # Safety
 /// `opts` is NULL or a live `shmlink_options`; `path` NULL or a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_options_set_tls_key_file(opts: *mut ShmlinkOptions, path: *const c_char) -> c_int {
+pub unsafe extern "C" fn shmlink_options_set_tls_key_file(
+    opts: *mut ShmlinkOptions,
+    path: *const c_char,
+) -> c_int {
     // SAFETY: forwarded to the caller.
     unsafe { set_tls_file(opts, path, TlsFile::Key) }
 }
@@ -377,7 +408,10 @@ pub unsafe extern "C" fn shmlink_options_set_tls_key_file(opts: *mut ShmlinkOpti
 /// # Safety
 /// `opts` is NULL or a live `shmlink_options`; `path` NULL or a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_options_set_tls_ca_file(opts: *mut ShmlinkOptions, path: *const c_char) -> c_int {
+pub unsafe extern "C" fn shmlink_options_set_tls_ca_file(
+    opts: *mut ShmlinkOptions,
+    path: *const c_char,
+) -> c_int {
     // SAFETY: forwarded to the caller.
     unsafe { set_tls_file(opts, path, TlsFile::Ca) }
 }
@@ -390,7 +424,10 @@ pub unsafe extern "C" fn shmlink_options_set_tls_ca_file(opts: *mut ShmlinkOptio
 /// # Safety
 /// `opts` is NULL or a live `shmlink_options`; `name` NULL or a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_options_set_tls_server_name(opts: *mut ShmlinkOptions, name: *const c_char) -> c_int {
+pub unsafe extern "C" fn shmlink_options_set_tls_server_name(
+    opts: *mut ShmlinkOptions,
+    name: *const c_char,
+) -> c_int {
     // SAFETY: forwarded to the caller.
     unsafe {
         set(opts, |o| {
@@ -441,7 +478,10 @@ pub unsafe extern "C" fn shmlink_pubsub_options_free(opts: *mut ShmlinkPubsubOpt
 /// # Safety
 /// `opts` is NULL or a live `shmlink_pubsub_options`.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_pubsub_options_set_slots(opts: *mut ShmlinkPubsubOptions, n: usize) -> c_int {
+pub unsafe extern "C" fn shmlink_pubsub_options_set_slots(
+    opts: *mut ShmlinkPubsubOptions,
+    n: usize,
+) -> c_int {
     // SAFETY: forwarded to the caller.
     unsafe {
         set_ps(opts, |o| {
@@ -463,7 +503,10 @@ pub unsafe extern "C" fn shmlink_pubsub_options_set_slots(opts: *mut ShmlinkPubs
 /// # Safety
 /// `opts` is NULL or a live `shmlink_pubsub_options`.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_pubsub_options_set_capacity(opts: *mut ShmlinkPubsubOptions, bytes: usize) -> c_int {
+pub unsafe extern "C" fn shmlink_pubsub_options_set_capacity(
+    opts: *mut ShmlinkPubsubOptions,
+    bytes: usize,
+) -> c_int {
     // SAFETY: forwarded to the caller.
     unsafe {
         set_ps(opts, |o| {
@@ -509,7 +552,10 @@ pub unsafe extern "C" fn shmlink_pubsub_options_set_max_msg_size(
 /// # Safety
 /// `opts` is NULL or a live `shmlink_pubsub_options`.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_pubsub_options_set_policy(opts: *mut ShmlinkPubsubOptions, policy: c_int) -> c_int {
+pub unsafe extern "C" fn shmlink_pubsub_options_set_policy(
+    opts: *mut ShmlinkPubsubOptions,
+    policy: c_int,
+) -> c_int {
     // SAFETY: forwarded to the caller.
     unsafe {
         set_ps(opts, |o| match policy {
@@ -545,7 +591,10 @@ pub unsafe extern "C" fn shmlink_pubsub_options_set_stall_timeout_ms(
 /// # Safety
 /// `opts` is NULL or a live `shmlink_pubsub_options`.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_pubsub_options_set_history(opts: *mut ShmlinkPubsubOptions, messages: u64) -> c_int {
+pub unsafe extern "C" fn shmlink_pubsub_options_set_history(
+    opts: *mut ShmlinkPubsubOptions,
+    messages: u64,
+) -> c_int {
     // SAFETY: forwarded to the caller.
     unsafe { set_ps(opts, |o| Ok(o.history(messages))) }
 }

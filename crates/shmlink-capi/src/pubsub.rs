@@ -82,7 +82,7 @@ impl ShmlinkPublisher {
 
     fn take(&mut self) -> Option<Box<Publisher>> {
         self.loan = None; // the loan borrows the publisher: it goes first
-        // SAFETY: our own allocation from Box::leak, nothing borrows it now, taken once.
+                          // SAFETY: our own allocation from Box::leak, nothing borrows it now, taken once.
         self.publisher
             .take()
             .map(|p| unsafe { Box::from_raw(p.as_ptr()) })
@@ -163,7 +163,11 @@ pub unsafe extern "C" fn shmlink_publisher_bind(
 /// # Safety
 /// `publisher` is NULL or live; `buf` NULL or `len` readable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_publish(publisher: *mut ShmlinkPublisher, buf: *const c_void, len: usize) -> c_int {
+pub unsafe extern "C" fn shmlink_publish(
+    publisher: *mut ShmlinkPublisher,
+    buf: *const c_void,
+    len: usize,
+) -> c_int {
     call(-1, || {
         // SAFETY: forwarded to the caller.
         let p = unsafe { obj(publisher, "publisher") }?;
@@ -212,7 +216,10 @@ pub unsafe extern "C" fn shmlink_loan(publisher: *mut ShmlinkPublisher, len: usi
 /// # Safety
 /// `publisher` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_loan_commit(publisher: *mut ShmlinkPublisher, len: usize) -> c_int {
+pub unsafe extern "C" fn shmlink_loan_commit(
+    publisher: *mut ShmlinkPublisher,
+    len: usize,
+) -> c_int {
     call(-1, || {
         // SAFETY: forwarded to the caller.
         let p = unsafe { obj(publisher, "publisher") }?;
@@ -323,7 +330,10 @@ pub unsafe extern "C" fn shmlink_publisher_fd(publisher: *const ShmlinkPublisher
 /// # Safety
 /// `publisher` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_publisher_set_blocking(publisher: *mut ShmlinkPublisher, blocking: bool) -> c_int {
+pub unsafe extern "C" fn shmlink_publisher_set_blocking(
+    publisher: *mut ShmlinkPublisher,
+    blocking: bool,
+) -> c_int {
     call(-1, || {
         // SAFETY: forwarded to the caller.
         let p = unsafe { obj(publisher, "publisher") }?;
@@ -340,9 +350,13 @@ pub unsafe extern "C" fn shmlink_publisher_set_blocking(publisher: *mut ShmlinkP
 /// # Safety
 /// `publisher` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_publisher_local_addr(publisher: *const ShmlinkPublisher) -> *const c_char {
-    // SAFETY: forwarded to the caller.
-    call(null(), || Ok(unsafe { obj_ref(publisher, "publisher") }?.addr.as_ptr()))
+pub unsafe extern "C" fn shmlink_publisher_local_addr(
+    publisher: *const ShmlinkPublisher,
+) -> *const c_char {
+    call(null(), || {
+        // SAFETY: forwarded to the caller.
+        Ok(unsafe { obj_ref(publisher, "publisher") }?.addr.as_ptr())
+    })
 }
 
 /// Closes the topic gracefully and frees the publisher (NULL: nothing happens): every
@@ -415,7 +429,11 @@ pub unsafe extern "C" fn shmlink_subscribe(
 /// # Safety
 /// `sub` is NULL or live; `buf` NULL or `cap` writable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_sub_recv(sub: *mut ShmlinkSubscriber, buf: *mut c_void, cap: usize) -> libc::ssize_t {
+pub unsafe extern "C" fn shmlink_sub_recv(
+    sub: *mut ShmlinkSubscriber,
+    buf: *mut c_void,
+    cap: usize,
+) -> libc::ssize_t {
     call(-1, || {
         // SAFETY: forwarded to the caller.
         let s = unsafe { obj(sub, "subscriber") }?;
@@ -506,9 +524,9 @@ pub unsafe extern "C" fn shmlink_sub_recv_ref(
         // it before the subscriber.
         let subr: &'static mut Subscriber = unsafe { &mut *subr };
         let sample = subr.recv_ref()?;
-        // SAFETY: the slice is made only to read its address and length; Rust never reads
-        // through it. C reads the bytes under the contract documented above.
         let (ptr, n) = {
+            // SAFETY: the slice is made only to read its address and length; Rust never
+            // reads through it. C reads the bytes under the contract documented above.
             let bytes = unsafe { sample.as_slice() };
             (bytes.as_ptr(), bytes.len())
         };
@@ -537,7 +555,9 @@ pub unsafe extern "C" fn shmlink_sub_intact(sub: *mut ShmlinkSubscriber) -> c_in
         let s = unsafe { obj(sub, "subscriber") }?;
         match &s.sample {
             Some(sample) => Ok(c_int::from(sample.intact())),
-            None => Err(Fail::inval("shmlink_sub_intact without shmlink_sub_recv_ref")),
+            None => Err(Fail::inval(
+                "shmlink_sub_intact without shmlink_sub_recv_ref",
+            )),
         }
     })
 }
@@ -559,7 +579,9 @@ pub unsafe extern "C" fn shmlink_sub_release(sub: *mut ShmlinkSubscriber) -> c_i
                 drop(sample);
                 Ok(0)
             }
-            None => Err(Fail::inval("shmlink_sub_release without shmlink_sub_recv_ref")),
+            None => Err(Fail::inval(
+                "shmlink_sub_release without shmlink_sub_recv_ref",
+            )),
         }
     })
 }
@@ -584,7 +606,10 @@ pub unsafe extern "C" fn shmlink_sub_fd(sub: *const ShmlinkSubscriber) -> c_int 
 /// # Safety
 /// `sub` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_sub_set_blocking(sub: *mut ShmlinkSubscriber, blocking: bool) -> c_int {
+pub unsafe extern "C" fn shmlink_sub_set_blocking(
+    sub: *mut ShmlinkSubscriber,
+    blocking: bool,
+) -> c_int {
     call(-1, || {
         // SAFETY: forwarded to the caller.
         let s = unsafe { obj(sub, "subscriber") }?;
@@ -600,7 +625,10 @@ pub unsafe extern "C" fn shmlink_sub_set_blocking(sub: *mut ShmlinkSubscriber, b
 /// # Safety
 /// `sub` is NULL or live; `out` NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_sub_get_stats(sub: *mut ShmlinkSubscriber, out: *mut ShmlinkSubscriberStats) -> c_int {
+pub unsafe extern "C" fn shmlink_sub_get_stats(
+    sub: *mut ShmlinkSubscriber,
+    out: *mut ShmlinkSubscriberStats,
+) -> c_int {
     call(-1, || {
         // SAFETY: forwarded to the caller.
         let s = unsafe { obj(sub, "subscriber") }?;

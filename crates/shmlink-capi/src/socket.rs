@@ -213,7 +213,10 @@ fn boxed(kind: Kind) -> *mut ShmlinkSocket {
 /// # Safety
 /// `addr` is NULL or a NUL-terminated string; `opts` NULL or a live `shmlink_options`.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_connect(addr: *const c_char, opts: *const ShmlinkOptions) -> *mut ShmlinkSocket {
+pub unsafe extern "C" fn shmlink_connect(
+    addr: *const c_char,
+    opts: *const ShmlinkOptions,
+) -> *mut ShmlinkSocket {
     call(null_mut(), || {
         // SAFETY: forwarded to the caller.
         let addr = unsafe { text(addr, "address") }?;
@@ -235,7 +238,10 @@ pub unsafe extern "C" fn shmlink_connect(addr: *const c_char, opts: *const Shmli
 /// # Safety
 /// `addr` is NULL or a NUL-terminated string; `opts` NULL or a live `shmlink_options`.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_listen(addr: *const c_char, opts: *const ShmlinkOptions) -> *mut ShmlinkSocket {
+pub unsafe extern "C" fn shmlink_listen(
+    addr: *const c_char,
+    opts: *const ShmlinkOptions,
+) -> *mut ShmlinkSocket {
     call(null_mut(), || {
         // SAFETY: forwarded to the caller.
         let addr = unsafe { text(addr, "address") }?;
@@ -284,7 +290,11 @@ pub unsafe extern "C" fn shmlink_accept(listener: *mut ShmlinkSocket) -> *mut Sh
 /// # Safety
 /// `sock` is NULL or a live socket; `buf` NULL or `len` readable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_send(sock: *mut ShmlinkSocket, buf: *const c_void, len: usize) -> c_int {
+pub unsafe extern "C" fn shmlink_send(
+    sock: *mut ShmlinkSocket,
+    buf: *const c_void,
+    len: usize,
+) -> c_int {
     call(-1, || {
         // SAFETY: forwarded to the caller.
         let c = unsafe { obj(sock, "socket") }?.conn()?;
@@ -313,7 +323,11 @@ pub unsafe extern "C" fn shmlink_send(sock: *mut ShmlinkSocket, buf: *const c_vo
 /// # Safety
 /// `sock` is NULL or a live socket; `buf` NULL or `cap` writable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_recv(sock: *mut ShmlinkSocket, buf: *mut c_void, cap: usize) -> libc::ssize_t {
+pub unsafe extern "C" fn shmlink_recv(
+    sock: *mut ShmlinkSocket,
+    buf: *mut c_void,
+    cap: usize,
+) -> libc::ssize_t {
     call(-1, || {
         // SAFETY: forwarded to the caller.
         let c = unsafe { obj(sock, "socket") }?.conn()?;
@@ -500,9 +514,9 @@ pub unsafe extern "C" fn shmlink_recv_ref(
             let conn = unsafe { c.conn_for_guard() }?;
             let buf = conn.recv_ref()?;
             let bytes = buf.bytes();
-            // SAFETY: the slice is made only to read its address and length; Rust never
-            // reads through it. C reads the bytes under the contract documented above.
             let (ptr, n) = {
+                // SAFETY: the slice is made only to read its address and length; Rust
+                // never reads through it. C reads the bytes under the contract above.
                 let s = unsafe { bytes.as_slice() };
                 (s.as_ptr(), s.len())
             };
@@ -729,7 +743,10 @@ pub unsafe extern "C" fn shmlink_max_msg_size(sock: *const ShmlinkSocket) -> lib
 /// # Safety
 /// `sock` is NULL or a live socket; `out` NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn shmlink_get_counters(sock: *mut ShmlinkSocket, out: *mut ShmlinkCounters) -> c_int {
+pub unsafe extern "C" fn shmlink_get_counters(
+    sock: *mut ShmlinkSocket,
+    out: *mut ShmlinkCounters,
+) -> c_int {
     call(-1, || {
         // SAFETY: forwarded to the caller.
         let c = unsafe { obj(sock, "socket") }?.conn()?;

@@ -37,7 +37,11 @@ fn prefix() -> Result<&'static Path, String> {
                 .arg("--debug")
                 .output()
                 .expect("run scripts/capi.sh");
-            assert!(out.status.success(), "scripts/capi.sh install failed: {}", text(&out));
+            assert!(
+                out.status.success(),
+                "scripts/capi.sh install failed: {}",
+                text(&out)
+            );
             Ok(prefix)
         })
         .as_ref()
@@ -61,7 +65,11 @@ fn pkg_config(prefix: &Path, args: &[&str]) -> Vec<String> {
         .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
         .output()
         .expect("run pkg-config");
-    assert!(out.status.success(), "pkg-config {args:?} shmlink: {}", text(&out));
+    assert!(
+        out.status.success(),
+        "pkg-config {args:?} shmlink: {}",
+        text(&out)
+    );
     String::from_utf8(out.stdout)
         .expect("pkg-config prints text")
         .split_whitespace()
@@ -83,12 +91,20 @@ fn compile(source: &str) -> Option<PathBuf> {
     let src = crate_dir.join(source);
     let bin_dir = capi_dir().join("bin");
     std::fs::create_dir_all(&bin_dir).expect("create target/capi/bin");
-    let name = Path::new(source).file_stem().unwrap().to_str().unwrap().to_owned();
+    let name = Path::new(source)
+        .file_stem()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
     let bin = bin_dir.join(&name);
     let libdir = pkg_config(prefix, &["--variable=libdir"]).join("");
     let out = Command::new("cc")
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g"])
-        .args(["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"])
+        .args([
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=undefined",
+        ])
         .arg("-fno-omit-frame-pointer")
         .args(pkg_config(prefix, &["--cflags"]))
         .arg("-I")
@@ -100,7 +116,11 @@ fn compile(source: &str) -> Option<PathBuf> {
         .arg(format!("-Wl,-rpath,{libdir}"))
         .output()
         .expect("run cc");
-    assert!(out.status.success(), "compiling {source} failed:\n{}", text(&out));
+    assert!(
+        out.status.success(),
+        "compiling {source} failed:\n{}",
+        text(&out)
+    );
     Some(bin)
 }
 
@@ -116,8 +136,14 @@ fn spawn(bin: &Path, args: &[&str], dir: &Path) -> Child {
     Command::new(bin)
         .args(args)
         .env("SHMLINK_DIR", dir)
-        .env("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:exitcode=86")
-        .env("LSAN_OPTIONS", format!("suppressions={}", lsan_supp().display()))
+        .env(
+            "ASAN_OPTIONS",
+            "detect_leaks=1:abort_on_error=0:exitcode=86",
+        )
+        .env(
+            "LSAN_OPTIONS",
+            format!("suppressions={}", lsan_supp().display()),
+        )
         .env("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -154,7 +180,12 @@ fn run_c(source: &str, args: &[&str], timeout: Duration) {
     let out = finish(spawn(&bin, args, &dir), timeout, source);
     let _ = std::fs::remove_dir_all(&dir);
     print!("{}", text(&out));
-    assert!(out.status.success(), "{source} failed ({}):\n{}", out.status, text(&out));
+    assert!(
+        out.status.success(),
+        "{source} failed ({}):\n{}",
+        out.status,
+        text(&out)
+    );
 }
 
 #[test]
@@ -198,11 +229,22 @@ fn rust_peer() -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         let out = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "shmlink-capi", "--example", "rust_peer"])
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "shmlink-capi",
+                "--example",
+                "rust_peer",
+            ])
             .current_dir(root())
             .output()
             .expect("run cargo build");
-        assert!(out.status.success(), "building rust_peer failed: {}", text(&out));
+        assert!(
+            out.status.success(),
+            "building rust_peer failed: {}",
+            text(&out)
+        );
     });
     let exe = std::env::current_exe().expect("own path");
     let dir = exe.parent().and_then(Path::parent).expect("target/PROFILE");
@@ -222,7 +264,9 @@ fn bound_addr(child: &mut Child) -> String {
 
 #[test]
 fn c_client_to_rust_server() {
-    let Some(bin) = compile("tests/c/interop_client.c") else { return };
+    let Some(bin) = compile("tests/c/interop_client.c") else {
+        return;
+    };
     let dir = shm_dir("interop-c-client");
     for addr in ["shm:interop", "tcp:127.0.0.1:0"] {
         let mut server = Command::new(rust_peer())
@@ -233,18 +277,32 @@ fn c_client_to_rust_server() {
             .spawn()
             .expect("start rust_peer");
         let bound = bound_addr(&mut server);
-        let client = finish(spawn(&bin, &[&bound], &dir), Duration::from_secs(120), "C client");
+        let client = finish(
+            spawn(&bin, &[&bound], &dir),
+            Duration::from_secs(120),
+            "C client",
+        );
         let server = finish(server, Duration::from_secs(30), "Rust server");
         print!("{}", text(&client));
-        assert!(client.status.success(), "C client on {addr}: {}", text(&client));
-        assert!(server.status.success(), "Rust server on {addr}: {}", text(&server));
+        assert!(
+            client.status.success(),
+            "C client on {addr}: {}",
+            text(&client)
+        );
+        assert!(
+            server.status.success(),
+            "Rust server on {addr}: {}",
+            text(&server)
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn rust_client_to_c_echo_server() {
-    let Some(bin) = compile("examples/echo_server.c") else { return };
+    let Some(bin) = compile("examples/echo_server.c") else {
+        return;
+    };
     let dir = shm_dir("interop-c-server");
     for addr in ["shm:interop", "ux:interop-c-server", "tcp:127.0.0.1:0"] {
         let addr = if addr.starts_with("ux:") {
@@ -261,17 +319,26 @@ fn rust_client_to_c_echo_server() {
             .expect("run rust_peer client");
         let server = finish(server, Duration::from_secs(60), "C echo server");
         print!("{}", text(&client));
-        assert!(client.status.success(), "Rust client on {addr}: {}", text(&client));
-        assert!(server.status.success(), "C echo server on {addr}: {}", text(&server));
+        assert!(
+            client.status.success(),
+            "Rust client on {addr}: {}",
+            text(&client)
+        );
+        assert!(
+            server.status.success(),
+            "C echo server on {addr}: {}",
+            text(&server)
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn c_examples_echo_client_and_server() {
-    let (Some(server_bin), Some(client_bin)) =
-        (compile("examples/echo_server.c"), compile("examples/echo_client.c"))
-    else {
+    let (Some(server_bin), Some(client_bin)) = (
+        compile("examples/echo_server.c"),
+        compile("examples/echo_client.c"),
+    ) else {
         return;
     };
     let dir = shm_dir("examples");
@@ -287,5 +354,8 @@ fn c_examples_echo_client_and_server() {
     assert!(client.status.success(), "echo_client: {}", text(&client));
     assert!(server.status.success(), "echo_server: {}", text(&server));
     let out = String::from_utf8_lossy(&client.stdout);
-    assert!(out.contains("connected over shm") && out.ends_with("hello\nworld\n"), "{out}");
+    assert!(
+        out.contains("connected over shm") && out.ends_with("hello\nworld\n"),
+        "{out}"
+    );
 }
