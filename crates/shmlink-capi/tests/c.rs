@@ -80,6 +80,13 @@ fn pkg_config(prefix: &Path, args: &[&str]) -> Vec<String> {
 /// Compiles `source` (relative to the crate) into target/capi/bin; `None` when the
 /// machine cannot (the test is then skipped).
 fn compile(source: &str) -> Option<PathBuf> {
+    compile_as(source, false)
+}
+
+/// [`compile`], against the shared library (`static_lib` false: ASan and UBSan on) or
+/// the static one (`pkg-config --static`, `libshmlink.a` named explicitly so the linker
+/// cannot pick the `.so`; no sanitizers, as a plain static build).
+fn compile_as(source: &str, static_lib: bool) -> Option<PathBuf> {
     let prefix = match prefix() {
         Ok(p) => p,
         Err(why) => {
@@ -91,31 +98,35 @@ fn compile(source: &str) -> Option<PathBuf> {
     let src = crate_dir.join(source);
     let bin_dir = capi_dir().join("bin");
     std::fs::create_dir_all(&bin_dir).expect("create target/capi/bin");
-    let name = Path::new(source)
-        .file_stem()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let bin = bin_dir.join(&name);
+    let name = Path::new(source).file_stem().unwrap().to_string_lossy();
+    let bin = bin_dir.join(if static_lib {
+        format!("{name}-static")
+    } else {
+        name.into_owned()
+    });
     let libdir = pkg_config(prefix, &["--variable=libdir"]).join("");
-    let out = Command::new("cc")
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g"])
-        .args([
-            "-fsanitize=address,undefined",
-            "-fno-sanitize-recover=undefined",
-        ])
-        .arg("-fno-omit-frame-pointer")
+    let mut cc = Command::new("cc");
+    cc.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g"])
         .args(pkg_config(prefix, &["--cflags"]))
         .arg("-I")
         .arg(crate_dir.join("tests/c"))
         .arg(&src)
         .arg("-o")
-        .arg(&bin)
+        .arg(&bin);
+    if static_lib {
+        let libs = pkg_config(prefix, &["--static", "--libs"]);
+        cc.arg(Path::new(&libdir).join("libshmlink.a"))
+            .args(libs.iter().filter(|l| *l != "-lshmlink"));
+    } else {
+        cc.args([
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=undefined",
+        ])
+        .arg("-fno-omit-frame-pointer")
         .args(pkg_config(prefix, &["--libs"]))
-        .arg(format!("-Wl,-rpath,{libdir}"))
-        .output()
-        .expect("run cc");
+        .arg(format!("-Wl,-rpath,{libdir}"));
+    }
+    let out = cc.output().expect("run cc");
     assert!(
         out.status.success(),
         "compiling {source} failed:\n{}",
@@ -357,5 +368,35 @@ fn c_examples_echo_client_and_server() {
     assert!(
         out.contains("connected over shm") && out.ends_with("hello\nworld\n"),
         "{out}"
+    );
+}
+
+#[test]
+fn static_library_links_and_serves() {
+    let Some(bin) = compile_as("examples/echo_server.c", true) else {
+        return;
+    };
+    let ldd = Command::new("ldd").arg(&bin).output().map(|o| text(&o));
+    if let Ok(ldd) = ldd {
+        assert!(
+            !ldd.contains("libshmlink"),
+            "linked the shared library: {ldd}"
+        );
+    }
+    let dir = shm_dir("static");
+    let mut server = spawn(&bin, &["shm:static-echo"], &dir);
+    let bound = bound_addr(&mut server);
+    let client = Command::new(rust_peer())
+        .args(["client", &bound, "100"])
+        .env("SHMLINK_DIR", &dir)
+        .output()
+        .expect("run rust_peer client");
+    let server = finish(server, Duration::from_secs(60), "static echo_server");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(client.status.success(), "Rust client: {}", text(&client));
+    assert!(
+        server.status.success(),
+        "static echo_server: {}",
+        text(&server)
     );
 }
