@@ -34,8 +34,19 @@ for p in "${pins[@]}"; do
   "$bin" --cpus "$p" $quick
 done
 echo
-# The Rust API alone (its own pinning: CPUs 0 and 1), 64 B round trips.
+# The Rust API alone (examples/pingpong.rs pins itself to CPUs 0 and 1), 64 B round
+# trips, alternating with the same measurement from C three times: the ratio of the
+# medians is the "C within 1.1x of Rust" check (noise moves both the same way).
 count=200000
 [[ -n $quick ]] && count=10000
-echo "Rust API (cargo run --release -p shmlink --example pingpong, CPUs 0,1):"
-target/release/examples/pingpong "shm:bench-rust-$$" "$count" | sed 's/^/    /'
+c=() r=()
+for _ in 1 2 3; do
+  c+=("$("$bin" --cpus 0,1 --p50-64 "$count")")
+  r+=("$(target/release/examples/pingpong "shm:bench-rust-$$" "$count" | sed -n 's/.* p50 \([0-9]*\) ns.*/\1/p')")
+done
+median() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
+echo "64 B round trip p50 over shm: (CPUs 0,1), 3 alternating runs of $count:"
+echo "    C API (shmlink_send/shmlink_recv): ${c[*]} ns, median $(median "${c[@]}")"
+echo "    Rust API (examples/pingpong.rs):   ${r[*]} ns, median $(median "${r[@]}")"
+awk -v c="$(median "${c[@]}")" -v r="$(median "${r[@]}")" \
+  'BEGIN { printf "    C / Rust: %.3fx (target: within 1.1x)\n", c / r }'

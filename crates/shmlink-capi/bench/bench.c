@@ -7,6 +7,7 @@
  * Prints one markdown table row per method (scripts/bench-c.sh makes the table).
  *
  *   bench [--cpus A,B] [--quick] [METHOD...]
+ *   bench --cpus A,B --p50-64 COUNT    only shm: 64 B round trips: prints the p50 in ns
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -132,6 +133,8 @@ static void drive(struct end *e, const struct plan *p, double out[2]) {
   free(rtt);
 }
 
+static int p50_only; /* --p50-64: print only the first plan's p50 */
+
 static void run(const char *method, int cpu_a, int cpu_b, const struct plan *plans, int n) {
   struct end parent = {0}, child = {0};
   shmlink_socket *listener = NULL;
@@ -194,6 +197,10 @@ static void run(const char *method, int cpu_a, int cpu_b, const struct plan *pla
   }
   if (parent.conn) shmlink_close(parent.conn);
   if (listener) shmlink_close(listener);
+  if (p50_only) {
+    printf("%.0f\n", r[0][0]);
+    return;
+  }
   const char *name = strcmp(method, "shm") == 0    ? "shmlink shm: from C"
                      : strcmp(method, "unix") == 0 ? "AF_UNIX SOCK_SEQPACKET from C"
                                                    : "pipe from C";
@@ -210,6 +217,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench: --cpus A,B\n");
         return 2;
       }
+    } else if (strcmp(argv[first], "--p50-64") == 0 && first + 1 < argc) {
+      long count = atol(argv[++first]);
+      if (count < 1) return 2;
+      const struct plan one = {64, 10000, count, 0};
+      p50_only = 1;
+      run("shm", cpu_a, cpu_b, &one, 1);
+      return 0;
     } else if (strcmp(argv[first], "--quick") == 0) {
       quick = 1;
     } else {
