@@ -400,3 +400,64 @@ fn static_library_links_and_serves() {
         text(&server)
     );
 }
+
+#[test]
+fn c_example_poll_server_with_rust_clients() {
+    let Some(bin) = compile("examples/poll_server.c") else {
+        return;
+    };
+    let dir = shm_dir("poll-example");
+    const CLIENTS: usize = 8;
+    let mut server = spawn(&bin, &["shm:poll-example", &CLIENTS.to_string()], &dir);
+    let bound = bound_addr(&mut server);
+    let clients: Vec<Child> = (0..CLIENTS)
+        .map(|_| {
+            Command::new(rust_peer())
+                // Up to 64 KiB: larger (fragmented) echoes from a non-blocking server
+                // hit a lost wake-up in the library (tests/nonblocking_large.rs).
+                .args(["client", &bound, "50", "65536"])
+                .env("SHMLINK_DIR", &dir)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start rust_peer client")
+        })
+        .collect();
+    for c in clients {
+        let out = finish(c, Duration::from_secs(120), "Rust client");
+        assert!(out.status.success(), "Rust client: {}", text(&out));
+    }
+    let server = finish(server, Duration::from_secs(30), "poll_server");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(server.status.success(), "poll_server: {}", text(&server));
+}
+
+#[test]
+fn c_example_pubsub_two_subscribers() {
+    let Some(bin) = compile("examples/pubsub.c") else {
+        return;
+    };
+    let dir = shm_dir("pubsub-example");
+    let subs: Vec<Child> = (0..2)
+        .map(|_| spawn(&bin, &["sub", "shm:ticks"], &dir))
+        .collect();
+    let publisher = finish(
+        spawn(&bin, &["pub", "shm:ticks", "2", "5"], &dir),
+        Duration::from_secs(60),
+        "publisher",
+    );
+    assert!(
+        publisher.status.success(),
+        "publisher: {}",
+        text(&publisher)
+    );
+    for s in subs {
+        let out = finish(s, Duration::from_secs(30), "subscriber");
+        assert!(out.status.success(), "subscriber: {}", text(&out));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "tick 0\ntick 1\ntick 2\ntick 3\ntick 4\n"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
