@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 fn root() -> PathBuf {
@@ -87,6 +87,18 @@ fn compile(source: &str) -> Option<PathBuf> {
 /// the static one (`pkg-config --static`, `libshmlink.a` named explicitly so the linker
 /// cannot pick the `.so`; no sanitizers, as a plain static build).
 fn compile_as(source: &str, static_lib: bool) -> Option<PathBuf> {
+    // Tests run in parallel and some share a program: compile each once.
+    static BUILT: Mutex<Vec<(String, bool, PathBuf)>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, _, bin)) = built.iter().find(|(s, st, _)| s == source && *st == static_lib) {
+        return Some(bin.clone());
+    }
+    let bin = compile_now(source, static_lib)?;
+    built.push((source.to_owned(), static_lib, bin.clone()));
+    Some(bin)
+}
+
+fn compile_now(source: &str, static_lib: bool) -> Option<PathBuf> {
     let prefix = match prefix() {
         Ok(p) => p,
         Err(why) => {
