@@ -90,7 +90,10 @@ fn compile_as(source: &str, static_lib: bool) -> Option<PathBuf> {
     // Tests run in parallel and some share a program: compile each once.
     static BUILT: Mutex<Vec<(String, bool, PathBuf)>> = Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, _, bin)) = built.iter().find(|(s, st, _)| s == source && *st == static_lib) {
+    if let Some((_, _, bin)) = built
+        .iter()
+        .find(|(s, st, _)| s == source && *st == static_lib)
+    {
         return Some(bin.clone());
     }
     let bin = compile_now(source, static_lib)?;
