@@ -8,6 +8,9 @@
 #       from the source (cbindgen as a library, in the crate's header test)
 #   scripts/capi.sh test                       the C tests (C11, ASan+UBSan, against an
 #       installed copy under target/capi): cargo test -p shmlink-capi --test c
+#   scripts/capi.sh example NAME               build crates/shmlink-capi/examples/NAME.c
+#       (echo_server, echo_client, poll_server, pubsub) against a debug install in
+#       target/capi/prefix; prints the program's path (for other languages' tests)
 #
 # The C tests run from `cargo test` (crates/shmlink-capi/tests/c.rs calls `install`), so
 # scripts/test.sh's workspace test step runs them.
@@ -51,5 +54,15 @@ case ${1:-} in
     install "$2" "${3:-}" ;;
   header) SHMLINK_WRITE_HEADER=1 cargo test -q -p shmlink-capi --test header ;;
   test) cargo test -p shmlink-capi --test c ;;
-  *) sed -n '2,14p' "$0" >&2; exit 2 ;;
+  example) [[ $# -eq 2 ]] || { echo "usage: $0 example NAME" >&2; exit 2; }
+    src=crates/shmlink-capi/examples/$2.c
+    [[ -f $src ]] || { echo "no example $src" >&2; exit 2; }
+    install target/capi/prefix --debug >&2
+    export PKG_CONFIG_PATH=$PWD/target/capi/prefix/lib/pkgconfig
+    mkdir -p target/capi/examples
+    # shellcheck disable=SC2046
+    cc -std=c11 -Wall -Wextra -Werror -O1 -g "$src" -o "target/capi/examples/$2" \
+      $(pkg-config --cflags --libs shmlink) -Wl,-rpath,"$(pkg-config --variable=libdir shmlink)"
+    echo "$PWD/target/capi/examples/$2" ;;
+  *) sed -n '2,16p' "$0" >&2; exit 2 ;;
 esac

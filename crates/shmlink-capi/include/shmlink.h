@@ -426,7 +426,8 @@ int shmlink_publisher_get_stats(shmlink_publisher *publisher, shmlink_publisher_
 // The publisher's fd: readable when a publish that failed with `EAGAIN` may succeed.
 // -1 with `EINVAL` for NULL.
 //
-// Thread safety: any thread.
+// Thread safety: one thread at a time per publisher. The value stays the same for its
+// life: read it once and keep it.
 //
 // # Safety
 // `publisher` is NULL or live.
@@ -443,7 +444,8 @@ int shmlink_publisher_set_blocking(shmlink_publisher *publisher, bool blocking);
 // The bound address (with the port chosen for `tcp:HOST:0`), owned by the publisher.
 // NULL with `EINVAL` for NULL.
 //
-// Thread safety: any thread.
+// Thread safety: one thread at a time per publisher. The value stays the same for its
+// life: read it once and keep it.
 //
 // # Safety
 // `publisher` is NULL or live.
@@ -535,7 +537,8 @@ int shmlink_sub_release(shmlink_subscriber *sub);
 // The subscriber's fd: readable when a message may be received or the publisher is
 // gone. -1 with `EINVAL` for NULL.
 //
-// Thread safety: any thread.
+// Thread safety: one thread at a time per subscriber. The value stays the same for its
+// life: read it once and keep it.
 //
 // # Safety
 // `sub` is NULL or live.
@@ -716,7 +719,8 @@ int shmlink_release(shmlink_socket *sock);
 // wake-up call until `EAGAIN`. The fd belongs to the socket: do not read, write or
 // close it. -1 with `EINVAL` for NULL.
 //
-// Thread safety: any thread, also while another thread uses the socket.
+// Thread safety: one thread at a time per socket, like every call on it. The value
+// stays the same for the socket's life: an event loop may read it once and keep it.
 //
 // # Safety
 // `sock` is NULL or a live socket.
@@ -758,7 +762,8 @@ int shmlink_close(shmlink_socket *sock);
 // The socket's own address (a listener's with the port chosen for `tcp:HOST:0`), as a
 // string owned by the socket: valid until `shmlink_close`. NULL with `EINVAL` for NULL.
 //
-// Thread safety: any thread, also while another thread uses the socket.
+// Thread safety: one thread at a time per socket, like every call on it. The value
+// stays the same for the socket's life: an event loop may read it once and keep it.
 //
 // # Safety
 // `sock` is NULL or a live socket.
@@ -767,7 +772,8 @@ const char *shmlink_local_addr(const shmlink_socket *sock);
 // A connection's peer address, owned by the socket (valid until `shmlink_close`).
 // NULL with `EINVAL` for NULL or a listener.
 //
-// Thread safety: any thread, also while another thread uses the socket.
+// Thread safety: one thread at a time per socket, like every call on it. The value
+// stays the same for the socket's life: an event loop may read it once and keep it.
 //
 // # Safety
 // `sock` is NULL or a live socket.
@@ -777,7 +783,8 @@ const char *shmlink_remote_addr(const shmlink_socket *sock);
 // `auto:` connection names the one it settled on). Owned by the socket. NULL with
 // `EINVAL` for NULL or a listener.
 //
-// Thread safety: any thread, also while another thread uses the socket.
+// Thread safety: one thread at a time per socket, like every call on it. The value
+// stays the same for the socket's life: an event loop may read it once and keep it.
 //
 // # Safety
 // `sock` is NULL or a live socket.
@@ -786,7 +793,8 @@ const char *shmlink_transport(const shmlink_socket *sock);
 // The largest message `shmlink_send` accepts on this connection (both sides' limits
 // applied), or -1 with `EINVAL`.
 //
-// Thread safety: any thread, also while another thread uses the socket.
+// Thread safety: one thread at a time per socket, like every call on it. The value
+// stays the same for the socket's life: an event loop may read it once and keep it.
 //
 // # Safety
 // `sock` is NULL or a live socket.

@@ -313,7 +313,8 @@ pub unsafe extern "C" fn shmlink_publisher_get_stats(
 /// The publisher's fd: readable when a publish that failed with `EAGAIN` may succeed.
 /// -1 with `EINVAL` for NULL.
 ///
-/// Thread safety: any thread.
+/// Thread safety: one thread at a time per publisher. The value stays the same for its
+/// life: read it once and keep it.
 ///
 /// # Safety
 /// `publisher` is NULL or live.
@@ -345,7 +346,8 @@ pub unsafe extern "C" fn shmlink_publisher_set_blocking(
 /// The bound address (with the port chosen for `tcp:HOST:0`), owned by the publisher.
 /// NULL with `EINVAL` for NULL.
 ///
-/// Thread safety: any thread.
+/// Thread safety: one thread at a time per publisher. The value stays the same for its
+/// life: read it once and keep it.
 ///
 /// # Safety
 /// `publisher` is NULL or live.
@@ -589,7 +591,8 @@ pub unsafe extern "C" fn shmlink_sub_release(sub: *mut ShmlinkSubscriber) -> c_i
 /// The subscriber's fd: readable when a message may be received or the publisher is
 /// gone. -1 with `EINVAL` for NULL.
 ///
-/// Thread safety: any thread.
+/// Thread safety: one thread at a time per subscriber. The value stays the same for its
+/// life: read it once and keep it.
 ///
 /// # Safety
 /// `sub` is NULL or live.

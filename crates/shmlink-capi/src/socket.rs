@@ -574,7 +574,8 @@ pub unsafe extern "C" fn shmlink_release(sock: *mut ShmlinkSocket) -> c_int {
 /// wake-up call until `EAGAIN`. The fd belongs to the socket: do not read, write or
 /// close it. -1 with `EINVAL` for NULL.
 ///
-/// Thread safety: any thread, also while another thread uses the socket.
+/// Thread safety: one thread at a time per socket, like every call on it. The value
+/// stays the same for the socket's life: an event loop may read it once and keep it.
 ///
 /// # Safety
 /// `sock` is NULL or a live socket.
@@ -665,7 +666,8 @@ pub unsafe extern "C" fn shmlink_close(sock: *mut ShmlinkSocket) -> c_int {
 /// The socket's own address (a listener's with the port chosen for `tcp:HOST:0`), as a
 /// string owned by the socket: valid until `shmlink_close`. NULL with `EINVAL` for NULL.
 ///
-/// Thread safety: any thread, also while another thread uses the socket.
+/// Thread safety: one thread at a time per socket, like every call on it. The value
+/// stays the same for the socket's life: an event loop may read it once and keep it.
 ///
 /// # Safety
 /// `sock` is NULL or a live socket.
@@ -683,7 +685,8 @@ pub unsafe extern "C" fn shmlink_local_addr(sock: *const ShmlinkSocket) -> *cons
 /// A connection's peer address, owned by the socket (valid until `shmlink_close`).
 /// NULL with `EINVAL` for NULL or a listener.
 ///
-/// Thread safety: any thread, also while another thread uses the socket.
+/// Thread safety: one thread at a time per socket, like every call on it. The value
+/// stays the same for the socket's life: an event loop may read it once and keep it.
 ///
 /// # Safety
 /// `sock` is NULL or a live socket.
@@ -702,7 +705,8 @@ pub unsafe extern "C" fn shmlink_remote_addr(sock: *const ShmlinkSocket) -> *con
 /// `auto:` connection names the one it settled on). Owned by the socket. NULL with
 /// `EINVAL` for NULL or a listener.
 ///
-/// Thread safety: any thread, also while another thread uses the socket.
+/// Thread safety: one thread at a time per socket, like every call on it. The value
+/// stays the same for the socket's life: an event loop may read it once and keep it.
 ///
 /// # Safety
 /// `sock` is NULL or a live socket.
@@ -720,7 +724,8 @@ pub unsafe extern "C" fn shmlink_transport(sock: *const ShmlinkSocket) -> *const
 /// The largest message `shmlink_send` accepts on this connection (both sides' limits
 /// applied), or -1 with `EINVAL`.
 ///
-/// Thread safety: any thread, also while another thread uses the socket.
+/// Thread safety: one thread at a time per socket, like every call on it. The value
+/// stays the same for the socket's life: an event loop may read it once and keep it.
 ///
 /// # Safety
 /// `sock` is NULL or a live socket.
