@@ -476,3 +476,27 @@ fn c_example_pubsub_two_subscribers() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[path = "../../shmlink/src/transport/tls/test_pki.rs"]
+mod test_pki;
+
+#[test]
+fn c_tls_with_certificate_files() {
+    let pki = test_pki::pki();
+    let dir = shm_dir("tls-files");
+    std::fs::create_dir_all(&dir).expect("create the directory");
+    let file = |name: &str, pem: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, pem).expect("write a PEM file");
+        path.to_str().expect("UTF-8 path").to_owned()
+    };
+    let args = [
+        file("ca.pem", &pki.ca),
+        file("server.pem", &pki.server.cert),
+        file("server.key", &pki.server.key),
+        file("other-ca.pem", &pki.other_ca),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run_c("tests/c/tls.c", &args, Duration::from_secs(120));
+    let _ = std::fs::remove_dir_all(&dir);
+}
