@@ -157,7 +157,8 @@ fn shm_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// Starts a compiled program with the sanitizers' settings.
+/// Starts a compiled program with the sanitizers' settings (LeakSanitizer on, no
+/// suppressions: a leak fails the program with exit status 86).
 fn spawn(bin: &Path, args: &[&str], dir: &Path) -> Child {
     Command::new(bin)
         .args(args)
@@ -166,21 +167,11 @@ fn spawn(bin: &Path, args: &[&str], dir: &Path) -> Child {
             "ASAN_OPTIONS",
             "detect_leaks=1:abort_on_error=0:exitcode=86",
         )
-        .env(
-            "LSAN_OPTIONS",
-            format!("suppressions={}", lsan_supp().display()),
-        )
         .env("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the test program")
-}
-
-/// LeakSanitizer suppressions: allocations the Rust standard library keeps for the life
-/// of the process (thread-local and global state), which LSan cannot tell from leaks.
-fn lsan_supp() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/lsan.supp")
 }
 
 /// Waits for `child` at most `timeout`; kills it after that. Its output and status.
