@@ -23,6 +23,12 @@ export PATH="$PWD/$venv/bin:$PATH"
   --no-build-isolation \
   ./crates/shmlink-py
 [ "${1:-}" = --no-test ] && exit 0
+# The C echo server for the Python-client-to-C-server test (a skip without a C compiler
+# and pkg-config; SHMLINK_REQUIRE=cc,capi makes that a failure).
+if [ -z "${SHMLINK_C_ECHO_SERVER:-}" ] && command -v cc >/dev/null && command -v pkg-config >/dev/null; then
+  SHMLINK_C_ECHO_SERVER=$(scripts/capi.sh example echo_server)
+  export SHMLINK_C_ECHO_SERVER
+fi
 cd crates/shmlink-py
 # Not from the source tree's python/ (that has no compiled module): from the venv.
 exec "../../$venv/bin/python" -m pytest -ra -p no:cacheprovider
