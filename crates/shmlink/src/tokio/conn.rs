@@ -55,7 +55,9 @@ impl Listener {
     }
 
     /// Wraps a bound listener (switched to non-blocking mode); accepted connections
-    /// spin for `spin` before they await the reactor.
+    /// spin for `spin` before they await the reactor. Bind it with
+    /// [`WaitPolicy::BLOCKING`](crate::WaitPolicy::BLOCKING) (see
+    /// [`Connection::from_std`]).
     pub fn from_std(mut inner: crate::Listener, spin: Duration) -> Result<Listener> {
         inner.set_nonblocking(true);
         let fd = register(inner.as_raw_fd())?;
@@ -188,6 +190,13 @@ impl Connection {
 
     /// Wraps a connection (switched to non-blocking mode), with the default receive spin
     /// (20 µs, [`WaitPolicy::default`](crate::WaitPolicy)).
+    ///
+    /// Prefer [`connect`](Self::connect) and [`Listener::bind`]: they make the `shm:`
+    /// handshake choose the symmetric fence. A connection made by the blocking API with a
+    /// spinning wait policy (the default) may have chosen the asymmetric one, which costs
+    /// a `membarrier` per `WouldBlock` here and under which the 64-connection echo test
+    /// lost a wake-up (`asymmetric_fence_echo_repro`, not explained yet): make such
+    /// connections with [`WaitPolicy::BLOCKING`](crate::WaitPolicy::BLOCKING).
     pub fn from_std(conn: crate::Connection) -> Result<Connection> {
         Connection::from_std_spin(conn, crate::WaitPolicy::default().spin)
     }
