@@ -179,13 +179,23 @@ impl Connection {
     ///
     /// Not cancel safe: a dropped future lets the handshake finish on the blocking pool,
     /// then drops the connection.
-    pub async fn connect(addr: &str, opts: &Options) -> Result<Connection> {
+    ///
+    /// The future owns copies of `addr` and `opts`: it is `'static` (spawn it as is).
+    pub fn connect(
+        addr: &str,
+        opts: &Options,
+    ) -> impl std::future::Future<Output = Result<Connection>> + Send + 'static {
         let spin = opts.wait.spin;
         let (addr, opts) = (addr.to_owned(), symmetric(opts));
-        let conn = ::tokio::task::spawn_blocking(move || crate::Connection::connect(&addr, &opts))
-            .await
-            .map_err(|e| Error::new(ErrorKind::Other, format!("connect task failed: {e}")))??;
-        Connection::from_std_spin(conn, spin)
+        async move {
+            let conn =
+                ::tokio::task::spawn_blocking(move || crate::Connection::connect(&addr, &opts))
+                    .await
+                    .map_err(|e| {
+                        Error::new(ErrorKind::Other, format!("connect task failed: {e}"))
+                    })??;
+            Connection::from_std_spin(conn, spin)
+        }
     }
 
     /// Wraps a connection (switched to non-blocking mode), with the default receive spin
