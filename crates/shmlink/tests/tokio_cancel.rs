@@ -30,7 +30,7 @@ fn run<F: std::future::Future<Output = ()> + Send + 'static>(f: F) {
 
 async fn pair_async(t: &str) -> (Connection, Connection) {
     let o: Options = opts(t).ring_size(4096);
-    let (l, addr) = bind(t, &o);
+    let (l, addr) = bind(t, &o.clone().wait_policy(shmlink::WaitPolicy::BLOCKING));
     let mut l = Listener::from_std(l, Duration::from_micros(20)).unwrap();
     let client = tokio::spawn(async move { Connection::connect(&addr, &o).await });
     let server = l.accept().await.unwrap();

@@ -60,7 +60,9 @@ fn small_opts(t: &str) -> Options {
 
 /// Binds a fresh address of test transport `t`; returns the listener and the address.
 fn bind_async(t: &str, o: &Options) -> (Listener, String) {
-    let (l, addr) = bind(t, o);
+    // As `Listener::bind` does: the library's own wait policy blocking (the symmetric
+    // fence on `shm:`), the spin is this module's.
+    let (l, addr) = bind(t, &o.clone().wait_policy(WaitPolicy::BLOCKING));
     (
         Listener::from_std(l, Duration::from_micros(20)).unwrap(),
         addr,

@@ -55,7 +55,9 @@ impl Listener {
     }
 
     /// Wraps a bound listener (switched to non-blocking mode); accepted connections
-    /// spin for `spin` before they await the reactor.
+    /// spin for `spin` before they await the reactor. Bind it with
+    /// [`WaitPolicy::BLOCKING`](crate::WaitPolicy::BLOCKING) (see
+    /// [`Connection::from_std`]).
     pub fn from_std(mut inner: crate::Listener, spin: Duration) -> Result<Listener> {
         inner.set_nonblocking(true);
         let fd = register(inner.as_raw_fd())?;
@@ -177,17 +179,34 @@ impl Connection {
     ///
     /// Not cancel safe: a dropped future lets the handshake finish on the blocking pool,
     /// then drops the connection.
-    pub async fn connect(addr: &str, opts: &Options) -> Result<Connection> {
+    ///
+    /// The future owns copies of `addr` and `opts`: it is `'static` (spawn it as is).
+    pub fn connect(
+        addr: &str,
+        opts: &Options,
+    ) -> impl std::future::Future<Output = Result<Connection>> + Send + 'static {
         let spin = opts.wait.spin;
         let (addr, opts) = (addr.to_owned(), symmetric(opts));
-        let conn = ::tokio::task::spawn_blocking(move || crate::Connection::connect(&addr, &opts))
-            .await
-            .map_err(|e| Error::new(ErrorKind::Other, format!("connect task failed: {e}")))??;
-        Connection::from_std_spin(conn, spin)
+        async move {
+            let conn =
+                ::tokio::task::spawn_blocking(move || crate::Connection::connect(&addr, &opts))
+                    .await
+                    .map_err(|e| {
+                        Error::new(ErrorKind::Other, format!("connect task failed: {e}"))
+                    })??;
+            Connection::from_std_spin(conn, spin)
+        }
     }
 
     /// Wraps a connection (switched to non-blocking mode), with the default receive spin
     /// (20 µs, [`WaitPolicy::default`](crate::WaitPolicy)).
+    ///
+    /// Prefer [`connect`](Self::connect) and [`Listener::bind`]: they make the `shm:`
+    /// handshake choose the symmetric fence. A connection made by the blocking API with a
+    /// spinning wait policy (the default) may have chosen the asymmetric one, which costs
+    /// a `membarrier` per `WouldBlock` here and under which the 64-connection echo test
+    /// lost a wake-up (`asymmetric_fence_echo_repro`, not explained yet): make such
+    /// connections with [`WaitPolicy::BLOCKING`](crate::WaitPolicy::BLOCKING).
     pub fn from_std(conn: crate::Connection) -> Result<Connection> {
         Connection::from_std_spin(conn, crate::WaitPolicy::default().spin)
     }

@@ -161,12 +161,22 @@ impl Subscriber {
     /// blocking pool.
     ///
     /// Not cancel safe: a dropped future lets the handshake finish, then unsubscribes.
-    pub async fn connect(addr: &str, opts: &PubSubOptions) -> Result<Subscriber> {
+    ///
+    /// The future owns copies of `addr` and `opts`: it is `'static`.
+    pub fn connect(
+        addr: &str,
+        opts: &PubSubOptions,
+    ) -> impl std::future::Future<Output = Result<Subscriber>> + Send + 'static {
         let (addr, opts) = (addr.to_owned(), opts.clone());
-        let sub = ::tokio::task::spawn_blocking(move || crate::Subscriber::connect(&addr, &opts))
-            .await
-            .map_err(|e| Error::new(ErrorKind::Other, format!("subscribe task failed: {e}")))??;
-        Subscriber::from_std(sub)
+        async move {
+            let sub =
+                ::tokio::task::spawn_blocking(move || crate::Subscriber::connect(&addr, &opts))
+                    .await
+                    .map_err(|e| {
+                        Error::new(ErrorKind::Other, format!("subscribe task failed: {e}"))
+                    })??;
+            Subscriber::from_std(sub)
+        }
     }
 
     /// Wraps a subscriber (switched to non-blocking mode).
