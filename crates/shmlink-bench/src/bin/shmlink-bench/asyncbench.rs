@@ -3,7 +3,9 @@
 //! - **Round trip**, 64 B (or `--sizes`): `shmlink::tokio::Connection` with the spin
 //!   budget (20 µs) and with spinning off, against tokio's `UnixStream` and `TcpStream`
 //!   with tokio-util's length-prefix codec (`LengthDelimitedCodec`). Each end is a
-//!   current-thread runtime in its own process (the server is this program re-executed).
+//!   current-thread runtime in its own process (the server is this program re-executed),
+//!   pinned like the point-to-point bench: the client to the first allowed CPU, the
+//!   server to the second (cross-core; one CPU only: both on it).
 //! - **tonic unary**, 64 B echo (`shmlink.echo.Echo/Unary` of `shmlink-grpc`) over
 //!   `shm:`, over a Unix socket and over TCP, with 1 and 16 concurrent callers on one
 //!   channel: requests/s, p50, p99. Server and client are multi-threaded runtimes in two
@@ -250,7 +252,7 @@ pub fn main(argv: Vec<String>) -> ExitCode {
                     round + 1,
                     a.rounds
                 );
-                let r = run_rtt(&exe, m, size, a.round_trips);
+                let r = run_rtt_pinned(&exe, m, size, a.round_trips);
                 push(&mut cells, r);
             }
             for m in &tonic {
@@ -453,8 +455,17 @@ struct Peer {
 }
 
 impl Peer {
-    fn start(exe: &std::path::Path, method: &str, addr: &str) -> Result<Peer, String> {
-        let mut child = Command::new(exe)
+    fn start(
+        exe: &std::path::Path,
+        method: &str,
+        addr: &str,
+        cpu: Option<usize>,
+    ) -> Result<Peer, String> {
+        let mut cmd = Command::new(exe);
+        if let Some(cpu) = cpu {
+            cmd.env(PEER_CPU_ENV, cpu.to_string());
+        }
+        let mut child = cmd
             .args([PEER_CMD, method, addr])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -527,8 +538,39 @@ fn message(i: u64, size: usize) -> Vec<u8> {
     m
 }
 
-fn run_rtt(exe: &std::path::Path, method: &str, size: usize, n: u64) -> Row {
-    let peer = match Peer::start(exe, method, &addr_for(method)) {
+/// The environment variable that tells the server process which CPU to pin itself to.
+const PEER_CPU_ENV: &str = "SHMLINK_BENCH_ASYNC_PEER_CPU";
+
+/// [`run_rtt`] on a thread pinned to the first allowed CPU, with the server on the second.
+fn run_rtt_pinned(exe: &std::path::Path, method: &str, size: usize, n: u64) -> Row {
+    let cpus = shmlink_measure::cpus::allowed_cpus();
+    let (client, server) = match cpus[..] {
+        [a, b, ..] => (Some(a), Some(b)),
+        [a] => (Some(a), Some(a)),
+        [] => (None, None),
+    };
+    let exe = exe.to_path_buf();
+    let method = method.to_string();
+    std::thread::spawn(move || {
+        if let Some(cpu) = client {
+            if let Err(e) = shmlink_measure::sys::pin_to_cpu(cpu) {
+                return failed(
+                    "round-trip",
+                    &method,
+                    size,
+                    1,
+                    format!("pin to CPU {cpu}: {e}"),
+                );
+            }
+        }
+        run_rtt(&exe, &method, size, n, server)
+    })
+    .join()
+    .unwrap_or_else(|_| failed("round-trip", "?", size, 1, "panicked".into()))
+}
+
+fn run_rtt(exe: &std::path::Path, method: &str, size: usize, n: u64, cpu: Option<usize>) -> Row {
+    let peer = match Peer::start(exe, method, &addr_for(method), cpu) {
         Ok(p) => p,
         Err(e) => return failed("round-trip", method, size, 1, e),
     };
@@ -616,7 +658,7 @@ where
 }
 
 fn run_tonic(exe: &std::path::Path, method: &str, size: usize, callers: usize, calls: u64) -> Row {
-    let peer = match Peer::start(exe, method, &addr_for(method)) {
+    let peer = match Peer::start(exe, method, &addr_for(method), None) {
         Ok(p) => p,
         Err(e) => return failed("tonic-unary", method, size, callers, e),
     };
@@ -700,6 +742,15 @@ pub fn peer_main(method: &str, addr: &str) -> ExitCode {
         let _ = std::io::stdin().read_line(&mut s);
         std::process::exit(0);
     });
+    if let Some(cpu) = std::env::var(PEER_CPU_ENV)
+        .ok()
+        .and_then(|c| c.parse().ok())
+    {
+        if let Err(e) = shmlink_measure::sys::pin_to_cpu(cpu) {
+            eprintln!("shmlink-bench: pin the server to CPU {cpu}: {e}");
+            return ExitCode::from(1);
+        }
+    }
     let res: Result<(), String> = match method {
         "shmlink-async" | "shmlink-async-nospin" => current_thread().block_on(async {
             let mut l = shmlink::tokio::Listener::bind(addr, &shm_opts(method))
