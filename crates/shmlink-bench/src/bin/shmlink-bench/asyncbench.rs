@@ -8,8 +8,9 @@
 //!   server to the second (cross-core; one CPU only: both on it).
 //! - **tonic unary**, 64 B echo (`shmlink.echo.Echo/Unary` of `shmlink-grpc`) over
 //!   `shm:`, over a Unix socket and over TCP, with 1 and 16 concurrent callers on one
-//!   channel: requests/s, p50, p99. Server and client are multi-threaded runtimes in two
-//!   processes.
+//!   channel: requests/s, p50, p99. Server and client are current-thread runtimes in two
+//!   processes, pinned like the round trips (a multi-threaded runtime adds cross-worker
+//!   wake-ups, which on this class of VM cost tens of µs each and drown the transport).
 //!
 //! Methods are interleaved over the rounds (A B C A B C …), each run with its own
 //! warm-up; the table shows the median over the rounds of each figure.
@@ -262,7 +263,7 @@ pub fn main(argv: Vec<String>) -> ExitCode {
                         round + 1,
                         a.rounds
                     );
-                    let r = run_tonic(&exe, m, size, callers, a.calls);
+                    let r = run_tonic_pinned(&exe, m, size, callers, a.calls);
                     push(&mut cells, r);
                 }
             }
@@ -543,30 +544,58 @@ const PEER_CPU_ENV: &str = "SHMLINK_BENCH_ASYNC_PEER_CPU";
 
 /// [`run_rtt`] on a thread pinned to the first allowed CPU, with the server on the second.
 fn run_rtt_pinned(exe: &std::path::Path, method: &str, size: usize, n: u64) -> Row {
+    let exe = exe.to_path_buf();
+    pinned("round-trip", method, size, 1, move |m, cpu| {
+        run_rtt(&exe, m, size, n, cpu)
+    })
+}
+
+/// [`run_tonic`] pinned like [`run_rtt_pinned`].
+fn run_tonic_pinned(
+    exe: &std::path::Path,
+    method: &str,
+    size: usize,
+    callers: usize,
+    calls: u64,
+) -> Row {
+    let exe = exe.to_path_buf();
+    pinned("tonic-unary", method, size, callers, move |m, cpu| {
+        run_tonic(&exe, m, size, callers, calls, cpu)
+    })
+}
+
+/// Runs `run(method, server CPU)` on a thread pinned to the first allowed CPU; the server
+/// CPU is the second (the first when there is only one).
+fn pinned(
+    kind: &'static str,
+    method: &str,
+    size: usize,
+    callers: usize,
+    run: impl FnOnce(&str, Option<usize>) -> Row + Send + 'static,
+) -> Row {
     let cpus = shmlink_measure::cpus::allowed_cpus();
     let (client, server) = match cpus[..] {
         [a, b, ..] => (Some(a), Some(b)),
         [a] => (Some(a), Some(a)),
         [] => (None, None),
     };
-    let exe = exe.to_path_buf();
     let method = method.to_string();
     std::thread::spawn(move || {
         if let Some(cpu) = client {
             if let Err(e) = shmlink_measure::sys::pin_to_cpu(cpu) {
                 return failed(
-                    "round-trip",
+                    kind,
                     &method,
                     size,
-                    1,
+                    callers,
                     format!("pin to CPU {cpu}: {e}"),
                 );
             }
         }
-        run_rtt(&exe, &method, size, n, server)
+        run(&method, server)
     })
     .join()
-    .unwrap_or_else(|_| failed("round-trip", "?", size, 1, "panicked".into()))
+    .unwrap_or_else(|_| failed(kind, "?", size, callers, "panicked".into()))
 }
 
 fn run_rtt(exe: &std::path::Path, method: &str, size: usize, n: u64, cpu: Option<usize>) -> Row {
@@ -657,12 +686,19 @@ where
     Ok(ns)
 }
 
-fn run_tonic(exe: &std::path::Path, method: &str, size: usize, callers: usize, calls: u64) -> Row {
-    let peer = match Peer::start(exe, method, &addr_for(method), None) {
+fn run_tonic(
+    exe: &std::path::Path,
+    method: &str,
+    size: usize,
+    callers: usize,
+    calls: u64,
+    cpu: Option<usize>,
+) -> Row {
+    let peer = match Peer::start(exe, method, &addr_for(method), cpu) {
         Ok(p) => p,
         Err(e) => return failed("tonic-unary", method, size, callers, e),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime");
@@ -786,7 +822,7 @@ pub fn peer_main(method: &str, addr: &str) -> ExitCode {
                 codec_echo(Framed::new(s, LengthDelimitedCodec::new())).await;
             }
         }),
-        "tonic-shm" | "tonic-uds" | "tonic-tcp" => tokio::runtime::Builder::new_multi_thread()
+        "tonic-shm" | "tonic-uds" | "tonic-tcp" => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("a tokio runtime")
