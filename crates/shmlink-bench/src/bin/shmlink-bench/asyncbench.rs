@@ -42,6 +42,10 @@ const RTT_METHODS: &[(&str, &str)] = &[
         "shmlink::tokio::Connection on shm:, no spin (every wait through the reactor)",
     ),
     (
+        "shmlink-async-stream",
+        "shmlink::tokio::ByteStream (AsyncRead + AsyncWrite, what hyper/tonic use) on shm: + LengthDelimitedCodec",
+    ),
+    (
         "tokio-uds",
         "tokio UnixStream (stream socket) + tokio-util LengthDelimitedCodec",
     ),
@@ -506,7 +510,7 @@ fn scratch_dir() -> PathBuf {
 fn addr_for(method: &str) -> String {
     let dir = scratch_dir();
     match method {
-        "shmlink-async" | "shmlink-async-nospin" | "tonic-shm" => {
+        "shmlink-async" | "shmlink-async-nospin" | "shmlink-async-stream" | "tonic-shm" => {
             format!("shm:{}/{method}.sock", dir.display())
         }
         "tokio-uds" | "tonic-uds" => format!("{}/{method}.uds", dir.display()),
@@ -629,6 +633,13 @@ fn run_rtt(exe: &std::path::Path, method: &str, size: usize, n: u64, cpu: Option
                 let _ = t0;
                 c.close().await.map_err(|e| e.to_string())?;
                 Ok(ns)
+            }
+            "shmlink-async-stream" => {
+                let c = shmlink::tokio::Connection::connect(&peer.addr, &Options::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let s = c.into_byte_stream();
+                codec_rtt(Framed::new(s, LengthDelimitedCodec::new()), size, warm, n).await
             }
             "tokio-uds" => {
                 let s = tokio::net::UnixStream::connect(&peer.addr)
@@ -800,6 +811,19 @@ pub fn peer_main(method: &str, addr: &str) -> ExitCode {
                         break;
                     }
                 }
+            }
+        }),
+        "shmlink-async-stream" => current_thread().block_on(async {
+            let mut l = shmlink::tokio::Listener::bind(addr, &Options::default())
+                .map_err(|e| e.to_string())?;
+            ready(&l.local_addr());
+            loop {
+                let c = l.accept().await.map_err(|e| e.to_string())?;
+                codec_echo(Framed::new(
+                    c.into_byte_stream(),
+                    LengthDelimitedCodec::new(),
+                ))
+                .await;
             }
         }),
         "tokio-uds" => current_thread().block_on(async {
