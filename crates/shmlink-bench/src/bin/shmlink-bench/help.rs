@@ -53,10 +53,11 @@ Pattern:
                    uds, redis, rabbitmq. --sizes [default: 64,64k]; --iterations: measured
                    messages per run [default: 1000; --quick: 100]; --rounds [default: 3;
                    --quick: 1]; --mode, --duration, --warmup and --window do not apply.
-                   async: async Rust on tokio, each end its own process. Round trip
-                   (current-thread runtimes): shmlink-async (spin budget 20 us),
-                   shmlink-async-nospin, tokio-uds and tokio-tcp (LengthDelimitedCodec);
-                   tonic unary echo: tonic-shm, tonic-uds, tonic-tcp with 1 and 16
+                   async: async Rust on tokio, each end its own process on a
+                   current-thread runtime, pinned cross-core. Round trip: shmlink-async
+                   (spin budget 20 us), shmlink-async-nospin, shmlink-async-stream
+                   (ByteStream), tokio-uds and tokio-tcp (LengthDelimitedCodec); tonic
+                   unary echo: tonic-shm, tonic-uds, tonic-tcp with 1 and 16
                    concurrent callers (req/s, p50, p99). Options: --methods, --sizes
                    [default: 64], --callers LIST [default: 1,16], --iterations N (round
                    trips [default: 20000] and calls per caller [default: 4000]),
