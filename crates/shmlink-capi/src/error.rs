@@ -17,6 +17,18 @@ pub(crate) struct Fail {
     pub missed: u64,
 }
 
+/// `EMSGSIZE` for a receive whose buffer (`cap` bytes) is too small for the `n`-byte
+/// message, which the object keeps for the next receive.
+pub(crate) fn too_small(n: usize, cap: usize) -> Fail {
+    Fail {
+        errno: libc::EMSGSIZE,
+        msg: format!(
+            "message of {n} bytes does not fit the {cap}-byte buffer (kept: receive it with a larger one)"
+        ),
+        missed: 0,
+    }
+}
+
 /// `Result` of the C API's internals.
 pub(crate) type Res<T> = Result<T, Fail>;
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use shmlink::{ErrorKind, Loan, Publisher, Sample, Subscriber};
 
 use crate::args::{bytes, bytes_mut, obj, obj_ref, ssize, text};
-use crate::error::{call, Fail, Res};
+use crate::error::{call, too_small, Fail, Res};
 use crate::options::{pubsub_opts, ShmlinkPubsubOptions};
 
 /// The publishing end of a topic (opaque): `shmlink_publisher_bind` …
@@ -444,7 +444,7 @@ pub unsafe extern "C" fn shmlink_sub_recv(
         s.sub()?; // no sample lent
         if let Some(msg) = &s.stash {
             if msg.len() > cap {
-                return Err(sub_too_small(msg.len(), cap));
+                return Err(too_small(msg.len(), cap));
             }
             let n = msg.len();
             dst[..n].copy_from_slice(msg);
@@ -457,21 +457,11 @@ pub unsafe extern "C" fn shmlink_sub_recv(
                 let msg = s.sub()?.recv_vec()?;
                 let n = msg.len();
                 s.stash = Some(msg);
-                Err(sub_too_small(n, cap))
+                Err(too_small(n, cap))
             }
             Err(e) => Err(e.into()),
         }
     })
-}
-
-fn sub_too_small(n: usize, cap: usize) -> Fail {
-    Fail {
-        errno: libc::EMSGSIZE,
-        msg: format!(
-            "message of {n} bytes does not fit the {cap}-byte buffer (kept: receive it with a larger one)"
-        ),
-        missed: 0,
-    }
 }
 
 /// The length of the message a too-small `shmlink_sub_recv` kept, or 0 when none is

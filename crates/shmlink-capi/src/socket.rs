@@ -15,7 +15,7 @@ use std::ptr::{null, null_mut, NonNull};
 use shmlink::{Connection, Counters, ErrorKind, Listener, RecvBuf, SendBuf};
 
 use crate::args::{bytes, bytes_mut, obj, obj_ref, ssize, text};
-use crate::error::{call, Fail, Res};
+use crate::error::{call, too_small, Fail, Res};
 use crate::options::{conn_opts, ShmlinkOptions};
 
 /// A connection or a listener (opaque). Made by `shmlink_connect`, `shmlink_listen` or
@@ -362,16 +362,6 @@ pub unsafe extern "C" fn shmlink_recv(
             Err(e) => Err(e.into()),
         }
     })
-}
-
-fn too_small(n: usize, cap: usize) -> Fail {
-    Fail {
-        errno: libc::EMSGSIZE,
-        msg: format!(
-            "message of {n} bytes does not fit the {cap}-byte buffer (kept: receive it with a larger one)"
-        ),
-        missed: 0,
-    }
 }
 
 /// The length of the message a too-small `shmlink_recv` kept (`EMSGSIZE`), or 0 when

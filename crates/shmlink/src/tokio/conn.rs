@@ -363,13 +363,6 @@ impl Connection {
             .map_err(|e| Error::new(ErrorKind::Other, format!("close task failed: {e}")))?
     }
 
-    /// Splits the connection into owned halves that two tasks use at once;
-    /// [`SendHalf::reunite`](super::SendHalf::reunite) gives it back. See
-    /// [`SendHalf`](super::SendHalf) for the costs.
-    pub fn split(self) -> (super::SendHalf, super::RecvHalf) {
-        super::split::split(self)
-    }
-
     /// The blocking connection inside (for its counters, addresses, …).
     pub fn get_ref(&self) -> &crate::Connection {
         &self.inner
@@ -381,12 +374,6 @@ impl Connection {
         drop(fd);
         inner.set_nonblocking(false);
         inner
-    }
-
-    /// Wraps the connection in a byte stream ([`AsyncRead`](::tokio::io::AsyncRead) +
-    /// [`AsyncWrite`](::tokio::io::AsyncWrite)); see [`ByteStream`](super::ByteStream).
-    pub fn into_byte_stream(self) -> super::ByteStream {
-        super::ByteStream::new(self)
     }
 
     /// What the messages travel over.

@@ -12,6 +12,16 @@ use ::tokio::sync::Notify;
 use super::{reactor_error, would_block, Connection, Fd};
 use crate::error::{Error, Result};
 
+// Here, not in conn.rs, so that the connection does not name its halves (no import
+// circle: tests/layering.rs).
+impl Connection {
+    /// Splits the connection into owned halves that two tasks use at once;
+    /// [`SendHalf::reunite`] gives it back. See [`SendHalf`] for the costs.
+    pub fn split(self) -> (SendHalf, RecvHalf) {
+        halves(self)
+    }
+}
+
 const SEND: usize = 0;
 const RECV: usize = 1;
 
@@ -110,7 +120,7 @@ impl Shared {
     }
 }
 
-pub(super) fn split(conn: Connection) -> (SendHalf, RecvHalf) {
+fn halves(conn: Connection) -> (SendHalf, RecvHalf) {
     let spin = conn.spin();
     let Connection { fd, inner, .. } = conn;
     let shared = Arc::new(Shared {

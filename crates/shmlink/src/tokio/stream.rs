@@ -10,6 +10,16 @@ use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use super::Connection;
 use crate::error::ErrorKind;
 
+// Here, not in conn.rs, so that the connection does not name the stream (no import
+// circle: tests/layering.rs).
+impl Connection {
+    /// Wraps the connection in a byte stream ([`AsyncRead`] + [`AsyncWrite`]); see
+    /// [`ByteStream`].
+    pub fn into_byte_stream(self) -> ByteStream {
+        ByteStream::new(self)
+    }
+}
+
 /// Largest message a write sends: one HTTP/2 frame of the default size fits, and a
 /// message this size stays well under half of the smallest ring worth using for bulk.
 const CHUNK: usize = 64 * 1024;
