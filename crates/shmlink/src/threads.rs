@@ -5,8 +5,10 @@
 use crate::*;
 
 /// Compiles only if `T: Send`.
+#[allow(dead_code)] // used only inside `const _` items, which rustc 1.80 does not count
 const fn send<T: Send + ?Sized>() {}
 /// Compiles only if `T: Sync`.
+#[allow(dead_code)] // as `send`
 const fn sync<T: Sync + ?Sized>() {}
 
 /// Compiles only if `$t` does NOT implement `$trait`: with the trait implemented, both
