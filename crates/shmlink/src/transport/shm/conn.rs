@@ -238,7 +238,7 @@ impl ShmConn {
         };
         // Bounded: a peer that keeps ringing cannot keep us here.
         for _ in 0..64 {
-            if other_waits && !self.next_doorbell_is(own) {
+            if other_waits && !self.may_take_next_doorbell(own) {
                 break;
             }
             if !self.take_doorbell(false)? {
@@ -251,11 +251,11 @@ impl ShmConn {
     /// Whether the first packet on the control socket may be taken by a drain for `own`:
     /// `own`'s doorbell, an unknown byte (nobody waits for it), end-of-file or an error
     /// (which `take_doorbell` reports). `false` if there is none.
-    fn next_doorbell_is(&self, own: Bell) -> bool {
+    fn may_take_next_doorbell(&self, own: Bell) -> bool {
         let mut buf = [0u8; 16];
         match socket::peek(self.sock.as_fd(), &mut buf) {
             Ok(0) => true,
-            Ok(_) => buf[0] == own as u8 || buf[0] != Bell::other(own) as u8,
+            Ok(_) => buf[0] != own.other() as u8,
             Err(e) => e.kind() != io::ErrorKind::WouldBlock,
         }
     }
