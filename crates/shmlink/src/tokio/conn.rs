@@ -201,12 +201,11 @@ impl Connection {
     /// Wraps a connection (switched to non-blocking mode), with the default receive spin
     /// (20 µs, [`WaitPolicy::default`](crate::WaitPolicy)).
     ///
-    /// Prefer [`connect`](Self::connect) and [`Listener::bind`]: they make the `shm:`
-    /// handshake choose the symmetric fence. A connection made by the blocking API with a
-    /// spinning wait policy (the default) may have chosen the asymmetric one, which costs
-    /// a `membarrier` per `WouldBlock` here and under which the 64-connection echo test
-    /// lost a wake-up (`asymmetric_fence_echo_repro`, not explained yet): make such
-    /// connections with [`WaitPolicy::BLOCKING`](crate::WaitPolicy::BLOCKING).
+    /// Prefer [`connect`](Self::connect) and [`Listener::bind`]: they ask the `shm:`
+    /// handshake for the symmetric fence whatever the library offers by default (design
+    /// §4.3: the asymmetric one costs a `membarrier` per `WouldBlock` here, and the
+    /// library does not offer it for now because non-blocking receivers lost wake-ups
+    /// under it).
     pub fn from_std(conn: crate::Connection) -> Result<Connection> {
         Connection::from_std_spin(conn, crate::WaitPolicy::default().spin)
     }
@@ -407,9 +406,8 @@ impl Connection {
 /// itself (the policy's `spin` is its budget) and never makes a blocking call, so the
 /// policy's only effect would be to let the `shm:` handshake choose the asymmetric fence
 /// (design §4.3), which moves the fence's cost to every announcement — a `membarrier`
-/// interrupting every CPU, on every `WouldBlock` — the common case here. (And under it
-/// the 64-connection echo test lost a wake-up in 2 of 3 runs on the development VM; not
-/// explained yet, see the report of this change.)
+/// interrupting every CPU, on every `WouldBlock` — the common case here. (Under it the
+/// 64-connection echo test lost wake-ups; the library does not offer it for now.)
 fn symmetric(opts: &Options) -> Options {
     opts.clone().wait_policy(crate::WaitPolicy::BLOCKING)
 }
