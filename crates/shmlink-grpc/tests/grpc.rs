@@ -239,7 +239,7 @@ fn server_killed_mid_stream_gives_unavailable() {
 
 /// The server role of [`server_killed_mid_stream_gives_unavailable`].
 #[test]
-#[ignore]
+#[ignore = "a child process's role: run by server_killed_mid_stream_gives_unavailable"]
 fn server_child() {
     let Ok(addr) = std::env::var(ADDR_VAR) else {
         return;

@@ -460,7 +460,7 @@ suite!(shm, ux, tcp, auto);
 /// (`OFFER_ASYM_FENCE` in src/transport/shm/mod.rs); flip it there and run this with
 /// `--ignored` to reproduce.
 #[test]
-#[ignore]
+#[ignore = "reproducer for the asymmetric fence, which the library no longer offers"]
 fn asymmetric_fence_echo_repro() {
     echo_64_with("shm", true);
 }
@@ -675,7 +675,7 @@ fn peer_death_once(t: &str) -> Duration {
 /// The child role: connect 64 times (blocking API), send three messages on each, say
 /// so, then wait to be killed (or for stdin to close, should the test die first).
 #[test]
-#[ignore]
+#[ignore = "a child process's role: run by the peer-death test"]
 fn child_main() {
     let Ok(role) = std::env::var(ROLE_VAR) else {
         return;
