@@ -3,7 +3,7 @@
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -27,8 +27,19 @@ const CHUNK: usize = 64 * 1024;
 /// A [`Connection`] as a byte stream: [`AsyncRead`] + [`AsyncWrite`], for anything that
 /// runs over a socket (hyper, tonic, tokio-util codecs).
 ///
-/// Reads do not spin by default ([`set_spin`](Self::set_spin)). Each `write` sends one message of up to 64 KiB (or the connection's maximum); a read
+/// Each `write` sends one message of up to 64 KiB (or the connection's maximum); a read
 /// returns bytes from the next message, keeping what does not fit for the next read.
+///
+/// **Waiting.** A read that finds nothing on `shm:` keeps its task awake for the
+/// connection's spin budget ([`set_spin`](Self::set_spin); by default the
+/// [`WaitPolicy::spin`](crate::WaitPolicy) of the options it was made with): it returns
+/// `Pending` and wakes itself at once, so the runtime runs every other ready task (an
+/// RPC handler, hyper's connection task) and polls the read again, which then looks at
+/// the ring without a system call. A reply that comes within the budget is read without
+/// a wake-up through the reactor; after the budget the read waits on the reactor like a
+/// socket's, and an idle connection costs no CPU. The spin never holds the runtime's
+/// thread (a busy loop inside `poll_read` would keep the tasks that make the reply from
+/// running).
 /// `shutdown` sends a zero-length message, which the peer's `ByteStream` reads as the
 /// end of the stream (`read` returns 0) while both can still read what the other sends:
 /// half-close as on TCP. So both ends of a connection must be `ByteStream`s; the peer's
@@ -75,14 +86,18 @@ pub struct ByteStream {
     /// We shut down our writing.
     shut: bool,
     chunk: usize,
+    /// How long a read keeps its task awake looking for a message.
+    spin: Duration,
+    /// When the current wait began (`None`: the last read found a message).
+    waiting_since: Option<Instant>,
 }
 
 impl ByteStream {
     /// Wraps a connection.
     pub fn new(mut conn: Connection) -> ByteStream {
-        // A byte-stream reader (hyper, a codec) reads until a read is pending: a spin
-        // there would delay every pending read, not only the ones that wait for an
-        // answer. Turn it on with `set_spin` where a read mostly waits for an answer.
+        // The connection's own spin is a busy loop inside the poll: the stream spins by
+        // waking its task instead (see "Waiting" above).
+        let spin = conn.spin();
         conn.set_spin(Duration::ZERO);
         let chunk = conn.max_msg_size().clamp(1, CHUNK);
         ByteStream {
@@ -92,13 +107,33 @@ impl ByteStream {
             eof: false,
             shut: false,
             chunk,
+            spin,
+            waiting_since: None,
         }
     }
 
-    /// Sets the receive spin budget of reads (zero by default: see
-    /// [`Connection::set_spin`]).
+    /// Sets how long a read keeps its task awake looking for a message before it waits
+    /// on the reactor (zero: never; `shm:` only). See "Waiting" above.
     pub fn set_spin(&mut self, spin: Duration) {
-        self.conn.set_spin(spin);
+        self.spin = spin;
+    }
+
+    /// The read spin budget.
+    pub fn spin(&self) -> Duration {
+        self.spin
+    }
+
+    /// A read found nothing: `Pending`, after waking the task again at once while the
+    /// wait is younger than the spin budget (the ring is looked at again on that poll).
+    fn pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.spin.is_zero() && self.conn.inner.recv_hint().is_some() {
+            let now = Instant::now();
+            let since = *self.waiting_since.get_or_insert(now);
+            if now.duration_since(since) < self.spin {
+                cx.waker().wake_by_ref();
+            }
+        }
+        Poll::Pending
     }
 
     /// The connection inside.
@@ -136,7 +171,24 @@ impl AsyncRead for ByteStream {
         if me.eof {
             return Poll::Ready(Ok(()));
         }
-        let n = match ready!(me.conn.poll_op(cx, true, |c| c.recv_begin())) {
+        // Spinning: the poll that began the wait announced it and registered the task
+        // with the reactor; within the budget look at the ring only, without a system
+        // call. The poll after the budget goes through `poll_op` again, which registers
+        // the task anew (a wake-up during the spin used the old registration up).
+        if let Some(since) = me.waiting_since {
+            if me.conn.inner.recv_hint() == Some(false) && since.elapsed() < me.spin {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+        }
+        let n = match me.conn.poll_op(cx, true, |c| c.recv_begin()) {
+            Poll::Pending => return me.pending(cx),
+            Poll::Ready(r) => {
+                me.waiting_since = None;
+                r
+            }
+        };
+        let n = match n {
             Ok(n) => n,
             Err(e) if e.kind() == ErrorKind::EndOfStream => {
                 me.eof = true;
@@ -215,6 +267,8 @@ impl AsyncWrite for ByteStream {
         }
         let n = buf.len().min(me.chunk);
         ready!(me.conn.poll_send(cx, &buf[..n]))?;
+        // A reply may follow: the spin budget of the next read counts from here.
+        me.waiting_since = None;
         Poll::Ready(Ok(n))
     }
 
