@@ -50,8 +50,8 @@
 //! | [`SendBuf::commit`] | yes | sent nothing (a staged message is dropped with it) |
 //! | [`Connection::flush`], [`SendHalf::flush`] | yes | what was accepted stays queued; flush again |
 //! | [`Connection::close`] | no | the connection is dropped: queued messages may be lost (as on a drop) |
-//! | [`Subscriber::recv`], [`recv_vec`](Subscriber::recv_vec), its `Stream` | yes | took nothing from the ring |
-//! | [`Publisher::publish`] | yes | published nothing |
+//! | [`Subscriber::recv`], [`recv_vec`](Subscriber::recv_vec), [`recv_ref`](Subscriber::recv_ref), its `Stream` | yes | took nothing from the ring |
+//! | [`Publisher::publish`], [`Publisher::loan`] | yes | published (loaned) nothing |
 //! | [`ByteStream`] reads/writes | as tokio's `AsyncRead`/`AsyncWrite` over a socket | |
 //!
 //! ```

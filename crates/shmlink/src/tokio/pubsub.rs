@@ -12,7 +12,7 @@ use ::tokio::time::Sleep;
 
 use super::{reactor_error, register, would_block, Fd};
 use crate::error::{Error, ErrorKind, Result};
-use crate::pubsub::{Policy, PubSubOptions, PublisherStats, SubscriberStats};
+use crate::pubsub::{Loan, Policy, PubSubOptions, PublisherStats, Sample, SubscriberStats};
 use crate::Transport;
 
 /// How often an awaiting subscriber looks at the ring even though its fd stayed quiet:
@@ -74,8 +74,30 @@ impl Publisher {
 
     /// Polls to publish `msg` (what [`publish`](Self::publish) awaits).
     pub fn poll_publish(&mut self, cx: &mut Context<'_>, msg: &[u8]) -> Poll<Result<()>> {
+        self.poll_op(cx, |p| p.publish(msg))
+    }
+
+    /// Lends the next slot to fill in place (zero-copy), awaiting room like
+    /// [`publish`](Self::publish); [`Loan::publish`] publishes it, dropping the loan
+    /// publishes nothing (see [`crate::Publisher::loan`]). A `Loan` is not `Send`: fill
+    /// and publish it before the next `.await`.
+    ///
+    /// Cancel safe: a dropped future loaned nothing.
+    pub async fn loan(&mut self, len: usize) -> Result<Loan<'_>> {
+        // The wait: a loan that succeeds is dropped at once, unpublished; its slot stays
+        // stamped for us, and the loan below takes it again without waiting (see
+        // `crate::Publisher::loan`). Both happen in the same poll.
+        poll_fn(|cx| self.poll_op(cx, |p| p.loan(len).map(drop))).await?;
+        self.inner.loan(len)
+    }
+
+    fn poll_op(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut op: impl FnMut(&mut crate::Publisher) -> Result<()>,
+    ) -> Poll<Result<()>> {
         loop {
-            let r = self.inner.publish(msg);
+            let r = op(&mut self.inner);
             if !would_block(&r) {
                 return Poll::Ready(r);
             }
@@ -202,21 +224,56 @@ impl Subscriber {
                 self.recheck = None;
                 return Poll::Ready(r);
             }
-            match self.fd.poll_read_ready(cx) {
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(reactor_error(e))),
-                Poll::Ready(Ok(mut guard)) => {
-                    guard.clear_ready();
-                    continue;
+            if let Err(e) = std::task::ready!(self.poll_retry(cx)) {
+                return Poll::Ready(Err(e));
+            }
+        }
+    }
+
+    /// After an attempt that would block: `Ready(Ok)` when it is time to try again (the
+    /// fd reported progress, or the periodic recheck is due), `Pending` until then.
+    fn poll_retry(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        match self.fd.poll_read_ready(cx) {
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(reactor_error(e))),
+            Poll::Ready(Ok(mut guard)) => {
+                guard.clear_ready();
+                return Poll::Ready(Ok(()));
+            }
+            Poll::Pending => {}
+        }
+        let timer = self
+            .recheck
+            .get_or_insert_with(|| Box::pin(::tokio::time::sleep(SUBSCRIBER_RECHECK)));
+        std::task::ready!(timer.as_mut().poll(cx));
+        self.recheck = None;
+        Poll::Ready(Ok(()))
+    }
+
+    /// Receives the next message and lends it (zero-copy over `shm:`: in place in the
+    /// shared ring, consumed when the [`Sample`] drops; see
+    /// [`crate::Subscriber::recv_ref`]). A `Sample` is not `Send`: drop it before the
+    /// next `.await`.
+    ///
+    /// Cancel safe: a dropped future took nothing.
+    pub async fn recv_ref(&mut self) -> Result<Sample<'_>> {
+        loop {
+            {
+                let inner: *mut crate::Subscriber = &mut self.inner;
+                // SAFETY: `inner` is the field of `self`, which we borrow mutably for the
+                // returned lifetime; the reborrow is the only live reference to it. The
+                // pointer only works around the borrow checker's rule that a borrow
+                // returned on one branch lasts on the others too (the `WouldBlock`
+                // branch holds nothing): the loop touches `inner` again only after
+                // that branch, and `recheck` below is a different field.
+                match unsafe { &mut *inner }.recv_ref() {
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    r => {
+                        self.recheck = None;
+                        return r;
+                    }
                 }
-                Poll::Pending => {}
             }
-            let timer = self
-                .recheck
-                .get_or_insert_with(|| Box::pin(::tokio::time::sleep(SUBSCRIBER_RECHECK)));
-            match timer.as_mut().poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(()) => self.recheck = None,
-            }
+            poll_fn(|cx| self.poll_retry(cx)).await?;
         }
     }
 
