@@ -1,0 +1,391 @@
+//! `poll`, `select` and `epoll` over sets that hold shm connections.
+//!
+//! A shm connection's fd is its control socket, which the kernel makes readable on a
+//! doorbell or the peer's end; a doorbell only comes after the connection announced that
+//! it waits (a receive that found nothing). Bytes already in the ring or in the read
+//! buffer have no doorbell, so each wait first asks every shm connection
+//! ([`sock::readiness`]) and only sleeps in the kernel when none is ready. Plain fds in
+//! the same set are the kernel's, untouched. Kernel sleeps are capped at 100 ms as a
+//! safety net; a wake-up that brought nothing backs off, so no wait can spin hot.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use libc::{c_int, epoll_event, pollfd, sigset_t};
+
+use crate::sock::{self, Entry};
+use crate::table::{self, EpollReg};
+use crate::{real, set_errno};
+
+/// The kernel sleep cap while shm connections are in the set.
+const CAP_MS: c_int = 100;
+/// `epoll_event.data` of a shm connection in the kernel's set: this tag | fd. Its high
+/// bits make it an impossible user-space pointer, so it never collides with the data of
+/// a plain fd the program registered itself.
+const TAG: u64 = 0x5348_4d4c_0000_0000;
+const TAG_MASK: u64 = 0xffff_ffff_0000_0000;
+
+fn remaining_ms(deadline: Option<Instant>) -> c_int {
+    match deadline {
+        None => CAP_MS,
+        Some(d) => {
+            let left = d.saturating_duration_since(Instant::now());
+            (left.as_millis().min(CAP_MS as u128) as c_int).max(0)
+        }
+    }
+}
+
+fn deadline(timeout_ms: c_int) -> Option<Instant> {
+    (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64))
+}
+
+fn expired(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// Pauses after a kernel wake-up that brought nothing the program asked for.
+struct Backoff(u32);
+
+impl Backoff {
+    fn idle(&mut self) {
+        if self.0 > 1 {
+            std::thread::sleep(Duration::from_micros(10u64 << (self.0 - 1).min(7)));
+        }
+        self.0 += 1;
+    }
+}
+
+/// `poll`/`ppoll` with shm connections among `fds`. `timeout_ms` < 0: forever.
+pub(crate) fn poll(
+    fds: &mut [pollfd],
+    timeout_ms: c_int,
+    sigmask: Option<*const sigset_t>,
+) -> c_int {
+    let shm: Vec<(usize, Arc<Entry>)> = fds
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.fd >= 0)
+        .filter_map(|(i, p)| table::sock(p.fd).map(|e| (i, e)))
+        .collect();
+    let deadline = deadline(timeout_ms);
+    let mut backoff = Backoff(0);
+    let mut kfds: Vec<pollfd> = fds.to_vec();
+    loop {
+        let mut user: Vec<i16> = vec![0; shm.len()];
+        let mut any = false;
+        for (k, (i, e)) in shm.iter().enumerate() {
+            user[k] = sock::readiness(e, fds[*i].events);
+            any |= user[k] != 0;
+        }
+        for (k, p) in kfds.iter_mut().enumerate() {
+            p.events = fds[k].events;
+            p.revents = 0;
+        }
+        for (i, _) in &shm {
+            kfds[*i].events = libc::POLLIN;
+        }
+        let t = if any { 0 } else { remaining_ms(deadline) };
+        // SAFETY: `kfds` is a valid array of pollfds; the mask, if any, is the caller's.
+        let n = unsafe {
+            match sigmask {
+                None => real::poll(kfds.as_mut_ptr(), kfds.len() as libc::nfds_t, t),
+                Some(mask) => {
+                    let ts = libc::timespec {
+                        tv_sec: libc::time_t::from(t / 1000),
+                        tv_nsec: libc::c_long::from(t % 1000) * 1_000_000,
+                    };
+                    real::ppoll(kfds.as_mut_ptr(), kfds.len() as libc::nfds_t, &ts, mask)
+                }
+            }
+        };
+        if n < 0 {
+            return n;
+        }
+        let mut count = 0;
+        let mut k = 0;
+        for (i, p) in kfds.iter().enumerate() {
+            if k < shm.len() && shm[k].0 == i {
+                let e = &shm[k].1;
+                let mut r = user[k];
+                if p.revents != 0 {
+                    // A doorbell: room for a blocked sender, or data, or the end.
+                    sock::clear_tx_full(e);
+                    r |= sock::readiness(e, fds[i].events);
+                }
+                fds[i].revents = r;
+                k += 1;
+            } else {
+                fds[i].revents = p.revents;
+            }
+            if fds[i].revents != 0 {
+                count += 1;
+            }
+        }
+        if count > 0 {
+            return count;
+        }
+        if expired(deadline) || timeout_ms == 0 {
+            return 0;
+        }
+        if n > 0 {
+            backoff.idle();
+        }
+    }
+}
+
+/// `select`/`pselect` with shm connections in the sets: done as a `poll`.
+///
+/// # Safety
+/// The sets, if not null, are valid `fd_set`s covering `nfds`.
+pub(crate) unsafe fn select(
+    nfds: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    x: *mut libc::fd_set,
+    timeout_ms: c_int,
+    sigmask: Option<*const sigset_t>,
+) -> c_int {
+    let mut fds = Vec::new();
+    for fd in 0..nfds.min(libc::FD_SETSIZE as c_int) {
+        let mut events = 0;
+        // SAFETY: the sets are valid and `fd` < FD_SETSIZE.
+        unsafe {
+            if !r.is_null() && libc::FD_ISSET(fd, r) {
+                events |= libc::POLLIN;
+            }
+            if !w.is_null() && libc::FD_ISSET(fd, w) {
+                events |= libc::POLLOUT;
+            }
+            if !x.is_null() && libc::FD_ISSET(fd, x) {
+                events |= libc::POLLPRI;
+            }
+        }
+        if events != 0 {
+            fds.push(pollfd {
+                fd,
+                events,
+                revents: 0,
+            });
+        }
+    }
+    let n = poll(&mut fds, timeout_ms, sigmask);
+    if n < 0 {
+        return n;
+    }
+    let mut count = 0;
+    // SAFETY: as above.
+    unsafe {
+        for set in [r, w, x] {
+            if !set.is_null() {
+                libc::FD_ZERO(set);
+            }
+        }
+        for p in &fds {
+            let bad = p.revents & libc::POLLNVAL != 0;
+            if bad {
+                set_errno(libc::EBADF);
+                return -1;
+            }
+            let rd = p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
+            let wr = p.revents & (libc::POLLOUT | libc::POLLERR) != 0;
+            let ex = p.revents & libc::POLLPRI != 0;
+            if rd && !r.is_null() && p.events & libc::POLLIN != 0 {
+                libc::FD_SET(p.fd, r);
+                count += 1;
+            }
+            if wr && !w.is_null() && p.events & libc::POLLOUT != 0 {
+                libc::FD_SET(p.fd, w);
+                count += 1;
+            }
+            if ex && !x.is_null() && p.events & libc::POLLPRI != 0 {
+                libc::FD_SET(p.fd, x);
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+/// Whether `fd` is an epoll instance's shm member, for `epoll_ctl`: registers it with the
+/// kernel under [`TAG`] (readable on doorbells) and remembers what the program asked.
+pub(crate) fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut epoll_event) -> c_int {
+    let app = if ev.is_null() {
+        None
+    } else {
+        // SAFETY: a non-null event is the caller's valid struct.
+        Some(unsafe { std::ptr::read_unaligned(ev) })
+    };
+    if op != libc::EPOLL_CTL_DEL && app.is_none() {
+        set_errno(libc::EFAULT);
+        return -1;
+    }
+    let keep =
+        (libc::EPOLLET | libc::EPOLLONESHOT | libc::EPOLLEXCLUSIVE | libc::EPOLLWAKEUP) as u32;
+    let mut kev = epoll_event {
+        events: libc::EPOLLIN as u32 | app.map_or(0, |a| a.events & keep),
+        u64: TAG | fd as u32 as u64,
+    };
+    // SAFETY: `kev` is a valid event.
+    let r = unsafe { real::epoll_ctl(epfd, op, fd, &mut kev) };
+    if r != 0 {
+        return r;
+    }
+    let mut m = table::epolls();
+    let set = m
+        .get_or_insert_with(Default::default)
+        .entry(epfd)
+        .or_default();
+    match (op, app) {
+        (libc::EPOLL_CTL_DEL, _) => {
+            set.remove(&fd);
+        }
+        (_, Some(a)) => {
+            set.insert(
+                fd,
+                EpollReg {
+                    events: a.events,
+                    data: a.u64,
+                    disabled: false,
+                },
+            );
+        }
+        _ => {}
+    }
+    0
+}
+
+/// Forgets an epoll instance (its fd is closed).
+pub(crate) fn forget_epoll(epfd: c_int) {
+    if let Some(m) = table::epolls().as_mut() {
+        m.remove(&epfd);
+    }
+}
+
+fn set_disabled(epfd: c_int, fd: c_int) {
+    if let Some(reg) = table::epolls()
+        .as_mut()
+        .and_then(|m| m.get_mut(&epfd))
+        .and_then(|s| s.get_mut(&fd))
+    {
+        reg.disabled = true;
+    }
+}
+
+/// What a shm member reports for its registration: the ready events it asked for plus
+/// the ones epoll always reports.
+fn epoll_mask(e: &Entry, reg: &EpollReg) -> u32 {
+    let want = reg.events as i16 as u16 as i16;
+    let r = sock::readiness(e, want | libc::POLLIN | libc::POLLRDHUP) as u16 as u32;
+    let always = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
+    r & (reg.events | always)
+}
+
+/// `epoll_wait`/`epoll_pwait` on an instance with shm members (else straight to the kernel).
+///
+/// # Safety
+/// `events` is valid for `max` entries.
+pub(crate) unsafe fn epoll_wait(
+    epfd: c_int,
+    events: *mut epoll_event,
+    max: c_int,
+    timeout_ms: c_int,
+    sigmask: *const sigset_t,
+) -> c_int {
+    let regs: Vec<(c_int, EpollReg)> = table::epolls()
+        .as_ref()
+        .and_then(|m| m.get(&epfd))
+        .map(|s| s.iter().map(|(fd, r)| (*fd, *r)).collect())
+        .unwrap_or_default();
+    if regs.is_empty() || max <= 0 || events.is_null() {
+        // SAFETY: the caller's arguments, unchanged.
+        return unsafe { real::epoll_pwait(epfd, events, max, timeout_ms, sigmask) };
+    }
+    let max = max as usize;
+    let deadline = deadline(timeout_ms);
+    let mut backoff = Backoff(0);
+    let mut kbuf: Vec<epoll_event> = vec![epoll_event { events: 0, u64: 0 }; max];
+    loop {
+        // Level-triggered members with bytes already waiting: no doorbell will say so.
+        let mut ready: Vec<(c_int, EpollReg, u32)> = Vec::new();
+        for (fd, reg) in &regs {
+            if reg.disabled || reg.events & libc::EPOLLET as u32 != 0 {
+                continue;
+            }
+            let Some(e) = table::sock(*fd) else { continue };
+            let mask = epoll_mask(&e, reg);
+            if mask != 0 {
+                ready.push((*fd, *reg, mask));
+            }
+        }
+        let t = if ready.is_empty() {
+            remaining_ms(deadline)
+        } else {
+            0
+        };
+        // SAFETY: `kbuf` holds `max` events.
+        let n = unsafe { real::epoll_pwait(epfd, kbuf.as_mut_ptr(), max as c_int, t, sigmask) };
+        if n < 0 {
+            return n;
+        }
+        let mut out: Vec<epoll_event> = Vec::with_capacity(max);
+        let mut seen: Vec<c_int> = Vec::new();
+        for kev in &kbuf[..n as usize] {
+            let data = kev.u64;
+            if data & TAG_MASK != TAG {
+                out.push(*kev);
+                continue;
+            }
+            let fd = (data & !TAG_MASK) as u32 as c_int;
+            let Some((_, reg)) = regs.iter().find(|(f, _)| *f == fd) else {
+                continue;
+            };
+            let Some(e) = table::sock(fd) else { continue };
+            if reg.events & libc::EPOLLONESHOT as u32 != 0 {
+                set_disabled(epfd, fd);
+            }
+            sock::clear_tx_full(&e);
+            let mask = epoll_mask(&e, reg);
+            seen.push(fd);
+            if mask != 0 {
+                out.push(epoll_event {
+                    events: mask,
+                    u64: reg.data,
+                });
+            }
+        }
+        for (fd, reg, mask) in ready {
+            if out.len() >= max {
+                break;
+            }
+            if seen.contains(&fd) {
+                continue;
+            }
+            if reg.events & libc::EPOLLONESHOT as u32 != 0 {
+                // Disarm the kernel side too, as a reported one-shot would be.
+                let mut kev = epoll_event {
+                    events: libc::EPOLLONESHOT as u32,
+                    u64: TAG | fd as u32 as u64,
+                };
+                // SAFETY: a valid event.
+                unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, fd, &mut kev) };
+                set_disabled(epfd, fd);
+            }
+            out.push(epoll_event {
+                events: mask,
+                u64: reg.data,
+            });
+        }
+        if !out.is_empty() {
+            let k = out.len().min(max);
+            // SAFETY: `events` holds `max` >= k entries.
+            unsafe { std::ptr::copy_nonoverlapping(out.as_ptr(), events, k) };
+            return k as c_int;
+        }
+        if expired(deadline) || timeout_ms == 0 {
+            return 0;
+        }
+        if n > 0 {
+            backoff.idle();
+        }
+    }
+}
