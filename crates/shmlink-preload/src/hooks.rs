@@ -320,7 +320,7 @@ unsafe fn shm_write(e: &Entry, buf: *const c_void, n: size_t, flags: c_int) -> s
 
 /// Checks an iovec array the way the kernel does; the total length.
 unsafe fn iov_total(iov: *const iovec, cnt: c_int) -> Result<(&'static [iovec], usize), c_int> {
-    if cnt < 0 || cnt > libc::UIO_MAXIOV {
+    if !(0..=libc::UIO_MAXIOV).contains(&cnt) {
         return Err(libc::EINVAL);
     }
     if cnt == 0 {

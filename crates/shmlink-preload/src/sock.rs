@@ -136,33 +136,31 @@ impl Sock {
         if self.rd_shut || self.read_end == ReadEnd::Eof {
             return Fill::Eof;
         }
-        loop {
-            match self.conn().recv_vec() {
-                Ok(v) if v.is_empty() => {
-                    self.read_end = ReadEnd::Eof;
-                    return Fill::Eof;
+        match self.conn().recv_vec() {
+            Ok(v) if v.is_empty() => {
+                self.read_end = ReadEnd::Eof;
+                Fill::Eof
+            }
+            Ok(v) => {
+                self.armed = false;
+                self.rbuf = v;
+                self.rpos = 0;
+                Fill::Data
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                self.armed = true;
+                Fill::Empty
+            }
+            Err(e) => {
+                // Close or death of the peer: TCP's reader sees the end of the stream
+                // either way (a killed process's kernel sends FIN), and writing to a
+                // closed peer fails.
+                if e.kind() != ErrorKind::EndOfStream {
+                    crate::debug!("{}: {e}; the stream ends", self.name);
                 }
-                Ok(v) => {
-                    self.armed = false;
-                    self.rbuf = v;
-                    self.rpos = 0;
-                    return Fill::Data;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    self.armed = true;
-                    return Fill::Empty;
-                }
-                Err(e) => {
-                    // Close or death of the peer: TCP's reader sees the end of the stream
-                    // either way (a killed process's kernel sends FIN), and writing to a
-                    // closed peer fails.
-                    if e.kind() != ErrorKind::EndOfStream {
-                        crate::debug!("{}: {e}; the stream ends", self.name);
-                    }
-                    self.broken = true;
-                    self.read_end = ReadEnd::Eof;
-                    return Fill::Eof;
-                }
+                self.broken = true;
+                self.read_end = ReadEnd::Eof;
+                Fill::Eof
             }
         }
     }
@@ -269,23 +267,11 @@ impl ReadFlags {
     }
 }
 
-/// Sleeps until the control socket is readable (a doorbell, the peer's end) or `cap`.
-/// `spin_until`: first polls `ready` without sleeping until then.
-fn sleep_on(
-    entry: &Entry,
-    ctl: RawFd,
-    deadline: Option<Instant>,
-    mut ready: impl FnMut(&mut Sock) -> bool,
-) {
-    let spin = config().spin;
-    if !spin.is_zero() {
-        let until = Instant::now() + spin;
-        while Instant::now() < until {
-            if ready(&mut entry.lock()) {
-                return;
-            }
-            std::hint::spin_loop();
-        }
+/// Sleeps until the control socket is readable (a doorbell, the peer's end), 100 ms or
+/// the deadline; a reader first spins (bounded) on the ring.
+fn sleep_on(entry: &Entry, ctl: RawFd, deadline: Option<Instant>, for_read: bool) {
+    if for_read && spin(|| read_hint(entry)) {
+        return;
     }
     // A doorbell ends the sleep; 100 ms bounds it whatever happens (a doorbell another
     // thread took, a room doorbell when we wait for data).
@@ -347,7 +333,7 @@ pub(crate) fn read(entry: &Entry, dst: &mut [u8], flags: ReadFlags) -> Result<us
         let ctl = s.ctl;
         drop(s);
         backoff.wait();
-        sleep_on(entry, ctl, deadline, |s| s.fill() != Fill::Empty);
+        sleep_on(entry, ctl, deadline, true);
     }
 }
 
@@ -391,7 +377,7 @@ pub(crate) fn write(entry: &Entry, src: &[u8], dontwait: bool) -> Result<usize, 
         let ctl = s.ctl;
         drop(s);
         backoff.wait();
-        sleep_on(entry, ctl, deadline, |s| !s.tx_full);
+        sleep_on(entry, ctl, deadline, false);
     }
 }
 
@@ -439,6 +425,36 @@ pub(crate) fn readiness(entry: &Entry, events: i16) -> i16 {
         r |= libc::POLLHUP;
     }
     r
+}
+
+/// Whether a read would find something at once, from shared memory alone (no system
+/// call): what a bounded spin checks.
+pub(crate) fn read_hint(entry: &Entry) -> bool {
+    let mut s = entry.lock();
+    if s.buffered() > 0 || s.rd_shut || s.read_end == ReadEnd::Eof {
+        return true;
+    }
+    s.conn().recv_ready().unwrap_or(true)
+}
+
+/// Spins up to the configured budget (`SHMLINK_SPIN_US`) until `ready`; whether it was.
+pub(crate) fn spin(mut ready: impl FnMut() -> bool) -> bool {
+    let budget = config().spin;
+    if budget.is_zero() {
+        return false;
+    }
+    let until = Instant::now() + budget;
+    loop {
+        if ready() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        for _ in 0..16 {
+            std::hint::spin_loop();
+        }
+    }
 }
 
 /// After a room doorbell (or a timeout) the sender may try again: POLLOUT is reported.

@@ -149,13 +149,23 @@ fn run_pair(
         stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
     };
-    assert!(c.status.success(), "client failed: {}", side(c.clone()).stdout);
-    assert!(s.status.success(), "server failed: {}", side(s.clone()).stdout);
+    assert!(
+        c.status.success(),
+        "client failed: {}",
+        side(c.clone()).stdout
+    );
+    assert!(
+        s.status.success(),
+        "server failed: {}",
+        side(s.clone()).stdout
+    );
     (side(s), side(c))
 }
 
 fn shm_connections(log: &str) -> usize {
-    log.lines().filter(|l| l.ends_with("on shared memory")).count()
+    log.lines()
+        .filter(|l| l.ends_with("on shared memory"))
+        .count()
 }
 
 /// Plain, preloaded, and both mixed pairs observe the same; only the preloaded pair uses
@@ -164,21 +174,43 @@ fn shm_connections(log: &str) -> usize {
 #[test]
 fn every_pairing_observes_what_plain_tcp_gives() {
     let scratch = Scratch::new("semantics");
-    let Some(prog) = compile(&scratch.0) else { return };
+    let Some(prog) = compile(&scratch.0) else {
+        return;
+    };
     let (plain_s, plain_c) = run_pair(&prog, &scratch.0, false, false, &[]);
-    assert!(plain_s.stdout.contains("server: all done"), "{}", plain_s.stdout);
-    assert!(plain_c.stdout.contains("client: all done"), "{}", plain_c.stdout);
+    assert!(
+        plain_s.stdout.contains("server: all done"),
+        "{}",
+        plain_s.stdout
+    );
+    assert!(
+        plain_c.stdout.contains("client: all done"),
+        "{}",
+        plain_c.stdout
+    );
     assert!(!plain_s.stdout.contains("FAILED") && !plain_c.stdout.contains("FAILED"));
     for (sp, cp) in [(true, true), (true, false), (false, true)] {
         let (s, c) = run_pair(&prog, &scratch.0, sp, cp, &[]);
         let what = format!("server preloaded {sp}, client preloaded {cp}");
-        assert_eq!(s.stdout, plain_s.stdout, "{what}: server differs\n{}", s.stderr);
-        assert_eq!(c.stdout, plain_c.stdout, "{what}: client differs\n{}", c.stderr);
+        assert_eq!(
+            s.stdout, plain_s.stdout,
+            "{what}: server differs\n{}",
+            s.stderr
+        );
+        assert_eq!(
+            c.stdout, plain_c.stdout,
+            "{what}: client differs\n{}",
+            c.stderr
+        );
         let (ns, nc) = (shm_connections(&s.stderr), shm_connections(&c.stderr));
         if sp && cp {
             // Scenarios 0-14 (15 connections) go over shm; scenario 9's client closes
             // before the server accepts, which may leave that one on TCP (same bytes).
-            assert!(ns >= 14 && nc >= 14, "{what}: shm connections {ns}/{nc}\n{}", s.stderr);
+            assert!(
+                ns >= 14 && nc >= 14,
+                "{what}: shm connections {ns}/{nc}\n{}",
+                s.stderr
+            );
         } else {
             assert_eq!((ns, nc), (0, 0), "{what}: a mixed pair must stay on TCP");
         }
@@ -189,7 +221,9 @@ fn every_pairing_observes_what_plain_tcp_gives() {
 #[test]
 fn switched_off_it_stays_on_tcp() {
     let scratch = Scratch::new("off");
-    let Some(prog) = compile(&scratch.0) else { return };
+    let Some(prog) = compile(&scratch.0) else {
+        return;
+    };
     let (plain_s, plain_c) = run_pair(&prog, &scratch.0, false, false, &[]);
     let (s, c) = run_pair(&prog, &scratch.0, true, true, &[("SHMLINK_PRELOAD", "off")]);
     assert_eq!(s.stdout, plain_s.stdout);
