@@ -1,0 +1,227 @@
+//! A real program under transparent mode: redis-server (Debian's, installed by
+//! `scripts/apps.sh install`) runs preloaded; redis-cli and redis-benchmark talk to it
+//! plain (TCP) and preloaded (shared memory). Values must come back intact both ways,
+//! the preloaded clients must really use shared memory and the plain ones must not.
+//! Numbers are printed, never asserted (`scripts/apps.sh bench` reports the ratio).
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn preload_lib() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let lib = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .join("libshmlink_preload.so");
+    assert!(lib.is_file(), "{} is missing", lib.display());
+    lib
+}
+
+fn have(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A child killed and reaped on drop.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn run(cmd: Command, what: &str) -> Output {
+    run_with_input(cmd, what, None)
+}
+
+fn run_with_input(mut cmd: Command, what: &str, input: Option<&[u8]>) -> Output {
+    let mut child = cmd
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    if let Some(data) = input {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(data).expect("write stdin");
+    }
+    // Output is read while the child runs (a full pipe would stop it); a timer kills it
+    // if it does not end in time.
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(RUN_TIMEOUT) {
+        Ok(out) => out.expect("output"),
+        Err(_) => {
+            // SAFETY: kills the child we spawned (it is not reaped yet: the thread waits).
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            panic!("{what} did not finish in {RUN_TIMEOUT:?}");
+        }
+    };
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Requests per second of each test in `redis-benchmark -q` output.
+fn rates(out: &Output) -> Vec<(String, f64)> {
+    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "\n");
+    text.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(": ")?;
+            let rps = rest.split_whitespace().next()?.parse::<f64>().ok()?;
+            rest.contains("requests per second")
+                .then(|| (name.trim().to_string(), rps))
+        })
+        .collect()
+}
+
+fn shm_lines(log: &Path) -> usize {
+    let mut s = String::new();
+    if let Ok(mut f) = std::fs::File::open(log) {
+        let _ = f.read_to_string(&mut s);
+    }
+    s.lines()
+        .filter(|l| l.ends_with("on shared memory"))
+        .count()
+}
+
+#[test]
+fn redis_serves_plain_and_preloaded_clients() {
+    if !have("redis-server") || !have("redis-benchmark") || !have("redis-cli") {
+        shmlink::testing::skip(
+            "apps",
+            "redis-server, redis-cli or redis-benchmark is not installed (scripts/apps.sh install)",
+        );
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("shmlink-preload-redis-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let lib = preload_lib();
+    let port = free_port().to_string();
+    let server_log = dir.join("server.log");
+    let server = Command::new("redis-server")
+        .args([
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args(["--dir"])
+        .arg(&dir)
+        .env("LD_PRELOAD", &lib)
+        .env("SHMLINK_DIR", dir.join("rdv"))
+        .env("SHMLINK_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&server_log).expect("log file"))
+        .spawn()
+        .expect("spawn redis-server");
+    let _server = Reaped(server);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
+        assert!(Instant::now() < deadline, "redis-server never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = |program: &str, preloaded: bool| {
+        let mut c = Command::new(program);
+        c.env("SHMLINK_DIR", dir.join("rdv"))
+            .env_remove("LD_PRELOAD")
+            .args(["-p", &port]);
+        if preloaded {
+            c.env("LD_PRELOAD", &lib);
+        }
+        c
+    };
+    // A value larger than a ring, set and read back both ways.
+    let value: String = (0..300_000)
+        .map(|i| (b'a' + (i % 26) as u8) as char)
+        .collect();
+    for (preloaded, key) in [(false, "k-plain"), (true, "k-shm")] {
+        let before = shm_lines(&server_log);
+        let mut set = client("redis-cli", preloaded);
+        set.args(["-x", "set", key]);
+        run_with_input(set, "redis-cli set", Some(value.as_bytes()));
+        let mut get = client("redis-cli", preloaded);
+        get.args(["get", key]);
+        let out = run(get, "redis-cli get");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim_end(),
+            value,
+            "preloaded {preloaded}: the value came back different"
+        );
+        let used = shm_lines(&server_log) - before;
+        if preloaded {
+            assert_eq!(
+                used, 2,
+                "both preloaded redis-cli runs go over shared memory"
+            );
+        } else {
+            assert_eq!(used, 0, "plain clients stay on TCP");
+        }
+    }
+    for args in [&["-c", "1"][..], &["-c", "50", "-P", "16"][..]] {
+        let mut got = Vec::new();
+        for preloaded in [false, true] {
+            let before = shm_lines(&server_log);
+            let mut b = client("redis-benchmark", preloaded);
+            b.args(["-t", "set,get", "-n", "20000", "-q"]).args(args);
+            let out = run(b, "redis-benchmark");
+            let r = rates(&out);
+            assert_eq!(r.len(), 2, "SET and GET rates: {r:?}");
+            let used = shm_lines(&server_log) - before;
+            if preloaded {
+                assert!(
+                    used >= 2,
+                    "the preloaded benchmark used shared memory ({used})"
+                );
+            } else {
+                assert_eq!(used, 0);
+            }
+            got.push(r);
+        }
+        for ((name, tcp), (_, shm)) in got[0].iter().zip(&got[1]) {
+            eprintln!(
+                "redis-benchmark {} {name}: TCP {tcp:.0}/s, shmlink {shm:.0}/s, ratio {:.2} (not asserted)",
+                args.join(" "),
+                shm / tcp
+            );
+        }
+    }
+    drop(_server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
