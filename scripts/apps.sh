@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Real programs for transparent mode (docs/transparent.md): installs them from Debian's
+# packages and compares each plain (TCP over loopback) with the same program under
+# `shmlink run` (shared memory).
+#
+# Usage: scripts/apps.sh install|bench
+#   install  apt-get installs redis-server and redis-tools (redis-cli, redis-benchmark)
+#            when missing (Debian 12; root). The package's own service is kept from
+#            starting (policy-rc.d); the tests and the bench run private instances.
+#   bench    builds libshmlink_preload.so (release), starts one redis-server under
+#            `shmlink run` on a free loopback port, and runs redis-benchmark -t set,get
+#            with -c 1 and with -c 50 -P 16, plain and preloaded, alternating (REPEAT
+#            rounds, best of each), then prints: program, metric, TCP, shmlink, ratio.
+#            Numbers from a machine where other work runs are noise: say so with them.
+# Env: REPEAT (default 3), REQUESTS (default 100000), SHMLINK_SPIN_US (passed through).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf 'apps.sh: %s\n' "$*" >&2; }
+die() {
+  log "$*"
+  exit 1
+}
+
+cmd_install() {
+  if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null &&
+    command -v redis-cli >/dev/null; then
+    log "redis-server, redis-cli and redis-benchmark are installed"
+    return 0
+  fi
+  [ "$(id -u)" -eq 0 ] || die "install: needs root (apt-get)"
+  command -v apt-get >/dev/null || die "install: needs apt-get (Debian)"
+  local policy=/usr/sbin/policy-rc.d made_policy=
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# scripts/apps.sh install: no service starts\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    made_policy=1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    redis-server redis-tools
+  [ -n "$made_policy" ] && rm -f "$policy"
+  command -v redis-benchmark >/dev/null || die "install: redis-benchmark still missing"
+}
+
+# Prints the best requests/s of TEST (SET or GET) in redis-benchmark -q output on stdin.
+rate_of() {
+  tr '\r' '\n' | awk -v t="$1" -F': ' '$1 == t && /requests per second/ { split($2, a, " "); print a[1] }' | tail -1
+}
+
+cmd_bench() {
+  command -v redis-server >/dev/null || die "bench: redis-server is not installed (scripts/apps.sh install)"
+  cargo build --release -q -p shmlink-preload -p shmlink-cli
+  local shmlink=target/release/shmlink repeat=${REPEAT:-3} n=${REQUESTS:-100000}
+  local port
+  dir=$(mktemp -d)
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  export SHMLINK_DIR="$dir/rdv"
+  "$shmlink" run -- redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$dir" >"$dir/server.log" 2>&1 &
+  pid=$!
+  trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$dir"' EXIT
+  for _ in $(seq 100); do
+    redis-cli -p "$port" ping >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  redis-cli -p "$port" ping >/dev/null || die "bench: redis-server did not start ($dir/server.log)"
+  printf '%-34s %-6s %14s %14s %7s\n' program metric "TCP req/s" "shmlink req/s" ratio
+  local args
+  for args in "-c 1" "-c 50 -P 16"; do
+    local best_tcp_set=0 best_tcp_get=0 best_shm_set=0 best_shm_get=0 out r
+    for _ in $(seq "$repeat"); do
+      # shellcheck disable=SC2086 # $args is a list of options
+      out=$(redis-benchmark -p "$port" -t set,get -n "$n" $args -q 2>&1)
+      r=$(rate_of SET <<<"$out"); best_tcp_set=$(awk -v a="$best_tcp_set" -v b="$r" 'BEGIN{print (b>a)?b:a}')
+      r=$(rate_of GET <<<"$out"); best_tcp_get=$(awk -v a="$best_tcp_get" -v b="$r" 'BEGIN{print (b>a)?b:a}')
+      # shellcheck disable=SC2086
+      out=$("$shmlink" run -- redis-benchmark -p "$port" -t set,get -n "$n" $args -q 2>&1)
+      r=$(rate_of SET <<<"$out"); best_shm_set=$(awk -v a="$best_shm_set" -v b="$r" 'BEGIN{print (b>a)?b:a}')
+      r=$(rate_of GET <<<"$out"); best_shm_get=$(awk -v a="$best_shm_get" -v b="$r" 'BEGIN{print (b>a)?b:a}')
+    done
+    awk -v p="redis-benchmark $args" -v m=SET -v t="$best_tcp_set" -v s="$best_shm_set" \
+      'BEGIN { printf "%-34s %-6s %14.0f %14.0f %7.2f\n", p, m, t, s, (t > 0) ? s / t : 0 }'
+    awk -v p="redis-benchmark $args" -v m=GET -v t="$best_tcp_get" -v s="$best_shm_get" \
+      'BEGIN { printf "%-34s %-6s %14.0f %14.0f %7.2f\n", p, m, t, s, (t > 0) ? s / t : 0 }'
+  done
+}
+
+case "${1:-}" in
+  install) cmd_install ;;
+  bench) cmd_bench ;;
+  *)
+    echo "usage: $0 install|bench" >&2
+    exit 2
+    ;;
+esac
