@@ -311,6 +311,13 @@ pub(crate) fn register(fd: RawFd) -> Option<Arc<Registration>> {
         return None;
     }
     let bound = sock_endpoint(fd, false)?;
+    // With SO_REUSEPORT, other sockets (other processes) may share the port and the
+    // kernel spreads connections over them: a claim answered here could name a TCP
+    // connection another socket accepts. Such listeners stay plain TCP.
+    if sockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT).unwrap_or(0) != 0 {
+        debug!("listen {bound}: SO_REUSEPORT; not registered, plain TCP");
+        return None;
+    }
     let v6only =
         !bound.is_v4() && sockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY).unwrap_or(0) != 0;
     let path = reg_path(&bound);

@@ -230,3 +230,114 @@ fn switched_off_it_stays_on_tcp() {
     assert_eq!(c.stdout, plain_c.stdout);
     assert_eq!(shm_connections(&s.stderr) + shm_connections(&c.stderr), 0);
 }
+
+/// Lines a child prints, read by a thread, so the test can wait for one with a timeout.
+fn lines_of(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let out = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits for the line `want` (or panics after 20 s, listing what came).
+fn expect_line(rx: &std::sync::mpsc::Receiver<String>, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(l) if l == want => return,
+            Ok(l) => seen.push(l),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(_) => break,
+        }
+    }
+    panic!("no line {want:?} (got {seen:?})");
+}
+
+/// SIGKILL of either end mid-stream: the survivor sees what TCP gives it (the reader:
+/// the end of the stream; the writer: EPIPE or ECONNRESET), preloaded or not, and
+/// neither hangs.
+#[test]
+fn a_killed_peer_ends_the_stream_as_over_tcp() {
+    let scratch = Scratch::new("kill");
+    let Some(prog) = compile(&scratch.0) else {
+        return;
+    };
+    let rdv = scratch.0.join("rdv");
+    let spawn = |role: &str, arg: &str, preloaded: bool, log: &Path| {
+        let mut c = Command::new(&prog);
+        c.args([role, arg])
+            .env("SHMLINK_DIR", &rdv)
+            .env("SHMLINK_LOG", "debug")
+            .env_remove("LD_PRELOAD")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).expect("log"));
+        if preloaded {
+            c.env("LD_PRELOAD", preload_lib());
+        }
+        c.spawn().expect("spawn")
+    };
+    for preloaded in [false, true] {
+        for kill_server in [true, false] {
+            let port_file = scratch
+                .0
+                .join(format!("port-kill-{preloaded}-{kill_server}"));
+            let slog = scratch
+                .0
+                .join(format!("server-{preloaded}-{kill_server}.log"));
+            let clog = scratch
+                .0
+                .join(format!("client-{preloaded}-{kill_server}.log"));
+            let mut server = spawn(
+                "blast-server",
+                port_file.to_str().unwrap(),
+                preloaded,
+                &slog,
+            );
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let port = loop {
+                if let Ok(p) = std::fs::read_to_string(&port_file) {
+                    break p.trim().to_string();
+                }
+                assert!(Instant::now() < deadline, "no port");
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            let mut client = spawn("drain-client", &port, preloaded, &clog);
+            let from_client = lines_of(&mut client);
+            let from_server = lines_of(&mut server);
+            expect_line(&from_client, "drain-client: reading");
+            let (victim, survivor, rx, want) = if kill_server {
+                (&mut server, client, &from_client, "drain-client: end: 0")
+            } else {
+                (
+                    &mut client,
+                    server,
+                    &from_server,
+                    "blast-server: write error: EPIPE/ECONNRESET",
+                )
+            };
+            victim.kill().expect("kill -9");
+            victim.wait().expect("reap");
+            expect_line(rx, want);
+            let status = finish(survivor, "survivor").status;
+            assert!(
+                status.success(),
+                "preloaded {preloaded}, server killed {kill_server}: {status}"
+            );
+            let log = std::fs::read_to_string(&clog).unwrap_or_default();
+            assert_eq!(
+                shm_connections(&log),
+                usize::from(preloaded),
+                "preloaded {preloaded}: shm use\n{log}"
+            );
+        }
+    }
+}

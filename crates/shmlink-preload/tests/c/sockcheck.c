@@ -563,13 +563,67 @@ static void client_side(int i, int port) {
     close(fd);
 }
 
+/* Listens on 127.0.0.1:0 and writes the port to `path` (atomically). */
+static int listen_and_publish(const char *path) {
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(ls, (struct sockaddr *)&a, sizeof a) < 0) die("bind");
+    if (listen(ls, 16) < 0) die("listen");
+    socklen_t len = sizeof a;
+    getsockname(ls, (struct sockaddr *)&a, &len);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) die("port file");
+    fprintf(f, "%d\n", ntohs(a.sin_port));
+    fclose(f);
+    rename(tmp, path);
+    return ls;
+}
+
+/* The peer-death pair: blast-server writes until writing fails; drain-client reads
+ * until the end. The test kills one of them with SIGKILL mid-stream. */
+static int blast_server(const char *path) {
+    int ls = listen_and_publish(path);
+    int fd = accept(ls, NULL, NULL);
+    if (fd < 0) die("accept");
+    memset(big, 'b', 1024);
+    for (;;) {
+        ssize_t r = send(fd, big, 1024, MSG_NOSIGNAL);
+        if (r < 0) {
+            say("write error: %s", errno == EPIPE || errno == ECONNRESET ? "EPIPE/ECONNRESET" : ename(errno));
+            return 0;
+        }
+    }
+}
+
+static int drain_client(int port) {
+    int fd = connect_to(port, 0);
+    char buf[4096];
+    int announced = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf, sizeof buf);
+        if (r > 0 && !announced) {
+            say("reading");
+            announced = 1;
+        }
+        if (r == 0) { say("end: 0"); return 0; }
+        if (r < 0) { say("end: error %s", ename(errno)); return 0; }
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: sockcheck server PORTFILE | client PORT\n");
+        fprintf(stderr, "usage: sockcheck server|blast-server PORTFILE | client|drain-client PORT\n");
         return 2;
     }
     alarm(30);
     role = argv[1];
+    if (strcmp(argv[1], "blast-server") == 0) return blast_server(argv[2]);
+    if (strcmp(argv[1], "drain-client") == 0) return drain_client(atoi(argv[2]));
     if (strcmp(argv[1], "server") == 0) {
         int ls = socket(AF_INET, SOCK_STREAM, 0);
         int one = 1;
