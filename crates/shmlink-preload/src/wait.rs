@@ -306,7 +306,6 @@ pub(crate) unsafe fn epoll_wait(
     let max = max as usize;
     let deadline = deadline(timeout_ms);
     let mut backoff = Backoff(0);
-    let mut kbuf: Vec<epoll_event> = vec![epoll_event { events: 0, u64: 0 }; max];
     let mut spun = false;
     loop {
         // Level-triggered members with bytes already waiting: no doorbell will say so.
@@ -340,17 +339,24 @@ pub(crate) unsafe fn epoll_wait(
         } else {
             0
         };
-        // SAFETY: `kbuf` holds `max` events.
-        let n = unsafe { real::epoll_pwait(epfd, kbuf.as_mut_ptr(), max as c_int, t, sigmask) };
+        // The kernel writes into the caller's array (valid for `max` events); the shm
+        // members' entries are then rewritten in place and the ready level-triggered
+        // ones appended.
+        // SAFETY: `events` holds `max` events.
+        let n = unsafe { real::epoll_pwait(epfd, events, max as c_int, t, sigmask) };
         if n < 0 {
             return n;
         }
-        let mut out: Vec<epoll_event> = Vec::with_capacity(max);
+        // SAFETY: the kernel wrote `n` <= `max` events there.
+        let out = unsafe { std::slice::from_raw_parts_mut(events, max) };
+        let mut w = 0;
         let mut seen: Vec<c_int> = Vec::new();
-        for kev in &kbuf[..n as usize] {
+        for i in 0..n as usize {
+            let kev = out[i];
             let data = kev.u64;
             if data & TAG_MASK != TAG {
-                out.push(*kev);
+                out[w] = kev;
+                w += 1;
                 continue;
             }
             let fd = (data & !TAG_MASK) as u32 as c_int;
@@ -365,14 +371,15 @@ pub(crate) unsafe fn epoll_wait(
             let mask = epoll_mask(&e, reg);
             seen.push(fd);
             if mask != 0 {
-                out.push(epoll_event {
+                out[w] = epoll_event {
                     events: mask,
                     u64: reg.data,
-                });
+                };
+                w += 1;
             }
         }
         for (fd, reg, mask) in ready {
-            if out.len() >= max {
+            if w >= max {
                 break;
             }
             if seen.contains(&fd) {
@@ -388,16 +395,14 @@ pub(crate) unsafe fn epoll_wait(
                 unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, fd, &mut kev) };
                 set_disabled(epfd, fd);
             }
-            out.push(epoll_event {
+            out[w] = epoll_event {
                 events: mask,
                 u64: reg.data,
-            });
+            };
+            w += 1;
         }
-        if !out.is_empty() {
-            let k = out.len().min(max);
-            // SAFETY: `events` holds `max` >= k entries.
-            unsafe { std::ptr::copy_nonoverlapping(out.as_ptr(), events, k) };
-            return k as c_int;
+        if w > 0 {
+            return w as c_int;
         }
         if expired(deadline) || timeout_ms == 0 {
             return 0;
