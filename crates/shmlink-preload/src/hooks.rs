@@ -74,9 +74,9 @@ fn install(
     // SAFETY: `hidden` is a new fd of ours.
     let tcp = unsafe { OwnedFd::from_raw_fd(hidden) };
     let ctl = conn.as_raw_fd();
-    let flags = if cloexec { libc::O_CLOEXEC } else { 0 };
+    // Always FD_CLOEXEC in the kernel (the program sees what it set, `table::app_cloexec`).
     // SAFETY: both fds are open; dup3 atomically replaces `fd`.
-    if unsafe { real::dup3(ctl, fd, flags) } < 0 {
+    if unsafe { real::dup3(ctl, fd, libc::O_CLOEXEC) } < 0 {
         debug!("{name}: dup3 failed ({}); stays TCP", errno());
         return false;
     }
@@ -109,6 +109,7 @@ fn install(
         nonblocking: AtomicBool::new(nonblocking),
     });
     drop(table::insert_sock(fd, entry));
+    table::set_app_cloexec(fd, cloexec);
     debug!("{name}: fd {fd} on shared memory");
     true
 }
@@ -751,10 +752,16 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     r
 }
 
-/// After a successful dup onto `new`: `new` names what `old` names.
-fn after_dup(old: c_int, new: c_int, replaced: Option<Removed>) {
+/// After a successful dup onto `new`: `new` names what `old` names; `cloexec` is the
+/// FD_CLOEXEC the dup gave `new` (a shm fd keeps it set in the kernel regardless).
+fn after_dup(old: c_int, new: c_int, replaced: Option<Removed>, cloexec: bool) {
     let _g = Guard::enter();
     table::alias(old, new);
+    if table::sock(new).is_some() {
+        // SAFETY: F_SETFD on the fd the dup just made.
+        unsafe { real::fcntl(new, libc::F_SETFD, libc::FD_CLOEXEC as usize) };
+        table::set_app_cloexec(new, cloexec);
+    }
     if let Some(rm) = replaced {
         release(rm);
     }
@@ -765,7 +772,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     // SAFETY: the caller's fd.
     let r = unsafe { real::dup(fd) };
     if r >= 0 && !inside() && table::any() {
-        after_dup(fd, r, None);
+        after_dup(fd, r, None, false);
     }
     r
 }
@@ -781,7 +788,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     if r >= 0 {
         let e = errno();
         let replaced = table::remove(new);
-        after_dup(old, new, replaced);
+        after_dup(old, new, replaced, false);
         set_errno(e);
     }
     r
@@ -798,7 +805,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     if r >= 0 {
         let e = errno();
         let replaced = table::remove(new);
-        after_dup(old, new, replaced);
+        after_dup(old, new, replaced, flags & libc::O_CLOEXEC != 0);
         set_errno(e);
     }
     r
@@ -838,9 +845,25 @@ fn shm_fcntl(
             // SAFETY: the caller's arguments.
             let r = unsafe { real_fcntl(fd, cmd, arg) };
             if r >= 0 {
-                after_dup(fd, r, None);
+                after_dup(fd, r, None, cmd == libc::F_DUPFD_CLOEXEC);
             }
             r
+        }
+        libc::F_GETFD => {
+            // SAFETY: F_GETFD on the caller's fd (it reports EBADF if it is not open).
+            let fl = unsafe { real_fcntl(fd, cmd, 0) };
+            if fl < 0 {
+                return fl;
+            }
+            if table::app_cloexec(fd) {
+                fl | libc::FD_CLOEXEC
+            } else {
+                fl & !libc::FD_CLOEXEC
+            }
+        }
+        libc::F_SETFD => {
+            table::set_app_cloexec(fd, arg as c_int & libc::FD_CLOEXEC != 0);
+            0
         }
         // SAFETY: the caller's arguments.
         _ => unsafe { real_fcntl(fd, cmd, arg) },
@@ -855,7 +878,7 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     // SAFETY: the caller's arguments.
     let r = unsafe { real::fcntl(fd, cmd, arg) };
     if r >= 0 && matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) && !inside() && table::any() {
-        after_dup(fd, r, None);
+        after_dup(fd, r, None, cmd == libc::F_DUPFD_CLOEXEC);
     }
     r
 }
@@ -868,7 +891,7 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     // SAFETY: the caller's arguments.
     let r = unsafe { real::fcntl64(fd, cmd, arg) };
     if r >= 0 && matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) && !inside() && table::any() {
-        after_dup(fd, r, None);
+        after_dup(fd, r, None, cmd == libc::F_DUPFD_CLOEXEC);
     }
     r
 }
@@ -885,6 +908,10 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
                 // SAFETY: FIONBIO's argument points to an int.
                 let on = unsafe { *(arg as *const c_int) } != 0;
                 e.nonblocking.store(on, Ordering::Relaxed);
+                return 0;
+            }
+            libc::FIOCLEX | libc::FIONCLEX => {
+                table::set_app_cloexec(fd, req == libc::FIOCLEX);
                 return 0;
             }
             libc::FIONREAD => {

@@ -31,6 +31,29 @@ pub(crate) struct EpollReg {
 /// epoll fd → (shm fd → registration). Plain fds are the kernel's business alone.
 static EPOLLS: Mutex<Option<HashMap<c_int, HashMap<c_int, EpollReg>>>> = Mutex::new(None);
 
+/// The program's view of FD_CLOEXEC on each shm fd. In the kernel every shm fd has
+/// FD_CLOEXEC: a shm connection cannot cross `exec` (the new image would get the control
+/// socket), so there it closes instead (see docs/transparent.md).
+static APP_CLOEXEC: Mutex<Option<HashMap<c_int, bool>>> = Mutex::new(None);
+
+fn app_cloexec_map() -> MutexGuard<'static, Option<HashMap<c_int, bool>>> {
+    APP_CLOEXEC.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What the program set FD_CLOEXEC to on shm fd `fd`.
+pub(crate) fn app_cloexec(fd: c_int) -> bool {
+    app_cloexec_map()
+        .as_ref()
+        .and_then(|m| m.get(&fd).copied())
+        .unwrap_or(false)
+}
+
+pub(crate) fn set_app_cloexec(fd: c_int, on: bool) {
+    app_cloexec_map()
+        .get_or_insert_with(HashMap::new)
+        .insert(fd, on);
+}
+
 fn read<T>(l: &RwLock<Option<T>>) -> std::sync::RwLockReadGuard<'_, Option<T>> {
     l.read().unwrap_or_else(|e| e.into_inner())
 }
@@ -108,6 +131,9 @@ pub(crate) fn remove(fd: c_int) -> Option<Removed> {
     };
     if removed.is_some() {
         TRACKED.fetch_sub(1, Ordering::Relaxed);
+        if let Some(m) = app_cloexec_map().as_mut() {
+            m.remove(&fd);
+        }
         if let Some(m) = epolls().as_mut() {
             for set in m.values_mut() {
                 set.remove(&fd);

@@ -341,3 +341,59 @@ fn a_killed_peer_ends_the_stream_as_over_tcp() {
         }
     }
 }
+
+/// `exec` with a connection open (FD_CLOEXEC cleared, and it reads back cleared): over
+/// TCP the new image serves it; a shm connection cannot cross exec yet, so there it is
+/// closed in the new image (EBADF, never the control socket's bytes) and the peer reads
+/// the end of the stream — no garbage, no hang (docs/transparent.md, limits).
+#[test]
+fn exec_keeps_tcp_and_ends_a_shm_connection_cleanly() {
+    let scratch = Scratch::new("exec");
+    let Some(prog) = compile(&scratch.0) else {
+        return;
+    };
+    let rdv = scratch.0.join("rdv");
+    for preloaded in [false, true] {
+        let port_file = scratch.0.join(format!("port-exec-{preloaded}"));
+        let cmd = |args: &[&str]| {
+            let mut c = Command::new(&prog);
+            c.args(args)
+                .env("SHMLINK_DIR", &rdv)
+                .env("SHMLINK_LOG", "debug")
+                .env_remove("LD_PRELOAD")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            if preloaded {
+                c.env("LD_PRELOAD", preload_lib());
+            }
+            c
+        };
+        let server = cmd(&["exec-server", port_file.to_str().unwrap()])
+            .spawn()
+            .expect("spawn");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let port = loop {
+            if let Ok(p) = std::fs::read_to_string(&port_file) {
+                break p.trim().to_string();
+            }
+            assert!(Instant::now() < deadline, "no port");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let client = cmd(&["ping-client", &port]).spawn().expect("spawn");
+        let c = finish(client, "ping-client");
+        let s = finish(server, "exec-server");
+        let (cs, ss) = (
+            String::from_utf8_lossy(&c.stdout).into_owned(),
+            String::from_utf8_lossy(&s.stdout).into_owned(),
+        );
+        assert!(ss.contains("exec-server: FD_CLOEXEC reads back: 0"), "{ss}");
+        if preloaded {
+            assert!(shm_connections(&String::from_utf8_lossy(&c.stderr)) == 1);
+            assert!(ss.contains("exec-child: read -1 EBADF"), "{ss}");
+            assert_eq!(cs.trim(), "ping-client: got '' then 0");
+        } else {
+            assert!(ss.contains("exec-child: read 4 -"), "{ss}");
+            assert_eq!(cs.trim(), "ping-client: got 'pong' then 0");
+        }
+    }
+}

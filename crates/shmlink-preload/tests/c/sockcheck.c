@@ -615,6 +615,41 @@ static int drain_client(int port) {
     }
 }
 
+/* exec with a connection open (FD_CLOEXEC cleared): the new image reads the fd. */
+static int exec_server(const char *path, const char *self) {
+    int ls = listen_and_publish(path);
+    int fd = accept(ls, NULL, NULL);
+    if (fd < 0) die("accept");
+    if (fcntl(fd, F_SETFD, 0) < 0) die("F_SETFD");
+    say("FD_CLOEXEC reads back: %d", (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0);
+    char arg[16];
+    snprintf(arg, sizeof arg, "%d", fd);
+    execl(self, self, "exec-child", arg, (char *)NULL);
+    die("execl");
+    return 1;
+}
+
+static int exec_child(int fd) {
+    char buf[64];
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    poll(&p, 1, 5000);
+    ssize_t r = read(fd, buf, sizeof buf);
+    say("read %zd %s", r, r < 0 ? ename(errno) : "-");
+    if (r > 0) write_full(fd, "pong", 4);
+    return 0;
+}
+
+static int ping_client(int port) {
+    int fd = connect_to(port, 0);
+    write_full(fd, "ping", 4);
+    char buf[64];
+    size_t got = 0;
+    ssize_t r;
+    while ((r = read(fd, buf + got, sizeof buf - got)) > 0) got += (size_t)r;
+    say("got '%.*s' then %zd", (int)got, buf, r);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: sockcheck server|blast-server PORTFILE | client|drain-client PORT\n");
@@ -624,6 +659,9 @@ int main(int argc, char **argv) {
     role = argv[1];
     if (strcmp(argv[1], "blast-server") == 0) return blast_server(argv[2]);
     if (strcmp(argv[1], "drain-client") == 0) return drain_client(atoi(argv[2]));
+    if (strcmp(argv[1], "exec-server") == 0) return exec_server(argv[2], argv[0]);
+    if (strcmp(argv[1], "exec-child") == 0) return exec_child(atoi(argv[2]));
+    if (strcmp(argv[1], "ping-client") == 0) return ping_client(atoi(argv[2]));
     if (strcmp(argv[1], "server") == 0) {
         int ls = socket(AF_INET, SOCK_STREAM, 0);
         int one = 1;
