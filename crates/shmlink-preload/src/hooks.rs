@@ -28,14 +28,20 @@ fn shm(fd: c_int) -> Option<Arc<Entry>> {
 
 extern "C" fn before_fork() {
     FORKS.fetch_add(1, Ordering::Relaxed);
+    table::fork_prepare();
 }
 
-/// Counts forks from the first connection or registration on.
+extern "C" fn after_fork() {
+    table::fork_done();
+}
+
+/// Counts forks, and keeps the fd table's lock out of them, from the first connection
+/// or registration on.
 fn watch_forks() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        // SAFETY: registers a handler that only touches an atomic.
-        unsafe { libc::pthread_atfork(Some(before_fork), None, None) };
+        // SAFETY: registers handlers that only touch atomics.
+        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
     });
 }
 
@@ -756,6 +762,8 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// FD_CLOEXEC the dup gave `new` (a shm fd keeps it set in the kernel regardless).
 fn after_dup(old: c_int, new: c_int, replaced: Option<Removed>, cloexec: bool) {
     let _g = Guard::enter();
+    // `new` no longer names an epoll instance it may have named.
+    wait::forget_epoll(new);
     table::alias(old, new);
     if table::sock(new).is_some() {
         // SAFETY: F_SETFD on the fd the dup just made.

@@ -194,6 +194,8 @@ pub(crate) struct Registration {
     /// `FORKS` at registration: after a fork the socket may be accepted from in another
     /// process, so the helper says no to everyone.
     pub born: u64,
+    /// The process that registered (and runs the helper).
+    pub pid: u32,
     pub stop: AtomicBool,
     pub state: Mutex<RegState>,
     /// Signalled when a claim is answered or given up.
@@ -253,6 +255,11 @@ impl Registration {
     /// claims are in flight, one of them may be this connection's: wait (bounded) for
     /// them to be answered.
     pub(crate) fn take(&self, key: (Endpoint, Endpoint)) -> Option<(Connection, Option<Vec<u8>>)> {
+        if self.pid != std::process::id() {
+            // A forked child: the helper (in the parent) answered its claims, and the
+            // state lock may have been held by a thread that does not exist here.
+            return None;
+        }
         let mut st = self.lock();
         let deadline = Instant::now() + ACCEPT_WAIT;
         while !st.pending.contains_key(&key) && st.in_flight > 0 {
@@ -333,6 +340,7 @@ pub(crate) fn register(fd: RawFd) -> Option<Arc<Registration>> {
         bound,
         v6only,
         born: FORKS.load(Ordering::Relaxed),
+        pid: std::process::id(),
         stop: AtomicBool::new(false),
         state: Mutex::new(RegState::default()),
         changed: Condvar::new(),

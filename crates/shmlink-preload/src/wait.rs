@@ -233,45 +233,39 @@ pub(crate) fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut epoll_event)
     if r != 0 {
         return r;
     }
-    let mut m = table::epolls();
-    let set = m
-        .get_or_insert_with(Default::default)
-        .entry(epfd)
-        .or_default();
-    match (op, app) {
-        (libc::EPOLL_CTL_DEL, _) => {
-            set.remove(&fd);
+    table::with_epolls(|m| {
+        let set = m.entry(epfd).or_default();
+        match (op, app) {
+            (libc::EPOLL_CTL_DEL, _) => {
+                set.remove(&fd);
+            }
+            (_, Some(a)) => {
+                set.insert(
+                    fd,
+                    EpollReg {
+                        events: a.events,
+                        data: a.u64,
+                        disabled: false,
+                    },
+                );
+            }
+            _ => {}
         }
-        (_, Some(a)) => {
-            set.insert(
-                fd,
-                EpollReg {
-                    events: a.events,
-                    data: a.u64,
-                    disabled: false,
-                },
-            );
-        }
-        _ => {}
-    }
+    });
     0
 }
 
 /// Forgets an epoll instance (its fd is closed).
 pub(crate) fn forget_epoll(epfd: c_int) {
-    if let Some(m) = table::epolls().as_mut() {
-        m.remove(&epfd);
-    }
+    table::with_epolls(|m| m.remove(&epfd));
 }
 
 fn set_disabled(epfd: c_int, fd: c_int) {
-    if let Some(reg) = table::epolls()
-        .as_mut()
-        .and_then(|m| m.get_mut(&epfd))
-        .and_then(|s| s.get_mut(&fd))
-    {
-        reg.disabled = true;
-    }
+    table::with_epolls(|m| {
+        if let Some(reg) = m.get_mut(&epfd).and_then(|s| s.get_mut(&fd)) {
+            reg.disabled = true;
+        }
+    });
 }
 
 /// What a shm member reports for its registration: the ready events it asked for plus
@@ -294,11 +288,11 @@ pub(crate) unsafe fn epoll_wait(
     timeout_ms: c_int,
     sigmask: *const sigset_t,
 ) -> c_int {
-    let regs: Vec<(c_int, EpollReg)> = table::epolls()
-        .as_ref()
-        .and_then(|m| m.get(&epfd))
-        .map(|s| s.iter().map(|(fd, r)| (*fd, *r)).collect())
-        .unwrap_or_default();
+    let regs: Vec<(c_int, EpollReg)> = table::with_epolls(|m| {
+        m.get(&epfd)
+            .map(|s| s.iter().map(|(fd, r)| (*fd, *r)).collect())
+            .unwrap_or_default()
+    });
     if regs.is_empty() || max <= 0 || events.is_null() {
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real::epoll_pwait(epfd, events, max, timeout_ms, sigmask) };
@@ -385,14 +379,27 @@ pub(crate) unsafe fn epoll_wait(
             if seen.contains(&fd) {
                 continue;
             }
-            if reg.events & libc::EPOLLONESHOT as u32 != 0 {
-                // Disarm the kernel side too, as a reported one-shot would be.
-                let mut kev = epoll_event {
-                    events: libc::EPOLLONESHOT as u32,
-                    u64: TAG | fd as u32 as u64,
-                };
-                // SAFETY: a valid event.
-                unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, fd, &mut kev) };
+            // Before reporting an event the kernel did not: is `fd` still in this
+            // instance? (Its fd may have been closed behind the hooks' back — close_range,
+            // dup2 from raw syscalls — and the number reused for another instance.) A MOD
+            // with the kernel registration's own events says so (ENOENT if not), and
+            // disarms a one-shot as a reported one would be.
+            let oneshot = reg.events & libc::EPOLLONESHOT as u32 != 0;
+            let keep = (libc::EPOLLET | libc::EPOLLONESHOT | libc::EPOLLWAKEUP) as u32;
+            let mut kev = epoll_event {
+                events: if oneshot {
+                    libc::EPOLLONESHOT as u32
+                } else {
+                    libc::EPOLLIN as u32 | (reg.events & keep)
+                },
+                u64: TAG | fd as u32 as u64,
+            };
+            // SAFETY: a valid event.
+            if unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, fd, &mut kev) } != 0 {
+                table::with_epolls(|m| m.get_mut(&epfd).map(|s| s.remove(&fd)));
+                continue;
+            }
+            if oneshot {
                 set_disabled(epfd, fd);
             }
             out[w] = epoll_event {
