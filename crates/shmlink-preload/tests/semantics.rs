@@ -397,3 +397,76 @@ fn exec_keeps_tcp_and_ends_a_shm_connection_cleanly() {
         }
     }
 }
+
+/// `shmlink run`: `--print-path` names this build's library, `-- CMD` runs CMD preloaded
+/// (a server and a client under it talk over shared memory), and a missing command says
+/// so. Needs the `shmlink` binary next to this test's target directory, which
+/// `cargo test --workspace` builds (run alone, this test skips).
+#[test]
+fn shmlink_run_preloads_the_command() {
+    let shmlink = target_dir().join("shmlink");
+    if !shmlink.is_file() {
+        shmlink::testing::skip(
+            "cli",
+            format!(
+                "{} is not built (cargo build -p shmlink-cli)",
+                shmlink.display()
+            ),
+        );
+        return;
+    }
+    let out = Command::new(&shmlink)
+        .args(["run", "--print-path"])
+        .env_remove("SHMLINK_PRELOAD_LIB")
+        .output()
+        .expect("shmlink run --print-path");
+    assert!(out.status.success());
+    let printed = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert_eq!(
+        printed.canonicalize().expect("printed path exists"),
+        preload_lib().canonicalize().unwrap()
+    );
+    let none = Command::new(&shmlink).arg("run").output().expect("run");
+    assert_eq!(none.status.code(), Some(2));
+    let missing = Command::new(&shmlink)
+        .args(["run", "--", "/nonexistent/program"])
+        .output()
+        .expect("run");
+    assert_eq!(missing.status.code(), Some(127));
+
+    let scratch = Scratch::new("run");
+    let Some(prog) = compile(&scratch.0) else {
+        return;
+    };
+    let port_file = scratch.0.join("port");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let mut c = Command::new(&shmlink);
+        c.args(["run", "--debug", "--"])
+            .args(args)
+            .env("SHMLINK_DIR", scratch.0.join("rdv"))
+            .env_remove("LD_PRELOAD")
+            .env_remove("SHMLINK_PRELOAD_LIB")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c.spawn().expect("shmlink run")
+    };
+    let server = run(&[
+        prog.as_os_str(),
+        "exec-server".as_ref(),
+        port_file.as_os_str(),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let port = loop {
+        if let Ok(p) = std::fs::read_to_string(&port_file) {
+            break p.trim().to_string();
+        }
+        assert!(Instant::now() < deadline, "no port");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let client = run(&[prog.as_os_str(), "ping-client".as_ref(), port.as_ref()]);
+    let c = finish(client, "client under shmlink run");
+    let s = finish(server, "server under shmlink run");
+    assert!(c.status.success() && s.status.success());
+    assert_eq!(shm_connections(&String::from_utf8_lossy(&c.stderr)), 1);
+    assert_eq!(shm_connections(&String::from_utf8_lossy(&s.stderr)), 1);
+}
