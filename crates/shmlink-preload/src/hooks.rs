@@ -114,6 +114,7 @@ fn install(
         sock: Mutex::new(s),
         nonblocking: AtomicBool::new(nonblocking),
     });
+    table::set_internal(&[ctl, hidden], true);
     drop(table::insert_sock(fd, entry));
     table::set_app_cloexec(fd, cloexec);
     debug!("{name}: fd {fd} on shared memory");
@@ -742,6 +743,10 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if inside() || !table::any() {
         // SAFETY: the caller's fd.
         return unsafe { real::close(fd) };
+    }
+    if table::is_internal(fd) {
+        // Not the program's: without the library this number would not be open.
+        return fail(libc::EBADF);
     }
     let removed = table::remove(fd);
     {

@@ -93,6 +93,8 @@ impl Entry {
 
 impl Drop for Sock {
     fn drop(&mut self) {
+        let _g = crate::Guard::enter();
+        crate::table::set_internal(&[self.ctl, self.tcp.as_raw_fd()], false);
         let Some(conn) = self.conn.take() else { return };
         if self.born != FORKS.load(Ordering::Relaxed) {
             // Another process may hold this connection (fork): leave the ring and the

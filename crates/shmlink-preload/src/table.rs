@@ -39,6 +39,11 @@ struct Tables {
     /// FD_CLOEXEC: a shm connection cannot cross `exec` (the new image would get the
     /// control socket), so there it closes instead (see docs/transparent.md).
     cloexec: Option<HashMap<c_int, bool>>,
+    /// The library's own fds behind shm connections (control sockets, the TCP sockets
+    /// underneath): the program never opened them, so its `close` of such a number gets
+    /// what it would get without the library (EBADF), and cannot pull a connection's
+    /// socket away (a later doorbell would go to whatever reuses the number).
+    internal: Option<std::collections::HashSet<c_int>>,
 }
 
 /// A spin lock (short critical sections only) that `fork` can take and release.
@@ -57,6 +62,7 @@ static TABLES: Locked = Locked {
         listeners: None,
         epolls: None,
         cloexec: None,
+        internal: None,
     }),
 };
 
@@ -214,4 +220,23 @@ pub(crate) fn set_app_cloexec(fd: c_int, on: bool) {
 /// Runs `f` on the epoll registrations, under the lock (`f` must not call hooks).
 pub(crate) fn with_epolls<R>(f: impl FnOnce(&mut Epolls) -> R) -> R {
     with(|t| f(t.epolls.get_or_insert_with(HashMap::new)))
+}
+
+/// Marks (`on`) or unmarks the library's own fds.
+pub(crate) fn set_internal(fds: &[c_int], on: bool) {
+    with(|t| {
+        let set = t.internal.get_or_insert_with(Default::default);
+        for fd in fds {
+            if on {
+                set.insert(*fd);
+            } else {
+                set.remove(fd);
+            }
+        }
+    });
+}
+
+/// Whether `fd` is one of the library's own fds.
+pub(crate) fn is_internal(fd: c_int) -> bool {
+    any() && with(|t| t.internal.as_ref().is_some_and(|s| s.contains(&fd)))
 }

@@ -204,8 +204,9 @@ fn every_pairing_observes_what_plain_tcp_gives() {
         );
         let (ns, nc) = (shm_connections(&s.stderr), shm_connections(&c.stderr));
         if sp && cp {
-            // Scenarios 0-14 (15 connections) go over shm; scenario 9's client closes
-            // before the server accepts, which may leave that one on TCP (same bytes).
+            // Scenarios 0-14 (15 connections) go over shm, 15-16 come after the fork
+            // (TCP); scenario 9's client closes before the server accepts, which may
+            // leave that one on TCP (same bytes).
             assert!(
                 ns >= 14 && nc >= 14,
                 "{what}: shm connections {ns}/{nc}\n{}",

@@ -30,7 +30,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
-#define SCENARIOS 16
+#define SCENARIOS 17
 
 static const char *role;
 
@@ -360,7 +360,7 @@ static void server_side(int i, int fd) {
         (void)total;
         break;
     }
-    case 14: { /* fork: the child serves the accepted connection */
+    case 16: { /* fork: the child serves the accepted connection */
         pid_t pid = fork();
         if (pid < 0) die("fork");
         if (pid == 0) {
@@ -375,6 +375,12 @@ static void server_side(int i, int fd) {
         waitpid(pid, &st, 0);
         say("child exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
         return;
+    }
+    case 14: { /* the client closed every fd it did not open; the connection lives */
+        read_full(fd, buf, 5);
+        say("got '%.5s'", buf);
+        write_full(fd, "ok", 2);
+        break;
     }
     case 15: { /* accept4 flags: non-blocking from the start */
         say("accept4 SOCK_NONBLOCK reads back: %d", (fcntl(fd, F_GETFL) & O_NONBLOCK) != 0);
@@ -537,12 +543,22 @@ static void client_side(int i, int port) {
         say("drained until the end: %d", r == 0);
         break;
     }
-    case 14: {
+    case 16: {
         write_full(fd, "fork", 4);
         size_t got = 0;
         ssize_t r;
         while ((r = read(fd, buf + got, sizeof buf - got)) > 0) got += (size_t)r;
         say("reply '%.*s'", (int)got, buf);
+        break;
+    }
+    case 14: {
+        int closed = 0;
+        for (int k = 3; k < 1024; k++)
+            if (k != fd && close(k) == 0) closed++;
+        say("closed %d fds it did not open", closed);
+        write_full(fd, "still", 5);
+        read_full(fd, buf, 2);
+        say("reply '%.2s'", buf);
         break;
     }
     case 15: {
