@@ -79,7 +79,7 @@ pub(crate) struct Config {
 }
 
 /// The default spin budget of a blocking wait before it sleeps on the kernel.
-pub(crate) const DEFAULT_SPIN_US: u64 = 0;
+pub(crate) const DEFAULT_SPIN_US: u64 = 20;
 /// The default ring size per direction.
 pub(crate) const DEFAULT_RING_SIZE: usize = 256 * 1024;
 

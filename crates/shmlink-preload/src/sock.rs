@@ -439,6 +439,12 @@ pub(crate) fn read_hint(entry: &Entry) -> bool {
     s.conn().recv_ready().unwrap_or(true)
 }
 
+/// Whether a write would take bytes now, as far as this side knows (no system call).
+pub(crate) fn write_hint(entry: &Entry) -> bool {
+    let s = entry.lock();
+    !s.tx_full || s.broken
+}
+
 /// Spins up to the configured budget (`SHMLINK_SPIN_US`) until `ready`; whether it was.
 pub(crate) fn spin(mut ready: impl FnMut() -> bool) -> bool {
     let budget = config().spin;
@@ -453,9 +459,9 @@ pub(crate) fn spin(mut ready: impl FnMut() -> bool) -> bool {
         if Instant::now() >= until {
             return false;
         }
-        for _ in 0..16 {
-            std::hint::spin_loop();
-        }
+        // Yield rather than burn: on a machine with more runnable threads than CPUs the
+        // peer that would make us ready may be waiting for this very CPU.
+        std::thread::yield_now();
     }
 }
 

@@ -25,6 +25,10 @@ pub(crate) struct EpollReg {
     pub data: u64,
     /// EPOLLONESHOT fired: no more events until EPOLL_CTL_MOD.
     pub disabled: bool,
+    /// In the set as the program sees it (a DEL keeps the kernel's registration).
+    pub app_added: bool,
+    /// The EPOLLET/ONESHOT/EXCLUSIVE/WAKEUP flags of the kernel's registration.
+    pub kflags: u32,
 }
 
 /// epoll fd → (shm fd → registration). Plain fds are the kernel's business alone.

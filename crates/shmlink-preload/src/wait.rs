@@ -209,8 +209,39 @@ pub(crate) unsafe fn select(
     count
 }
 
-/// Whether `fd` is an epoll instance's shm member, for `epoll_ctl`: registers it with the
-/// kernel under [`TAG`] (readable on doorbells) and remembers what the program asked.
+/// The epoll flags that shape the kernel's registration of a shm member (its events are
+/// always EPOLLIN: doorbells and the peer's end make the control socket readable).
+const KFLAGS: u32 =
+    (libc::EPOLLET | libc::EPOLLONESHOT | libc::EPOLLEXCLUSIVE | libc::EPOLLWAKEUP) as u32;
+
+/// Registers (`op` ADD or MOD) shm member `fd` with the kernel under [`TAG`].
+fn kernel_ctl(epfd: c_int, op: c_int, fd: c_int, kflags: u32) -> c_int {
+    let mut kev = epoll_event {
+        events: libc::EPOLLIN as u32 | kflags,
+        u64: TAG | fd as u32 as u64,
+    };
+    // SAFETY: `kev` is a valid event.
+    unsafe { real::epoll_ctl(epfd, op, fd, &mut kev) }
+}
+
+/// Changes a kernel registration's flags (DEL + ADD when EPOLLEXCLUSIVE is involved:
+/// the kernel refuses to MOD it).
+fn kernel_reregister(epfd: c_int, fd: c_int, old: u32, new: u32) -> c_int {
+    let exclusive = libc::EPOLLEXCLUSIVE as u32;
+    if (old | new) & exclusive != 0 {
+        // SAFETY: DEL ignores the event.
+        unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+        return kernel_ctl(epfd, libc::EPOLL_CTL_ADD, fd, new);
+    }
+    kernel_ctl(epfd, libc::EPOLL_CTL_MOD, fd, new)
+}
+
+/// `epoll_ctl` for a shm member. The kernel holds one registration per (instance, fd),
+/// readable on doorbells; what the program asks (events, data, and whether it is in the
+/// set at all) lives in the table, so the program's MOD/DEL/ADD cycles (an event loop
+/// switching between read and write interest) cost no system call unless the
+/// registration's flags change. A DEL leaves the kernel registration, removed lazily if
+/// it reports.
 pub(crate) fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut epoll_event) -> c_int {
     let app = if ev.is_null() {
         None
@@ -222,35 +253,57 @@ pub(crate) fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut epoll_event)
         set_errno(libc::EFAULT);
         return -1;
     }
-    let keep =
-        (libc::EPOLLET | libc::EPOLLONESHOT | libc::EPOLLEXCLUSIVE | libc::EPOLLWAKEUP) as u32;
-    let mut kev = epoll_event {
-        events: libc::EPOLLIN as u32 | app.map_or(0, |a| a.events & keep),
-        u64: TAG | fd as u32 as u64,
+    let want = app.map_or(0, |a| a.events & KFLAGS);
+    let cur = table::with_epolls(|m| m.get(&epfd).and_then(|s| s.get(&fd)).copied());
+    let fail = |errno| {
+        set_errno(errno);
+        -1
     };
-    // SAFETY: `kev` is a valid event.
-    let r = unsafe { real::epoll_ctl(epfd, op, fd, &mut kev) };
+    let r = match (op, cur) {
+        (libc::EPOLL_CTL_ADD, Some(r)) if r.app_added => return fail(libc::EEXIST),
+        (libc::EPOLL_CTL_MOD | libc::EPOLL_CTL_DEL, Some(r)) if !r.app_added => {
+            return fail(libc::ENOENT)
+        }
+        (libc::EPOLL_CTL_DEL, Some(_)) => {
+            table::with_epolls(|m| {
+                if let Some(r) = m.get_mut(&epfd).and_then(|s| s.get_mut(&fd)) {
+                    r.app_added = false;
+                }
+            });
+            return 0;
+        }
+        (libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD, Some(r)) => {
+            if r.kflags != want || r.disabled {
+                kernel_reregister(epfd, fd, r.kflags, want)
+            } else {
+                0
+            }
+        }
+        (libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD | libc::EPOLL_CTL_DEL, None) => {
+            // Not ours yet: the kernel decides (ENOENT, EBADF, EINVAL…).
+            if op == libc::EPOLL_CTL_DEL {
+                // SAFETY: DEL with the caller's arguments.
+                return unsafe { real::epoll_ctl(epfd, op, fd, ev) };
+            }
+            kernel_ctl(epfd, op, fd, want)
+        }
+        _ => return fail(libc::EINVAL),
+    };
     if r != 0 {
         return r;
     }
+    let a = app.expect("ADD and MOD carry an event");
     table::with_epolls(|m| {
-        let set = m.entry(epfd).or_default();
-        match (op, app) {
-            (libc::EPOLL_CTL_DEL, _) => {
-                set.remove(&fd);
-            }
-            (_, Some(a)) => {
-                set.insert(
-                    fd,
-                    EpollReg {
-                        events: a.events,
-                        data: a.u64,
-                        disabled: false,
-                    },
-                );
-            }
-            _ => {}
-        }
+        m.entry(epfd).or_default().insert(
+            fd,
+            EpollReg {
+                events: a.events,
+                data: a.u64,
+                disabled: false,
+                app_added: true,
+                kflags: want,
+            },
+        );
     });
     0
 }
@@ -269,13 +322,29 @@ fn set_disabled(epfd: c_int, fd: c_int) {
 }
 
 /// What a shm member reports for its registration: the ready events it asked for plus
-/// the ones epoll always reports.
+/// the ones epoll always reports. Finding nothing announces the wait (a doorbell comes).
 fn epoll_mask(e: &Entry, reg: &EpollReg) -> u32 {
     let want = reg.events as i16 as u16 as i16;
     let r = sock::readiness(e, want | libc::POLLIN | libc::POLLRDHUP) as u16 as u32;
     let always = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
     r & (reg.events | always)
 }
+
+/// Whether a level-triggered member may be ready, from shared memory alone (no system
+/// call, no announcement).
+fn epoll_hint(e: &Entry, reg: &EpollReg) -> bool {
+    (reg.events & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0 && sock::read_hint(e))
+        || (reg.events & libc::EPOLLOUT as u32 != 0 && sock::write_hint(e))
+}
+
+thread_local! {
+    /// Consecutive `epoll_wait` returns made from shm members alone, without asking the
+    /// kernel: bounded, so plain fds in the set are never starved.
+    static SKIPS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// How many returns in a row may skip the kernel.
+const MAX_SKIPS: u32 = 3;
 
 /// `epoll_wait`/`epoll_pwait` on an instance with shm members (else straight to the kernel).
 ///
@@ -301,47 +370,65 @@ pub(crate) unsafe fn epoll_wait(
     let deadline = deadline(timeout_ms);
     let mut backoff = Backoff(0);
     let mut spun = false;
+    // Level-triggered members the program has in the set: bytes waiting in a ring have
+    // no doorbell, so they are asked directly.
+    let members: Vec<(c_int, EpollReg, Arc<Entry>)> = regs
+        .iter()
+        .filter(|(_, r)| r.app_added && !r.disabled && r.events & libc::EPOLLET as u32 == 0)
+        .filter_map(|(fd, r)| table::sock(*fd).map(|e| (*fd, *r, e)))
+        .collect();
     loop {
-        // Level-triggered members with bytes already waiting: no doorbell will say so.
+        // 1. Ready members, seen from shared memory (no announcement yet).
         let mut ready: Vec<(c_int, EpollReg, u32)> = Vec::new();
-        for (fd, reg) in &regs {
-            if reg.disabled || reg.events & libc::EPOLLET as u32 != 0 {
-                continue;
-            }
-            let Some(e) = table::sock(*fd) else { continue };
-            let mask = epoll_mask(&e, reg);
-            if mask != 0 {
-                ready.push((*fd, *reg, mask));
+        for (fd, reg, e) in &members {
+            if epoll_hint(e, reg) {
+                let mask = epoll_mask(e, reg);
+                if mask != 0 {
+                    ready.push((*fd, *reg, mask));
+                }
             }
         }
+        // 2. A bounded spin (SHMLINK_SPIN_US) before anything is announced: a peer that
+        // answers within it never has to ring a doorbell.
         if ready.is_empty() && timeout_ms != 0 && !spun {
-            // Bounded spin on the members' rings before sleeping in the kernel (a wake-up
-            // costs tens of microseconds on a VM). Only once per call: a spin that saw
-            // something sends the loop round to report it.
             spun = true;
-            let members: Vec<Arc<Entry>> = regs
-                .iter()
-                .filter(|(_, r)| !r.disabled)
-                .filter_map(|(fd, _)| table::sock(*fd))
-                .collect();
-            if sock::spin(|| members.iter().any(|e| sock::read_hint(e))) {
+            if sock::spin(|| members.iter().any(|(_, reg, e)| epoll_hint(e, reg))) {
                 continue;
             }
         }
-        let t = if ready.is_empty() {
-            remaining_ms(deadline)
-        } else {
-            0
-        };
-        // The kernel writes into the caller's array (valid for `max` events); the shm
-        // members' entries are then rewritten in place and the ready level-triggered
-        // ones appended.
-        // SAFETY: `events` holds `max` events.
-        let n = unsafe { real::epoll_pwait(epfd, events, max as c_int, t, sigmask) };
-        if n < 0 {
-            return n;
+        // 3. Nothing: announce the wait on each member (their doorbells wake the kernel
+        // wait below); what arrived meanwhile is ready after all.
+        if ready.is_empty() {
+            for (fd, reg, e) in &members {
+                let mask = epoll_mask(e, reg);
+                if mask != 0 {
+                    ready.push((*fd, *reg, mask));
+                }
+            }
         }
-        // SAFETY: the kernel wrote `n` <= `max` events there.
+        // 4. The kernel: plain fds, doorbells, members' ends. Skipped (a bounded number of
+        // times in a row) when members are ready anyway.
+        let skip = !ready.is_empty() && SKIPS.with(|c| c.get()) < MAX_SKIPS;
+        let n = if skip {
+            SKIPS.with(|c| c.set(c.get() + 1));
+            0
+        } else {
+            SKIPS.with(|c| c.set(0));
+            let t = if ready.is_empty() {
+                remaining_ms(deadline)
+            } else {
+                0
+            };
+            // The kernel writes into the caller's array (valid for `max` events); the shm
+            // members' entries are then rewritten in place and the ready ones appended.
+            // SAFETY: `events` holds `max` events.
+            let n = unsafe { real::epoll_pwait(epfd, events, max as c_int, t, sigmask) };
+            if n < 0 {
+                return n;
+            }
+            n
+        };
+        // SAFETY: `events` holds `max` events; the kernel wrote the first `n`.
         let out = unsafe { std::slice::from_raw_parts_mut(events, max) };
         let mut w = 0;
         let mut seen: Vec<c_int> = Vec::new();
@@ -354,7 +441,12 @@ pub(crate) unsafe fn epoll_wait(
                 continue;
             }
             let fd = (data & !TAG_MASK) as u32 as c_int;
-            let Some((_, reg)) = regs.iter().find(|(f, _)| *f == fd) else {
+            let reg = regs.iter().find(|(f, _)| *f == fd).map(|(_, r)| *r);
+            let Some(reg) = reg.filter(|r| r.app_added) else {
+                // The program took it out of the set: now the kernel forgets it too.
+                // SAFETY: DEL ignores the event.
+                unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+                table::with_epolls(|m| m.get_mut(&epfd).map(|s| s.remove(&fd)));
                 continue;
             };
             let Some(e) = table::sock(fd) else { continue };
@@ -362,7 +454,7 @@ pub(crate) unsafe fn epoll_wait(
                 set_disabled(epfd, fd);
             }
             sock::clear_tx_full(&e);
-            let mask = epoll_mask(&e, reg);
+            let mask = epoll_mask(&e, &reg);
             seen.push(fd);
             if mask != 0 {
                 out[w] = epoll_event {
@@ -379,27 +471,9 @@ pub(crate) unsafe fn epoll_wait(
             if seen.contains(&fd) {
                 continue;
             }
-            // Before reporting an event the kernel did not: is `fd` still in this
-            // instance? (Its fd may have been closed behind the hooks' back — close_range,
-            // dup2 from raw syscalls — and the number reused for another instance.) A MOD
-            // with the kernel registration's own events says so (ENOENT if not), and
-            // disarms a one-shot as a reported one would be.
-            let oneshot = reg.events & libc::EPOLLONESHOT as u32 != 0;
-            let keep = (libc::EPOLLET | libc::EPOLLONESHOT | libc::EPOLLWAKEUP) as u32;
-            let mut kev = epoll_event {
-                events: if oneshot {
-                    libc::EPOLLONESHOT as u32
-                } else {
-                    libc::EPOLLIN as u32 | (reg.events & keep)
-                },
-                u64: TAG | fd as u32 as u64,
-            };
-            // SAFETY: a valid event.
-            if unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, fd, &mut kev) } != 0 {
-                table::with_epolls(|m| m.get_mut(&epfd).map(|s| s.remove(&fd)));
-                continue;
-            }
-            if oneshot {
+            if reg.events & libc::EPOLLONESHOT as u32 != 0 {
+                // Disarm the kernel side too, as a reported one-shot would be.
+                kernel_ctl(epfd, libc::EPOLL_CTL_MOD, fd, libc::EPOLLONESHOT as u32);
                 set_disabled(epfd, fd);
             }
             out[w] = epoll_event {
