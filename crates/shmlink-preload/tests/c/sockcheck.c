@@ -30,7 +30,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
-#define SCENARIOS 17
+#define SCENARIOS 18
 
 static const char *role;
 
@@ -61,6 +61,8 @@ static const char *ename(int e) {
     case ENOTCONN: return "ENOTCONN";
     case EINVAL: return "EINVAL";
     case EISCONN: return "EISCONN";
+    case EEXIST: return "EEXIST";
+    case ENOENT: return "ENOENT";
     default: return "other";
     }
 }
@@ -360,7 +362,7 @@ static void server_side(int i, int fd) {
         (void)total;
         break;
     }
-    case 16: { /* fork: the child serves the accepted connection */
+    case 17: { /* fork: the child serves the accepted connection */
         pid_t pid = fork();
         if (pid < 0) die("fork");
         if (pid == 0) {
@@ -375,6 +377,49 @@ static void server_side(int i, int fd) {
         waitpid(pid, &st, 0);
         say("child exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
         return;
+    }
+    case 16: { /* epoll: one-shot, re-arm by MOD, DEL/ADD cycles, EEXIST/ENOENT, EPOLLOUT */
+        int ep = epoll_create1(0);
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.u64 = 1}, out[4];
+        say("ADD %d", epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev));
+        int r = epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+        say("ADD again %d %s", r, r < 0 ? ename(errno) : "-");
+        int n = epoll_wait(ep, out, 4, 5000);
+        say("one-shot: n=%d data=%llu", n, n > 0 ? (unsigned long long)out[0].data.u64 : 0ull);
+        read_full(fd, buf, 1);
+        write_full(fd, "1", 1);
+        usleep(50000);
+        n = epoll_wait(ep, out, 4, 100);
+        say("after it fired, data waiting: n=%d", n);
+        ev.data.u64 = 2;
+        say("MOD %d", epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev));
+        n = epoll_wait(ep, out, 4, 5000);
+        say("re-armed: n=%d data=%llu", n, n > 0 ? (unsigned long long)out[0].data.u64 : 0ull);
+        read_full(fd, buf, 1);
+        say("DEL %d", epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL));
+        r = epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+        say("DEL again %d %s", r, r < 0 ? ename(errno) : "-");
+        r = epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
+        say("MOD after DEL %d %s", r, r < 0 ? ename(errno) : "-");
+        write_full(fd, "2", 1);
+        usleep(50000);
+        n = epoll_wait(ep, out, 4, 100);
+        say("out of the set, data waiting: n=%d", n);
+        ev.events = EPOLLIN;
+        ev.data.u64 = 3;
+        say("ADD %d", epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev));
+        n = epoll_wait(ep, out, 4, 5000);
+        say("back: n=%d data=%llu", n, n > 0 ? (unsigned long long)out[0].data.u64 : 0ull);
+        read_full(fd, buf, 1);
+        ev.events = EPOLLOUT;
+        ev.data.u64 = 4;
+        say("MOD %d", epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev));
+        n = epoll_wait(ep, out, 4, 5000);
+        say("writable: n=%d data=%llu out=%d", n, n > 0 ? (unsigned long long)out[0].data.u64 : 0ull,
+            n > 0 && (out[0].events & EPOLLOUT) != 0);
+        close(ep);
+        write_full(fd, "3", 1);
+        break;
     }
     case 14: { /* the client closed every fd it did not open; the connection lives */
         read_full(fd, buf, 5);
@@ -543,7 +588,7 @@ static void client_side(int i, int port) {
         say("drained until the end: %d", r == 0);
         break;
     }
-    case 16: {
+    case 17: {
         write_full(fd, "fork", 4);
         size_t got = 0;
         ssize_t r;
@@ -551,6 +596,15 @@ static void client_side(int i, int port) {
         say("reply '%.*s'", (int)got, buf);
         break;
     }
+    case 16:
+        write_full(fd, "a", 1);
+        read_full(fd, buf, 1);
+        write_full(fd, "b", 1);
+        read_full(fd, buf, 1);
+        write_full(fd, "c", 1);
+        read_full(fd, buf, 1);
+        say("done");
+        break;
     case 14: {
         int closed = 0;
         for (int k = 3; k < 1024; k++)
