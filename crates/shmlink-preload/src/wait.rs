@@ -449,6 +449,10 @@ pub(crate) unsafe fn epoll_wait(
                 table::with_epolls(|m| m.get_mut(&epfd).map(|s| s.remove(&fd)));
                 continue;
             };
+            if reg.disabled {
+                // A one-shot this call or an earlier one reported: nothing until re-armed.
+                continue;
+            }
             let Some(e) = table::sock(fd) else { continue };
             if reg.events & libc::EPOLLONESHOT as u32 != 0 {
                 set_disabled(epfd, fd);
@@ -472,8 +476,14 @@ pub(crate) unsafe fn epoll_wait(
                 continue;
             }
             if reg.events & libc::EPOLLONESHOT as u32 != 0 {
-                // Disarm the kernel side too, as a reported one-shot would be.
-                kernel_ctl(epfd, libc::EPOLL_CTL_MOD, fd, libc::EPOLLONESHOT as u32);
+                // Disarm the kernel side too, as a reported one-shot would be: no events
+                // of interest until the program's MOD re-arms it.
+                let mut kev = epoll_event {
+                    events: libc::EPOLLONESHOT as u32,
+                    u64: TAG | fd as u32 as u64,
+                };
+                // SAFETY: a valid event.
+                unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_MOD, fd, &mut kev) };
                 set_disabled(epfd, fd);
             }
             out[w] = epoll_event {
