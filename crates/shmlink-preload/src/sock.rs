@@ -406,10 +406,22 @@ impl Backoff {
 
 /// What `poll` would say of a shm connection for `events` (POLLIN/POLLOUT/…), without
 /// blocking. Reading readiness takes a waiting message into the buffer.
-pub(crate) fn readiness(entry: &Entry, events: i16) -> i16 {
+///
+/// `announce`: when nothing is there to read, announce the wait (a doorbell will come;
+/// costs a system call to drain stale ones). Without it, the read side is looked at in
+/// shared memory only and nothing is announced.
+pub(crate) fn readiness(entry: &Entry, events: i16, announce: bool) -> i16 {
     let mut s = entry.lock();
     let mut r = 0;
-    let fill = s.fill();
+    let hint = s.buffered() > 0
+        || s.rd_shut
+        || s.read_end == ReadEnd::Eof
+        || s.conn().recv_ready().unwrap_or(true);
+    let fill = if announce || hint {
+        s.fill()
+    } else {
+        Fill::Empty
+    };
     if fill != Fill::Empty {
         r |= events & (libc::POLLIN | libc::POLLRDNORM);
     }

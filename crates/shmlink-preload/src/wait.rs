@@ -70,12 +70,29 @@ pub(crate) fn poll(
     let deadline = deadline(timeout_ms);
     let mut backoff = Backoff(0);
     let mut kfds: Vec<pollfd> = fds.to_vec();
+    let mut spun = false;
     loop {
+        // Ready members seen from shared memory; then (once) a bounded spin; then the
+        // wait is announced on each (their doorbells wake the kernel poll below).
         let mut user: Vec<i16> = vec![0; shm.len()];
         let mut any = false;
-        for (k, (i, e)) in shm.iter().enumerate() {
-            user[k] = sock::readiness(e, fds[*i].events);
-            any |= user[k] != 0;
+        for announce in [false, true] {
+            for (k, (i, e)) in shm.iter().enumerate() {
+                user[k] = sock::readiness(e, fds[*i].events, announce);
+                any |= user[k] != 0;
+            }
+            if any {
+                break;
+            }
+            if !announce && timeout_ms != 0 && !spun {
+                spun = true;
+                if sock::spin(|| shm.iter().any(|(_, e)| sock::read_hint(e))) {
+                    break;
+                }
+            }
+        }
+        if !any && spun && shm.iter().any(|(_, e)| sock::read_hint(e)) {
+            continue;
         }
         for (k, p) in kfds.iter_mut().enumerate() {
             p.events = fds[k].events;
@@ -83,9 +100,6 @@ pub(crate) fn poll(
         }
         for (i, _) in &shm {
             kfds[*i].events = libc::POLLIN;
-        }
-        if !any && timeout_ms != 0 && sock::spin(|| shm.iter().any(|(_, e)| sock::read_hint(e))) {
-            continue;
         }
         let t = if any { 0 } else { remaining_ms(deadline) };
         // SAFETY: `kfds` is a valid array of pollfds; the mask, if any, is the caller's.
@@ -113,7 +127,7 @@ pub(crate) fn poll(
                 if p.revents != 0 {
                     // A doorbell: room for a blocked sender, or data, or the end.
                     sock::clear_tx_full(e);
-                    r |= sock::readiness(e, fds[i].events);
+                    r |= sock::readiness(e, fds[i].events, true);
                 }
                 fds[i].revents = r;
                 k += 1;
@@ -323,9 +337,9 @@ fn set_disabled(epfd: c_int, fd: c_int) {
 
 /// What a shm member reports for its registration: the ready events it asked for plus
 /// the ones epoll always reports. Finding nothing announces the wait (a doorbell comes).
-fn epoll_mask(e: &Entry, reg: &EpollReg) -> u32 {
+fn epoll_mask(e: &Entry, reg: &EpollReg, announce: bool) -> u32 {
     let want = reg.events as i16 as u16 as i16;
-    let r = sock::readiness(e, want | libc::POLLIN | libc::POLLRDHUP) as u16 as u32;
+    let r = sock::readiness(e, want | libc::POLLIN | libc::POLLRDHUP, announce) as u16 as u32;
     let always = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
     r & (reg.events | always)
 }
@@ -382,7 +396,7 @@ pub(crate) unsafe fn epoll_wait(
         let mut ready: Vec<(c_int, EpollReg, u32)> = Vec::new();
         for (fd, reg, e) in &members {
             if epoll_hint(e, reg) {
-                let mask = epoll_mask(e, reg);
+                let mask = epoll_mask(e, reg, false);
                 if mask != 0 {
                     ready.push((*fd, *reg, mask));
                 }
@@ -400,7 +414,7 @@ pub(crate) unsafe fn epoll_wait(
         // wait below); what arrived meanwhile is ready after all.
         if ready.is_empty() {
             for (fd, reg, e) in &members {
-                let mask = epoll_mask(e, reg);
+                let mask = epoll_mask(e, reg, true);
                 if mask != 0 {
                     ready.push((*fd, *reg, mask));
                 }
@@ -458,7 +472,7 @@ pub(crate) unsafe fn epoll_wait(
                 set_disabled(epfd, fd);
             }
             sock::clear_tx_full(&e);
-            let mask = epoll_mask(&e, &reg);
+            let mask = epoll_mask(&e, &reg, true);
             seen.push(fd);
             if mask != 0 {
                 out[w] = epoll_event {
