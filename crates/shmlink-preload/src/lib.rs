@@ -6,7 +6,7 @@
 //! How (docs/transparent.md says it for users):
 //! - A listening TCP socket of a preloaded process is registered as a shmlink listener in
 //!   the rendezvous directory, named after its network namespace, address and port
-//!   ([`peer`]). A helper thread answers claims on it.
+//!   (`peer`). A helper thread answers claims on it.
 //! - A preloaded client connects over TCP as usual. If the destination is local and a
 //!   registration exists, it connects to that listener and claims the TCP connection by
 //!   its four addresses; the server side answers yes only if its program has not accepted
@@ -16,12 +16,12 @@
 //!   shmlink connection's control socket, which the kernel makes readable on doorbells and
 //!   on the peer's death, so `epoll`, `poll` and `select` keep working on it; the real TCP
 //!   socket stays open underneath (for `getsockname`, `getpeername`, socket options).
-//! - Calls on such an fd go through [`sock::Sock`]: bytes travel as messages in the
+//! - Calls on such an fd go through `sock::Sock`: bytes travel as messages in the
 //!   rings, a partly read message waits in a buffer, a zero-length message is the FIN of
 //!   `shutdown(SHUT_WR)`.
 //!
-//! Calls this library makes itself reach the C library directly ([`real`], guarded per
-//! thread by [`Guard`]), so it never recurses into its own hooks.
+//! Calls this library makes itself reach the C library directly (`real`, guarded per
+//! thread by `Guard`), so it never recurses into its own hooks.
 
 mod hooks;
 mod peer;
