@@ -270,11 +270,8 @@ impl ReadFlags {
 }
 
 /// Sleeps until the control socket is readable (a doorbell, the peer's end), 100 ms or
-/// the deadline; a reader first spins (bounded) on the ring.
-fn sleep_on(entry: &Entry, ctl: RawFd, deadline: Option<Instant>, for_read: bool) {
-    if for_read && spin(|| read_hint(entry)) {
-        return;
-    }
+/// the deadline.
+fn sleep_on(ctl: RawFd, deadline: Option<Instant>) {
     // A doorbell ends the sleep; 100 ms bounds it whatever happens (a doorbell another
     // thread took, a room doorbell when we wait for data).
     let mut ms = 100;
@@ -294,11 +291,26 @@ pub(crate) fn read(entry: &Entry, dst: &mut [u8], flags: ReadFlags) -> Result<us
     let mut got = 0;
     let mut deadline = None;
     let mut backoff = Backoff::default();
+    let mut spun = false;
     loop {
         let mut s = entry.lock();
         s.flush_fin();
         if deadline.is_none() {
             deadline = s.rcv_timeout.map(|t| Instant::now() + t);
+        }
+        // A blocking read with nothing there spins (bounded) before it announces the
+        // wait: a peer that answers within the spin rings no doorbell.
+        if !nonblocking && !spun {
+            let hint = s.buffered() > 0
+                || s.rd_shut
+                || s.read_end == ReadEnd::Eof
+                || s.conn().recv_ready().unwrap_or(true);
+            if !hint {
+                spun = true;
+                drop(s);
+                spin(|| read_hint(entry));
+                continue;
+            }
         }
         if !flags.peek && got == 0 {
             if let Some(n) = s.recv_direct(&mut dst[got..]) {
@@ -335,7 +347,7 @@ pub(crate) fn read(entry: &Entry, dst: &mut [u8], flags: ReadFlags) -> Result<us
         let ctl = s.ctl;
         drop(s);
         backoff.wait();
-        sleep_on(entry, ctl, deadline, true);
+        sleep_on(ctl, deadline);
     }
 }
 
@@ -379,7 +391,7 @@ pub(crate) fn write(entry: &Entry, src: &[u8], dontwait: bool) -> Result<usize, 
         let ctl = s.ctl;
         drop(s);
         backoff.wait();
-        sleep_on(entry, ctl, deadline, false);
+        sleep_on(ctl, deadline);
     }
 }
 
