@@ -138,11 +138,14 @@ fn run_pair(
         assert!(Instant::now() < deadline, "the server never wrote its port");
         std::thread::sleep(Duration::from_millis(10));
     };
-    let client = cmd(client_pre)
-        .arg("client")
-        .arg(&port)
-        .spawn()
-        .expect("spawn client");
+    let mut client_cmd = cmd(client_pre);
+    client_cmd.arg("client").arg(&port);
+    if let Some(uid) = env.iter().find(|(k, _)| *k == CLIENT_UID).map(|(_, v)| v) {
+        use std::os::unix::process::CommandExt;
+        let uid: u32 = uid.parse().expect("uid");
+        client_cmd.uid(uid).gid(uid).env_remove(CLIENT_UID);
+    }
+    let client = client_cmd.spawn().expect("spawn client");
     let c = finish(client, "client");
     let s = finish(server, "server");
     let side = |o: Output| Side {
@@ -161,6 +164,9 @@ fn run_pair(
     );
     (side(s), side(c))
 }
+
+/// In `run_pair`'s `env`: run the client under this uid (and gid), not the server's.
+const CLIENT_UID: &str = "SOCKCHECK_CLIENT_UID";
 
 fn shm_connections(log: &str) -> usize {
     log.lines()
@@ -470,4 +476,38 @@ fn shmlink_run_preloads_the_command() {
     assert!(c.status.success() && s.status.success());
     assert_eq!(shm_connections(&String::from_utf8_lossy(&c.stderr)), 1);
     assert_eq!(shm_connections(&String::from_utf8_lossy(&s.stderr)), 1);
+}
+
+/// The listener's access rules apply: a preloaded client of another uid (not admitted:
+/// by default a listener takes its own uid and root) stays on TCP and observes exactly
+/// what plain TCP gives. Needs root, to run the client as `nobody`.
+#[test]
+fn a_client_the_listener_does_not_admit_stays_on_tcp() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        shmlink::testing::skip("root", "running the client under another uid needs root");
+        return;
+    }
+    let scratch = Scratch::new("uid");
+    // The program and its directory must be reachable by `nobody`.
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(&scratch.0, std::fs::Permissions::from_mode(0o755));
+    let Some(prog) = compile(&scratch.0) else {
+        return;
+    };
+    let (plain_s, plain_c) = run_pair(&prog, &scratch.0, false, false, &[]);
+    let (s, c) = run_pair(&prog, &scratch.0, true, true, &[(CLIENT_UID, "65534")]);
+    assert_eq!(s.stdout, plain_s.stdout, "server differs\n{}", s.stderr);
+    assert_eq!(c.stdout, plain_c.stdout, "client differs\n{}", c.stderr);
+    assert_eq!(
+        shm_connections(&s.stderr) + shm_connections(&c.stderr),
+        0,
+        "{}",
+        c.stderr
+    );
+    assert!(
+        s.stderr.contains("registered"),
+        "the server did register: {}",
+        s.stderr
+    );
 }
