@@ -102,7 +102,10 @@ pub(crate) fn config() -> &'static Config {
             enabled,
             debug,
             spin: Duration::from_micros(spin),
-            ring_size: ring_size.next_power_of_two().min(shmlink::MAX_RING_SIZE),
+            // At least 64 KiB: a write's 16 KiB messages then always fit one record.
+            ring_size: ring_size
+                .next_power_of_two()
+                .clamp(64 * 1024, shmlink::MAX_RING_SIZE),
         }
     })
 }
