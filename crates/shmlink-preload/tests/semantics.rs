@@ -57,7 +57,7 @@ fn compile(dir: &Path) -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/sockcheck.c");
     let out = dir.join("sockcheck");
     let r = Command::new("cc")
-        .args(["-O1", "-Wall", "-o"])
+        .args(["-O1", "-Wall", "-pthread", "-o"])
         .arg(&out)
         .arg(&src)
         .output();

@@ -27,10 +27,11 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <pthread.h>
 #include <arpa/inet.h>
 #include <unistd.h>
 
-#define SCENARIOS 18
+#define SCENARIOS 19
 
 static const char *role;
 
@@ -103,6 +104,44 @@ static uint32_t sum(const unsigned char *b, size_t n) {
 }
 
 static unsigned char big[1 << 20];
+
+/* Full duplex from two threads: one writes `n` patterned bytes while the other reads
+ * as many and checks them (both blocking, on one fd). */
+struct duplex {
+    int fd;
+    size_t n;
+    int ok;
+};
+
+static void *duplex_writer(void *arg) {
+    struct duplex *d = arg;
+    static unsigned char chunk[10007];
+    size_t done = 0;
+    while (done < d->n) {
+        size_t k = d->n - done < sizeof chunk ? d->n - done : sizeof chunk;
+        for (size_t i = 0; i < k; i++) chunk[i] = (unsigned char)((done + i) * 13);
+        write_full(d->fd, chunk, k);
+        done += k;
+    }
+    return NULL;
+}
+
+static void duplex_run(int fd, size_t n, const char *what) {
+    struct duplex d = {.fd = fd, .n = n, .ok = 1};
+    pthread_t t;
+    if (pthread_create(&t, NULL, duplex_writer, &d) != 0) die("pthread_create");
+    unsigned char buf[8192];
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf, sizeof buf);
+        if (r <= 0) die("duplex read");
+        for (ssize_t i = 0; i < r; i++)
+            if (buf[i] != (unsigned char)((got + (size_t)i) * 13)) d.ok = 0;
+        got += (size_t)r;
+    }
+    pthread_join(t, NULL);
+    say("%s: sent and received %zu bytes at once, intact %d", what, n, d.ok);
+}
 
 /* ---- the scenarios: server side gets the accepted fd, client side the connected one -- */
 
@@ -362,7 +401,7 @@ static void server_side(int i, int fd) {
         (void)total;
         break;
     }
-    case 17: { /* fork: the child serves the accepted connection */
+    case 18: { /* fork: the child serves the accepted connection */
         pid_t pid = fork();
         if (pid < 0) die("fork");
         if (pid == 0) {
@@ -378,6 +417,9 @@ static void server_side(int i, int fd) {
         say("child exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
         return;
     }
+    case 17: /* threads: full duplex, larger than both rings */
+        duplex_run(fd, 3 << 20, "server");
+        break;
     case 16: { /* epoll: one-shot, re-arm by MOD, DEL/ADD cycles, EEXIST/ENOENT, EPOLLOUT */
         int ep = epoll_create1(0);
         struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.u64 = 1}, out[4];
@@ -588,7 +630,7 @@ static void client_side(int i, int port) {
         say("drained until the end: %d", r == 0);
         break;
     }
-    case 17: {
+    case 18: {
         write_full(fd, "fork", 4);
         size_t got = 0;
         ssize_t r;
@@ -596,6 +638,9 @@ static void client_side(int i, int port) {
         say("reply '%.*s'", (int)got, buf);
         break;
     }
+    case 17:
+        duplex_run(fd, 3 << 20, "client");
+        break;
     case 16:
         write_full(fd, "a", 1);
         read_full(fd, buf, 1);
