@@ -105,6 +105,12 @@ static uint32_t sum(const unsigned char *b, size_t n) {
 
 static unsigned char big[1 << 20];
 
+static volatile sig_atomic_t sigpipes;
+static void on_sigpipe(int sig) {
+    (void)sig;
+    sigpipes++;
+}
+
 /* Full duplex from two threads: one writes `n` patterned bytes while the other reads
  * as many and checks them (both blocking, on one fd). */
 struct duplex {
@@ -325,8 +331,10 @@ static void server_side(int i, int fd) {
         break;
     }
     case 9: { /* the peer closes: we read the end, then writing fails */
-        ssize_t r = read(fd, buf, sizeof buf);
-        say("read after the peer's close %zd", r);
+        size_t total = 0;
+        ssize_t r;
+        while ((r = read(fd, buf, sizeof buf)) > 0) total += (size_t)r;
+        say("read %zu bytes, then after the peer's close %zd", total, r);
         int failed = 0;
         for (int k = 0; k < 50 && !failed; k++) {
             r = send(fd, "x", 1, MSG_NOSIGNAL);
@@ -338,6 +346,12 @@ static void server_side(int i, int fd) {
             usleep(2000);
         }
         if (!failed) say("send to a closed peer never failed");
+        struct sigaction sa = {0}, old;
+        sa.sa_handler = on_sigpipe;
+        sigaction(SIGPIPE, &sa, &old);
+        r = write(fd, "x", 1);
+        say("write without MSG_NOSIGNAL: %zd %s, SIGPIPE %d", r, r < 0 ? ename(errno) : "-", sigpipes);
+        sigaction(SIGPIPE, &old, NULL);
         break;
     }
     case 10: { /* dup, close the original, use the dup; dup2 onto another number */
@@ -585,6 +599,7 @@ static void client_side(int i, int port) {
         break;
     }
     case 9:
+        write_full(fd, "bye", 3);
         close(fd);
         say("closed");
         return;
