@@ -712,6 +712,201 @@ pub unsafe extern "C" fn sendfile64(
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn sendmmsg(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    n: libc::c_uint,
+    flags: c_int,
+) -> c_int {
+    if shm(fd).is_some() {
+        if msgs.is_null() && n > 0 {
+            return fail(libc::EFAULT);
+        }
+        // One sendmsg per entry, as the kernel does for a stream socket; the count of
+        // those sent, or the first one's error.
+        let n = n.min(libc::UIO_MAXIOV as libc::c_uint);
+        for i in 0..n as usize {
+            // SAFETY: the caller gives `n` entries.
+            let m = unsafe { &mut *msgs.add(i) };
+            // SAFETY: the caller's msghdr.
+            let r = unsafe { sendmsg(fd, &m.msg_hdr, flags) };
+            if r < 0 {
+                return if i > 0 { i as c_int } else { -1 };
+            }
+            m.msg_len = r as libc::c_uint;
+        }
+        return n as c_int;
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::sendmmsg(fd, msgs, n, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn recvmmsg(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    n: libc::c_uint,
+    flags: c_int,
+    timeout: *mut libc::timespec,
+) -> c_int {
+    if shm(fd).is_some() {
+        if msgs.is_null() && n > 0 {
+            return fail(libc::EFAULT);
+        }
+        // As the kernel does: one recvmsg per entry; after the first, MSG_WAITFORONE
+        // turns on MSG_DONTWAIT, and the timeout is checked between entries.
+        let n = n.min(libc::UIO_MAXIOV as libc::c_uint);
+        let waitforone = flags & libc::MSG_WAITFORONE != 0;
+        let mut flags = flags & !libc::MSG_WAITFORONE;
+        let deadline = (!timeout.is_null()).then(|| {
+            // SAFETY: the caller's timespec.
+            let t = unsafe { *timeout };
+            std::time::Instant::now()
+                + std::time::Duration::new(
+                    t.tv_sec.max(0) as u64,
+                    t.tv_nsec.clamp(0, 999_999_999) as u32,
+                )
+        });
+        for i in 0..n as usize {
+            if i > 0 && deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                return i as c_int;
+            }
+            // SAFETY: the caller gives `n` entries.
+            let m = unsafe { &mut *msgs.add(i) };
+            // SAFETY: the caller's msghdr.
+            let r = unsafe { recvmsg(fd, &mut m.msg_hdr, flags) };
+            if r < 0 {
+                return if i > 0 { i as c_int } else { -1 };
+            }
+            m.msg_len = r as libc::c_uint;
+            if r == 0 {
+                return i as c_int + 1;
+            }
+            if waitforone {
+                flags |= libc::MSG_DONTWAIT;
+            }
+        }
+        return n as c_int;
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::recvmmsg(fd, msgs, n, flags, timeout) }
+}
+
+/// splice with a shm connection on one side: the bytes are copied through a buffer.
+unsafe fn shm_splice(
+    fd_in: c_int,
+    off_in: *mut libc::loff_t,
+    fd_out: c_int,
+    off_out: *mut libc::loff_t,
+    len: size_t,
+    nonblocking: bool,
+) -> ssize_t {
+    let _g = Guard::enter();
+    let mut buf = vec![0u8; len.min(64 * 1024)];
+    if buf.is_empty() {
+        return 0;
+    }
+    let n = if let Some(e) = table::sock(fd_in) {
+        let flags = ReadFlags {
+            dontwait: nonblocking,
+            ..ReadFlags::default()
+        };
+        match sock::read(&e, &mut buf, flags) {
+            Ok(n) => n,
+            Err(errno) => return fail(errno),
+        }
+    } else {
+        // SAFETY: `buf` is writable; `off_in` is the caller's.
+        let r = unsafe {
+            if off_in.is_null() {
+                real::read(fd_in, buf.as_mut_ptr().cast(), buf.len())
+            } else {
+                libc::pread64(fd_in, buf.as_mut_ptr().cast(), buf.len(), *off_in)
+            }
+        };
+        if r < 0 {
+            return r;
+        }
+        r as usize
+    };
+    if n == 0 {
+        return 0;
+    }
+    let mut done = 0;
+    if let Some(e) = table::sock(fd_out) {
+        match sock::write(&e, &buf[..n], false) {
+            Ok(k) => done = k,
+            Err(errno) => {
+                if errno == libc::EPIPE {
+                    sigpipe();
+                }
+                return fail(errno);
+            }
+        }
+    } else {
+        // The bytes already left the ring: write them all (waiting for room on a
+        // non-blocking output), or they would be lost.
+        while done < n {
+            // SAFETY: `buf[done..n]` is readable; `off_out` is the caller's.
+            let r = unsafe {
+                if off_out.is_null() {
+                    real::write(fd_out, buf[done..n].as_ptr().cast(), n - done)
+                } else {
+                    libc::pwrite64(
+                        fd_out,
+                        buf[done..n].as_ptr().cast(),
+                        n - done,
+                        *off_out + done as i64,
+                    )
+                }
+            };
+            if r > 0 {
+                done += r as usize;
+                continue;
+            }
+            match errno() {
+                libc::EINTR => {}
+                libc::EAGAIN => {
+                    real::poll_one(fd_out, libc::POLLOUT, -1);
+                }
+                _ => break,
+            }
+        }
+    }
+    // SAFETY: the caller's offsets.
+    unsafe {
+        if !off_in.is_null() {
+            *off_in += done as i64;
+        }
+        if !off_out.is_null() {
+            *off_out += done as i64;
+        }
+    }
+    if done < n {
+        debug!("splice: {} bytes read but not written", n - done);
+    }
+    done as ssize_t
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn splice(
+    fd_in: c_int,
+    off_in: *mut libc::loff_t,
+    fd_out: c_int,
+    off_out: *mut libc::loff_t,
+    len: size_t,
+    flags: libc::c_uint,
+) -> ssize_t {
+    if shm(fd_in).is_some() || shm(fd_out).is_some() {
+        let nonblocking = flags & libc::SPLICE_F_NONBLOCK != 0;
+        // SAFETY: the caller's arguments.
+        return unsafe { shm_splice(fd_in, off_in, fd_out, off_out, len, nonblocking) };
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::splice(fd_in, off_in, fd_out, off_out, len, flags) }
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
     if let Some(e) = shm(fd) {
         let _g = Guard::enter();

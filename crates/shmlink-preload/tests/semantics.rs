@@ -165,6 +165,9 @@ fn run_pair(
     (side(s), side(c))
 }
 
+/// The scenarios of `sockcheck.c` (its SCENARIOS), one connection each.
+const SCENARIOS: usize = 20;
+
 /// In `run_pair`'s `env`: run the client under this uid (and gid), not the server's.
 const CLIENT_UID: &str = "SOCKCHECK_CLIENT_UID";
 
@@ -183,6 +186,13 @@ fn every_pairing_observes_what_plain_tcp_gives() {
     let Some(prog) = compile(&scratch.0) else {
         return;
     };
+    let src =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/sockcheck.c"))
+            .expect("sockcheck.c");
+    assert!(
+        src.contains(&format!("#define SCENARIOS {SCENARIOS}\n")),
+        "SCENARIOS here and in sockcheck.c differ"
+    );
     let (plain_s, plain_c) = run_pair(&prog, &scratch.0, false, false, &[]);
     assert!(
         plain_s.stdout.contains("server: all done"),
@@ -210,11 +220,9 @@ fn every_pairing_observes_what_plain_tcp_gives() {
         );
         let (ns, nc) = (shm_connections(&s.stderr), shm_connections(&c.stderr));
         if sp && cp {
-            // Scenarios 0-14 (15 connections) go over shm, 15-16 come after the fork
-            // (TCP); scenario 9's client closes before the server accepts, which may
-            // leave that one on TCP (same bytes).
+            // Every scenario's connection (20) goes over shm: the fork is the last one.
             assert!(
-                ns >= 14 && nc >= 14,
+                ns == SCENARIOS && nc == SCENARIOS,
                 "{what}: shm connections {ns}/{nc}\n{}",
                 s.stderr
             );

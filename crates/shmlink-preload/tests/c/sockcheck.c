@@ -31,7 +31,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
-#define SCENARIOS 19
+#define SCENARIOS 20
 
 static const char *role;
 
@@ -415,7 +415,7 @@ static void server_side(int i, int fd) {
         (void)total;
         break;
     }
-    case 18: { /* fork: the child serves the accepted connection */
+    case 19: { /* fork: the child serves the accepted connection */
         pid_t pid = fork();
         if (pid < 0) die("fork");
         if (pid == 0) {
@@ -430,6 +430,36 @@ static void server_side(int i, int fd) {
         waitpid(pid, &st, 0);
         say("child exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
         return;
+    }
+    case 18: { /* splice from a pipe, sendmmsg, recvmmsg */
+        int pp[2];
+        if (pipe(pp) < 0) die("pipe");
+        write_full(pp[1], "spliced", 7);
+        ssize_t r = splice(pp[0], NULL, fd, NULL, 7, 0);
+        say("splice from a pipe %zd", r);
+        struct iovec a = {"mm1", 3}, b = {"mm2", 3};
+        struct mmsghdr mm[2];
+        memset(mm, 0, sizeof mm);
+        mm[0].msg_hdr.msg_iov = &a;
+        mm[0].msg_hdr.msg_iovlen = 1;
+        mm[1].msg_hdr.msg_iov = &b;
+        mm[1].msg_hdr.msg_iovlen = 1;
+        int k = sendmmsg(fd, mm, 2, 0);
+        say("sendmmsg %d lens %u %u", k, mm[0].msg_len, mm[1].msg_len);
+        char x[3], y[3];
+        struct iovec ix = {x, 3}, iy = {y, 3};
+        memset(mm, 0, sizeof mm);
+        mm[0].msg_hdr.msg_iov = &ix;
+        mm[0].msg_hdr.msg_iovlen = 1;
+        mm[1].msg_hdr.msg_iov = &iy;
+        mm[1].msg_hdr.msg_iovlen = 1;
+        wait_in(fd);
+        usleep(20000);
+        k = recvmmsg(fd, mm, 2, MSG_WAITFORONE, NULL);
+        say("recvmmsg %d '%.3s' '%.3s'", k, x, y);
+        close(pp[0]);
+        close(pp[1]);
+        break;
     }
     case 17: /* threads: full duplex, larger than both rings */
         duplex_run(fd, 3 << 20, "server");
@@ -645,12 +675,30 @@ static void client_side(int i, int port) {
         say("drained until the end: %d", r == 0);
         break;
     }
-    case 18: {
+    case 19: {
         write_full(fd, "fork", 4);
         size_t got = 0;
         ssize_t r;
         while ((r = read(fd, buf + got, sizeof buf - got)) > 0) got += (size_t)r;
         say("reply '%.*s'", (int)got, buf);
+        break;
+    }
+    case 18: {
+        int pp[2];
+        if (pipe(pp) < 0) die("pipe");
+        size_t got = 0;
+        while (got < 13) {
+            ssize_t r = splice(fd, NULL, pp[1], NULL, 13 - got, 0);
+            if (r <= 0) break;
+            got += (size_t)r;
+        }
+        read_full(pp[0], buf, got);
+        say("spliced into a pipe '%.*s'", (int)got, buf);
+        write_full(fd, "xyzuvw", 6);
+        ssize_t r = read(fd, buf, sizeof buf);
+        say("then %zd", r);
+        close(pp[0]);
+        close(pp[1]);
         break;
     }
     case 17:
