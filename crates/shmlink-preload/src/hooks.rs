@@ -1299,6 +1299,27 @@ pub unsafe extern "C" fn ppoll(
     unsafe { real::ppoll(fds, n, ts, mask) }
 }
 
+#[no_mangle]
+pub unsafe extern "C" fn __ppoll_chk(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+    fdslen: size_t,
+) -> c_int {
+    // SAFETY: the caller's array.
+    if unsafe { poll_has_shm(fds, n) } {
+        if (fdslen / std::mem::size_of::<libc::pollfd>()) < n as usize {
+            // SAFETY: as the C library's own check does.
+            unsafe { libc::abort() };
+        }
+        // SAFETY: the caller's arguments.
+        return unsafe { ppoll(fds, n, ts, mask) };
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::__ppoll_chk(fds, n, ts, mask, fdslen) }
+}
+
 /// Whether the select sets name a shm connection.
 unsafe fn select_has_shm(nfds: c_int, sets: [*mut libc::fd_set; 3]) -> bool {
     if !table::any() || inside() {
@@ -1416,4 +1437,22 @@ pub unsafe extern "C" fn epoll_pwait(
     }
     // SAFETY: the caller's arguments.
     unsafe { real::epoll_pwait(epfd, evs, max, timeout, mask) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn epoll_pwait2(
+    epfd: c_int,
+    evs: *mut libc::epoll_event,
+    max: c_int,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    if table::any() && !inside() {
+        let _g = Guard::enter();
+        // Millisecond resolution (rounded up) once shm members are involved.
+        // SAFETY: the caller's arguments.
+        return unsafe { wait::epoll_wait(epfd, evs, max, timespec_ms(ts), mask) };
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::epoll_pwait2(epfd, evs, max, ts, mask) }
 }
