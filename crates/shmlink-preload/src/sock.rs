@@ -173,6 +173,10 @@ impl Sock {
         if self.buffered() > 0 || self.rd_shut || self.read_end == ReadEnd::Eof {
             return None;
         }
+        // Nothing in the ring: `fill` announces the wait (one announcement, not two).
+        if self.conn().recv_ready() == Some(false) {
+            return None;
+        }
         match self.conn().recv(dst) {
             Ok(0) => {
                 self.read_end = ReadEnd::Eof;
@@ -312,28 +316,39 @@ pub(crate) fn read(entry: &Entry, dst: &mut [u8], flags: ReadFlags) -> Result<us
                 continue;
             }
         }
-        if !flags.peek && got == 0 {
-            if let Some(n) = s.recv_direct(&mut dst[got..]) {
-                if n > 0 && !(flags.waitall && n < dst.len()) {
-                    return Ok(n);
+        // Take everything there is, up to the buffer's size, as TCP's read does: a
+        // short read then means "nothing more now" (and the wait is announced, so the
+        // next message rings a doorbell), which edge-triggered programs rely on.
+        let mut more = false;
+        loop {
+            if got == dst.len() {
+                return Ok(got);
+            }
+            if !flags.peek && s.buffered() == 0 {
+                if let Some(n) = s.recv_direct(&mut dst[got..]) {
+                    if n == 0 {
+                        return Ok(got);
+                    }
+                    got += n;
+                    more = true;
+                    continue;
                 }
-                got += n;
-                if n == 0 {
-                    return Ok(got);
+            }
+            match s.fill() {
+                Fill::Data if flags.peek => {
+                    // Only the current message: peeking cannot consume it to go on.
+                    return Ok(got + s.take(&mut dst[got..], true));
                 }
+                Fill::Data => {
+                    got += s.take(&mut dst[got..], false);
+                    more = true;
+                }
+                Fill::Eof => return Ok(got),
+                Fill::Empty => break,
             }
         }
-        match s.fill() {
-            Fill::Data => {
-                got += s.take(&mut dst[got..], flags.peek);
-                if got == dst.len() || !flags.waitall || flags.peek {
-                    return Ok(got);
-                }
-                backoff.reset();
-                continue;
-            }
-            Fill::Eof => return Ok(got),
-            Fill::Empty => {}
+        if more {
+            backoff.reset();
         }
         if got > 0 && !flags.waitall {
             return Ok(got);
