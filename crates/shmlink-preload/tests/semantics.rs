@@ -166,7 +166,7 @@ fn run_pair(
 }
 
 /// The scenarios of `sockcheck.c` (its SCENARIOS), one connection each.
-const SCENARIOS: usize = 20;
+const SCENARIOS: usize = 21;
 
 /// In `run_pair`'s `env`: run the client under this uid (and gid), not the server's.
 const CLIENT_UID: &str = "SOCKCHECK_CLIENT_UID";
@@ -220,7 +220,7 @@ fn every_pairing_observes_what_plain_tcp_gives() {
         );
         let (ns, nc) = (shm_connections(&s.stderr), shm_connections(&c.stderr));
         if sp && cp {
-            // Every scenario's connection (20) goes over shm: the fork is the last one.
+            // Every scenario's connection goes over shm: the fork is the last one.
             assert!(
                 ns == SCENARIOS && nc == SCENARIOS,
                 "{what}: shm connections {ns}/{nc}\n{}",

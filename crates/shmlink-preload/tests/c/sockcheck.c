@@ -31,7 +31,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
-#define SCENARIOS 20
+#define SCENARIOS 21
 
 static const char *role;
 
@@ -415,7 +415,7 @@ static void server_side(int i, int fd) {
         (void)total;
         break;
     }
-    case 19: { /* fork: the child serves the accepted connection */
+    case 20: { /* fork: the child serves the accepted connection */
         pid_t pid = fork();
         if (pid < 0) die("fork");
         if (pid == 0) {
@@ -430,6 +430,24 @@ static void server_side(int i, int fd) {
         waitpid(pid, &st, 0);
         say("child exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
         return;
+    }
+    case 19: { /* edge-triggered, one read per edge (nginx): a short read means drained */
+        int ep = epoll_create1(0);
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u64 = 9}, out[2];
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) die("epoll_ctl");
+        write_full(fd, "go", 2);
+        int n = epoll_wait(ep, out, 2, 5000);
+        usleep(30000);
+        ssize_t r = read(fd, buf, sizeof buf);
+        say("edge %d, one read got %zd '%.*s'", n, r, (int)(r > 0 ? r : 0), buf);
+        n = epoll_wait(ep, out, 2, 100);
+        say("no new edge: n=%d", n);
+        write_full(fd, "k", 1);
+        n = epoll_wait(ep, out, 2, 5000);
+        r = read(fd, buf, sizeof buf);
+        say("next edge %d, read %zd '%.*s'", n, r, (int)(r > 0 ? r : 0), buf);
+        close(ep);
+        break;
     }
     case 18: { /* splice from a pipe, sendmmsg, recvmmsg */
         int pp[2];
@@ -675,7 +693,7 @@ static void client_side(int i, int port) {
         say("drained until the end: %d", r == 0);
         break;
     }
-    case 19: {
+    case 20: {
         write_full(fd, "fork", 4);
         size_t got = 0;
         ssize_t r;
@@ -683,6 +701,14 @@ static void client_side(int i, int port) {
         say("reply '%.*s'", (int)got, buf);
         break;
     }
+    case 19:
+        read_full(fd, buf, 2);
+        write_full(fd, "AAA", 3);
+        write_full(fd, "BBB", 3);
+        read_full(fd, buf, 1);
+        write_full(fd, "CCC", 3);
+        say("done");
+        break;
     case 18: {
         int pp[2];
         if (pipe(pp) < 0) die("pipe");
