@@ -4,13 +4,15 @@
 # `shmlink run` (shared memory).
 #
 # Usage: scripts/apps.sh install|bench
-#   install  apt-get installs redis-server and redis-tools (redis-cli, redis-benchmark)
-#            when missing (Debian 12; root). The package's own service is kept from
-#            starting (policy-rc.d); the tests and the bench run private instances.
+#   install  apt-get installs redis-server, redis-tools (redis-cli, redis-benchmark),
+#            nginx, wrk and curl when missing (Debian 12; root). The packages' own
+#            services are kept from starting (policy-rc.d); the tests and the bench run
+#            private instances.
 #   bench    builds libshmlink_preload.so (release), starts one redis-server under
 #            `shmlink run` on a free loopback port, and runs redis-benchmark -t set,get
 #            with -c 1 and with -c 50 -P 16, plain and preloaded, alternating (REPEAT
-#            rounds, best of each), then prints: program, metric, TCP, shmlink, ratio.
+#            rounds, best of each); then nginx (one process) with wrk -c 1 and -c 64 on
+#            a 4 KiB file the same way. Prints: program, metric, TCP, shmlink, ratio.
 #            Numbers from a machine where other work runs are noise: say so with them.
 # Env: REPEAT (default 3), REQUESTS (default 100000), SHMLINK_SPIN_US (passed through).
 set -euo pipefail
@@ -24,8 +26,9 @@ die() {
 
 cmd_install() {
   if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null &&
-    command -v redis-cli >/dev/null; then
-    log "redis-server, redis-cli and redis-benchmark are installed"
+    command -v redis-cli >/dev/null && command -v nginx >/dev/null &&
+    command -v wrk >/dev/null && command -v curl >/dev/null; then
+    log "redis-server, redis-cli, redis-benchmark, nginx, wrk and curl are installed"
     return 0
   fi
   [ "$(id -u)" -eq 0 ] || die "install: needs root (apt-get)"
@@ -38,9 +41,12 @@ cmd_install() {
   fi
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    redis-server redis-tools
-  [ -n "$made_policy" ] && rm -f "$policy"
-  command -v redis-benchmark >/dev/null || die "install: redis-benchmark still missing"
+    redis-server redis-tools nginx wrk curl
+  if [ -n "$made_policy" ]; then rm -f "$policy"; fi
+  local p
+  for p in redis-benchmark nginx wrk curl; do
+    command -v "$p" >/dev/null || die "install: $p still missing"
+  done
 }
 
 # Prints the best requests/s of TEST (SET or GET) in redis-benchmark -q output on stdin.
@@ -84,11 +90,67 @@ cmd_bench() {
     awk -v p="redis-benchmark $args" -v m=GET -v t="$best_tcp_get" -v s="$best_shm_get" \
       'BEGIN { printf "%-34s %-6s %14.0f %14.0f %7.2f\n", p, m, t, s, (t > 0) ? s / t : 0 }'
   done
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  rm -rf "$dir"
+  trap - EXIT
+}
+
+# The larger of two numbers, and one table row.
+best() { awk -v a="$1" -v b="$2" 'BEGIN { print (b + 0 > a + 0) ? b : a }'; }
+row() {
+  awk -v p="$1" -v m="$2" -v t="$3" -v s="$4" \
+    'BEGIN { printf "%-34s %-6s %14.0f %14.0f %7.2f\n", p, m, t, s, (t > 0) ? s / t : 0 }'
+}
+
+# nginx in one process (master_process off: a listening socket shared by a fork stays on
+# TCP), wrk -c 1 and -c 64 on a 4 KiB file, plain and under `shmlink run`.
+cmd_bench_nginx() {
+  if ! command -v nginx >/dev/null || ! command -v wrk >/dev/null; then
+    log "bench: nginx or wrk is not installed (scripts/apps.sh install): nginx rows skipped"
+    return 0
+  fi
+  local shmlink=target/release/shmlink repeat=${REPEAT:-3}
+  ndir=$(mktemp -d)
+  local nport
+  nport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  mkdir -p "$ndir/www" "$ndir/tmp"
+  head -c 4096 /dev/urandom >"$ndir/www/f4k"
+  printf '%s\n' "daemon off;" "master_process off;" "worker_processes 1;" \
+    "error_log $ndir/error.log;" "pid $ndir/nginx.pid;" \
+    "events { worker_connections 1024; }" \
+    "http { access_log off; sendfile on; client_body_temp_path $ndir/tmp;" \
+    "  proxy_temp_path $ndir/tmp; fastcgi_temp_path $ndir/tmp; uwsgi_temp_path $ndir/tmp;" \
+    "  scgi_temp_path $ndir/tmp;" \
+    "  server { listen 127.0.0.1:$nport; root $ndir/www; } }" >"$ndir/nginx.conf"
+  SHMLINK_DIR="$ndir/rdv" "$shmlink" run -- nginx -c "$ndir/nginx.conf" -p "$ndir" &
+  npid=$!
+  trap 'kill "$npid" 2>/dev/null || true; wait "$npid" 2>/dev/null || true; rm -rf "$ndir"' EXIT
+  for _ in $(seq 100); do
+    curl -s -o /dev/null "http://127.0.0.1:$nport/f4k" && break
+    sleep 0.1
+  done
+  local c tcp shm out r
+  for c in 1 64; do
+    tcp=0 shm=0
+    for _ in $(seq "$repeat"); do
+      out=$(wrk -t1 -c"$c" -d3s "http://127.0.0.1:$nport/f4k" 2>&1)
+      r=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+      tcp=$(best "$tcp" "${r:-0}")
+      out=$(SHMLINK_DIR="$ndir/rdv" "$shmlink" run -- wrk -t1 -c"$c" -d3s "http://127.0.0.1:$nport/f4k" 2>&1)
+      r=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+      shm=$(best "$shm" "${r:-0}")
+    done
+    row "wrk -c $c (nginx, 4 KiB file)" "req/s" "$tcp" "$shm"
+  done
 }
 
 case "${1:-}" in
   install) cmd_install ;;
-  bench) cmd_bench ;;
+  bench)
+    cmd_bench
+    cmd_bench_nginx
+    ;;
   *)
     echo "usage: $0 install|bench" >&2
     exit 2

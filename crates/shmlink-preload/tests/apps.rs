@@ -225,3 +225,131 @@ fn redis_serves_plain_and_preloaded_clients() {
     drop(_server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// nginx (one process: `master_process off`, since a listener shared by a fork stays on
+/// TCP) serving static files preloaded: curl fetches a 1 MiB file (nginx's `sendfile`)
+/// intact plain and preloaded, and wrk runs `-c 1` and `-c 64` both ways without socket
+/// errors; only the preloaded clients use shared memory.
+#[test]
+fn nginx_serves_plain_and_preloaded_clients() {
+    if !have_path("nginx") || !have_path("wrk") || !have_path("curl") {
+        shmlink::testing::skip(
+            "apps",
+            "nginx, wrk or curl is not installed (scripts/apps.sh install)",
+        );
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("shmlink-preload-nginx-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("www")).expect("scratch dir");
+    std::fs::create_dir_all(dir.join("tmp")).expect("scratch dir");
+    let body: Vec<u8> = (0..1 << 20)
+        .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(dir.join("www/f1m"), &body).expect("file");
+    std::fs::write(dir.join("www/f4k"), &body[..4096]).expect("file");
+    let port = free_port();
+    let d = dir.display();
+    let conf = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log {d}/error.log info;\n\
+         pid {d}/nginx.pid;\nevents {{ worker_connections 1024; }}\nhttp {{\n  access_log off;\n\
+         sendfile on;\n  client_body_temp_path {d}/tmp;\n  proxy_temp_path {d}/tmp;\n\
+         fastcgi_temp_path {d}/tmp;\n  uwsgi_temp_path {d}/tmp;\n  scgi_temp_path {d}/tmp;\n\
+         server {{ listen 127.0.0.1:{port}; root {d}/www; }}\n}}\n"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).expect("conf");
+    let lib = preload_lib();
+    let log = dir.join("preload.log");
+    let server = Command::new("nginx")
+        .arg("-c")
+        .arg(dir.join("nginx.conf"))
+        .arg("-p")
+        .arg(&dir)
+        .env("LD_PRELOAD", &lib)
+        .env("SHMLINK_DIR", dir.join("rdv"))
+        .env("SHMLINK_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn nginx");
+    let _server = Reaped(server);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nginx never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // nginx sends its stderr to error.log once it runs: count the decisions in both.
+    let shm = || shm_lines(&log) + shm_lines(&dir.join("error.log"));
+    let client = |program: &str, preloaded: bool| {
+        let mut c = Command::new(program);
+        c.env("SHMLINK_DIR", dir.join("rdv"))
+            .env_remove("LD_PRELOAD");
+        if preloaded {
+            c.env("LD_PRELOAD", &lib);
+        }
+        c
+    };
+    for preloaded in [false, true] {
+        let before = shm();
+        let mut curl = client("curl", preloaded);
+        curl.args(["-s", "--fail", &format!("http://127.0.0.1:{port}/f1m")]);
+        let out = run(curl, "curl");
+        assert!(
+            out.stdout == body,
+            "preloaded {preloaded}: the file came back different"
+        );
+        let used = shm() - before;
+        assert_eq!(
+            used,
+            usize::from(preloaded),
+            "preloaded {preloaded}: shm connections"
+        );
+    }
+    for conns in ["1", "64"] {
+        let mut rates = Vec::new();
+        for preloaded in [false, true] {
+            let before = shm();
+            let mut wrk = client("wrk", preloaded);
+            wrk.args([
+                "-t1",
+                "-c",
+                conns,
+                "-d2s",
+                &format!("http://127.0.0.1:{port}/f4k"),
+            ]);
+            let out = run(wrk, "wrk");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                !text.contains("Socket errors") && !text.contains("Non-2xx"),
+                "preloaded {preloaded}, -c {conns}: {text}"
+            );
+            let rps = text
+                .lines()
+                .find_map(|l| l.strip_prefix("Requests/sec:"))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no Requests/sec in {text}"));
+            assert!(rps > 0.0);
+            let used = shm() - before;
+            if preloaded {
+                assert!(used >= 1, "the preloaded wrk used shared memory ({used})");
+            } else {
+                assert_eq!(used, 0);
+            }
+            rates.push(rps);
+        }
+        eprintln!(
+            "wrk -c {conns} 4 KiB file: TCP {:.0}/s, shmlink {:.0}/s, ratio {:.2} (not asserted)",
+            rates[0],
+            rates[1],
+            rates[1] / rates[0]
+        );
+    }
+    drop(_server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether `program` is on PATH (for programs without a harmless `--version`).
+fn have_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
