@@ -5,14 +5,15 @@
 #
 # Usage: scripts/apps.sh install|bench
 #   install  apt-get installs redis-server, redis-tools (redis-cli, redis-benchmark),
-#            nginx, wrk and curl when missing (Debian 12; root). The packages' own
+#            nginx, wrk, curl and iperf3 when missing (Debian 12; root). The packages' own
 #            services are kept from starting (policy-rc.d); the tests and the bench run
 #            private instances.
 #   bench    builds libshmlink_preload.so (release), starts one redis-server under
 #            `shmlink run` on a free loopback port, and runs redis-benchmark -t set,get
 #            with -c 1 and with -c 50 -P 16, plain and preloaded, alternating (REPEAT
 #            rounds, best of each); then nginx (one process) with wrk -c 1 and -c 64 on
-#            a 4 KiB file the same way. Prints: program, metric, TCP, shmlink, ratio.
+#            a 4 KiB file, and iperf3 (one stream), the same way. Prints: program,
+#            metric, TCP, shmlink, ratio.
 #            Numbers from a machine where other work runs are noise: say so with them.
 # Env: REPEAT (default 3), REQUESTS (default 100000), SHMLINK_SPIN_US (passed through).
 set -euo pipefail
@@ -27,8 +28,8 @@ die() {
 cmd_install() {
   if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null &&
     command -v redis-cli >/dev/null && command -v nginx >/dev/null &&
-    command -v wrk >/dev/null && command -v curl >/dev/null; then
-    log "redis-server, redis-cli, redis-benchmark, nginx, wrk and curl are installed"
+    command -v wrk >/dev/null && command -v curl >/dev/null && command -v iperf3 >/dev/null; then
+    log "redis-server, redis-cli, redis-benchmark, nginx, wrk, curl and iperf3 are installed"
     return 0
   fi
   [ "$(id -u)" -eq 0 ] || die "install: needs root (apt-get)"
@@ -41,10 +42,10 @@ cmd_install() {
   fi
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    redis-server redis-tools nginx wrk curl
+    redis-server redis-tools nginx wrk curl iperf3
   if [ -n "$made_policy" ]; then rm -f "$policy"; fi
   local p
-  for p in redis-benchmark nginx wrk curl; do
+  for p in redis-benchmark nginx wrk curl iperf3; do
     command -v "$p" >/dev/null || die "install: $p still missing"
   done
 }
@@ -145,11 +146,43 @@ cmd_bench_nginx() {
   done
 }
 
+# iperf3, one stream, 3 s, plain and under `shmlink run` (the server preloaded).
+cmd_bench_iperf() {
+  if ! command -v iperf3 >/dev/null; then
+    log "bench: iperf3 is not installed (scripts/apps.sh install): iperf3 row skipped"
+    return 0
+  fi
+  local shmlink=target/release/shmlink repeat=${REPEAT:-3} idir iport tcp=0 shm=0 r
+  idir=$(mktemp -d)
+  for _ in $(seq "$repeat"); do
+    for mode in tcp shm; do
+      iport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+      SHMLINK_DIR="$idir/rdv" "$shmlink" run -- timeout 30 iperf3 -s -1 -p "$iport" >/dev/null 2>&1 &
+      local ipid=$!
+      for _ in $(seq 50); do
+        [ -n "$(find "$idir/rdv" -name "tcp-*-$iport.sock" 2>/dev/null)" ] && break
+        sleep 0.1
+      done
+      if [ "$mode" = tcp ]; then
+        r=$(timeout 30 iperf3 -c 127.0.0.1 -p "$iport" -t 3 -J 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"])' 2>/dev/null || echo 0)
+        tcp=$(best "$tcp" "$r")
+      else
+        r=$(SHMLINK_DIR="$idir/rdv" "$shmlink" run -- timeout 30 iperf3 -c 127.0.0.1 -p "$iport" -t 3 -J 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"])' 2>/dev/null || echo 0)
+        shm=$(best "$shm" "$r")
+      fi
+      wait "$ipid" 2>/dev/null || true
+    done
+  done
+  rm -rf "$idir"
+  row "iperf3 (one stream)" "Mbit/s" "$(awk -v v="$tcp" 'BEGIN{print v/1e6}')" "$(awk -v v="$shm" 'BEGIN{print v/1e6}')"
+}
+
 case "${1:-}" in
   install) cmd_install ;;
   bench)
     cmd_bench
     cmd_bench_nginx
+    cmd_bench_iperf
     ;;
   *)
     echo "usage: $0 install|bench" >&2

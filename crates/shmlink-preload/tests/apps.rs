@@ -353,3 +353,74 @@ fn have_path(program: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
 }
+
+/// iperf3 (one stream, 2 s): the server preloaded, the client plain then preloaded; both
+/// runs complete, and only the preloaded client's connections (control and data) use
+/// shared memory.
+#[test]
+fn iperf3_streams_plain_and_preloaded() {
+    if !have_path("iperf3") {
+        shmlink::testing::skip("apps", "iperf3 is not installed (scripts/apps.sh install)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("shmlink-preload-iperf-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let lib = preload_lib();
+    let mut rates = Vec::new();
+    for preloaded in [false, true] {
+        let port = free_port().to_string();
+        let log = dir.join(format!("server-{preloaded}.log"));
+        let server = Command::new("iperf3")
+            .args(["-s", "-1", "-p", &port])
+            .env("LD_PRELOAD", &lib)
+            .env("SHMLINK_DIR", dir.join("rdv"))
+            .env("SHMLINK_LOG", "debug")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("spawn iperf3 -s");
+        let server = Reaped(server);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while shm_registered(&log) == 0 {
+            assert!(Instant::now() < deadline, "iperf3 -s never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut c = Command::new("iperf3");
+        c.args(["-c", "127.0.0.1", "-p", &port, "-t", "2"])
+            .env("SHMLINK_DIR", dir.join("rdv"))
+            .env_remove("LD_PRELOAD");
+        if preloaded {
+            c.env("LD_PRELOAD", &lib);
+        }
+        let out = run(c, "iperf3 -c");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let receiver = text
+            .lines()
+            .find(|l| l.trim_end().ends_with("receiver"))
+            .unwrap_or_else(|| panic!("no receiver line: {text}"))
+            .to_string();
+        rates.push(receiver);
+        drop(server);
+        let used = shm_lines(&log);
+        if preloaded {
+            assert!(used >= 2, "control and data connections on shm ({used})");
+        } else {
+            assert_eq!(used, 0, "a plain client stays on TCP");
+        }
+    }
+    eprintln!(
+        "iperf3 TCP: {}\niperf3 shmlink: {} (not asserted)",
+        rates[0], rates[1]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Registrations logged in a preloaded server's log (it listens).
+fn shm_registered(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(": registered at "))
+        .count()
+}
