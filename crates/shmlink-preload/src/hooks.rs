@@ -99,6 +99,7 @@ fn install(
         broken: false,
         tx_full: false,
         armed: false,
+        et_drained: false,
         rcv_timeout: None,
         snd_timeout: None,
         tcp,

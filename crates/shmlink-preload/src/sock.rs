@@ -67,6 +67,9 @@ pub(crate) struct Sock {
     pub tx_full: bool,
     /// The last receive found nothing and announced it: a doorbell will come.
     pub armed: bool,
+    /// A read drained the connection since the last edge-triggered event: the next
+    /// message is a new edge.
+    pub et_drained: bool,
     pub rcv_timeout: Option<Duration>,
     pub snd_timeout: Option<Duration>,
     /// The real TCP socket, kept open underneath (addresses, socket options).
@@ -334,7 +337,13 @@ pub(crate) fn read(entry: &Entry, dst: &mut [u8], flags: ReadFlags) -> Result<us
                     continue;
                 }
             }
-            match s.fill() {
+            // Nothing in the ring: stop without announcing a wait (poll and epoll
+            // announce before they sleep; a blocking read does below).
+            let empty = s.buffered() == 0
+                && !s.rd_shut
+                && s.read_end == ReadEnd::Open
+                && s.conn().recv_ready() == Some(false);
+            match if empty { Fill::Empty } else { s.fill() } {
                 Fill::Data if flags.peek => {
                     // Only the current message: peeking cannot consume it to go on.
                     return Ok(got + s.take(&mut dst[got..], true));
@@ -350,6 +359,8 @@ pub(crate) fn read(entry: &Entry, dst: &mut [u8], flags: ReadFlags) -> Result<us
         if more {
             backoff.reset();
         }
+        // Drained: the next message is a new edge for an edge-triggered epoll.
+        s.et_drained = true;
         if got > 0 && !flags.waitall {
             return Ok(got);
         }
@@ -358,6 +369,10 @@ pub(crate) fn read(entry: &Entry, dst: &mut [u8], flags: ReadFlags) -> Result<us
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
+        }
+        // Announce the wait before sleeping (what arrived meanwhile is taken instead).
+        if s.fill() != Fill::Empty {
+            continue;
         }
         let ctl = s.ctl;
         drop(s);
@@ -476,6 +491,28 @@ pub(crate) fn read_hint(entry: &Entry) -> bool {
         return true;
     }
     s.conn().recv_ready().unwrap_or(true)
+}
+
+/// For an edge-triggered member: whether a new edge is due (a read drained the
+/// connection and something arrived since, seen in shared memory); `take` consumes it.
+pub(crate) fn et_edge(entry: &Entry, take: bool) -> bool {
+    let mut s = entry.lock();
+    if !s.et_drained {
+        return false;
+    }
+    let due = s.buffered() > 0
+        || s.rd_shut
+        || s.read_end == ReadEnd::Eof
+        || s.conn().recv_ready().unwrap_or(true);
+    if due && take {
+        s.et_drained = false;
+    }
+    due
+}
+
+/// An edge-triggered event was reported: the next edge needs another drain.
+pub(crate) fn clear_et(entry: &Entry) {
+    entry.lock().et_drained = false;
 }
 
 /// Whether a write would take bytes now, as far as this side knows (no system call).

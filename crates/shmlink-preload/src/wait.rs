@@ -386,11 +386,17 @@ pub(crate) unsafe fn epoll_wait(
     let mut spun = false;
     // Level-triggered members the program has in the set: bytes waiting in a ring have
     // no doorbell, so they are asked directly.
-    let members: Vec<(c_int, EpollReg, Arc<Entry>)> = regs
-        .iter()
-        .filter(|(_, r)| r.app_added && !r.disabled && r.events & libc::EPOLLET as u32 == 0)
-        .filter_map(|(fd, r)| table::sock(*fd).map(|e| (*fd, *r, e)))
-        .collect();
+    let live = |et: bool| -> Vec<(c_int, EpollReg, Arc<Entry>)> {
+        regs.iter()
+            .filter(|(_, r)| r.app_added && !r.disabled)
+            .filter(|(_, r)| (r.events & libc::EPOLLET as u32 != 0) == et)
+            .filter_map(|(fd, r)| table::sock(*fd).map(|e| (*fd, *r, e)))
+            .collect()
+    };
+    let members = live(false);
+    // Edge-triggered members: an edge is due once a read drained the connection and a
+    // message arrived since (`sock::et_edge`), seen in shared memory like the others.
+    let edged = live(true);
     loop {
         // 1. Ready members, seen from shared memory (no announcement yet).
         let mut ready: Vec<(c_int, EpollReg, u32)> = Vec::new();
@@ -402,11 +408,23 @@ pub(crate) unsafe fn epoll_wait(
                 }
             }
         }
+        for (fd, reg, e) in &edged {
+            if reg.events & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0 && sock::et_edge(e, true)
+            {
+                let mask = epoll_mask(e, reg, false);
+                if mask != 0 {
+                    ready.push((*fd, *reg, mask));
+                }
+            }
+        }
         // 2. A bounded spin (SHMLINK_SPIN_US) before anything is announced: a peer that
         // answers within it never has to ring a doorbell.
         if ready.is_empty() && timeout_ms != 0 && !spun {
             spun = true;
-            if sock::spin(|| members.iter().any(|(_, reg, e)| epoll_hint(e, reg))) {
+            if sock::spin(|| {
+                members.iter().any(|(_, reg, e)| epoll_hint(e, reg))
+                    || edged.iter().any(|(_, _, e)| sock::et_edge(e, false))
+            }) {
                 continue;
             }
         }
@@ -416,6 +434,14 @@ pub(crate) unsafe fn epoll_wait(
             for (fd, reg, e) in &members {
                 let mask = epoll_mask(e, reg, true);
                 if mask != 0 {
+                    ready.push((*fd, *reg, mask));
+                }
+            }
+            for (fd, reg, e) in &edged {
+                // Announce (a doorbell for the next message); a message that slipped in
+                // since the drain is an edge now.
+                let mask = epoll_mask(e, reg, true);
+                if mask & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0 && sock::et_edge(e, true) {
                     ready.push((*fd, *reg, mask));
                 }
             }
@@ -472,6 +498,9 @@ pub(crate) unsafe fn epoll_wait(
                 set_disabled(epfd, fd);
             }
             sock::clear_tx_full(&e);
+            if reg.events & libc::EPOLLET as u32 != 0 {
+                sock::clear_et(&e);
+            }
             let mask = epoll_mask(&e, &reg, true);
             seen.push(fd);
             if mask != 0 {
