@@ -6,7 +6,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Once};
 
 use libc::{c_int, c_ulong, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
@@ -35,13 +35,33 @@ extern "C" fn after_fork() {
     table::fork_done();
 }
 
+extern "C" fn after_fork_child() {
+    OWNER.store(std::process::id(), Ordering::Relaxed);
+    table::fork_done();
+}
+
+/// The process whose fd table this library's table describes: set at the first
+/// connection or registration, and in a `fork` child by the atfork handler. A `vfork`
+/// child (no atfork handlers run) shares the parent's memory but not its fds: there the
+/// table must not change (closing fds before exec would end the parent's connections).
+static OWNER: AtomicU32 = AtomicU32::new(0);
+
+/// Whether this process owns the table (false in a `vfork` child).
+fn owner() -> bool {
+    let o = OWNER.load(Ordering::Relaxed);
+    o == 0 || o == std::process::id()
+}
+
 /// Counts forks, and keeps the fd table's lock out of them, from the first connection
 /// or registration on.
 fn watch_forks() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        // SAFETY: registers handlers that only touch atomics.
-        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
+        OWNER.store(std::process::id(), Ordering::Relaxed);
+        // SAFETY: registers handlers that only touch atomics and the table's lock.
+        unsafe {
+            libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork_child))
+        };
     });
 }
 
@@ -936,7 +956,7 @@ fn release(removed: Removed) {
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if inside() || !table::any() {
+    if inside() || !table::any() || !owner() {
         // SAFETY: the caller's fd.
         return unsafe { real::close(fd) };
     }
@@ -963,6 +983,9 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// FD_CLOEXEC the dup gave `new` (a shm fd keeps it set in the kernel regardless).
 fn after_dup(old: c_int, new: c_int, replaced: Option<Removed>, cloexec: bool) {
     let _g = Guard::enter();
+    if !owner() {
+        return;
+    }
     // `new` no longer names an epoll instance it may have named.
     wait::forget_epoll(new);
     table::alias(old, new);
@@ -988,7 +1011,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    if inside() || !table::any() || old == new {
+    if inside() || !table::any() || old == new || !owner() {
         // SAFETY: the caller's fds.
         return unsafe { real::dup2(old, new) };
     }
@@ -1005,7 +1028,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    if inside() || !table::any() {
+    if inside() || !table::any() || !owner() {
         // SAFETY: the caller's fds.
         return unsafe { real::dup3(old, new, flags) };
     }
