@@ -1102,13 +1102,18 @@ fn shm_fcntl(
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+/// `fcntl` and `fcntl64`, with the C library's function of that name.
+fn fcntl_with(
+    fd: c_int,
+    cmd: c_int,
+    arg: usize,
+    real_fcntl: unsafe fn(c_int, c_int, usize) -> c_int,
+) -> c_int {
     if let Some(e) = shm(fd) {
-        return shm_fcntl(&e, fd, cmd, arg, real::fcntl);
+        return shm_fcntl(&e, fd, cmd, arg, real_fcntl);
     }
     // SAFETY: the caller's arguments.
-    let r = unsafe { real::fcntl(fd, cmd, arg) };
+    let r = unsafe { real_fcntl(fd, cmd, arg) };
     if r >= 0 && matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) && !inside() && table::any() {
         after_dup(fd, r, None, cmd == libc::F_DUPFD_CLOEXEC);
     }
@@ -1116,16 +1121,13 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    fcntl_with(fd, cmd, arg, real::fcntl)
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
-    if let Some(e) = shm(fd) {
-        return shm_fcntl(&e, fd, cmd, arg, real::fcntl64);
-    }
-    // SAFETY: the caller's arguments.
-    let r = unsafe { real::fcntl64(fd, cmd, arg) };
-    if r >= 0 && matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) && !inside() && table::any() {
-        after_dup(fd, r, None, cmd == libc::F_DUPFD_CLOEXEC);
-    }
-    r
+    fcntl_with(fd, cmd, arg, real::fcntl64)
 }
 
 #[no_mangle]

@@ -95,6 +95,18 @@ fn finish(mut child: Child, what: &str) -> Output {
     }
 }
 
+/// The port a server wrote to `port_file` (waits up to 10 s for it).
+fn wait_port(port_file: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(p) = std::fs::read_to_string(port_file) {
+            return p.trim().to_string();
+        }
+        assert!(Instant::now() < deadline, "the server never wrote its port");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// What one side printed and logged.
 struct Side {
     stdout: String,
@@ -130,14 +142,7 @@ fn run_pair(
         .arg(&port_file)
         .spawn()
         .expect("spawn server");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let port = loop {
-        if let Ok(p) = std::fs::read_to_string(&port_file) {
-            break p.trim().to_string();
-        }
-        assert!(Instant::now() < deadline, "the server never wrote its port");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let port = wait_port(&port_file);
     let mut client_cmd = cmd(client_pre);
     client_cmd.arg("client").arg(&port);
     if let Some(uid) = env.iter().find(|(k, _)| *k == CLIENT_UID).map(|(_, v)| v) {
@@ -317,14 +322,7 @@ fn a_killed_peer_ends_the_stream_as_over_tcp() {
                 preloaded,
                 &slog,
             );
-            let deadline = Instant::now() + Duration::from_secs(10);
-            let port = loop {
-                if let Ok(p) = std::fs::read_to_string(&port_file) {
-                    break p.trim().to_string();
-                }
-                assert!(Instant::now() < deadline, "no port");
-                std::thread::sleep(Duration::from_millis(10));
-            };
+            let port = wait_port(&port_file);
             let mut client = spawn("drain-client", &port, preloaded, &clog);
             let from_client = lines_of(&mut client);
             let from_server = lines_of(&mut server);
@@ -386,14 +384,7 @@ fn exec_keeps_tcp_and_ends_a_shm_connection_cleanly() {
         let server = cmd(&["exec-server", port_file.to_str().unwrap()])
             .spawn()
             .expect("spawn");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let port = loop {
-            if let Ok(p) = std::fs::read_to_string(&port_file) {
-                break p.trim().to_string();
-            }
-            assert!(Instant::now() < deadline, "no port");
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let port = wait_port(&port_file);
         let client = cmd(&["ping-client", &port]).spawn().expect("spawn");
         let c = finish(client, "ping-client");
         let s = finish(server, "exec-server");
@@ -470,14 +461,7 @@ fn shmlink_run_preloads_the_command() {
         "exec-server".as_ref(),
         port_file.as_os_str(),
     ]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let port = loop {
-        if let Ok(p) = std::fs::read_to_string(&port_file) {
-            break p.trim().to_string();
-        }
-        assert!(Instant::now() < deadline, "no port");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let port = wait_port(&port_file);
     let client = run(&[prog.as_os_str(), "ping-client".as_ref(), port.as_ref()]);
     let c = finish(client, "client under shmlink run");
     let s = finish(server, "server under shmlink run");

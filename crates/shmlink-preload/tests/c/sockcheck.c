@@ -877,22 +877,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "exec-child") == 0) return exec_child(atoi(argv[2]));
     if (strcmp(argv[1], "ping-client") == 0) return ping_client(atoi(argv[2]));
     if (strcmp(argv[1], "server") == 0) {
-        int ls = socket(AF_INET, SOCK_STREAM, 0);
-        int one = 1;
-        setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        struct sockaddr_in a = {.sin_family = AF_INET};
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (bind(ls, (struct sockaddr *)&a, sizeof a) < 0) die("bind");
-        if (listen(ls, 16) < 0) die("listen");
-        socklen_t len = sizeof a;
-        getsockname(ls, (struct sockaddr *)&a, &len);
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s.tmp", argv[2]);
-        FILE *f = fopen(tmp, "w");
-        if (!f) die("port file");
-        fprintf(f, "%d\n", ntohs(a.sin_port));
-        fclose(f);
-        rename(tmp, argv[2]);
+        int ls = listen_and_publish(argv[2]);
         for (int i = 0; i < SCENARIOS; i++) {
             int fd = i == 15 ? accept4(ls, NULL, NULL, SOCK_NONBLOCK) : accept(ls, NULL, NULL);
             if (fd < 0 && i == 15 && errno == EAGAIN) {
