@@ -39,6 +39,24 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A scratch directory, removed on drop (also when a test fails).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("shmlink-preload-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("scratch dir");
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A child killed and reaped on drop.
 struct Reaped(Child);
 
@@ -125,9 +143,8 @@ fn redis_serves_plain_and_preloaded_clients() {
         );
         return;
     }
-    let dir = std::env::temp_dir().join(format!("shmlink-preload-redis-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let scratch = Scratch::new("redis");
+    let dir = scratch.0.clone();
     let lib = preload_lib();
     let port = free_port().to_string();
     let server_log = dir.join("server.log");
@@ -223,7 +240,6 @@ fn redis_serves_plain_and_preloaded_clients() {
         }
     }
     drop(_server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// nginx (one process: `master_process off`, since a listener shared by a fork stays on
@@ -239,8 +255,8 @@ fn nginx_serves_plain_and_preloaded_clients() {
         );
         return;
     }
-    let dir = std::env::temp_dir().join(format!("shmlink-preload-nginx-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let scratch = Scratch::new("nginx");
+    let dir = scratch.0.clone();
     std::fs::create_dir_all(dir.join("www")).expect("scratch dir");
     std::fs::create_dir_all(dir.join("tmp")).expect("scratch dir");
     let body: Vec<u8> = (0..1 << 20)
@@ -345,7 +361,6 @@ fn nginx_serves_plain_and_preloaded_clients() {
         );
     }
     drop(_server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Whether `program` is on PATH (for programs without a harmless `--version`).
@@ -363,9 +378,8 @@ fn iperf3_streams_plain_and_preloaded() {
         shmlink::testing::skip("apps", "iperf3 is not installed (scripts/apps.sh install)");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("shmlink-preload-iperf-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let scratch = Scratch::new("iperf");
+    let dir = scratch.0.clone();
     let lib = preload_lib();
     let mut rates = Vec::new();
     for preloaded in [false, true] {
@@ -413,7 +427,6 @@ fn iperf3_streams_plain_and_preloaded() {
         "iperf3 TCP: {}\niperf3 shmlink: {} (not asserted)",
         rates[0], rates[1]
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Registrations logged in a preloaded server's log (it listens).
