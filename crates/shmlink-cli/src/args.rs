@@ -53,6 +53,7 @@ pub enum Command {
     Pub(PubCli),
     Sub(SubCli),
     Bench(BenchCli),
+    Run(crate::run::RunCli),
     Completions(CompletionsCli),
     Man(ManCli),
 }

@@ -17,6 +17,7 @@ mod pong;
 mod pong_args;
 mod pong_cli;
 mod report;
+mod run;
 mod server;
 mod spawn;
 mod stop;
@@ -54,5 +55,6 @@ fn main() -> ExitCode {
         Command::Bench(b) => delegate::bench(&b.args),
         Command::Completions(c) => manual::run_completions(&c),
         Command::Man(m) => manual::run_man(&m),
+        Command::Run(r) => run::run(&r),
     }
 }

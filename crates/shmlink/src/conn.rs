@@ -392,6 +392,19 @@ impl Connection {
         }
     }
 
+    /// Whether a receive would return at once — a message, the end of the stream or an
+    /// error — found by reading shared memory only: no system call, no announcement, no
+    /// doorbell taken. `Some(true)`/`Some(false)` on `shm:`; `None` on the transports
+    /// that cannot tell without a system call. For callers that spin for a bounded time
+    /// before they sleep on the connection's fd (the preload library's `SHMLINK_SPIN_US`).
+    #[inline]
+    pub fn recv_ready(&mut self) -> Option<bool> {
+        match &mut self.ops {
+            crate::transport::Conn::Shm(c) => Some(c.recv_hint()),
+            crate::transport::Conn::Dyn(_) => None,
+        }
+    }
+
     /// Pushes out, without blocking, what a non-blocking send left in this process; true
     /// once nothing is left (the next non-blocking send will be accepted).
     pub(crate) fn writable(&mut self) -> Result<bool> {

@@ -592,7 +592,6 @@ impl ShmConn {
     /// Whether `recv_next` would return at once: a record waits, something unusual
     /// (a current message, a broken ring, the peer's end) needs the slow path, or the
     /// peer closed. Reads shared memory only: no announcement, no system call.
-    #[cfg(feature = "tokio")]
     #[inline]
     pub(crate) fn recv_hint(&mut self) -> bool {
         if self.broken.is_some() || !matches!(self.current, Current::None) || self.peer_eof {

@@ -1,0 +1,529 @@
+//! Out-of-band peer detection: listeners register, clients claim their TCP connection.
+//!
+//! A preloaded process that calls `listen` on a TCP socket binds a shmlink listener at
+//! `<rendezvous dir>/tcp-<netns>-<address>-<port>.sock` and serves it from a helper
+//! thread. A preloaded client whose TCP `connect` reached a local address looks for such
+//! a registration (exact address, then the wildcard ones) and, if there is one, connects
+//! to it (the listener's access rules apply: a client it refuses stays on TCP) and sends
+//! a claim naming the TCP connection's four addresses. The helper answers yes unless the
+//! server program already accepted that TCP connection (then it is plain TCP there), and
+//! keeps the shmlink connection until `accept` returns the TCP connection it names. The
+//! answer and the accept take one lock, so both ends always agree; no byte ever goes
+//! into the TCP stream.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use libc::{c_int, sockaddr_storage, socklen_t};
+use shmlink::{Connection, ErrorKind, Listener, Options};
+
+use crate::sock::FORKS;
+use crate::{config, debug, real, Guard};
+
+/// A claim: magic, version, then the server's and the client's address (16-byte IPv6,
+/// IPv4 mapped) and port (big-endian), as the client sees them.
+const MAGIC: &[u8; 4] = b"SLPC";
+const VERSION: u8 = 1;
+const CLAIM_LEN: usize = 4 + 1 + 2 * (16 + 2);
+const YES: u8 = 1;
+const NO: u8 = 0;
+/// The helper's first message: it counts the claim as in flight (the server's `accept`
+/// now waits for it), so the client may make its TCP connection.
+const READY: u8 = 2;
+
+/// How long a client waits for its claim's answer before staying on TCP.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the server remembers a TCP connection it accepted as plain TCP (longer than
+/// any client waits for an answer).
+const DECIDED_TTL: Duration = Duration::from_secs(10);
+/// How long the helper waits for a client's claim after its handshake (the client makes
+/// its TCP connection in between).
+const CLAIM_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long `accept` waits for claims in flight before taking a connection as plain TCP.
+const ACCEPT_WAIT: Duration = Duration::from_secs(1);
+
+/// An IP endpoint: address as 16 bytes (IPv4 mapped into IPv6) and port.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(crate) struct Endpoint {
+    pub ip: [u8; 16],
+    pub port: u16,
+}
+
+impl Endpoint {
+    fn is_v4(&self) -> bool {
+        self.ip[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]
+    }
+
+    fn v6(&self) -> Ipv6Addr {
+        Ipv6Addr::from(self.ip)
+    }
+
+    fn is_loopback(&self) -> bool {
+        if self.is_v4() {
+            self.ip[12] == 127
+        } else {
+            self.v6().is_loopback()
+        }
+    }
+
+    fn is_unspecified(&self) -> bool {
+        if self.is_v4() {
+            self.ip[12..] == [0, 0, 0, 0]
+        } else {
+            self.v6().is_unspecified()
+        }
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_v4() {
+            let b = &self.ip[12..];
+            write!(f, "{}:{}", Ipv4Addr::new(b[0], b[1], b[2], b[3]), self.port)
+        } else {
+            write!(f, "[{}]:{}", self.v6(), self.port)
+        }
+    }
+}
+
+/// A connection's key: (server, client).
+type Key = (Endpoint, Endpoint);
+
+/// Decodes an AF_INET/AF_INET6 socket address.
+fn endpoint(ss: &sockaddr_storage, len: socklen_t) -> Option<Endpoint> {
+    match c_int::from(ss.ss_family) {
+        libc::AF_INET if len as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let sin = unsafe { &*(ss as *const sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let v4 = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+            Some(Endpoint {
+                ip: v4.to_ipv6_mapped().octets(),
+                port: u16::from_be(sin.sin_port),
+            })
+        }
+        libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let sin6 = unsafe { &*(ss as *const sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(Endpoint {
+                ip: sin6.sin6_addr.s6_addr,
+                port: u16::from_be(sin6.sin6_port),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// `getsockname` (`peer` false) or `getpeername` of `fd` as an endpoint.
+pub(crate) fn sock_endpoint(fd: RawFd, peer: bool) -> Option<Endpoint> {
+    // SAFETY: sockaddr_storage is plain data; all zeroes is a valid value.
+    let mut ss: sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<sockaddr_storage>() as socklen_t;
+    let p = (&mut ss as *mut sockaddr_storage).cast::<libc::sockaddr>();
+    // SAFETY: `ss` and `len` are valid out-parameters of the right size.
+    let r = unsafe {
+        if peer {
+            real::getpeername(fd, p, &mut len)
+        } else {
+            real::getsockname(fd, p, &mut len)
+        }
+    };
+    if r != 0 {
+        return None;
+    }
+    endpoint(&ss, len)
+}
+
+fn sockopt_int(fd: RawFd, level: c_int, name: c_int) -> Option<c_int> {
+    let mut v: c_int = 0;
+    let mut len = std::mem::size_of::<c_int>() as socklen_t;
+    // SAFETY: `v` and `len` are valid out-parameters for an int option.
+    let r = unsafe { real::getsockopt(fd, level, name, (&mut v as *mut c_int).cast(), &mut len) };
+    (r == 0).then_some(v)
+}
+
+/// Whether `fd` is an AF_INET/AF_INET6 TCP socket (the only ones transparent mode takes).
+pub(crate) fn is_tcp(fd: RawFd) -> bool {
+    let domain = sockopt_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN);
+    let ty = sockopt_int(fd, libc::SOL_SOCKET, libc::SO_TYPE);
+    let proto = sockopt_int(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL);
+    matches!(domain, Some(libc::AF_INET | libc::AF_INET6))
+        && ty == Some(libc::SOCK_STREAM)
+        && proto == Some(libc::IPPROTO_TCP)
+}
+
+/// This process's network namespace (the inode of /proc/self/ns/net), 0 if unknown.
+fn netns() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NS.get_or_init(|| {
+        std::fs::metadata("/proc/self/ns/net")
+            .map(|m| m.ino())
+            .unwrap_or(0)
+    })
+}
+
+/// The shmlink name a listener on `ep` registers under (`shm:NAME`).
+fn reg_name(ep: &Endpoint) -> String {
+    let ip: String = ep.ip.iter().map(|b| format!("{b:02x}")).collect();
+    format!("tcp-{:x}-{ip}-{}", netns(), ep.port)
+}
+
+/// The socket file of `reg_name(ep)` in the rendezvous directory.
+fn reg_path(ep: &Endpoint) -> PathBuf {
+    shmlink::rendezvous_dir().join(format!("{}.sock", reg_name(ep)))
+}
+
+fn options() -> Options {
+    Options::default()
+        .ring_size(config().ring_size)
+        .connect_timeout(Duration::from_secs(1))
+        .handshake_timeout(Duration::from_secs(1))
+}
+
+/// A registered listening socket.
+pub(crate) struct Registration {
+    /// The bound address (possibly a wildcard).
+    pub bound: Endpoint,
+    /// An IPv6 wildcard listener that refuses IPv4 clients (IPV6_V6ONLY).
+    pub v6only: bool,
+    /// `FORKS` at registration: after a fork the socket may be accepted from in another
+    /// process, so the helper says no to everyone.
+    pub born: u64,
+    /// The process that registered (and runs the helper).
+    pub pid: u32,
+    pub stop: AtomicBool,
+    pub state: Mutex<RegState>,
+    /// Signalled when a claim is answered or given up.
+    changed: Condvar,
+}
+
+#[derive(Default)]
+pub(crate) struct RegState {
+    /// Claimed, answered yes, not accepted yet.
+    pending: HashMap<Key, Connection>,
+    /// Accepted as plain TCP (no claim then), with when.
+    decided: HashMap<Key, Instant>,
+    /// Claim connections open whose claim is not answered yet.
+    in_flight: usize,
+}
+
+/// One claim connection being served: counted in `in_flight` while alive.
+struct InFlight(Arc<Registration>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut st = self.0.lock();
+        st.in_flight -= 1;
+        drop(st);
+        self.0.changed.notify_all();
+    }
+}
+
+impl Registration {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RegState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn live(&self) -> bool {
+        !self.stop.load(Ordering::Relaxed) && self.born == FORKS.load(Ordering::Relaxed)
+    }
+
+    /// Whether this listener could have accepted a TCP connection to `server`.
+    fn serves(&self, server: &Endpoint) -> bool {
+        if server.port != self.bound.port {
+            return false;
+        }
+        if !self.bound.is_unspecified() {
+            return server.ip == self.bound.ip;
+        }
+        if self.bound.is_v4() {
+            server.is_v4()
+        } else {
+            !(self.v6only && server.is_v4())
+        }
+    }
+
+    /// The program accepted TCP connection `key`: its shmlink connection if it was claimed
+    /// (and the client still waits on it), else `None` (and the connection stays TCP).
+    ///
+    /// A preloaded client opens its claim connection before its TCP connect, so while
+    /// claims are in flight, one of them may be this connection's: wait (bounded) for
+    /// them to be answered.
+    pub(crate) fn take(&self, key: (Endpoint, Endpoint)) -> Option<(Connection, Option<Vec<u8>>)> {
+        if self.pid != std::process::id() {
+            // A forked child: the helper (in the parent) answered its claims, and the
+            // state lock may have been held by a thread that does not exist here.
+            return None;
+        }
+        let mut st = self.lock();
+        let deadline = Instant::now() + ACCEPT_WAIT;
+        while !st.pending.contains_key(&key) && st.in_flight > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            st = self
+                .changed
+                .wait_timeout(st, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        if let Some(mut conn) = st.pending.remove(&key) {
+            drop(st);
+            // The client may have given up waiting for the answer (it then went on over
+            // TCP and closed this connection): check before committing.
+            return match conn.recv_vec() {
+                Ok(first) => Some((conn, Some(first))),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => Some((conn, None)),
+                Err(e) => {
+                    debug!(
+                        "accept {} <- {}: claim dropped ({e}); stays TCP",
+                        key.0, key.1
+                    );
+                    None
+                }
+            };
+        }
+        let now = Instant::now();
+        st.decided
+            .retain(|_, t| now.duration_since(*t) < DECIDED_TTL);
+        st.decided.insert(key, now);
+        None
+    }
+
+    /// Answers one claim, under the lock `take` takes.
+    fn answer(&self, key: Key, mut conn: Connection) {
+        let mut st = self.lock();
+        let yes = self.live() && self.serves(&key.0) && st.decided.remove(&key).is_none();
+        if conn.send(&[if yes { YES } else { NO }]).is_err() || !yes {
+            debug!("claim {} <- {}: no", key.0, key.1);
+            return;
+        }
+        debug!("claim {} <- {}: yes", key.0, key.1);
+        st.pending.insert(key, conn);
+        drop(st);
+        self.changed.notify_all();
+    }
+}
+
+/// Registers listening socket `fd` if it is a TCP socket: binds the shmlink listener and
+/// starts its helper thread.
+pub(crate) fn register(fd: RawFd) -> Option<Arc<Registration>> {
+    if !is_tcp(fd) {
+        return None;
+    }
+    let bound = sock_endpoint(fd, false)?;
+    // With SO_REUSEPORT, other sockets (other processes) may share the port and the
+    // kernel spreads connections over them: a claim answered here could name a TCP
+    // connection another socket accepts. Such listeners stay plain TCP.
+    if sockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT).unwrap_or(0) != 0 {
+        debug!("listen {bound}: SO_REUSEPORT; not registered, plain TCP");
+        return None;
+    }
+    let v6only =
+        !bound.is_v4() && sockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY).unwrap_or(0) != 0;
+    let path = reg_path(&bound);
+    let addr = format!("shm:{}", reg_name(&bound));
+    let listener = match Listener::bind(&addr, &options()) {
+        Ok(l) => l,
+        Err(e) => {
+            debug!("listen {bound}: no registration ({e}); plain TCP");
+            return None;
+        }
+    };
+    let reg = Arc::new(Registration {
+        bound,
+        v6only,
+        born: FORKS.load(Ordering::Relaxed),
+        pid: std::process::id(),
+        stop: AtomicBool::new(false),
+        state: Mutex::new(RegState::default()),
+        changed: Condvar::new(),
+    });
+    let r = reg.clone();
+    let spawned = std::thread::Builder::new()
+        .name("shmlink-preload".into())
+        .spawn(move || serve(listener, r));
+    if let Err(e) = spawned {
+        debug!("listen {bound}: no helper thread ({e}); plain TCP");
+        return None;
+    }
+    debug!("listen {bound}: registered at {}", path.display());
+    Some(reg)
+}
+
+/// The helper thread: accepts claim connections until the socket is closed or forked.
+fn serve(mut listener: Listener, reg: Arc<Registration>) {
+    let _g = Guard::enter();
+    listener.set_nonblocking(true);
+    while reg.live() {
+        match listener.accept() {
+            Ok(conn) => {
+                reg.lock().in_flight += 1;
+                let token = InFlight(reg.clone());
+                // A thread per claim: a slow client cannot hold up the others.
+                let spawned = std::thread::Builder::new()
+                    .name("shmlink-claim".into())
+                    .spawn(move || {
+                        let _g = Guard::enter();
+                        handle_claim(&token.0, conn);
+                        drop(token);
+                    });
+                if let Err(e) = spawned {
+                    debug!("registration {}: no claim thread ({e})", reg.bound);
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                real::poll_one(listener.as_raw_fd(), libc::POLLIN, 200);
+            }
+            Err(e) => {
+                debug!("registration {}: accept: {e}", reg.bound);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    debug!("registration {}: ended", reg.bound);
+    // Dropping the listener removes its socket file; pending claims end with it.
+    reg.lock().pending.clear();
+}
+
+fn handle_claim(reg: &Registration, mut conn: Connection) {
+    conn.set_nonblocking(true);
+    if conn.send(&[READY]).is_err() {
+        return;
+    }
+    let msg = receive(&mut conn, CLAIM_TIMEOUT);
+    if msg.is_empty() {
+        return;
+    }
+    match decode_claim(&msg) {
+        Some(key) => reg.answer(key, conn),
+        None => {
+            debug!(
+                "registration {}: malformed claim of {} bytes",
+                reg.bound,
+                msg.len()
+            );
+            let _ = conn.send(&[NO]);
+        }
+    }
+}
+
+fn encode_claim(server: &Endpoint, client: &Endpoint) -> Vec<u8> {
+    let mut v = Vec::with_capacity(CLAIM_LEN);
+    v.extend_from_slice(MAGIC);
+    v.push(VERSION);
+    for ep in [server, client] {
+        v.extend_from_slice(&ep.ip);
+        v.extend_from_slice(&ep.port.to_be_bytes());
+    }
+    v
+}
+
+fn decode_claim(msg: &[u8]) -> Option<Key> {
+    if msg.len() != CLAIM_LEN || &msg[..4] != MAGIC || msg[4] != VERSION {
+        return None;
+    }
+    let ep = |b: &[u8]| Endpoint {
+        ip: b[..16].try_into().expect("16 bytes"),
+        port: u16::from_be_bytes([b[16], b[17]]),
+    };
+    Some((ep(&msg[5..23]), ep(&msg[23..41])))
+}
+
+/// Where a listener that a connection to `server` may have reached would register, the
+/// ones that exist: the exact address, then the wildcards.
+fn candidates(server: &Endpoint) -> Vec<String> {
+    let mut eps = vec![*server];
+    if server.is_v4() {
+        eps.push(Endpoint {
+            ip: Ipv4Addr::UNSPECIFIED.to_ipv6_mapped().octets(),
+            port: server.port,
+        });
+    }
+    eps.push(Endpoint {
+        ip: [0; 16],
+        port: server.port,
+    });
+    eps.iter()
+        .filter(|ep| std::fs::symlink_metadata(reg_path(ep)).is_ok())
+        .map(|ep| format!("shm:{}", reg_name(ep)))
+        .collect()
+}
+
+/// The destination of a `connect` call, if it is an IPv4/IPv6 address.
+pub(crate) fn dest_of(addr: *const libc::sockaddr, len: socklen_t) -> Option<Endpoint> {
+    if addr.is_null() {
+        return None;
+    }
+    // SAFETY: sockaddr_storage is plain data; all zeroes is a valid value.
+    let mut ss: sockaddr_storage = unsafe { std::mem::zeroed() };
+    let n = (len as usize).min(std::mem::size_of::<sockaddr_storage>());
+    // SAFETY: the caller's address holds `len` bytes; `ss` has room for `n`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            addr.cast::<u8>(),
+            (&mut ss as *mut sockaddr_storage).cast::<u8>(),
+            n,
+        )
+    };
+    endpoint(&ss, n as socklen_t)
+}
+
+/// Before the TCP `connect` to `server`: opens a claim connection to the listener
+/// registered for it, if there is one (one `stat` per candidate when there is none).
+/// Opening it first tells the server a claim is coming, so its `accept` waits for it.
+pub(crate) fn open(server: &Endpoint) -> Option<Connection> {
+    for addr in candidates(server) {
+        match Connection::connect(&addr, &options()) {
+            Ok(mut c) => {
+                c.set_nonblocking(true);
+                if receive(&mut c, ANSWER_TIMEOUT) == [READY] {
+                    return Some(c);
+                }
+                debug!("connect {server}: registration {addr} did not get ready");
+                return None;
+            }
+            Err(e) => debug!("connect {server}: registration {addr} unusable ({e})"),
+        }
+    }
+    None
+}
+
+/// One message from a non-blocking `conn` within `timeout`; empty on timeout or error.
+fn receive(conn: &mut Connection, timeout: Duration) -> Vec<u8> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match conn.recv_vec() {
+            Ok(m) => return m,
+            Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => {
+                real::poll_one(conn.as_raw_fd(), libc::POLLIN, 50);
+            }
+            Err(_) => return Vec::new(),
+        }
+    }
+}
+
+/// After the TCP `connect` of `fd` succeeded: claims it over `conn` (from [`open`]).
+/// Returns the connection that replaces it if the listener said yes, else `None`
+/// (stay on TCP).
+pub(crate) fn claim(mut conn: Connection, fd: RawFd) -> Option<(Connection, Endpoint, Endpoint)> {
+    let server = sock_endpoint(fd, true)?;
+    let client = sock_endpoint(fd, false)?;
+    // Only a destination on this kernel can be a preloaded listener here: loopback, or
+    // one of our own addresses (the kernel then picks it as the source too).
+    if !(server.is_loopback() || server.ip == client.ip) {
+        return None;
+    }
+    conn.send(&encode_claim(&server, &client)).ok()?;
+    if receive(&mut conn, ANSWER_TIMEOUT) == [YES] {
+        return Some((conn, client, server));
+    }
+    debug!("connect {server}: claim refused; plain TCP");
+    None
+}

@@ -1,0 +1,570 @@
+//! One TCP connection moved onto shared memory: a byte stream over shmlink messages.
+//!
+//! Each `write` sends its bytes as messages of at most [`CHUNK`] bytes (each one fits a
+//! ring record, so a non-blocking send is all or nothing per chunk); a read takes a
+//! message into the caller's buffer, or into [`Sock::rbuf`] when it does not fit, from
+//! where later reads take the rest. A zero-length message is the FIN of
+//! `shutdown(SHUT_WR)`; a closed connection is the end of the stream too.
+//!
+//! The connection is always in non-blocking mode; blocking calls wait here (a bounded
+//! spin, then `poll` on the control socket, which the peer's doorbells make readable)
+//! with the [`Entry`] lock released, so one thread may read while another writes.
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use libc::c_int;
+use shmlink::{Connection, ErrorKind};
+
+use crate::{config, real};
+
+/// The largest message one write puts into the ring (a quarter of the smallest ring we
+/// configure, so it always fits one record).
+pub(crate) const CHUNK: usize = 16 * 1024;
+
+/// Bumped in the parent before every `fork`: a connection created before it may be held
+/// by two processes, so closing it in one must not end it for the other.
+pub(crate) static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// The read side's state.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum ReadEnd {
+    Open,
+    /// The peer sent its FIN or closed: reads return 0.
+    Eof,
+}
+
+/// Outcome of trying to make bytes available to read.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Fill {
+    /// `rbuf` holds unread bytes.
+    Data,
+    /// End of stream: reads return 0.
+    Eof,
+    /// Nothing yet (the connection announced that it waits: a doorbell will come).
+    Empty,
+}
+
+/// A connection on shared memory and the stream state around it.
+pub(crate) struct Sock {
+    pub conn: Option<Connection>,
+    /// The library's control socket (its fd number; the application's fd is a dup).
+    pub ctl: RawFd,
+    /// Unread bytes of the last message: `rbuf[rpos..]`.
+    pub rbuf: Vec<u8>,
+    pub rpos: usize,
+    pub read_end: ReadEnd,
+    /// `shutdown(SHUT_RD)`: reads return 0.
+    pub rd_shut: bool,
+    /// `shutdown(SHUT_WR)` was called; `fin_sent` once its empty message is in the ring.
+    pub wr_shut: bool,
+    pub fin_sent: bool,
+    /// The peer is gone or the connection failed: writes fail with EPIPE.
+    pub broken: bool,
+    /// The last send found the ring full (POLLOUT waits for a room doorbell).
+    pub tx_full: bool,
+    /// The last receive found nothing and announced it: a doorbell will come.
+    pub armed: bool,
+    /// A read drained the connection since the last edge-triggered event: the next
+    /// message is a new edge.
+    pub et_drained: bool,
+    pub rcv_timeout: Option<Duration>,
+    pub snd_timeout: Option<Duration>,
+    /// The real TCP socket, kept open underneath (addresses, socket options).
+    pub tcp: OwnedFd,
+    /// `FORKS` when this connection was made.
+    pub born: u64,
+    /// Human-readable `local -> peer` for the log.
+    pub name: String,
+}
+
+/// What the fd table holds for each fd number that names a shm connection (dups share
+/// it, like they share a file description).
+pub(crate) struct Entry {
+    pub sock: Mutex<Sock>,
+    /// O_NONBLOCK as the application set it (the kernel file stays blocking).
+    pub nonblocking: AtomicBool,
+}
+
+impl Entry {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Sock> {
+        self.sock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for Sock {
+    fn drop(&mut self) {
+        let _g = crate::Guard::enter();
+        crate::table::set_internal(&[self.ctl, self.tcp.as_raw_fd()], false);
+        let Some(conn) = self.conn.take() else { return };
+        if self.born != FORKS.load(Ordering::Relaxed) {
+            // Another process may hold this connection (fork): leave the ring and the
+            // peer alone; only this process's fds go. The peer sees the end when the
+            // last holder is gone.
+            let fd = conn.as_raw_fd();
+            std::mem::forget(conn);
+            // SAFETY: `fd` was the forgotten connection's own control socket; nothing
+            // else in this process uses that number.
+            unsafe { real::close(fd) };
+            return;
+        }
+        if self.wr_shut && !self.fin_sent {
+            let mut conn = conn;
+            let _ = conn.send(&[]);
+            drop(conn);
+        } else {
+            // Dropping is a graceful close that never blocks: what is in the ring stays
+            // readable for the peer, then it reads end-of-stream.
+            drop(conn);
+        }
+        crate::debug!("closed shm connection {}", self.name);
+    }
+}
+
+impl Sock {
+    fn conn(&mut self) -> &mut Connection {
+        self.conn.as_mut().expect("a live Sock has its connection")
+    }
+
+    /// Unread bytes buffered.
+    pub(crate) fn buffered(&self) -> usize {
+        self.rbuf.len() - self.rpos
+    }
+
+    /// Tries to make bytes available without blocking.
+    pub(crate) fn fill(&mut self) -> Fill {
+        if self.buffered() > 0 {
+            return Fill::Data;
+        }
+        if self.rd_shut || self.read_end == ReadEnd::Eof {
+            return Fill::Eof;
+        }
+        match self.conn().recv_vec() {
+            Ok(v) if v.is_empty() => {
+                self.read_end = ReadEnd::Eof;
+                Fill::Eof
+            }
+            Ok(v) => {
+                self.armed = false;
+                self.rbuf = v;
+                self.rpos = 0;
+                Fill::Data
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                self.armed = true;
+                Fill::Empty
+            }
+            Err(e) => {
+                // Close or death of the peer: TCP's reader sees the end of the stream
+                // either way (a killed process's kernel sends FIN), and writing to a
+                // closed peer fails.
+                if e.kind() != ErrorKind::EndOfStream {
+                    crate::debug!("{}: {e}; the stream ends", self.name);
+                }
+                self.broken = true;
+                self.read_end = ReadEnd::Eof;
+                Fill::Eof
+            }
+        }
+    }
+
+    /// Receives straight into `dst` when the next message fits (no intermediate copy).
+    /// `None`: nothing done, use [`fill`](Self::fill).
+    fn recv_direct(&mut self, dst: &mut [u8]) -> Option<usize> {
+        if self.buffered() > 0 || self.rd_shut || self.read_end == ReadEnd::Eof {
+            return None;
+        }
+        // Nothing in the ring: `fill` announces the wait (one announcement, not two).
+        if self.conn().recv_ready() == Some(false) {
+            return None;
+        }
+        match self.conn().recv(dst) {
+            Ok(0) => {
+                self.read_end = ReadEnd::Eof;
+                Some(0)
+            }
+            Ok(n) => {
+                self.armed = false;
+                Some(n)
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Copies buffered bytes out; `peek` leaves them.
+    fn take(&mut self, dst: &mut [u8], peek: bool) -> usize {
+        let n = dst.len().min(self.buffered());
+        dst[..n].copy_from_slice(&self.rbuf[self.rpos..self.rpos + n]);
+        if !peek {
+            self.rpos += n;
+            if self.rpos == self.rbuf.len() {
+                self.rbuf.clear();
+                self.rpos = 0;
+            }
+        }
+        n
+    }
+
+    /// Sends FIN if `shutdown(SHUT_WR)` could not yet.
+    pub(crate) fn flush_fin(&mut self) {
+        if self.wr_shut && !self.fin_sent && !self.broken {
+            match self.conn().send(&[]) {
+                Ok(()) => self.fin_sent = true,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => self.tx_full = true,
+                Err(_) => self.broken = true,
+            }
+        }
+    }
+
+    /// One non-blocking attempt to send `src`: bytes taken (possibly fewer), or errno.
+    fn send_some(&mut self, src: &[u8]) -> Result<usize, c_int> {
+        if self.wr_shut || self.broken {
+            return Err(libc::EPIPE);
+        }
+        let mut done = 0;
+        while done < src.len() {
+            let n = (src.len() - done).min(CHUNK);
+            match self.conn().send(&src[done..done + n]) {
+                Ok(()) => done += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.tx_full = true;
+                    // A full ring and a hung-up control socket: the peer closed or died
+                    // and will never make room.
+                    let r = real::poll_one(self.ctl, libc::POLLIN | libc::POLLRDHUP, 0);
+                    if r > 0 && r as i16 & (libc::POLLHUP | libc::POLLRDHUP) != 0 {
+                        self.broken = true;
+                        if done == 0 {
+                            return Err(libc::EPIPE);
+                        }
+                    }
+                    break;
+                }
+                Err(e) => {
+                    crate::debug!("{}: send: {e}", self.name);
+                    self.broken = true;
+                    if done == 0 {
+                        return Err(libc::EPIPE);
+                    }
+                    break;
+                }
+            }
+        }
+        if done > 0 {
+            self.tx_full = false;
+        }
+        Ok(done)
+    }
+}
+
+/// Flags of one read call.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct ReadFlags {
+    pub peek: bool,
+    pub dontwait: bool,
+    pub waitall: bool,
+}
+
+impl ReadFlags {
+    pub(crate) fn from_msg(flags: c_int) -> ReadFlags {
+        ReadFlags {
+            peek: flags & libc::MSG_PEEK != 0,
+            dontwait: flags & libc::MSG_DONTWAIT != 0,
+            waitall: flags & libc::MSG_WAITALL != 0,
+        }
+    }
+}
+
+/// Sleeps until the control socket is readable (a doorbell, the peer's end), 100 ms or
+/// the deadline.
+fn sleep_on(ctl: RawFd, deadline: Option<Instant>) {
+    // A doorbell ends the sleep; 100 ms bounds it whatever happens (a doorbell another
+    // thread took, a room doorbell when we wait for data).
+    let mut ms = 100;
+    if let Some(d) = deadline {
+        let left = d.saturating_duration_since(Instant::now());
+        ms = ms.min(left.as_millis() as c_int + 1);
+    }
+    real::poll_one(ctl, libc::POLLIN, ms);
+}
+
+/// `read`/`recv` on a shm connection: bytes read, 0 at end of stream, or errno.
+pub(crate) fn read(entry: &Entry, dst: &mut [u8], flags: ReadFlags) -> Result<usize, c_int> {
+    if dst.is_empty() {
+        return Ok(0);
+    }
+    let nonblocking = flags.dontwait || entry.nonblocking.load(Ordering::Relaxed);
+    let mut got = 0;
+    let mut deadline = None;
+    let mut backoff = Backoff::default();
+    let mut spun = false;
+    loop {
+        let mut s = entry.lock();
+        s.flush_fin();
+        if deadline.is_none() {
+            deadline = s.rcv_timeout.map(|t| Instant::now() + t);
+        }
+        // A blocking read with nothing there spins (bounded) before it announces the
+        // wait: a peer that answers within the spin rings no doorbell.
+        if !nonblocking && !spun {
+            let hint = s.buffered() > 0
+                || s.rd_shut
+                || s.read_end == ReadEnd::Eof
+                || s.conn().recv_ready().unwrap_or(true);
+            if !hint {
+                spun = true;
+                drop(s);
+                spin(|| read_hint(entry));
+                continue;
+            }
+        }
+        // Take everything there is, up to the buffer's size, as TCP's read does: a
+        // short read then means "nothing more now" (and the wait is announced, so the
+        // next message rings a doorbell), which edge-triggered programs rely on.
+        let mut more = false;
+        loop {
+            if got == dst.len() {
+                return Ok(got);
+            }
+            if !flags.peek && s.buffered() == 0 {
+                if let Some(n) = s.recv_direct(&mut dst[got..]) {
+                    if n == 0 {
+                        return Ok(got);
+                    }
+                    got += n;
+                    more = true;
+                    continue;
+                }
+            }
+            // Nothing in the ring: stop without announcing a wait (poll and epoll
+            // announce before they sleep; a blocking read does below).
+            let empty = s.buffered() == 0
+                && !s.rd_shut
+                && s.read_end == ReadEnd::Open
+                && s.conn().recv_ready() == Some(false);
+            match if empty { Fill::Empty } else { s.fill() } {
+                Fill::Data if flags.peek => {
+                    // Only the current message: peeking cannot consume it to go on.
+                    return Ok(got + s.take(&mut dst[got..], true));
+                }
+                Fill::Data => {
+                    got += s.take(&mut dst[got..], false);
+                    more = true;
+                }
+                Fill::Eof => return Ok(got),
+                Fill::Empty => break,
+            }
+        }
+        if more {
+            backoff.reset();
+        }
+        // Drained: the next message is a new edge for an edge-triggered epoll.
+        s.et_drained = true;
+        if got > 0 && !flags.waitall {
+            return Ok(got);
+        }
+        if nonblocking {
+            return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
+        }
+        // Announce the wait before sleeping (what arrived meanwhile is taken instead).
+        if s.fill() != Fill::Empty {
+            continue;
+        }
+        let ctl = s.ctl;
+        drop(s);
+        backoff.wait();
+        sleep_on(ctl, deadline);
+    }
+}
+
+/// `write`/`send` on a shm connection: bytes written (all of them when blocking), or errno.
+pub(crate) fn write(entry: &Entry, src: &[u8], dontwait: bool) -> Result<usize, c_int> {
+    let nonblocking = dontwait || entry.nonblocking.load(Ordering::Relaxed);
+    let mut done = 0;
+    let mut deadline = None;
+    let mut backoff = Backoff::default();
+    loop {
+        let mut s = entry.lock();
+        if deadline.is_none() {
+            deadline = s.snd_timeout.map(|t| Instant::now() + t);
+        }
+        match s.send_some(&src[done..]) {
+            Ok(n) => done += n,
+            Err(e) => return if done > 0 { Ok(done) } else { Err(e) },
+        }
+        if done == src.len() {
+            return Ok(done);
+        }
+        if nonblocking {
+            return if done > 0 {
+                Ok(done)
+            } else {
+                Err(libc::EAGAIN)
+            };
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return if done > 0 {
+                Ok(done)
+            } else {
+                Err(libc::EAGAIN)
+            };
+        }
+        // A data doorbell would keep the control socket readable while we wait for room:
+        // take the waiting message into the buffer (which also drains its doorbell).
+        if s.buffered() == 0 {
+            s.fill();
+        }
+        let ctl = s.ctl;
+        drop(s);
+        backoff.wait();
+        sleep_on(ctl, deadline);
+    }
+}
+
+/// Growing pauses between retries that found the control socket readable but made no
+/// progress (a doorbell meant for the other direction), so such a wait cannot spin hot.
+#[derive(Default)]
+struct Backoff {
+    rounds: u32,
+}
+
+impl Backoff {
+    fn reset(&mut self) {
+        self.rounds = 0;
+    }
+
+    fn wait(&mut self) {
+        if self.rounds > 2 {
+            let us = 10u64 << (self.rounds - 2).min(7);
+            std::thread::sleep(Duration::from_micros(us));
+        }
+        self.rounds += 1;
+    }
+}
+
+/// What `poll` would say of a shm connection for `events` (POLLIN/POLLOUT/…), without
+/// blocking. Reading readiness takes a waiting message into the buffer.
+///
+/// `announce`: when nothing is there to read, announce the wait (a doorbell will come;
+/// costs a system call to drain stale ones). Without it, the read side is looked at in
+/// shared memory only and nothing is announced.
+pub(crate) fn readiness(entry: &Entry, events: i16, announce: bool) -> i16 {
+    let mut s = entry.lock();
+    let mut r = 0;
+    let hint = s.buffered() > 0
+        || s.rd_shut
+        || s.read_end == ReadEnd::Eof
+        || s.conn().recv_ready().unwrap_or(true);
+    let fill = if announce || hint {
+        s.fill()
+    } else {
+        Fill::Empty
+    };
+    if fill != Fill::Empty {
+        r |= events & (libc::POLLIN | libc::POLLRDNORM);
+    }
+    if fill == Fill::Eof && s.read_end == ReadEnd::Eof {
+        r |= events & libc::POLLRDHUP;
+        if s.broken {
+            r |= libc::POLLHUP;
+        }
+    }
+    s.flush_fin();
+    if !s.tx_full || s.broken {
+        r |= events & (libc::POLLOUT | libc::POLLWRNORM);
+    }
+    if s.broken && s.wr_shut {
+        r |= libc::POLLHUP;
+    }
+    r
+}
+
+/// Whether a read would find something at once, from shared memory alone (no system
+/// call): what a bounded spin checks.
+pub(crate) fn read_hint(entry: &Entry) -> bool {
+    let mut s = entry.lock();
+    if s.buffered() > 0 || s.rd_shut || s.read_end == ReadEnd::Eof {
+        return true;
+    }
+    s.conn().recv_ready().unwrap_or(true)
+}
+
+/// For an edge-triggered member: whether a new edge is due (a read drained the
+/// connection and something arrived since, seen in shared memory); `take` consumes it.
+pub(crate) fn et_edge(entry: &Entry, take: bool) -> bool {
+    let mut s = entry.lock();
+    if !s.et_drained {
+        return false;
+    }
+    let due = s.buffered() > 0
+        || s.rd_shut
+        || s.read_end == ReadEnd::Eof
+        || s.conn().recv_ready().unwrap_or(true);
+    if due && take {
+        s.et_drained = false;
+    }
+    due
+}
+
+/// An edge-triggered event was reported: the next edge needs another drain.
+pub(crate) fn clear_et(entry: &Entry) {
+    entry.lock().et_drained = false;
+}
+
+/// Whether a write would take bytes now, as far as this side knows (no system call).
+pub(crate) fn write_hint(entry: &Entry) -> bool {
+    let s = entry.lock();
+    !s.tx_full || s.broken
+}
+
+/// Spins up to the configured budget (`SHMLINK_SPIN_US`) until `ready`; whether it was.
+pub(crate) fn spin(mut ready: impl FnMut() -> bool) -> bool {
+    let budget = config().spin;
+    if budget.is_zero() {
+        return false;
+    }
+    let until = Instant::now() + budget;
+    loop {
+        if ready() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        // Yield rather than burn: on a machine with more runnable threads than CPUs the
+        // peer that would make us ready may be waiting for this very CPU.
+        std::thread::yield_now();
+    }
+}
+
+/// After a room doorbell (or a timeout) the sender may try again: POLLOUT is reported.
+pub(crate) fn clear_tx_full(entry: &Entry) {
+    entry.lock().tx_full = false;
+}
+
+/// `shutdown` on a shm connection.
+pub(crate) fn shutdown(entry: &Entry, how: c_int) -> Result<(), c_int> {
+    let mut s = entry.lock();
+    match how {
+        libc::SHUT_RD => s.rd_shut = true,
+        libc::SHUT_WR => s.wr_shut = true,
+        libc::SHUT_RDWR => {
+            s.rd_shut = true;
+            s.wr_shut = true;
+        }
+        _ => return Err(libc::EINVAL),
+    }
+    s.flush_fin();
+    Ok(())
+}
+
+/// FIONREAD: bytes that a read returns at once (the current message's rest).
+pub(crate) fn available(entry: &Entry) -> usize {
+    let mut s = entry.lock();
+    s.fill();
+    s.buffered()
+}

@@ -1,0 +1,246 @@
+//! Which fd numbers this library looks after: shm connections (dups share one [`Entry`]),
+//! registered listening sockets, per epoll instance the shm connections in it, and the
+//! program's view of FD_CLOEXEC on shm fds.
+//!
+//! Lookups are what every hooked call on a plain fd pays, so an empty table costs one
+//! atomic load. One small lock guards it all, held only for map operations (never while
+//! the library runs, which may call hooks), and `fork` takes it in the parent before the
+//! fork and releases it on both sides after ([`fork_prepare`], [`fork_done`]): a child
+//! never inherits it held by a thread that does not exist there.
+
+use std::cell::UnsafeCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use libc::c_int;
+
+use crate::peer::Registration;
+use crate::sock::Entry;
+
+/// One shm connection in one epoll set, as the application registered it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EpollReg {
+    pub events: u32,
+    pub data: u64,
+    /// EPOLLONESHOT fired: no more events until EPOLL_CTL_MOD.
+    pub disabled: bool,
+    /// In the set as the program sees it (a DEL keeps the kernel's registration).
+    pub app_added: bool,
+    /// The EPOLLET/ONESHOT/EXCLUSIVE/WAKEUP flags of the kernel's registration.
+    pub kflags: u32,
+}
+
+/// epoll fd → (shm fd → registration). Plain fds are the kernel's business alone.
+pub(crate) type Epolls = HashMap<c_int, HashMap<c_int, EpollReg>>;
+
+#[derive(Default)]
+struct Tables {
+    socks: Option<HashMap<c_int, Arc<Entry>>>,
+    listeners: Option<HashMap<c_int, Arc<Registration>>>,
+    epolls: Option<Epolls>,
+    /// The program's view of FD_CLOEXEC on each shm fd. In the kernel every shm fd has
+    /// FD_CLOEXEC: a shm connection cannot cross `exec` (the new image would get the
+    /// control socket), so there it closes instead (see docs/transparent.md).
+    cloexec: Option<HashMap<c_int, bool>>,
+    /// The library's own fds behind shm connections (control sockets, the TCP sockets
+    /// underneath): the program never opened them, so its `close` of such a number gets
+    /// what it would get without the library (EBADF), and cannot pull a connection's
+    /// socket away (a later doorbell would go to whatever reuses the number).
+    internal: Option<std::collections::HashSet<c_int>>,
+}
+
+/// A spin lock (short critical sections only) that `fork` can take and release.
+struct Locked {
+    busy: AtomicBool,
+    tables: UnsafeCell<Tables>,
+}
+
+// SAFETY: `tables` is only reached through `with`, which holds `busy`.
+unsafe impl Sync for Locked {}
+
+static TABLES: Locked = Locked {
+    busy: AtomicBool::new(false),
+    tables: UnsafeCell::new(Tables {
+        socks: None,
+        listeners: None,
+        epolls: None,
+        cloexec: None,
+        internal: None,
+    }),
+};
+
+/// Number of fds in the socket and listener maps: 0 makes every lookup free.
+static TRACKED: AtomicUsize = AtomicUsize::new(0);
+
+fn acquire() {
+    let mut spins = 0u32;
+    // SYNC POINT: Acquire here pairs with the Release in `release`: the holder's map
+    // updates are visible to the next holder.
+    while TABLES
+        .busy
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        spins += 1;
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn release() {
+    // SYNC POINT: pairs with the Acquire in `acquire`.
+    TABLES.busy.store(false, Ordering::Release);
+}
+
+fn with<R>(f: impl FnOnce(&mut Tables) -> R) -> R {
+    struct Unlock;
+    impl Drop for Unlock {
+        fn drop(&mut self) {
+            release();
+        }
+    }
+    acquire();
+    let _unlock = Unlock;
+    // SAFETY: `busy` is held: no other reference to the tables exists until `release`.
+    f(unsafe { &mut *TABLES.tables.get() })
+}
+
+/// `pthread_atfork` prepare: holds the lock across `fork`.
+pub(crate) fn fork_prepare() {
+    acquire();
+}
+
+/// `pthread_atfork` parent and child: releases it.
+pub(crate) fn fork_done() {
+    release();
+}
+
+/// Whether anything is tracked at all (cheap pre-check for hooks).
+#[inline]
+pub(crate) fn any() -> bool {
+    TRACKED.load(Ordering::Relaxed) != 0
+}
+
+/// The shm connection behind `fd`, if any.
+#[inline]
+pub(crate) fn sock(fd: c_int) -> Option<Arc<Entry>> {
+    if !any() {
+        return None;
+    }
+    with(|t| t.socks.as_ref()?.get(&fd).cloned())
+}
+
+/// The registration behind listening socket `fd`, if any.
+pub(crate) fn listener(fd: c_int) -> Option<Arc<Registration>> {
+    if !any() {
+        return None;
+    }
+    with(|t| t.listeners.as_ref()?.get(&fd).cloned())
+}
+
+/// Makes `fd` name `entry`; returns what it named before (the caller drops it outside).
+pub(crate) fn insert_sock(fd: c_int, entry: Arc<Entry>) -> Option<Arc<Entry>> {
+    let old = with(|t| t.socks.get_or_insert_with(HashMap::new).insert(fd, entry));
+    if old.is_none() {
+        TRACKED.fetch_add(1, Ordering::Relaxed);
+    }
+    old
+}
+
+pub(crate) fn insert_listener(fd: c_int, reg: Arc<Registration>) -> Option<Arc<Registration>> {
+    let old = with(|t| t.listeners.get_or_insert_with(HashMap::new).insert(fd, reg));
+    if old.is_none() {
+        TRACKED.fetch_add(1, Ordering::Relaxed);
+    }
+    old
+}
+
+/// What `fd` named, removed from the table (dropped by the caller, outside the lock).
+pub(crate) enum Removed {
+    Sock(Arc<Entry>),
+    Listener(Arc<Registration>),
+}
+
+/// Forgets `fd` (it is being closed or replaced): what it named, if anything.
+pub(crate) fn remove(fd: c_int) -> Option<Removed> {
+    if !any() {
+        return None;
+    }
+    let removed = with(|t| {
+        let removed = if let Some(e) = t.socks.as_mut().and_then(|m| m.remove(&fd)) {
+            Some(Removed::Sock(e))
+        } else {
+            t.listeners
+                .as_mut()
+                .and_then(|m| m.remove(&fd))
+                .map(Removed::Listener)
+        };
+        if removed.is_some() {
+            if let Some(m) = t.epolls.as_mut() {
+                for set in m.values_mut() {
+                    set.remove(&fd);
+                }
+            }
+            if let Some(m) = t.cloexec.as_mut() {
+                m.remove(&fd);
+            }
+        }
+        removed
+    });
+    if removed.is_some() {
+        TRACKED.fetch_sub(1, Ordering::Relaxed);
+    }
+    removed
+}
+
+/// Makes `new` name what `old` names (dup): true if `old` is tracked.
+pub(crate) fn alias(old: c_int, new: c_int) -> bool {
+    if let Some(e) = sock(old) {
+        drop(insert_sock(new, e));
+        return true;
+    }
+    if let Some(r) = listener(old) {
+        drop(insert_listener(new, r));
+        return true;
+    }
+    false
+}
+
+/// What the program set FD_CLOEXEC to on shm fd `fd`.
+pub(crate) fn app_cloexec(fd: c_int) -> bool {
+    with(|t| t.cloexec.as_ref().and_then(|m| m.get(&fd).copied())).unwrap_or(false)
+}
+
+pub(crate) fn set_app_cloexec(fd: c_int, on: bool) {
+    with(|t| {
+        t.cloexec.get_or_insert_with(HashMap::new).insert(fd, on);
+    });
+}
+
+/// Runs `f` on the epoll registrations, under the lock (`f` must not call hooks).
+pub(crate) fn with_epolls<R>(f: impl FnOnce(&mut Epolls) -> R) -> R {
+    with(|t| f(t.epolls.get_or_insert_with(HashMap::new)))
+}
+
+/// Marks (`on`) or unmarks the library's own fds.
+pub(crate) fn set_internal(fds: &[c_int], on: bool) {
+    with(|t| {
+        let set = t.internal.get_or_insert_with(Default::default);
+        for fd in fds {
+            if on {
+                set.insert(*fd);
+            } else {
+                set.remove(fd);
+            }
+        }
+    });
+}
+
+/// Whether `fd` is one of the library's own fds.
+pub(crate) fn is_internal(fd: c_int) -> bool {
+    any() && with(|t| t.internal.as_ref().is_some_and(|s| s.contains(&fd)))
+}

@@ -1,0 +1,439 @@
+//! A real program under transparent mode: redis-server (Debian's, installed by
+//! `scripts/apps.sh install`) runs preloaded; redis-cli and redis-benchmark talk to it
+//! plain (TCP) and preloaded (shared memory). Values must come back intact both ways,
+//! the preloaded clients must really use shared memory and the plain ones must not.
+//! Numbers are printed, never asserted (`scripts/apps.sh bench` reports the ratio).
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn preload_lib() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let lib = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .join("libshmlink_preload.so");
+    assert!(lib.is_file(), "{} is missing", lib.display());
+    lib
+}
+
+fn have(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A scratch directory, removed on drop (also when a test fails).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("shmlink-preload-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("scratch dir");
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child killed and reaped on drop.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn run(cmd: Command, what: &str) -> Output {
+    run_with_input(cmd, what, None)
+}
+
+fn run_with_input(mut cmd: Command, what: &str, input: Option<&[u8]>) -> Output {
+    let mut child = cmd
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    if let Some(data) = input {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(data).expect("write stdin");
+    }
+    // Output is read while the child runs (a full pipe would stop it); a timer kills it
+    // if it does not end in time.
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(RUN_TIMEOUT) {
+        Ok(out) => out.expect("output"),
+        Err(_) => {
+            // SAFETY: kills the child we spawned (it is not reaped yet: the thread waits).
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            panic!("{what} did not finish in {RUN_TIMEOUT:?}");
+        }
+    };
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Requests per second of each test in `redis-benchmark -q` output.
+fn rates(out: &Output) -> Vec<(String, f64)> {
+    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "\n");
+    text.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(": ")?;
+            let rps = rest.split_whitespace().next()?.parse::<f64>().ok()?;
+            rest.contains("requests per second")
+                .then(|| (name.trim().to_string(), rps))
+        })
+        .collect()
+}
+
+fn shm_lines(log: &Path) -> usize {
+    let mut s = String::new();
+    if let Ok(mut f) = std::fs::File::open(log) {
+        let _ = f.read_to_string(&mut s);
+    }
+    s.lines()
+        .filter(|l| l.ends_with("on shared memory"))
+        .count()
+}
+
+#[test]
+fn redis_serves_plain_and_preloaded_clients() {
+    if !have("redis-server") || !have("redis-benchmark") || !have("redis-cli") {
+        shmlink::testing::skip(
+            "apps",
+            "redis-server, redis-cli or redis-benchmark is not installed (scripts/apps.sh install)",
+        );
+        return;
+    }
+    let scratch = Scratch::new("redis");
+    let dir = scratch.0.clone();
+    let lib = preload_lib();
+    let port = free_port().to_string();
+    let server_log = dir.join("server.log");
+    let server = Command::new("redis-server")
+        .args([
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args(["--dir"])
+        .arg(&dir)
+        .env("LD_PRELOAD", &lib)
+        .env("SHMLINK_DIR", dir.join("rdv"))
+        .env("SHMLINK_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&server_log).expect("log file"))
+        .spawn()
+        .expect("spawn redis-server");
+    let _server = Reaped(server);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
+        assert!(Instant::now() < deadline, "redis-server never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = |program: &str, preloaded: bool| {
+        let mut c = Command::new(program);
+        c.env("SHMLINK_DIR", dir.join("rdv"))
+            .env_remove("LD_PRELOAD")
+            .args(["-p", &port]);
+        if preloaded {
+            c.env("LD_PRELOAD", &lib);
+        }
+        c
+    };
+    // A value larger than a ring, set and read back both ways.
+    let value: String = (0..300_000)
+        .map(|i| (b'a' + (i % 26) as u8) as char)
+        .collect();
+    for (preloaded, key) in [(false, "k-plain"), (true, "k-shm")] {
+        let before = shm_lines(&server_log);
+        let mut set = client("redis-cli", preloaded);
+        set.args(["-x", "set", key]);
+        run_with_input(set, "redis-cli set", Some(value.as_bytes()));
+        let mut get = client("redis-cli", preloaded);
+        get.args(["get", key]);
+        let out = run(get, "redis-cli get");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim_end(),
+            value,
+            "preloaded {preloaded}: the value came back different"
+        );
+        let used = shm_lines(&server_log) - before;
+        if preloaded {
+            assert_eq!(
+                used, 2,
+                "both preloaded redis-cli runs go over shared memory"
+            );
+        } else {
+            assert_eq!(used, 0, "plain clients stay on TCP");
+        }
+    }
+    for args in [&["-c", "1"][..], &["-c", "50", "-P", "16"][..]] {
+        let mut got = Vec::new();
+        for preloaded in [false, true] {
+            let before = shm_lines(&server_log);
+            let mut b = client("redis-benchmark", preloaded);
+            b.args(["-t", "set,get", "-n", "20000", "-q"]).args(args);
+            let out = run(b, "redis-benchmark");
+            let r = rates(&out);
+            assert_eq!(r.len(), 2, "SET and GET rates: {r:?}");
+            let used = shm_lines(&server_log) - before;
+            if preloaded {
+                assert!(
+                    used >= 2,
+                    "the preloaded benchmark used shared memory ({used})"
+                );
+            } else {
+                assert_eq!(used, 0);
+            }
+            got.push(r);
+        }
+        for ((name, tcp), (_, shm)) in got[0].iter().zip(&got[1]) {
+            eprintln!(
+                "redis-benchmark {} {name}: TCP {tcp:.0}/s, shmlink {shm:.0}/s, ratio {:.2} (not asserted)",
+                args.join(" "),
+                shm / tcp
+            );
+        }
+    }
+    drop(_server);
+}
+
+/// nginx (one process: `master_process off`, since a listener shared by a fork stays on
+/// TCP) serving static files preloaded: curl fetches a 1 MiB file (nginx's `sendfile`)
+/// intact plain and preloaded, and wrk runs `-c 1` and `-c 64` both ways without socket
+/// errors; only the preloaded clients use shared memory.
+#[test]
+fn nginx_serves_plain_and_preloaded_clients() {
+    if !have_path("nginx") || !have_path("wrk") || !have_path("curl") {
+        shmlink::testing::skip(
+            "apps",
+            "nginx, wrk or curl is not installed (scripts/apps.sh install)",
+        );
+        return;
+    }
+    let scratch = Scratch::new("nginx");
+    let dir = scratch.0.clone();
+    std::fs::create_dir_all(dir.join("www")).expect("scratch dir");
+    std::fs::create_dir_all(dir.join("tmp")).expect("scratch dir");
+    let body: Vec<u8> = (0..1 << 20)
+        .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(dir.join("www/f1m"), &body).expect("file");
+    std::fs::write(dir.join("www/f4k"), &body[..4096]).expect("file");
+    let port = free_port();
+    let d = dir.display();
+    let conf = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log {d}/error.log info;\n\
+         pid {d}/nginx.pid;\nevents {{ worker_connections 1024; }}\nhttp {{\n  access_log off;\n\
+         sendfile on;\n  client_body_temp_path {d}/tmp;\n  proxy_temp_path {d}/tmp;\n\
+         fastcgi_temp_path {d}/tmp;\n  uwsgi_temp_path {d}/tmp;\n  scgi_temp_path {d}/tmp;\n\
+         server {{ listen 127.0.0.1:{port}; root {d}/www; }}\n}}\n"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).expect("conf");
+    let lib = preload_lib();
+    let log = dir.join("preload.log");
+    let server = Command::new("nginx")
+        .arg("-c")
+        .arg(dir.join("nginx.conf"))
+        .arg("-p")
+        .arg(&dir)
+        .env("LD_PRELOAD", &lib)
+        .env("SHMLINK_DIR", dir.join("rdv"))
+        .env("SHMLINK_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn nginx");
+    let _server = Reaped(server);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nginx never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // nginx sends its stderr to error.log once it runs: count the decisions in both.
+    let shm = || shm_lines(&log) + shm_lines(&dir.join("error.log"));
+    let client = |program: &str, preloaded: bool| {
+        let mut c = Command::new(program);
+        c.env("SHMLINK_DIR", dir.join("rdv"))
+            .env_remove("LD_PRELOAD");
+        if preloaded {
+            c.env("LD_PRELOAD", &lib);
+        }
+        c
+    };
+    for preloaded in [false, true] {
+        let before = shm();
+        let mut curl = client("curl", preloaded);
+        curl.args(["-s", "--fail", &format!("http://127.0.0.1:{port}/f1m")]);
+        let out = run(curl, "curl");
+        assert!(
+            out.stdout == body,
+            "preloaded {preloaded}: the file came back different"
+        );
+        let used = shm() - before;
+        assert_eq!(
+            used,
+            usize::from(preloaded),
+            "preloaded {preloaded}: shm connections"
+        );
+    }
+    for conns in ["1", "64"] {
+        let mut rates = Vec::new();
+        for preloaded in [false, true] {
+            let before = shm();
+            let mut wrk = client("wrk", preloaded);
+            wrk.args([
+                "-t1",
+                "-c",
+                conns,
+                "-d2s",
+                &format!("http://127.0.0.1:{port}/f4k"),
+            ]);
+            let out = run(wrk, "wrk");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                !text.contains("Socket errors") && !text.contains("Non-2xx"),
+                "preloaded {preloaded}, -c {conns}: {text}"
+            );
+            let rps = text
+                .lines()
+                .find_map(|l| l.strip_prefix("Requests/sec:"))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no Requests/sec in {text}"));
+            assert!(rps > 0.0);
+            let used = shm() - before;
+            if preloaded {
+                assert!(used >= 1, "the preloaded wrk used shared memory ({used})");
+            } else {
+                assert_eq!(used, 0);
+            }
+            rates.push(rps);
+        }
+        eprintln!(
+            "wrk -c {conns} 4 KiB file: TCP {:.0}/s, shmlink {:.0}/s, ratio {:.2} (not asserted)",
+            rates[0],
+            rates[1],
+            rates[1] / rates[0]
+        );
+    }
+    drop(_server);
+}
+
+/// Whether `program` is on PATH (for programs without a harmless `--version`).
+fn have_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+/// iperf3 (one stream, 2 s): the server preloaded, the client plain then preloaded; both
+/// runs complete, and only the preloaded client's connections (control and data) use
+/// shared memory.
+#[test]
+fn iperf3_streams_plain_and_preloaded() {
+    if !have_path("iperf3") {
+        shmlink::testing::skip("apps", "iperf3 is not installed (scripts/apps.sh install)");
+        return;
+    }
+    let scratch = Scratch::new("iperf");
+    let dir = scratch.0.clone();
+    let lib = preload_lib();
+    let mut rates = Vec::new();
+    for preloaded in [false, true] {
+        let port = free_port().to_string();
+        let log = dir.join(format!("server-{preloaded}.log"));
+        let server = Command::new("iperf3")
+            .args(["-s", "-1", "-p", &port])
+            .env("LD_PRELOAD", &lib)
+            .env("SHMLINK_DIR", dir.join("rdv"))
+            .env("SHMLINK_LOG", "debug")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("spawn iperf3 -s");
+        let server = Reaped(server);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while shm_registered(&log) == 0 {
+            assert!(Instant::now() < deadline, "iperf3 -s never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut c = Command::new("iperf3");
+        c.args(["-c", "127.0.0.1", "-p", &port, "-t", "2"])
+            .env("SHMLINK_DIR", dir.join("rdv"))
+            .env_remove("LD_PRELOAD");
+        if preloaded {
+            c.env("LD_PRELOAD", &lib);
+        }
+        let out = run(c, "iperf3 -c");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let receiver = text
+            .lines()
+            .find(|l| l.trim_end().ends_with("receiver"))
+            .unwrap_or_else(|| panic!("no receiver line: {text}"))
+            .to_string();
+        rates.push(receiver);
+        drop(server);
+        let used = shm_lines(&log);
+        if preloaded {
+            assert!(used >= 2, "control and data connections on shm ({used})");
+        } else {
+            assert_eq!(used, 0, "a plain client stays on TCP");
+        }
+    }
+    eprintln!(
+        "iperf3 TCP: {}\niperf3 shmlink: {} (not asserted)",
+        rates[0], rates[1]
+    );
+}
+
+/// Registrations logged in a preloaded server's log (it listens).
+fn shm_registered(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(": registered at "))
+        .count()
+}

@@ -1,0 +1,505 @@
+//! The syscall-semantics suite of transparent mode: `tests/c/sockcheck.c`, compiled here
+//! with the system C compiler, runs a TCP server and client through sixteen scenarios
+//! (echo, MSG_PEEK/FIONREAD/MSG_WAITALL, non-blocking reads, half close, addresses and
+//! options, level- and edge-triggered epoll mixed with a pipe, select, readv/recvmsg/
+//! writev/sendmsg, EPIPE, dup/dup2, sendfile, a blocking write larger than the ring,
+//! non-blocking writes to EAGAIN then POLLOUT, fork, accept4 and non-blocking connect).
+//! Each side prints what it observes; every pairing — plain, both preloaded, preloaded
+//! server with a plain client and the reverse — must print exactly what the plain pair
+//! prints, and only the preloaded pair may (and must) use shared memory.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Every child is killed after this; a run takes well under a second.
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `target/debug` (or the profile's directory), where cargo puts the preload library.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+fn preload_lib() -> PathBuf {
+    let lib = target_dir().join("libshmlink_preload.so");
+    assert!(
+        lib.is_file(),
+        "{} is missing: cargo builds it with this package's tests",
+        lib.display()
+    );
+    lib
+}
+
+/// A scratch directory removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("shmlink-preload-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("scratch dir");
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Compiles the C check program into `dir`; `None` (after a skip line) without `cc`.
+fn compile(dir: &Path) -> Option<PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/sockcheck.c");
+    let out = dir.join("sockcheck");
+    let r = Command::new("cc")
+        .args(["-O1", "-Wall", "-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .output();
+    match r {
+        Ok(o) if o.status.success() => Some(out),
+        Ok(o) => panic!(
+            "cc failed on {}:\n{}",
+            src.display(),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => {
+            shmlink::testing::skip("cc", format!("no C compiler (cc: {e})"));
+            None
+        }
+    }
+}
+
+/// Waits for `child` at most [`RUN_TIMEOUT`], killing it after.
+fn finish(mut child: Child, what: &str) -> Output {
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    loop {
+        match child.try_wait().expect("try_wait") {
+            Some(_) => return child.wait_with_output().expect("output"),
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("output");
+                panic!(
+                    "{what} did not finish in {RUN_TIMEOUT:?}; stdout:\n{}\nstderr:\n{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            None => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+/// The port a server wrote to `port_file` (waits up to 10 s for it).
+fn wait_port(port_file: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(p) = std::fs::read_to_string(port_file) {
+            return p.trim().to_string();
+        }
+        assert!(Instant::now() < deadline, "the server never wrote its port");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// What one side printed and logged.
+struct Side {
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs the server and the client, each preloaded or not, with their own rendezvous dir.
+fn run_pair(
+    prog: &Path,
+    dir: &Path,
+    server_pre: bool,
+    client_pre: bool,
+    env: &[(&str, &str)],
+) -> (Side, Side) {
+    let rdv = dir.join("rdv");
+    let port_file = dir.join(format!("port-{server_pre}-{client_pre}"));
+    let _ = std::fs::remove_file(&port_file);
+    let cmd = |preloaded: bool| {
+        let mut c = Command::new(prog);
+        c.env("SHMLINK_DIR", &rdv)
+            .env("SHMLINK_LOG", "debug")
+            .env_remove("LD_PRELOAD")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .envs(env.iter().copied());
+        if preloaded {
+            c.env("LD_PRELOAD", preload_lib());
+        }
+        c
+    };
+    let server = cmd(server_pre)
+        .arg("server")
+        .arg(&port_file)
+        .spawn()
+        .expect("spawn server");
+    let port = wait_port(&port_file);
+    let mut client_cmd = cmd(client_pre);
+    client_cmd.arg("client").arg(&port);
+    if let Some(uid) = env.iter().find(|(k, _)| *k == CLIENT_UID).map(|(_, v)| v) {
+        use std::os::unix::process::CommandExt;
+        let uid: u32 = uid.parse().expect("uid");
+        client_cmd.uid(uid).gid(uid).env_remove(CLIENT_UID);
+    }
+    let client = client_cmd.spawn().expect("spawn client");
+    let c = finish(client, "client");
+    let s = finish(server, "server");
+    let side = |o: Output| Side {
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    };
+    assert!(
+        c.status.success(),
+        "client failed: {}",
+        side(c.clone()).stdout
+    );
+    assert!(
+        s.status.success(),
+        "server failed: {}",
+        side(s.clone()).stdout
+    );
+    (side(s), side(c))
+}
+
+/// The scenarios of `sockcheck.c` (its SCENARIOS), one connection each.
+const SCENARIOS: usize = 21;
+
+/// In `run_pair`'s `env`: run the client under this uid (and gid), not the server's.
+const CLIENT_UID: &str = "SOCKCHECK_CLIENT_UID";
+
+fn shm_connections(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.ends_with("on shared memory"))
+        .count()
+}
+
+/// Plain, preloaded, and both mixed pairs observe the same; only the preloaded pair uses
+/// shared memory, for every scenario up to the fork (after a fork the listener stops
+/// taking claims, see docs/transparent.md).
+#[test]
+fn every_pairing_observes_what_plain_tcp_gives() {
+    let scratch = Scratch::new("semantics");
+    let Some(prog) = compile(&scratch.0) else {
+        return;
+    };
+    let src =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/sockcheck.c"))
+            .expect("sockcheck.c");
+    assert!(
+        src.contains(&format!("#define SCENARIOS {SCENARIOS}\n")),
+        "SCENARIOS here and in sockcheck.c differ"
+    );
+    let (plain_s, plain_c) = run_pair(&prog, &scratch.0, false, false, &[]);
+    assert!(
+        plain_s.stdout.contains("server: all done"),
+        "{}",
+        plain_s.stdout
+    );
+    assert!(
+        plain_c.stdout.contains("client: all done"),
+        "{}",
+        plain_c.stdout
+    );
+    assert!(!plain_s.stdout.contains("FAILED") && !plain_c.stdout.contains("FAILED"));
+    for (sp, cp) in [(true, true), (true, false), (false, true)] {
+        let (s, c) = run_pair(&prog, &scratch.0, sp, cp, &[]);
+        let what = format!("server preloaded {sp}, client preloaded {cp}");
+        assert_eq!(
+            s.stdout, plain_s.stdout,
+            "{what}: server differs\n{}",
+            s.stderr
+        );
+        assert_eq!(
+            c.stdout, plain_c.stdout,
+            "{what}: client differs\n{}",
+            c.stderr
+        );
+        let (ns, nc) = (shm_connections(&s.stderr), shm_connections(&c.stderr));
+        if sp && cp {
+            // Every scenario's connection goes over shm: the fork is the last one.
+            assert!(
+                ns == SCENARIOS && nc == SCENARIOS,
+                "{what}: shm connections {ns}/{nc}\n{}",
+                s.stderr
+            );
+        } else {
+            assert_eq!((ns, nc), (0, 0), "{what}: a mixed pair must stay on TCP");
+        }
+    }
+}
+
+/// `SHMLINK_PRELOAD=off` makes the library a pure pass-through.
+#[test]
+fn switched_off_it_stays_on_tcp() {
+    let scratch = Scratch::new("off");
+    let Some(prog) = compile(&scratch.0) else {
+        return;
+    };
+    let (plain_s, plain_c) = run_pair(&prog, &scratch.0, false, false, &[]);
+    let (s, c) = run_pair(&prog, &scratch.0, true, true, &[("SHMLINK_PRELOAD", "off")]);
+    assert_eq!(s.stdout, plain_s.stdout);
+    assert_eq!(c.stdout, plain_c.stdout);
+    assert_eq!(shm_connections(&s.stderr) + shm_connections(&c.stderr), 0);
+}
+
+/// Lines a child prints, read by a thread, so the test can wait for one with a timeout.
+fn lines_of(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let out = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits for the line `want` (or panics after 20 s, listing what came).
+fn expect_line(rx: &std::sync::mpsc::Receiver<String>, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(l) if l == want => return,
+            Ok(l) => seen.push(l),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(_) => break,
+        }
+    }
+    panic!("no line {want:?} (got {seen:?})");
+}
+
+/// SIGKILL of either end mid-stream: the survivor sees what TCP gives it (the reader:
+/// the end of the stream; the writer: EPIPE or ECONNRESET), preloaded or not, and
+/// neither hangs.
+#[test]
+fn a_killed_peer_ends_the_stream_as_over_tcp() {
+    let scratch = Scratch::new("kill");
+    let Some(prog) = compile(&scratch.0) else {
+        return;
+    };
+    let rdv = scratch.0.join("rdv");
+    let spawn = |role: &str, arg: &str, preloaded: bool, log: &Path| {
+        let mut c = Command::new(&prog);
+        c.args([role, arg])
+            .env("SHMLINK_DIR", &rdv)
+            .env("SHMLINK_LOG", "debug")
+            .env_remove("LD_PRELOAD")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).expect("log"));
+        if preloaded {
+            c.env("LD_PRELOAD", preload_lib());
+        }
+        c.spawn().expect("spawn")
+    };
+    for preloaded in [false, true] {
+        for kill_server in [true, false] {
+            let port_file = scratch
+                .0
+                .join(format!("port-kill-{preloaded}-{kill_server}"));
+            let slog = scratch
+                .0
+                .join(format!("server-{preloaded}-{kill_server}.log"));
+            let clog = scratch
+                .0
+                .join(format!("client-{preloaded}-{kill_server}.log"));
+            let mut server = spawn(
+                "blast-server",
+                port_file.to_str().unwrap(),
+                preloaded,
+                &slog,
+            );
+            let port = wait_port(&port_file);
+            let mut client = spawn("drain-client", &port, preloaded, &clog);
+            let from_client = lines_of(&mut client);
+            let from_server = lines_of(&mut server);
+            expect_line(&from_client, "drain-client: reading");
+            let (victim, survivor, rx, want) = if kill_server {
+                (&mut server, client, &from_client, "drain-client: end: 0")
+            } else {
+                (
+                    &mut client,
+                    server,
+                    &from_server,
+                    "blast-server: write error: EPIPE/ECONNRESET",
+                )
+            };
+            victim.kill().expect("kill -9");
+            victim.wait().expect("reap");
+            expect_line(rx, want);
+            let status = finish(survivor, "survivor").status;
+            assert!(
+                status.success(),
+                "preloaded {preloaded}, server killed {kill_server}: {status}"
+            );
+            let log = std::fs::read_to_string(&clog).unwrap_or_default();
+            assert_eq!(
+                shm_connections(&log),
+                usize::from(preloaded),
+                "preloaded {preloaded}: shm use\n{log}"
+            );
+        }
+    }
+}
+
+/// `exec` with a connection open (FD_CLOEXEC cleared, and it reads back cleared): over
+/// TCP the new image serves it; a shm connection cannot cross exec yet, so there it is
+/// closed in the new image (EBADF, never the control socket's bytes) and the peer reads
+/// the end of the stream — no garbage, no hang (docs/transparent.md, limits).
+#[test]
+fn exec_keeps_tcp_and_ends_a_shm_connection_cleanly() {
+    let scratch = Scratch::new("exec");
+    let Some(prog) = compile(&scratch.0) else {
+        return;
+    };
+    let rdv = scratch.0.join("rdv");
+    for preloaded in [false, true] {
+        let port_file = scratch.0.join(format!("port-exec-{preloaded}"));
+        let cmd = |args: &[&str]| {
+            let mut c = Command::new(&prog);
+            c.args(args)
+                .env("SHMLINK_DIR", &rdv)
+                .env("SHMLINK_LOG", "debug")
+                .env_remove("LD_PRELOAD")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            if preloaded {
+                c.env("LD_PRELOAD", preload_lib());
+            }
+            c
+        };
+        let server = cmd(&["exec-server", port_file.to_str().unwrap()])
+            .spawn()
+            .expect("spawn");
+        let port = wait_port(&port_file);
+        let client = cmd(&["ping-client", &port]).spawn().expect("spawn");
+        let c = finish(client, "ping-client");
+        let s = finish(server, "exec-server");
+        let (cs, ss) = (
+            String::from_utf8_lossy(&c.stdout).into_owned(),
+            String::from_utf8_lossy(&s.stdout).into_owned(),
+        );
+        assert!(ss.contains("exec-server: FD_CLOEXEC reads back: 0"), "{ss}");
+        if preloaded {
+            assert!(shm_connections(&String::from_utf8_lossy(&c.stderr)) == 1);
+            assert!(ss.contains("exec-child: read -1 EBADF"), "{ss}");
+            assert_eq!(cs.trim(), "ping-client: got '' then 0");
+        } else {
+            assert!(ss.contains("exec-child: read 4 -"), "{ss}");
+            assert_eq!(cs.trim(), "ping-client: got 'pong' then 0");
+        }
+    }
+}
+
+/// `shmlink run`: `--print-path` names this build's library, `-- CMD` runs CMD preloaded
+/// (a server and a client under it talk over shared memory), and a missing command says
+/// so. Needs the `shmlink` binary next to this test's target directory, which
+/// `cargo test --workspace` builds (run alone, this test skips).
+#[test]
+fn shmlink_run_preloads_the_command() {
+    let shmlink = target_dir().join("shmlink");
+    if !shmlink.is_file() {
+        shmlink::testing::skip(
+            "cli",
+            format!(
+                "{} is not built (cargo build -p shmlink-cli)",
+                shmlink.display()
+            ),
+        );
+        return;
+    }
+    let out = Command::new(&shmlink)
+        .args(["run", "--print-path"])
+        .env_remove("SHMLINK_PRELOAD_LIB")
+        .output()
+        .expect("shmlink run --print-path");
+    assert!(out.status.success());
+    let printed = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert_eq!(
+        printed.canonicalize().expect("printed path exists"),
+        preload_lib().canonicalize().unwrap()
+    );
+    let none = Command::new(&shmlink).arg("run").output().expect("run");
+    assert_eq!(none.status.code(), Some(2));
+    let missing = Command::new(&shmlink)
+        .args(["run", "--", "/nonexistent/program"])
+        .output()
+        .expect("run");
+    assert_eq!(missing.status.code(), Some(127));
+
+    let scratch = Scratch::new("run");
+    let Some(prog) = compile(&scratch.0) else {
+        return;
+    };
+    let port_file = scratch.0.join("port");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let mut c = Command::new(&shmlink);
+        c.args(["run", "--debug", "--"])
+            .args(args)
+            .env("SHMLINK_DIR", scratch.0.join("rdv"))
+            .env_remove("LD_PRELOAD")
+            .env_remove("SHMLINK_PRELOAD_LIB")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c.spawn().expect("shmlink run")
+    };
+    let server = run(&[
+        prog.as_os_str(),
+        "exec-server".as_ref(),
+        port_file.as_os_str(),
+    ]);
+    let port = wait_port(&port_file);
+    let client = run(&[prog.as_os_str(), "ping-client".as_ref(), port.as_ref()]);
+    let c = finish(client, "client under shmlink run");
+    let s = finish(server, "server under shmlink run");
+    assert!(c.status.success() && s.status.success());
+    assert_eq!(shm_connections(&String::from_utf8_lossy(&c.stderr)), 1);
+    assert_eq!(shm_connections(&String::from_utf8_lossy(&s.stderr)), 1);
+}
+
+/// The listener's access rules apply: a preloaded client of another uid (not admitted:
+/// by default a listener takes its own uid and root) stays on TCP and observes exactly
+/// what plain TCP gives. Needs root, to run the client as `nobody`.
+#[test]
+fn a_client_the_listener_does_not_admit_stays_on_tcp() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        shmlink::testing::skip("root", "running the client under another uid needs root");
+        return;
+    }
+    let scratch = Scratch::new("uid");
+    // The program and its directory must be reachable by `nobody`.
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(&scratch.0, std::fs::Permissions::from_mode(0o755));
+    let Some(prog) = compile(&scratch.0) else {
+        return;
+    };
+    let (plain_s, plain_c) = run_pair(&prog, &scratch.0, false, false, &[]);
+    let (s, c) = run_pair(&prog, &scratch.0, true, true, &[(CLIENT_UID, "65534")]);
+    assert_eq!(s.stdout, plain_s.stdout, "server differs\n{}", s.stderr);
+    assert_eq!(c.stdout, plain_c.stdout, "client differs\n{}", c.stderr);
+    assert_eq!(
+        shm_connections(&s.stderr) + shm_connections(&c.stderr),
+        0,
+        "{}",
+        c.stderr
+    );
+    assert!(
+        s.stderr.contains("registered"),
+        "the server did register: {}",
+        s.stderr
+    );
+}
