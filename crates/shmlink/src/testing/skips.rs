@@ -6,7 +6,7 @@
 //! only the print macros), appends the same line to the file named by [`SKIP_LOG_ENV`]
 //! (`scripts/test.sh` sets it, counts the lines and lists them in its summary), and, when
 //! [`REQUIRE_ENV`] names the test's requirement, fails the test instead: CI, which has
-//! everything, sets `SHMLINK_REQUIRE=brokers,root,netns,nightly`.
+//! everything, sets every category below but `zmq` (see `.ci/run`).
 //!
 //! Requirements (the `category` of [`skip`]):
 //!
@@ -17,6 +17,10 @@
 //! | `netns`   | root, `unshare`, `mount` and `ip netns` that work here |
 //! | `nightly` | a nightly toolchain (the fuzz step of `scripts/test.sh`) |
 //! | `zmq`     | the `zmq` feature (on by default) |
+//! | `cc`      | a C compiler (`cc`), for the tests that compile C programs |
+//! | `capi`    | `libshmlink` built and installable (`scripts/capi.sh`) |
+//! | `apps`    | redis, nginx, wrk, curl, iperf3 (`scripts/apps.sh install`) |
+//! | `cli`     | the `shmlink` binary built beside the test (the workspace's test run builds it) |
 
 use std::io::Write;
 
