@@ -605,6 +605,14 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     });
     out.finish();
     print!("{}", report::table(&cells));
+    if c.modes.contains(&Mode::Latency) {
+        // The harness's share of every round trip above: two clock reads, the sample
+        // check and the push, timed around an empty round trip.
+        println!(
+            "\n# timing one round trip costs the harness {:.1} ns (an empty round trip, median of 5 x 1M)",
+            shmlink_measure::protocol::timing_cost(5, 1_000_000)
+        );
+    }
     let failed = cells.iter().filter(|x| x.status == Status::Failed).count();
     let report = Report {
         schema: report::SCHEMA,
