@@ -63,6 +63,15 @@ pub const ALIGN: usize = 8;
 pub const FLAG_MORE: u32 = 1;
 /// First fragment of a split message; its payload starts with the total length (`u64`).
 pub const FLAG_FIRST: u32 = 2;
+/// Flags of a skip record (`FLAG_FIRST` alone, which no message uses): padding from its
+/// position to the end of the ring, written by the producer before a large record when
+/// the ring is empty, so that the record starts at the ring's start, in memory the last
+/// large record warmed (caches, TLB) instead of the coldest part of the ring. The
+/// consumer passes over it ([`Record::is_skip`]).
+pub const FLAG_SKIP: u32 = FLAG_FIRST;
+/// Records of at least this size (and an eighth of the ring) restart at the ring's start
+/// when the ring is empty.
+pub const RESTART_MIN: usize = 64 << 10;
 const KNOWN_FLAGS: u32 = FLAG_MORE | FLAG_FIRST;
 /// Bit 63 of a header word: a published header (a zeroed slot is never one).
 const STAMP_VALID: u64 = 1 << 63;
@@ -490,12 +499,47 @@ impl Producer {
     #[inline(always)]
     pub fn try_reserve(&mut self, len: usize) -> Result<Option<NonNull<u8>>> {
         debug_assert!(record_size(len) <= self.ring.max_record());
+        if record_size(len) >= RESTART_MIN.max(self.ring.cap / 8) {
+            self.restart_if_empty(record_size(len))?;
+        }
         if !self.has_room(record_size(len))? {
             return Ok(None);
         }
         // SAFETY: the header starts below `cap` and the record is at most cap/2 bytes, so
         // it lies within the 2*cap mapped bytes.
         Ok(Some(unsafe { self.ring.at(self.tail).add(HEADER) }))
+    }
+
+    /// Before a large record of `size` bytes: if the ring is empty and the record fits at
+    /// its start, writes a skip record ([`FLAG_SKIP`]) to the end of the ring, so the
+    /// record lands at the start, where the previous one did. The skip is published with
+    /// the record (by `commit`'s `tail`: no wake-up of its own, which would use up the
+    /// consumer's announcement); a consumer that finds its header first passes over it.
+    #[cold]
+    fn restart_if_empty(&mut self, size: usize) -> Result<()> {
+        let off = self.tail as usize & (self.ring.cap - 1);
+        // The skip (cap - off bytes), the record and the next header slot must fit.
+        if off == 0 || off < size + HEADER {
+            return Ok(());
+        }
+        if self.tail != self.cached_head {
+            self.refresh_head()?;
+            if self.tail != self.cached_head {
+                return Ok(());
+            }
+        }
+        let skip = (self.ring.cap - off) as u64;
+        self.ring
+            .store_header(self.tail + skip, 0, Ordering::Relaxed);
+        // SYNC POINT (data): Release pairs with the Acquire in `Consumer::peek` (the
+        // zeroed slot first, as in `commit`).
+        self.ring.store_header(
+            self.tail,
+            header_word(self.tail, skip as usize - HEADER, FLAG_SKIP),
+            Ordering::Release,
+        );
+        self.tail += skip;
+        Ok(())
     }
 
     /// Publishes the record reserved by the last successful [`try_reserve`] with `len`
@@ -569,6 +613,12 @@ pub struct Record {
 }
 
 impl Record {
+    /// Whether this is a skip record ([`FLAG_SKIP`]): pass over it with
+    /// [`Consumer::advance`]`(size())`, its payload is padding.
+    pub fn is_skip(&self) -> bool {
+        self.flags == FLAG_SKIP
+    }
+
     /// Bytes the record occupies in the ring.
     pub fn size(&self) -> usize {
         record_size(self.len)
@@ -684,8 +734,15 @@ impl Consumer {
         let len = (word & 0xffff_ffff) as usize;
         let flags = ((word & FLAGS_MASK) >> 32) as u32;
         // A record is at most half the ring (`RingRef::max_record`), so one starting below
-        // cap lies inside the 2*cap mapped bytes whatever the peer wrote.
-        if record_size(len) > self.ring.max_record() {
+        // cap lies inside the 2*cap mapped bytes whatever the peer wrote; a skip record
+        // ends exactly at the end of the ring (and is never read).
+        let bad = if flags == FLAG_SKIP {
+            (self.head as usize + record_size(len)) % self.ring.cap != 0
+                || record_size(len) > self.ring.cap - HEADER
+        } else {
+            record_size(len) > self.ring.max_record()
+        };
+        if bad {
             return Err(Violation::new(format!(
                 "bad record header at {}: length {len}, flags {flags:#x}, ring of {} bytes",
                 self.head, self.ring.cap
@@ -835,6 +892,7 @@ mod tests {
         h.prod.tail.0.store(32, Ordering::Relaxed);
         assert!(c.arm().is_err(), "a published tail with no header at head");
         // Headers: only one stamped for this position counts; its length must fit.
+        h.prod.tail.0.store(16, Ordering::Relaxed);
         let mut c = Consumer::new(h.ring(), FenceMode::Symmetric);
         c.head = 16;
         h.data[2] = header_word(16 + 256, 3, 0); // last lap's stamp
@@ -851,6 +909,65 @@ mod tests {
         p2.tail = 16;
         p2.cached_head = 0;
         assert!(p2.has_room(256).is_err());
+    }
+
+    /// A large record on an empty ring restarts at the ring's start, behind a skip record
+    /// to the end; on a ring that is not empty it goes where the tail is.
+    #[test]
+    fn large_records_restart_at_the_start_of_an_empty_ring() {
+        let cap = 1 << 20;
+        let mut h = HeapRing::new(cap);
+        let (mut p, mut c) = (
+            Producer::new(h.ring(), FenceMode::Symmetric),
+            Consumer::new(h.ring(), FenceMode::Symmetric),
+        );
+        let base = h.data.as_ptr() as usize;
+        assert!(push(&mut p, &[1; 100]));
+        assert_eq!(pop(&mut c).unwrap(), [1; 100]);
+        let big = 200 << 10;
+        // It does not fit before the tail (112): it goes at the tail.
+        let dst = p.try_reserve(big).unwrap().unwrap();
+        assert_eq!(dst.as_ptr() as usize - base, 112 + HEADER);
+        p.commit(big, 0);
+        let r = c.peek().unwrap().unwrap();
+        assert_eq!((r.len, r.is_skip()), (big, false));
+        c.advance(r.size());
+        // Now it does: the next one restarts at the start.
+        let dst = p.try_reserve(big).unwrap().unwrap();
+        assert_eq!(
+            dst.as_ptr() as usize - base,
+            HEADER,
+            "at the start of the ring"
+        );
+        p.commit(big, 0);
+        let skip = c.peek().unwrap().unwrap();
+        assert!(skip.is_skip());
+        assert_eq!(skip.size(), cap - 112 - record_size(big));
+        c.advance(skip.size());
+        let r = c.peek().unwrap().unwrap();
+        assert_eq!(
+            (r.len, r.flags, r.ptr.as_ptr() as usize - base),
+            (big, 0, HEADER)
+        );
+        c.advance(r.size());
+        // Not empty: the next large record follows the small one.
+        assert!(push(&mut p, &[2; 100]));
+        let dst = p.try_reserve(big).unwrap().unwrap();
+        assert_eq!(
+            dst.as_ptr() as usize - base,
+            record_size(big) + 112 + HEADER
+        );
+        p.commit(big, 0);
+        // Both read, nothing is left.
+        for _ in 0..2 {
+            let r = c.peek().unwrap().unwrap();
+            c.advance(r.size());
+        }
+        assert!(c.peek().unwrap().is_none());
+        // A skip record must end at the end of the ring.
+        let mut c2 = Consumer::new(h.ring(), FenceMode::Symmetric);
+        h.data[0] = header_word(0, 1000, FLAG_SKIP);
+        assert!(c2.peek().is_err());
     }
 
     /// Payload that looks like the next record's header is never taken for one: the

@@ -646,6 +646,13 @@ impl ShmConn {
                 },
                 Err(e) => return Err(self.fail(e)),
             };
+            if rec.is_skip() {
+                // Padding before a large record that restarted at the ring's start.
+                if self.rx.advance(rec.size()) {
+                    self.doorbell(Bell::Room);
+                }
+                continue;
+            }
             if self.reasm_total.is_none() && rec.flags == 0 {
                 if rec.len > self.max_recv {
                     let e = Error::violation(format!(
