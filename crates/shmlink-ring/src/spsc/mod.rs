@@ -649,6 +649,12 @@ impl Consumer {
         }
     }
 
+    /// The ring.
+    #[inline]
+    pub fn ring(&self) -> &RingRef {
+        &self.ring
+    }
+
     /// Reloads and validates the producer's position. The header protocol lets the
     /// consumer run ahead of the `tail` it last read, and even of the one it reads now
     /// (the producer stores a record's header before its tail), so `tail` may lie below
