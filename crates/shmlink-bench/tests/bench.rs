@@ -92,6 +92,7 @@ method_tests! {
     shm_eventfd => "shm-eventfd",
     shm_futex => "shm-futex",
     shm_spin => "shm-spin",
+    floor_c => "floor-c",
     shmlink_shm => "shmlink-shm",
     shmlink_shm_zc => "shmlink-shm-zc",
     shmlink_shm_blocking => "shmlink-shm-blocking",
@@ -149,6 +150,7 @@ fn same_core_placement_works_for_busy_polling() {
     let _serial = serial();
     for name in [
         "shm-spin",
+        "floor-c",
         "shmlink-shm",
         "shmlink-shm-zc",
         "iceoryx2",

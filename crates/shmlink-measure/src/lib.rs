@@ -47,6 +47,7 @@
 //! ```
 
 pub mod checksum;
+pub mod clock;
 pub mod cpus;
 pub mod endpoint;
 pub mod link;

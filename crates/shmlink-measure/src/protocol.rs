@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::clock::Clock;
 use crate::endpoint::Endpoint;
 use crate::mode::Mode;
 use crate::payload::{self, MIN_CHECKSUMMED, TRAILER};
@@ -146,6 +147,48 @@ fn send_data(
     }
 }
 
+/// The data messages one end of a latency run sends, generated ahead: after sending
+/// message `seq`, an end generates `seq + 1` while the other end answers, so the
+/// generation (a checksum over the whole payload) is off the round trip's critical path
+/// (it used to be on it at both ends). The bytes and their checks are the same; zero-copy
+/// endpoints still generate in place, inside the round trip, as that is what they measure.
+struct Outgoing {
+    buf: Vec<u8>,
+    /// The message `buf` holds, if generated ahead.
+    ready: Option<u64>,
+}
+
+impl Outgoing {
+    fn new(size: usize) -> Outgoing {
+        Outgoing {
+            buf: vec![0u8; size],
+            ready: None,
+        }
+    }
+
+    /// Sends data message `seq` (damaged as `fault` says, if it hits `seq`).
+    fn send(&mut self, ep: &mut dyn Endpoint, seq: u64, fault: Option<Fault>) -> io::Result<()> {
+        let fault = fault.filter(|f| f.hits(seq));
+        if ep.in_place().is_some() || self.ready != Some(seq) {
+            self.ready = None;
+            return send_data(ep, &mut self.buf, seq, fault);
+        }
+        self.ready = None;
+        ep.send(&self.buf)
+    }
+
+    /// Generates data message `seq` ahead (copying endpoints only).
+    fn prepare(&mut self, ep: &mut dyn Endpoint, seq: u64, fault: Option<Fault>) {
+        if ep.in_place().is_none() {
+            payload::write(&mut self.buf, seq);
+            if let Some(f) = fault.filter(|f| f.hits(seq)) {
+                f.damage(&mut self.buf, seq);
+            }
+            self.ready = Some(seq);
+        }
+    }
+}
+
 /// Receives one message of `inb.len()` bytes and returns what `look` makes of it: read
 /// into `inb`, or, for a zero-copy method, looked at where it arrived.
 fn recv_msg<T>(
@@ -235,11 +278,15 @@ pub fn drive(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
 }
 
 fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
-    let mut out = vec![0u8; plan.size];
+    // Calibrated before the peer's clocks start (it waits for the first message).
+    let clock = Clock::new();
+    let mut out = Outgoing::new(plan.size);
     let mut inb = vec![0u8; plan.size];
     let mut checker = Checker::new(plan.size, plan.sampling, plan.seed, ep.in_place().is_some());
     let mut round_trip = |ep: &mut dyn Endpoint, checker: &mut Checker, seq: u64| {
-        send_data(ep, &mut out, seq, None).map_err(|e| err(format!("send #{seq}: {e}")))?;
+        out.send(ep, seq, None)
+            .map_err(|e| err(format!("send #{seq}: {e}")))?;
+        out.prepare(ep, seq + 1, None);
         recv_msg(ep, &mut inb, |msg| {
             check(checker, msg, seq).map_err(|e| err(format!("answer: {e}")))
         })
@@ -258,24 +305,12 @@ fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
         return Err(err("the peer did not answer the end-of-warm-up mark"));
     }
 
-    let mut rtts = Vec::with_capacity(match plan.stop {
-        Stop::Count(c) => c.min(MAX_SAMPLES) as usize,
-        Stop::Millis(_) => 1 << 16,
-    });
     checker.reset_spent();
     let cpu0 = cpu_time();
     let t0 = Instant::now();
-    let mut n = 0;
-    while !plan.done(n, t0) {
-        let t = Instant::now();
-        round_trip(ep, &mut checker, seq)?;
-        let rtt = t.elapsed();
-        if checker.timed(seq) {
-            rtts.push(rtt.as_nanos() as u64);
-        }
-        seq += 1;
-        n += 1;
-    }
+    let (rtts, n) = timed_loop(&clock, plan.stop, seq, |seq| {
+        (checker.timed(seq), round_trip(ep, &mut checker, seq))
+    })?;
     let elapsed = t0.elapsed();
     let cpu = cpu_time().saturating_sub(cpu0);
     ep.send(&control(plan.size, STOP))?;
@@ -286,6 +321,80 @@ fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
         cpu,
         verify: checker.spent(),
     })
+}
+
+/// The measured round trips: `rt(seq)` for seq = `seq0`, `seq0 + 1`, ... until `stop`,
+/// returning (whether to keep its time, its result). One clock read per round trip: the
+/// read that ends one starts the next, so a round trip's time is the interval between
+/// two reads and timing costs one read (about 10 ns with the TSC), the keep check and
+/// the push ([`timing_cost`] times this same loop around empty round trips). A round
+/// trip that is not kept (its messages were checksummed) still ends with a read, so the
+/// checksum is never charged to the next one. Returns the kept times in ns and the
+/// count of round trips.
+#[inline(always)]
+fn timed_loop(
+    clock: &Clock,
+    stop: Stop,
+    seq0: u64,
+    mut rt: impl FnMut(u64) -> (bool, io::Result<()>),
+) -> io::Result<(Vec<u64>, u64)> {
+    let (limit, deadline) = match stop {
+        Stop::Count(c) => (c, u64::MAX),
+        Stop::Millis(ms) => (MAX_SAMPLES, clock.ticks(ms * 1_000_000)),
+    };
+    let mut rtts = rtts_buffer(limit);
+    let start = clock.now();
+    let mut prev = start;
+    let mut n = 0;
+    while n < limit {
+        let (keep, res) = rt(seq0 + n);
+        let now = clock.now();
+        res?;
+        if keep {
+            // Ticks here, nanoseconds after the loop: no conversion inside it.
+            rtts.push(now.wrapping_sub(prev));
+        }
+        prev = now;
+        n += 1;
+        if n >= MIN_MEASURED && now.wrapping_sub(start) >= deadline {
+            break;
+        }
+    }
+    for r in &mut rtts {
+        *r = clock.ns(0, *r);
+    }
+    Ok((rtts, n))
+}
+
+/// An empty vector for `limit` round-trip times whose first million slots are already
+/// paged in: a page fault inside the loop (one per 512 samples, microseconds each on a
+/// VM) would be charged to a round trip.
+fn rtts_buffer(limit: u64) -> Vec<u64> {
+    let mut v = vec![1u64; limit.min(1 << 20) as usize];
+    std::hint::black_box(&mut v);
+    v.clear();
+    v
+}
+
+/// What timing one round trip costs the latency driver, in ns: the median, over
+/// `rounds` batches of `per_round` empty round trips (nothing sent), of the time per
+/// round trip of the loop [`drive`] measures every round trip in. This is the part of a
+/// reported round trip that is the harness's, not the method's.
+pub fn timing_cost(rounds: usize, per_round: u64) -> f64 {
+    let checker = Checker::new(64, Sampling::DEFAULT, 1, false);
+    let clock = Clock::new();
+    let mut per = Vec::with_capacity(rounds);
+    for _ in 0..rounds.max(1) {
+        let t0 = Instant::now();
+        let r = timed_loop(&clock, Stop::Count(per_round), 0, |seq| {
+            std::hint::black_box(seq);
+            (checker.timed(seq), Ok(()))
+        });
+        per.push(t0.elapsed().as_nanos() as f64 / per_round.max(1) as f64);
+        std::hint::black_box(&r);
+    }
+    per.sort_by(f64::total_cmp);
+    per[per.len() / 2]
 }
 
 /// Receives the next cumulative ack, which must lie in `acked+1 ..= sent`.
@@ -466,7 +575,7 @@ fn answer(
     let every = window.div_ceil(2).max(1);
     let mut checker = Checker::new(size, sampling, seed, ep.in_place().is_some());
     let mut inb = vec![0u8; size];
-    let mut out = vec![0u8; size];
+    let mut answers = Outgoing::new(size);
     let mut expected = 0u64;
     let mut at_mark = 0;
     let mut cpu0 = cpu_time();
@@ -505,9 +614,10 @@ fn answer(
                 match mode {
                     Mode::Latency => {
                         let seq = expected - 1;
-                        let fault = fault.filter(|f| f.hits(seq));
-                        send_data(ep, &mut out, seq, fault)
+                        answers
+                            .send(ep, seq, fault)
                             .map_err(|e| err(format!("answer #{seq}: {e}")))?;
+                        answers.prepare(ep, expected, fault);
                     }
                     Mode::Throughput if expected % every == 0 => {
                         ep.send(&expected.to_le_bytes())

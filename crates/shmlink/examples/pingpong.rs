@@ -1,8 +1,10 @@
 //! The library's own floor, without the pong tool's verification: round-trip percentiles
-//! of 64-byte messages, or a one-way stream of them, between two pinned processes; or
-//! the CPU time an idle connected pair uses.
+//! of SIZE-byte messages (64 by default), or a one-way stream of them, between two pinned
+//! processes; or the CPU time an idle connected pair uses. Messages are copied in
+//! (`send`, or `reserve` + a copy in the stream) and out (`recv`), as the bench's copying
+//! rows do.
 //!
-//! `cargo run --release --example pingpong -- [--stream | --idle SECONDS] [ADDR] [COUNT]`
+//! `cargo run --release --example pingpong -- [--stream | --idle SECONDS] [ADDR] [COUNT] [SIZE]`
 //!
 //! The parent binds ADDR (default `shm:pingpong-PID`), re-runs itself as the child (the
 //! echoing or draining end), and prints what it measured.
@@ -15,8 +17,8 @@ use shmlink::{Connection, Listener, Options};
 fn main() -> shmlink::Result<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("--child") => return child(&args[1], false),
-        Some("--stream-child") => return child(&args[1], true),
+        Some("--child") => return child(&args[1], false, size_arg(&args, 2)),
+        Some("--stream-child") => return child(&args[1], true, size_arg(&args, 2)),
         Some("--idle") => return idle(args.get(1).and_then(|s| s.parse().ok()).unwrap_or(10)),
         Some("--idle-child") => {
             return idle_child(
@@ -34,20 +36,24 @@ fn main() -> shmlink::Result<()> {
         .first()
         .cloned()
         .unwrap_or_else(|| format!("shm:pingpong-{}", std::process::id()));
+    let size = size_arg(&args, 2);
     let default = if stream { 20_000_000 } else { 200_000 };
-    let count = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(default);
+    let count = args
+        .get(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default * 64 / size.max(64));
     shmlink_sys::pin_to_cpu(0).ok();
-    let mut listener = Listener::bind(&addr, &Options::default())?;
+    let mut listener = Listener::bind(&addr, &options(size))?;
     let role = if stream { "--stream-child" } else { "--child" };
     let mut child: Child = Command::new(std::env::current_exe().expect("own path"))
-        .args([role, &listener.local_addr()])
+        .args([role, &listener.local_addr(), &size.to_string()])
         .spawn()
         .expect("spawn the child");
     let result = listener.accept().and_then(|mut conn| {
         if stream {
-            stream_to(conn, count)
+            stream_to(conn, count, size)
         } else {
-            ping(&mut conn, count)
+            ping(&mut conn, count, size)
         }
     });
     child.wait().expect("wait for the child");
@@ -56,11 +62,23 @@ fn main() -> shmlink::Result<()> {
     Ok(())
 }
 
+/// The message size argument at `i` (64 if absent).
+fn size_arg(args: &[String], i: usize) -> usize {
+    args.get(i).and_then(|s| s.parse().ok()).unwrap_or(64)
+}
+
+/// The default options, with room for `size`-byte messages.
+fn options(size: usize) -> Options {
+    let opts = Options::default();
+    let max = opts.configured_max_msg_size().max(size);
+    opts.max_msg_size(max)
+}
+
 /// The child: echo every message, or drain them, until the parent closes.
-fn child(addr: &str, drain: bool) -> shmlink::Result<()> {
+fn child(addr: &str, drain: bool, size: usize) -> shmlink::Result<()> {
     shmlink_sys::pin_to_cpu(1).ok();
-    let mut conn = Connection::connect(addr, &Options::default())?;
-    let mut buf = [0u8; 64];
+    let mut conn = Connection::connect(addr, &options(size))?;
+    let mut buf = vec![0u8; size];
     loop {
         let n = match conn.recv(&mut buf) {
             Ok(n) => n,
@@ -73,23 +91,23 @@ fn child(addr: &str, drain: bool) -> shmlink::Result<()> {
     }
 }
 
-fn ping(conn: &mut Connection, count: usize) -> shmlink::Result<String> {
-    const WARMUP: usize = 10_000;
-    let msg = [7u8; 64];
-    let mut back = [0u8; 64];
+fn ping(conn: &mut Connection, count: usize, size: usize) -> shmlink::Result<String> {
+    let warmup = (10_000 * 64 / size.max(64)).max(10);
+    let msg = vec![7u8; size];
+    let mut back = vec![0u8; size];
     let mut rtts = Vec::with_capacity(count);
-    for i in 0..WARMUP + count {
+    for i in 0..warmup + count {
         let t = Instant::now();
         conn.send(&msg)?;
         conn.recv(&mut back)?;
-        if i >= WARMUP {
+        if i >= warmup {
             rtts.push(t.elapsed().as_nanos() as u64);
         }
     }
     rtts.sort_unstable();
     let p = |q: f64| rtts[((rtts.len() - 1) as f64 * q) as usize];
     Ok(format!(
-        "{count} round trips of 64 B: p50 {} ns, p90 {} ns, p99 {} ns, p99.9 {} ns, max {} ns",
+        "{count} round trips of {size} B: p50 {} ns, p90 {} ns, p99 {} ns, p99.9 {} ns, max {} ns",
         p(0.5),
         p(0.9),
         p(0.99),
@@ -98,18 +116,21 @@ fn ping(conn: &mut Connection, count: usize) -> shmlink::Result<String> {
     ))
 }
 
-fn stream_to(mut conn: Connection, count: usize) -> shmlink::Result<String> {
+fn stream_to(mut conn: Connection, count: usize, size: usize) -> shmlink::Result<String> {
+    let mut msg = vec![7u8; size];
     let t = Instant::now();
     for i in 0..count {
-        let mut buf = conn.reserve(64)?;
-        buf[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        let mut buf = conn.reserve(size)?;
+        msg[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        buf.copy_from_slice(&msg);
         buf.commit()?;
     }
     conn.close()?;
     let secs = t.elapsed().as_secs_f64();
     Ok(format!(
-        "{count} messages of 64 B streamed: {:.1} M msgs/s",
-        count as f64 / secs / 1e6
+        "{count} messages of {size} B streamed: {:.3} M msgs/s, {:.0} MiB/s",
+        count as f64 / secs / 1e6,
+        (count * size) as f64 / secs / (1 << 20) as f64
     ))
 }
 

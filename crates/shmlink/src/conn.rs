@@ -282,6 +282,16 @@ impl Connection {
     /// returns [`ErrorKind::MessageTooLarge`] and leaves it queued, so nothing is lost.
     #[inline]
     pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize> {
+        self.check_open()?;
+        let blocking = !self.nonblocking;
+        match with_conn!(&mut self.ops, |c| c.recv_into(buf, blocking)) {
+            Ok(Some(n)) => {
+                self.count_in(n);
+                return Ok(n);
+            }
+            Ok(None) => {}
+            Err(e) => return Err(self.failed(e)),
+        }
         let n = self.next()?;
         if n > buf.len() {
             return Err(Error::new(

@@ -29,7 +29,7 @@ macro_rules! conformance {
                 nonblocking_sender_gets_would_block_and_loses_nothing,
                 slow_receiver_makes_blocking_sender_wait, epoll_serves_64_connections,
                 graceful_close_delivers_everything, too_small_buffer_keeps_the_message,
-                oversized_message_is_refused, zero_copy_send_and_receive,
+                split_message_into_a_buffer, oversized_message_is_refused, zero_copy_send_and_receive,
                 counters_and_addresses, nonblocking_recv_and_fd_readiness,
                 close_while_polled_wakes_with_end_of_stream,
                 idle_wait_uses_no_cpu, many_sizes_through_every_receive_call,
@@ -313,6 +313,35 @@ fn graceful_close_delivers_everything(t: &str) {
         .find_map(|i| s.send(&payload(i, 1024)).err())
         .expect("sends to a closed peer must fail once buffers are full");
     assert_eq!(err.kind(), ErrorKind::ConnectionReset, "{err}");
+}
+
+/// A message larger than a ring record, received into a caller's buffer (`shm:` lands
+/// its fragments there): refused whole into a buffer too small, then received into one
+/// that fits, then into one exactly its size, and the next message follows intact.
+fn split_message_into_a_buffer(t: &str) {
+    let (mut c, mut s) = pair(t);
+    let big = 3 << 20; // larger than half the default ring: split on shm:
+    let sender = std::thread::spawn(move || {
+        for seq in 0..3 {
+            c.send(&payload(seq, big)).unwrap();
+        }
+        c.send(&payload(3, 64)).unwrap();
+        c
+    });
+    let mut small = vec![0u8; 1 << 20];
+    let e = s.recv(&mut small).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::MessageTooLarge);
+    let mut buf = vec![0u8; 4 << 20];
+    let n = s.recv(&mut buf).unwrap();
+    verify(0, big, &buf[..n]);
+    for seq in 1..3 {
+        let mut exact = vec![0u8; big];
+        assert_eq!(s.recv(&mut exact).unwrap(), big);
+        verify(seq, big, &exact);
+    }
+    let n = s.recv(&mut buf).unwrap();
+    verify(3, 64, &buf[..n]);
+    drop(sender.join().unwrap());
 }
 
 fn too_small_buffer_keeps_the_message(t: &str) {

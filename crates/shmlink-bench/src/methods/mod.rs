@@ -3,6 +3,7 @@
 mod absent;
 mod fdio;
 mod fifo;
+mod floor;
 pub(crate) mod iceoryx2;
 mod inet;
 mod pipe;
@@ -33,6 +34,7 @@ pub static METHODS: &[&dyn Method] = &[
     &shm::EVENTFD,
     &shm::FUTEX,
     &shm::SPIN,
+    &floor::Floor,
     &shmlink::SHM,
     &shmlink::SHM_ZC,
     &shmlink::SHM_BLOCKING,

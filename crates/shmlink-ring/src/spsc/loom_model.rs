@@ -13,7 +13,12 @@
 //! for the count to change. A lost wake-up leaves a side waiting forever, which loom
 //! reports as a deadlock; a torn or reordered record fails the payload check, and a
 //! record written over bytes the consumer has not finished with is a loom causality
-//! error (see [`Shared`]). The models check [`FenceMode::Symmetric`]; the asymmetric mode
+//! error (see [`Shared`]). Under loom the consumer finds records through the producer's
+//! `tail` (the data area is plain memory the model registers by hand, so an atomic
+//! header word cannot be modelled); the header protocol that a normal build polls first is
+//! checked by the ring's threaded tests, and the next-slot zeroing it rests on is
+//! registered here as a write. The wake-up protocol is the same in both: `arm` re-checks
+//! the `tail`. The models check [`FenceMode::Symmetric`]; the asymmetric mode
 //! replaces the waker's fence with a compiler barrier and adds `membarrier` to the
 //! sleeper's, which loom cannot express: the argument for it is written next to
 //! `announce` in the ring module.
@@ -139,6 +144,11 @@ fn run(cfg: Cfg) {
                         // SAFETY: the header sits just before the payload, in the mapping.
                         let (cell, _) = s.word(unsafe { dst.sub(HEADER) });
                         cell.with_mut(|_| ());
+                        // And the next record's header slot, which `commit` zeroes: loom
+                        // checks it is free space, not bytes the consumer still reads.
+                        // SAFETY: at most half a ring past a header below CAP: mapped.
+                        let (cell, _) = s.word(unsafe { dst.add(record_size(len) - HEADER) });
+                        cell.with_mut(|_| ());
                         if p.commit(len, 0) {
                             s.to_consumer.ring();
                         }
@@ -216,7 +226,8 @@ fn loom_armed_start_as_a_connection_begins() {
 
 #[test]
 fn loom_full_ring_wraps_and_wakes_the_producer() {
-    // 4 records fill the ring; the 5th and 6th need the producer to wait and wrap.
+    // 3 records fill the ring (the next header slot stays free); the 4th to 6th need the
+    // producer to wait and wrap.
     run(Cfg {
         records: 6,
         ..SMALL
@@ -225,7 +236,8 @@ fn loom_full_ring_wraps_and_wakes_the_producer() {
 
 #[test]
 fn loom_records_straddle_the_end_of_the_ring() {
-    // Records of 24 bytes at 0, 24, 48, 72 (= 8): the third needs the first consumed and
+    // Records of 24 bytes at 0, 24, 48, 72 (= 8): the third needs the first consumed (and
+    // the slot at 72 = 8 free for its successor's header) and
     // runs from 48 to 72, its second word on the bytes of the first record's header (the
     // mirror); the fourth lands on the first record's payload.
     run(Cfg {

@@ -11,8 +11,15 @@
 //! and reloads it only when the cached value says "full" or "empty" (rtrb's
 //! `cached_head`/`cached_tail`).
 //!
-//! A record is an 8-byte header — payload length (`u32`, little endian) and flags (`u32`) —
-//! followed by the payload, padded to 8 bytes. A message that does not fit in one record
+//! A record is an 8-byte header — payload length (`u32`, little endian), flags (2 bits)
+//! and a stamp of the record's position ([`header_word`]) — followed by the payload, padded
+//! to 8 bytes. The header is published last (Release) and the producer zeroes the next
+//! record's header slot before it, so the consumer polls the header where the next record
+//! will be (in the line it is about to read anyway) instead of the producer's `tail`: in
+//! steady state neither side touches the other's position line, and the only line that
+//! moves between the cores per record is the record itself. `tail` is still published
+//! per record, in a line the consumer reads only before it sleeps (the wake-up protocol
+//! below) and after a header says nothing is there. A message that does not fit in one record
 //! is split: the first fragment has [`FLAG_FIRST`] | [`FLAG_MORE`] and starts with the
 //! message's total length (`u64`), middle fragments have [`FLAG_MORE`], the last has no
 //! flag.
@@ -56,7 +63,39 @@ pub const ALIGN: usize = 8;
 pub const FLAG_MORE: u32 = 1;
 /// First fragment of a split message; its payload starts with the total length (`u64`).
 pub const FLAG_FIRST: u32 = 2;
+/// Flags of a skip record (`FLAG_FIRST` alone, which no message uses): padding from its
+/// position to the end of the ring, written by the producer before a large record when
+/// the ring is empty, so that the record starts at the ring's start, in memory the last
+/// large record warmed (caches, TLB) instead of the coldest part of the ring. The
+/// consumer passes over it ([`Record::is_skip`]).
+pub const FLAG_SKIP: u32 = FLAG_FIRST;
+/// Records of at least this size (and an eighth of the ring) restart at the ring's start
+/// when the ring is empty.
+pub const RESTART_MIN: usize = 64 << 10;
 const KNOWN_FLAGS: u32 = FLAG_MORE | FLAG_FIRST;
+/// Bit 63 of a header word: a published header (a zeroed slot is never one).
+const STAMP_VALID: u64 = 1 << 63;
+/// Bits 34..63 of a header word: the record's position / 8, modulo 2^29.
+const STAMP_SHIFT: u32 = 34;
+const STAMP_MASK: u64 = ((1 << 29) - 1) << STAMP_SHIFT;
+/// Bits 32..34 of a header word: the flags.
+const FLAGS_MASK: u64 = 0b11 << 32;
+
+/// The header word of a record at position `pos` with `len` payload bytes and `flags`:
+/// length in bits 0..32, flags in 32..34, `pos / 8` (modulo 2^29) in 34..63, bit 63 set.
+#[inline(always)]
+pub const fn header_word(pos: u64, len: usize, flags: u32) -> u64 {
+    len as u64
+        | ((flags as u64) << 32) & FLAGS_MASK
+        | ((pos >> 3) << STAMP_SHIFT) & STAMP_MASK
+        | STAMP_VALID
+}
+
+/// Whether `word` is a header published for position `pos` (valid bit and stamp).
+#[inline(always)]
+fn stamped(word: u64, pos: u64) -> bool {
+    word & (STAMP_MASK | STAMP_VALID) == header_word(pos, 0, 0)
+}
 
 /// How far ahead of its position each side prefetches: a few cache lines, about what the
 /// other core produces or consumes during one cache-line transfer.
@@ -346,6 +385,42 @@ impl RingRef {
         unsafe { self.data.add(pos as usize & (self.cap - 1)) }
     }
 
+    /// Stores header slot word `word` at position `pos` (Release: what the producer wrote
+    /// before is visible to a consumer that loads the word with Acquire).
+    #[inline(always)]
+    fn store_header(&self, pos: u64, word: u64, order: Ordering) {
+        let p = self.at(pos).cast::<u64>().as_ptr();
+        // Loom models the data area as plain memory (the header protocol is the tail's
+        // there, see `Consumer::peek`): a volatile store, as the mapping sees it.
+        #[cfg(loom)]
+        {
+            let _ = order;
+            // SAFETY: positions are 8-aligned and below cap: inside the mapping.
+            unsafe { p.write_volatile(word.to_le()) }
+        }
+        #[cfg(not(loom))]
+        // SAFETY: an 8-aligned word inside the data area (contract of `new`); the producer
+        // writes its data area only through this ring, atomically for header slots.
+        unsafe {
+            (*p.cast::<AtomicU64>()).store(word.to_le(), order)
+        }
+    }
+
+    /// Loads the header slot at position `pos` (Acquire: pairs with `store_header`'s
+    /// Release). The peer may have written anything there.
+    #[inline(always)]
+    fn load_header(&self, pos: u64) -> u64 {
+        let p = self.at(pos).cast::<u64>().as_ptr();
+        #[cfg(loom)]
+        // SAFETY: as in `store_header`.
+        let word = unsafe { p.read_volatile() };
+        #[cfg(not(loom))]
+        // SAFETY: an 8-aligned word inside the mapping; an atomic load of 8 bytes never
+        // writes, so read-only memory is fine.
+        let word = unsafe { (*p.cast::<AtomicU64>()).load(Ordering::Acquire) };
+        u64::from_le(word)
+    }
+
     /// The largest record (header included) a producer writes in one piece: half the ring,
     /// so that the producer can fill one half while the consumer drains the other.
     #[inline]
@@ -384,10 +459,11 @@ impl Producer {
         &self.ring
     }
 
-    /// Free bytes according to the cached head.
+    /// Free bytes for a record according to the cached head: the ring less what is
+    /// unread and less the next record's header slot, which every commit zeroes.
     #[inline(always)]
     fn free(&self) -> usize {
-        self.ring.cap - (self.tail - self.cached_head) as usize
+        (self.ring.cap - HEADER).saturating_sub((self.tail - self.cached_head) as usize)
     }
 
     /// Reloads and validates the consumer's position (only when the cached one says
@@ -423,12 +499,47 @@ impl Producer {
     #[inline(always)]
     pub fn try_reserve(&mut self, len: usize) -> Result<Option<NonNull<u8>>> {
         debug_assert!(record_size(len) <= self.ring.max_record());
+        if record_size(len) >= RESTART_MIN.max(self.ring.cap / 8) {
+            self.restart_if_empty(record_size(len))?;
+        }
         if !self.has_room(record_size(len))? {
             return Ok(None);
         }
         // SAFETY: the header starts below `cap` and the record is at most cap/2 bytes, so
         // it lies within the 2*cap mapped bytes.
         Ok(Some(unsafe { self.ring.at(self.tail).add(HEADER) }))
+    }
+
+    /// Before a large record of `size` bytes: if the ring is empty and the record fits at
+    /// its start, writes a skip record ([`FLAG_SKIP`]) to the end of the ring, so the
+    /// record lands at the start, where the previous one did. The skip is published with
+    /// the record (by `commit`'s `tail`: no wake-up of its own, which would use up the
+    /// consumer's announcement); a consumer that finds its header first passes over it.
+    #[cold]
+    fn restart_if_empty(&mut self, size: usize) -> Result<()> {
+        let off = self.tail as usize & (self.ring.cap - 1);
+        // The skip (cap - off bytes), the record and the next header slot must fit.
+        if off == 0 || off < size + HEADER {
+            return Ok(());
+        }
+        if self.tail != self.cached_head {
+            self.refresh_head()?;
+            if self.tail != self.cached_head {
+                return Ok(());
+            }
+        }
+        let skip = (self.ring.cap - off) as u64;
+        self.ring
+            .store_header(self.tail + skip, 0, Ordering::Relaxed);
+        // SYNC POINT (data): Release pairs with the Acquire in `Consumer::peek` (the
+        // zeroed slot first, as in `commit`).
+        self.ring.store_header(
+            self.tail,
+            header_word(self.tail, skip as usize - HEADER, FLAG_SKIP),
+            Ordering::Release,
+        );
+        self.tail += skip;
+        Ok(())
     }
 
     /// Publishes the record reserved by the last successful [`try_reserve`] with `len`
@@ -438,16 +549,21 @@ impl Producer {
     /// [`try_reserve`]: Producer::try_reserve
     #[inline(always)]
     pub fn commit(&mut self, len: usize, flags: u32) -> bool {
-        let word = len as u64 | (flags as u64) << 32;
-        // SAFETY: `try_reserve` checked there is room for the record at `tail`; the header
-        // slot is 8-aligned because positions are multiples of 8.
-        unsafe {
-            self.ring
-                .at(self.tail)
-                .cast::<u64>()
-                .write_volatile(word.to_le())
-        };
-        self.tail += record_size(len) as u64;
+        let size = record_size(len) as u64;
+        // The next record's header slot reads "nothing yet" before this header says
+        // "here": a consumer that sees this record never takes stale bytes there (an old
+        // header, or payload that looks like one) for the next. `try_reserve` kept the
+        // slot free (`free` leaves HEADER bytes for it).
+        self.ring
+            .store_header(self.tail + size, 0, Ordering::Relaxed);
+        // SYNC POINT (data): Release pairs with the Acquire in `Consumer::peek`: the
+        // payload and the zeroed slot are visible before the header is.
+        self.ring.store_header(
+            self.tail,
+            header_word(self.tail, len, flags),
+            Ordering::Release,
+        );
+        self.tail += size;
         // Start taking ownership of the lines the next records will fill, so the stores
         // to them do not wait for the consumer's core to give them up. `at` + the distance
         // stays inside the double mapping (PREFETCH_AHEAD < cap).
@@ -457,8 +573,8 @@ impl Producer {
                 .as_ptr()
                 .wrapping_add(PREFETCH_AHEAD),
         );
-        // SYNC POINT (data): Release pairs with the Acquire load in `Consumer::refresh_tail`:
-        // the header and payload written above are visible before the new tail is.
+        // SYNC POINT (data): Release pairs with the Acquire load in `Consumer::refresh_tail`
+        // (the consumer reads `tail` only before it sleeps: this line stays ours).
         self.ring.prod().tail.0.store(self.tail, Ordering::Release);
         take_waiter(&self.ring.cons().waiting.0, &mut self.woken, self.mode)
     }
@@ -497,6 +613,12 @@ pub struct Record {
 }
 
 impl Record {
+    /// Whether this is a skip record ([`FLAG_SKIP`]): pass over it with
+    /// [`Consumer::advance`]`(size())`, its payload is padding.
+    pub fn is_skip(&self) -> bool {
+        self.flags == FLAG_SKIP
+    }
+
     /// Bytes the record occupies in the ring.
     pub fn size(&self) -> usize {
         record_size(self.len)
@@ -527,14 +649,23 @@ impl Consumer {
         }
     }
 
-    /// Reloads and validates the producer's position.
+    /// The ring.
+    #[inline]
+    pub fn ring(&self) -> &RingRef {
+        &self.ring
+    }
+
+    /// Reloads and validates the producer's position. The header protocol lets the
+    /// consumer run ahead of the `tail` it last read, and even of the one it reads now
+    /// (the producer stores a record's header before its tail), so `tail` may lie below
+    /// `head`; it never decreases and is never more than a ring ahead.
     #[inline]
     fn refresh_tail(&mut self) -> Result<()> {
         // SYNC POINT (data): Acquire pairs with the Release store in `Producer::commit`:
         // every record before `tail` is completely written.
         let tail = self.ring.prod().tail.0.load(Ordering::Acquire);
         if tail < self.cached_tail
-            || tail - self.head > self.ring.cap as u64
+            || tail > self.head + self.ring.cap as u64
             || tail % ALIGN as u64 != 0
         {
             return Err(Violation::new(format!(
@@ -546,40 +677,88 @@ impl Consumer {
         Ok(())
     }
 
-    /// Whether a record is available, reloading the tail if the cache says empty.
+    /// Whether a record is available, by the producer's `tail` (reloaded when the cached
+    /// one says empty): what a waiting consumer polls. It polls `tail`, not the next
+    /// header, on purpose: the header's line is the one the producer is filling, and a
+    /// consumer spinning on it would take it away from every store of the record.
     #[inline]
     pub fn has_data(&mut self) -> Result<bool> {
-        if self.head != self.cached_tail {
-            return Ok(true);
-        }
-        self.refresh_tail()?;
-        Ok(self.head != self.cached_tail)
+        self.has_data_by_tail()
     }
 
-    /// The next record, validated, or `None` if the ring is empty.
-    #[inline]
-    pub fn peek(&mut self) -> Result<Option<Record>> {
-        if !self.has_data()? {
-            return Ok(None);
+    /// Whether the producer's `tail` says a record is available (also the check after an
+    /// announcement: the wake-up protocol orders `tail`, see the module's docs). A
+    /// published tail beyond `head` with no header there is a violation.
+    fn has_data_by_tail(&mut self) -> Result<bool> {
+        if self.head >= self.cached_tail {
+            self.refresh_tail()?;
         }
-        let at = self.ring.at(self.head);
-        // Read the header once into a local; everything below uses the local copy.
-        // SAFETY: `head` is 8-aligned and below the validated tail, so an 8-byte header
-        // inside the mapping starts here.
-        let word = u64::from_le(unsafe { at.cast::<u64>().read_volatile() });
-        let len = (word & 0xffff_ffff) as usize;
-        let flags = (word >> 32) as u32;
-        let available = (self.cached_tail - self.head) as usize;
-        if flags & !KNOWN_FLAGS != 0 || record_size(len) > available {
+        if self.head >= self.cached_tail {
+            return Ok(false);
+        }
+        if !stamped(self.ring.load_header(self.head), self.head) {
+            return self.no_header();
+        }
+        Ok(true)
+    }
+
+    /// No header at `head`: nothing to read, unless a `tail` read earlier says the
+    /// producer published a record there.
+    #[cold]
+    fn no_header(&self) -> Result<bool> {
+        if self.head < self.cached_tail {
             return Err(Violation::new(format!(
-                "bad record header at {}: length {len}, flags {flags:#x}, {available} bytes published",
-                self.head
+                "no record header at {} (tail {})",
+                self.head, self.cached_tail
             )));
         }
+        Ok(false)
+    }
+
+    /// The next record, validated, or `None` if the ring is empty. The header at `head`
+    /// is looked at first (the consumer reads its line next anyway): while the consumer
+    /// is behind, records are found without touching the producer's `tail` line.
+    #[inline]
+    pub fn peek(&mut self) -> Result<Option<Record>> {
+        // Loom: the tail first (the data area is plain memory there, see loom_model.rs).
+        if cfg!(loom) && !self.has_data_by_tail()? {
+            return Ok(None);
+        }
+        // Read the header once into a local; everything below uses the local copy.
+        let mut word = self.ring.load_header(self.head);
+        if !stamped(word, self.head) {
+            if !self.has_data_by_tail()? {
+                return Ok(None);
+            }
+            // `has_data_by_tail` found the header stamped; a peer may change it, so read
+            // it once more into the local and check again.
+            word = self.ring.load_header(self.head);
+            if !stamped(word, self.head) {
+                return self.no_header().map(|_| None);
+            }
+        }
+        let len = (word & 0xffff_ffff) as usize;
+        let flags = ((word & FLAGS_MASK) >> 32) as u32;
+        // A record is at most half the ring (`RingRef::max_record`), so one starting below
+        // cap lies inside the 2*cap mapped bytes whatever the peer wrote; a skip record
+        // ends exactly at the end of the ring (and is never read).
+        let bad = if flags == FLAG_SKIP {
+            (self.head as usize + record_size(len)) % self.ring.cap != 0
+                || record_size(len) > self.ring.cap - HEADER
+        } else {
+            record_size(len) > self.ring.max_record()
+        };
+        if bad {
+            return Err(Violation::new(format!(
+                "bad record header at {}: length {len}, flags {flags:#x}, ring of {} bytes",
+                self.head, self.ring.cap
+            )));
+        }
+        debug_assert!(flags & !KNOWN_FLAGS == 0);
         Ok(Some(Record {
-            // SAFETY: the record (≤ available ≤ cap bytes from a start below cap) lies in
-            // the 2*cap mapped bytes.
-            ptr: unsafe { at.add(HEADER) },
+            // SAFETY: the record (≤ cap/2 bytes from a start below cap) lies in the 2*cap
+            // mapped bytes.
+            ptr: unsafe { self.ring.at(self.head).add(HEADER) },
             len,
             flags,
         }))
@@ -589,9 +768,8 @@ impl Consumer {
     /// producer announced sleep and must be woken.
     #[inline]
     pub fn advance(&mut self, bytes: usize) -> bool {
-        debug_assert!(self.head + bytes as u64 <= self.cached_tail);
         self.head += bytes as u64;
-        if self.cached_tail - self.head > PREFETCH_AHEAD as u64 {
+        if self.cached_tail > self.head + PREFETCH_AHEAD as u64 {
             // Published records further on: fetch them while this one is handled.
             prefetch_read(
                 self.ring
@@ -613,7 +791,9 @@ impl Consumer {
         if !announce(&self.ring.cons().waiting.0, self.mode) {
             return Ok(true);
         }
-        self.has_data()
+        // SYNC POINT (notify): the re-check reads `tail`, the position the producer
+        // stores before its fence in `commit` (the header alone is not ordered by it).
+        self.has_data_by_tail()
     }
 
     /// Whether the producer marked the end of the stream. Check [`Consumer::has_data`]
@@ -690,12 +870,13 @@ mod tests {
         assert!(push(&mut p, b"hello"));
         assert_eq!(pop(&mut c).unwrap(), b"");
         assert_eq!(pop(&mut c).unwrap(), b"hello");
-        // 16 bytes per record of 5..8 bytes: 256 / 16 records fit, then full.
+        // 16 bytes per record of 5..8 bytes: (256 - 8) / 16 records fit (the next
+        // header slot stays free), then full.
         let mut n = 0;
         while push(&mut p, b"1234567") {
             n += 1;
         }
-        assert_eq!(n, 16);
+        assert_eq!(n, 15);
         assert!(pop(&mut c).is_some());
         assert!(push(&mut p, b"x"));
     }
@@ -708,20 +889,204 @@ mod tests {
             Consumer::new(h.ring(), FenceMode::Symmetric),
         );
         push(&mut p, b"abc");
+        assert_eq!(pop(&mut c).unwrap(), b"abc");
+        // The positions are read before a sleep (`arm`).
         h.prod.tail.0.store(7, Ordering::Relaxed);
-        assert!(c.peek().is_err(), "unaligned tail");
+        assert!(c.arm().is_err(), "unaligned tail");
         h.prod.tail.0.store(4096, Ordering::Relaxed);
-        assert!(c.peek().is_err(), "tail beyond capacity");
+        assert!(c.arm().is_err(), "tail beyond capacity");
+        h.prod.tail.0.store(32, Ordering::Relaxed);
+        assert!(c.arm().is_err(), "a published tail with no header at head");
+        // Headers: only one stamped for this position counts; its length must fit.
         h.prod.tail.0.store(16, Ordering::Relaxed);
-        h.data[0] = 1000; // length beyond what was published
+        let mut c = Consumer::new(h.ring(), FenceMode::Symmetric);
+        c.head = 16;
+        h.data[2] = header_word(16 + 256, 3, 0); // last lap's stamp
+        assert!(c.peek().unwrap().is_none());
+        h.data[2] = 3 | 1 << 32; // no stamp
+        assert!(c.peek().unwrap().is_none());
+        h.data[2] = header_word(16, 1000, 0); // beyond half the ring
         assert!(c.peek().is_err());
-        h.data[0] = 3 | 0x80 << 32; // unknown flag
-        assert!(c.peek().is_err());
+        h.data[2] = header_word(16, 120, FLAG_MORE);
+        let r = c.peek().unwrap().unwrap();
+        assert_eq!((r.len, r.flags), (120, FLAG_MORE));
         h.cons.head.0.store(24, Ordering::Relaxed); // beyond our tail
         let mut p2 = Producer::new(h.ring(), FenceMode::Symmetric);
         p2.tail = 16;
         p2.cached_head = 0;
         assert!(p2.has_room(256).is_err());
+    }
+
+    /// A large record on an empty ring restarts at the ring's start, behind a skip record
+    /// to the end; on a ring that is not empty it goes where the tail is.
+    #[test]
+    fn large_records_restart_at_the_start_of_an_empty_ring() {
+        let cap = 1 << 20;
+        let mut h = HeapRing::new(cap);
+        let (mut p, mut c) = (
+            Producer::new(h.ring(), FenceMode::Symmetric),
+            Consumer::new(h.ring(), FenceMode::Symmetric),
+        );
+        let base = h.data.as_ptr() as usize;
+        assert!(push(&mut p, &[1; 100]));
+        assert_eq!(pop(&mut c).unwrap(), [1; 100]);
+        let big = 200 << 10;
+        // It does not fit before the tail (112): it goes at the tail.
+        let dst = p.try_reserve(big).unwrap().unwrap();
+        assert_eq!(dst.as_ptr() as usize - base, 112 + HEADER);
+        p.commit(big, 0);
+        let r = c.peek().unwrap().unwrap();
+        assert_eq!((r.len, r.is_skip()), (big, false));
+        c.advance(r.size());
+        // Now it does: the next one restarts at the start.
+        let dst = p.try_reserve(big).unwrap().unwrap();
+        assert_eq!(
+            dst.as_ptr() as usize - base,
+            HEADER,
+            "at the start of the ring"
+        );
+        p.commit(big, 0);
+        let skip = c.peek().unwrap().unwrap();
+        assert!(skip.is_skip());
+        assert_eq!(skip.size(), cap - 112 - record_size(big));
+        c.advance(skip.size());
+        let r = c.peek().unwrap().unwrap();
+        assert_eq!(
+            (r.len, r.flags, r.ptr.as_ptr() as usize - base),
+            (big, 0, HEADER)
+        );
+        c.advance(r.size());
+        // Not empty: the next large record follows the small one.
+        assert!(push(&mut p, &[2; 100]));
+        let dst = p.try_reserve(big).unwrap().unwrap();
+        assert_eq!(
+            dst.as_ptr() as usize - base,
+            record_size(big) + 112 + HEADER
+        );
+        p.commit(big, 0);
+        // Both read, nothing is left.
+        for _ in 0..2 {
+            let r = c.peek().unwrap().unwrap();
+            c.advance(r.size());
+        }
+        assert!(c.peek().unwrap().is_none());
+        // A skip record must end at the end of the ring.
+        let mut c2 = Consumer::new(h.ring(), FenceMode::Symmetric);
+        h.data[0] = header_word(0, 1000, FLAG_SKIP);
+        assert!(c2.peek().is_err());
+    }
+
+    /// Payload that looks like the next record's header is never taken for one: the
+    /// producer zeroes the next header slot before it publishes a record.
+    #[test]
+    fn payload_that_looks_like_a_header_is_not_one() {
+        let mut h = HeapRing::new(256);
+        let (mut p, mut c) = (
+            Producer::new(h.ring(), FenceMode::Symmetric),
+            Consumer::new(h.ring(), FenceMode::Symmetric),
+        );
+        // Lap after lap, each record's payload carries the header the next record would
+        // have at every position.
+        let mut pos = 0u64;
+        for i in 0..200u64 {
+            let mut msg = [0u8; 24];
+            for (k, w) in msg.chunks_mut(8).enumerate() {
+                let next = pos + 32 + 8 * k as u64;
+                w.copy_from_slice(&header_word(next, 8, 0).to_le_bytes());
+            }
+            msg[..8].copy_from_slice(&i.to_le_bytes());
+            assert!(push(&mut p, &msg));
+            pos += 32;
+            let r = pop(&mut c).unwrap();
+            assert_eq!(r[..8], i.to_le_bytes());
+            assert!(
+                c.peek().unwrap().is_none(),
+                "record {i}: no next record yet"
+            );
+        }
+    }
+
+    /// Two threads, many laps, records of varying length: every record arrives whole
+    /// and in order through the header protocol.
+    #[test]
+    fn threads_stream_records_through_the_headers() {
+        let mut h = HeapRing::new(1024);
+        let ring = h.ring();
+        let (mut p, mut c) = (
+            Producer::new(ring, FenceMode::Symmetric),
+            Consumer::new(ring, FenceMode::Symmetric),
+        );
+        const N: u64 = 200_000;
+        let gave_up = &AtomicU32::new(0);
+        struct StopOnUnwind<'a>(&'a AtomicU32);
+        impl Drop for StopOnUnwind<'_> {
+            fn drop(&mut self) {
+                self.0.store(1, Ordering::Relaxed);
+            }
+        }
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                for i in 0..N {
+                    // 9..=65 bytes, never across the end (HeapRing has no mirror): pad.
+                    let len = 9 + (i as usize * 7) % 57;
+                    loop {
+                        let at = (p.tail as usize) & 1023;
+                        if at + record_size(len) > 1024 {
+                            // Fill to the end with a record the consumer skips.
+                            let fill = 1024 - at - HEADER;
+                            if p.try_reserve(fill).unwrap().is_some() {
+                                p.commit(fill, FLAG_FIRST);
+                            }
+                            continue;
+                        }
+                        if let Some(dst) = p.try_reserve(len).unwrap() {
+                            // SAFETY: `len` > 8 bytes reserved at `dst`.
+                            unsafe {
+                                dst.as_ptr()
+                                    .cast::<[u8; 8]>()
+                                    .write_unaligned(i.to_le_bytes());
+                                dst.as_ptr().add(len - 1).write(i as u8);
+                            }
+                            p.commit(len, 0);
+                            break;
+                        }
+                        if gave_up.load(Ordering::Relaxed) != 0 {
+                            return;
+                        }
+                        std::hint::spin_loop();
+                    }
+                }
+            });
+            // A failed check stops the producer too (the scope waits for it).
+            let stop = StopOnUnwind(gave_up);
+            let mut next = 0;
+            let mut spins = 0u64;
+            while next < N {
+                let Some(r) = c.peek().unwrap() else {
+                    std::hint::spin_loop();
+                    spins += 1;
+                    if spins == 100_000_000 {
+                        panic!(
+                            "stuck at {next}, head {}, word {:#x}",
+                            c.head,
+                            c.ring.load_header(c.head)
+                        );
+                    }
+                    continue;
+                };
+                spins = 0;
+                if r.flags == 0 {
+                    // SAFETY: peek validated the record.
+                    let b = unsafe { std::slice::from_raw_parts(r.ptr.as_ptr(), r.len) };
+                    assert_eq!(r.len, 9 + (next as usize * 7) % 57);
+                    assert_eq!(b[..8], next.to_le_bytes());
+                    assert_eq!(b[r.len - 1], next as u8);
+                    next += 1;
+                }
+                c.advance(r.size());
+            }
+            drop(stop);
+        });
     }
 
     #[test]

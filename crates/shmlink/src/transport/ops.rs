@@ -55,6 +55,12 @@ pub(crate) trait ConnOps: Send {
     fn abort_reserve(&mut self);
     /// Makes the next message current; returns its length.
     fn recv_next(&mut self, blocking: bool) -> Result<usize>;
+    /// Receives the next message straight into `buf` where the transport does better
+    /// than [`ConnOps::recv_next`] and a copy (`shm:` lands a split message's fragments
+    /// in `buf`, with no reassembly buffer); `Ok(None)`: not here, nothing was taken.
+    fn recv_into(&mut self, _buf: &mut [u8], _blocking: bool) -> Result<Option<usize>> {
+        Ok(None)
+    }
     /// The current message (empty if none), lent in place.
     fn current(&self) -> SharedBytes<'_>;
     /// The current message when it lives in this process's memory, as on every framed

@@ -605,6 +605,24 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     });
     out.finish();
     print!("{}", report::table(&cells));
+    if c.modes.contains(&Mode::Latency) {
+        // The harness's share of every round trip above: two clock reads, the sample
+        // check and the push, timed around an empty round trip.
+        // Timed where the driver runs (its CPU, if pinned).
+        let cpu = c.cpus.map(|c| c.0);
+        let cost = std::thread::spawn(move || {
+            if let Some(cpu) = cpu {
+                let _ = shmlink_measure::sys::pin_to_cpu(cpu);
+            }
+            shmlink_measure::protocol::timing_cost(5, 1_000_000)
+        })
+        .join()
+        .unwrap_or(f64::NAN);
+        println!(
+            "\n# timing one round trip costs the harness {cost:.1} ns (an empty round trip, median of 5 x 1M, {})",
+            on_cpu(cpu)
+        );
+    }
     let failed = cells.iter().filter(|x| x.status == Status::Failed).count();
     let report = Report {
         schema: report::SCHEMA,

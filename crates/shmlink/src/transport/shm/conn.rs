@@ -581,6 +581,12 @@ impl ShmConn {
         }
     }
 
+    /// The largest record of the receive ring: smaller messages are never split.
+    #[inline]
+    fn rx_max_record(&self) -> usize {
+        self.rx.ring().max_record()
+    }
+
     /// Whether a reservation of `n` bytes is written in place in the ring (else it is
     /// staged, and a non-blocking commit of it can fail with `WouldBlock`).
     #[cfg(feature = "tokio")]
@@ -645,6 +651,13 @@ impl ShmConn {
                 },
                 Err(e) => return Err(self.fail(e)),
             };
+            if rec.is_skip() {
+                // Padding before a large record that restarted at the ring's start.
+                if self.rx.advance(rec.size()) {
+                    self.doorbell(Bell::Room);
+                }
+                continue;
+            }
             if self.reasm_total.is_none() && rec.flags == 0 {
                 if rec.len > self.max_recv {
                     let e = Error::violation(format!(
@@ -668,7 +681,120 @@ impl ShmConn {
     }
 }
 
+impl ShmConn {
+    /// A split message, fragment by fragment, straight into `buf` (blocking only: a
+    /// non-blocking receive could stop between fragments, and `buf` cannot hold a
+    /// half-received message until the next call). `Ok(None)` before anything is taken:
+    /// not a split message, something unusual going on, or one larger than `buf` (which
+    /// `recv_next` then reassembles, so it stays queued for `recv_vec`).
+    #[inline(never)]
+    fn recv_split_into(&mut self, buf: &mut [u8]) -> Result<Option<usize>> {
+        if !self.pending.is_empty() {
+            return Ok(None);
+        }
+        let first = match self.rx.peek() {
+            Ok(Some(rec)) => rec,
+            Ok(None) => {
+                self.wait_data(true).map_err(|e| self.fail(e))?;
+                return self.recv_split_into(buf);
+            }
+            Err(e) => return Err(self.fail(e)),
+        };
+        if first.flags != FLAG_FIRST | FLAG_MORE || first.len < TOTAL_LEN {
+            return Ok(None); // not a split message, or one `take_fragment` reports
+        }
+        let mut total = [0u8; TOTAL_LEN];
+        // SAFETY: `peek` validated the payload (at least TOTAL_LEN bytes) inside the
+        // mapping; `total` is a distinct local buffer.
+        unsafe { sys::copy_shared(total.as_mut_ptr(), first.ptr.as_ptr(), TOTAL_LEN) };
+        let total = u64::from_le_bytes(total);
+        let first_len = (first.len - TOTAL_LEN) as u64;
+        if total > self.max_recv as u64 || total <= first_len || total > buf.len() as u64 {
+            return Ok(None); // `recv_next` reports it, or reassembles it for `recv_vec`
+        }
+        let total = total as usize;
+        self.rx_waiting = false;
+        let mut at = 0;
+        let mut rec = first;
+        loop {
+            let (body, len) = if at == 0 {
+                // SAFETY: TOTAL_LEN <= rec.len: still inside the payload.
+                (
+                    unsafe { rec.ptr.as_ptr().add(TOTAL_LEN) },
+                    rec.len - TOTAL_LEN,
+                )
+            } else {
+                (rec.ptr.as_ptr(), rec.len)
+            };
+            let last = rec.flags == 0;
+            if at + len > total || (last && at + len != total) {
+                let e = Error::violation(format!(
+                    "fragments add up to {} bytes of a {total}-byte message",
+                    at + len
+                ));
+                return Err(self.fail(e));
+            }
+            // SAFETY: `body..body + len` lies in the validated payload and
+            // `buf[at..at + len]` in the caller's buffer (at + len <= total <= buf.len()).
+            unsafe { sys::copy_shared(buf.as_mut_ptr().add(at), body, len) };
+            at += len;
+            if self.rx.advance(rec.size()) {
+                self.doorbell(Bell::Room);
+            }
+            if last {
+                return Ok(Some(total));
+            }
+            // The next fragment (passing over skip records), waiting for it.
+            rec = loop {
+                match self.rx.peek() {
+                    Ok(Some(r)) if r.is_skip() => {
+                        if self.rx.advance(r.size()) {
+                            self.doorbell(Bell::Room);
+                        }
+                    }
+                    Ok(Some(r)) if r.flags == FLAG_MORE || r.flags == 0 => break r,
+                    Ok(Some(r)) => {
+                        let e = Error::violation(format!(
+                            "fragment flags {:#x} unexpected (inside a split message)",
+                            r.flags
+                        ));
+                        return Err(self.fail(e));
+                    }
+                    Ok(None) => {
+                        // A peer gone mid-message is a reset (`end_of_data`), never EOS.
+                        if let Err(e) = self.wait_data(true) {
+                            let e = if e.kind() == ErrorKind::EndOfStream {
+                                self.peer_gone()
+                            } else {
+                                e
+                            };
+                            return Err(self.fail(e));
+                        }
+                    }
+                    Err(e) => return Err(self.fail(e)),
+                }
+            };
+        }
+    }
+}
+
 impl ConnOps for ShmConn {
+    #[inline]
+    fn recv_into(&mut self, buf: &mut [u8], blocking: bool) -> Result<Option<usize>> {
+        // Only a split message in blocking mode with nothing unusual going on, into a
+        // buffer that can hold one (a message that fits `buf` and one record is never
+        // split); anything else is `recv_next`'s.
+        if !blocking
+            || self.broken.is_some()
+            || !matches!(self.current, Current::None)
+            || self.reasm_total.is_some()
+            || record_size(buf.len()) <= self.rx_max_record()
+        {
+            return Ok(None);
+        }
+        self.recv_split_into(buf)
+    }
+
     #[inline]
     fn send(&mut self, msg: &[u8], blocking: bool) -> Result<()> {
         self.check_broken()?;
