@@ -51,6 +51,11 @@ impl ConnShared {
         Ok(s)
     }
 
+    /// The slot.
+    pub(super) fn slot(&self) -> usize {
+        self.slot
+    }
+
     fn base(&self) -> usize {
         Region::slot(self.slot)
     }

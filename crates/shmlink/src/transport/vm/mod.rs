@@ -13,8 +13,9 @@
 //! a connection or listener waits for has changed.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::addr::Address;
@@ -223,13 +224,18 @@ fn claim_slot(region: &Region) -> Result<usize> {
     ))
 }
 
-/// What the ticker needs of a listener.
+/// What the ticker needs of a listener. The ticker also completes handshakes (the
+/// listener's backlog), so that a client's `connect` returns whether or not the
+/// application is in `accept` at that moment.
 struct ListenShared {
     region: Arc<Region>,
     index: usize,
     nonce: u64,
+    name: String,
+    max: usize,
     flag: EventFlag,
-    armed: AtomicBool,
+    /// Accepted connections not yet taken by `accept`: (slot, the client's maximum).
+    backlog: Mutex<VecDeque<(Arc<ConnShared>, usize)>>,
 }
 
 impl ListenShared {
@@ -252,13 +258,60 @@ impl ListenShared {
         self.region
             .u64_at(Region::listener(self.index) + slot::L_HB)
     }
+
+    fn backlog(&self) -> std::sync::MutexGuard<'_, VecDeque<(Arc<ConnShared>, usize)>> {
+        self.backlog.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Completes the handshakes of the requests waiting for this listener (or refuses
+    /// bad ones); true if any joined the backlog.
+    fn take_requests(&self) -> bool {
+        let mut any = false;
+        while let Some(si) = self.pending() {
+            if self.backlog().len() >= SLOTS {
+                break;
+            }
+            let b = Region::slot(si);
+            let st = self.region.u32_at(b + slot::STATE);
+            let theirs = self.region.u64_at(b + slot::CLIENT_MAX).load(Ordering::Acquire);
+            if theirs == 0 || theirs > MAX_MSG_SIZE_LIMIT as u64 {
+                let _ = st.compare_exchange(
+                    State::Request as u32,
+                    State::Refused as u32,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+                continue;
+            }
+            self.region
+                .u64_at(b + slot::SERVER_MAX)
+                .store(self.max as u64, Ordering::Relaxed);
+            let Ok(shared) = ConnShared::new(self.region.clone(), si, false) else {
+                break; // out of descriptors: the client times out or we retry next tick
+            };
+            // SYNC POINT (handshake): AcqRel: the client, loading ACCEPTED with Acquire,
+            // sees our maximum; we saw its request fields when we loaded REQUEST.
+            if st
+                .compare_exchange(
+                    State::Request as u32,
+                    State::Accepted as u32,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+            {
+                self.backlog().push_back((shared, theirs as usize));
+                any = true;
+            }
+        }
+        any
+    }
 }
 
 impl Tick for ListenShared {
     fn tick(&self, _now: Instant) {
         self.hb().fetch_add(1, Ordering::Release);
-        if self.armed.load(Ordering::Acquire) && self.pending().is_some() {
-            self.armed.store(false, Ordering::Release);
+        if self.take_requests() {
             let _ = self.flag.set();
         }
     }
@@ -266,8 +319,6 @@ impl Tick for ListenShared {
 
 struct VmListener {
     shared: Arc<ListenShared>,
-    name: String,
-    max: usize,
 }
 
 fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
@@ -350,77 +401,37 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         region,
         index,
         nonce,
+        name,
+        max: max_of(opts),
         flag,
-        armed: AtomicBool::new(false),
+        backlog: Mutex::new(VecDeque::new()),
     });
     let t: Arc<dyn Tick> = shared.clone();
     region::register(&t);
-    Ok(Box::new(VmListener {
-        shared,
-        name,
-        max: max_of(opts),
-    }))
-}
-
-impl VmListener {
-    /// Accepts the request in slot `si`, or refuses it (bad request): None.
-    fn take(&self, si: usize) -> Result<Option<Accepted>> {
-        let region = &self.shared.region;
-        let b = Region::slot(si);
-        let st = region.u32_at(b + slot::STATE);
-        let theirs = region.u64_at(b + slot::CLIENT_MAX).load(Ordering::Acquire);
-        if theirs == 0 || theirs > MAX_MSG_SIZE_LIMIT as u64 {
-            let _ = st.compare_exchange(
-                State::Request as u32,
-                State::Refused as u32,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
-            return Ok(None);
-        }
-        region
-            .u64_at(b + slot::SERVER_MAX)
-            .store(self.max as u64, Ordering::Relaxed);
-        let shared = ConnShared::new(region.clone(), si, false)?;
-        // SYNC POINT (handshake): AcqRel: the client, loading ACCEPTED with Acquire, sees
-        // our maximum; we saw its request fields when we loaded REQUEST.
-        if st
-            .compare_exchange(
-                State::Request as u32,
-                State::Accepted as u32,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_err()
-        {
-            return Ok(None); // withdrawn meanwhile
-        }
-        let path = region.path().display().to_string();
-        let conn = VmConn::new(
-            shared,
-            self.max.min(theirs as usize),
-            self.max,
-            format!("vm:{}@{path}", self.name),
-            format!("vm:{}@{path}#{si}", self.name),
-        );
-        Ok(Some(Accepted::untracked(Box::new(conn))))
-    }
+    Ok(Box::new(VmListener { shared }))
 }
 
 impl ListenerOps for VmListener {
     fn accept(&mut self, blocking: bool) -> Result<Accepted> {
+        let s = &self.shared;
         let mut backoff = Backoff::new();
         loop {
-            if let Some(si) = self.shared.pending() {
-                if let Some(a) = self.take(si)? {
-                    return Ok(a);
-                }
-                continue;
+            s.take_requests();
+            if let Some((shared, theirs)) = s.backlog().pop_front() {
+                let path = s.region.path().display().to_string();
+                let si = shared.slot();
+                let conn = VmConn::new(
+                    shared,
+                    s.max.min(theirs),
+                    s.max,
+                    format!("vm:{}@{path}", s.name),
+                    format!("vm:{}@{path}#{si}", s.name),
+                );
+                return Ok(Accepted::untracked(Box::new(conn)));
             }
             if !blocking {
-                let _ = self.shared.flag.clear();
-                self.shared.armed.store(true, Ordering::Release);
-                if self.shared.pending().is_some() {
+                let _ = s.flag.clear();
+                if s.pending().is_some() || !s.backlog().is_empty() {
                     continue;
                 }
                 return Err(Error::would_block());
@@ -434,7 +445,11 @@ impl ListenerOps for VmListener {
     }
 
     fn local_addr(&self) -> String {
-        format!("vm:{}@{}", self.name, self.shared.region.path().display())
+        format!(
+            "vm:{}@{}",
+            self.shared.name,
+            self.shared.region.path().display()
+        )
     }
 }
 

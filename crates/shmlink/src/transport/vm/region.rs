@@ -53,7 +53,7 @@ pub(crate) const MIN_REGION: usize = HEADER_LEN + 2 * SLOTS * MIN_RING;
 pub(crate) const TICK: Duration = Duration::from_millis(5);
 /// A peer whose heartbeat did not move for this long (and for at least
 /// [`DEAD_TICKS`] of our own ticks) is dead, unless `$SHMLINK_VM_DEAD_MS` says otherwise.
-pub(crate) const DEFAULT_DEAD_AFTER: Duration = Duration::from_millis(100);
+pub(crate) const DEFAULT_DEAD_AFTER: Duration = Duration::from_millis(80);
 /// Our own ticks that must pass without the peer's heartbeat moving, so that a stall of
 /// this process (a descheduled vCPU) is not taken for the peer's death.
 pub(crate) const DEAD_TICKS: u32 = 8;
