@@ -13,8 +13,9 @@
 #   scripts/vm.sh run [options]    boot guests a and b (and run a host command), print each
 #                                  one's output, exit non-zero if any command failed
 #       --a CMD / --b CMD          shell command run in guest a / b (b optional)
-#       --host CMD                 shell command run on the host meanwhile, with
-#                                  $SHMLINK_VM_REGION set to the region's backing file
+#       --host CMD                 shell command run on the host meanwhile (SIGTERM once
+#                                  both guests are done), with $SHMLINK_VM_REGION set to
+#                                  the region's backing file
 #       --timeout S                deadline for the whole run (default 180 s)
 #       --region-mib N             region size (default 64; a power of two, ≥ 4)
 #       --keep DIR                 keep the run directory (outputs, region) in DIR
@@ -213,13 +214,23 @@ cmd_run() {
       >"$d/qemu-b.log" 2>&1 &
     pids+=($!)
   fi
-  local hostrc=0
+  # The host command runs beside the guests; once both guests are done it gets SIGTERM
+  # (a server's normal end: that exit status is not a failure).
+  local hostpid=
   if [ -n "$host" ]; then
-    SHMLINK_VM_REGION=$region timeout -k 5 "$timeout" bash -c "$host" >"$d/out-host" 2>&1 || hostrc=$?
+    SHMLINK_VM_REGION=$region SHMLINK_VM_DEAD_MS=${SHMLINK_VM_DEAD_MS:-1000} \
+      timeout -k 5 "$timeout" bash -c "$host" >"$d/out-host" 2>&1 &
+    hostpid=$!
   fi
   local rc=0 p
   for p in "${pids[@]}"; do wait "$p" || true; done
   pids=()
+  local hostrc=0
+  if [ -n "$hostpid" ]; then
+    kill -TERM "$hostpid" 2>/dev/null || true
+    wait "$hostpid" || hostrc=$?
+    [ "$hostrc" = 143 ] && hostrc=0
+  fi
   local t1; t1=$(date +%s.%N)
   echo "vm.sh: accel $accel, region ${mib} MiB, wall $(python3 -c "print(f'{$t1-$t0:.1f}')") s"
   for r in a ${hasb:+b}; do
