@@ -6,6 +6,7 @@
 # reported as skipped (the skip log, category qemu), never as passed.
 #
 #   scripts/vm-test.sh            ends with "vm guests: N passed, N failed[, N skipped]"
+#                                 and the same as a libtest "test result:" line
 set -euo pipefail
 cd "$(dirname "$0")/.."
 checks=(guest_ordered_100k guest_sizes_1b_16mib guest_latency guest_killed_process_resets
@@ -14,7 +15,7 @@ checks=(guest_ordered_100k guest_sizes_1b_16mib guest_latency guest_killed_proce
 skip_all() {
   echo "vm-test: SKIPPED (qemu): $1"
   for c in "${checks[@]}"; do
-    line="SKIPPED scripts/vm-test.sh::$c: $1 [qemu]"
+    line="SKIPPED scripts/test.sh::vm_$c: $1 [qemu]"
     echo "$line" >&2
     [ -z "${SHMLINK_SKIP_LOG:-}" ] || echo "$line" >>"$SHMLINK_SKIP_LOG"
   done
@@ -22,6 +23,7 @@ skip_all() {
     *,qemu,*|*,all,*) echo "vm guests: 0 passed, ${#checks[@]} failed (SHMLINK_REQUIRE has qemu)"; exit 1 ;;
   esac
   echo "vm guests: 0 passed, 0 failed, ${#checks[@]} skipped"
+  echo "test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out (vm guests, skipped)"
   exit 0
 }
 
@@ -49,7 +51,7 @@ $p -n 100000000 -m 300 vm:hostpong >/dev/null 2>&1 & sleep 4
 echo '=== SHMLINK-VM-EXIT 0'
 poweroff -f"
 set +e
-scripts/vm.sh run --timeout 300 --a "$a" --b "$b" \
+scripts/vm.sh run --timeout 300 --host-linger 4 --a "$a" --b "$b" \
   --host "exec $bin pong --server vm:hostpong@\$SHMLINK_VM_REGION" >"$out" 2>&1
 rc=$?
 set -e
@@ -80,4 +82,6 @@ check host_guest_ordered "$(has "$host" 'served a throughput run: 21000 messages
 check host_killed_guest_resets "$(has "$host" 'client on vm:hostpong.*heartbeat stopped')"
 [ "$rc" = 0 ] || echo "vm-test: scripts/vm.sh run exited $rc"
 echo "vm guests: $pass passed, $fail failed"
+# The same in libtest's words, which scripts/test.sh's closing count reads.
+echo "test result: $([ "$fail" = 0 ] && echo ok || echo FAILED). $pass passed; $fail failed; 0 ignored; 0 measured; 0 filtered out (vm guests)"
 [ "$fail" = 0 ]

@@ -16,6 +16,8 @@
 #       --host CMD                 shell command run on the host meanwhile (SIGTERM once
 #                                  both guests are done), with $SHMLINK_VM_REGION set to
 #                                  the region's backing file
+#       --host-linger S            seconds the host command goes on after the guests are
+#                                  done (default 0), e.g. to see a dead guest's reset
 #       --timeout S                deadline for the whole run (default 180 s)
 #       --region-mib N             region size (default 64; a power of two, ≥ 4)
 #       --keep DIR                 keep the run directory (outputs, region) in DIR
@@ -168,7 +170,7 @@ cmd_accel() {
 }
 
 cmd_run() {
-  local a= b= host= timeout=180 mib=64 keep= hasb=
+  local a= b= host= timeout=180 mib=64 keep= hasb= linger=0
   while [ $# -gt 0 ]; do
     case $1 in
       --a) a=$2; shift 2 ;;
@@ -177,6 +179,7 @@ cmd_run() {
       --timeout) timeout=$2; shift 2 ;;
       --region-mib) mib=$2; shift 2 ;;
       --keep) keep=$2; shift 2 ;;
+      --host-linger) linger=$2; shift 2 ;;
       *) die "run: unknown option $1" ;;
     esac
   done
@@ -227,6 +230,7 @@ cmd_run() {
   pids=()
   local hostrc=0
   if [ -n "$hostpid" ]; then
+    sleep "$linger"
     kill -TERM "$hostpid" 2>/dev/null || true
     wait "$hostpid" || hostrc=$?
     [ "$hostrc" = 143 ] && hostrc=0
