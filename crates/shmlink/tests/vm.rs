@@ -78,8 +78,9 @@ fn payload(seq: u64, len: usize) -> Vec<u8> {
 }
 
 fn checksum(b: &[u8]) -> u64 {
-    b.iter()
-        .fold(0xcbf29ce484222325u64, |h, &x| (h ^ x as u64).wrapping_mul(0x100000001b3))
+    b.iter().fold(0xcbf29ce484222325u64, |h, &x| {
+        (h ^ x as u64).wrapping_mul(0x100000001b3)
+    })
 }
 
 #[test]
@@ -442,7 +443,9 @@ fn peer_death(role: &str) {
     let killed = Instant::now();
     ch.kill().unwrap();
     ch.wait().unwrap();
-    let (kind, at) = rx.recv_timeout(WAIT).expect("no reset after the peer's death");
+    let (kind, at) = rx
+        .recv_timeout(WAIT)
+        .expect("no reset after the peer's death");
     let took = at - killed;
     eprintln!("vm: peer death ({role}) reported after {took:?}");
     assert_eq!(kind, ErrorKind::ConnectionReset);

@@ -91,8 +91,12 @@ impl ConnShared {
     fn snapshot(&self) -> (u64, u64) {
         let (inp, outc) = self.watch();
         (
-            self.region.u64_at(inp + TAIL_OFFSET).load(Ordering::Acquire),
-            self.region.u64_at(outc + HEAD_OFFSET).load(Ordering::Acquire),
+            self.region
+                .u64_at(inp + TAIL_OFFSET)
+                .load(Ordering::Acquire),
+            self.region
+                .u64_at(outc + HEAD_OFFSET)
+                .load(Ordering::Acquire),
         )
     }
 
@@ -212,7 +216,11 @@ impl VmConn {
         };
         let c2s = ring(slot::C2S_PROD, slot::C2S_CONS, 2 * shared.slot);
         let s2c = ring(slot::S2C_PROD, slot::S2C_CONS, 2 * shared.slot + 1);
-        let (out, inb) = if shared.client { (c2s, s2c) } else { (s2c, c2s) };
+        let (out, inb) = if shared.client {
+            (c2s, s2c)
+        } else {
+            (s2c, c2s)
+        };
         shared.establish();
         VmConn {
             tx: Producer::new(out, FenceMode::Symmetric),
@@ -441,8 +449,9 @@ impl VmConn {
         let st = self.shared.region.u32_at(self.shared.base() + slot::STATE);
         let dead = self.shared.peer.dead();
         let cur = st.load(Ordering::Acquire);
-        if cur == State::Accepted as u32 && !dead {
-            if st
+        if cur == State::Accepted as u32
+            && !dead
+            && st
                 .compare_exchange(
                     cur,
                     State::OneGone as u32,
@@ -450,13 +459,13 @@ impl VmConn {
                     Ordering::Acquire,
                 )
                 .is_ok()
-            {
-                return;
-            }
+        {
+            return;
         }
         let cur = st.load(Ordering::Acquire);
         if cur == State::OneGone as u32 || cur == State::Accepted as u32 {
-            let _ = st.compare_exchange(cur, State::Free as u32, Ordering::AcqRel, Ordering::Acquire);
+            let _ =
+                st.compare_exchange(cur, State::Free as u32, Ordering::AcqRel, Ordering::Acquire);
         }
         // Any other value: someone else took or broke the slot; leave it alone.
     }
@@ -470,8 +479,16 @@ impl VmConn {
         } else {
             b + slot::S2C_PROD
         };
-        let tail = self.shared.region.u64_at(outp + TAIL_OFFSET).load(Ordering::Acquire);
-        let head = self.shared.region.u64_at(outc + HEAD_OFFSET).load(Ordering::Acquire);
+        let tail = self
+            .shared
+            .region
+            .u64_at(outp + TAIL_OFFSET)
+            .load(Ordering::Acquire);
+        let head = self
+            .shared
+            .region
+            .u64_at(outc + HEAD_OFFSET)
+            .load(Ordering::Acquire);
         tail.saturating_sub(head)
     }
 }

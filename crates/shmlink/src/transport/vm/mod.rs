@@ -12,8 +12,8 @@
 //! stands still (`ConnectionReset`), and sets the eventfd an event loop watches when what
 //! a connection or listener waits for has changed.
 
-use std::os::fd::BorrowedFd;
 use std::collections::VecDeque;
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -105,7 +105,9 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     region
         .u64_at(b + slot::CLIENT_MAX)
         .store(ours as u64, Ordering::Relaxed);
-    region.u64_at(b + slot::SERVER_MAX).store(0, Ordering::Relaxed);
+    region
+        .u64_at(b + slot::SERVER_MAX)
+        .store(0, Ordering::Relaxed);
     let shared = ConnShared::new(region.clone(), si, true)?;
     let st = region.u32_at(b + slot::STATE);
     // SYNC POINT (handshake): Release pairs with the listener's Acquire load of the
@@ -244,7 +246,10 @@ impl ListenShared {
         (0..SLOTS).find(|&i| {
             let b = Region::slot(i);
             self.region.u32_at(b + slot::STATE).load(Ordering::Acquire) == State::Request as u32
-                && self.region.u32_at(b + slot::LISTENER).load(Ordering::Acquire)
+                && self
+                    .region
+                    .u32_at(b + slot::LISTENER)
+                    .load(Ordering::Acquire)
                     == self.index as u32
                 && self
                     .region
@@ -273,7 +278,10 @@ impl ListenShared {
             }
             let b = Region::slot(si);
             let st = self.region.u32_at(b + slot::STATE);
-            let theirs = self.region.u64_at(b + slot::CLIENT_MAX).load(Ordering::Acquire);
+            let theirs = self
+                .region
+                .u64_at(b + slot::CLIENT_MAX)
+                .load(Ordering::Acquire);
             if theirs == 0 || theirs > MAX_MSG_SIZE_LIMIT as u64 {
                 let _ = st.compare_exchange(
                     State::Request as u32,
@@ -383,7 +391,9 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     };
     let b = Region::listener(index);
     let nonce = nonce()?;
-    region.u64_at(b + slot::L_NONCE).store(nonce, Ordering::Relaxed);
+    region
+        .u64_at(b + slot::L_NONCE)
+        .store(nonce, Ordering::Relaxed);
     region
         .u32_at(b + slot::L_NAME_LEN)
         .store(name.len() as u32, Ordering::Relaxed);

@@ -66,6 +66,10 @@ pub(crate) const L_NAME: usize = 32;
 /// Longest listener name.
 pub(crate) const L_NAME_MAX: usize = 64;
 
+// The ring blocks and the name fit their slot and entry (checked at compile time).
+const _: () = assert!(CTL_END <= super::region::SLOT_BYTES);
+const _: () = assert!(L_NAME + L_NAME_MAX <= super::region::LISTENER_BYTES);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,8 +82,6 @@ mod tests {
         assert_eq!(S2C_PROD - C2S_CONS, size_of::<ConsumerCtl>());
         assert_eq!(S2C_CONS - S2C_PROD, size_of::<ProducerCtl>());
         assert_eq!(CTL_END - S2C_CONS, size_of::<ConsumerCtl>());
-        assert!(CTL_END <= super::super::region::SLOT_BYTES);
-        assert!(L_NAME + L_NAME_MAX <= super::super::region::LISTENER_BYTES);
         for off in [C2S_PROD, C2S_CONS, S2C_PROD, S2C_CONS] {
             assert_eq!(off % 128, 0);
         }
