@@ -131,8 +131,8 @@ fn ordered_checksummed_messages_both_ways() {
 
 #[test]
 fn sizes_from_one_byte_to_16_mib() {
-    // 4 MiB region: 64 KiB rings, so everything above 32 KiB is split into fragments.
-    let r = RegionFile::new(4);
+    // 16 MiB region: 64 KiB rings, so everything above 32 KiB is split into fragments.
+    let r = RegionFile::new(16);
     let opts = Options::default().max_msg_size(16 << 20);
     let (mut c, mut s, _l) = pair(&r, "sizes", &opts);
     assert_eq!(c.max_msg_size(), 16 << 20);
@@ -181,7 +181,7 @@ fn poll_readable(fd: i32, ms: i32) -> bool {
 
 #[test]
 fn flow_control_nonblocking_and_poll() {
-    let r = RegionFile::new(4);
+    let r = RegionFile::new(16);
     let (mut c, mut s, _l) = pair(&r, "flow", &Options::default());
     c.set_nonblocking(true);
     s.set_nonblocking(true);
@@ -241,7 +241,7 @@ fn flow_control_nonblocking_and_poll() {
 
 #[test]
 fn graceful_close_delivers_everything_then_end_of_stream() {
-    let r = RegionFile::new(4);
+    let r = RegionFile::new(16);
     let (mut c, mut s, _l) = pair(&r, "close", &Options::default());
     let t = std::thread::spawn(move || {
         for i in 0..200u64 {
@@ -259,7 +259,7 @@ fn graceful_close_delivers_everything_then_end_of_stream() {
 
 #[test]
 fn listener_names_and_refusals() {
-    let r = RegionFile::new(4);
+    let r = RegionFile::new(16);
     let _l = Listener::bind(&r.addr("taken"), &Options::default()).unwrap();
     let e = Listener::bind(&r.addr("taken"), &Options::default())
         .err()
@@ -288,7 +288,7 @@ fn bad_regions_are_refused() {
         .err()
         .unwrap();
     assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
-    let other = RegionFile::new(4);
+    let other = RegionFile::new(16);
     other.poke(0, 0x1234);
     let e = Listener::bind(&other.addr("x"), &Options::default())
         .err()
@@ -308,7 +308,7 @@ const C2S_PROD: u64 = 384;
 
 #[test]
 fn a_scribbled_slot_breaks_only_its_connection() {
-    let r = RegionFile::new(4);
+    let r = RegionFile::new(16);
     let opts = Options::default();
     let mut l = Listener::bind(&r.addr("hostile"), &opts).unwrap();
     let addr = r.addr("hostile");
@@ -425,7 +425,7 @@ fn child_main() {
 }
 
 fn peer_death(role: &str) {
-    let r = RegionFile::new(4);
+    let r = RegionFile::new(16);
     let addr = r.addr("death");
     let mut l = Listener::bind(&addr, &Options::default()).unwrap();
     let mut ch = child(role, &addr);

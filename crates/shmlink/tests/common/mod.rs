@@ -64,6 +64,13 @@ pub fn fresh_addr(transport: &str) -> String {
         "tcp" => "tcp:127.0.0.1:0".to_string(),
         "auto" | "auto_tcp" | "auto_tls" => "auto:127.0.0.1:0".to_string(),
         "tls" => "tls:127.0.0.1:0".to_string(),
+        // `vm:` in a region file of its own (16 MiB: 256 KiB rings), in the test directory.
+        "vm" => {
+            let region = test_dir().join(format!("v{n}.region"));
+            let f = std::fs::File::create(&region).unwrap();
+            f.set_len(16 << 20).unwrap();
+            format!("vm:t{n}@{}", region.display())
+        }
         other => panic!("unknown transport {other}"),
     }
 }

@@ -51,6 +51,11 @@ impl ConnShared {
         Ok(s)
     }
 
+    /// The descriptor's flag.
+    pub(super) fn flag(&self) -> &EventFlag {
+        &self.flag
+    }
+
     /// The slot.
     pub(super) fn slot(&self) -> usize {
         self.slot
@@ -222,6 +227,11 @@ impl VmConn {
             (s2c, c2s)
         };
         shared.establish();
+        // Armed from the start against the fresh ring's positions: the descriptor turns
+        // readable when the first message arrives, before any call would have blocked
+        // (an event loop registers a new connection and waits for it).
+        *shared.snap.lock().unwrap_or_else(|p| p.into_inner()) = (0, 0);
+        shared.armed.store(true, Ordering::Release);
         VmConn {
             tx: Producer::new(out, FenceMode::Symmetric),
             rx: Consumer::new(inb, FenceMode::Symmetric),
@@ -262,14 +272,18 @@ impl VmConn {
         if state == State::Accepted as u32 {
             if self.shared.peer.dead() {
                 return Err(Error::reset(format!(
-                    "vm: the peer's heartbeat stopped for {:?} (peer dead)",
+                    "vm: {}: the peer's heartbeat stopped for {:?} (peer dead)",
+                    self.peer,
                     region::dead_after()
                 )));
             }
             return Ok(());
         }
         if state == State::OneGone as u32 {
-            return Err(Error::reset("vm: the peer left without closing its stream"));
+            return Err(Error::reset(format!(
+                "vm: {}: the peer has left",
+                self.peer
+            )));
         }
         Err(self.violation(format!(
             "slot {} state changed to {state} under a live connection",
@@ -402,7 +416,7 @@ impl VmConn {
                     }
                     return Ok(false);
                 }
-                backoff.snooze();
+                backoff.snooze(&self.shared.flag, || self.shared.arm());
                 continue;
             };
             backoff = Backoff::new();
@@ -469,28 +483,6 @@ impl VmConn {
         }
         // Any other value: someone else took or broke the slot; leave it alone.
     }
-
-    /// Bytes we published that the peer has not consumed yet.
-    fn unconsumed(&self) -> u64 {
-        let (_, outc) = self.shared.watch();
-        let b = self.shared.base();
-        let outp = if self.shared.client {
-            b + slot::C2S_PROD
-        } else {
-            b + slot::S2C_PROD
-        };
-        let tail = self
-            .shared
-            .region
-            .u64_at(outp + TAIL_OFFSET)
-            .load(Ordering::Acquire);
-        let head = self
-            .shared
-            .region
-            .u64_at(outc + HEAD_OFFSET)
-            .load(Ordering::Acquire);
-        tail.saturating_sub(head)
-    }
 }
 
 /// Record size of a payload (the ring's).
@@ -501,6 +493,11 @@ pub(super) fn rec(len: usize) -> usize {
 impl ConnOps for VmConn {
     fn send(&mut self, msg: &[u8], blocking: bool) -> Result<()> {
         self.check_broken()?;
+        // One load of a line that changes only at setup and teardown: a peer that has
+        // left gets no more messages (they would vanish), as on the framed transports.
+        if self.shared.state() != State::Accepted as u32 {
+            self.peer_check()?;
+        }
         if !self.flush(blocking)? {
             return Err(Error::would_block());
         }
@@ -528,7 +525,7 @@ impl ConnOps for VmConn {
                 }
                 return Err(Error::would_block());
             }
-            backoff.snooze();
+            backoff.snooze(&self.shared.flag, || self.shared.arm());
         }
     }
 
@@ -592,7 +589,7 @@ impl ConnOps for VmConn {
                 }
                 return Err(Error::would_block());
             }
-            backoff.snooze();
+            backoff.snooze(&self.shared.flag, || self.shared.arm());
         }
     }
 
@@ -643,37 +640,36 @@ impl ConnOps for VmConn {
         }
         let mut result = Ok(());
         if self.broken.is_none() {
-            let ok = if wait {
-                self.flush(true)
-            } else {
-                self.flush(false)
-            };
-            match ok {
+            // Fragments of a split message still to write: with `wait`, they go into the
+            // ring as the peer makes room, given up after CLOSE_LINGER without progress
+            // (then the peer sees a reset, not the end of the stream).
+            let mut done = self.flush(false);
+            if wait {
+                let mut since = Instant::now();
+                let mut left = self.pending.as_ref().map(|p| p.off);
+                let mut backoff = Backoff::new();
+                while matches!(done, Ok(false)) {
+                    let now = self.pending.as_ref().map(|p| p.off);
+                    if now != left {
+                        left = now;
+                        since = Instant::now();
+                    } else if since.elapsed() > CLOSE_LINGER {
+                        done = Err(Error::new(
+                            ErrorKind::TimedOut,
+                            format!(
+                                "vm: {}: the peer took nothing for the close linger",
+                                self.peer
+                            ),
+                        ));
+                        break;
+                    }
+                    backoff.snooze(&self.shared.flag, || self.shared.arm());
+                    done = self.flush(false);
+                }
+            }
+            match done {
                 Ok(true) => {
                     self.tx.close();
-                    if wait {
-                        let start = Instant::now();
-                        let mut last = self.unconsumed();
-                        let mut since = start;
-                        let mut backoff = Backoff::new();
-                        while last > 0 {
-                            if self.peer_check().is_err() {
-                                break;
-                            }
-                            let now = self.unconsumed();
-                            if now != last {
-                                last = now;
-                                since = Instant::now();
-                            } else if since.elapsed() > CLOSE_LINGER {
-                                result = Err(Error::new(
-                                    ErrorKind::TimedOut,
-                                    "vm: the peer took nothing for the close linger",
-                                ));
-                                break;
-                            }
-                            backoff.snooze();
-                        }
-                    }
                 }
                 Ok(false) => {}
                 Err(e) => result = Err(e),

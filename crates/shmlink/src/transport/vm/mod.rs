@@ -165,7 +165,7 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
             }
             return Err(Error::new(ErrorKind::TimedOut, why));
         }
-        backoff.snooze();
+        backoff.snooze(shared.flag(), || {});
     }
     let theirs = region.u64_at(b + slot::SERVER_MAX).load(Ordering::Acquire);
     if theirs == 0 || theirs > MAX_MSG_SIZE_LIMIT as u64 {
@@ -319,7 +319,9 @@ impl ListenShared {
 impl Tick for ListenShared {
     fn tick(&self, _now: Instant) {
         self.hb().fetch_add(1, Ordering::Release);
-        if self.take_requests() {
+        self.take_requests();
+        let b = self.backlog();
+        if !b.is_empty() {
             let _ = self.flag.set();
         }
     }
@@ -427,7 +429,17 @@ impl ListenerOps for VmListener {
         let mut backoff = Backoff::new();
         loop {
             s.take_requests();
-            if let Some((shared, theirs)) = s.backlog().pop_front() {
+            let next = {
+                // Under the backlog's lock, as the ticker sets the flag: it stays set
+                // exactly while connections wait.
+                let mut b = s.backlog();
+                let next = b.pop_front();
+                if b.is_empty() {
+                    let _ = s.flag.clear();
+                }
+                next
+            };
+            if let Some((shared, theirs)) = next {
                 let path = s.region.path().display().to_string();
                 let si = shared.slot();
                 let conn = VmConn::new(
@@ -440,13 +452,9 @@ impl ListenerOps for VmListener {
                 return Ok(Accepted::untracked(Box::new(conn)));
             }
             if !blocking {
-                let _ = s.flag.clear();
-                if s.pending().is_some() || !s.backlog().is_empty() {
-                    continue;
-                }
                 return Err(Error::would_block());
             }
-            backoff.snooze();
+            backoff.snooze(&s.flag, || {});
         }
     }
 

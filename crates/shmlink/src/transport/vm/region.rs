@@ -8,7 +8,7 @@
 //! ```text
 //! page 0            magic "SHMLVM01" (u64), written once by the first user (CAS 0 → magic)
 //! 4096 .. 8192      LISTENERS listener entries of 128 bytes
-//! 8192 .. +SLOTS*2K SLOTS connection slots of 2048 bytes (state, heartbeats, 4 ring ctls)
+//! 8192 .. +SLOTS*2K SLOTS (64) connection slots of 2048 bytes (state, heartbeats, 4 ring ctls)
 //! HEADER_LEN ..     2 * SLOTS ring data areas of `ring_size` bytes (slot i: 2i client→server,
 //!                   2i+1 server→client), each mapped twice back to back
 //! ```
@@ -18,7 +18,7 @@
 //! locally from the size) bounds memory accesses.
 
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -27,13 +27,14 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::memfd::Mapping;
+use crate::sys::stream::EventFlag;
 
 /// "SHMLVM01", little endian.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SHMLVM01");
 /// Listener entries in a region.
 pub(crate) const LISTENERS: usize = 32;
 /// Connection slots in a region: at most this many connections at once.
-pub(crate) const SLOTS: usize = 16;
+pub(crate) const SLOTS: usize = 64;
 /// Bytes of one listener entry.
 pub(crate) const LISTENER_BYTES: usize = 128;
 /// Bytes of one slot.
@@ -372,8 +373,11 @@ impl Backoff {
         }
     }
 
-    /// One wait step.
-    pub(crate) fn snooze(&mut self) {
+    /// One wait step: a spin, or (after the spin phase) `arm`, then a sleep in `ppoll` on
+    /// `flag` for the current pause. `arm` clears the flag and asks the ticker to set it
+    /// when what the caller waits on changes, so the sleep ends at that tick or at the
+    /// pause, whichever comes first.
+    pub(crate) fn snooze(&mut self, flag: &EventFlag, arm: impl FnOnce()) {
         if self.spins < SPINS {
             self.spins += 1;
             std::hint::spin_loop();
@@ -382,7 +386,19 @@ impl Backoff {
             }
             return;
         }
-        std::thread::sleep(self.pause);
+        arm();
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: self.pause.as_nanos() as libc::c_long,
+        };
+        let mut p = libc::pollfd {
+            fd: flag.fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd and a valid timespec (below one second); no signal
+        // mask. Any result is fine: the caller re-checks its condition.
+        unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
         self.pause = (self.pause * 2).min(MAX_PAUSE);
     }
 }
@@ -396,12 +412,13 @@ mod tests {
         assert_eq!(HEADER_LEN % 4096, 0);
         assert!(ring_size(MIN_REGION - 1).is_none());
         assert_eq!(ring_size(MIN_REGION), Some(MIN_RING));
-        for mib in [4usize, 16, 64, 256, 1024] {
+        for mib in [16usize, 64, 256, 1024] {
             let len = mib << 20;
             let r = ring_size(len).unwrap();
             assert!(r.is_power_of_two() && r <= MAX_RING);
             assert!(HEADER_LEN + 2 * SLOTS * r <= len, "{mib} MiB");
         }
-        assert_eq!(ring_size(64 << 20), Some(1 << 20));
+        assert_eq!(ring_size(64 << 20), Some(256 << 10));
+        assert_eq!(ring_size(16 << 20), Some(64 << 10));
     }
 }
