@@ -2,8 +2,8 @@
 # Two QEMU guests with one shared ivshmem region and a virtual network between them, for
 # shmlink's vm: transport (docs/vms.md). Every boot has a deadline.
 #
-#   scripts/vm.sh install          install qemu-system-x86, linux-image-amd64 and
-#                                  busybox-static from Debian if missing (apt-get)
+#   scripts/vm.sh install          install qemu-system-x86, linux-image-amd64,
+#                                  busybox-static and cpio from Debian if missing (apt-get)
 #   scripts/vm.sh image            build target/vm/initrd.img: busybox, the shmlink CLI
 #                                  (target/release/shmlink, built if missing) and what
 #                                  `ldd` lists, the virtio-net modules, an /init
@@ -41,6 +41,7 @@ kernel() { ls /boot/vmlinuz-*-amd64 2>/dev/null | sort -V | tail -1; }
 cmd_check() {
   command -v qemu-system-x86_64 >/dev/null || { echo "qemu-system-x86_64 not installed (scripts/vm.sh install)"; return 1; }
   [ -x /bin/busybox ] || { echo "busybox-static not installed (scripts/vm.sh install)"; return 1; }
+  command -v cpio >/dev/null || { echo "cpio not installed (scripts/vm.sh install)"; return 1; }
   [ -n "$(kernel)" ] && [ -r "$(kernel)" ] || { echo "no readable /boot/vmlinuz-*-amd64 (linux-image-amd64)"; return 1; }
   [ -d /dev/shm ] || { echo "no /dev/shm for the region"; return 1; }
   return 0
@@ -52,6 +53,7 @@ cmd_install() {
   [ -n "$(kernel)" ] || need+=(linux-image-amd64)
   { [ -x /bin/busybox ] && /bin/busybox --help 2>&1 | grep -q static; } ||
     dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
+  command -v cpio >/dev/null || need+=(cpio)
   if [ ${#need[@]} -gt 0 ]; then
     echo "vm.sh: installing ${need[*]}"
     local sudo=

@@ -410,6 +410,13 @@ fn child_main() {
     let (Ok(role), Ok(addr)) = (std::env::var(ROLE_VAR), std::env::var(ADDR_VAR)) else {
         return;
     };
+    if role == "listener" {
+        let _l = Listener::bind(&addr, &Options::default()).unwrap();
+        println!("SHMLINK-VM-CHILD ready");
+        let mut s = String::new();
+        let _ = std::io::stdin().read_line(&mut s);
+        return;
+    }
     let mut c = Connection::connect(&addr, &Options::default()).unwrap();
     for i in 0..10u64 {
         c.send(&payload(i, 100)).unwrap();
@@ -471,6 +478,34 @@ fn killed_peer_process_resets_a_blocked_receiver() {
 #[test]
 fn killed_peer_with_a_blocked_reader_resets_too() {
     peer_death("blocked-recv");
+}
+
+/// A listener whose process was killed leaves its entry LIVE: clients are refused once
+/// its heartbeat stands still (not after the connect timeout), and the name can be bound
+/// again.
+#[test]
+fn a_dead_listener_refuses_quickly_and_its_name_is_taken_over() {
+    let r = RegionFile::new(16);
+    let addr = r.addr("gone");
+    let mut ch = child("listener", &addr);
+    ch.kill().unwrap();
+    ch.wait().unwrap();
+    let opts = Options::default().connect_timeout(Duration::from_secs(20));
+    let start = Instant::now();
+    let e = Connection::connect(&addr, &opts).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    let mut l = Listener::bind(&addr, &Options::default()).unwrap();
+    let a = addr.clone();
+    let t = std::thread::spawn(move || Connection::connect(&a, &Options::default()).unwrap());
+    let mut s = l.accept().unwrap();
+    let mut c = t.join().unwrap();
+    c.send(b"new owner").unwrap();
+    assert_eq!(s.recv_vec().unwrap(), b"new owner");
 }
 
 #[test]

@@ -116,6 +116,11 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
 
     let deadline = Instant::now() + opts.connect_timeout;
     let mut backoff = Backoff::new();
+    // The listener's heartbeat: a listener whose process died leaves a LIVE entry that
+    // nobody serves; refuse once it stands still as long as a dead peer's would.
+    let lhb = region.u64_at(Region::listener(li) + slot::L_HB);
+    let (mut last_hb, mut hb_since) = (lhb.load(Ordering::Acquire), Instant::now());
+    let stale_after = region::dead_after() + region::TICK * region::DEAD_TICKS;
     let refuse = |why: String| {
         // Withdraw the request; if the listener accepted it meanwhile, this fails and
         // the slot is left to the listener's side (which sees us never beat: reset).
@@ -153,6 +158,15 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         }
         if listener_entry(&region, li).map(|(_, n)| n) != Some(lnonce) {
             let why = refuse(format!("vm: the listener {name:?} went away"));
+            return Err(Error::new(ErrorKind::ConnectionRefused, why));
+        }
+        let hb = lhb.load(Ordering::Acquire);
+        if hb != last_hb {
+            (last_hb, hb_since) = (hb, Instant::now());
+        } else if hb_since.elapsed() > stale_after {
+            let why = refuse(format!(
+                "vm: the listener {name:?} does not beat (its process is gone)"
+            ));
             return Err(Error::new(ErrorKind::ConnectionRefused, why));
         }
         if Instant::now() >= deadline {
