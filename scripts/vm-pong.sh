@@ -3,18 +3,21 @@
 # (virtio-net between the guests), same boot, then guest ↔ host over vm:. Prints the
 # tables, one `shmlink pong --json` line per run, and the vm:/tcp: ratios.
 #
-#   scripts/vm-pong.sh [--count N] [--timeout S]
+#   scripts/vm-pong.sh [--count N] [--timeout S] [--region-mib N]
+#
+# The region defaults to 256 MiB: 1 MiB rings, so a 1 MiB message is 2 fragments.
 #
 # Under TCG (this machine: nested KVM hangs) absolute numbers mean little: compare the
 # ratio. On a KVM host the same script uses KVM (scripts/vm.sh accel). docs/vms.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-count=2000 timeout=300
+count=2000 timeout=300 mib=256
 while [ $# -gt 0 ]; do
   case $1 in
     --count) count=$2; shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
-    *) sed -n '2,9p' "$0"; exit 2 ;;
+    --region-mib) mib=$2; shift 2 ;;
+    *) sed -n '2,11p' "$0"; exit 2 ;;
   esac
 done
 scripts/vm.sh install >/dev/null
@@ -45,7 +48,7 @@ echo done | nc 192.0.2.1 9000"
 # The host's server runs until both guests are done (scripts/vm.sh sends it SIGTERM).
 host="exec $bin pong --server vm:hostpong@\$SHMLINK_VM_REGION"
 set +e
-scripts/vm.sh run --timeout "$timeout" --a "$a" --b "$b" --host "$host" | tee "$out"
+scripts/vm.sh run --timeout "$timeout" --region-mib "$mib" --a "$a" --b "$b" --host "$host" | tee "$out"
 rc=${PIPESTATUS[0]}
 set -e
 python3 - "$out" <<'EOF'
