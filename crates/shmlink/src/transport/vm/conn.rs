@@ -578,6 +578,11 @@ impl ConnOps for VmConn {
                 }
                 return Err(Error::eos());
             }
+            // A peer that closed and then left: its close mark was stored before it left
+            // (the state's Acquire load orders it), so look at the ring again first.
+            if self.shared.state() == State::OneGone as u32 && self.rx.peer_closed() {
+                continue;
+            }
             self.peer_check()?;
             if !blocking {
                 self.shared.arm();
@@ -585,7 +590,7 @@ impl ConnOps for VmConn {
                     return Ok(n);
                 }
                 if self.rx.peer_closed() {
-                    let _ = self.shared.flag.set();
+                    continue; // the end of the stream, at the top of the loop
                 }
                 return Err(Error::would_block());
             }
