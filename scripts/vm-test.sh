@@ -10,7 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 checks=(guest_ordered_100k guest_sizes_1b_16mib guest_latency guest_killed_process_resets
-  guest_serves_after_a_death host_guest_sizes host_guest_ordered host_killed_guest_resets)
+  guest_serves_after_a_death guest_hostile_scribble_is_a_violation guest_serves_after_a_scribble
+  host_guest_sizes host_guest_ordered host_killed_guest_resets)
 
 skip_all() {
   echo "vm-test: SKIPPED (qemu): $1"
@@ -43,6 +44,18 @@ for m in 1 4k 1M 16M; do $p -m \$m -n 4 vm:pong; done
 $p --latency -n 500 vm:pong
 $p -n 100000000 vm:pong >/dev/null 2>&1 & sleep 4; kill -9 \$!; sleep 3
 $p -n 1000 -m 100 vm:pong
+# A hostile guest: through /dev/mem (the BAR's physical address), move the live
+# connection's client->server ring position somewhere impossible. Offsets: slots at
+# 8192, 2048 bytes each, state word first, client producer block (tail first) at 384.
+$p -n 100000000 -m 64 vm:pong >/dev/null 2>&1 & v=\$!; sleep 4
+for d in /sys/bus/pci/devices/*; do [ \$(cat \$d/device) = 0x1110 ] && base=\$(sed -n 3p \$d/resource | cut -d' ' -f1); done
+i=0; while [ \$i -lt 64 ]; do
+  st=\$((base + 8192 + i * 2048))
+  [ \$((\$(devmem \$st 32))) = 3 ] && devmem \$((st + 384)) 64 12345 && echo scribbled slot \$i
+  i=\$((i + 1))
+done
+wait \$v; echo the scribbled client exited \$?
+$p -n 1000 -m 120 vm:pong
 for m in 1 1M 16M; do $p -m \$m -n 4 vm:hostpong; done
 $p -n 20000 -m 200 vm:hostpong
 echo done | nc 192.0.2.1 9000
@@ -73,6 +86,8 @@ check guest_sizes_1b_16mib $ok
 check guest_latency "$(has "$ga" 'served a latency run: 550 messages of 64 bytes, all verified')"
 check guest_killed_process_resets "$(has "$ga" 'client on vm:pong.*(heartbeat stopped|reset|left without closing)')"
 check guest_serves_after_a_death "$(has "$ga" 'served a throughput run: 1100 messages of 100 bytes, all verified')"
+check guest_hostile_scribble_is_a_violation "$(has "$ga" 'client on vm:pong: .*ring tail 12345 invalid')"
+check guest_serves_after_a_scribble "$(has "$ga" 'served a throughput run: 1100 messages of 120 bytes, all verified')"
 ok=0
 for n in 1 1048576 16777216; do
   [ "$(has "$host" "served a throughput run: [0-9]+ messages of $n bytes, all verified")" = 0 ] || ok=1

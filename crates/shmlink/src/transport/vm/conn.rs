@@ -272,7 +272,7 @@ impl VmConn {
         if state == State::Accepted as u32 {
             if self.shared.peer.dead() {
                 return Err(Error::reset(format!(
-                    "vm: {}: the peer's heartbeat stopped for {:?} (peer dead)",
+                    "{}: the peer's heartbeat stopped for {:?} (peer dead)",
                     self.peer,
                     region::dead_after()
                 )));
