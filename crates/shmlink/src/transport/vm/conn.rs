@@ -280,10 +280,7 @@ impl VmConn {
             return Ok(());
         }
         if state == State::OneGone as u32 {
-            return Err(Error::reset(format!(
-                "vm: {}: the peer has left",
-                self.peer
-            )));
+            return Err(Error::reset(format!("{}: the peer has left", self.peer)));
         }
         Err(self.violation(format!(
             "slot {} state changed to {state} under a live connection",
@@ -661,10 +658,7 @@ impl ConnOps for VmConn {
                     } else if since.elapsed() > CLOSE_LINGER {
                         done = Err(Error::new(
                             ErrorKind::TimedOut,
-                            format!(
-                                "vm: {}: the peer took nothing for the close linger",
-                                self.peer
-                            ),
+                            format!("{}: the peer took nothing for the close linger", self.peer),
                         ));
                         break;
                     }
