@@ -281,6 +281,35 @@ fn listener_names_and_refusals() {
     Listener::bind(&r.addr("taken"), &Options::default()).unwrap();
 }
 
+/// 64 connections fill a region's slots: the next client is refused, and a slot is free
+/// again once both ends of a connection have gone.
+#[test]
+fn slots_run_out_then_free_again() {
+    let r = RegionFile::new(16);
+    let addr = r.addr("many");
+    let mut l = Listener::bind(&addr, &Options::default()).unwrap();
+    let mut pairs = Vec::new();
+    for i in 0..64u64 {
+        let c = Connection::connect(&addr, &Options::default()).unwrap();
+        let s = l.accept().unwrap();
+        pairs.push((c, s, i));
+    }
+    let e = Connection::connect(&addr, &Options::default())
+        .err()
+        .unwrap();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+    assert!(e.to_string().contains("slots"), "{e}");
+    drop(pairs.remove(10));
+    let mut c = Connection::connect(&addr, &Options::default()).unwrap();
+    let mut s = l.accept().unwrap();
+    c.send(b"slot reused").unwrap();
+    assert_eq!(s.recv_vec().unwrap(), b"slot reused");
+    for (c, s, i) in pairs.iter_mut() {
+        c.send(&i.to_le_bytes()).unwrap();
+        assert_eq!(s.recv_vec().unwrap(), i.to_le_bytes());
+    }
+}
+
 #[test]
 fn bad_regions_are_refused() {
     let small = RegionFile::new(1);

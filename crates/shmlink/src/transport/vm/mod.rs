@@ -220,14 +220,27 @@ fn claim_slot(region: &Region) -> Result<usize> {
     if let Some(i) = (0..SLOTS).find(|&i| take(i, State::Free as u32)) {
         return Ok(i);
     }
+    // No free slot: one whose two users both stopped beating is reclaimed (sampled all
+    // at once: one wait of the death bound).
+    let states: Vec<u32> = (0..SLOTS)
+        .map(|i| {
+            region
+                .u32_at(Region::slot(i) + slot::STATE)
+                .load(Ordering::Acquire)
+        })
+        .collect();
+    let beats: Vec<&AtomicU64> = (0..SLOTS)
+        .flat_map(|i| {
+            let b = Region::slot(i);
+            [
+                region.u64_at(b + slot::CLIENT_HB),
+                region.u64_at(b + slot::SERVER_HB),
+            ]
+        })
+        .collect();
+    let still = region::stale(&beats);
     for i in 0..SLOTS {
-        let b = Region::slot(i);
-        let s = region.u32_at(b + slot::STATE).load(Ordering::Acquire);
-        if s != State::Free as u32
-            && region::is_stale(region.u64_at(b + slot::CLIENT_HB))
-            && region::is_stale(region.u64_at(b + slot::SERVER_HB))
-            && take(i, s)
-        {
+        if still[2 * i] && still[2 * i + 1] && take(i, states[i]) {
             return Ok(i);
         }
     }
@@ -387,13 +400,16 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         None => (0..LISTENERS)
             .find(|&i| busy(i, slot::L_FREE))
             .or_else(|| {
-                // A full table: take an entry whose listener stopped beating.
-                (0..LISTENERS).find(|&i| {
-                    let s = state(i).load(Ordering::Acquire);
-                    s != slot::L_FREE
-                        && region::is_stale(region.u64_at(Region::listener(i) + slot::L_HB))
-                        && busy(i, s)
-                })
+                // A full table: take an entry whose listener stopped beating (all sampled
+                // over one wait of the death bound).
+                let states: Vec<u32> = (0..LISTENERS)
+                    .map(|i| state(i).load(Ordering::Acquire))
+                    .collect();
+                let beats: Vec<&AtomicU64> = (0..LISTENERS)
+                    .map(|i| region.u64_at(Region::listener(i) + slot::L_HB))
+                    .collect();
+                let still = region::stale(&beats);
+                (0..LISTENERS).find(|&i| still[i] && busy(i, states[i]))
             })
             .ok_or_else(|| {
                 Error::new(

@@ -340,16 +340,23 @@ impl Liveness {
 /// Samples a counter until it moves (alive) or [`dead_after`] passes (stale), for the
 /// rare decisions taken without a ticker: reclaiming a stale table entry.
 pub(crate) fn is_stale(counter: &AtomicU64) -> bool {
-    let first = counter.load(Ordering::Acquire);
+    stale(&[counter])[0]
+}
+
+/// Which of `counters` stand still for the death bound, all sampled over the same
+/// interval (one wait, however many entries a full table makes us look at).
+pub(crate) fn stale(counters: &[&AtomicU64]) -> Vec<bool> {
+    let first: Vec<u64> = counters.iter().map(|c| c.load(Ordering::Acquire)).collect();
+    let mut moved = vec![false; counters.len()];
     let start = Instant::now();
     let bound = dead_after() + TICK * DEAD_TICKS;
-    while start.elapsed() < bound {
+    while start.elapsed() < bound && !moved.iter().all(|&m| m) {
         std::thread::sleep(TICK);
-        if counter.load(Ordering::Acquire) != first {
-            return false;
+        for (i, c) in counters.iter().enumerate() {
+            moved[i] |= c.load(Ordering::Acquire) != first[i];
         }
     }
-    true
+    moved.into_iter().map(|m| !m).collect()
 }
 
 /// Waiting without a doorbell: spin briefly, then sleep with a growing (bounded) pause.
