@@ -126,19 +126,20 @@ EOF
   echo "vm.sh: image $work/initrd.img ($(du -h "$work/initrd.img" | cut -f1)), kernel $k"
 }
 
-# qemu-system-x86_64 for guest $1 (a|b) with accel $2, writing its console to $3.
+# Sets QEMU to the qemu-system-x86_64 command line for guest $1 (a|b) with accel $2,
+# writing its console to $3.
 qemu_cmd() {
   local role=$1 accel=$2 out=$3 initrd=$4 region=$5 mib=$6 net=$7
   local mac=52:54:00:00:00:0$([ "$role" = a ] && echo 1 || echo 2)
-  local cpu=() ; [ "$accel" = kvm ] && cpu=(-cpu host)
-  echo qemu-system-x86_64 -nodefaults -no-reboot -display none -monitor none \
-    -accel "$accel" "${cpu[@]}" -m 256 -smp 1 \
-    -kernel "$(kernel)" -initrd "$initrd" \
-    -append "\"console=ttyS0 quiet panic=-1 shmlink.role=$role\"" \
-    -serial "file:$out" \
-    -object "memory-backend-file,id=shm0,mem-path=$region,size=${mib}M,share=on" \
-    -device ivshmem-plain,memdev=shm0 \
-    -netdev "socket,id=n0,$net" -device "virtio-net-pci,netdev=n0,mac=$mac"
+  QEMU=(qemu-system-x86_64 -nodefaults -no-reboot -display none -monitor none
+    -accel "$accel" -m 256 -smp 1)
+  [ "$accel" = kvm ] && QEMU+=(-cpu host)
+  QEMU+=(-kernel "$(kernel)" -initrd "$initrd"
+    -append "console=ttyS0 quiet panic=-1 shmlink.role=$role"
+    -serial "file:$out"
+    -object "memory-backend-file,id=shm0,mem-path=$region,size=${mib}M,share=on"
+    -device ivshmem-plain,memdev=shm0
+    -netdev "socket,id=n0,$net" -device "virtio-net-pci,netdev=n0,mac=$mac")
 }
 
 # A per-guest initrd: the image plus a cpio holding /cmd.sh.
@@ -160,9 +161,9 @@ cmd_accel() {
     [ -f "$work/initrd.img" ] || cmd_image >&2
     local d; d=$(mktemp -d /tmp/shmlink-vm-probe.XXXXXX)
     guest_initrd "$d" a 'true'
-    truncate -s 4M "$d/region"
-    local q; q=$(qemu_cmd a kvm "$d/out" "$d/initrd-a.img" "$d/region" 4 "listen=127.0.0.1:$(free_port)")
-    if eval timeout -k 2 20 "$q" >/dev/null 2>&1 && grep -q '=== SHMLINK-VM-EXIT 0' "$d/out" 2>/dev/null; then
+    truncate -s 16M "$d/region"
+    qemu_cmd a kvm "$d/out" "$d/initrd-a.img" "$d/region" 16 "listen=127.0.0.1:$(free_port)"
+    if timeout -k 2 20 "${QEMU[@]}" >/dev/null 2>&1 && grep -q '=== SHMLINK-VM-EXIT 0' "$d/out" 2>/dev/null; then
       accel=kvm
     fi
     rm -rf "$d"
@@ -203,10 +204,12 @@ cmd_run() {
     [ -n "$run_keep" ] || rm -rf "$d"
   }
   trap cleanup EXIT
+  trap 'exit 143' INT TERM  # through the EXIT trap: guests killed, region removed
   local t0; t0=$(date +%s.%N)
   guest_initrd "$d" a "$a"
-  eval "timeout -k 5 $timeout $(qemu_cmd a "$accel" "$d/out-a" "$d/initrd-a.img" "$region" "$mib" "listen=127.0.0.1:$port")" \
-    >"$d/qemu-a.log" 2>&1 &
+  qemu_cmd a "$accel" "$d/out-a" "$d/initrd-a.img" "$region" "$mib" "listen=127.0.0.1:$port"
+  # timeout is the direct child: killing it (the EXIT trap) takes its QEMU along.
+  timeout -k 5 "$timeout" "${QEMU[@]}" >"$d/qemu-a.log" 2>&1 &
   pids+=($!)
   if [ -n "$hasb" ]; then
     guest_initrd "$d" b "$b"
@@ -215,8 +218,8 @@ cmd_run() {
       python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$port),0.2).close()" 2>/dev/null && break
       sleep 0.1
     done
-    eval "timeout -k 5 $timeout $(qemu_cmd b "$accel" "$d/out-b" "$d/initrd-b.img" "$region" "$mib" "connect=127.0.0.1:$port")" \
-      >"$d/qemu-b.log" 2>&1 &
+    qemu_cmd b "$accel" "$d/out-b" "$d/initrd-b.img" "$region" "$mib" "connect=127.0.0.1:$port"
+    timeout -k 5 "$timeout" "${QEMU[@]}" >"$d/qemu-b.log" 2>&1 &
     pids+=($!)
   fi
   # The host command runs beside the guests; once both guests are done it gets SIGTERM
@@ -226,16 +229,18 @@ cmd_run() {
     SHMLINK_VM_REGION=$region SHMLINK_VM_DEAD_MS=${SHMLINK_VM_DEAD_MS:-1000} \
       timeout -k 5 "$timeout" bash -c "$host" >"$d/out-host" 2>&1 &
     hostpid=$!
+    pids+=("$hostpid")
   fi
   local rc=0 p
-  for p in "${pids[@]}"; do wait "$p" || true; done
-  pids=()
+  for p in "${pids[@]}"; do [ "$p" = "$hostpid" ] || wait "$p" || true; done
+  pids=(${hostpid:+"$hostpid"})
   local hostrc=0
   if [ -n "$hostpid" ]; then
     sleep "$linger"
     kill -TERM "$hostpid" 2>/dev/null || true
     wait "$hostpid" || hostrc=$?
     [ "$hostrc" = 143 ] && hostrc=0
+    pids=()
   fi
   local t1; t1=$(date +%s.%N)
   echo "vm.sh: accel $accel, region ${mib} MiB, wall $(python3 -c "print(f'{$t1-$t0:.1f}')") s"
