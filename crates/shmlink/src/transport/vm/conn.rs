@@ -172,6 +172,19 @@ struct Pending {
     off: usize,
 }
 
+/// Room reserved for a message sent in place.
+enum Reserved {
+    None,
+    /// Inside the ring: the payload of the next record (a message that fits one record).
+    Ring {
+        ptr: NonNull<u8>,
+        len: usize,
+    },
+    /// A larger message, staged here and split into fragments at commit (blocking as
+    /// the reservation was).
+    Staged(Vec<u8>, bool),
+}
+
 /// One end of a `vm:` connection.
 pub(crate) struct VmConn {
     shared: Arc<ConnShared>,
@@ -182,7 +195,7 @@ pub(crate) struct VmConn {
     current: Current,
     assembling: Option<(Vec<u8>, usize)>,
     pending: Option<Pending>,
-    reserved: Vec<u8>,
+    reserved: Reserved,
     broken: Option<Error>,
     closed: bool,
     departed: bool,
@@ -241,7 +254,7 @@ impl VmConn {
             current: Current::None,
             assembling: None,
             pending: None,
-            reserved: Vec::new(),
+            reserved: Reserved::None,
             broken: None,
             closed: false,
             departed: false,
@@ -526,31 +539,81 @@ impl ConnOps for VmConn {
         }
     }
 
-    fn reserve(&mut self, n: usize, _blocking: bool) -> Result<()> {
+    fn reserve(&mut self, n: usize, blocking: bool) -> Result<()> {
         self.check_broken()?;
-        self.reserved.clear();
-        self.reserved.resize(n, 0);
-        Ok(())
+        self.reserved = Reserved::None;
+        if self.shared.state() != State::Accepted as u32 {
+            self.peer_check()?;
+        }
+        if !self.flush(blocking)? {
+            return Err(Error::would_block());
+        }
+        if n > self.max_payload() {
+            self.reserved = Reserved::Staged(vec![0; n], blocking);
+            return Ok(());
+        }
+        let mut backoff = Backoff::new();
+        loop {
+            if let Some(ptr) = self.try_room(n)? {
+                self.reserved = Reserved::Ring { ptr, len: n };
+                return Ok(());
+            }
+            self.peer_check()?;
+            if !blocking {
+                self.shared.arm();
+                if self.tx.has_room(rec(n)).unwrap_or(true) {
+                    continue;
+                }
+                return Err(Error::would_block());
+            }
+            backoff.snooze(&self.shared.flag, || self.shared.arm());
+        }
     }
 
     fn reserved(&self) -> &[u8] {
-        &self.reserved
+        match &self.reserved {
+            Reserved::None => &[],
+            // SAFETY: `try_reserve` gave us `len` bytes of our ring's data area, which
+            // the consumer does not read before the record is committed; the mapping
+            // lives as long as `shared`. (A hostile peer could write them meanwhile, as
+            // it can write anything in the region: we only send what is there.)
+            Reserved::Ring { ptr, len } => unsafe {
+                std::slice::from_raw_parts(ptr.as_ptr(), *len)
+            },
+            Reserved::Staged(v, _) => v,
+        }
     }
 
     fn reserved_mut(&mut self) -> &mut [u8] {
-        &mut self.reserved
+        match &mut self.reserved {
+            Reserved::None => &mut [],
+            // SAFETY: as in `reserved`; the mapping is writable for the producer.
+            Reserved::Ring { ptr, len } => unsafe {
+                std::slice::from_raw_parts_mut(ptr.as_ptr(), *len)
+            },
+            Reserved::Staged(v, _) => v,
+        }
     }
 
     fn commit(&mut self) -> Result<()> {
-        let msg = std::mem::take(&mut self.reserved);
-        let r = self.send(&msg, true);
-        self.reserved = msg;
-        self.reserved.clear();
-        r
+        match std::mem::replace(&mut self.reserved, Reserved::None) {
+            Reserved::None => Ok(()),
+            Reserved::Ring { len, .. } => {
+                self.tx.commit(len, 0);
+                Ok(())
+            }
+            // Accepted whole; a blocking connection writes every fragment before it
+            // returns, a non-blocking one moves the rest on later calls (as after `send`).
+            Reserved::Staged(msg, blocking) => {
+                self.pending = Some(Pending { msg, off: 0 });
+                self.flush(blocking)?;
+                Ok(())
+            }
+        }
     }
 
     fn abort_reserve(&mut self) {
-        self.reserved.clear();
+        self.reserved = Reserved::None;
     }
 
     fn recv_next(&mut self, blocking: bool) -> Result<usize> {
