@@ -282,6 +282,11 @@ impl VmConn {
     /// The peer's side of the slot: alive and not departed, else why not.
     fn peer_check(&mut self) -> Result<()> {
         let state = self.shared.state();
+        self.peer_check_state(state)
+    }
+
+    /// [`peer_check`](Self::peer_check) for a state already loaded.
+    fn peer_check_state(&mut self, state: u32) -> Result<()> {
         if state == State::Accepted as u32 {
             if self.shared.peer.dead() {
                 return Err(Error::reset(format!(
@@ -639,11 +644,14 @@ impl ConnOps for VmConn {
                 return Err(Error::eos());
             }
             // A peer that closed and then left: its close mark was stored before it left
-            // (the state's Acquire load orders it), so look at the ring again first.
-            if self.shared.state() == State::OneGone as u32 && self.rx.peer_closed() {
+            // (the state's Acquire load orders it), so look at the ring again first. One
+            // load of the state decides both: a peer that leaves between two loads must
+            // not turn its end of stream into a reset.
+            let state = self.shared.state();
+            if state == State::OneGone as u32 && self.rx.peer_closed() {
                 continue;
             }
-            self.peer_check()?;
+            self.peer_check_state(state)?;
             if !blocking {
                 self.shared.arm();
                 if let Some(n) = self.try_recv()? {
