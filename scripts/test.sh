@@ -30,6 +30,9 @@ scripts/python.sh 2>&1 | tee -a "$log"
 echo "== hostile publisher geometries, release build (wrapping arithmetic is silent there)"
 cargo test --release -p shmlink --test hostile_publisher 2>&1 | tee -a "$log"
 
+echo "== vm: between two QEMU guests and guest <-> host (scripts/vm-test.sh, ~45 s under TCG; skipped where QEMU cannot run)"
+scripts/vm-test.sh 2>&1 | tee -a "$log"
+
 echo "== loom models (SPSC + broadcast rings, wake-up protocols)${long:+, the ignored ones too}"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
   cargo test -p shmlink-ring --release loom ${long:+-- --include-ignored} 2>&1 | tee -a "$log"

@@ -24,7 +24,8 @@ const TOP_ABOUT: &str = "Fast, reliable messaging between processes that share a
 const TOP_AFTER: &str = "\
 Addresses: shm:NAME, shm:/path.sock, shm:@name, ux:NAME, ux:/path, tcp:HOST:PORT,
 tls:HOST:PORT, auto:HOST:PORT. shm:NAME lives in the rendezvous directory: $SHMLINK_DIR,
-else $XDG_RUNTIME_DIR/shmlink, else /tmp/shmlink-UID.
+else $XDG_RUNTIME_DIR/shmlink, else /tmp/shmlink-UID. vm:NAME[@REGION]: a region shared
+between QEMU guests and their host (docs/vms.md).
 
 Exit status: 0 on success, 1 if the command failed, 2 on bad arguments.";
 

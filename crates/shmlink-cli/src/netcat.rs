@@ -32,7 +32,8 @@ the end of the stream (the sender closed) or after -n messages.";
 const COMMON_AFTER: &str = "\
 Addresses: shm:NAME, shm:/path.sock, shm:@name, ux:NAME, ux:/path, tcp:HOST:PORT,
 tls:HOST:PORT (with --cert/--key on the listening side, --ca on the connecting side),
-auto:HOST:PORT (TCP, or TLS with the same flags, upgraded to shm on the same kernel).
+auto:HOST:PORT (TCP, or TLS with the same flags, upgraded to shm on the same kernel),
+vm:NAME[@REGION] (a region shared between QEMU guests and their host, docs/vms.md).
 
 Exit status: 0 on success, 1 if the connection or a message failed, 2 on bad arguments.";
 

@@ -35,6 +35,9 @@ pub enum Transport {
     /// address names it: a connection or subscriber made through `auto:` reports the
     /// transport its messages really travel over.
     Auto,
+    /// `vm:` — rings in a region shared between virtual machines (QEMU `ivshmem`) and
+    /// their host, with the rendezvous inside the region (docs/vms.md).
+    Vm,
 }
 
 impl Transport {
@@ -47,6 +50,7 @@ impl Transport {
         Transport::Tcp,
         Transport::Tls,
         Transport::Auto,
+        Transport::Vm,
     ];
 
     /// The address prefix, without the colon: `"shm"`, `"ux"`, `"tcp"`, `"tls"`, `"auto"`.
@@ -57,6 +61,7 @@ impl Transport {
             Transport::Tcp => "tcp",
             Transport::Tls => "tls",
             Transport::Auto => "auto",
+            Transport::Vm => "vm",
         }
     }
 }
@@ -133,6 +138,16 @@ pub enum Address {
         /// Port number; 0 lets the OS choose when binding.
         port: u16,
     },
+    /// `vm:NAME` or `vm:NAME@REGION`: a listener named NAME in a region shared between
+    /// virtual machines. REGION is the region's file: the `ivshmem` backing file on the
+    /// host, the PCI BAR's sysfs `resource2` in a guest; without it, `$SHMLINK_VM_REGION`,
+    /// else the one `ivshmem` device a guest has.
+    Vm {
+        /// The listener's name in the region's table.
+        name: String,
+        /// The region file, if the address names one.
+        region: Option<PathBuf>,
+    },
 }
 
 impl Address {
@@ -186,6 +201,22 @@ impl Address {
                     )))
                 }
             }
+            Transport::Vm => {
+                let (name, region) = match rest.split_once('@') {
+                    Some((n, r)) => {
+                        if !r.starts_with('/') || r.contains('\0') {
+                            return Err(bad("the region after '@' must be an absolute path"));
+                        }
+                        (n, Some(PathBuf::from(r)))
+                    }
+                    None => (rest, None),
+                };
+                let name = check_name(name).map_err(|w| bad(&w))?;
+                if name.contains('@') {
+                    return Err(bad("name contains '@'"));
+                }
+                Ok(Address::Vm { name, region })
+            }
             Transport::Tcp | Transport::Tls | Transport::Auto => {
                 let (host, port) = host_port(rest)
                     .map_err(|w| bad(&format!("{w} (expected {prefix}:HOST:PORT)")))?;
@@ -206,6 +237,7 @@ impl Address {
             Address::Tcp { .. } => Transport::Tcp,
             Address::Tls { .. } => Transport::Tls,
             Address::Auto { .. } => Transport::Auto,
+            Address::Vm { .. } => Transport::Vm,
         }
     }
 
@@ -222,6 +254,11 @@ impl fmt::Display for Address {
             Address::Shm { text, .. } => write!(f, "shm:{text}"),
             Address::Ux(UnixName::Path(p)) => write!(f, "ux:{}", p.display()),
             Address::Ux(UnixName::Abstract(n)) => write!(f, "ux:{n}"),
+            Address::Vm { name, region: None } => write!(f, "vm:{name}"),
+            Address::Vm {
+                name,
+                region: Some(r),
+            } => write!(f, "vm:{name}@{}", r.display()),
             Address::Tcp { host, port }
             | Address::Tls { host, port }
             | Address::Auto { host, port } => {

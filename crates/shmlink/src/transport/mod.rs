@@ -20,6 +20,7 @@ pub(crate) mod stream;
 pub(crate) mod tcp;
 pub(crate) mod tls;
 pub(crate) mod ux;
+pub(crate) mod vm;
 
 pub(crate) use ops::{Accepted, ConnOps, ListenerOps, Transport, CLOSE_LINGER};
 
@@ -65,6 +66,7 @@ pub(crate) fn entry(transport: crate::Transport) -> &'static Transport {
         T::Tcp => &tcp::TRANSPORT,
         T::Tls => &tls::TRANSPORT,
         T::Auto => &auto::TRANSPORT,
+        T::Vm => &vm::TRANSPORT,
     }
 }
 

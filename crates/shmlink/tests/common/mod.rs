@@ -64,8 +64,37 @@ pub fn fresh_addr(transport: &str) -> String {
         "tcp" => "tcp:127.0.0.1:0".to_string(),
         "auto" | "auto_tcp" | "auto_tls" => "auto:127.0.0.1:0".to_string(),
         "tls" => "tls:127.0.0.1:0".to_string(),
+        // `vm:` in a region file of its own (16 MiB: 64 KiB rings), in the test directory,
+        // removed when the test process exits.
+        "vm" => {
+            let region = test_dir().join(format!("v{n}.region"));
+            let f = std::fs::File::create(&region).unwrap();
+            f.set_len(16 << 20).unwrap();
+            remove_at_exit(region.clone());
+            format!("vm:t{n}@{}", region.display())
+        }
         other => panic!("unknown transport {other}"),
     }
+}
+
+/// Files removed when the test process exits (`vm:` regions: both ends of a test's
+/// connections open them by name, so they live until the tests are done).
+static AT_EXIT: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+fn remove_at_exit(path: std::path::PathBuf) {
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    extern "C" fn remove_all() {
+        if let Ok(list) = AT_EXIT.lock() {
+            for p in list.iter() {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+    // SAFETY: registers a plain function with no arguments; it only removes files.
+    REGISTER.call_once(|| unsafe {
+        libc::atexit(remove_all);
+    });
+    AT_EXIT.lock().unwrap().push(path);
 }
 
 /// A per-process directory for socket files.

@@ -1,0 +1,776 @@
+//! A `vm:` connection: two SPSC rings of `shmlink-ring` in a slot of the shared region.
+
+use std::any::Any;
+use std::os::fd::BorrowedFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use shmlink_ring::spsc::{
+    Consumer, ConsumerCtl, FenceMode, Producer, ProducerCtl, RingRef, CLOSED_OFFSET, FLAG_FIRST,
+    FLAG_MORE, HEADER, HEAD_OFFSET, TAIL_OFFSET,
+};
+
+use super::region::{self, Backoff, Liveness, Region, Tick};
+use super::slot::{self, State};
+use crate::error::{Error, ErrorKind, Result};
+use crate::sys::stream::EventFlag;
+use crate::transport::{ConnOps, CLOSE_LINGER};
+use crate::view::SharedBytes;
+
+/// What the ticker needs of a connection: its heartbeat, the peer's, and the readiness
+/// that drives the descriptor.
+pub(super) struct ConnShared {
+    region: Arc<Region>,
+    slot: usize,
+    client: bool,
+    established: AtomicBool,
+    peer: Liveness,
+    flag: EventFlag,
+    armed: AtomicBool,
+    /// The inbound tail and outbound head when the descriptor was armed.
+    snap: Mutex<(u64, u64)>,
+}
+
+impl ConnShared {
+    pub(super) fn new(region: Arc<Region>, slot: usize, client: bool) -> Result<Arc<ConnShared>> {
+        let flag = EventFlag::new().map_err(|e| Error::io("vm: eventfd", e))?;
+        let s = Arc::new(ConnShared {
+            region,
+            slot,
+            client,
+            established: AtomicBool::new(false),
+            peer: Liveness::new(0),
+            flag,
+            armed: AtomicBool::new(false),
+            snap: Mutex::new((0, 0)),
+        });
+        let t: Arc<dyn Tick> = s.clone();
+        region::register(&t);
+        Ok(s)
+    }
+
+    /// The descriptor's flag.
+    pub(super) fn flag(&self) -> &EventFlag {
+        &self.flag
+    }
+
+    /// The slot.
+    pub(super) fn slot(&self) -> usize {
+        self.slot
+    }
+
+    fn base(&self) -> usize {
+        Region::slot(self.slot)
+    }
+
+    fn my_hb(&self) -> &AtomicU64 {
+        let off = if self.client {
+            slot::CLIENT_HB
+        } else {
+            slot::SERVER_HB
+        };
+        self.region.u64_at(self.base() + off)
+    }
+
+    fn peer_hb(&self) -> &AtomicU64 {
+        let off = if self.client {
+            slot::SERVER_HB
+        } else {
+            slot::CLIENT_HB
+        };
+        self.region.u64_at(self.base() + off)
+    }
+
+    /// Offsets of (inbound producer block, outbound consumer block).
+    fn watch(&self) -> (usize, usize) {
+        let b = self.base();
+        if self.client {
+            (b + slot::S2C_PROD, b + slot::C2S_CONS)
+        } else {
+            (b + slot::C2S_PROD, b + slot::S2C_CONS)
+        }
+    }
+
+    fn snapshot(&self) -> (u64, u64) {
+        let (inp, outc) = self.watch();
+        (
+            self.region
+                .u64_at(inp + TAIL_OFFSET)
+                .load(Ordering::Acquire),
+            self.region
+                .u64_at(outc + HEAD_OFFSET)
+                .load(Ordering::Acquire),
+        )
+    }
+
+    fn state(&self) -> u32 {
+        self.region
+            .u32_at(self.base() + slot::STATE)
+            .load(Ordering::Acquire)
+    }
+
+    pub(super) fn establish(&self) {
+        self.peer.restart(self.peer_hb().load(Ordering::Acquire));
+        self.established.store(true, Ordering::Release);
+    }
+
+    /// Clears the descriptor and asks the ticker to set it when anything changes.
+    fn arm(&self) {
+        let _ = self.flag.clear();
+        *self.snap.lock().unwrap_or_else(|p| p.into_inner()) = self.snapshot();
+        self.armed.store(true, Ordering::Release);
+    }
+}
+
+impl Tick for ConnShared {
+    fn tick(&self, now: Instant) {
+        self.my_hb().fetch_add(1, Ordering::Release);
+        if !self.established.load(Ordering::Acquire) {
+            return;
+        }
+        self.peer
+            .observe(self.peer_hb().load(Ordering::Acquire), now);
+        if !self.armed.load(Ordering::Acquire) {
+            return;
+        }
+        let snap = *self.snap.lock().unwrap_or_else(|p| p.into_inner());
+        let (inp, _) = self.watch();
+        let closed = self
+            .region
+            .u32_at(inp + CLOSED_OFFSET)
+            .load(Ordering::Acquire)
+            != 0;
+        if self.snapshot() != snap
+            || closed
+            || self.peer.dead()
+            || self.state() != State::Accepted as u32
+        {
+            self.armed.store(false, Ordering::Release);
+            let _ = self.flag.set();
+        }
+    }
+}
+
+/// The message made current by `recv_next`.
+enum Current {
+    None,
+    /// A whole message in one record, read in place.
+    InPlace {
+        ptr: NonNull<u8>,
+        len: usize,
+        size: usize,
+    },
+    /// A message reassembled from fragments.
+    Owned(Vec<u8>),
+}
+
+/// A message being sent in fragments.
+struct Pending {
+    msg: Vec<u8>,
+    off: usize,
+}
+
+/// Room reserved for a message sent in place.
+enum Reserved {
+    None,
+    /// Inside the ring: the payload of the next record (a message that fits one record).
+    Ring {
+        ptr: NonNull<u8>,
+        len: usize,
+    },
+    /// A larger message, staged here and split into fragments at commit (blocking as
+    /// the reservation was).
+    Staged(Vec<u8>, bool),
+}
+
+/// One end of a `vm:` connection.
+pub(crate) struct VmConn {
+    shared: Arc<ConnShared>,
+    tx: Producer,
+    rx: Consumer,
+    max_send: usize,
+    max_recv: usize,
+    current: Current,
+    assembling: Option<(Vec<u8>, usize)>,
+    pending: Option<Pending>,
+    reserved: Reserved,
+    broken: Option<Error>,
+    closed: bool,
+    departed: bool,
+    local: String,
+    peer: String,
+}
+
+// SAFETY: the raw pointers (ring and current record) point into the region, which the
+// connection keeps mapped through its `Arc<Region>`; nothing is tied to a thread.
+unsafe impl Send for VmConn {}
+
+impl VmConn {
+    /// The connection over slot `shared.slot`, whose handshake has completed.
+    pub(super) fn new(
+        shared: Arc<ConnShared>,
+        max_send: usize,
+        max_recv: usize,
+        local: String,
+        peer: String,
+    ) -> VmConn {
+        let region = &shared.region;
+        let b = shared.base();
+        let cap = region.ring();
+        let ring = |prod: usize, cons: usize, data: usize| {
+            // SAFETY: the control blocks are at 128-aligned offsets of the header area
+            // (the slot layout), the data area is `2 * cap` doubly-mapped bytes; all of it
+            // is writable and lives as long as the region, which `shared` keeps.
+            unsafe {
+                RingRef::new(
+                    region.ptr(b + prod).cast::<ProducerCtl>(),
+                    region.ptr(b + cons).cast::<ConsumerCtl>(),
+                    region.data(data),
+                    cap,
+                )
+            }
+        };
+        let c2s = ring(slot::C2S_PROD, slot::C2S_CONS, 2 * shared.slot);
+        let s2c = ring(slot::S2C_PROD, slot::S2C_CONS, 2 * shared.slot + 1);
+        let (out, inb) = if shared.client {
+            (c2s, s2c)
+        } else {
+            (s2c, c2s)
+        };
+        shared.establish();
+        // Armed from the start against the fresh ring's positions: the descriptor turns
+        // readable when the first message arrives, before any call would have blocked
+        // (an event loop registers a new connection and waits for it).
+        *shared.snap.lock().unwrap_or_else(|p| p.into_inner()) = (0, 0);
+        shared.armed.store(true, Ordering::Release);
+        VmConn {
+            tx: Producer::new(out, FenceMode::Symmetric),
+            rx: Consumer::new(inb, FenceMode::Symmetric),
+            shared,
+            max_send,
+            max_recv,
+            current: Current::None,
+            assembling: None,
+            pending: None,
+            reserved: Reserved::None,
+            broken: None,
+            closed: false,
+            departed: false,
+            local,
+            peer,
+        }
+    }
+
+    fn violation(&mut self, what: String) -> Error {
+        let e = Error::violation(format!("vm: {what}"));
+        self.broken = Some(Error::violation(format!("vm: {what}")));
+        e
+    }
+
+    fn check_broken(&self) -> Result<()> {
+        if self.closed {
+            return Err(Error::new(ErrorKind::Closed, "connection closed"));
+        }
+        match &self.broken {
+            Some(e) => Err(Error::new(e.kind(), e.message().to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// The peer's side of the slot: alive and not departed, else why not.
+    fn peer_check(&mut self) -> Result<()> {
+        let state = self.shared.state();
+        self.peer_check_state(state)
+    }
+
+    /// [`peer_check`](Self::peer_check) for a state already loaded.
+    fn peer_check_state(&mut self, state: u32) -> Result<()> {
+        if state == State::Accepted as u32 {
+            if self.shared.peer.dead() {
+                return Err(Error::reset(format!(
+                    "{}: the peer's heartbeat stopped for {:?} (peer dead)",
+                    self.peer,
+                    region::dead_after()
+                )));
+            }
+            return Ok(());
+        }
+        if state == State::OneGone as u32 {
+            return Err(Error::reset(format!("{}: the peer has left", self.peer)));
+        }
+        Err(self.violation(format!(
+            "slot {} state changed to {state} under a live connection",
+            self.shared.slot
+        )))
+    }
+
+    fn ring_err(&mut self, e: shmlink_ring::Violation) -> Error {
+        self.violation(e.to_string())
+    }
+
+    /// Copies `len` bytes out of the ring at `src`.
+    fn copy_out(src: NonNull<u8>, len: usize, out: &mut Vec<u8>) {
+        let at = out.len();
+        out.reserve(len);
+        // SAFETY: `src..src+len` is a record payload the ring validated inside its
+        // mapping; `out` has `len` spare bytes. The peer may scribble on the bytes while
+        // we copy: we get some bytes, never an access outside the mapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), out.as_mut_ptr().add(at), len);
+            out.set_len(at + len);
+        }
+    }
+
+    /// Takes records until a message is complete (made current) or the ring is empty.
+    fn try_recv(&mut self) -> Result<Option<usize>> {
+        loop {
+            let rec = match self.rx.peek() {
+                Ok(Some(r)) => r,
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(self.ring_err(e)),
+            };
+            let first = rec.flags == FLAG_FIRST | FLAG_MORE;
+            let more = rec.flags == FLAG_MORE;
+            let last = rec.flags == 0;
+            match self.assembling.take() {
+                None if last => {
+                    if rec.len > self.max_recv {
+                        return Err(self.violation(format!(
+                            "message of {} bytes, larger than the {} agreed",
+                            rec.len, self.max_recv
+                        )));
+                    }
+                    self.current = Current::InPlace {
+                        ptr: rec.ptr,
+                        len: rec.len,
+                        size: rec.size(),
+                    };
+                    return Ok(Some(rec.len));
+                }
+                None if first && rec.len >= 8 => {
+                    let mut t = Vec::with_capacity(8);
+                    Self::copy_out(rec.ptr, 8, &mut t);
+                    let total = u64::from_le_bytes(t[..8].try_into().expect("8 bytes"));
+                    let part = rec.len - 8;
+                    if total > self.max_recv as u64 || total <= part as u64 {
+                        return Err(self.violation(format!(
+                            "split message of {total} bytes (first part {part}, maximum {})",
+                            self.max_recv
+                        )));
+                    }
+                    let mut buf = Vec::with_capacity(total as usize);
+                    // SAFETY: 8 is within the record's validated `len`.
+                    Self::copy_out(unsafe { rec.ptr.add(8) }, part, &mut buf);
+                    self.rx.advance(rec.size());
+                    self.assembling = Some((buf, total as usize));
+                }
+                Some((mut buf, total)) if more || last => {
+                    let got = buf.len() + rec.len;
+                    if (more && got >= total) || (last && got != total) {
+                        return Err(self.violation(format!(
+                            "fragment of {} bytes overruns or ends early a {total}-byte message ({} so far)",
+                            rec.len,
+                            buf.len()
+                        )));
+                    }
+                    Self::copy_out(rec.ptr, rec.len, &mut buf);
+                    self.rx.advance(rec.size());
+                    if last {
+                        self.current = Current::Owned(buf);
+                        return Ok(Some(total));
+                    }
+                    self.assembling = Some((buf, total));
+                }
+                state => {
+                    let inside = state.is_some();
+                    return Err(self.violation(format!(
+                        "record flags {:#x} (length {}) {} a split message",
+                        rec.flags,
+                        rec.len,
+                        if inside { "inside" } else { "outside" }
+                    )));
+                }
+            }
+        }
+    }
+
+    /// Room for a payload of `len` bytes, or `None` (full).
+    fn try_room(&mut self, len: usize) -> Result<Option<NonNull<u8>>> {
+        match self.tx.try_reserve(len) {
+            Ok(r) => Ok(r),
+            Err(e) => Err(self.ring_err(e)),
+        }
+    }
+
+    /// Largest payload of one record.
+    fn max_payload(&self) -> usize {
+        self.tx.ring().max_record() - HEADER
+    }
+
+    /// Pushes fragments of the pending message; true when it is all in the ring.
+    fn flush(&mut self, blocking: bool) -> Result<bool> {
+        let maxp = self.max_payload();
+        let mut backoff = Backoff::new();
+        while let Some(p) = &self.pending {
+            let total = p.msg.len();
+            let off = p.off;
+            let (head, chunk) = if off == 0 {
+                (8, maxp - 8)
+            } else {
+                (0, (total - off).min(maxp))
+            };
+            let payload = head + chunk;
+            let Some(dst) = self.try_room(payload)? else {
+                self.peer_check()?;
+                if !blocking {
+                    self.shared.arm();
+                    if self.tx.has_room(rec(payload)).unwrap_or(true) {
+                        continue;
+                    }
+                    return Ok(false);
+                }
+                backoff.snooze(&self.shared.flag, || self.shared.arm());
+                continue;
+            };
+            backoff = Backoff::new();
+            let p = self.pending.as_mut().expect("checked above");
+            // SAFETY: `dst` has room for `payload` bytes (try_reserve); the source ranges
+            // are inside `p.msg`.
+            unsafe {
+                if head == 8 {
+                    std::ptr::copy_nonoverlapping(
+                        (total as u64).to_le_bytes().as_ptr(),
+                        dst.as_ptr(),
+                        8,
+                    );
+                }
+                std::ptr::copy_nonoverlapping(
+                    p.msg.as_ptr().add(off),
+                    dst.as_ptr().add(head),
+                    chunk,
+                );
+            }
+            let flags = if off == 0 {
+                FLAG_FIRST | FLAG_MORE
+            } else if off + chunk < total {
+                FLAG_MORE
+            } else {
+                0
+            };
+            self.tx.commit(payload, flags);
+            p.off += chunk;
+            if p.off >= total {
+                self.pending = None;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Leaves the slot: the last of the two to leave (or the survivor of a dead peer)
+    /// frees it.
+    fn depart(&mut self) {
+        if self.departed {
+            return;
+        }
+        self.departed = true;
+        let st = self.shared.region.u32_at(self.shared.base() + slot::STATE);
+        let dead = self.shared.peer.dead();
+        let cur = st.load(Ordering::Acquire);
+        if cur == State::Accepted as u32
+            && !dead
+            && st
+                .compare_exchange(
+                    cur,
+                    State::OneGone as u32,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+        {
+            return;
+        }
+        let cur = st.load(Ordering::Acquire);
+        if cur == State::OneGone as u32 || cur == State::Accepted as u32 {
+            let _ =
+                st.compare_exchange(cur, State::Free as u32, Ordering::AcqRel, Ordering::Acquire);
+        }
+        // Any other value: someone else took or broke the slot; leave it alone.
+    }
+}
+
+/// Record size of a payload (the ring's).
+pub(super) fn rec(len: usize) -> usize {
+    shmlink_ring::spsc::record_size(len)
+}
+
+impl ConnOps for VmConn {
+    fn send(&mut self, msg: &[u8], blocking: bool) -> Result<()> {
+        self.check_broken()?;
+        // One load of a line that changes only at setup and teardown: a peer that has
+        // left gets no more messages (they would vanish), as on the framed transports.
+        if self.shared.state() != State::Accepted as u32 {
+            self.peer_check()?;
+        }
+        if !self.flush(blocking)? {
+            return Err(Error::would_block());
+        }
+        if msg.len() > self.max_payload() {
+            self.pending = Some(Pending {
+                msg: msg.to_vec(),
+                off: 0,
+            });
+            self.flush(blocking)?;
+            return Ok(());
+        }
+        let mut backoff = Backoff::new();
+        loop {
+            if let Some(dst) = self.try_room(msg.len())? {
+                // SAFETY: room for `msg.len()` bytes at `dst`.
+                unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), dst.as_ptr(), msg.len()) };
+                self.tx.commit(msg.len(), 0);
+                return Ok(());
+            }
+            self.peer_check()?;
+            if !blocking {
+                self.shared.arm();
+                if self.tx.has_room(rec(msg.len())).unwrap_or(true) {
+                    continue;
+                }
+                return Err(Error::would_block());
+            }
+            backoff.snooze(&self.shared.flag, || self.shared.arm());
+        }
+    }
+
+    fn reserve(&mut self, n: usize, blocking: bool) -> Result<()> {
+        self.check_broken()?;
+        self.reserved = Reserved::None;
+        if self.shared.state() != State::Accepted as u32 {
+            self.peer_check()?;
+        }
+        if !self.flush(blocking)? {
+            return Err(Error::would_block());
+        }
+        if n > self.max_payload() {
+            self.reserved = Reserved::Staged(vec![0; n], blocking);
+            return Ok(());
+        }
+        let mut backoff = Backoff::new();
+        loop {
+            if let Some(ptr) = self.try_room(n)? {
+                self.reserved = Reserved::Ring { ptr, len: n };
+                return Ok(());
+            }
+            self.peer_check()?;
+            if !blocking {
+                self.shared.arm();
+                if self.tx.has_room(rec(n)).unwrap_or(true) {
+                    continue;
+                }
+                return Err(Error::would_block());
+            }
+            backoff.snooze(&self.shared.flag, || self.shared.arm());
+        }
+    }
+
+    fn reserved(&self) -> &[u8] {
+        match &self.reserved {
+            Reserved::None => &[],
+            // SAFETY: `try_reserve` gave us `len` bytes of our ring's data area, which
+            // the consumer does not read before the record is committed; the mapping
+            // lives as long as `shared`. (A hostile peer could write them meanwhile, as
+            // it can write anything in the region: we only send what is there.)
+            Reserved::Ring { ptr, len } => unsafe {
+                std::slice::from_raw_parts(ptr.as_ptr(), *len)
+            },
+            Reserved::Staged(v, _) => v,
+        }
+    }
+
+    fn reserved_mut(&mut self) -> &mut [u8] {
+        match &mut self.reserved {
+            Reserved::None => &mut [],
+            // SAFETY: as in `reserved`; the mapping is writable for the producer.
+            Reserved::Ring { ptr, len } => unsafe {
+                std::slice::from_raw_parts_mut(ptr.as_ptr(), *len)
+            },
+            Reserved::Staged(v, _) => v,
+        }
+    }
+
+    fn commit(&mut self) -> Result<()> {
+        match std::mem::replace(&mut self.reserved, Reserved::None) {
+            Reserved::None => Ok(()),
+            Reserved::Ring { len, .. } => {
+                self.tx.commit(len, 0);
+                Ok(())
+            }
+            // Accepted whole; a blocking connection writes every fragment before it
+            // returns, a non-blocking one moves the rest on later calls (as after `send`).
+            Reserved::Staged(msg, blocking) => {
+                self.pending = Some(Pending { msg, off: 0 });
+                self.flush(blocking)?;
+                Ok(())
+            }
+        }
+    }
+
+    fn abort_reserve(&mut self) {
+        self.reserved = Reserved::None;
+    }
+
+    fn recv_next(&mut self, blocking: bool) -> Result<usize> {
+        match &self.current {
+            Current::InPlace { len, .. } => return Ok(*len),
+            Current::Owned(v) => return Ok(v.len()),
+            Current::None => {}
+        }
+        self.check_broken()?;
+        let mut backoff = Backoff::new();
+        loop {
+            if let Some(n) = self.try_recv()? {
+                return Ok(n);
+            }
+            if self.rx.peer_closed() {
+                // Records published before the mark are visible once it is (Acquire).
+                if let Some(n) = self.try_recv()? {
+                    return Ok(n);
+                }
+                if self.assembling.is_some() {
+                    return Err(self.violation("stream closed inside a split message".into()));
+                }
+                return Err(Error::eos());
+            }
+            // A peer that closed and then left: its close mark was stored before it left
+            // (the state's Acquire load orders it), so look at the ring again first. One
+            // load of the state decides both: a peer that leaves between two loads must
+            // not turn its end of stream into a reset.
+            let state = self.shared.state();
+            if state == State::OneGone as u32 && self.rx.peer_closed() {
+                continue;
+            }
+            self.peer_check_state(state)?;
+            if !blocking {
+                self.shared.arm();
+                if let Some(n) = self.try_recv()? {
+                    return Ok(n);
+                }
+                if self.rx.peer_closed() {
+                    continue; // the end of the stream, at the top of the loop
+                }
+                return Err(Error::would_block());
+            }
+            backoff.snooze(&self.shared.flag, || self.shared.arm());
+        }
+    }
+
+    fn current(&self) -> SharedBytes<'_> {
+        match &self.current {
+            Current::None => SharedBytes::local(&[]),
+            // SAFETY: the record stays in the mapping (kept by `shared`) and is not reused
+            // by the producer before `release` advances past it.
+            Current::InPlace { ptr, len, .. } => unsafe { SharedBytes::shared(*ptr, *len) },
+            Current::Owned(v) => SharedBytes::local(v),
+        }
+    }
+
+    fn release(&mut self) {
+        if let Current::InPlace { size, .. } = std::mem::replace(&mut self.current, Current::None) {
+            self.rx.advance(size);
+        }
+    }
+
+    fn take_current(&mut self) -> Vec<u8> {
+        match std::mem::replace(&mut self.current, Current::None) {
+            Current::Owned(v) => v,
+            other => {
+                self.current = other;
+                let v = self.current().to_vec();
+                self.release();
+                v
+            }
+        }
+    }
+
+    fn writable(&mut self) -> Result<bool> {
+        self.check_broken()?;
+        self.flush(false)
+    }
+
+    fn max_send_size(&self) -> usize {
+        self.max_send
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.shared.flag.fd()
+    }
+
+    fn close(&mut self, wait: bool) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        let mut result = Ok(());
+        if self.broken.is_none() {
+            // Fragments of a split message still to write: with `wait`, they go into the
+            // ring as the peer makes room, given up after CLOSE_LINGER without progress
+            // (then the peer sees a reset, not the end of the stream).
+            let mut done = self.flush(false);
+            if wait {
+                let mut since = Instant::now();
+                let mut left = self.pending.as_ref().map(|p| p.off);
+                let mut backoff = Backoff::new();
+                while matches!(done, Ok(false)) {
+                    let now = self.pending.as_ref().map(|p| p.off);
+                    if now != left {
+                        left = now;
+                        since = Instant::now();
+                    } else if since.elapsed() > CLOSE_LINGER {
+                        done = Err(Error::new(
+                            ErrorKind::TimedOut,
+                            format!("{}: the peer took nothing for the close linger", self.peer),
+                        ));
+                        break;
+                    }
+                    backoff.snooze(&self.shared.flag, || self.shared.arm());
+                    done = self.flush(false);
+                }
+            }
+            match done {
+                Ok(true) => {
+                    self.tx.close();
+                }
+                Ok(false) => {}
+                Err(e) => result = Err(e),
+            }
+        }
+        self.closed = true;
+        self.depart();
+        result
+    }
+
+    fn local_addr(&self) -> String {
+        self.local.clone()
+    }
+
+    fn peer_addr(&self) -> String {
+        self.peer.clone()
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+impl Drop for VmConn {
+    fn drop(&mut self) {
+        if !self.closed {
+            let _ = self.close(false);
+        }
+    }
+}

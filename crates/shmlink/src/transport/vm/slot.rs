@@ -1,0 +1,89 @@
+//! The layout of a connection slot and of a listener entry (offsets inside each), and
+//! their state values. Every value is read from shared memory and compared against these
+//! constants; an unknown one is never trusted.
+
+/// Slot states (the `STATE` word).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum State {
+    /// Nobody uses the slot.
+    Free = 0,
+    /// A client took it and is writing its request.
+    Claimed = 1,
+    /// The request is complete: a listener may accept it.
+    Request = 2,
+    /// Accepted: the connection is live.
+    Accepted = 3,
+    /// One side has left; the other frees the slot when it leaves.
+    OneGone = 4,
+    /// The listener refused the request; the client frees the slot.
+    Refused = 5,
+}
+
+/// Slot: the state word (u32).
+pub(crate) const STATE: usize = 0;
+/// Slot: the listener entry the request is for (u32).
+pub(crate) const LISTENER: usize = 4;
+/// Slot: that listener's nonce (u64), so that a request never reaches a later listener
+/// that reused the entry.
+pub(crate) const LISTENER_NONCE: usize = 8;
+/// Slot: the client's maximum message size (u64).
+pub(crate) const CLIENT_MAX: usize = 16;
+/// Slot: the server's maximum message size (u64).
+pub(crate) const SERVER_MAX: usize = 24;
+/// Slot: the client's heartbeat (u64, own cache line).
+pub(crate) const CLIENT_HB: usize = 128;
+/// Slot: the server's heartbeat.
+pub(crate) const SERVER_HB: usize = 256;
+/// Slot: client→server ring, producer block (the client's).
+pub(crate) const C2S_PROD: usize = 384;
+/// Slot: client→server ring, consumer block (the server's).
+pub(crate) const C2S_CONS: usize = 768;
+/// Slot: server→client ring, producer block (the server's).
+pub(crate) const S2C_PROD: usize = 1024;
+/// Slot: server→client ring, consumer block (the client's).
+pub(crate) const S2C_CONS: usize = 1408;
+/// Slot: end of the ring blocks.
+pub(crate) const CTL_END: usize = 1664;
+
+/// Listener states.
+pub(crate) const L_FREE: u32 = 0;
+/// Being written by a binding listener.
+pub(crate) const L_BUSY: u32 = 1;
+/// Serving.
+pub(crate) const L_LIVE: u32 = 2;
+
+/// Listener: state (u32).
+pub(crate) const L_STATE: usize = 0;
+/// Listener: name length (u32).
+pub(crate) const L_NAME_LEN: usize = 4;
+/// Listener: nonce (u64), new at every bind.
+pub(crate) const L_NONCE: usize = 8;
+/// Listener: heartbeat (u64).
+pub(crate) const L_HB: usize = 16;
+/// Listener: name bytes.
+pub(crate) const L_NAME: usize = 32;
+/// Longest listener name.
+pub(crate) const L_NAME_MAX: usize = 64;
+
+// The ring blocks and the name fit their slot and entry (checked at compile time).
+const _: () = assert!(CTL_END <= super::region::SLOT_BYTES);
+const _: () = assert!(L_NAME + L_NAME_MAX <= super::region::LISTENER_BYTES);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shmlink_ring::spsc::{ConsumerCtl, ProducerCtl};
+    use std::mem::size_of;
+
+    #[test]
+    fn layout_fits() {
+        assert_eq!(C2S_CONS - C2S_PROD, size_of::<ProducerCtl>());
+        assert_eq!(S2C_PROD - C2S_CONS, size_of::<ConsumerCtl>());
+        assert_eq!(S2C_CONS - S2C_PROD, size_of::<ProducerCtl>());
+        assert_eq!(CTL_END - S2C_CONS, size_of::<ConsumerCtl>());
+        for off in [C2S_PROD, C2S_CONS, S2C_PROD, S2C_CONS] {
+            assert_eq!(off % 128, 0);
+        }
+    }
+}
