@@ -20,6 +20,7 @@
 //! | `cc`      | a C compiler (`cc`), for the tests that compile C programs |
 //! | `capi`    | `libshmlink` built and installable (`scripts/capi.sh`) |
 //! | `apps`    | redis, nginx, wrk, curl, iperf3 (`scripts/apps.sh install`) |
+//! | `qemu`    | QEMU, a guest kernel and busybox (`scripts/vm.sh install`), for the `vm:` guest checks |
 //! | `cli`     | the `shmlink` binary built beside the test (the workspace's test run builds it) |
 
 use std::io::Write;
