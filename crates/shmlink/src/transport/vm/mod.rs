@@ -95,6 +95,8 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     region.write_bytes(b + slot::CLIENT_HB, &[0; 8]);
     region.write_bytes(b + slot::SERVER_HB, &[0; 8]);
     region.write_bytes(b + slot::C2S_PROD, &[0; slot::CTL_END - slot::C2S_PROD]);
+    region.clear_ring_start(2 * si);
+    region.clear_ring_start(2 * si + 1);
     region
         .u32_at(b + slot::LISTENER)
         .store(li as u32, Ordering::Relaxed);

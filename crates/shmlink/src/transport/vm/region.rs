@@ -232,6 +232,18 @@ impl Region {
         self.map.ring(i).0
     }
 
+    /// Makes ring `i` read as fresh to a new connection: the ring crate finds records by
+    /// headers stamped with their position, and a reused slot's data area still holds the
+    /// last connection's, stamped with the positions a new one starts at. The producer
+    /// zeroes each next header before it publishes a record; only the first is ours.
+    pub(crate) fn clear_ring_start(&self, i: usize) {
+        // SAFETY: the data area is 8-aligned (the ring crate's requirement), inside the
+        // mapping, which lives as long as `self`; shared memory is only ever accessed
+        // through atomics or volatile copies.
+        let first = unsafe { self.data(i).cast::<AtomicU64>().as_ref() };
+        first.store(0, Ordering::Relaxed);
+    }
+
     /// Copies `len` bytes from the header area at `off` (volatile: another guest may be
     /// writing them).
     pub(crate) fn read_bytes(&self, off: usize, out: &mut [u8]) {
