@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::addr::{Address, UnixName};
@@ -15,6 +16,7 @@ use crate::rendezvous::{bind_rendezvous, remove_socket_file, socket_of, SocketFi
 use crate::status::ProcessCred;
 use crate::sys::socket::PeerCred;
 use crate::sys::{self, socket, Epoll, Event, Interest};
+use crate::transport::inproc::{self, Inbox};
 use crate::transport::{Accepted, ConnOps, ListenerOps, Transport};
 use crate::trust;
 
@@ -40,6 +42,8 @@ pub(crate) const TRANSPORT: Transport = Transport {
 /// beyond this, so a flood of silent clients cannot exhaust descriptors.
 const MAX_PENDING: usize = 128;
 const LISTEN_TOKEN: u64 = u64::MAX;
+/// The in-process inbox's eventfd in the listener's epoll set.
+const INPROC_TOKEN: u64 = u64::MAX - 1;
 
 /// Whether a handshake offers the asymmetric fence. Off: with it, 64 non-blocking
 /// `shm:` connections served from one epoll loop (tests/conformance.rs,
@@ -83,6 +87,12 @@ fn fence_mode(features: u64) -> FenceMode {
 
 fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     trust::check_addr_dir(addr, opts)?;
+    if opts.in_process {
+        let socket = socket_of(addr);
+        if let Some(conn) = inproc::connect(&inproc_key(socket), file_id(socket), opts) {
+            return conn;
+        }
+    }
     client(
         socket_of(addr),
         &addr.to_string(),
@@ -90,6 +100,26 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         None,
         Instant::now() + opts.connect_timeout,
     )
+}
+
+/// The key of a rendezvous socket in the table of in-process listeners.
+fn inproc_key(socket: &UnixName) -> String {
+    match socket {
+        UnixName::Path(p) => format!("path:{}", p.display()),
+        UnixName::Abstract(name) => format!("abstract:{name}"),
+    }
+}
+
+/// What a socket path leads to now: its (device, inode); `None` for an abstract name
+/// (or a path that leads nowhere, which then matches no file-bound listener).
+fn file_id(socket: &UnixName) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    match socket {
+        UnixName::Path(p) => std::fs::symlink_metadata(p)
+            .ok()
+            .map(|m| (m.dev(), m.ino())),
+        UnixName::Abstract(_) => None,
+    }
 }
 
 /// `auto:`'s upgrade: connects to the listener's upgrade socket at `path`, presents
@@ -286,6 +316,9 @@ pub(crate) struct ShmListener {
     pub(crate) upgrades: Option<HashMap<Token, Token>>,
     /// The connections accepted, for queries.
     pub(crate) registry: Registry,
+    /// With [`Options::in_process`]: this listener's entry in the table of in-process
+    /// listeners, and its key.
+    inproc: Option<(String, Arc<Inbox>)>,
 }
 
 fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
@@ -303,6 +336,21 @@ impl ShmListener {
                 sys::Token(LISTEN_TOKEN),
             )
             .map_err(|e| Error::io("epoll", e))?;
+        let inproc = if opts.in_process {
+            let key = inproc_key(socket_of(addr));
+            let id = file.as_ref().map(|(_, dev, ino)| (*dev, *ino));
+            let inbox = inproc::register(key.clone(), &addr.to_string(), opts, id)?;
+            epoll
+                .add(
+                    inbox.fd().as_raw_fd(),
+                    Interest::READABLE,
+                    sys::Token(INPROC_TOKEN),
+                )
+                .map_err(|e| Error::io("epoll", e))?;
+            Some((key, inbox))
+        } else {
+            None
+        };
         Ok(ShmListener {
             listen,
             epoll,
@@ -313,6 +361,7 @@ impl ShmListener {
             events: Vec::new(),
             upgrades: None,
             registry: Registry::new(),
+            inproc,
         })
     }
 }
@@ -585,6 +634,21 @@ impl ShmListener {
     /// (`shmlink ls`) are answered here too: a listener answers while its process
     /// accepts or polls it.
     pub(crate) fn step(&mut self) -> Result<Option<Stepped>> {
+        if let Some(conn) = self.inproc.as_ref().and_then(|(_, inbox)| inbox.take()) {
+            let me = ProcessCred {
+                pid: std::process::id(),
+                uid: sys::euid(),
+                gid: u32::MAX,
+            };
+            let counters = self.registry.track("shm", Some(me), None);
+            return Ok(Some((
+                None,
+                Accepted {
+                    conn,
+                    counters: Some(counters),
+                },
+            )));
+        }
         self.accept_backlog()?;
         let mut events = std::mem::take(&mut self.events);
         self.epoll
@@ -592,7 +656,7 @@ impl ShmListener {
             .map_err(|e| Error::io("epoll", e))?;
         let mut found = None;
         for token in events.iter().map(|e| e.token().0) {
-            if token == LISTEN_TOKEN || found.is_some() {
+            if token == LISTEN_TOKEN || token == INPROC_TOKEN || found.is_some() {
                 continue;
             }
             if let Some(i) = self
@@ -654,6 +718,9 @@ impl ListenerOps for ShmListener {
 
 impl Drop for ShmListener {
     fn drop(&mut self) {
+        if let Some((key, inbox)) = &self.inproc {
+            inproc::unregister(key, inbox);
+        }
         remove_socket_file(&self.file);
     }
 }

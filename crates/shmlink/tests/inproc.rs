@@ -1,0 +1,96 @@
+//! In-process `shm:` connections (`Options::in_process`): the short circuit is taken only
+//! when both ends ask for it, needs no accepting thread to connect, and a listener that
+//! goes away refuses new clients and resets those it never accepted. The conformance
+//! suite (`tests/conformance.rs`, transport `inproc`) covers the connection's semantics.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use shmlink::{Connection, ErrorKind, Listener, Options, Transport};
+
+fn inproc() -> Options {
+    Options::default().in_process(true)
+}
+
+/// The client completes its connect without the listener taking part (no handshake to
+/// answer): the connection waits in the listener's inbox until `accept`.
+#[test]
+fn connect_needs_no_accepting_thread() {
+    let mut l = Listener::bind(&fresh_addr("shm"), &inproc()).unwrap();
+    let addr = l.local_addr();
+    let mut c = Connection::connect(&addr, &inproc()).unwrap();
+    c.send(b"early").unwrap();
+    let mut s = l.accept().unwrap();
+    assert_eq!(s.transport(), Transport::Shm);
+    assert_eq!(s.recv_vec().unwrap(), b"early");
+    s.send(b"back").unwrap();
+    assert_eq!(c.recv_vec().unwrap(), b"back");
+}
+
+/// At an abstract name too.
+#[test]
+fn abstract_names_connect_in_process() {
+    let addr = format!("shm:@shmlink-inproc-test-{}", std::process::id());
+    let mut l = Listener::bind(&addr, &inproc()).unwrap();
+    let mut c = Connection::connect(&addr, &inproc()).unwrap();
+    let mut s = l.accept().unwrap();
+    c.send(b"x").unwrap();
+    assert_eq!(s.recv_vec().unwrap(), b"x");
+}
+
+/// A client that does not ask for it goes through the kernel (a handshake the listener
+/// must answer), and so does one whose listener did not ask for it.
+#[test]
+fn both_ends_must_ask() {
+    for (server, client) in [
+        (inproc(), Options::default()),
+        (Options::default(), inproc()),
+    ] {
+        let (mut l, addr) = bind("shm", &server);
+        let t = std::thread::spawn(move || Connection::connect(&addr, &client).unwrap());
+        // The kernel path: the connect cannot complete until the listener steps.
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!t.is_finished(), "connected without a handshake");
+        let mut s = l.accept().unwrap();
+        let mut c = t.join().unwrap();
+        c.send(b"k").unwrap();
+        assert_eq!(s.recv_vec().unwrap(), b"k");
+    }
+}
+
+/// A listener dropped: new clients are refused, and a client whose connection was never
+/// accepted sees a reset.
+#[test]
+fn dropped_listener_refuses_and_resets_the_unaccepted() {
+    let l = Listener::bind(&fresh_addr("shm"), &inproc()).unwrap();
+    let addr = l.local_addr();
+    let mut waiting = Connection::connect(&addr, &inproc()).unwrap();
+    drop(l);
+    let e = waiting.recv_vec().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
+    let e = Connection::connect(&addr, &inproc()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+}
+
+/// A blocking round trip between two threads, many times over: park/unpark loses no
+/// wake-up (the blocking policy parks on every wait).
+#[test]
+fn blocking_policy_round_trips() {
+    let o = inproc().wait_policy(shmlink::WaitPolicy::BLOCKING);
+    let (mut l, addr) = bind("shm", &o);
+    let mut c = Connection::connect(&addr, &o).unwrap();
+    let mut s = l.accept().unwrap();
+    let echo = std::thread::spawn(move || {
+        while let Ok(m) = s.recv_vec() {
+            s.send(&m).unwrap();
+        }
+    });
+    for i in 0..20_000u64 {
+        c.send(&i.to_le_bytes()).unwrap();
+        assert_eq!(c.recv_vec().unwrap(), i.to_le_bytes());
+    }
+    c.close().unwrap();
+    echo.join().unwrap();
+}
