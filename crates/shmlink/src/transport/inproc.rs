@@ -47,13 +47,11 @@ const CLOSED: u8 = 1;
 const RESET: u8 = 2;
 
 /// Slots per pipe: one per this many bytes of the ring size, within the bounds below.
-const BYTES_PER_SLOT: usize = 64;
+const BYTES_PER_SLOT: usize = 256;
 const MIN_SLOTS: usize = 16;
-const MAX_SLOTS: usize = 4096;
-/// The one spare buffer of a pipe (what a message larger than a slot keeps) is kept up
-/// to this capacity, so that a stream of large messages does not allocate (and fault
-/// in) a fresh buffer for each.
-const MAX_SPARE: usize = 16 << 20;
+const MAX_SLOTS: usize = 1024;
+/// A consumed message's buffer stays in its slot for reuse up to this capacity.
+const MAX_KEEP: usize = 16 << 20;
 
 /// Keeps what it holds on a cache line (pair) of its own.
 #[repr(align(128))]
@@ -65,14 +63,10 @@ struct Pipe {
     mask: u64,
     /// Bytes that may be in flight (a message of any size passes an empty pipe).
     cap: u64,
-    /// Capacity a slot keeps after its message is consumed; larger buffers go to `spare`.
-    keep: usize,
     /// Messages published (the producer's position).
     tail: Padded<AtomicU64>,
     /// Messages consumed and their bytes (the consumer's position).
     head: Padded<Consumed>,
-    /// A large buffer kept for the next large message.
-    spare: Mutex<Vec<u8>>,
 }
 
 struct Consumed {
@@ -95,13 +89,11 @@ impl Pipe {
             slots: (0..n).map(|_| UnsafeCell::new(Vec::new())).collect(),
             mask: n as u64 - 1,
             cap: ring as u64,
-            keep: (ring / n).max(256),
             tail: Padded(AtomicU64::new(0)),
             head: Padded(Consumed {
                 msgs: AtomicU64::new(0),
                 bytes: AtomicU64::new(0),
             }),
-            spare: Mutex::new(Vec::new()),
         }
     }
 
@@ -113,10 +105,6 @@ impl Pipe {
     unsafe fn slot(&self, pos: u64) -> &mut Vec<u8> {
         // SAFETY: the caller owns the slot; the index is masked into the array.
         unsafe { &mut *self.slots[(pos & self.mask) as usize].get() }
-    }
-
-    fn lock_spare(&self) -> MutexGuard<'_, Vec<u8>> {
-        self.spare.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -394,17 +382,23 @@ impl InprocConn {
         self.peer().wake(DATA);
     }
 
-    /// The slot at `tail`, holding a buffer of at least `len` bytes of capacity (a large
-    /// message takes the spare buffer if it is large enough).
+    /// The slot at `tail`, for a message of `len` bytes. If its buffer is too small, it
+    /// trades buffers with the slot consumed last (free, and the one whose buffer is
+    /// warmest): a stream of large messages reuses the same few buffers instead of
+    /// allocating (and faulting in) one per message, and at most about what is in flight
+    /// stays allocated.
     #[inline(always)]
     fn tx_slot(&mut self, len: usize) -> &mut Vec<u8> {
+        let (tail, last) = (self.tail, self.seen_head.wrapping_sub(1));
         let pipe = self.tx();
         // SAFETY: `room` said the slot at `tail` is free: ours until `publish`.
-        let v = unsafe { pipe.slot(self.tail) };
-        if v.capacity() < len && len > pipe.keep {
-            let mut spare = pipe.lock_spare();
-            if spare.capacity() >= len {
-                mem::swap(v, &mut *spare);
+        let v = unsafe { pipe.slot(tail) };
+        if v.capacity() < len && self.seen_head > 0 && last & pipe.mask != tail & pipe.mask {
+            // SAFETY: message `seen_head - 1` was consumed (the consumer never touches a
+            // slot again after moving `head` past it) and is not the slot at `tail`.
+            let prev = unsafe { pipe.slot(last) };
+            if prev.capacity() >= len {
+                mem::swap(v, prev);
             }
         }
         v
@@ -416,8 +410,8 @@ impl InprocConn {
         let pipe = self.rx();
         // SAFETY: the slot at `head` holds a published message: ours until `head` moves.
         let v = unsafe { pipe.slot(self.head) };
-        if v.capacity() > pipe.keep {
-            Self::keep_spare(pipe, mem::take(v));
+        if v.capacity() > MAX_KEEP {
+            *v = Vec::new();
         }
         self.head += 1;
         self.consumed += len as u64;
@@ -425,17 +419,6 @@ impl InprocConn {
         h.bytes.store(self.consumed, Ordering::Release);
         h.msgs.swap(self.head, Ordering::SeqCst);
         self.peer().wake(ROOM);
-    }
-
-    #[cold]
-    fn keep_spare(pipe: &Pipe, buf: Vec<u8>) {
-        if buf.capacity() > MAX_SPARE {
-            return;
-        }
-        let mut spare = pipe.lock_spare();
-        if buf.capacity() > spare.capacity() {
-            *spare = buf;
-        }
     }
 
     /// The length of the message at `head` (which `has_data` said is published).
