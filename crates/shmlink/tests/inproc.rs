@@ -94,3 +94,54 @@ fn blocking_policy_round_trips() {
     c.close().unwrap();
     echo.join().unwrap();
 }
+
+/// Echo through `shmlink::tokio` over in-process connections (non-blocking calls, the fd
+/// in tokio's edge-triggered reactor).
+#[test]
+fn tokio_echo() {
+    use shmlink::tokio::{Connection as AConn, Listener as AListener};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            const N: u64 = 8;
+            let o = inproc().ring_size(4096);
+            let (l, addr) = bind("shm", &o);
+            let mut l = AListener::from_std(l, Duration::from_micros(20)).unwrap();
+            let mut tasks = Vec::new();
+            for i in 0..N {
+                let (addr, o) = (addr.clone(), o.clone());
+                tasks.push(tokio::spawn(async move {
+                    let mut c = AConn::connect(&addr, &o).await.unwrap();
+                    for seq in 0..200u64 {
+                        let len = ((seq * 37 + i) % 6000) as usize;
+                        c.send(&payload(seq, len)).await.unwrap();
+                        let back = c.recv_vec().await.unwrap();
+                        verify(seq, len, &back);
+                    }
+                    c.close().await.unwrap();
+                }));
+            }
+            for _ in 0..N {
+                let mut s = l.accept().await.unwrap();
+                tasks.push(tokio::spawn(async move {
+                    loop {
+                        match s.recv_vec().await {
+                            Ok(m) => s.send(&m).await.unwrap(),
+                            Err(e) if e.kind() == ErrorKind::EndOfStream => break,
+                            Err(e) => panic!("server: {e}"),
+                        }
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+        })
+        .await
+        .expect("hung: a lost wake-up");
+    });
+}

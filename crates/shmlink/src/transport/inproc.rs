@@ -22,7 +22,7 @@ use std::cell::UnsafeCell;
 use std::collections::{HashMap, VecDeque};
 use std::mem;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::{self, Thread, ThreadId};
 
@@ -118,8 +118,6 @@ struct Side {
     thread: Mutex<Option<Thread>>,
     /// This side's fd: readable when a non-blocking call is worth making again.
     flag: EventFlag,
-    /// `flag` may be set (so a non-blocking call that returns `WouldBlock` clears it).
-    signalled: AtomicBool,
 }
 
 impl Side {
@@ -131,18 +129,13 @@ impl Side {
             end: AtomicU8::new(LIVE),
             thread: Mutex::new(None),
             flag: EventFlag::new().map_err(|e| Error::io("eventfd", e))?,
-            signalled: AtomicBool::new(false),
         })
     }
 
-    /// Makes the fd readable.
+    /// Makes the fd readable. Every time, even if it is readable already: an event loop
+    /// that watches it edge-triggered (tokio) wakes only for a new write.
     fn signal(&self) {
-        if !self.signalled.load(Ordering::Relaxed) {
-            // Written before `signalled` is set: a clear that saw `signalled` false
-            // leaves a write it raced with readable, and the next one clears it.
-            let _ = self.flag.set();
-            self.signalled.store(true, Ordering::Release);
-        }
+        let _ = self.flag.set();
     }
 
     /// Wakes this side for the `bits` it waits on, if it does (the caller published its
@@ -294,15 +287,15 @@ impl InprocConn {
     }
 
     /// A non-blocking call's wait for `bit` (`DATA_FD` or `ROOM_FD`): clears the fd of
-    /// cues already dealt with, announces `bit`, and looks again (`true`: ready after
+    /// cues already dealt with (so that a level-triggered event loop does not see it
+    /// readable for nothing), announces `bit`, and looks again (`true`: ready after
     /// all). A cleared cue may have been the other direction's: if its caller waits and
     /// may progress, or the peer is gone (its fd stays readable from then on), the fd is
     /// set again.
     fn nonblocking_wait(&mut self, bit: u8) -> bool {
-        let own = self.own();
-        if own.signalled.swap(false, Ordering::AcqRel) {
-            let _ = own.flag.clear();
-        }
+        // One `read`, only on the way to `WouldBlock`: cues written before it are for
+        // states the checks below see.
+        let _ = self.own().flag.clear();
         self.announce(bit);
         let ready = if bit == DATA_FD {
             self.has_data()

@@ -69,9 +69,11 @@ fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
                 for s in value("LIST")?.split(',') {
                     match shmlink_measure::size::parse(s.trim()) {
                         Ok(n) if (8..=(16 << 20)).contains(&n) => v.push(n),
-                        _ => return usage(format!(
+                        _ => {
+                            return usage(format!(
                             "invalid size {s:?} for --sizes (8 B to 16 MiB with --pattern inproc)"
-                        )),
+                        ))
+                        }
                     }
                 }
                 a.sizes = v;

@@ -178,6 +178,10 @@ fn client(
         Some((token, _)) => Packet::Upgrade(want, token),
     };
     socket::send(sock.as_fd(), &hello.encode()).map_err(|e| Error::io("send hello", e))?;
+    // While the listener works on its answer: our segment, for the ring size we asked
+    // for (what a listener with the same or a larger cap answers). It goes out only once
+    // the answer checked out, below; another size is made then.
+    let early = Half::create(Side::Client, opts.ring_size).ok();
     let mut buf = [0u8; MAX_PACKET];
     let mut fds = Vec::new();
     let n = socket::recv_until(sock.as_fd(), &mut buf, &mut fds, deadline).map_err(|e| {
@@ -224,7 +228,10 @@ fn client(
     let peer = Half::attach(&memfd, Side::Server, params.ring_s2c as usize)?;
     // Ours goes out only after theirs checked out: a listener that breaks the protocol
     // never sees our segment.
-    let (own, own_fd) = Half::create(Side::Client, params.ring_c2s as usize)?;
+    let (own, own_fd) = match early {
+        Some(early) if params.ring_c2s == opts.ring_size as u64 => early,
+        _ => Half::create(Side::Client, params.ring_c2s as usize)?,
+    };
     socket::send_with_fds(
         sock.as_fd(),
         &Packet::Segment.encode(),
@@ -319,6 +326,10 @@ pub(crate) struct ShmListener {
     /// With [`Options::in_process`]: this listener's entry in the table of in-process
     /// listeners, and its key.
     inproc: Option<(String, Arc<Inbox>)>,
+    /// A segment made ahead, while the listener had nothing else to do, with a ring of
+    /// the listener's ring size (what a client that asks for at least that gets): the
+    /// next hello's answer takes it instead of making one while the client waits.
+    spare: Option<(Half, OwnedFd)>,
 }
 
 fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
@@ -362,6 +373,7 @@ impl ShmListener {
             upgrades: None,
             registry: Registry::new(),
             inproc,
+            spare: None,
         })
     }
 }
@@ -370,8 +382,9 @@ impl ShmListener {
     /// Accepts clients waiting in the backlog into `pending`: at most [`MAX_PENDING`]
     /// per call, so that a flood of connections cannot keep the listener from the
     /// handshakes of those already accepted (the listening socket stays readable while
-    /// more wait).
-    fn accept_backlog(&mut self) -> Result<()> {
+    /// more wait). Returns the new clients' sockets (as epoll tokens).
+    fn accept_backlog(&mut self) -> Result<Vec<u64>> {
+        let mut new = Vec::new();
         for _ in 0..MAX_PENDING {
             let Some(sock) =
                 socket::accept(self.listen.as_fd()).map_err(|e| Error::io("accept", e))?
@@ -392,6 +405,7 @@ impl ShmListener {
             self.epoll
                 .add(fd, Interest::READABLE, sys::Token(fd as u64))
                 .map_err(|e| Error::io("epoll", e))?;
+            new.push(fd as u64);
             self.pending.push(Pending {
                 sock,
                 deadline: Instant::now() + self.opts.handshake_timeout,
@@ -400,7 +414,7 @@ impl ShmListener {
                 accepted: None,
             });
         }
-        Ok(())
+        Ok(new)
     }
 
     /// Runs the next handshake step with pending client `i` if its packet has arrived: a
@@ -564,7 +578,7 @@ impl ShmListener {
 
     /// Checks a client's hello (or query) and credentials and sets up its segment.
     fn handshake(
-        &self,
+        &mut self,
         sock: &OwnedFd,
         hello: &[u8],
         nfds: usize,
@@ -617,8 +631,14 @@ impl ShmListener {
             ring_s2c: want.ring_s2c.min(cap),
             max_msg: self.opts.max_msg_size as u64,
         };
-        let (own, memfd) = Half::create(Side::Server, accept.ring_s2c as usize)
-            .map_err(|e| (RefuseCode::Resources, e.to_string()))?;
+        let (own, memfd) = match self.spare.take() {
+            Some(spare) if accept.ring_s2c == cap => spare,
+            other => {
+                self.spare = other;
+                Half::create(Side::Server, accept.ring_s2c as usize)
+                    .map_err(|e| (RefuseCode::Resources, e.to_string()))?
+            }
+        };
         Ok(Answer::Connect(Box::new(Handshake {
             own,
             memfd,
@@ -649,13 +669,20 @@ impl ShmListener {
                 },
             )));
         }
-        self.accept_backlog()?;
         let mut events = std::mem::take(&mut self.events);
         self.epoll
             .wait(Some(Instant::now()), &mut events)
             .map_err(|e| Error::io("epoll", e))?;
+        // Only when the listening socket says a client waits: an `accept` that finds
+        // none is a system call per step for nothing.
+        let mut tokens: Vec<u64> = events.iter().map(|e| e.token().0).collect();
+        if tokens.contains(&LISTEN_TOKEN) {
+            // A client's hello is usually there by the time we accept it: look at once
+            // rather than after another round through epoll.
+            tokens.extend(self.accept_backlog()?);
+        }
         let mut found = None;
-        for token in events.iter().map(|e| e.token().0) {
+        for token in tokens {
             if token == LISTEN_TOKEN || token == INPROC_TOKEN || found.is_some() {
                 continue;
             }
@@ -675,6 +702,11 @@ impl ShmListener {
     /// Waits until a client or a hello arrives, a pending client's deadline passes, or
     /// `until`.
     pub(crate) fn wait(&mut self, until: Option<Instant>) -> Result<()> {
+        if self.spare.is_none() {
+            // Idle: make the next answer's segment now (best effort: a failure here is
+            // met again, and reported to the client, when a hello needs it).
+            self.spare = Half::create(Side::Server, self.opts.ring_size).ok();
+        }
         let deadline = self.pending.iter().map(|p| p.deadline).chain(until).min();
         self.epoll
             .wait(deadline, &mut self.events)
