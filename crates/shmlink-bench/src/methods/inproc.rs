@@ -36,12 +36,15 @@ pub trait Chan: Send {
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize>;
 }
 
+/// Both ends of a pair: the measuring end, the other end.
+pub type Pair = (Box<dyn Chan>, Box<dyn Chan>);
+
 /// A method: its name, what it is, and how to make a connected pair for `size`-byte
 /// messages.
 pub struct InprocMethod {
     pub name: &'static str,
     pub about: &'static str,
-    pub pair: fn(size: usize) -> io::Result<(Box<dyn Chan>, Box<dyn Chan>)>,
+    pub pair: fn(size: usize) -> io::Result<Pair>,
 }
 
 /// Every method, in table order.
@@ -111,7 +114,7 @@ impl Chan for ShmlinkChan {
     }
 }
 
-fn shmlink_pair(size: usize) -> io::Result<(Box<dyn Chan>, Box<dyn Chan>)> {
+fn shmlink_pair(size: usize) -> io::Result<Pair> {
     static SEQ: AtomicUsize = AtomicUsize::new(0);
     let addr = format!(
         "shm:@shmlink-bench-inproc-{}-{}",
@@ -161,7 +164,7 @@ channel_chan!(
     |r| r.recv().ok()
 );
 
-fn std_pair(size: usize) -> io::Result<(Box<dyn Chan>, Box<dyn Chan>)> {
+fn std_pair(size: usize) -> io::Result<Pair> {
     let (at, ar) = std::sync::mpsc::sync_channel(capacity(size));
     let (bt, br) = std::sync::mpsc::sync_channel(capacity(size));
     Ok((
@@ -178,7 +181,7 @@ channel_chan!(
     |r| r.recv().ok()
 );
 
-fn crossbeam_pair(size: usize) -> io::Result<(Box<dyn Chan>, Box<dyn Chan>)> {
+fn crossbeam_pair(size: usize) -> io::Result<Pair> {
     let (at, ar) = crossbeam_channel::bounded(capacity(size));
     let (bt, br) = crossbeam_channel::bounded(capacity(size));
     Ok((
@@ -195,7 +198,7 @@ channel_chan!(
     |r| r.recv().ok()
 );
 
-fn flume_pair(size: usize) -> io::Result<(Box<dyn Chan>, Box<dyn Chan>)> {
+fn flume_pair(size: usize) -> io::Result<Pair> {
     let (at, ar) = flume::bounded(capacity(size));
     let (bt, br) = flume::bounded(capacity(size));
     Ok((
@@ -212,7 +215,7 @@ channel_chan!(
     |r| r.blocking_recv()
 );
 
-fn tokio_pair(size: usize) -> io::Result<(Box<dyn Chan>, Box<dyn Chan>)> {
+fn tokio_pair(size: usize) -> io::Result<Pair> {
     let (at, ar) = tokio::sync::mpsc::channel(capacity(size));
     let (bt, br) = tokio::sync::mpsc::channel(capacity(size));
     Ok((
