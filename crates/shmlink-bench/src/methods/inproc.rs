@@ -7,7 +7,7 @@
 //! in (shmlink into its ring slot, a channel into a new `Vec<u8>`), the receiver copies
 //! them out into its buffer. Each direction holds at most what a 1 MiB shmlink ring
 //! holds: the channels are bounded to `1 MiB / size` messages (1 to 1024), shmlink to
-//! 1 MiB in flight (one message of any size when empty) and 1024 messages.
+//! 1 MiB in flight (and two messages of any size) and 1024 messages.
 //!
 //! - **Round trip**: the measuring thread sends, the echo thread sends it back; every
 //!   round trip is timed (`Instant`, two clock reads), p50 and p99 reported.

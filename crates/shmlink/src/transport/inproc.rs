@@ -10,7 +10,7 @@
 //! Each direction is a [`Pipe`]: a single-producer single-consumer ring of message slots
 //! (each a `Vec<u8>` kept between messages, so a steady stream allocates nothing), with
 //! flow control in bytes (at most the smaller of both sides' ring sizes in flight, or one
-//! message of any size when the pipe is empty). A side that must wait spins and yields
+//! messages of any size when fewer are in flight, so that one is written while the other is read). A side that must wait spins and yields
 //! per its wait policy, then announces itself in its own `wait` bits and parks its thread
 //! (blocking mode) or returns `WouldBlock` with its eventfd armed (non-blocking mode). The
 //! other side publishes its progress with a sequentially consistent read-modify-write and
@@ -50,8 +50,9 @@ const RESET: u8 = 2;
 const BYTES_PER_SLOT: usize = 256;
 const MIN_SLOTS: usize = 16;
 const MAX_SLOTS: usize = 1024;
-/// A consumed message's buffer stays in its slot for reuse up to this capacity.
-const MAX_KEEP: usize = 16 << 20;
+/// A consumed message's buffer stays in its slot up to this capacity (or four times the
+/// ring's bytes per slot, if more); a larger one goes to the pipe's free list.
+const MIN_KEEP: usize = 2048;
 
 /// Keeps what it holds on a cache line (pair) of its own.
 #[repr(align(128))]
@@ -61,12 +62,18 @@ struct Padded<T>(T);
 struct Pipe {
     slots: Box<[UnsafeCell<Vec<u8>>]>,
     mask: u64,
-    /// Bytes that may be in flight (a message of any size passes an empty pipe).
+    /// Bytes that may be in flight; besides, two messages of any size may always be
+    /// (so that one is written while the other is read).
     cap: u64,
     /// Messages published (the producer's position).
     tail: Padded<AtomicU64>,
     /// Messages consumed and their bytes (the consumer's position).
     head: Padded<Consumed>,
+    /// Capacity a slot keeps after its message is consumed.
+    keep: usize,
+    /// Large buffers of consumed messages, for the next large ones (last in, first out:
+    /// the warmest first), at most `cap` bytes of them (or two buffers).
+    free: Mutex<Vec<Vec<u8>>>,
 }
 
 struct Consumed {
@@ -89,12 +96,30 @@ impl Pipe {
             slots: (0..n).map(|_| UnsafeCell::new(Vec::new())).collect(),
             mask: n as u64 - 1,
             cap: ring as u64,
+            keep: (4 * ring / n).max(MIN_KEEP),
+            free: Mutex::new(Vec::new()),
             tail: Padded(AtomicU64::new(0)),
             head: Padded(Consumed {
                 msgs: AtomicU64::new(0),
                 bytes: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// Keeps the buffer of a consumed message for a later one.
+    fn give(&self, buf: Vec<u8>) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let held: usize = free.iter().map(Vec::capacity).sum();
+        if free.len() < 2 || (held + buf.capacity()) as u64 <= self.cap {
+            free.push(buf);
+        }
+    }
+
+    /// A kept buffer for a message of `len` bytes: the warmest that is large enough.
+    fn take(&self, len: usize) -> Option<Vec<u8>> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let i = free.iter().rposition(|b| b.capacity() >= len)?;
+        Some(free.remove(i))
     }
 
     /// The slot of message `pos`.
@@ -240,8 +265,8 @@ impl InprocConn {
     fn fits(&self, len: usize) -> bool {
         let pipe = self.tx();
         let in_flight = self.sent_bytes - self.seen_consumed;
-        self.tail - self.seen_head <= pipe.mask
-            && (in_flight == 0 || in_flight + len as u64 <= pipe.cap)
+        let msgs = self.tail - self.seen_head;
+        msgs <= pipe.mask && (msgs < 2 || in_flight + len as u64 <= pipe.cap)
     }
 
     /// Whether a message of `len` bytes fits, reading the consumer's position again.
@@ -375,23 +400,17 @@ impl InprocConn {
         self.peer().wake(DATA);
     }
 
-    /// The slot at `tail`, for a message of `len` bytes. If its buffer is too small, it
-    /// trades buffers with the slot consumed last (free, and the one whose buffer is
-    /// warmest): a stream of large messages reuses the same few buffers instead of
-    /// allocating (and faulting in) one per message, and at most about what is in flight
-    /// stays allocated.
+    /// The slot at `tail`, for a message of `len` bytes: its own buffer, or a kept one
+    /// if that is too small (so a stream of large messages reuses a few warm buffers
+    /// instead of allocating, and faulting in, one per message).
     #[inline(always)]
     fn tx_slot(&mut self, len: usize) -> &mut Vec<u8> {
-        let (tail, last) = (self.tail, self.seen_head.wrapping_sub(1));
         let pipe = self.tx();
         // SAFETY: `room` said the slot at `tail` is free: ours until `publish`.
-        let v = unsafe { pipe.slot(tail) };
-        if v.capacity() < len && self.seen_head > 0 && last & pipe.mask != tail & pipe.mask {
-            // SAFETY: message `seen_head - 1` was consumed (the consumer never touches a
-            // slot again after moving `head` past it) and is not the slot at `tail`.
-            let prev = unsafe { pipe.slot(last) };
-            if prev.capacity() >= len {
-                mem::swap(v, prev);
+        let v = unsafe { pipe.slot(self.tail) };
+        if v.capacity() < len && len > pipe.keep {
+            if let Some(buf) = pipe.take(len) {
+                *v = buf;
             }
         }
         v
@@ -403,8 +422,8 @@ impl InprocConn {
         let pipe = self.rx();
         // SAFETY: the slot at `head` holds a published message: ours until `head` moves.
         let v = unsafe { pipe.slot(self.head) };
-        if v.capacity() > MAX_KEEP {
-            *v = Vec::new();
+        if v.capacity() > pipe.keep {
+            pipe.give(mem::take(v));
         }
         self.head += 1;
         self.consumed += len as u64;

@@ -655,10 +655,15 @@ impl ShmListener {
     /// accepts or polls it.
     pub(crate) fn step(&mut self) -> Result<Option<Stepped>> {
         if let Some(conn) = self.inproc.as_ref().and_then(|(_, inbox)| inbox.take()) {
+            // The peer is this process: its ids (the effective gid as `/proc/self`'s
+            // owner says, as SO_PEERCRED would).
             let me = ProcessCred {
                 pid: std::process::id(),
                 uid: sys::euid(),
-                gid: u32::MAX,
+                gid: {
+                    use std::os::unix::fs::MetadataExt;
+                    std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.gid())
+                },
             };
             let counters = self.registry.track("shm", Some(me), None);
             return Ok(Some((
