@@ -50,8 +50,9 @@ const RESET: u8 = 2;
 const BYTES_PER_SLOT: usize = 256;
 const MIN_SLOTS: usize = 16;
 const MAX_SLOTS: usize = 1024;
-/// A consumed message's buffer stays in its slot up to this capacity (or four times the
-/// ring's bytes per slot, if more); a larger one goes to the pipe's free list.
+/// A consumed message's buffer stays in its slot up to this capacity, or four times the
+/// ring's bytes per slot if more; a larger one goes to the pipe's free list (a mutex:
+/// worth it only where the copy dwarfs it), whose top is the warmest.
 const MIN_KEEP: usize = 2048;
 
 /// Keeps what it holds on a cache line (pair) of its own.
@@ -73,7 +74,14 @@ struct Pipe {
     keep: usize,
     /// Large buffers of consumed messages, for the next large ones (last in, first out:
     /// the warmest first), at most `cap` bytes of them (or two buffers).
-    free: Mutex<Vec<Vec<u8>>>,
+    free: Mutex<FreeList>,
+}
+
+/// A pipe's kept buffers and their total capacity.
+#[derive(Default)]
+struct FreeList {
+    bufs: Vec<Vec<u8>>,
+    bytes: usize,
 }
 
 struct Consumed {
@@ -97,7 +105,7 @@ impl Pipe {
             mask: n as u64 - 1,
             cap: ring as u64,
             keep: (4 * ring / n).max(MIN_KEEP),
-            free: Mutex::new(Vec::new()),
+            free: Mutex::new(FreeList::default()),
             tail: Padded(AtomicU64::new(0)),
             head: Padded(Consumed {
                 msgs: AtomicU64::new(0),
@@ -109,17 +117,23 @@ impl Pipe {
     /// Keeps the buffer of a consumed message for a later one.
     fn give(&self, buf: Vec<u8>) {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        let held: usize = free.iter().map(Vec::capacity).sum();
-        if free.len() < 2 || (held + buf.capacity()) as u64 <= self.cap {
-            free.push(buf);
+        if free.bufs.len() < 2 || (free.bytes + buf.capacity()) as u64 <= self.cap {
+            free.bytes += buf.capacity();
+            free.bufs.push(buf);
         }
     }
 
-    /// A kept buffer for a message of `len` bytes: the warmest that is large enough.
+    /// A kept buffer for a message of `len` bytes: the warmest that is large enough
+    /// (looking at the last few only: the list is a stack, its top the warmest).
     fn take(&self, len: usize) -> Option<Vec<u8>> {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        let i = free.iter().rposition(|b| b.capacity() >= len)?;
-        Some(free.remove(i))
+        let n = free.bufs.len();
+        let i = (n.saturating_sub(4)..n)
+            .rev()
+            .find(|&i| free.bufs[i].capacity() >= len)?;
+        let buf = free.bufs.remove(i);
+        free.bytes -= buf.capacity();
+        Some(buf)
     }
 
     /// The slot of message `pos`.
