@@ -231,6 +231,8 @@ pub struct Options {
     pub(crate) expect_uids: Vec<u32>,
     pub(crate) shared_dir: bool,
     pub(crate) tls: TlsOptions,
+    /// `shm:` between two ends in one process takes the in-process path.
+    pub(crate) in_process: bool,
     /// What a framed listener serves or a framed client expects (set by pub/sub only).
     pub(crate) role: Role,
 }
@@ -261,6 +263,7 @@ impl Default for Options {
             expect_uids: Vec::new(),
             shared_dir: false,
             tls: TlsOptions::default(),
+            in_process: false,
             role: Role::Connection,
         }
     }
@@ -353,6 +356,24 @@ impl Options {
     pub fn shared_rendezvous_dir(mut self, shared: bool) -> Self {
         self.shared_dir = shared;
         self
+    }
+
+    /// Both sides: whether a `shm:` connection whose listener lives in this same process
+    /// skips the kernel (default `false`). On, [`Listener::bind`](crate::Listener::bind)
+    /// enters the listener in a process-wide table and a client in the same process that
+    /// also says so gets an in-process ring with thread park/unpark: no memfd, no socket,
+    /// no system call per message while both ends are awake; same API and semantics
+    /// (boundaries, order, flow control within the smaller ring size, non-blocking mode,
+    /// a pollable fd, end of stream or reset when the other end goes). See
+    /// docs/design.md, "In-process connections".
+    pub fn in_process(mut self, on: bool) -> Self {
+        self.in_process = on;
+        self
+    }
+
+    /// Whether [`in_process`](Self::in_process) is on.
+    pub fn configured_in_process(&self) -> bool {
+        self.in_process
     }
 
     /// TLS settings, for `tls:` addresses.

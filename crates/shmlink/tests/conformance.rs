@@ -45,7 +45,7 @@ macro_rules! conformance {
     )*};
 }
 
-conformance!(shm, ux, ux_path, tcp, tls, auto, auto_tcp, auto_tls, vm);
+conformance!(shm, ux, ux_path, tcp, tls, auto, auto_tcp, auto_tls, vm, inproc);
 
 /// The tests that hold on the framed transports, whose connections queue in user space
 /// what a non-blocking send accepted and the socket could not take yet (the last message

@@ -136,7 +136,7 @@ macro_rules! per_transport {
     )*};
 }
 
-per_transport!(shm, ux, tcp, tls, auto, auto_tcp, auto_tls);
+per_transport!(shm, ux, tcp, tls, auto, auto_tcp, auto_tls, inproc);
 
 const ROLE_ADDR: &str = "SHMLINK_SPLIT_CHILD_ADDR";
 const ROLE_TRANSPORT: &str = "SHMLINK_SPLIT_CHILD_TRANSPORT";

@@ -451,7 +451,7 @@ macro_rules! suite {
     )*};
 }
 
-suite!(shm, ux, tcp, auto);
+suite!(shm, ux, tcp, auto, inproc);
 
 /// Echo on 64 `shm:` connections made by the blocking API with the default wait policy,
 /// then wrapped. Their handshake chose the asymmetric fence when the library offered it,

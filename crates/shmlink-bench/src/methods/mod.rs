@@ -1,11 +1,15 @@
 //! One module per IPC method, and the registry of all of them in table order.
 
 mod absent;
+/// `--pattern connect`: connection setup (its own runner, not a [`Method`]).
+pub mod connect;
 mod fdio;
 mod fifo;
 mod floor;
 pub(crate) mod iceoryx2;
 mod inet;
+/// `--pattern inproc`: two threads of one process (its own runner, not a [`Method`]).
+pub mod inproc;
 mod pipe;
 mod posix_mq;
 mod shm;

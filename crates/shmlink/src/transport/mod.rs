@@ -12,6 +12,7 @@ use crate::addr::Address;
 
 pub(crate) mod auto;
 pub(crate) mod framed;
+pub(crate) mod inproc;
 pub(crate) mod local;
 pub(crate) mod net;
 mod ops;

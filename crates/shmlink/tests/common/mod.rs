@@ -14,14 +14,17 @@ pub use test_pki::pki;
 
 /// The transports every conformance test runs on: `auto` is `auto:` upgraded to shared
 /// memory, `auto_tcp` is `auto:` whose upgrade socket is gone, so it stays on TCP, and
-/// `auto_tls` the same with TLS options, so it stays on TLS.
-pub const TRANSPORTS: &[&str] = &["shm", "ux", "tcp", "tls", "auto", "auto_tcp", "auto_tls"];
+/// `auto_tls` the same with TLS options, so it stays on TLS. `inproc` is `shm:` with
+/// both ends in this process and `Options::in_process` on (the in-process ring).
+pub const TRANSPORTS: &[&str] = &[
+    "shm", "ux", "tcp", "tls", "auto", "auto_tcp", "auto_tls", "inproc",
+];
 
 /// The path a connection of test transport `t` takes (what `Connection::transport` says).
 pub fn path_of(t: &str) -> &str {
     match t {
         "ux_path" => "ux",
-        "auto" => "shm",
+        "auto" | "inproc" => "shm",
         "auto_tcp" => "tcp",
         "auto_tls" => "tls",
         t => t,
@@ -43,6 +46,7 @@ pub fn test_tls() -> TlsOptions {
 pub fn opts(transport: &str) -> Options {
     match transport {
         "tls" | "auto_tls" => Options::default().tls(test_tls()),
+        "inproc" => Options::default().in_process(true),
         _ => Options::default(),
     }
 }
@@ -54,7 +58,7 @@ pub fn fresh_addr(transport: &str) -> String {
     let n = SEQ.fetch_add(1, Ordering::Relaxed);
     let pid = std::process::id();
     match transport {
-        "shm" => {
+        "shm" | "inproc" => {
             let dir = test_dir();
             format!("shm:{}/t{n}.sock", dir.display())
         }
@@ -200,8 +204,10 @@ pub fn gettid() -> libc::pid_t {
     unsafe { libc::gettid() }
 }
 
-/// System calls a parked connection sleeps in: polls and socket reads or writes.
+/// System calls a parked connection sleeps in: polls and socket reads or writes, and the
+/// futex an in-process connection parks its thread on.
 pub const IO_WAITS: &[libc::c_long] = &[
+    libc::SYS_futex,
     libc::SYS_ppoll,
     libc::SYS_pselect6,
     libc::SYS_epoll_pwait,

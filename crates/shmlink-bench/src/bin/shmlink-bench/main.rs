@@ -6,8 +6,10 @@
 
 mod asyncbench;
 mod bench;
+mod connectbench;
 mod flags;
 mod help;
+mod inprocbench;
 mod pubsub;
 
 use std::process::ExitCode;
@@ -31,6 +33,9 @@ fn main() -> ExitCode {
         if cmd == asyncbench::PEER_CMD {
             return asyncbench::peer_main(method, addr);
         }
+        if cmd == connectbench::PEER_CMD {
+            return connectbench::peer_main(method, addr);
+        }
     }
     let args = match std::env::args_os()
         .skip(1)
@@ -45,6 +50,12 @@ fn main() -> ExitCode {
     };
     if asyncbench::wanted(&args) {
         return asyncbench::main(args);
+    }
+    if inprocbench::wanted(&args) {
+        return inprocbench::main(args);
+    }
+    if connectbench::wanted(&args) {
+        return connectbench::main(args);
     }
     match bench::parse(args, &shmlink_measure::cpus::allowed_cpus()) {
         Ok(Parsed::Help) => {

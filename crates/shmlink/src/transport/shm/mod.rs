@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::addr::{Address, UnixName};
@@ -15,6 +16,7 @@ use crate::rendezvous::{bind_rendezvous, remove_socket_file, socket_of, SocketFi
 use crate::status::ProcessCred;
 use crate::sys::socket::PeerCred;
 use crate::sys::{self, socket, Epoll, Event, Interest};
+use crate::transport::inproc::{self, Inbox};
 use crate::transport::{Accepted, ConnOps, ListenerOps, Transport};
 use crate::trust;
 
@@ -40,6 +42,8 @@ pub(crate) const TRANSPORT: Transport = Transport {
 /// beyond this, so a flood of silent clients cannot exhaust descriptors.
 const MAX_PENDING: usize = 128;
 const LISTEN_TOKEN: u64 = u64::MAX;
+/// The in-process inbox's eventfd in the listener's epoll set.
+const INPROC_TOKEN: u64 = u64::MAX - 1;
 
 /// Whether a handshake offers the asymmetric fence. Off: with it, 64 non-blocking
 /// `shm:` connections served from one epoll loop (tests/conformance.rs,
@@ -83,6 +87,12 @@ fn fence_mode(features: u64) -> FenceMode {
 
 fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     trust::check_addr_dir(addr, opts)?;
+    if opts.in_process {
+        let socket = socket_of(addr);
+        if let Some(conn) = inproc::connect(&inproc_key(socket), file_id(socket), opts) {
+            return conn;
+        }
+    }
     client(
         socket_of(addr),
         &addr.to_string(),
@@ -90,6 +100,26 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         None,
         Instant::now() + opts.connect_timeout,
     )
+}
+
+/// The key of a rendezvous socket in the table of in-process listeners.
+fn inproc_key(socket: &UnixName) -> String {
+    match socket {
+        UnixName::Path(p) => format!("path:{}", p.display()),
+        UnixName::Abstract(name) => format!("abstract:{name}"),
+    }
+}
+
+/// What a socket path leads to now: its (device, inode); `None` for an abstract name
+/// (or a path that leads nowhere, which then matches no file-bound listener).
+fn file_id(socket: &UnixName) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    match socket {
+        UnixName::Path(p) => std::fs::symlink_metadata(p)
+            .ok()
+            .map(|m| (m.dev(), m.ino())),
+        UnixName::Abstract(_) => None,
+    }
 }
 
 /// `auto:`'s upgrade: connects to the listener's upgrade socket at `path`, presents
@@ -148,6 +178,10 @@ fn client(
         Some((token, _)) => Packet::Upgrade(want, token),
     };
     socket::send(sock.as_fd(), &hello.encode()).map_err(|e| Error::io("send hello", e))?;
+    // While the listener works on its answer: our segment, for the ring size we asked
+    // for (what a listener with the same or a larger cap answers). It goes out only once
+    // the answer checked out, below; another size is made then.
+    let early = Half::create(Side::Client, opts.ring_size).ok();
     let mut buf = [0u8; MAX_PACKET];
     let mut fds = Vec::new();
     let n = socket::recv_until(sock.as_fd(), &mut buf, &mut fds, deadline).map_err(|e| {
@@ -194,7 +228,10 @@ fn client(
     let peer = Half::attach(&memfd, Side::Server, params.ring_s2c as usize)?;
     // Ours goes out only after theirs checked out: a listener that breaks the protocol
     // never sees our segment.
-    let (own, own_fd) = Half::create(Side::Client, params.ring_c2s as usize)?;
+    let (own, own_fd) = match early {
+        Some(early) if params.ring_c2s == opts.ring_size as u64 => early,
+        _ => Half::create(Side::Client, params.ring_c2s as usize)?,
+    };
     socket::send_with_fds(
         sock.as_fd(),
         &Packet::Segment.encode(),
@@ -286,6 +323,13 @@ pub(crate) struct ShmListener {
     pub(crate) upgrades: Option<HashMap<Token, Token>>,
     /// The connections accepted, for queries.
     pub(crate) registry: Registry,
+    /// With [`Options::in_process`]: this listener's entry in the table of in-process
+    /// listeners, and its key.
+    inproc: Option<(String, Arc<Inbox>)>,
+    /// A segment made ahead, while the listener had nothing else to do, with a ring of
+    /// the listener's ring size (what a client that asks for at least that gets): the
+    /// next hello's answer takes it instead of making one while the client waits.
+    spare: Option<(Half, OwnedFd)>,
 }
 
 fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
@@ -303,6 +347,21 @@ impl ShmListener {
                 sys::Token(LISTEN_TOKEN),
             )
             .map_err(|e| Error::io("epoll", e))?;
+        let inproc = if opts.in_process {
+            let key = inproc_key(socket_of(addr));
+            let id = file.as_ref().map(|(_, dev, ino)| (*dev, *ino));
+            let inbox = inproc::register(key.clone(), &addr.to_string(), opts, id)?;
+            epoll
+                .add(
+                    inbox.fd().as_raw_fd(),
+                    Interest::READABLE,
+                    sys::Token(INPROC_TOKEN),
+                )
+                .map_err(|e| Error::io("epoll", e))?;
+            Some((key, inbox))
+        } else {
+            None
+        };
         Ok(ShmListener {
             listen,
             epoll,
@@ -313,6 +372,8 @@ impl ShmListener {
             events: Vec::new(),
             upgrades: None,
             registry: Registry::new(),
+            inproc,
+            spare: None,
         })
     }
 }
@@ -321,8 +382,9 @@ impl ShmListener {
     /// Accepts clients waiting in the backlog into `pending`: at most [`MAX_PENDING`]
     /// per call, so that a flood of connections cannot keep the listener from the
     /// handshakes of those already accepted (the listening socket stays readable while
-    /// more wait).
-    fn accept_backlog(&mut self) -> Result<()> {
+    /// more wait). Returns the new clients' sockets (as epoll tokens).
+    fn accept_backlog(&mut self) -> Result<Vec<u64>> {
+        let mut new = Vec::new();
         for _ in 0..MAX_PENDING {
             let Some(sock) =
                 socket::accept(self.listen.as_fd()).map_err(|e| Error::io("accept", e))?
@@ -343,6 +405,7 @@ impl ShmListener {
             self.epoll
                 .add(fd, Interest::READABLE, sys::Token(fd as u64))
                 .map_err(|e| Error::io("epoll", e))?;
+            new.push(fd as u64);
             self.pending.push(Pending {
                 sock,
                 deadline: Instant::now() + self.opts.handshake_timeout,
@@ -351,7 +414,7 @@ impl ShmListener {
                 accepted: None,
             });
         }
-        Ok(())
+        Ok(new)
     }
 
     /// Runs the next handshake step with pending client `i` if its packet has arrived: a
@@ -515,7 +578,7 @@ impl ShmListener {
 
     /// Checks a client's hello (or query) and credentials and sets up its segment.
     fn handshake(
-        &self,
+        &mut self,
         sock: &OwnedFd,
         hello: &[u8],
         nfds: usize,
@@ -568,8 +631,14 @@ impl ShmListener {
             ring_s2c: want.ring_s2c.min(cap),
             max_msg: self.opts.max_msg_size as u64,
         };
-        let (own, memfd) = Half::create(Side::Server, accept.ring_s2c as usize)
-            .map_err(|e| (RefuseCode::Resources, e.to_string()))?;
+        let (own, memfd) = match self.spare.take() {
+            Some(spare) if accept.ring_s2c == cap => spare,
+            other => {
+                self.spare = other;
+                Half::create(Side::Server, accept.ring_s2c as usize)
+                    .map_err(|e| (RefuseCode::Resources, e.to_string()))?
+            }
+        };
         Ok(Answer::Connect(Box::new(Handshake {
             own,
             memfd,
@@ -585,14 +654,41 @@ impl ShmListener {
     /// (`shmlink ls`) are answered here too: a listener answers while its process
     /// accepts or polls it.
     pub(crate) fn step(&mut self) -> Result<Option<Stepped>> {
-        self.accept_backlog()?;
+        if let Some(conn) = self.inproc.as_ref().and_then(|(_, inbox)| inbox.take()) {
+            // The peer is this process: its ids (the effective gid as `/proc/self`'s
+            // owner says, as SO_PEERCRED would).
+            let me = ProcessCred {
+                pid: std::process::id(),
+                uid: sys::euid(),
+                gid: {
+                    use std::os::unix::fs::MetadataExt;
+                    std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.gid())
+                },
+            };
+            let counters = self.registry.track("shm", Some(me), None);
+            return Ok(Some((
+                None,
+                Accepted {
+                    conn,
+                    counters: Some(counters),
+                },
+            )));
+        }
         let mut events = std::mem::take(&mut self.events);
         self.epoll
             .wait(Some(Instant::now()), &mut events)
             .map_err(|e| Error::io("epoll", e))?;
+        // Only when the listening socket says a client waits: an `accept` that finds
+        // none is a system call per step for nothing.
+        let mut tokens: Vec<u64> = events.iter().map(|e| e.token().0).collect();
+        if tokens.contains(&LISTEN_TOKEN) {
+            // A client's hello is usually there by the time we accept it: look at once
+            // rather than after another round through epoll.
+            tokens.extend(self.accept_backlog()?);
+        }
         let mut found = None;
-        for token in events.iter().map(|e| e.token().0) {
-            if token == LISTEN_TOKEN || found.is_some() {
+        for token in tokens {
+            if token == LISTEN_TOKEN || token == INPROC_TOKEN || found.is_some() {
                 continue;
             }
             if let Some(i) = self
@@ -611,6 +707,11 @@ impl ShmListener {
     /// Waits until a client or a hello arrives, a pending client's deadline passes, or
     /// `until`.
     pub(crate) fn wait(&mut self, until: Option<Instant>) -> Result<()> {
+        if self.spare.is_none() {
+            // Idle: make the next answer's segment now (best effort: a failure here is
+            // met again, and reported to the client, when a hello needs it).
+            self.spare = Half::create(Side::Server, self.opts.ring_size).ok();
+        }
         let deadline = self.pending.iter().map(|p| p.deadline).chain(until).min();
         self.epoll
             .wait(deadline, &mut self.events)
@@ -654,6 +755,9 @@ impl ListenerOps for ShmListener {
 
 impl Drop for ShmListener {
     fn drop(&mut self) {
+        if let Some((key, inbox)) = &self.inproc {
+            inproc::unregister(key, inbox);
+        }
         remove_socket_file(&self.file);
     }
 }

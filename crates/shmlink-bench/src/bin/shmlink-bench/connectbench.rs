@@ -1,0 +1,246 @@
+//! `shmlink-bench --pattern connect`: connections per second (connect + one 64-byte round
+//! trip + close), shmlink `shm:` and `auto:` against plain Unix and TCP sockets (see
+//! `shmlink_bench::methods::connect`). The server is this program re-executed (hidden
+//! subcommand [`PEER_CMD`]), pinned to the second allowed CPU, the client to the first.
+//! Methods are interleaved over the rounds; the table shows each figure's median.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::Duration;
+
+use shmlink_bench::methods::connect::{self, Row, METHODS};
+
+use crate::flags::{flag_value, split_flag, usage, UsageError};
+
+/// The hidden subcommand of the server process: `PEER_CMD METHOD TAG`.
+pub const PEER_CMD: &str = "__connect-peer";
+/// The environment variable that tells the server which CPU to pin itself to.
+const PEER_CPU_ENV: &str = "SHMLINK_BENCH_CONNECT_PEER_CPU";
+
+/// Whether `args` say `--pattern NAME` (or `--pattern=NAME`).
+pub fn pattern_is(args: &[String], name: &str) -> bool {
+    args.iter()
+        .zip(args.iter().skip(1).map(Some).chain([None]))
+        .any(|(a, next)| {
+            *a == format!("--pattern={name}")
+                || (a == "--pattern" && next.map(String::as_str) == Some(name))
+        })
+}
+
+/// Whether the command line asks for `--pattern connect`.
+pub fn wanted(args: &[String]) -> bool {
+    pattern_is(args, "connect")
+}
+
+struct Args {
+    methods: Vec<&'static connect::ConnectMethod>,
+    seconds: f64,
+    rounds: u32,
+    json: Option<PathBuf>,
+}
+
+fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
+    let mut a = Args {
+        methods: METHODS.iter().collect(),
+        seconds: 2.0,
+        rounds: 3,
+        json: None,
+    };
+    let mut args = argv.into_iter();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = split_flag(&arg);
+        let mut value = |what: &str| flag_value(&flag, &inline, &mut args, what);
+        match flag.as_str() {
+            "--pattern" => {
+                value("connect")?;
+            }
+            "--quick" => {
+                a.seconds = 0.5;
+                a.rounds = 1;
+            }
+            "--methods" => {
+                let text = value("LIST")?;
+                if text != "all" {
+                    let mut ms = Vec::new();
+                    for m in text.split(',').map(str::trim) {
+                        match connect::find(m) {
+                            Some(m) => ms.push(m),
+                            None => {
+                                let all: Vec<&str> = METHODS.iter().map(|m| m.name).collect();
+                                return usage(format!(
+                                    "unknown method {m:?} (valid with --pattern connect: all, {})",
+                                    all.join(", ")
+                                ));
+                            }
+                        }
+                    }
+                    a.methods = ms;
+                }
+            }
+            "--seconds" => match value("S")?.parse::<f64>() {
+                Ok(s) if s > 0.0 && s <= 600.0 => a.seconds = s,
+                _ => return usage("--seconds needs a duration in seconds (0 to 600)"),
+            },
+            "--rounds" => match value("N")?.parse::<u32>() {
+                Ok(n) if n > 0 => a.rounds = n,
+                _ => return usage("--rounds needs a positive count"),
+            },
+            "--json" => a.json = Some(PathBuf::from(value("FILE")?)),
+            other => {
+                return usage(format!(
+                    "{other:?} does not apply to --pattern connect (its options: --methods, \
+                     --seconds, --rounds, --quick, --json)"
+                ))
+            }
+        }
+    }
+    Ok(a)
+}
+
+/// The server process: binds, prints `ADDR <address>`, serves until killed.
+pub fn peer_main(method: &str, tag: &str) -> ExitCode {
+    if let Some(cpu) = std::env::var(PEER_CPU_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        let _ = shmlink_sys::pin_to_cpu(cpu);
+    }
+    let mut server = match connect::Server::bind(method, tag) {
+        Ok(s) => s,
+        Err(e) => {
+            println!("ERROR bind: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match server.addr() {
+        Ok(a) => println!("ADDR {a}"),
+        Err(e) => {
+            println!("ERROR address: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    match server.serve() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shmlink-bench: connect server: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A running server process, killed on drop.
+struct Peer(Child);
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_peer(method: &str, tag: &str, cpu: Option<usize>) -> Result<(Peer, String), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.args([PEER_CMD, method, tag])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    if let Some(cpu) = cpu {
+        cmd.env(PEER_CPU_ENV, cpu.to_string());
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("start the server: {e}"))?;
+    let out = child.stdout.take().expect("piped stdout");
+    let peer = Peer(child);
+    let mut line = String::new();
+    BufReader::new(out)
+        .read_line(&mut line)
+        .map_err(|e| format!("read the server's address: {e}"))?;
+    match line.trim().split_once(' ') {
+        Some(("ADDR", addr)) => Ok((peer, addr.to_string())),
+        _ => Err(format!("server said {:?}", line.trim())),
+    }
+}
+
+fn run_one(m: &'static connect::ConnectMethod, seconds: f64, round: u32) -> Row {
+    let failed = |e: String| Row {
+        method: m.name,
+        connections: 0,
+        rounds: 1,
+        per_s: 0.0,
+        p50_us: 0.0,
+        p99_us: 0.0,
+        error: Some(e),
+    };
+    let cpus = shmlink_measure::cpus::allowed_cpus();
+    let (client, server) = match cpus[..] {
+        [a, b, ..] => (Some(a), Some(b)),
+        [a] => (Some(a), Some(a)),
+        [] => (None, None),
+    };
+    let tag = format!("shmlink-bench-connect-{}-{round}", std::process::id());
+    let (peer, addr) = match start_peer(m.name, &tag, server) {
+        Ok(p) => p,
+        Err(e) => return failed(e),
+    };
+    let time = Duration::from_secs_f64(seconds);
+    let row = std::thread::spawn(move || {
+        if let Some(cpu) = client {
+            let _ = shmlink_sys::pin_to_cpu(cpu);
+        }
+        connect::measure(m, &addr, 50, time)
+    })
+    .join()
+    .unwrap_or_else(|_| failed("client panicked".into()));
+    drop(peer);
+    row
+}
+
+pub fn main(argv: Vec<String>) -> ExitCode {
+    let a = match parse(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("shmlink-bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut runs: Vec<Vec<Row>> = vec![Vec::new(); a.methods.len()];
+    for round in 0..a.rounds {
+        eprintln!("round {} of {}", round + 1, a.rounds);
+        for (i, m) in a.methods.iter().enumerate() {
+            runs[i].push(run_one(m, a.seconds, round));
+        }
+    }
+    let rows: Vec<Row> = runs.iter().map(|r| connect::median(r)).collect();
+    let base = rows
+        .iter()
+        .find(|r| r.method == "uds" && r.error.is_none())
+        .map(|r| r.per_s);
+    println!(
+        "\n## connect + one 64 B round trip + close (medians over {} round(s) of {} s)\n{:<16} {:>12} {:>10} {:>10} {:>10}",
+        a.rounds, a.seconds, "method", "conn/s", "p50 us", "p99 us", "vs uds"
+    );
+    for r in &rows {
+        match &r.error {
+            Some(e) => println!("{:<16} failed: {e}", r.method),
+            None => println!(
+                "{:<16} {:>12.0} {:>10.1} {:>10.1} {:>9.2}x",
+                r.method,
+                r.per_s,
+                r.p50_us,
+                r.p99_us,
+                base.map_or(f64::NAN, |b| r.per_s / b)
+            ),
+        }
+    }
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&rows).expect("rows serialize");
+        if let Err(e) = std::fs::write(path, text) {
+            eprintln!("shmlink-bench: write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if rows.iter().any(|r| r.error.is_some()) {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,147 @@
+//! In-process `shm:` connections (`Options::in_process`): the short circuit is taken only
+//! when both ends ask for it, needs no accepting thread to connect, and a listener that
+//! goes away refuses new clients and resets those it never accepted. The conformance
+//! suite (`tests/conformance.rs`, transport `inproc`) covers the connection's semantics.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use shmlink::{Connection, ErrorKind, Listener, Options, Transport};
+
+fn inproc() -> Options {
+    Options::default().in_process(true)
+}
+
+/// The client completes its connect without the listener taking part (no handshake to
+/// answer): the connection waits in the listener's inbox until `accept`.
+#[test]
+fn connect_needs_no_accepting_thread() {
+    let mut l = Listener::bind(&fresh_addr("shm"), &inproc()).unwrap();
+    let addr = l.local_addr();
+    let mut c = Connection::connect(&addr, &inproc()).unwrap();
+    c.send(b"early").unwrap();
+    let mut s = l.accept().unwrap();
+    assert_eq!(s.transport(), Transport::Shm);
+    assert_eq!(s.recv_vec().unwrap(), b"early");
+    s.send(b"back").unwrap();
+    assert_eq!(c.recv_vec().unwrap(), b"back");
+}
+
+/// At an abstract name too.
+#[test]
+fn abstract_names_connect_in_process() {
+    let addr = format!("shm:@shmlink-inproc-test-{}", std::process::id());
+    let mut l = Listener::bind(&addr, &inproc()).unwrap();
+    let mut c = Connection::connect(&addr, &inproc()).unwrap();
+    let mut s = l.accept().unwrap();
+    c.send(b"x").unwrap();
+    assert_eq!(s.recv_vec().unwrap(), b"x");
+}
+
+/// A client that does not ask for it goes through the kernel (a handshake the listener
+/// must answer), and so does one whose listener did not ask for it.
+#[test]
+fn both_ends_must_ask() {
+    for (server, client) in [
+        (inproc(), Options::default()),
+        (Options::default(), inproc()),
+    ] {
+        let (mut l, addr) = bind("shm", &server);
+        let t = std::thread::spawn(move || Connection::connect(&addr, &client).unwrap());
+        // The kernel path: the connect cannot complete until the listener steps.
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!t.is_finished(), "connected without a handshake");
+        let mut s = l.accept().unwrap();
+        let mut c = t.join().unwrap();
+        c.send(b"k").unwrap();
+        assert_eq!(s.recv_vec().unwrap(), b"k");
+    }
+}
+
+/// A listener dropped: new clients are refused, and a client whose connection was never
+/// accepted sees a reset.
+#[test]
+fn dropped_listener_refuses_and_resets_the_unaccepted() {
+    let l = Listener::bind(&fresh_addr("shm"), &inproc()).unwrap();
+    let addr = l.local_addr();
+    let mut waiting = Connection::connect(&addr, &inproc()).unwrap();
+    drop(l);
+    let e = waiting.recv_vec().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
+    let e = Connection::connect(&addr, &inproc()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+}
+
+/// A blocking round trip between two threads, many times over: park/unpark loses no
+/// wake-up (the blocking policy parks on every wait).
+#[test]
+fn blocking_policy_round_trips() {
+    let o = inproc().wait_policy(shmlink::WaitPolicy::BLOCKING);
+    let (mut l, addr) = bind("shm", &o);
+    let mut c = Connection::connect(&addr, &o).unwrap();
+    let mut s = l.accept().unwrap();
+    let echo = std::thread::spawn(move || {
+        while let Ok(m) = s.recv_vec() {
+            s.send(&m).unwrap();
+        }
+    });
+    for i in 0..20_000u64 {
+        c.send(&i.to_le_bytes()).unwrap();
+        assert_eq!(c.recv_vec().unwrap(), i.to_le_bytes());
+    }
+    c.close().unwrap();
+    echo.join().unwrap();
+}
+
+/// Echo through `shmlink::tokio` over in-process connections (non-blocking calls, the fd
+/// in tokio's edge-triggered reactor).
+#[test]
+fn tokio_echo() {
+    use shmlink::tokio::{Connection as AConn, Listener as AListener};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            const N: u64 = 8;
+            let o = inproc().ring_size(4096);
+            let (l, addr) = bind("shm", &o);
+            let mut l = AListener::from_std(l, Duration::from_micros(20)).unwrap();
+            let mut tasks = Vec::new();
+            for i in 0..N {
+                let (addr, o) = (addr.clone(), o.clone());
+                tasks.push(tokio::spawn(async move {
+                    let mut c = AConn::connect(&addr, &o).await.unwrap();
+                    for seq in 0..200u64 {
+                        let len = ((seq * 37 + i) % 6000) as usize;
+                        c.send(&payload(seq, len)).await.unwrap();
+                        let back = c.recv_vec().await.unwrap();
+                        verify(seq, len, &back);
+                    }
+                    c.close().await.unwrap();
+                }));
+            }
+            for _ in 0..N {
+                let mut s = l.accept().await.unwrap();
+                tasks.push(tokio::spawn(async move {
+                    loop {
+                        match s.recv_vec().await {
+                            Ok(m) => s.send(&m).await.unwrap(),
+                            Err(e) if e.kind() == ErrorKind::EndOfStream => break,
+                            Err(e) => panic!("server: {e}"),
+                        }
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+        })
+        .await
+        .expect("hung: a lost wake-up");
+    });
+}
