@@ -22,7 +22,9 @@ use std::cell::UnsafeCell;
 use std::collections::{HashMap, VecDeque};
 use std::mem;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::AtomicU8;
+
+use crate::sync::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::{self, Thread, ThreadId};
 

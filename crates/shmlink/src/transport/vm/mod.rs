@@ -12,9 +12,9 @@
 //! stands still (`ConnectionReset`), and sets the eventfd an event loop watches when what
 //! a connection or listener waits for has changed.
 
+use crate::sync::{AtomicU64, Ordering};
 use std::collections::VecDeque;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
