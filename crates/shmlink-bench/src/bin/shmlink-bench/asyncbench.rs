@@ -26,7 +26,7 @@ use shmlink::{Options, WaitPolicy};
 use shmlink_grpc::echo::{EchoClient, EchoServer};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
-use crate::flags::{flag_value, split_flag, usage, UsageError};
+use crate::flags::{flag_value, method_list, positive, size_list, split_flag, usage, UsageError};
 
 /// The hidden subcommand of the server process.
 pub const PEER_CMD: &str = "__async-peer";
@@ -104,39 +104,18 @@ fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
             }
             "--quick" => quick = true,
             "--methods" => {
-                let text = value("LIST")?;
-                if text != "all" {
-                    let all: Vec<&str> = RTT_METHODS
-                        .iter()
-                        .chain(TONIC_METHODS)
-                        .map(|m| m.0)
-                        .collect();
-                    let mut ms = Vec::new();
-                    for m in text.split(',').map(str::trim) {
-                        if !all.contains(&m) {
-                            return usage(format!(
-                                "unknown async method {m:?} (valid with --pattern async: all, {})",
-                                all.join(", ")
-                            ));
-                        }
-                        ms.push(m.to_string());
-                    }
+                let all: Vec<&str> = RTT_METHODS
+                    .iter()
+                    .chain(TONIC_METHODS)
+                    .map(|m| m.0)
+                    .collect();
+                let find = |m: &str| all.contains(&m).then(|| m.to_string());
+                if let Some(ms) = method_list(&value("LIST")?, "async", &all, find)? {
                     a.methods = ms;
                 }
             }
             "--sizes" => {
-                let mut v = Vec::new();
-                for s in value("LIST")?.split(',') {
-                    match shmlink_measure::size::parse(s.trim()) {
-                        Ok(n) if (1..=(1 << 20)).contains(&n) => v.push(n),
-                        _ => {
-                            return usage(format!(
-                                "invalid size {s:?} for --sizes (1 B to 1 MiB with --pattern async)"
-                            ))
-                        }
-                    }
-                }
-                a.sizes = v;
+                a.sizes = size_list(&value("LIST")?, "async", 1..=(1 << 20), "1 B to 1 MiB")?
             }
             "--callers" => {
                 let mut v = Vec::new();
@@ -148,14 +127,8 @@ fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
                 }
                 a.callers = v;
             }
-            "--iterations" => match value("N")?.parse::<u64>() {
-                Ok(n) if n > 0 => iterations = Some(n),
-                _ => return usage("--iterations needs a positive count"),
-            },
-            "--rounds" => match value("N")?.parse::<u32>() {
-                Ok(n) if n > 0 => rounds = Some(n),
-                _ => return usage("--rounds needs a positive count"),
-            },
+            "--iterations" => iterations = Some(positive(&value("N")?, "--iterations")?),
+            "--rounds" => rounds = Some(positive(&value("N")?, "--rounds")?),
             "--json" => a.json = Some(PathBuf::from(value("FILE")?)),
             other => {
                 return usage(format!(

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use shmlink_bench::methods::connect::{self, Row, METHODS};
 
-use crate::flags::{flag_value, split_flag, usage, UsageError};
+use crate::flags::{flag_value, method_list, positive, split_flag, usage, UsageError};
 
 /// The hidden subcommand of the server process: `PEER_CMD METHOD TAG`.
 pub const PEER_CMD: &str = "__connect-peer";
@@ -60,21 +60,8 @@ fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
                 a.rounds = 1;
             }
             "--methods" => {
-                let text = value("LIST")?;
-                if text != "all" {
-                    let mut ms = Vec::new();
-                    for m in text.split(',').map(str::trim) {
-                        match connect::find(m) {
-                            Some(m) => ms.push(m),
-                            None => {
-                                let all: Vec<&str> = METHODS.iter().map(|m| m.name).collect();
-                                return usage(format!(
-                                    "unknown method {m:?} (valid with --pattern connect: all, {})",
-                                    all.join(", ")
-                                ));
-                            }
-                        }
-                    }
+                let names: Vec<&str> = METHODS.iter().map(|m| m.name).collect();
+                if let Some(ms) = method_list(&value("LIST")?, "connect", &names, connect::find)? {
                     a.methods = ms;
                 }
             }
@@ -82,10 +69,7 @@ fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
                 Ok(s) if s > 0.0 && s <= 600.0 => a.seconds = s,
                 _ => return usage("--seconds needs a duration in seconds (0 to 600)"),
             },
-            "--rounds" => match value("N")?.parse::<u32>() {
-                Ok(n) if n > 0 => a.rounds = n,
-                _ => return usage("--rounds needs a positive count"),
-            },
+            "--rounds" => a.rounds = positive(&value("N")?, "--rounds")?,
             "--json" => a.json = Some(PathBuf::from(value("FILE")?)),
             other => {
                 return usage(format!(

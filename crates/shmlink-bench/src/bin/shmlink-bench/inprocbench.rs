@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use shmlink_bench::methods::inproc::{self, Row, METHODS};
 
-use crate::flags::{flag_value, split_flag, usage, UsageError};
+use crate::flags::{flag_value, method_list, positive, size_list, split_flag, usage, UsageError};
 
 /// Whether the command line asks for `--pattern inproc`.
 pub fn wanted(args: &[String]) -> bool {
@@ -46,49 +46,20 @@ fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
                 a.rounds = 1;
             }
             "--methods" => {
-                let text = value("LIST")?;
-                if text != "all" {
-                    let mut ms = Vec::new();
-                    for m in text.split(',').map(str::trim) {
-                        match inproc::find(m) {
-                            Some(m) => ms.push(m),
-                            None => {
-                                let all: Vec<&str> = METHODS.iter().map(|m| m.name).collect();
-                                return usage(format!(
-                                    "unknown method {m:?} (valid with --pattern inproc: all, {})",
-                                    all.join(", ")
-                                ));
-                            }
-                        }
-                    }
+                let names: Vec<&str> = METHODS.iter().map(|m| m.name).collect();
+                if let Some(ms) = method_list(&value("LIST")?, "inproc", &names, inproc::find)? {
                     a.methods = ms;
                 }
             }
             "--sizes" => {
-                let mut v = Vec::new();
-                for s in value("LIST")?.split(',') {
-                    match shmlink_measure::size::parse(s.trim()) {
-                        Ok(n) if (8..=(16 << 20)).contains(&n) => v.push(n),
-                        _ => {
-                            return usage(format!(
-                            "invalid size {s:?} for --sizes (8 B to 16 MiB with --pattern inproc)"
-                        ))
-                        }
-                    }
-                }
-                a.sizes = v;
+                a.sizes = size_list(&value("LIST")?, "inproc", 8..=(16 << 20), "8 B to 16 MiB")?
             }
-            "--iterations" => match value("N")?.parse::<u64>() {
-                Ok(n) if n > 0 => {
-                    a.round_trips = n;
-                    a.messages = 20 * n;
-                }
-                _ => return usage("--iterations needs a positive count"),
-            },
-            "--rounds" => match value("N")?.parse::<u32>() {
-                Ok(n) if n > 0 => a.rounds = n,
-                _ => return usage("--rounds needs a positive count"),
-            },
+            "--iterations" => {
+                let n: u64 = positive(&value("N")?, "--iterations")?;
+                a.round_trips = n;
+                a.messages = 20 * n;
+            }
+            "--rounds" => a.rounds = positive(&value("N")?, "--rounds")?,
             "--json" => a.json = Some(PathBuf::from(value("FILE")?)),
             other => {
                 return usage(format!(
