@@ -168,6 +168,29 @@ fn sizes_from_one_byte_to_16_mib() {
     assert_eq!(e.kind(), ErrorKind::MessageTooLarge);
 }
 
+/// A large record sent when the ring has just emptied restarts at the ring's start
+/// behind a skip record (the ring crate's warm-memory rule, records of 64 KiB and more);
+/// the receiver passes over the skip. 64 MiB region: 256 KiB rings.
+#[test]
+fn a_large_record_after_the_ring_emptied_restarts_at_its_start() {
+    let r = RegionFile::new(64);
+    let opts = Options::default().max_msg_size(1 << 20);
+    let (mut c, mut s, _l) = pair(&r, "restart", &opts);
+    // 100 KiB moves the ring's position well past the start; once it is read the ring
+    // is empty, and 90 KiB fits before that position: the restart case.
+    for (i, n) in [100usize << 10, 90 << 10, 120 << 10, 64 << 10]
+        .into_iter()
+        .enumerate()
+    {
+        let m = payload(i as u64, n);
+        c.send(&m).unwrap();
+        assert!(
+            s.recv_vec().unwrap() == m,
+            "message {i} of {n} bytes differs"
+        );
+    }
+}
+
 fn poll_readable(fd: i32, ms: i32) -> bool {
     let mut p = libc::pollfd {
         fd,

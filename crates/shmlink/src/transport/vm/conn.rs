@@ -333,6 +333,11 @@ impl VmConn {
                 Ok(None) => return Ok(None),
                 Err(e) => return Err(self.ring_err(e)),
             };
+            if rec.is_skip() {
+                // Padding before a large record that restarted at the ring's start.
+                self.rx.advance(rec.size());
+                continue;
+            }
             let first = rec.flags == FLAG_FIRST | FLAG_MORE;
             let more = rec.flags == FLAG_MORE;
             let last = rec.flags == 0;
