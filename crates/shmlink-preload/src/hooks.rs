@@ -950,7 +950,7 @@ fn release(removed: Removed) {
         Removed::Listener(reg) => {
             // The helper holds one reference, the table one per fd naming it.
             if Arc::strong_count(&reg) <= 2 {
-                reg.stop.store(true, Ordering::Relaxed);
+                reg.stop_now();
             }
         }
     }
