@@ -365,7 +365,7 @@ fn redis_csv(out: &str) -> Vec<(String, f64, Option<f64>)> {
 fn number_after(out: &str, key: &str) -> Option<f64> {
     out.lines().find_map(|l| {
         let rest = &l[l.find(key)? + key.len()..];
-        let t = rest.trim_start_matches(|c: char| c == ' ' || c == '=' || c == ':');
+        let t = rest.trim_start_matches([' ', '=', ':']);
         let end = t
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(t.len());
@@ -584,8 +584,7 @@ fn bench_app(env: &Env, app: &str, a: &Args) -> Vec<Row> {
     };
     let mut rows = Vec::new();
     for case in list {
-        // Per metric: (unit, higher is better, TCP samples, shmlink samples).
-        let mut cells: Vec<(String, &'static str, bool, Vec<f64>, Vec<f64>)> = Vec::new();
+        let mut cells: Vec<Cell> = Vec::new();
         let mut error = None;
         'rounds: for round in 0..a.rounds {
             for pre in [false, true] {
@@ -645,6 +644,9 @@ fn bench_app(env: &Env, app: &str, a: &Args) -> Vec<Row> {
     }
     rows
 }
+
+/// Per metric: (name, unit, higher is better, TCP samples, shmlink samples).
+type Cell = (String, &'static str, bool, Vec<f64>, Vec<f64>);
 
 /// A number for the table: integers for large values, three significant-ish digits for
 /// small ones.
