@@ -192,8 +192,8 @@ impl Sock {
 
     /// The peer is gone (`died`: without closing, e.g. killed): decides, once, what its
     /// TCP socket would have sent — a reset if it left bytes of ours unread, else a FIN.
-    /// Without a hang-up seen by a wait, a graceful close is a FIN (what the closer had
-    /// unread at its close is not known any more).
+    /// The same rule for a close as for a death: TCP's `close` with unread data sends a
+    /// reset too (sockperf's server relies on it to drop a half-received message).
     pub(crate) fn notice_gone(&mut self, died: bool) {
         self.broken = true;
         if self.gone != Gone::No {
@@ -203,14 +203,15 @@ impl Sock {
         // closed with unread data sends a reset).
         let unread = match self.unread_at_hup {
             Some(u) => u,
-            None => died && self.conn().peer_unread().unwrap_or(false),
+            None => self.conn().peer_unread().unwrap_or(false),
         };
         self.gone = if unread {
             Gone::Reset { reported: false }
         } else {
             Gone::Fin { wrote: false }
         };
-        crate::debug!("{}: peer gone, as a TCP {:?}", self.name, self.gone);
+        let how = if died { "died" } else { "closed" };
+        crate::debug!("{}: peer {how}, as a TCP {:?}", self.name, self.gone);
     }
 
     /// The error a read reports once the data is drained: `ECONNRESET` once after a

@@ -516,6 +516,28 @@ fn sockperf_plain_and_preloaded() {
             figures[0], figures[1]
         );
     }
+    // A third and fourth preloaded client on the same server: each earlier client closed
+    // with replies unread, which TCP's server sees as a reset (and drops the message it
+    // had half received); as an end of stream, the leftover used to corrupt the next
+    // connection on that fd number (sockperf: "_seqN > m_maxSequenceNo").
+    for _ in 0..2 {
+        let mut c = Command::new("sockperf");
+        c.args([
+            "ping-pong",
+            "--tcp",
+            "-i",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-m",
+            "64",
+            "-t",
+            "1",
+        ])
+        .env("SHMLINK_DIR", dir.join("rdv"))
+        .env("LD_PRELOAD", &lib);
+        run(c, "sockperf ping-pong, a later preloaded client");
+    }
 }
 
 /// kill -9 of redis-server under a running redis-benchmark: the client fails with the
