@@ -117,6 +117,8 @@ fn install(
         wr_shut: false,
         fin_sent: false,
         broken: false,
+        gone: crate::sock::Gone::No,
+        unread_at_hup: None,
         tx_full: false,
         armed: false,
         et_drained: false,
@@ -948,7 +950,7 @@ fn release(removed: Removed) {
         Removed::Listener(reg) => {
             // The helper holds one reference, the table one per fd naming it.
             if Arc::strong_count(&reg) <= 2 {
-                reg.stop.store(true, Ordering::Relaxed);
+                reg.stop_now();
             }
         }
     }
@@ -1200,7 +1202,8 @@ pub unsafe extern "C" fn getsockopt(
                 if (*len as usize) < std::mem::size_of::<c_int>() {
                     return fail(libc::EINVAL);
                 }
-                *(val as *mut c_int) = 0;
+                // A pending reset is reported (and consumed) here, as TCP does.
+                *(val as *mut c_int) = e.lock().take_reset().unwrap_or(0);
                 *len = std::mem::size_of::<c_int>() as socklen_t;
             }
             return 0;

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -197,6 +197,11 @@ pub(crate) struct Registration {
     /// The process that registered (and runs the helper).
     pub pid: u32,
     pub stop: AtomicBool,
+    /// An eventfd that wakes the helper's wait when the program closes the socket (-1 if
+    /// none could be made: the helper then notices within its 200 ms poll).
+    wake: AtomicI32,
+    /// The helper ended and its socket file is gone.
+    ended: AtomicBool,
     pub state: Mutex<RegState>,
     /// Signalled when a claim is answered or given up.
     changed: Condvar,
@@ -227,6 +232,30 @@ impl Drop for InFlight {
 impl Registration {
     fn lock(&self) -> std::sync::MutexGuard<'_, RegState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The program closed the listening socket: ends the helper now and waits (briefly)
+    /// until its socket file is gone, so that a `listen` on the same address right after
+    /// (iperf3's server does that after every test) registers again.
+    pub(crate) fn stop_now(&self) {
+        let st = self.lock();
+        self.stop.store(true, Ordering::Relaxed);
+        if self.pid != std::process::id() {
+            // A forked child: the helper (and its fd) is the parent's business.
+            return;
+        }
+        let fd = self.wake.load(Ordering::Relaxed);
+        if fd >= 0 {
+            // Wakes the helper's poll. The helper closes this fd only under this lock.
+            let one = 1u64.to_ne_bytes();
+            // SAFETY: our open eventfd (checked under the lock); 8 bytes from `one`.
+            unsafe { real::write(fd, one.as_ptr().cast(), 8) };
+        }
+        let _ = self
+            .changed
+            .wait_timeout_while(st, Duration::from_millis(200), |_| {
+                !self.ended.load(Ordering::Relaxed)
+            });
     }
 
     fn live(&self) -> bool {
@@ -342,6 +371,8 @@ pub(crate) fn register(fd: RawFd) -> Option<Arc<Registration>> {
         born: FORKS.load(Ordering::Relaxed),
         pid: std::process::id(),
         stop: AtomicBool::new(false),
+        wake: AtomicI32::new(new_wake_fd()),
+        ended: AtomicBool::new(false),
         state: Mutex::new(RegState::default()),
         changed: Condvar::new(),
     });
@@ -379,7 +410,20 @@ fn serve(mut listener: Listener, reg: Arc<Registration>) {
                 }
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                real::poll_one(listener.as_raw_fd(), libc::POLLIN, 200);
+                let mut fds = [
+                    libc::pollfd {
+                        fd: listener.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                    libc::pollfd {
+                        fd: reg.wake.load(Ordering::Relaxed),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                ];
+                // SAFETY: two valid pollfds (a negative fd is ignored by poll).
+                unsafe { real::poll(fds.as_mut_ptr(), 2, 200) };
             }
             Err(e) => {
                 debug!("registration {}: accept: {e}", reg.bound);
@@ -389,7 +433,28 @@ fn serve(mut listener: Listener, reg: Arc<Registration>) {
     }
     debug!("registration {}: ended", reg.bound);
     // Dropping the listener removes its socket file; pending claims end with it.
-    reg.lock().pending.clear();
+    let mut st = reg.lock();
+    drop(listener);
+    st.pending.clear();
+    let wake = reg.wake.swap(-1, Ordering::Relaxed);
+    if wake >= 0 {
+        crate::table::set_internal(&[wake], false);
+        // SAFETY: our own eventfd, swapped out under the lock: no one writes it after.
+        unsafe { real::close(wake) };
+    }
+    reg.ended.store(true, Ordering::Relaxed);
+    drop(st);
+    reg.changed.notify_all();
+}
+
+/// A non-blocking eventfd for waking a helper, hidden from the program (-1 on failure).
+fn new_wake_fd() -> RawFd {
+    // SAFETY: plain eventfd creation.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd >= 0 {
+        crate::table::set_internal(&[fd], true);
+    }
+    fd
 }
 
 fn handle_claim(reg: &Registration, mut conn: Connection) {

@@ -47,6 +47,21 @@ pub(crate) enum Fill {
     Empty,
 }
 
+/// How the peer went away, once this side noticed (what its TCP socket would have told).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Gone {
+    /// The peer is there (or its end was not noticed yet).
+    No,
+    /// It closed, or died with nothing of ours unread: its kernel would have sent a FIN.
+    /// Reads return 0 after the data; one more write is taken (TCP's answer to it is
+    /// the reset), later ones fail with `EPIPE`.
+    Fin { wrote: bool },
+    /// It died with bytes of ours unread: its kernel would have sent a reset. The next
+    /// read (after the data it sent) or write fails once with `ECONNRESET`; then reads
+    /// return 0 and writes fail with `EPIPE`.
+    Reset { reported: bool },
+}
+
 /// A connection on shared memory and the stream state around it.
 pub(crate) struct Sock {
     pub conn: Option<Connection>,
@@ -61,8 +76,13 @@ pub(crate) struct Sock {
     /// `shutdown(SHUT_WR)` was called; `fin_sent` once its empty message is in the ring.
     pub wr_shut: bool,
     pub fin_sent: bool,
-    /// The peer is gone or the connection failed: writes fail with EPIPE.
+    /// The peer is gone or the connection failed: writes fail (see [`Gone`]).
     pub broken: bool,
+    /// How the peer went away.
+    pub gone: Gone,
+    /// Whether the peer had bytes of ours unread when a wait saw its control socket
+    /// hang up (the moment of its end, as near as this side can know).
+    pub unread_at_hup: Option<bool>,
     /// The last send found the ring full (POLLOUT waits for a room doorbell).
     pub tx_full: bool,
     /// The last receive found nothing and announced it: a doorbell will come.
@@ -157,16 +177,67 @@ impl Sock {
                 Fill::Empty
             }
             Err(e) => {
-                // Close or death of the peer: TCP's reader sees the end of the stream
-                // either way (a killed process's kernel sends FIN), and writing to a
-                // closed peer fails.
+                // Close or death of the peer. TCP's reader sees the end of the stream
+                // (the dead process's kernel sends a FIN), or a reset when the peer
+                // died with data of ours unread.
                 if e.kind() != ErrorKind::EndOfStream {
                     crate::debug!("{}: {e}; the stream ends", self.name);
                 }
-                self.broken = true;
+                self.notice_gone(e.kind() != ErrorKind::EndOfStream);
                 self.read_end = ReadEnd::Eof;
                 Fill::Eof
             }
+        }
+    }
+
+    /// The peer is gone (`died`: without closing, e.g. killed): decides, once, what its
+    /// TCP socket would have sent — a reset if it left bytes of ours unread, else a FIN.
+    /// The same rule for a close as for a death: TCP's `close` with unread data sends a
+    /// reset too (sockperf's server relies on it to drop a half-received message).
+    pub(crate) fn notice_gone(&mut self, died: bool) {
+        self.broken = true;
+        if self.gone != Gone::No {
+            return;
+        }
+        // Seen at the hang-up: TCP's rule for any end, a close included (a socket
+        // closed with unread data sends a reset).
+        let unread = match self.unread_at_hup {
+            Some(u) => u,
+            None => self.conn().peer_unread().unwrap_or(false),
+        };
+        self.gone = if unread {
+            Gone::Reset { reported: false }
+        } else {
+            Gone::Fin { wrote: false }
+        };
+        let how = if died { "died" } else { "closed" };
+        crate::debug!("{}: peer {how}, as a TCP {:?}", self.name, self.gone);
+    }
+
+    /// The error a read reports once the data is drained: `ECONNRESET` once after a
+    /// reset, else `None` (end of stream).
+    pub(crate) fn take_reset(&mut self) -> Option<c_int> {
+        if self.gone == (Gone::Reset { reported: false }) {
+            self.gone = Gone::Reset { reported: true };
+            return Some(libc::ECONNRESET);
+        }
+        None
+    }
+
+    /// A write to a peer that is gone: `ECONNRESET` once after a reset; after a FIN the
+    /// first write is taken (bytes dropped, as the dead end's kernel drops them); then
+    /// `EPIPE`.
+    fn write_gone(&mut self, len: usize) -> Result<usize, c_int> {
+        match self.gone {
+            Gone::Reset { reported: false } => {
+                self.gone = Gone::Reset { reported: true };
+                Err(libc::ECONNRESET)
+            }
+            Gone::Fin { wrote: false } if !self.wr_shut && len > 0 => {
+                self.gone = Gone::Fin { wrote: true };
+                Ok(len)
+            }
+            _ => Err(libc::EPIPE),
         }
     }
 
@@ -220,8 +291,15 @@ impl Sock {
 
     /// One non-blocking attempt to send `src`: bytes taken (possibly fewer), or errno.
     fn send_some(&mut self, src: &[u8]) -> Result<usize, c_int> {
-        if self.wr_shut || self.broken {
+        if self.wr_shut {
             return Err(libc::EPIPE);
+        }
+        if !self.broken && self.unread_at_hup.is_some() {
+            // A wait saw the peer's end: writes answer as TCP's would from now on.
+            self.notice_gone(true);
+        }
+        if self.broken {
+            return self.write_gone(src.len());
         }
         let mut done = 0;
         while done < src.len() {
@@ -234,18 +312,19 @@ impl Sock {
                     // and will never make room.
                     let r = real::poll_one(self.ctl, libc::POLLIN | libc::POLLRDHUP, 0);
                     if r > 0 && r as i16 & (libc::POLLHUP | libc::POLLRDHUP) != 0 {
-                        self.broken = true;
+                        // A full ring: the peer left bytes of ours unread.
+                        self.notice_gone(true);
                         if done == 0 {
-                            return Err(libc::EPIPE);
+                            return self.write_gone(src.len());
                         }
                     }
                     break;
                 }
                 Err(e) => {
                     crate::debug!("{}: send: {e}", self.name);
-                    self.broken = true;
+                    self.notice_gone(true);
                     if done == 0 {
-                        return Err(libc::EPIPE);
+                        return self.write_gone(src.len());
                     }
                     break;
                 }
@@ -351,6 +430,13 @@ pub(crate) fn read(entry: &Entry, dst: &mut [u8], flags: ReadFlags) -> Result<us
                 Fill::Data => {
                     got += s.take(&mut dst[got..], false);
                     more = true;
+                }
+                Fill::Eof if got == 0 && !flags.peek => {
+                    // After a reset, the first read past the data reports it.
+                    return match s.take_reset() {
+                        Some(e) => Err(e),
+                        None => Ok(0),
+                    };
                 }
                 Fill::Eof => return Ok(got),
                 Fill::Empty => break,
@@ -472,6 +558,9 @@ pub(crate) fn readiness(entry: &Entry, events: i16, announce: bool) -> i16 {
         if s.broken {
             r |= libc::POLLHUP;
         }
+        if s.gone == (Gone::Reset { reported: false }) {
+            r |= libc::POLLERR;
+        }
     }
     s.flush_fin();
     if !s.tx_full || s.broken {
@@ -542,8 +631,16 @@ pub(crate) fn spin(mut ready: impl FnMut() -> bool) -> bool {
 }
 
 /// After a room doorbell (or a timeout) the sender may try again: POLLOUT is reported.
-pub(crate) fn clear_tx_full(entry: &Entry) {
-    entry.lock().tx_full = false;
+/// The kernel woke a wait on the control socket: a doorbell (room, data), or with `hup`
+/// the peer's end. The end is noted at once, while what the peer left unread is still
+/// what it left when it went (later writes of ours must not count as unread by it).
+pub(crate) fn kernel_woke(entry: &Entry, hup: bool) {
+    let mut s = entry.lock();
+    s.tx_full = false;
+    if hup && s.unread_at_hup.is_none() {
+        let unread = s.conn().peer_unread().unwrap_or(false);
+        s.unread_at_hup = Some(unread);
+    }
 }
 
 /// `shutdown` on a shm connection.

@@ -126,7 +126,7 @@ pub(crate) fn poll(
                 let mut r = user[k];
                 if p.revents != 0 {
                     // A doorbell: room for a blocked sender, or data, or the end.
-                    sock::clear_tx_full(e);
+                    sock::kernel_woke(e, p.revents & libc::POLLHUP != 0);
                     r |= sock::readiness(e, fds[i].events, true);
                 }
                 fds[i].revents = r;
@@ -497,7 +497,7 @@ pub(crate) unsafe fn epoll_wait(
             if reg.events & libc::EPOLLONESHOT as u32 != 0 {
                 set_disabled(epfd, fd);
             }
-            sock::clear_tx_full(&e);
+            sock::kernel_woke(&e, kev.events & libc::EPOLLHUP as u32 != 0);
             if reg.events & libc::EPOLLET as u32 != 0 {
                 sock::clear_et(&e);
             }

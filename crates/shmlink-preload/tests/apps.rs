@@ -437,3 +437,201 @@ fn shm_registered(log: &Path) -> usize {
         .filter(|l| l.contains(": registered at "))
         .count()
 }
+
+/// sockperf (server preloaded): ping-pong and throughput, 64 B messages, 1 s each, with
+/// a plain client then a preloaded one; both complete and report their figure, and only
+/// the preloaded client's connection uses shared memory.
+#[test]
+fn sockperf_plain_and_preloaded() {
+    if !have_path("sockperf") {
+        shmlink::testing::skip(
+            "apps",
+            "sockperf is not installed (scripts/apps.sh install)",
+        );
+        return;
+    }
+    let scratch = Scratch::new("sockperf");
+    let dir = scratch.0.clone();
+    let lib = preload_lib();
+    let port = free_port().to_string();
+    let log = dir.join("server.log");
+    let server = Command::new("sockperf")
+        .args(["server", "--tcp", "-i", "127.0.0.1", "-p", &port])
+        .env("LD_PRELOAD", &lib)
+        .env("SHMLINK_DIR", dir.join("rdv"))
+        .env("SHMLINK_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn sockperf server");
+    let _server = Reaped(server);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while shm_registered(&log) == 0 {
+        assert!(Instant::now() < deadline, "sockperf server never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (mode, key) in [
+        ("ping-pong", "percentile 50.000"),
+        ("throughput", "Message Rate is"),
+    ] {
+        let mut figures = Vec::new();
+        for preloaded in [false, true] {
+            let before = shm_lines(&log);
+            let mut c = Command::new("sockperf");
+            c.args([
+                mode,
+                "--tcp",
+                "-i",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-m",
+                "64",
+                "-t",
+                "1",
+            ])
+            .env("SHMLINK_DIR", dir.join("rdv"))
+            .env_remove("LD_PRELOAD");
+            if preloaded {
+                c.env("LD_PRELOAD", &lib);
+            }
+            let out = run(c, "sockperf client");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            let line = text
+                .lines()
+                .find(|l| l.contains(key))
+                .unwrap_or_else(|| panic!("{mode}, preloaded {preloaded}: no {key:?} in {text}"))
+                .to_string();
+            let used = shm_lines(&log) - before;
+            if preloaded {
+                assert_eq!(used, 1, "{mode}: the preloaded client used shared memory");
+            } else {
+                assert_eq!(used, 0, "{mode}: a plain client stays on TCP");
+            }
+            figures.push(line);
+        }
+        eprintln!(
+            "sockperf {mode}: TCP {} | shmlink {} (not asserted)",
+            figures[0], figures[1]
+        );
+    }
+    // A third and fourth preloaded client on the same server: each earlier client closed
+    // with replies unread, which TCP's server sees as a reset (and drops the message it
+    // had half received); as an end of stream, the leftover used to corrupt the next
+    // connection on that fd number (sockperf: "_seqN > m_maxSequenceNo").
+    for _ in 0..2 {
+        let mut c = Command::new("sockperf");
+        c.args([
+            "ping-pong",
+            "--tcp",
+            "-i",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-m",
+            "64",
+            "-t",
+            "1",
+        ])
+        .env("SHMLINK_DIR", dir.join("rdv"))
+        .env("LD_PRELOAD", &lib);
+        run(c, "sockperf ping-pong, a later preloaded client");
+    }
+}
+
+/// kill -9 of redis-server under a running redis-benchmark: the client fails with the
+/// same exit status preloaded as over plain TCP, and with one of the two errors TCP gives
+/// it: "Connection reset by peer" when the server died with the client's request unread
+/// (a reset), "Server closed the connection" when it died between requests (a FIN).
+/// Which one is a matter of timing, over TCP as over shared memory.
+#[test]
+fn a_killed_redis_server_fails_the_client_as_over_tcp() {
+    if !have("redis-server") || !have("redis-benchmark") {
+        shmlink::testing::skip(
+            "apps",
+            "redis-server or redis-benchmark is not installed (scripts/apps.sh install)",
+        );
+        return;
+    }
+    let scratch = Scratch::new("redis-kill");
+    let dir = scratch.0.clone();
+    let lib = preload_lib();
+    let mut seen = Vec::new();
+    for preloaded in [false, true] {
+        let port = free_port().to_string();
+        let log = dir.join(format!("server-{preloaded}.log"));
+        let mut s = Command::new("redis-server");
+        s.args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "no", "--dir"])
+            .arg(&dir)
+            .env("SHMLINK_DIR", dir.join("rdv"))
+            .env("SHMLINK_LOG", "debug")
+            .env_remove("LD_PRELOAD")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"));
+        if preloaded {
+            s.env("LD_PRELOAD", &lib);
+        }
+        let mut server = Reaped(s.spawn().expect("spawn redis-server"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
+            assert!(Instant::now() < deadline, "redis-server never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut c = Command::new("redis-benchmark");
+        c.args(["-p", &port, "-t", "set", "-n", "100000000", "-c", "1", "-q"])
+            .env("SHMLINK_DIR", dir.join("rdv"))
+            .env("SHMLINK_LOG", "debug")
+            .env_remove("LD_PRELOAD")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if preloaded {
+            c.env("LD_PRELOAD", &lib);
+        }
+        let client = c.spawn().expect("spawn redis-benchmark");
+        let pid = client.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(client.wait_with_output());
+        });
+        std::thread::sleep(Duration::from_millis(700));
+        server.0.kill().expect("kill -9 redis-server");
+        let _ = server.0.wait();
+        let out = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(out) => out.expect("output"),
+            Err(_) => {
+                // SAFETY: kills the child we spawned (the thread has not reaped it).
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                panic!("preloaded {preloaded}: redis-benchmark did not end after the kill");
+            }
+        };
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let error = stderr
+            .lines()
+            .chain(String::from_utf8_lossy(&out.stdout).lines())
+            .find(|l| l.starts_with("Error"))
+            .map(str::to_string);
+        if preloaded {
+            assert!(
+                stderr.contains("on shared memory"),
+                "the preloaded client used shared memory:\n{stderr}"
+            );
+        }
+        seen.push((out.status.code(), error));
+    }
+    eprintln!(
+        "kill -9 of redis-server: TCP {:?}, shmlink {:?}",
+        seen[0], seen[1]
+    );
+    let tcp_errors = [
+        "Error: Connection reset by peer",
+        "Error: Server closed the connection",
+    ];
+    for (i, (status, error)) in seen.iter().enumerate() {
+        assert_eq!(*status, Some(1), "run {i}: redis-benchmark's exit status");
+        let e = error.as_deref().unwrap_or("no error line");
+        assert!(tcp_errors.contains(&e), "run {i}: {e}");
+    }
+}

@@ -415,6 +415,17 @@ impl Connection {
         }
     }
 
+    /// Whether the peer has yet to take some of the messages sent to it, found by reading
+    /// shared memory only: `Some(..)` on `shm:`, `None` on the transports that cannot
+    /// tell. For callers that mirror TCP once the peer is gone (the preload library: a
+    /// peer that died with unread data is a reset, else an end of stream).
+    pub fn peer_unread(&mut self) -> Option<bool> {
+        match &mut self.ops {
+            crate::transport::Conn::Shm(c) => Some(c.peer_unread()),
+            crate::transport::Conn::Dyn(_) => None,
+        }
+    }
+
     /// Pushes out, without blocking, what a non-blocking send left in this process; true
     /// once nothing is left (the next non-blocking send will be accepted).
     pub(crate) fn writable(&mut self) -> Result<bool> {

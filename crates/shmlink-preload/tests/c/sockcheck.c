@@ -829,6 +829,46 @@ static int drain_client(int port) {
     }
 }
 
+/* Peer death, exactly: the victim connects, writes "hello" if MODE & 1, and waits to be
+ * killed; the survivor accepts, writes one byte the victim never reads if MODE & 2 (so
+ * the victim's kernel answers its death with a reset, not a FIN), waits for the death,
+ * then writes first if MODE & 4, reads three times, writes twice, printing each result
+ * (the plain TCP run is the reference). */
+static int victim(int port, int mode) {
+    int fd = connect_to(port, 0);
+    if (mode & 1) write_full(fd, "hello", 5);
+    say("ready");
+    for (;;) pause();
+}
+
+static void show(const char *what, ssize_t r) {
+    if (r < 0) say("%s: error %s", what, ename(errno));
+    else say("%s: %zd", what, r);
+}
+
+static int survivor(const char *path, int mode) {
+    signal(SIGPIPE, SIG_IGN);
+    int ls = listen_and_publish(path);
+    int fd = accept(ls, NULL, NULL);
+    if (fd < 0) die("accept");
+    if (mode & 2) write_full(fd, "x", 1);
+    say("ready");
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 10000) != 1) die("no sign of the death");
+    usleep(50000);
+    char buf[64];
+    if (mode & 4) {
+        show("write", write(fd, "y", 1));
+        usleep(20000);
+        show("write", write(fd, "y", 1));
+    }
+    for (int i = 0; i < 3; i++) show("read", read(fd, buf, sizeof buf));
+    show("write", write(fd, "z", 1));
+    usleep(20000);
+    show("write", write(fd, "z", 1));
+    return 0;
+}
+
 /* exec with a connection open (FD_CLOEXEC cleared): the new image reads the fd. */
 static int exec_server(const char *path, const char *self) {
     int ls = listen_and_publish(path);
@@ -873,6 +913,8 @@ int main(int argc, char **argv) {
     role = argv[1];
     if (strcmp(argv[1], "blast-server") == 0) return blast_server(argv[2]);
     if (strcmp(argv[1], "drain-client") == 0) return drain_client(atoi(argv[2]));
+    if (strncmp(argv[1], "victim", 6) == 0) return victim(atoi(argv[2]), atoi(argv[1] + 6));
+    if (strncmp(argv[1], "survivor", 8) == 0) return survivor(argv[2], atoi(argv[1] + 8));
     if (strcmp(argv[1], "exec-server") == 0) return exec_server(argv[2], argv[0]);
     if (strcmp(argv[1], "exec-child") == 0) return exec_child(atoi(argv[2]));
     if (strcmp(argv[1], "ping-client") == 0) return ping_client(atoi(argv[2]));

@@ -484,6 +484,13 @@ impl Producer {
         Ok(())
     }
 
+    /// Whether the consumer has yet to take some of the records published so far
+    /// (reloads its position). For a peer that is gone: did it leave data unread?
+    pub fn unconsumed(&mut self) -> Result<bool> {
+        self.refresh_head()?;
+        Ok(self.cached_head != self.tail)
+    }
+
     /// Whether `need` bytes are free, reloading the head if the cache says no.
     #[inline(always)]
     pub fn has_room(&mut self, need: usize) -> Result<bool> {

@@ -4,6 +4,7 @@
 //! see `shmlink-bench --help`. Every run is this
 //! program re-executed as its driver and peer (or publisher and subscribers).
 
+mod appsbench;
 mod asyncbench;
 mod bench;
 mod connectbench;
@@ -48,6 +49,9 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(e) => return usage_error(&e),
     };
+    if appsbench::wanted(&args) {
+        return appsbench::main(args);
+    }
     if asyncbench::wanted(&args) {
         return asyncbench::main(args);
     }

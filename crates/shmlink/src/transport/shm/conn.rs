@@ -606,6 +606,12 @@ impl ShmConn {
         self.rx.has_data().unwrap_or(true) || self.rx.peer_closed()
     }
 
+    /// Whether the peer has yet to take some of what we sent (the tx ring holds records
+    /// it did not consume). A broken ring counts as unread.
+    pub(crate) fn peer_unread(&mut self) -> bool {
+        self.tx.unconsumed().unwrap_or(true)
+    }
+
     /// The peer is gone: what it sent is still delivered, then end-of-stream if it closed
     /// gracefully, a reset if it did not.
     fn end_of_data(&mut self) -> Result<()> {

@@ -1,0 +1,806 @@
+//! `shmlink-bench --pattern apps`: real programs from the distribution, each run over
+//! plain TCP on loopback and under transparent mode (`libshmlink_preload.so`, issue 16,
+//! docs/transparent.md), in one table: program, metric, TCP, shmlink, ratio.
+//!
+//! Each program gets two private servers (one plain, one preloaded) on free loopback
+//! ports; the clients run against them alternately (plain, preloaded, plain, … for
+//! `--rounds` rounds) and each cell is the median of its rounds. Servers are pinned to
+//! one allowed CPU and clients to another (as the point-to-point bench pins its two
+//! ends). A preloaded client run counts only if its debug log says that it really used
+//! shared memory. Programs that are not installed are skipped with the reason
+//! (`scripts/apps.sh install` installs them).
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::flags::{flag_value, split_flag, usage, UsageError};
+
+/// The programs, in table order.
+const APPS: &[&str] = &["redis", "nginx", "iperf3", "sockperf"];
+
+/// `--pattern apps`'s options.
+#[derive(Debug)]
+struct Args {
+    apps: Vec<String>,
+    rounds: u32,
+    /// Seconds per timed client run (wrk, iperf3, sockperf).
+    secs: u32,
+    /// Requests per redis-benchmark run.
+    requests: u64,
+    json: Option<PathBuf>,
+    lib: Option<PathBuf>,
+}
+
+fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
+    let mut a = Args {
+        apps: APPS.iter().map(|s| s.to_string()).collect(),
+        rounds: 3,
+        secs: 2,
+        requests: 100_000,
+        json: None,
+        lib: None,
+    };
+    let mut quick = false;
+    let mut rounds = None;
+    let mut args = argv.into_iter();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = split_flag(&arg);
+        let mut value = |what: &str| flag_value(&flag, &inline, &mut args, what);
+        match flag.as_str() {
+            "--pattern" => {
+                value("apps")?;
+            }
+            "--quick" => quick = true,
+            "--apps" | "--methods" => {
+                let text = value("LIST")?;
+                if text != "all" {
+                    a.apps = Vec::new();
+                    for m in text.split(',') {
+                        if !APPS.contains(&m) {
+                            return usage(format!(
+                                "unknown program {m:?} (valid with --pattern apps: all, {})",
+                                APPS.join(", ")
+                            ));
+                        }
+                        a.apps.push(m.to_string());
+                    }
+                }
+            }
+            "--rounds" => {
+                let v = value("N")?;
+                rounds = Some(
+                    v.parse::<u32>()
+                        .ok()
+                        .filter(|n| (1..=50).contains(n))
+                        .ok_or_else(|| UsageError(format!("invalid --rounds {v:?} (1 to 50)")))?,
+                );
+            }
+            "--duration" => {
+                let v = value("SECONDS")?;
+                a.secs = v
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=60).contains(n))
+                    .ok_or_else(|| UsageError(format!("invalid --duration {v:?} (1 to 60)")))?;
+            }
+            "--requests" => {
+                let v = value("N")?;
+                a.requests = v
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| (100..=10_000_000).contains(n))
+                    .ok_or_else(|| {
+                        UsageError(format!("invalid --requests {v:?} (100 to 10000000)"))
+                    })?;
+            }
+            "--json" => a.json = Some(PathBuf::from(value("FILE")?)),
+            "--preload-lib" => a.lib = Some(PathBuf::from(value("PATH")?)),
+            other => {
+                return usage(format!(
+                    "{other:?} does not apply to --pattern apps (its options: --apps LIST, \
+                     --rounds N, --duration SECONDS, --requests N, --quick, --json FILE, \
+                     --preload-lib PATH)"
+                ))
+            }
+        }
+    }
+    if quick {
+        a.rounds = 1;
+        a.secs = 1;
+        a.requests = 20_000;
+    }
+    if let Some(r) = rounds {
+        a.rounds = r;
+    }
+    Ok(a)
+}
+
+/// Whether the command line asks for `--pattern apps`.
+pub fn wanted(args: &[String]) -> bool {
+    args.iter()
+        .zip(args.iter().skip(1).map(Some).chain([None]))
+        .any(|(a, next)| {
+            a == "--pattern=apps" || (a == "--pattern" && next.map(String::as_str) == Some("apps"))
+        })
+}
+
+/// One line of the table.
+#[derive(Serialize, Clone, Debug)]
+struct Row {
+    program: String,
+    metric: String,
+    unit: &'static str,
+    /// Whether a higher value is better (the ratio is then shmlink / TCP, else TCP /
+    /// shmlink: above 1 means shmlink is better either way).
+    higher_is_better: bool,
+    tcp: Option<f64>,
+    shmlink: Option<f64>,
+    ratio: Option<f64>,
+    rounds: u32,
+    /// Why the row has no numbers (program not installed, a run failed).
+    skipped: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    schema: &'static str,
+    pattern: &'static str,
+    shmlink_version: &'static str,
+    command: String,
+    machine: shmlink_bench::report::Machine,
+    server_cpu: Option<usize>,
+    client_cpu: Option<usize>,
+    results: Vec<Row>,
+}
+
+/// One measurement of a client run: (metric, unit, higher is better, value).
+type Sample = (String, &'static str, bool, f64);
+
+/// A server process, killed and reaped when dropped.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Where the programs run: scratch directory, preload library, CPUs.
+struct Env {
+    dir: PathBuf,
+    lib: PathBuf,
+    server_cpu: Option<usize>,
+    client_cpu: Option<usize>,
+}
+
+impl Env {
+    /// A command pinned to `cpu`, preloaded or not (with its own rendezvous directory
+    /// and a debug log when preloaded).
+    fn cmd(&self, prog: &str, cpu: Option<usize>, preloaded: bool) -> Command {
+        let mut c = Command::new(which(prog).unwrap_or_else(|| PathBuf::from(prog)));
+        c.env_remove("LD_PRELOAD")
+            .env_remove("SHMLINK_LOG")
+            .env("SHMLINK_DIR", self.dir.join("rdv"))
+            .stdin(Stdio::null());
+        if preloaded {
+            c.env("LD_PRELOAD", &self.lib).env("SHMLINK_LOG", "debug");
+        }
+        if let Some(cpu) = cpu {
+            // SAFETY: between fork and exec only async-signal-safe calls:
+            // sched_setaffinity on a stack-allocated set.
+            unsafe {
+                c.pre_exec(move || {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                    Ok(())
+                });
+            }
+        }
+        c
+    }
+
+    /// Starts a server and waits (≤ 10 s) until it accepts on `port`.
+    fn server(&self, mut c: Command, port: u16, log: &str) -> Result<Server, String> {
+        let f = std::fs::File::create(self.dir.join(log)).map_err(|e| format!("{log}: {e}"))?;
+        let child = c
+            .stdout(Stdio::null())
+            .stderr(f)
+            .spawn()
+            .map_err(|e| format!("start {:?}: {e}", c.get_program()))?;
+        let mut s = Server(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(s);
+            }
+            if let Ok(Some(st)) = s.0.try_wait() {
+                return Err(format!(
+                    "{:?} exited ({st}) before listening (see {})",
+                    c.get_program(),
+                    self.dir.join(log).display()
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("{:?} did not listen within 10 s", c.get_program()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Runs a client to completion (killed after `limit`): its stdout, or why not. A
+    /// preloaded run must have logged a connection on shared memory.
+    fn client(&self, mut c: Command, preloaded: bool, limit: Duration) -> Result<String, String> {
+        let prog = c.get_program().to_string_lossy().into_owned();
+        let mut child = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("start {prog}: {e}"))?;
+        // Read both pipes on threads so a chatty child cannot block on a full pipe.
+        let mut out = child.stdout.take().expect("piped");
+        let mut err = child.stderr.take().expect("piped");
+        let t_out = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        });
+        let t_err = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(st)) => break st,
+                Ok(None) if Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("{prog} did not finish within {limit:?}"));
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(format!("{prog}: wait: {e}")),
+            }
+        };
+        let stdout = t_out.join().unwrap_or_default();
+        let stderr = t_err.join().unwrap_or_default();
+        if !status.success() {
+            let tail: Vec<&str> = stderr.lines().rev().take(3).collect();
+            return Err(format!("{prog} failed ({status}): {}", tail.join(" / ")));
+        }
+        if preloaded && !stderr.contains("on shared memory") {
+            return Err(format!("{prog} preloaded did not use shared memory"));
+        }
+        Ok(stdout)
+    }
+}
+
+/// A free loopback port (bound and released).
+fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free port: {e}"))
+}
+
+/// Where `prog` is: on `PATH`, else in `/usr/sbin` or `/sbin` (nginx lives there and
+/// a user's `PATH` may lack them).
+fn which(prog: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+        .map(|d| d.join(prog))
+        .find(|f| f.is_file())
+}
+
+fn installed(prog: &str) -> bool {
+    which(prog).is_some()
+}
+
+/// The first missing program of `progs`, as a skip reason.
+fn missing(progs: &[&str]) -> Option<String> {
+    progs
+        .iter()
+        .find(|p| !installed(p))
+        .map(|p| format!("{p} is not installed (scripts/apps.sh install)"))
+}
+
+/// The preload library: `--preload-lib`, `$SHMLINK_PRELOAD_LIB`, or next to this program.
+fn find_lib(given: Option<PathBuf>) -> Result<PathBuf, String> {
+    let candidate = given
+        .or_else(|| std::env::var_os("SHMLINK_PRELOAD_LIB").map(PathBuf::from))
+        .or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|e| e.parent().map(|d| d.join("libshmlink_preload.so")))
+        });
+    match candidate {
+        Some(p) if p.is_file() => Ok(p),
+        Some(p) => Err(format!(
+            "no preload library at {} (cargo build --release -p shmlink-preload, or \
+             --preload-lib PATH)",
+            p.display()
+        )),
+        None => Err("no preload library (--preload-lib PATH)".into()),
+    }
+}
+
+/// The redis-benchmark `--csv` rows: (test, requests/s, p50 ms).
+fn redis_csv(out: &str) -> Vec<(String, f64, Option<f64>)> {
+    let mut header: Vec<String> = Vec::new();
+    let mut rows = Vec::new();
+    for line in out.lines() {
+        let cells: Vec<String> = line
+            .split(',')
+            .map(|c| c.trim().trim_matches('"').to_string())
+            .collect();
+        if cells.first().is_some_and(|c| c == "test") {
+            header = cells;
+            continue;
+        }
+        let col = |name: &str| header.iter().position(|h| h == name);
+        let (Some(rps), Some(test)) = (col("rps").or(Some(1)), cells.first()) else {
+            continue;
+        };
+        let Some(r) = cells.get(rps).and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        let p50 = col("p50_latency_ms")
+            .and_then(|i| cells.get(i))
+            .and_then(|v| v.parse::<f64>().ok());
+        rows.push((test.clone(), r, p50));
+    }
+    rows
+}
+
+/// The first number after `key` on a line containing it.
+fn number_after(out: &str, key: &str) -> Option<f64> {
+    out.lines().find_map(|l| {
+        let rest = &l[l.find(key)? + key.len()..];
+        let t = rest.trim_start_matches([' ', '=', ':']);
+        let end = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        t[..end].parse().ok()
+    })
+}
+
+/// One client run of `case` against the server at `port`: its samples.
+fn run_case(env: &Env, case: &str, port: u16, a: &Args, pre: bool) -> Result<Vec<Sample>, String> {
+    let cpu = env.client_cpu;
+    let limit = Duration::from_secs(u64::from(a.secs) * 4 + 60);
+    let p = port.to_string();
+    let secs = a.secs.to_string();
+    match case {
+        "redis -c 1" | "redis -c 50 -P 16" => {
+            let mut c = env.cmd("redis-benchmark", cpu, pre);
+            c.args(["-h", "127.0.0.1", "-p", &p, "-t", "set,get", "--csv", "-n"])
+                .arg(a.requests.to_string());
+            if case == "redis -c 1" {
+                c.args(["-c", "1"]);
+            } else {
+                c.args(["-c", "50", "-P", "16"]);
+            }
+            let out = env.client(c, pre, limit)?;
+            let rows = redis_csv(&out);
+            let mut v = Vec::new();
+            for (test, rps, p50) in rows {
+                v.push((format!("{test} req/s"), "req/s", true, rps));
+                if case == "redis -c 1" && test == "GET" {
+                    if let Some(p50) = p50 {
+                        v.push(("GET p50".to_string(), "ms", false, p50));
+                    }
+                }
+            }
+            if v.is_empty() {
+                return Err("redis-benchmark printed no CSV rows".into());
+            }
+            Ok(v)
+        }
+        "wrk -c 1" | "wrk -c 64" => {
+            let conns = if case == "wrk -c 1" { "1" } else { "64" };
+            let mut c = env.cmd("wrk", cpu, pre);
+            c.args(["-t", "1", "-c", conns, "-d"])
+                .arg(format!("{secs}s"))
+                .arg(format!("http://127.0.0.1:{p}/f4k"));
+            let out = env.client(c, pre, limit)?;
+            if out.contains("Socket errors") || out.contains("Non-2xx") {
+                return Err(format!("wrk reported errors: {}", out.trim()));
+            }
+            let r = number_after(&out, "Requests/sec:").ok_or("wrk printed no Requests/sec")?;
+            Ok(vec![("req/s".into(), "req/s", true, r)])
+        }
+        "iperf3" => {
+            let mut c = env.cmd("iperf3", cpu, pre);
+            c.args(["-c", "127.0.0.1", "-p", &p, "-J", "-t", &secs]);
+            let out = env.client(c, pre, limit)?;
+            let j: serde_json::Value =
+                serde_json::from_str(&out).map_err(|e| format!("iperf3 -J: {e}"))?;
+            let bps = j["end"]["sum_received"]["bits_per_second"]
+                .as_f64()
+                .ok_or("iperf3 -J has no end.sum_received.bits_per_second")?;
+            Ok(vec![("Gbit/s".into(), "Gbit/s", true, bps / 1e9)])
+        }
+        "sockperf ping-pong" => {
+            let mut c = env.cmd("sockperf", cpu, pre);
+            c.args([
+                "ping-pong",
+                "--tcp",
+                "-i",
+                "127.0.0.1",
+                "-p",
+                &p,
+                "-m",
+                "64",
+                "-t",
+            ])
+            .arg(&secs);
+            let out = env.client(c, pre, limit)?;
+            let p50 = number_after(&out, "percentile 50.000").ok_or("sockperf printed no p50")?;
+            Ok(vec![("64 B p50 (half RTT)".into(), "us", false, p50)])
+        }
+        "sockperf throughput" => {
+            let mut c = env.cmd("sockperf", cpu, pre);
+            c.args([
+                "throughput",
+                "--tcp",
+                "-i",
+                "127.0.0.1",
+                "-p",
+                &p,
+                "-m",
+                "64",
+                "-t",
+            ])
+            .arg(&secs);
+            let out = env.client(c, pre, limit)?;
+            let r =
+                number_after(&out, "Message Rate is").ok_or("sockperf printed no message rate")?;
+            Ok(vec![("64 B msg/s".into(), "msg/s", true, r)])
+        }
+        other => Err(format!("unknown case {other}")),
+    }
+}
+
+/// Starts the plain (`pre` false) or preloaded server of `app`; its port.
+fn start_server(env: &Env, app: &str, pre: bool) -> Result<(Server, u16), String> {
+    let port = free_port()?;
+    let cpu = env.server_cpu;
+    let tag = if pre { "shm" } else { "tcp" };
+    let c = match app {
+        "redis" => {
+            let mut c = env.cmd("redis-server", cpu, pre);
+            c.args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", "no", "--dir"])
+            .arg(&env.dir);
+            c
+        }
+        "nginx" => {
+            let d = env.dir.join(format!("nginx-{tag}"));
+            std::fs::create_dir_all(d.join("tmp")).map_err(|e| e.to_string())?;
+            std::fs::create_dir_all(d.join("www")).map_err(|e| e.to_string())?;
+            let body: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 13) as u8).collect();
+            std::fs::write(d.join("www/f4k"), body).map_err(|e| e.to_string())?;
+            let dd = d.display();
+            let conf = format!(
+                "daemon off;\nmaster_process off;\nworker_processes 1;\n\
+                 error_log {dd}/error.log;\npid {dd}/nginx.pid;\n\
+                 events {{ worker_connections 1024; }}\nhttp {{\n  access_log off;\n\
+                 sendfile on;\n  client_body_temp_path {dd}/tmp;\n  proxy_temp_path {dd}/tmp;\n\
+                 fastcgi_temp_path {dd}/tmp;\n  uwsgi_temp_path {dd}/tmp;\n\
+                 scgi_temp_path {dd}/tmp;\n\
+                 server {{ listen 127.0.0.1:{port}; root {dd}/www; }}\n}}\n"
+            );
+            std::fs::write(d.join("nginx.conf"), conf).map_err(|e| e.to_string())?;
+            let mut c = env.cmd("nginx", cpu, pre);
+            c.arg("-c").arg(d.join("nginx.conf")).arg("-p").arg(&d);
+            c
+        }
+        "iperf3" => {
+            let mut c = env.cmd("iperf3", cpu, pre);
+            c.args(["-s", "-B", "127.0.0.1", "-p", &port.to_string()]);
+            c
+        }
+        "sockperf" => {
+            let mut c = env.cmd("sockperf", cpu, pre);
+            c.args([
+                "server",
+                "--tcp",
+                "-i",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+            ]);
+            c
+        }
+        other => return Err(format!("unknown program {other}")),
+    };
+    let s = env.server(c, port, &format!("{app}-{tag}.log"))?;
+    Ok((s, port))
+}
+
+/// The client cases of `app` and the programs they need.
+fn cases(app: &str) -> (&'static [&'static str], &'static [&'static str]) {
+    match app {
+        "redis" => (
+            &["redis -c 1", "redis -c 50 -P 16"],
+            &["redis-server", "redis-benchmark"],
+        ),
+        "nginx" => (&["wrk -c 1", "wrk -c 64"], &["nginx", "wrk"]),
+        "iperf3" => (&["iperf3"], &["iperf3"]),
+        _ => (
+            &["sockperf ping-pong", "sockperf throughput"],
+            &["sockperf"],
+        ),
+    }
+}
+
+/// The median of `v` (sorted copy).
+fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
+/// Runs every case of `app`, plain and preloaded alternately for `rounds` rounds.
+fn bench_app(env: &Env, app: &str, a: &Args) -> Vec<Row> {
+    let (list, progs) = cases(app);
+    let skipped = |case: &str, why: String| Row {
+        program: case.to_string(),
+        metric: "-".into(),
+        unit: "",
+        higher_is_better: true,
+        tcp: None,
+        shmlink: None,
+        ratio: None,
+        rounds: 0,
+        skipped: Some(why),
+    };
+    if let Some(why) = missing(progs) {
+        return list.iter().map(|c| skipped(c, why.clone())).collect();
+    }
+    let servers = start_server(env, app, false).and_then(|t| {
+        let s = start_server(env, app, true)?;
+        Ok((t, s))
+    });
+    let ((_tcp_server, tcp_port), (_shm_server, shm_port)) = match servers {
+        Ok(s) => s,
+        Err(e) => return list.iter().map(|c| skipped(c, e.clone())).collect(),
+    };
+    let mut rows = Vec::new();
+    for case in list {
+        let mut cells: Vec<Cell> = Vec::new();
+        let mut error = None;
+        'rounds: for round in 0..a.rounds {
+            for pre in [false, true] {
+                eprint!(
+                    "\r# round {}/{}: {case} {}          ",
+                    round + 1,
+                    a.rounds,
+                    if pre { "shmlink" } else { "TCP" }
+                );
+                let port = if pre { shm_port } else { tcp_port };
+                match run_case(env, case, port, a, pre) {
+                    Ok(samples) => {
+                        for (metric, unit, hib, v) in samples {
+                            let i = match cells.iter().position(|c| c.0 == metric) {
+                                Some(i) => i,
+                                None => {
+                                    cells.push((metric, unit, hib, Vec::new(), Vec::new()));
+                                    cells.len() - 1
+                                }
+                            };
+                            if pre {
+                                cells[i].4.push(v);
+                            } else {
+                                cells[i].3.push(v);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        error = Some(format!("{} run: {e}", if pre { "shmlink" } else { "TCP" }));
+                        break 'rounds;
+                    }
+                }
+            }
+        }
+        if let Some(e) = error {
+            rows.push(skipped(case, e));
+            continue;
+        }
+        for (metric, unit, hib, t, s) in cells {
+            let (tcp, shm) = (median(&t), median(&s));
+            let ratio = match (tcp, shm) {
+                (Some(t), Some(s)) if t > 0.0 && s > 0.0 => Some(if hib { s / t } else { t / s }),
+                _ => None,
+            };
+            rows.push(Row {
+                program: case.to_string(),
+                metric,
+                unit,
+                higher_is_better: hib,
+                tcp,
+                shmlink: shm,
+                ratio,
+                rounds: t.len().min(s.len()) as u32,
+                skipped: None,
+            });
+        }
+    }
+    rows
+}
+
+/// Per metric: (name, unit, higher is better, TCP samples, shmlink samples).
+type Cell = (String, &'static str, bool, Vec<f64>, Vec<f64>);
+
+/// A number for the table: integers for large values, three significant-ish digits for
+/// small ones.
+fn num(v: Option<f64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(v) if v >= 100.0 => format!("{v:.0}"),
+        Some(v) => format!("{v:.3}"),
+    }
+}
+
+fn table(rows: &[Row]) -> String {
+    let mut s = format!(
+        "{:<22} {:<22} {:>12} {:>12} {:>7}\n",
+        "program", "metric", "TCP", "shmlink", "ratio"
+    );
+    for r in rows {
+        match &r.skipped {
+            Some(why) => s += &format!("{:<22} skipped: {why}\n", r.program),
+            None => {
+                s += &format!(
+                    "{:<22} {:<22} {:>12} {:>12} {:>6.2}x\n",
+                    r.program,
+                    format!("{} ({})", r.metric, r.unit),
+                    num(r.tcp),
+                    num(r.shmlink),
+                    r.ratio.unwrap_or(f64::NAN)
+                )
+            }
+        }
+    }
+    s
+}
+
+/// `shmlink-bench --pattern apps ...`.
+pub fn main(argv: Vec<String>) -> ExitCode {
+    let a = match parse(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("shmlink-bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let lib = match find_lib(a.lib.clone()) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("shmlink-bench: --pattern apps: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("shmlink-apps-bench-{}", std::process::id()));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("shmlink-bench: {}: {e}", dir.display());
+        return ExitCode::from(1);
+    }
+    let cpus = shmlink_measure::cpus::allowed_cpus();
+    let (server_cpu, client_cpu) = match cpus[..] {
+        [s, c, ..] => (Some(s), Some(c)),
+        _ => (None, None),
+    };
+    let env = Env {
+        dir: dir.clone(),
+        lib,
+        server_cpu,
+        client_cpu,
+    };
+    println!(
+        "# shmlink-bench --pattern apps: each program plain (TCP loopback) and preloaded \
+         (shmlink run), alternating, median of {} rounds; {}; ratio > 1: shmlink better \
+         (shmlink/TCP for rates, TCP/shmlink for latencies)",
+        a.rounds,
+        match (server_cpu, client_cpu) {
+            (Some(s), Some(c)) => format!("servers on CPU {s}, clients on CPU {c}"),
+            _ => "not pinned (one CPU allowed)".to_string(),
+        }
+    );
+    let mut results = Vec::new();
+    for app in &a.apps {
+        results.extend(bench_app(&env, app, &a));
+    }
+    eprintln!();
+    let _ = std::fs::remove_dir_all(&dir);
+    print!("{}", table(&results));
+    let report = Report {
+        schema: "shmlink-bench/apps-1",
+        pattern: "apps",
+        shmlink_version: env!("CARGO_PKG_VERSION"),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        machine: shmlink_bench::report::Machine::this(),
+        server_cpu,
+        client_cpu,
+        results,
+    };
+    if let Some(path) = &a.json {
+        match serde_json::to_string_pretty(&report)
+            .map_err(std::io::Error::other)
+            .and_then(|j| std::fs::write(path, j + "\n"))
+        {
+            Ok(()) => println!("# wrote {}", path.display()),
+            Err(e) => {
+                eprintln!("shmlink-bench: write {}: {e}", path.display());
+                return ExitCode::from(1);
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn options_and_detection() {
+        assert!(wanted(&args("--pattern apps --quick")));
+        assert!(wanted(&args("--pattern=apps")));
+        assert!(!wanted(&args("--pattern async")));
+        let a = parse(args("--pattern apps --quick --apps redis,iperf3")).unwrap();
+        assert_eq!((a.rounds, a.secs, a.requests), (1, 1, 20_000));
+        assert_eq!(a.apps, ["redis", "iperf3"]);
+        assert!(parse(args("--pattern apps --apps mysql")).is_err());
+        assert!(parse(args("--pattern apps --window 4")).is_err());
+        assert!(parse(args("--pattern apps --rounds 0")).is_err());
+    }
+
+    #[test]
+    fn parses_the_programs_output() {
+        let csv = "\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\",\"p50_latency_ms\"\n\
+                   \"SET\",\"50000.00\",\"0.020\",\"0.008\",\"0.015\"\n\
+                   \"GET\",\"62500.00\",\"0.018\",\"0.008\",\"0.012\"\n";
+        let rows = redis_csv(csv);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[1], ("GET".to_string(), 62500.0, Some(0.012)));
+        assert_eq!(
+            number_after("  Latency 1ms\nRequests/sec:  31291.55\n", "Requests/sec:"),
+            Some(31291.55)
+        );
+        assert_eq!(
+            number_after(
+                "sockperf: ---> percentile 50.000 =    2.318\n",
+                "percentile 50.000"
+            ),
+            Some(2.318)
+        );
+        assert_eq!(
+            number_after(
+                "sockperf: Summary: Message Rate is 874343 [msg/sec]",
+                "Message Rate is"
+            ),
+            Some(874343.0)
+        );
+    }
+}
