@@ -45,14 +45,11 @@ const LISTEN_TOKEN: u64 = u64::MAX;
 /// The in-process inbox's eventfd in the listener's epoll set.
 const INPROC_TOKEN: u64 = u64::MAX - 1;
 
-/// Whether a handshake offers the asymmetric fence. Off: with it, 64 non-blocking
-/// `shm:` connections served from one epoll loop (tests/conformance.rs,
-/// `epoll_serves_64_connections`) stalled in 2 of 9 runs of the suite, several
-/// connections at once with a record in the ring and no doorbell, and tokio's
-/// 64-connection echo hung the same way; with the symmetric fence, 0 of 6 and 0 in every
-/// tokio run. The cause is not found yet (the argument at `FenceMode::Asymmetric` in the
-/// ring crate says it cannot happen); a full fence per record costs tens of ns, a lost
-/// wake-up a hang.
+/// Whether a handshake offers the asymmetric fence. Off: the kernel's global expedited
+/// membarrier can pass over a CPU that runs the waker (a per-CPU copy of "runs a
+/// registered process" left stale by registration while the CPU idled), and non-blocking
+/// receivers then lost wake-ups (tests/conformance.rs `epoll_serves_64_connections`, 5 of
+/// 20 runs; 0 of 10 with the waker's fence put back). docs/design.md §4.3 has the evidence.
 const OFFER_ASYM_FENCE: bool = false;
 
 fn valid_ring(size: u64) -> bool {
