@@ -1,5 +1,5 @@
 //! `--pattern inproc`: two threads of one process, in-process shmlink (`shm:` with
-//! [`Options::in_process`]) against the channels people use between threads:
+//! `Options::in_process`) against the channels people use between threads:
 //! `std::sync::mpsc` (`sync_channel`), `crossbeam-channel`, `flume` (bounded) and
 //! `tokio::sync::mpsc` used from plain threads (`blocking_send`/`blocking_recv`).
 //!
