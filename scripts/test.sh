@@ -22,6 +22,9 @@ trap 'rm -f "$log" "$SHMLINK_SKIP_LOG"' EXIT
 echo "== unit, integration and doc tests"
 # Includes shmlink's tokio tests (tests/tokio_*.rs, ~2 min: the shmlink dev-dependency
 # turns the feature on) and crates/shmlink-grpc's tonic tests.
+# The preload library (a cdylib) and the shmlink binary that transparent mode's tests run:
+# `cargo test` builds neither where the tests look for them (target/debug).
+cargo build -p shmlink-preload -p shmlink-cli
 cargo test --workspace 2>&1 | tee -a "$log"
 
 echo "== the Python package: pip install ./crates/shmlink-py into target/py-venv, pytest"
