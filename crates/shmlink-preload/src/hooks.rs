@@ -90,6 +90,12 @@ fn install(
     first: Option<Vec<u8>>,
     name: String,
 ) -> bool {
+    if first.as_ref().is_some_and(|v| v.len() > sock::CHUNK) {
+        // The client exec'd before we accepted: it went on over TCP, having read
+        // nothing of ours (its switch message is its first): so do we.
+        debug!("{name}: the client moved to TCP (exec) before the accept; stays TCP");
+        return false;
+    }
     watch_forks();
     // SAFETY: plain fcntl/dup3 on fds this process holds.
     let hidden = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, hidden_min() as usize) };
@@ -127,10 +133,17 @@ fn install(
         tcp,
         born: FORKS.load(Ordering::Relaxed),
         name: name.clone(),
+        rx_total: 0,
+        tx_total: 0,
+        hist: Vec::new(),
+        switched: false,
     };
     match first {
         Some(v) if v.is_empty() => s.read_end = ReadEnd::Eof,
-        Some(v) => s.rbuf = v,
+        Some(v) => {
+            s.rx_total = v.len() as u64;
+            s.rbuf = v;
+        }
         None => {}
     }
     let entry = Arc::new(Entry {
@@ -1484,4 +1497,113 @@ pub unsafe extern "C" fn epoll_pwait2(
     }
     // SAFETY: the caller's arguments.
     unsafe { real::epoll_pwait2(epfd, evs, max, ts, mask) }
+}
+
+/// Before an exec: each shm connection the new image may inherit continues over the TCP
+/// socket underneath (`exec`). Not in a `vfork` child (it shares our memory, not our
+/// fds) nor from inside the library.
+fn before_exec() {
+    if table::any() && !inside() && owner() {
+        crate::exec::prepare_exec();
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execve(path: Arg, argv: Argv, envp: Argv) -> c_int {
+    before_exec();
+    // SAFETY: the caller's arguments.
+    unsafe { real::execve(path, argv, envp) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: Arg, argv: Argv) -> c_int {
+    before_exec();
+    // SAFETY: the caller's arguments.
+    unsafe { real::execv(path, argv) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: Arg, argv: Argv) -> c_int {
+    before_exec();
+    // SAFETY: the caller's arguments.
+    unsafe { real::execvp(file, argv) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(file: Arg, argv: Argv, envp: Argv) -> c_int {
+    before_exec();
+    // SAFETY: the caller's arguments.
+    unsafe { real::execvpe(file, argv, envp) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execveat(
+    dirfd: c_int,
+    path: Arg,
+    argv: Argv,
+    envp: Argv,
+    flags: c_int,
+) -> c_int {
+    before_exec();
+    // SAFETY: the caller's arguments.
+    unsafe { real::execveat(dirfd, path, argv, envp, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
+    before_exec();
+    // SAFETY: the caller's arguments.
+    unsafe { real::fexecve(fd, argv, envp) }
+}
+
+type Arg = *const libc::c_char;
+type Argv = *const *const libc::c_char;
+
+/// The C library's `execl`, `execlp` and `execle` build an argv and call its internal
+/// execve, past our hooks, so they are taken over here. They are variadic, which stable
+/// Rust cannot define: on the ABIs below a variadic call passes pointer arguments
+/// exactly where a call with that many pointer parameters does (registers, then the
+/// stack in order), so these read up to 64 of them, stopping at the NULL terminator
+/// (and, for `execle`, the envp after it); more arguments fail with `E2BIG`.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod variadic {
+    use super::{Arg, Argv};
+    use libc::c_int;
+
+    /// argv (with its NULL) out of the arguments after the first; `env` also takes
+    /// the pointer after the NULL.
+    fn split(args: &[Arg], env: bool) -> Option<(Vec<Arg>, Argv)> {
+        let n = args.iter().position(|p| p.is_null())?;
+        let envp = if env { *args.get(n + 1)? as Argv } else { std::ptr::null() };
+        Some((args[..=n].to_vec(), envp))
+    }
+
+    fn too_many() -> c_int {
+        crate::set_errno(libc::E2BIG);
+        -1
+    }
+
+    #[no_mangle]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe extern "C" fn execl(path: Arg, a0: Arg, a1: Arg, a2: Arg, a3: Arg, a4: Arg, a5: Arg, a6: Arg, a7: Arg, a8: Arg, a9: Arg, a10: Arg, a11: Arg, a12: Arg, a13: Arg, a14: Arg, a15: Arg, a16: Arg, a17: Arg, a18: Arg, a19: Arg, a20: Arg, a21: Arg, a22: Arg, a23: Arg, a24: Arg, a25: Arg, a26: Arg, a27: Arg, a28: Arg, a29: Arg, a30: Arg, a31: Arg, a32: Arg, a33: Arg, a34: Arg, a35: Arg, a36: Arg, a37: Arg, a38: Arg, a39: Arg, a40: Arg, a41: Arg, a42: Arg, a43: Arg, a44: Arg, a45: Arg, a46: Arg, a47: Arg, a48: Arg, a49: Arg, a50: Arg, a51: Arg, a52: Arg, a53: Arg, a54: Arg, a55: Arg, a56: Arg, a57: Arg, a58: Arg, a59: Arg, a60: Arg, a61: Arg, a62: Arg, a63: Arg) -> c_int {
+        let Some((argv, _)) = split(&[a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, a32, a33, a34, a35, a36, a37, a38, a39, a40, a41, a42, a43, a44, a45, a46, a47, a48, a49, a50, a51, a52, a53, a54, a55, a56, a57, a58, a59, a60, a61, a62, a63], false) else { return too_many() };
+        // SAFETY: a NULL-terminated argv of the caller's strings.
+        unsafe { super::execv(path, argv.as_ptr()) }
+    }
+
+    #[no_mangle]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe extern "C" fn execlp(file: Arg, a0: Arg, a1: Arg, a2: Arg, a3: Arg, a4: Arg, a5: Arg, a6: Arg, a7: Arg, a8: Arg, a9: Arg, a10: Arg, a11: Arg, a12: Arg, a13: Arg, a14: Arg, a15: Arg, a16: Arg, a17: Arg, a18: Arg, a19: Arg, a20: Arg, a21: Arg, a22: Arg, a23: Arg, a24: Arg, a25: Arg, a26: Arg, a27: Arg, a28: Arg, a29: Arg, a30: Arg, a31: Arg, a32: Arg, a33: Arg, a34: Arg, a35: Arg, a36: Arg, a37: Arg, a38: Arg, a39: Arg, a40: Arg, a41: Arg, a42: Arg, a43: Arg, a44: Arg, a45: Arg, a46: Arg, a47: Arg, a48: Arg, a49: Arg, a50: Arg, a51: Arg, a52: Arg, a53: Arg, a54: Arg, a55: Arg, a56: Arg, a57: Arg, a58: Arg, a59: Arg, a60: Arg, a61: Arg, a62: Arg, a63: Arg) -> c_int {
+        let Some((argv, _)) = split(&[a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, a32, a33, a34, a35, a36, a37, a38, a39, a40, a41, a42, a43, a44, a45, a46, a47, a48, a49, a50, a51, a52, a53, a54, a55, a56, a57, a58, a59, a60, a61, a62, a63], false) else { return too_many() };
+        // SAFETY: a NULL-terminated argv of the caller's strings.
+        unsafe { super::execvp(file, argv.as_ptr()) }
+    }
+
+    #[no_mangle]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe extern "C" fn execle(path: Arg, a0: Arg, a1: Arg, a2: Arg, a3: Arg, a4: Arg, a5: Arg, a6: Arg, a7: Arg, a8: Arg, a9: Arg, a10: Arg, a11: Arg, a12: Arg, a13: Arg, a14: Arg, a15: Arg, a16: Arg, a17: Arg, a18: Arg, a19: Arg, a20: Arg, a21: Arg, a22: Arg, a23: Arg, a24: Arg, a25: Arg, a26: Arg, a27: Arg, a28: Arg, a29: Arg, a30: Arg, a31: Arg, a32: Arg, a33: Arg, a34: Arg, a35: Arg, a36: Arg, a37: Arg, a38: Arg, a39: Arg, a40: Arg, a41: Arg, a42: Arg, a43: Arg, a44: Arg, a45: Arg, a46: Arg, a47: Arg, a48: Arg, a49: Arg, a50: Arg, a51: Arg, a52: Arg, a53: Arg, a54: Arg, a55: Arg, a56: Arg, a57: Arg, a58: Arg, a59: Arg, a60: Arg, a61: Arg, a62: Arg, a63: Arg) -> c_int {
+        let Some((argv, envp)) = split(&[a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, a32, a33, a34, a35, a36, a37, a38, a39, a40, a41, a42, a43, a44, a45, a46, a47, a48, a49, a50, a51, a52, a53, a54, a55, a56, a57, a58, a59, a60, a61, a62, a63], true) else { return too_many() };
+        // SAFETY: a NULL-terminated argv of the caller's strings, the caller's envp.
+        unsafe { super::execve(path, argv.as_ptr(), envp) }
+    }
 }

@@ -23,6 +23,7 @@
 //! Calls this library makes itself reach the C library directly (`real`, guarded per
 //! thread by `Guard`), so it never recurses into its own hooks.
 
+mod exec;
 mod hooks;
 mod peer;
 mod real;

@@ -98,6 +98,16 @@ pub(crate) struct Sock {
     pub born: u64,
     /// Human-readable `local -> peer` for the log.
     pub name: String,
+    /// Payload bytes taken from the ring (the peer's stream), and sent into it (ours):
+    /// what an exec switch to TCP counts with (`crate::exec`).
+    pub rx_total: u64,
+    pub tx_total: u64,
+    /// The last bytes we sent, `tx_total` modulo its length (allocated at the first
+    /// write): what the peer may not have consumed when it switches to TCP at an exec.
+    pub hist: Vec<u8>,
+    /// The peer moved the connection onto the TCP socket underneath (it exec'd): the
+    /// program's fds name that socket now, and calls still in flight go to it.
+    pub switched: bool,
 }
 
 /// What the fd table holds for each fd number that names a shm connection (dups share
@@ -158,7 +168,15 @@ impl Sock {
         if self.buffered() > 0 {
             return Fill::Data;
         }
-        if self.rd_shut || self.read_end == ReadEnd::Eof {
+        if self.rd_shut || self.read_end == ReadEnd::Eof || self.switched {
+            if self.read_end == ReadEnd::Eof && !self.switched && !self.broken {
+                // After the peer's FIN only its exec's switch message can follow.
+                if let Ok(v) = self.conn().recv_vec() {
+                    if v.len() > CHUNK {
+                        crate::exec::peer_switched(self, &v);
+                    }
+                }
+            }
             return Fill::Eof;
         }
         match self.conn().recv_vec() {
@@ -166,7 +184,13 @@ impl Sock {
                 self.read_end = ReadEnd::Eof;
                 Fill::Eof
             }
+            Ok(v) if v.len() > CHUNK => {
+                // Not data (data messages are at most CHUNK bytes): the peer's exec.
+                crate::exec::peer_switched(self, &v);
+                Fill::Eof
+            }
             Ok(v) => {
+                self.rx_total += v.len() as u64;
                 self.armed = false;
                 self.rbuf = v;
                 self.rpos = 0;
@@ -244,7 +268,8 @@ impl Sock {
     /// Receives straight into `dst` when the next message fits (no intermediate copy).
     /// `None`: nothing done, use [`fill`](Self::fill).
     fn recv_direct(&mut self, dst: &mut [u8]) -> Option<usize> {
-        if self.buffered() > 0 || self.rd_shut || self.read_end == ReadEnd::Eof {
+        if self.buffered() > 0 || self.rd_shut || self.read_end == ReadEnd::Eof || self.switched
+        {
             return None;
         }
         // Nothing in the ring: `fill` announces the wait (one announcement, not two).
@@ -256,8 +281,16 @@ impl Sock {
                 self.read_end = ReadEnd::Eof;
                 Some(0)
             }
+            Ok(n) if n > CHUNK => {
+                // Not data: the peer's exec (see `fill`). `dst` past the bytes this
+                // read returns is scratch, as read(2) allows.
+                let msg = dst[..n].to_vec();
+                crate::exec::peer_switched(self, &msg);
+                Some(0)
+            }
             Ok(n) => {
                 self.armed = false;
+                self.rx_total += n as u64;
                 Some(n)
             }
             Err(_) => None,
@@ -278,6 +311,25 @@ impl Sock {
         n
     }
 
+    /// Keeps a copy of bytes just sent in the history ring (what an exec'ing peer may
+    /// not have consumed is sent again over TCP, `crate::exec`).
+    #[inline]
+    fn remember(&mut self, bytes: &[u8]) {
+        if self.hist.is_empty() {
+            self.hist = vec![0; crate::exec::history_len()];
+        }
+        let cap = self.hist.len();
+        let mut pos = (self.tx_total % cap as u64) as usize;
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let n = rest.len().min(cap - pos);
+            self.hist[pos..pos + n].copy_from_slice(&rest[..n]);
+            rest = &rest[n..];
+            pos = (pos + n) % cap;
+        }
+        self.tx_total += bytes.len() as u64;
+    }
+
     /// Sends FIN if `shutdown(SHUT_WR)` could not yet.
     pub(crate) fn flush_fin(&mut self) {
         if self.wr_shut && !self.fin_sent && !self.broken {
@@ -291,6 +343,9 @@ impl Sock {
 
     /// One non-blocking attempt to send `src`: bytes taken (possibly fewer), or errno.
     fn send_some(&mut self, src: &[u8]) -> Result<usize, c_int> {
+        if self.switched {
+            return crate::exec::tcp_send(self, src);
+        }
         if self.wr_shut {
             return Err(libc::EPIPE);
         }
@@ -305,13 +360,25 @@ impl Sock {
         while done < src.len() {
             let n = (src.len() - done).min(CHUNK);
             match self.conn().send(&src[done..done + n]) {
-                Ok(()) => done += n,
+                Ok(()) => {
+                    self.remember(&src[done..done + n]);
+                    done += n;
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     self.tx_full = true;
                     // A full ring and a hung-up control socket: the peer closed or died
                     // and will never make room.
                     let r = real::poll_one(self.ctl, libc::POLLIN | libc::POLLRDHUP, 0);
                     if r > 0 && r as i16 & (libc::POLLHUP | libc::POLLRDHUP) != 0 {
+                        // Or it exec'd and switched to TCP: its switch message is next
+                        // in our incoming ring if our program read all it sent before.
+                        if self.buffered() == 0 && self.fill() == Fill::Eof && self.switched {
+                            return match crate::exec::tcp_send(self, &src[done..]) {
+                                Ok(n) => Ok(done + n),
+                                Err(_) if done > 0 => Ok(done),
+                                Err(e) => Err(e),
+                            };
+                        }
                         // A full ring: the peer left bytes of ours unread.
                         self.notice_gone(true);
                         if done == 0 {
@@ -378,8 +445,17 @@ pub(crate) fn read(entry: &Entry, dst: &mut [u8], flags: ReadFlags) -> Result<us
     let mut deadline = None;
     let mut backoff = Backoff::default();
     let mut spun = false;
-    loop {
+    'outer: loop {
         let mut s = entry.lock();
+        if s.switched {
+            // The peer exec'd: the connection goes on over TCP.
+            if got > 0 {
+                return Ok(got);
+            }
+            let fd = s.tcp.as_raw_fd();
+            drop(s);
+            return crate::exec::tcp_recv(fd, dst, flags);
+        }
         s.flush_fin();
         if deadline.is_none() {
             deadline = s.rcv_timeout.map(|t| Instant::now() + t);
@@ -408,6 +484,9 @@ pub(crate) fn read(entry: &Entry, dst: &mut [u8], flags: ReadFlags) -> Result<us
             }
             if !flags.peek && s.buffered() == 0 {
                 if let Some(n) = s.recv_direct(&mut dst[got..]) {
+                    if n == 0 && s.switched {
+                        continue 'outer;
+                    }
                     if n == 0 {
                         return Ok(got);
                     }
@@ -431,6 +510,7 @@ pub(crate) fn read(entry: &Entry, dst: &mut [u8], flags: ReadFlags) -> Result<us
                     got += s.take(&mut dst[got..], false);
                     more = true;
                 }
+                Fill::Eof if s.switched => continue 'outer,
                 Fill::Eof if got == 0 && !flags.peek => {
                     // After a reset, the first read past the data reports it.
                     return match s.take_reset() {
@@ -475,6 +555,18 @@ pub(crate) fn write(entry: &Entry, src: &[u8], dontwait: bool) -> Result<usize, 
     let mut backoff = Backoff::default();
     loop {
         let mut s = entry.lock();
+        if s.switched {
+            // The peer exec'd: the connection goes on over TCP (the kernel blocks or
+            // not as the program set O_NONBLOCK, which the switch gave the TCP socket).
+            let fd = s.tcp.as_raw_fd();
+            drop(s);
+            let flags = if dontwait { libc::MSG_DONTWAIT } else { 0 };
+            return match crate::exec::tcp_send_fd(fd, &src[done..], flags) {
+                Ok(n) => Ok(done + n),
+                Err(_) if done > 0 => Ok(done),
+                Err(e) => Err(e),
+            };
+        }
         if deadline.is_none() {
             deadline = s.snd_timeout.map(|t| Instant::now() + t);
         }
@@ -550,6 +642,11 @@ pub(crate) fn readiness(entry: &Entry, events: i16, announce: bool) -> i16 {
     } else {
         Fill::Empty
     };
+    if s.switched {
+        // The peer exec'd: the kernel's answer for the TCP socket.
+        let r = real::poll_one(s.tcp.as_raw_fd(), events, 0);
+        return if r > 0 { r as i16 } else { 0 };
+    }
     if fill != Fill::Empty {
         r |= events & (libc::POLLIN | libc::POLLRDNORM);
     }
@@ -576,7 +673,7 @@ pub(crate) fn readiness(entry: &Entry, events: i16, announce: bool) -> i16 {
 /// call): what a bounded spin checks.
 pub(crate) fn read_hint(entry: &Entry) -> bool {
     let mut s = entry.lock();
-    if s.buffered() > 0 || s.rd_shut || s.read_end == ReadEnd::Eof {
+    if s.buffered() > 0 || s.rd_shut || s.read_end == ReadEnd::Eof || s.switched {
         return true;
     }
     s.conn().recv_ready().unwrap_or(true)
@@ -607,7 +704,7 @@ pub(crate) fn clear_et(entry: &Entry) {
 /// Whether a write would take bytes now, as far as this side knows (no system call).
 pub(crate) fn write_hint(entry: &Entry) -> bool {
     let s = entry.lock();
-    !s.tx_full || s.broken
+    !s.tx_full || s.broken || s.switched
 }
 
 /// Spins up to the configured budget (`SHMLINK_SPIN_US`) until `ready`; whether it was.

@@ -134,6 +134,15 @@ pub(crate) fn sock(fd: c_int) -> Option<Arc<Entry>> {
     with(|t| t.socks.as_ref()?.get(&fd).cloned())
 }
 
+/// Every fd number that names a shm connection.
+pub(crate) fn sock_fds() -> Vec<c_int> {
+    if !any() {
+        return Vec::new();
+    }
+    with(|t| t.socks.as_ref().map(|m| m.keys().copied().collect()))
+        .unwrap_or_default()
+}
+
 /// The registration behind listening socket `fd`, if any.
 pub(crate) fn listener(fd: c_int) -> Option<Arc<Registration>> {
     if !any() {

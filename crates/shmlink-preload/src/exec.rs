@@ -1,0 +1,355 @@
+//! `exec` with a shm connection open: the connection continues over the real TCP socket
+//! kept underneath, so the new image (preloaded or not: setuid, static, `LD_PRELOAD`
+//! dropped) finds a plain TCP socket on its fd number.
+//!
+//! The exec'ing side ([`prepare_exec`], from the exec hooks), for each shm connection
+//! with an fd the program left inheritable (its own view of `FD_CLOEXEC`):
+//! 1. sends a *switch* message into the ring, after everything it wrote: "my program
+//!    consumed C bytes of your stream, I wrote W bytes to you". It is longer than any
+//!    data message ([`CHUNK`]), which is how the peer tells it from data;
+//! 2. puts the TCP socket onto each of the connection's fd numbers (`dup3`, `FD_CLOEXEC`
+//!    as the program set it, `O_NONBLOCK` as the program set it, epoll registrations
+//!    moved over), and closes the shm connection.
+//!
+//! The peer ([`peer_switched`]) meets the switch message in order, after all the data
+//! the exec'ing side wrote (its program reads those first, from the ring), checks W,
+//! sends again over TCP the bytes of its own stream from C on (kept in
+//! [`Sock::hist`]: a ring's worth plus one message), moves its own fds onto its TCP
+//! socket the same way, and from then on both directions are TCP: no byte lost,
+//! duplicated or reordered. If the exec fails, the exec'ing program goes on over TCP.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use libc::c_int;
+
+use crate::sock::{Entry, ReadEnd, ReadFlags, Sock, CHUNK};
+use crate::table::{self, Removed};
+use crate::{config, debug, real, Guard};
+
+const MAGIC: &[u8; 16] = b"SHMLINK-EXEC-TCP";
+/// Longer than any data message, so never taken for data.
+const SWITCH_LEN: usize = CHUNK + 64;
+/// How long the exec'ing side waits for ring room for its switch message.
+const ROOM_WAIT: Duration = Duration::from_secs(1);
+/// How long the peer may take to send its unconsumed bytes again over TCP.
+const RESEND_WAIT: Duration = Duration::from_secs(5);
+
+/// How many of the last bytes sent each connection keeps: what the peer may not have
+/// consumed (a full ring, plus the rest of one message its program read in part).
+pub(crate) fn history_len() -> usize {
+    config().ring_size + 2 * CHUNK
+}
+
+fn encode(consumed: u64, wrote: u64) -> Vec<u8> {
+    let mut v = vec![0u8; SWITCH_LEN];
+    v[..16].copy_from_slice(MAGIC);
+    v[16..24].copy_from_slice(&consumed.to_le_bytes());
+    v[24..32].copy_from_slice(&wrote.to_le_bytes());
+    v
+}
+
+fn decode(msg: &[u8]) -> Option<(u64, u64)> {
+    if msg.len() != SWITCH_LEN || &msg[..16] != MAGIC {
+        return None;
+    }
+    let consumed = u64::from_le_bytes(msg[16..24].try_into().ok()?);
+    let wrote = u64::from_le_bytes(msg[24..32].try_into().ok()?);
+    Some((consumed, wrote))
+}
+
+/// The inode of the socket behind `fd` (0 if none): dups of one socket share it.
+fn inode(fd: RawFd) -> u64 {
+    // SAFETY: stat is plain data; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-parameter.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return 0;
+    }
+    st.st_ino
+}
+
+/// Sets or clears O_NONBLOCK on the file behind `fd`.
+fn set_nonblocking(fd: RawFd, on: bool) {
+    // SAFETY: fcntl on an fd of ours.
+    let fl = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
+    if fl >= 0 {
+        let new = if on {
+            fl | libc::O_NONBLOCK
+        } else {
+            fl & !libc::O_NONBLOCK
+        };
+        // SAFETY: as above.
+        unsafe { real::fcntl(fd, libc::F_SETFL, new as usize) };
+    }
+}
+
+/// Puts TCP socket `tcp` onto the program's fd numbers `fds` (all naming one shm
+/// connection): epoll registrations follow, FD_CLOEXEC as the program set it. Returns
+/// what the table held for them (dropped by the caller, outside any entry lock... or
+/// inside: the caller holds its own reference).
+fn retarget(fds: &[c_int], tcp: RawFd) -> Vec<Removed> {
+    let mut removed = Vec::new();
+    for &fd in fds {
+        let cloexec = table::app_cloexec(fd);
+        let regs: Vec<(c_int, table::EpollReg)> = table::with_epolls(|m| {
+            m.iter()
+                .filter_map(|(ep, set)| set.get(&fd).map(|r| (*ep, *r)))
+                .collect()
+        });
+        for (ep, _) in &regs {
+            // SAFETY: DEL of the control socket's registration (fd still names it).
+            unsafe { real::epoll_ctl(*ep, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+        }
+        let flags = if cloexec { libc::O_CLOEXEC } else { 0 };
+        // SAFETY: both fds are open; dup3 atomically replaces `fd`.
+        if unsafe { real::dup3(tcp, fd, flags) } < 0 {
+            debug!("fd {fd}: dup3 of the TCP socket failed ({})", crate::errno());
+        }
+        if let Some(rm) = table::remove(fd) {
+            removed.push(rm);
+        }
+        for (ep, reg) in regs {
+            if !reg.app_added {
+                continue;
+            }
+            let mut ev = libc::epoll_event {
+                events: if reg.disabled {
+                    libc::EPOLLONESHOT as u32
+                } else {
+                    reg.events
+                },
+                u64: reg.data,
+            };
+            // SAFETY: a valid event for the program's registration, now on TCP.
+            unsafe { real::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        }
+    }
+    removed
+}
+
+/// The program's fd numbers that name the connection whose control socket is `ctl`.
+fn fds_of(ctl: RawFd) -> Vec<c_int> {
+    let ino = inode(ctl);
+    if ino == 0 {
+        return Vec::new();
+    }
+    table::sock_fds()
+        .into_iter()
+        .filter(|&fd| fd != ctl && inode(fd) == ino)
+        .collect()
+}
+
+/// Called by the exec hooks before the C library's exec: moves each shm connection the
+/// new image may inherit onto its TCP socket (see the module's docs).
+pub(crate) fn prepare_exec() {
+    let _g = Guard::enter();
+    let mut groups: Vec<(Arc<Entry>, Vec<c_int>)> = Vec::new();
+    for fd in table::sock_fds() {
+        let Some(e) = table::sock(fd) else { continue };
+        match groups.iter_mut().find(|(g, _)| Arc::ptr_eq(g, &e)) {
+            Some((_, fds)) => fds.push(fd),
+            None => groups.push((e, vec![fd])),
+        }
+    }
+    for (entry, fds) in groups {
+        if fds.iter().all(|&fd| table::app_cloexec(fd)) {
+            continue; // Closed by the exec, as the program asked.
+        }
+        switch_out(&entry, &fds);
+    }
+}
+
+fn switch_out(entry: &Entry, fds: &[c_int]) {
+    let mut s = entry.lock();
+    if s.switched || s.broken || s.conn.is_none() {
+        debug!("{}: exec with an ended connection: it closes", s.name);
+        return;
+    }
+    // A FIN we could not send yet goes first (the switch follows it in the ring).
+    s.flush_fin();
+    if s.wr_shut && !s.fin_sent {
+        debug!("{}: exec: no room for the FIN; the connection closes", s.name);
+        return;
+    }
+    let consumed = s.rx_total - s.buffered() as u64;
+    let msg = encode(consumed, s.tx_total);
+    let deadline = Instant::now() + ROOM_WAIT;
+    loop {
+        let Some(conn) = s.conn.as_mut() else { return };
+        match conn.send(&msg) {
+            Ok(()) => break,
+            Err(e) if e.kind() == shmlink::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                real::poll_one(s.ctl, libc::POLLIN, 10);
+            }
+            Err(e) => {
+                debug!("{}: exec: no switch message ({e}); the connection closes", s.name);
+                return;
+            }
+        }
+    }
+    let tcp = s.tcp.as_raw_fd();
+    shut_like(&s, tcp);
+    set_nonblocking(tcp, entry.nonblocking.load(Ordering::Relaxed));
+    let removed = retarget(fds, tcp);
+    s.switched = true;
+    debug!(
+        "{}: exec: fds {fds:?} continue over TCP (consumed {consumed}, wrote {})",
+        s.name, s.tx_total
+    );
+    drop(s);
+    // Closes the shm connection (the peer reads the switch first) and the hidden fds.
+    drop(removed);
+}
+
+/// The peer's switch message arrived (in order, after all it wrote): sends again over
+/// TCP what it had not consumed and moves our fds onto TCP. On any inconsistency the
+/// connection is broken (the program sees the end of the stream or a reset).
+pub(crate) fn peer_switched(s: &mut Sock, msg: &[u8]) {
+    let _g = Guard::enter();
+    let fail = |s: &mut Sock, why: &str| {
+        debug!("{}: peer's exec switch unusable ({why})", s.name);
+        s.notice_gone(true);
+        s.read_end = ReadEnd::Eof;
+    };
+    let Some((consumed, wrote)) = decode(msg) else {
+        return fail(s, "malformed");
+    };
+    if wrote != s.rx_total {
+        return fail(s, "byte counts differ");
+    }
+    let unsent = match s.tx_total.checked_sub(consumed) {
+        Some(n) if n as usize <= s.hist.len() || n == 0 => n as usize,
+        _ => return fail(s, "more unconsumed than kept"),
+    };
+    let tcp = s.tcp.as_raw_fd();
+    // Our bytes it had not consumed, from the history ring, over TCP first.
+    if unsent > 0 {
+        let cap = s.hist.len();
+        let mut pos = (consumed % cap as u64) as usize;
+        let mut left = unsent;
+        let deadline = Instant::now() + RESEND_WAIT;
+        while left > 0 {
+            let n = left.min(cap - pos);
+            match send_all(tcp, &s.hist[pos..pos + n], deadline) {
+                Ok(()) => {}
+                Err(e) => return fail(s, &format!("resend: errno {e}")),
+            }
+            left -= n;
+            pos = (pos + n) % cap;
+        }
+    }
+    shut_like(s, tcp);
+    let fds = fds_of(s.ctl);
+    let nonblocking = fds
+        .first()
+        .and_then(|&fd| table::sock(fd))
+        .is_some_and(|e| e.nonblocking.load(Ordering::Relaxed));
+    set_nonblocking(tcp, nonblocking);
+    let removed = retarget(&fds, tcp);
+    s.switched = true;
+    debug!(
+        "{}: peer exec'd: fds {fds:?} continue over TCP ({unsent} bytes sent again)",
+        s.name
+    );
+    // The callers hold their own reference: these are not the last.
+    drop(removed);
+}
+
+/// Gives the TCP socket the shutdowns the program made on the shm connection (its
+/// FIN, after the bytes sent again).
+fn shut_like(s: &Sock, tcp: RawFd) {
+    let how = match (s.rd_shut, s.wr_shut) {
+        (true, true) => libc::SHUT_RDWR,
+        (false, true) => libc::SHUT_WR,
+        (true, false) => libc::SHUT_RD,
+        (false, false) => return,
+    };
+    // SAFETY: shutdown on our TCP socket.
+    unsafe { real::shutdown(tcp, how) };
+}
+
+/// Sends all of `buf` on TCP socket `fd` before `deadline` (waiting for room).
+fn send_all(fd: RawFd, mut buf: &[u8], deadline: Instant) -> Result<(), c_int> {
+    while !buf.is_empty() {
+        // SAFETY: `buf` is valid for its length.
+        let r = unsafe {
+            real::send(
+                fd,
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        if r > 0 {
+            buf = &buf[r as usize..];
+            continue;
+        }
+        let e = crate::errno();
+        if r < 0 && (e == libc::EAGAIN || e == libc::EINTR) && Instant::now() < deadline {
+            real::poll_one(fd, libc::POLLOUT, 50);
+            continue;
+        }
+        return Err(if r < 0 { e } else { libc::EPIPE });
+    }
+    Ok(())
+}
+
+/// A read on a connection the peer moved to TCP: the kernel's, with the call's flags.
+pub(crate) fn tcp_recv(fd: RawFd, dst: &mut [u8], flags: ReadFlags) -> Result<usize, c_int> {
+    let mut f = 0;
+    if flags.peek {
+        f |= libc::MSG_PEEK;
+    }
+    if flags.dontwait {
+        f |= libc::MSG_DONTWAIT;
+    }
+    if flags.waitall {
+        f |= libc::MSG_WAITALL;
+    }
+    loop {
+        // SAFETY: `dst` is valid for its length.
+        let r = unsafe { real::recv(fd, dst.as_mut_ptr().cast(), dst.len(), f) };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = crate::errno();
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// A write on a connection the peer moved to TCP (`flags`: MSG_DONTWAIT or 0). SIGPIPE
+/// is the caller's (it raises it on EPIPE as for a shm connection).
+pub(crate) fn tcp_send_fd(fd: RawFd, src: &[u8], flags: c_int) -> Result<usize, c_int> {
+    loop {
+        // SAFETY: `src` is valid for its length.
+        let r = unsafe {
+            real::send(
+                fd,
+                src.as_ptr().cast(),
+                src.len(),
+                flags | libc::MSG_NOSIGNAL,
+            )
+        };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = crate::errno();
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// A non-blocking send attempt from inside the shm write path after a switch (the
+/// blocking wait, if any, is `sock::write`'s, which sees `switched` on its next turn).
+pub(crate) fn tcp_send(s: &mut Sock, src: &[u8]) -> Result<usize, c_int> {
+    match tcp_send_fd(s.tcp.as_raw_fd(), src, libc::MSG_DONTWAIT) {
+        Err(libc::EAGAIN) => Ok(0),
+        r => r,
+    }
+}
