@@ -106,7 +106,10 @@ fn retarget(fds: &[c_int], tcp: RawFd) -> Vec<Removed> {
         let flags = if cloexec { libc::O_CLOEXEC } else { 0 };
         // SAFETY: both fds are open; dup3 atomically replaces `fd`.
         if unsafe { real::dup3(tcp, fd, flags) } < 0 {
-            debug!("fd {fd}: dup3 of the TCP socket failed ({})", crate::errno());
+            debug!(
+                "fd {fd}: dup3 of the TCP socket failed ({})",
+                crate::errno()
+            );
         }
         if let Some(rm) = table::remove(fd) {
             removed.push(rm);
@@ -171,7 +174,10 @@ fn switch_out(entry: &Entry, fds: &[c_int]) {
     // A FIN we could not send yet goes first (the switch follows it in the ring).
     s.flush_fin();
     if s.wr_shut && !s.fin_sent {
-        debug!("{}: exec: no room for the FIN; the connection closes", s.name);
+        debug!(
+            "{}: exec: no room for the FIN; the connection closes",
+            s.name
+        );
         return;
     }
     let consumed = s.rx_total - s.buffered() as u64;
@@ -185,7 +191,10 @@ fn switch_out(entry: &Entry, fds: &[c_int]) {
                 real::poll_one(s.ctl, libc::POLLIN, 10);
             }
             Err(e) => {
-                debug!("{}: exec: no switch message ({e}); the connection closes", s.name);
+                debug!(
+                    "{}: exec: no switch message ({e}); the connection closes",
+                    s.name
+                );
                 return;
             }
         }

@@ -1574,7 +1574,11 @@ mod variadic {
     /// the pointer after the NULL.
     fn split(args: &[Arg], env: bool) -> Option<(Vec<Arg>, Argv)> {
         let n = args.iter().position(|p| p.is_null())?;
-        let envp = if env { *args.get(n + 1)? as Argv } else { std::ptr::null() };
+        let envp = if env {
+            *args.get(n + 1)? as Argv
+        } else {
+            std::ptr::null()
+        };
         Some((args[..=n].to_vec(), envp))
     }
 
@@ -1585,24 +1589,252 @@ mod variadic {
 
     #[no_mangle]
     #[allow(clippy::too_many_arguments)]
-    pub unsafe extern "C" fn execl(path: Arg, a0: Arg, a1: Arg, a2: Arg, a3: Arg, a4: Arg, a5: Arg, a6: Arg, a7: Arg, a8: Arg, a9: Arg, a10: Arg, a11: Arg, a12: Arg, a13: Arg, a14: Arg, a15: Arg, a16: Arg, a17: Arg, a18: Arg, a19: Arg, a20: Arg, a21: Arg, a22: Arg, a23: Arg, a24: Arg, a25: Arg, a26: Arg, a27: Arg, a28: Arg, a29: Arg, a30: Arg, a31: Arg, a32: Arg, a33: Arg, a34: Arg, a35: Arg, a36: Arg, a37: Arg, a38: Arg, a39: Arg, a40: Arg, a41: Arg, a42: Arg, a43: Arg, a44: Arg, a45: Arg, a46: Arg, a47: Arg, a48: Arg, a49: Arg, a50: Arg, a51: Arg, a52: Arg, a53: Arg, a54: Arg, a55: Arg, a56: Arg, a57: Arg, a58: Arg, a59: Arg, a60: Arg, a61: Arg, a62: Arg, a63: Arg) -> c_int {
-        let Some((argv, _)) = split(&[a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, a32, a33, a34, a35, a36, a37, a38, a39, a40, a41, a42, a43, a44, a45, a46, a47, a48, a49, a50, a51, a52, a53, a54, a55, a56, a57, a58, a59, a60, a61, a62, a63], false) else { return too_many() };
+    pub unsafe extern "C" fn execl(
+        path: Arg,
+        a0: Arg,
+        a1: Arg,
+        a2: Arg,
+        a3: Arg,
+        a4: Arg,
+        a5: Arg,
+        a6: Arg,
+        a7: Arg,
+        a8: Arg,
+        a9: Arg,
+        a10: Arg,
+        a11: Arg,
+        a12: Arg,
+        a13: Arg,
+        a14: Arg,
+        a15: Arg,
+        a16: Arg,
+        a17: Arg,
+        a18: Arg,
+        a19: Arg,
+        a20: Arg,
+        a21: Arg,
+        a22: Arg,
+        a23: Arg,
+        a24: Arg,
+        a25: Arg,
+        a26: Arg,
+        a27: Arg,
+        a28: Arg,
+        a29: Arg,
+        a30: Arg,
+        a31: Arg,
+        a32: Arg,
+        a33: Arg,
+        a34: Arg,
+        a35: Arg,
+        a36: Arg,
+        a37: Arg,
+        a38: Arg,
+        a39: Arg,
+        a40: Arg,
+        a41: Arg,
+        a42: Arg,
+        a43: Arg,
+        a44: Arg,
+        a45: Arg,
+        a46: Arg,
+        a47: Arg,
+        a48: Arg,
+        a49: Arg,
+        a50: Arg,
+        a51: Arg,
+        a52: Arg,
+        a53: Arg,
+        a54: Arg,
+        a55: Arg,
+        a56: Arg,
+        a57: Arg,
+        a58: Arg,
+        a59: Arg,
+        a60: Arg,
+        a61: Arg,
+        a62: Arg,
+        a63: Arg,
+    ) -> c_int {
+        let Some((argv, _)) = split(
+            &[
+                a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17,
+                a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, a32, a33,
+                a34, a35, a36, a37, a38, a39, a40, a41, a42, a43, a44, a45, a46, a47, a48, a49,
+                a50, a51, a52, a53, a54, a55, a56, a57, a58, a59, a60, a61, a62, a63,
+            ],
+            false,
+        ) else {
+            return too_many();
+        };
         // SAFETY: a NULL-terminated argv of the caller's strings.
         unsafe { super::execv(path, argv.as_ptr()) }
     }
 
     #[no_mangle]
     #[allow(clippy::too_many_arguments)]
-    pub unsafe extern "C" fn execlp(file: Arg, a0: Arg, a1: Arg, a2: Arg, a3: Arg, a4: Arg, a5: Arg, a6: Arg, a7: Arg, a8: Arg, a9: Arg, a10: Arg, a11: Arg, a12: Arg, a13: Arg, a14: Arg, a15: Arg, a16: Arg, a17: Arg, a18: Arg, a19: Arg, a20: Arg, a21: Arg, a22: Arg, a23: Arg, a24: Arg, a25: Arg, a26: Arg, a27: Arg, a28: Arg, a29: Arg, a30: Arg, a31: Arg, a32: Arg, a33: Arg, a34: Arg, a35: Arg, a36: Arg, a37: Arg, a38: Arg, a39: Arg, a40: Arg, a41: Arg, a42: Arg, a43: Arg, a44: Arg, a45: Arg, a46: Arg, a47: Arg, a48: Arg, a49: Arg, a50: Arg, a51: Arg, a52: Arg, a53: Arg, a54: Arg, a55: Arg, a56: Arg, a57: Arg, a58: Arg, a59: Arg, a60: Arg, a61: Arg, a62: Arg, a63: Arg) -> c_int {
-        let Some((argv, _)) = split(&[a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, a32, a33, a34, a35, a36, a37, a38, a39, a40, a41, a42, a43, a44, a45, a46, a47, a48, a49, a50, a51, a52, a53, a54, a55, a56, a57, a58, a59, a60, a61, a62, a63], false) else { return too_many() };
+    pub unsafe extern "C" fn execlp(
+        file: Arg,
+        a0: Arg,
+        a1: Arg,
+        a2: Arg,
+        a3: Arg,
+        a4: Arg,
+        a5: Arg,
+        a6: Arg,
+        a7: Arg,
+        a8: Arg,
+        a9: Arg,
+        a10: Arg,
+        a11: Arg,
+        a12: Arg,
+        a13: Arg,
+        a14: Arg,
+        a15: Arg,
+        a16: Arg,
+        a17: Arg,
+        a18: Arg,
+        a19: Arg,
+        a20: Arg,
+        a21: Arg,
+        a22: Arg,
+        a23: Arg,
+        a24: Arg,
+        a25: Arg,
+        a26: Arg,
+        a27: Arg,
+        a28: Arg,
+        a29: Arg,
+        a30: Arg,
+        a31: Arg,
+        a32: Arg,
+        a33: Arg,
+        a34: Arg,
+        a35: Arg,
+        a36: Arg,
+        a37: Arg,
+        a38: Arg,
+        a39: Arg,
+        a40: Arg,
+        a41: Arg,
+        a42: Arg,
+        a43: Arg,
+        a44: Arg,
+        a45: Arg,
+        a46: Arg,
+        a47: Arg,
+        a48: Arg,
+        a49: Arg,
+        a50: Arg,
+        a51: Arg,
+        a52: Arg,
+        a53: Arg,
+        a54: Arg,
+        a55: Arg,
+        a56: Arg,
+        a57: Arg,
+        a58: Arg,
+        a59: Arg,
+        a60: Arg,
+        a61: Arg,
+        a62: Arg,
+        a63: Arg,
+    ) -> c_int {
+        let Some((argv, _)) = split(
+            &[
+                a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17,
+                a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, a32, a33,
+                a34, a35, a36, a37, a38, a39, a40, a41, a42, a43, a44, a45, a46, a47, a48, a49,
+                a50, a51, a52, a53, a54, a55, a56, a57, a58, a59, a60, a61, a62, a63,
+            ],
+            false,
+        ) else {
+            return too_many();
+        };
         // SAFETY: a NULL-terminated argv of the caller's strings.
         unsafe { super::execvp(file, argv.as_ptr()) }
     }
 
     #[no_mangle]
     #[allow(clippy::too_many_arguments)]
-    pub unsafe extern "C" fn execle(path: Arg, a0: Arg, a1: Arg, a2: Arg, a3: Arg, a4: Arg, a5: Arg, a6: Arg, a7: Arg, a8: Arg, a9: Arg, a10: Arg, a11: Arg, a12: Arg, a13: Arg, a14: Arg, a15: Arg, a16: Arg, a17: Arg, a18: Arg, a19: Arg, a20: Arg, a21: Arg, a22: Arg, a23: Arg, a24: Arg, a25: Arg, a26: Arg, a27: Arg, a28: Arg, a29: Arg, a30: Arg, a31: Arg, a32: Arg, a33: Arg, a34: Arg, a35: Arg, a36: Arg, a37: Arg, a38: Arg, a39: Arg, a40: Arg, a41: Arg, a42: Arg, a43: Arg, a44: Arg, a45: Arg, a46: Arg, a47: Arg, a48: Arg, a49: Arg, a50: Arg, a51: Arg, a52: Arg, a53: Arg, a54: Arg, a55: Arg, a56: Arg, a57: Arg, a58: Arg, a59: Arg, a60: Arg, a61: Arg, a62: Arg, a63: Arg) -> c_int {
-        let Some((argv, envp)) = split(&[a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, a32, a33, a34, a35, a36, a37, a38, a39, a40, a41, a42, a43, a44, a45, a46, a47, a48, a49, a50, a51, a52, a53, a54, a55, a56, a57, a58, a59, a60, a61, a62, a63], true) else { return too_many() };
+    pub unsafe extern "C" fn execle(
+        path: Arg,
+        a0: Arg,
+        a1: Arg,
+        a2: Arg,
+        a3: Arg,
+        a4: Arg,
+        a5: Arg,
+        a6: Arg,
+        a7: Arg,
+        a8: Arg,
+        a9: Arg,
+        a10: Arg,
+        a11: Arg,
+        a12: Arg,
+        a13: Arg,
+        a14: Arg,
+        a15: Arg,
+        a16: Arg,
+        a17: Arg,
+        a18: Arg,
+        a19: Arg,
+        a20: Arg,
+        a21: Arg,
+        a22: Arg,
+        a23: Arg,
+        a24: Arg,
+        a25: Arg,
+        a26: Arg,
+        a27: Arg,
+        a28: Arg,
+        a29: Arg,
+        a30: Arg,
+        a31: Arg,
+        a32: Arg,
+        a33: Arg,
+        a34: Arg,
+        a35: Arg,
+        a36: Arg,
+        a37: Arg,
+        a38: Arg,
+        a39: Arg,
+        a40: Arg,
+        a41: Arg,
+        a42: Arg,
+        a43: Arg,
+        a44: Arg,
+        a45: Arg,
+        a46: Arg,
+        a47: Arg,
+        a48: Arg,
+        a49: Arg,
+        a50: Arg,
+        a51: Arg,
+        a52: Arg,
+        a53: Arg,
+        a54: Arg,
+        a55: Arg,
+        a56: Arg,
+        a57: Arg,
+        a58: Arg,
+        a59: Arg,
+        a60: Arg,
+        a61: Arg,
+        a62: Arg,
+        a63: Arg,
+    ) -> c_int {
+        let Some((argv, envp)) = split(
+            &[
+                a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17,
+                a18, a19, a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, a32, a33,
+                a34, a35, a36, a37, a38, a39, a40, a41, a42, a43, a44, a45, a46, a47, a48, a49,
+                a50, a51, a52, a53, a54, a55, a56, a57, a58, a59, a60, a61, a62, a63,
+            ],
+            true,
+        ) else {
+            return too_many();
+        };
         // SAFETY: a NULL-terminated argv of the caller's strings, the caller's envp.
         unsafe { super::execve(path, argv.as_ptr(), envp) }
     }

@@ -268,8 +268,7 @@ impl Sock {
     /// Receives straight into `dst` when the next message fits (no intermediate copy).
     /// `None`: nothing done, use [`fill`](Self::fill).
     fn recv_direct(&mut self, dst: &mut [u8]) -> Option<usize> {
-        if self.buffered() > 0 || self.rd_shut || self.read_end == ReadEnd::Eof || self.switched
-        {
+        if self.buffered() > 0 || self.rd_shut || self.read_end == ReadEnd::Eof || self.switched {
             return None;
         }
         // Nothing in the ring: `fill` announces the wait (one announcement, not two).

@@ -139,8 +139,7 @@ pub(crate) fn sock_fds() -> Vec<c_int> {
     if !any() {
         return Vec::new();
     }
-    with(|t| t.socks.as_ref().map(|m| m.keys().copied().collect()))
-        .unwrap_or_default()
+    with(|t| t.socks.as_ref().map(|m| m.keys().copied().collect())).unwrap_or_default()
 }
 
 /// The registration behind listening socket `fd`, if any.

@@ -893,6 +893,124 @@ static int exec_child(int fd) {
     return 0;
 }
 
+
+/* exec scenarios (the new image gets the connection's fd; over shared memory the
+ * connection continues over TCP, see docs/transparent.md):
+ *   xserver 0: inetd style: accept, fork; the child dup2s the fd onto 0 and 1 and execs
+ *              "xecho", which echoes stdin to stdout until the end of the stream;
+ *   xserver 1: unread bytes both ways: read 10 of the client's first 3000 bytes, write
+ *              50000 the client has not read, exec "xcount FD" (counts what is left,
+ *              answers with the count);
+ *   xserver 2: the same, exec'd with LD_PRELOAD removed from the environment (execle);
+ *   xserver 3: the same, but the exec fails (ENOENT): this image goes on and counts. */
+extern char **environ;
+
+static int xcount(int fd) {
+    static unsigned char buf[65536];
+    size_t total = 0;
+    uint32_t h = 2166136261u;
+    for (;;) {
+        ssize_t r = read(fd, buf, sizeof buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) die("xcount read");
+        if (r == 0) break;
+        for (ssize_t i = 0; i < r; i++) h = (h ^ buf[i]) * 16777619u;
+        total += (size_t)r;
+    }
+    char line[96];
+    int n = snprintf(line, sizeof line, "counted %zu sum %08x\n", total, h);
+    say("counted %zu sum %08x", total, h);
+    const char *pl = getenv("LD_PRELOAD");
+    fprintf(stderr, "xcount: preload env: %s\n", pl && *pl ? "set" : "none");
+    write_full(fd, line, (size_t)n);
+    close(fd);
+    return 0;
+}
+
+static int xecho(void) {
+    static unsigned char buf[65536];
+    for (;;) {
+        ssize_t r = read(0, buf, sizeof buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        write_full(1, buf, (size_t)r);
+    }
+    return 0;
+}
+
+static void fill_pattern(unsigned char *b, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)((i * 131 + seed) ^ (i >> 9));
+}
+
+static int xserver(const char *path, const char *self, int mode) {
+    int ls = listen_and_publish(path);
+    int fd = accept(ls, NULL, NULL);
+    if (fd < 0) die("accept");
+    close(ls);
+    char arg[16];
+    snprintf(arg, sizeof arg, "%d", fd);
+    if (mode == 0) {
+        pid_t pid = fork();
+        if (pid < 0) die("fork");
+        if (pid == 0) {
+            if (dup2(fd, 0) < 0 || dup2(fd, 1) < 0) die("dup2");
+            close(fd);
+            execl(self, self, "xecho", "0", (char *)NULL);
+            die("execl");
+        }
+        close(fd);
+        int st = 0;
+        waitpid(pid, &st, 0);
+        say("child exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        return 0;
+    }
+    if (fcntl(fd, F_SETFD, 0) < 0) die("F_SETFD");
+    char head[10];
+    read_full(fd, head, sizeof head);
+    say("read %zu sum %08x", sizeof head, sum((unsigned char *)head, sizeof head));
+    static unsigned char out[50000];
+    fill_pattern(out, sizeof out, 7);
+    write_full(fd, out, sizeof out);
+    if (mode == 1) {
+        execl(self, self, "xcount", arg, (char *)NULL);
+        die("execl");
+    }
+    if (mode == 2) {
+        static char *env[256];
+        int n = 0;
+        for (char **e = environ; *e && n < 255; e++)
+            if (strncmp(*e, "LD_PRELOAD=", 11) != 0) env[n++] = *e;
+        env[n] = NULL;
+        execle(self, self, "xcount", arg, (char *)NULL, env);
+        die("execle");
+    }
+    int r = execl("/nonexistent/sockcheck", "sockcheck", "xcount", arg, (char *)NULL);
+    say("exec %d %s", r, ename(errno));
+    return xcount(fd);
+}
+
+static int xclient(int port, int mode) {
+    int fd = connect_to(port, 0);
+    static unsigned char msg[100000];
+    static unsigned char in[1 << 20];
+    size_t first = mode == 0 ? sizeof msg : 3000;
+    fill_pattern(msg, sizeof msg, 3);
+    write_full(fd, msg, first);
+    if (mode != 0) {
+        usleep(200000);
+        write_full(fd, msg + first, 20000);
+    }
+    if (shutdown(fd, SHUT_WR) < 0) die("shutdown");
+    size_t got = 0;
+    ssize_t r;
+    while ((r = read(fd, in + got, sizeof in - got)) > 0) got += (size_t)r;
+    say("got %zu sum %08x then %zd %s", got, sum(in, got), r, r < 0 ? ename(errno) : "-");
+    if (mode == 0) say("echo intact: %d", got == sizeof msg && memcmp(in, msg, got) == 0);
+    else say("tail: %.*s", got > 50000 ? (int)(got - 50000 - 1) : 0, (char *)in + 50000);
+    close(fd);
+    return 0;
+}
+
 static int ping_client(int port) {
     int fd = connect_to(port, 0);
     write_full(fd, "ping", 4);
@@ -918,6 +1036,10 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "exec-server") == 0) return exec_server(argv[2], argv[0]);
     if (strcmp(argv[1], "exec-child") == 0) return exec_child(atoi(argv[2]));
     if (strcmp(argv[1], "ping-client") == 0) return ping_client(atoi(argv[2]));
+    if (strncmp(argv[1], "xserver", 7) == 0) return xserver(argv[2], argv[0], atoi(argv[1] + 7));
+    if (strncmp(argv[1], "xclient", 7) == 0) return xclient(atoi(argv[2]), atoi(argv[1] + 7));
+    if (strcmp(argv[1], "xcount") == 0) return xcount(atoi(argv[2]));
+    if (strcmp(argv[1], "xecho") == 0) return xecho();
     if (strcmp(argv[1], "server") == 0) {
         int ls = listen_and_publish(argv[2]);
         for (int i = 0; i < SCENARIOS; i++) {
