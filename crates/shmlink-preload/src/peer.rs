@@ -35,6 +35,13 @@ const NO: u8 = 0;
 /// The helper's first message: it counts the claim as in flight (the server's `accept`
 /// now waits for it), so the client may make its TCP connection.
 const READY: u8 = 2;
+/// The answer to a claim on a shared listening socket: "the process that accepted your
+/// TCP connection waits at shmlink address NAME" (the rest of the message).
+const GO: u8 = 3;
+/// A query, from a process that accepted a TCP connection on a listening socket it
+/// shares with the registering process (fork, SO_REUSEPORT): magic, version, the key,
+/// then the shmlink name where it waits for the client.
+const QMAGIC: &[u8; 4] = b"SLPQ";
 
 /// How long a client waits for its claim's answer before staying on TCP.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -189,10 +196,17 @@ fn options() -> Options {
 pub(crate) struct Registration {
     /// The bound address (possibly a wildcard).
     pub bound: Endpoint,
+    /// Its shmlink address (`shm:tcp-…`).
+    pub addr: String,
+    /// The socket has SO_REUSEPORT: other processes' sockets may take its connections.
+    pub reuseport: bool,
+    /// Another process of the SO_REUSEPORT group holds the registration: this one has
+    /// no helper and asks that process at each accept (as a forked worker does).
+    pub remote: bool,
     /// An IPv6 wildcard listener that refuses IPv4 clients (IPV6_V6ONLY).
     pub v6only: bool,
     /// `FORKS` at registration: after a fork the socket may be accepted from in another
-    /// process, so the helper says no to everyone.
+    /// process, so the helper answers a claim only when one accepts it ([`Self::shared`]).
     pub born: u64,
     /// The process that registered (and runs the helper).
     pub pid: u32,
@@ -211,6 +225,8 @@ pub(crate) struct Registration {
 pub(crate) struct RegState {
     /// Claimed, answered yes, not accepted yet.
     pending: HashMap<Key, Connection>,
+    /// On a shared socket: claimed, not answered yet (the accepting process answers).
+    claimed: HashMap<Key, Connection>,
     /// Accepted as plain TCP (no claim then), with when.
     decided: HashMap<Key, Instant>,
     /// Claim connections open whose claim is not answered yet.
@@ -259,7 +275,14 @@ impl Registration {
     }
 
     fn live(&self) -> bool {
-        !self.stop.load(Ordering::Relaxed) && self.born == FORKS.load(Ordering::Relaxed)
+        !self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Whether another process may accept this socket's connections (it was shared by
+    /// a fork, or it is one of an SO_REUSEPORT group): then a claim is answered only
+    /// when some process accepts its TCP connection, by that process.
+    fn shared(&self) -> bool {
+        self.reuseport || self.born != FORKS.load(Ordering::Relaxed)
     }
 
     /// Whether this listener could have accepted a TCP connection to `server`.
@@ -284,14 +307,16 @@ impl Registration {
     /// claims are in flight, one of them may be this connection's: wait (bounded) for
     /// them to be answered.
     pub(crate) fn take(&self, key: (Endpoint, Endpoint)) -> Option<(Connection, Option<Vec<u8>>)> {
-        if self.pid != std::process::id() {
-            // A forked child: the helper (in the parent) answered its claims, and the
-            // state lock may have been held by a thread that does not exist here.
-            return None;
+        if self.remote || self.pid != std::process::id() {
+            // A forked child, or another process of an SO_REUSEPORT group: the helper
+            // is elsewhere (and the state lock may have been held by a thread that
+            // does not exist here): ask it.
+            return worker::query(self, key).map(|c| (c, None));
         }
         let mut st = self.lock();
         let deadline = Instant::now() + ACCEPT_WAIT;
-        while !st.pending.contains_key(&key) && st.in_flight > 0 {
+        while !st.pending.contains_key(&key) && !st.claimed.contains_key(&key) && st.in_flight > 0
+        {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -301,6 +326,16 @@ impl Registration {
                 .wait_timeout(st, left)
                 .map(|(g, _)| g)
                 .unwrap_or_else(|e| e.into_inner().0);
+        }
+        if let Some(mut conn) = st.claimed.remove(&key) {
+            drop(st);
+            // A shared socket, accepted here: the answer is ours to give.
+            if conn.send(&[YES]).is_err() {
+                debug!("accept {} <- {}: claim dropped; stays TCP", key.0, key.1);
+                return None;
+            }
+            debug!("claim {} <- {}: yes (accepted here)", key.0, key.1);
+            return Some((conn, None));
         }
         if let Some(mut conn) = st.pending.remove(&key) {
             drop(st);
@@ -325,10 +360,66 @@ impl Registration {
         None
     }
 
+    /// Another process accepted TCP connection `key` on this shared socket and waits at
+    /// shmlink address `name`: sends the client there if it claimed the connection
+    /// (true), else marks the connection plain TCP (false). Claims in flight are waited
+    /// for, as `take` does.
+    fn answer_query(&self, key: Key, name: &str) -> bool {
+        let mut st = self.lock();
+        let deadline = Instant::now() + ACCEPT_WAIT;
+        while !st.claimed.contains_key(&key) && !st.pending.contains_key(&key) && st.in_flight > 0
+        {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            st = self
+                .changed
+                .wait_timeout(st, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        if let Some(mut conn) = st.claimed.remove(&key) {
+            drop(st);
+            // The client may have given up waiting (then it went on over TCP).
+            match conn.recv_vec() {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                _ => {
+                    debug!("claim {} <- {}: dropped by the client; TCP", key.0, key.1);
+                    return false;
+                }
+            }
+            let mut msg = vec![GO];
+            msg.extend_from_slice(name.as_bytes());
+            let ok = conn.send(&msg).is_ok();
+            debug!("claim {} <- {}: sent to {name} ({ok})", key.0, key.1);
+            return ok;
+        }
+        if st.pending.contains_key(&key) {
+            // Answered yes before the fork made the socket shared: the client already
+            // talks to this process, which did not accept it (docs: a claim in flight
+            // at a fork).
+            debug!("claim {} <- {}: accepted elsewhere after a yes", key.0, key.1);
+        }
+        let now = Instant::now();
+        st.decided
+            .retain(|_, t| now.duration_since(*t) < DECIDED_TTL);
+        st.decided.insert(key, now);
+        false
+    }
+
     /// Answers one claim, under the lock `take` takes.
     fn answer(&self, key: Key, mut conn: Connection) {
         let mut st = self.lock();
         let yes = self.live() && self.serves(&key.0) && st.decided.remove(&key).is_none();
+        if yes && self.shared() {
+            // Whichever process accepts it answers (`take`, `answer_query`).
+            debug!("claim {} <- {}: waits for its accept", key.0, key.1);
+            st.claimed.insert(key, conn);
+            drop(st);
+            self.changed.notify_all();
+            return;
+        }
         if conn.send(&[if yes { YES } else { NO }]).is_err() || !yes {
             debug!("claim {} <- {}: no", key.0, key.1);
             return;
@@ -348,18 +439,34 @@ pub(crate) fn register(fd: RawFd) -> Option<Arc<Registration>> {
     }
     let bound = sock_endpoint(fd, false)?;
     // With SO_REUSEPORT, other sockets (other processes) may share the port and the
-    // kernel spreads connections over them: a claim answered here could name a TCP
-    // connection another socket accepts. Such listeners stay plain TCP.
-    if sockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT).unwrap_or(0) != 0 {
-        debug!("listen {bound}: SO_REUSEPORT; not registered, plain TCP");
-        return None;
-    }
+    // kernel spreads connections over them: claims are then answered by whichever
+    // process accepts (`shared`); the first socket of the group registers, the others
+    // ask it.
+    let reuseport = sockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT).unwrap_or(0) != 0;
     let v6only =
         !bound.is_v4() && sockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY).unwrap_or(0) != 0;
     let path = reg_path(&bound);
     let addr = format!("shm:{}", reg_name(&bound));
+    let new = |remote: bool, wake: RawFd| Registration {
+        bound,
+        addr: addr.clone(),
+        reuseport,
+        remote,
+        v6only,
+        born: FORKS.load(Ordering::Relaxed),
+        pid: std::process::id(),
+        stop: AtomicBool::new(false),
+        wake: AtomicI32::new(wake),
+        ended: AtomicBool::new(remote),
+        state: Mutex::new(RegState::default()),
+        changed: Condvar::new(),
+    };
     let listener = match Listener::bind(&addr, &options()) {
         Ok(l) => l,
+        Err(e) if reuseport && std::fs::symlink_metadata(&path).is_ok() => {
+            debug!("listen {bound}: SO_REUSEPORT, registered by another process ({e}); asks it");
+            return Some(Arc::new(new(true, -1)));
+        }
         Err(e) => {
             debug!("listen {bound}: no registration ({e}); plain TCP");
             return None;
@@ -367,6 +474,9 @@ pub(crate) fn register(fd: RawFd) -> Option<Arc<Registration>> {
     };
     let reg = Arc::new(Registration {
         bound,
+        addr,
+        reuseport,
+        remote: false,
         v6only,
         born: FORKS.load(Ordering::Relaxed),
         pid: std::process::id(),
@@ -402,8 +512,7 @@ fn serve(mut listener: Listener, reg: Arc<Registration>) {
                     .name("shmlink-claim".into())
                     .spawn(move || {
                         let _g = Guard::enter();
-                        handle_claim(&token.0, conn);
-                        drop(token);
+                        handle_claim(token, conn);
                     });
                 if let Err(e) = spawned {
                     debug!("registration {}: no claim thread ({e})", reg.bound);
@@ -457,13 +566,21 @@ fn new_wake_fd() -> RawFd {
     fd
 }
 
-fn handle_claim(reg: &Registration, mut conn: Connection) {
+fn handle_claim(token: InFlight, mut conn: Connection) {
+    let reg = token.0.clone();
     conn.set_nonblocking(true);
     if conn.send(&[READY]).is_err() {
         return;
     }
     let msg = receive(&mut conn, CLAIM_TIMEOUT);
     if msg.is_empty() {
+        return;
+    }
+    if let Some((key, name)) = decode_query(&msg) {
+        // Not a claim: another process accepted a TCP connection on the shared socket.
+        drop(token);
+        let yes = reg.serves(&key.0) && reg.answer_query(key, &name);
+        let _ = conn.send(&[if yes { YES } else { NO }]);
         return;
     }
     match decode_claim(&msg) {
@@ -477,6 +594,32 @@ fn handle_claim(reg: &Registration, mut conn: Connection) {
             let _ = conn.send(&[NO]);
         }
     }
+}
+
+/// A query: the claim's encoding under [`QMAGIC`], then the name where the accepting
+/// process waits.
+fn encode_query(key: &Key, name: &str) -> Vec<u8> {
+    let mut v = encode_claim(&key.0, &key.1);
+    v[..4].copy_from_slice(QMAGIC);
+    v.extend_from_slice(name.as_bytes());
+    v
+}
+
+/// A shmlink name as this library makes them (untrusted input: checked).
+fn valid_name(b: &[u8]) -> Option<String> {
+    let ok = !b.is_empty()
+        && b.len() <= 100
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-');
+    ok.then(|| String::from_utf8_lossy(b).into_owned())
+}
+
+fn decode_query(msg: &[u8]) -> Option<(Key, String)> {
+    if msg.len() <= CLAIM_LEN || &msg[..4] != QMAGIC {
+        return None;
+    }
+    let mut claim = msg[..CLAIM_LEN].to_vec();
+    claim[..4].copy_from_slice(MAGIC);
+    Some((decode_claim(&claim)?, valid_name(&msg[CLAIM_LEN..])?))
 }
 
 fn encode_claim(server: &Endpoint, client: &Endpoint) -> Vec<u8> {
@@ -585,10 +728,124 @@ pub(crate) fn claim(mut conn: Connection, fd: RawFd) -> Option<(Connection, Endp
     if !(server.is_loopback() || server.ip == client.ip) {
         return None;
     }
-    conn.send(&encode_claim(&server, &client)).ok()?;
-    if receive(&mut conn, ANSWER_TIMEOUT) == [YES] {
+    let claim = encode_claim(&server, &client);
+    conn.send(&claim).ok()?;
+    let answer = receive(&mut conn, ANSWER_TIMEOUT);
+    if answer == [YES] {
         return Some((conn, client, server));
+    }
+    if answer.first() == Some(&GO) {
+        // A shared listening socket: the process that accepted our TCP connection
+        // waits for us at its own address.
+        let name = valid_name(&answer[1..])?;
+        let mut c = match Connection::connect(&format!("shm:{name}"), &options()) {
+            Ok(c) => c,
+            Err(e) => {
+                debug!("connect {server}: accepting process unreachable ({e}); plain TCP");
+                return None;
+            }
+        };
+        c.set_nonblocking(true);
+        c.send(&claim).ok()?;
+        if receive(&mut c, ANSWER_TIMEOUT) == [YES] {
+            debug!("connect {server}: claim taken by the accepting process ({name})");
+            return Some((c, client, server));
+        }
+        debug!("connect {server}: the accepting process did not confirm; plain TCP");
+        return None;
     }
     debug!("connect {server}: claim refused; plain TCP");
     None
+}
+
+/// The side of a process that accepts on a listening socket whose registration another
+/// process holds (a forked worker, a later member of an SO_REUSEPORT group).
+mod worker {
+    use super::*;
+
+    struct State {
+        pid: u32,
+        listener: Listener,
+        name: String,
+    }
+
+    /// This process's own shmlink listener, where clients sent here arrive.
+    static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+    /// TCP connection `key` was accepted here: asks the registering process whether it
+    /// was claimed; if so its client comes to this process's listener with the same
+    /// claim and this process confirms. The connection to use, or `None` (plain TCP).
+    pub(crate) fn query(reg: &Registration, key: Key) -> Option<Connection> {
+        if !reg.serves(&key.0) {
+            return None;
+        }
+        let pid = std::process::id();
+        let mut guard = STATE.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.as_ref().is_some_and(|s| s.pid != pid) {
+            // Inherited across a fork: that listener and its socket file are the
+            // parent's, not to be closed here.
+            std::mem::forget(guard.take());
+        }
+        if guard.is_none() {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            let name = format!("tcpw-{:x}-{pid}-{nanos:x}", netns());
+            let mut l = match Listener::bind(&format!("shm:{name}"), &options()) {
+                Ok(l) => l,
+                Err(e) => {
+                    debug!("accept {} <- {}: no listener of ours ({e}); TCP", key.0, key.1);
+                    return None;
+                }
+            };
+            l.set_nonblocking(true);
+            *guard = Some(State {
+                pid,
+                listener: l,
+                name,
+            });
+        }
+        let st = guard.as_mut()?;
+        let mut q = match Connection::connect(&reg.addr, &options()) {
+            Ok(q) => q,
+            Err(e) => {
+                debug!("accept {} <- {}: registration unreachable ({e}); TCP", key.0, key.1);
+                return None;
+            }
+        };
+        q.set_nonblocking(true);
+        if receive(&mut q, ANSWER_TIMEOUT) != [READY] {
+            return None;
+        }
+        q.send(&encode_query(&key, &st.name)).ok()?;
+        if receive(&mut q, ACCEPT_WAIT + Duration::from_secs(1)) != [YES] {
+            debug!("accept {} <- {}: not claimed; TCP", key.0, key.1);
+            return None;
+        }
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        while Instant::now() < deadline {
+            match st.listener.accept() {
+                Ok(mut c) => {
+                    c.set_nonblocking(true);
+                    let m = receive(&mut c, deadline.saturating_duration_since(Instant::now()));
+                    if decode_claim(&m) == Some(key) {
+                        c.send(&[YES]).ok()?;
+                        debug!("claim {} <- {}: yes (accepted here)", key.0, key.1);
+                        return Some(c);
+                    }
+                    debug!("accept {} <- {}: a stray client ({} bytes)", key.0, key.1, m.len());
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    real::poll_one(st.listener.as_raw_fd(), libc::POLLIN, 50);
+                }
+                Err(e) => {
+                    debug!("accept {} <- {}: {e}; TCP", key.0, key.1);
+                    return None;
+                }
+            }
+        }
+        debug!("accept {} <- {}: the client did not come; TCP", key.0, key.1);
+        None
+    }
 }
