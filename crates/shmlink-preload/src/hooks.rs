@@ -962,7 +962,9 @@ fn release(removed: Removed) {
         Removed::Sock(e) => drop(e),
         Removed::Listener(reg) => {
             // The helper holds one reference, the table one per fd naming it.
-            if Arc::strong_count(&reg) <= 2 {
+            // After a fork the other processes may still accept on it (a prefork
+            // server's parent closes its copy): the helper keeps answering them.
+            if Arc::strong_count(&reg) <= 2 && !reg.forked() {
                 reg.stop_now();
             }
         }

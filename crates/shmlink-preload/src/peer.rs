@@ -42,6 +42,14 @@ const GO: u8 = 3;
 /// shares with the registering process (fork, SO_REUSEPORT): magic, version, the key,
 /// then the shmlink name where it waits for the client.
 const QMAGIC: &[u8; 4] = b"SLPQ";
+/// On a shared socket the answer comes at accept time, when the client may be giving up
+/// (its [`ANSWER_TIMEOUT`]): the accepting process answers CONFIRM and commits only once
+/// the client answers CONFIRMED (a client that gave up closed the connection instead).
+const CONFIRM: u8 = 4;
+const CONFIRMED: u8 = 5;
+/// How long the accepting process waits for CONFIRMED (the client answers at once; a
+/// client that gave up closes, which ends the wait sooner).
+const CONFIRM_WAIT: Duration = Duration::from_secs(10);
 
 /// How long a client waits for its claim's answer before staying on TCP.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -278,6 +286,12 @@ impl Registration {
         !self.stop.load(Ordering::Relaxed)
     }
 
+    /// Whether the socket was shared by a fork since it registered: closing it here
+    /// leaves it open in the other processes, whose accepts this helper still answers.
+    pub(crate) fn forked(&self) -> bool {
+        self.pid == std::process::id() && self.born != FORKS.load(Ordering::Relaxed)
+    }
+
     /// Whether another process may accept this socket's connections (it was shared by
     /// a fork, or it is one of an SO_REUSEPORT group): then a claim is answered only
     /// when some process accepts its TCP connection, by that process.
@@ -327,15 +341,10 @@ impl Registration {
                 .map(|(g, _)| g)
                 .unwrap_or_else(|e| e.into_inner().0);
         }
-        if let Some(mut conn) = st.claimed.remove(&key) {
+        if let Some(conn) = st.claimed.remove(&key) {
             drop(st);
             // A shared socket, accepted here: the answer is ours to give.
-            if conn.send(&[YES]).is_err() {
-                debug!("accept {} <- {}: claim dropped; stays TCP", key.0, key.1);
-                return None;
-            }
-            debug!("claim {} <- {}: yes (accepted here)", key.0, key.1);
-            return Some((conn, None));
+            return confirm(conn, key).map(|c| (c, None));
         }
         if let Some(mut conn) = st.pending.remove(&key) {
             drop(st);
@@ -734,6 +743,10 @@ pub(crate) fn claim(mut conn: Connection, fd: RawFd) -> Option<(Connection, Endp
     if answer == [YES] {
         return Some((conn, client, server));
     }
+    if answer == [CONFIRM] {
+        conn.send(&[CONFIRMED]).ok()?;
+        return Some((conn, client, server));
+    }
     if answer.first() == Some(&GO) {
         // A shared listening socket: the process that accepted our TCP connection
         // waits for us at its own address.
@@ -747,7 +760,7 @@ pub(crate) fn claim(mut conn: Connection, fd: RawFd) -> Option<(Connection, Endp
         };
         c.set_nonblocking(true);
         c.send(&claim).ok()?;
-        if receive(&mut c, ANSWER_TIMEOUT) == [YES] {
+        if receive(&mut c, ANSWER_TIMEOUT) == [CONFIRM] && c.send(&[CONFIRMED]).is_ok() {
             debug!("connect {server}: claim taken by the accepting process ({name})");
             return Some((c, client, server));
         }
@@ -755,6 +768,21 @@ pub(crate) fn claim(mut conn: Connection, fd: RawFd) -> Option<(Connection, Endp
         return None;
     }
     debug!("connect {server}: claim refused; plain TCP");
+    None
+}
+
+/// The accepting process's yes on a shared socket: CONFIRM, then the client's CONFIRMED
+/// (or its close: it gave up, the connection stays TCP).
+fn confirm(mut conn: Connection, key: Key) -> Option<Connection> {
+    if conn.send(&[CONFIRM]).is_err() {
+        debug!("accept {} <- {}: claim dropped; stays TCP", key.0, key.1);
+        return None;
+    }
+    if receive(&mut conn, CONFIRM_WAIT) == [CONFIRMED] {
+        debug!("claim {} <- {}: yes (accepted here)", key.0, key.1);
+        return Some(conn);
+    }
+    debug!("accept {} <- {}: the client gave up; stays TCP", key.0, key.1);
     None
 }
 
@@ -830,9 +858,7 @@ mod worker {
                     c.set_nonblocking(true);
                     let m = receive(&mut c, deadline.saturating_duration_since(Instant::now()));
                     if decode_claim(&m) == Some(key) {
-                        c.send(&[YES]).ok()?;
-                        debug!("claim {} <- {}: yes (accepted here)", key.0, key.1);
-                        return Some(c);
+                        return confirm(c, key);
                     }
                     debug!("accept {} <- {}: a stray client ({} bytes)", key.0, key.1, m.len());
                 }

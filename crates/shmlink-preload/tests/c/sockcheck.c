@@ -1011,6 +1011,129 @@ static int xclient(int port, int mode) {
     return 0;
 }
 
+
+/* Prefork servers: pserver0 listens and forks 2 children that accept on the shared
+ * socket concurrently; pserver1 forks 2 children that each listen on their own socket
+ * of one SO_REUSEPORT group. Each connection: read a line, answer "pong LEN", close.
+ * The parent stops the children when its stdin ends. pclient makes 4 connections at
+ * once, then 4 one after the other. */
+static void pserve(int ls) {
+    for (;;) {
+        int fd = accept(ls, NULL, NULL);
+        if (fd < 0) {
+            if (errno == EINTR) continue;
+            die("accept");
+        }
+        char line[128];
+        size_t got = 0;
+        while (got < sizeof line - 1) {
+            ssize_t r = read(fd, line + got, 1);
+            if (r <= 0) break;
+            got++;
+            if (line[got - 1] == '\n') break;
+        }
+        char out[64];
+        int n = snprintf(out, sizeof out, "pong %zu\n", got);
+        write_full(fd, out, (size_t)n);
+        close(fd);
+    }
+}
+
+static int reuseport_socket(int port) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    if (setsockopt(s, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0) die("SO_REUSEPORT");
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(s, (struct sockaddr *)&a, sizeof a) < 0) die("bind");
+    return s;
+}
+
+static int pserver(const char *path, int mode) {
+    pid_t kids[2];
+    int ls = -1, port = 0;
+    int ready[2];
+    if (pipe(ready) < 0) die("pipe");
+    if (mode == 0) {
+        ls = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (bind(ls, (struct sockaddr *)&a, sizeof a) < 0) die("bind");
+        if (listen(ls, 64) < 0) die("listen");
+        socklen_t len = sizeof a;
+        getsockname(ls, (struct sockaddr *)&a, &len);
+        port = ntohs(a.sin_port);
+    } else {
+        int s = reuseport_socket(0);
+        struct sockaddr_in a;
+        socklen_t len = sizeof a;
+        getsockname(s, (struct sockaddr *)&a, &len);
+        port = ntohs(a.sin_port);
+        ls = s; /* held bound (not listening) until the children listen */
+    }
+    for (int i = 0; i < 2; i++) {
+        kids[i] = fork();
+        if (kids[i] < 0) die("fork");
+        if (kids[i] == 0) {
+            int s = ls;
+            if (mode == 1) {
+                close(ls);
+                s = reuseport_socket(port);
+                if (listen(s, 64) < 0) die("listen");
+            }
+            if (write(ready[1], "r", 1) != 1) die("ready");
+            pserve(s);
+        }
+        char c;
+        if (read(ready[0], &c, 1) != 1) die("child ready");
+    }
+    close(ls);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) die("port file");
+    fprintf(f, "%d\n", port);
+    fclose(f);
+    rename(tmp, path);
+    char c;
+    while (read(0, &c, 1) > 0) {}
+    for (int i = 0; i < 2; i++) kill(kids[i], SIGTERM);
+    for (int i = 0; i < 2; i++) {
+        int st;
+        waitpid(kids[i], &st, 0);
+    }
+    say("children done");
+    return 0;
+}
+
+static void pfinish(int fd, int i) {
+    char buf[128];
+    size_t got = 0;
+    ssize_t r;
+    while ((r = read(fd, buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)r;
+    buf[got] = 0;
+    say("conn %d: %s", i, buf);
+    close(fd);
+}
+
+static int pclient(int port) {
+    int fds[4];
+    char req[64];
+    for (int i = 0; i < 4; i++) {
+        fds[i] = connect_to(port, 0);
+        int n = snprintf(req, sizeof req, "hello %d%.*s\n", i, i, "xxxx");
+        write_full(fds[i], req, (size_t)n);
+    }
+    for (int i = 0; i < 4; i++) pfinish(fds[i], i);
+    for (int i = 4; i < 8; i++) {
+        int fd = connect_to(port, 0);
+        int n = snprintf(req, sizeof req, "hello %d\n", i);
+        write_full(fd, req, (size_t)n);
+        pfinish(fd, i);
+    }
+    return 0;
+}
+
 static int ping_client(int port) {
     int fd = connect_to(port, 0);
     write_full(fd, "ping", 4);
@@ -1040,6 +1163,8 @@ int main(int argc, char **argv) {
     if (strncmp(argv[1], "xclient", 7) == 0) return xclient(atoi(argv[2]), atoi(argv[1] + 7));
     if (strcmp(argv[1], "xcount") == 0) return xcount(atoi(argv[2]));
     if (strcmp(argv[1], "xecho") == 0) return xecho();
+    if (strncmp(argv[1], "pserver", 7) == 0) return pserver(argv[2], atoi(argv[1] + 7));
+    if (strcmp(argv[1], "pclient") == 0) return pclient(atoi(argv[2]));
     if (strcmp(argv[1], "server") == 0) {
         int ls = listen_and_publish(argv[2]);
         for (int i = 0; i < SCENARIOS; i++) {
