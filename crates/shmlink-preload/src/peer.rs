@@ -204,8 +204,17 @@ fn options() -> Options {
 pub(crate) struct Registration {
     /// The bound address (possibly a wildcard).
     pub bound: Endpoint,
-    /// Its shmlink address (`shm:tcp-…`).
-    pub addr: String,
+    /// Its socket file: forked workers reach it by path (nginx clears their environment,
+    /// `SHMLINK_DIR` with it).
+    pub path: PathBuf,
+    /// The effective uid that registered: a worker that changed uid (nginx's `user`)
+    /// cannot reach the helper and says so through [`Self::refusals`] instead.
+    pub uid: u32,
+    /// A pipe (read end, write end; -1 if none) inherited by forked workers: a worker
+    /// that accepted a connection it cannot take onto shared memory writes its key
+    /// there, and the helper answers that claim no at once instead of letting the client
+    /// wait for an answer that would never come.
+    refusals: [RawFd; 2],
     /// The socket has SO_REUSEPORT: other processes' sockets may take its connections.
     pub reuseport: bool,
     /// Another process of the SO_REUSEPORT group holds the registration: this one has
@@ -329,8 +338,7 @@ impl Registration {
         }
         let mut st = self.lock();
         let deadline = Instant::now() + ACCEPT_WAIT;
-        while !st.pending.contains_key(&key) && !st.claimed.contains_key(&key) && st.in_flight > 0
-        {
+        while !st.pending.contains_key(&key) && !st.claimed.contains_key(&key) && st.in_flight > 0 {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -376,8 +384,7 @@ impl Registration {
     fn answer_query(&self, key: Key, name: &str) -> bool {
         let mut st = self.lock();
         let deadline = Instant::now() + ACCEPT_WAIT;
-        while !st.claimed.contains_key(&key) && !st.pending.contains_key(&key) && st.in_flight > 0
-        {
+        while !st.claimed.contains_key(&key) && !st.pending.contains_key(&key) && st.in_flight > 0 {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -408,13 +415,56 @@ impl Registration {
             // Answered yes before the fork made the socket shared: the client already
             // talks to this process, which did not accept it (docs: a claim in flight
             // at a fork).
-            debug!("claim {} <- {}: accepted elsewhere after a yes", key.0, key.1);
+            debug!(
+                "claim {} <- {}: accepted elsewhere after a yes",
+                key.0, key.1
+            );
         }
         let now = Instant::now();
         st.decided
             .retain(|_, t| now.duration_since(*t) < DECIDED_TTL);
         st.decided.insert(key, now);
         false
+    }
+
+    /// Reads the keys forked workers refused (see [`Self::refusals`]): each such claim is
+    /// answered no at once, and the connection is known to be plain TCP.
+    fn read_refusals(&self) {
+        let mut buf = [0u8; CLAIM_LEN * 16];
+        loop {
+            // SAFETY: `buf` is valid for its length; our own non-blocking pipe.
+            let n = unsafe { real::read(self.refusals[0], buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                return;
+            }
+            for msg in buf[..n as usize].chunks(CLAIM_LEN) {
+                let Some(key) = decode_claim(msg) else {
+                    continue;
+                };
+                let mut st = self.lock();
+                let now = Instant::now();
+                st.decided.insert(key, now);
+                if let Some(mut conn) = st.claimed.remove(&key) {
+                    drop(st);
+                    let _ = conn.send(&[NO]);
+                    debug!(
+                        "claim {} <- {}: no (its accepting process refused)",
+                        key.0, key.1
+                    );
+                }
+            }
+        }
+    }
+
+    /// A worker that accepted `key` but cannot take it onto shared memory tells the
+    /// helper (one write of less than PIPE_BUF bytes: atomic).
+    fn refuse(&self, key: Key) {
+        if self.refusals[1] < 0 {
+            return;
+        }
+        let msg = encode_claim(&key.0, &key.1);
+        // SAFETY: `msg` is valid for its length; the inherited pipe's write end.
+        unsafe { real::write(self.refusals[1], msg.as_ptr().cast(), msg.len()) };
     }
 
     /// Answers one claim, under the lock `take` takes.
@@ -456,9 +506,13 @@ pub(crate) fn register(fd: RawFd) -> Option<Arc<Registration>> {
         !bound.is_v4() && sockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY).unwrap_or(0) != 0;
     let path = reg_path(&bound);
     let addr = format!("shm:{}", reg_name(&bound));
+    // SAFETY: plain geteuid.
+    let uid = unsafe { libc::geteuid() };
     let new = |remote: bool, wake: RawFd| Registration {
         bound,
-        addr: addr.clone(),
+        path: path.clone(),
+        uid,
+        refusals: [-1, -1],
         reuseport,
         remote,
         v6only,
@@ -481,9 +535,18 @@ pub(crate) fn register(fd: RawFd) -> Option<Arc<Registration>> {
             return None;
         }
     };
+    let mut refusals = [-1; 2];
+    // SAFETY: a valid array of two fds.
+    if unsafe { libc::pipe2(refusals.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } == 0 {
+        crate::table::set_internal(&refusals, true);
+    } else {
+        refusals = [-1, -1];
+    }
     let reg = Arc::new(Registration {
         bound,
-        addr,
+        path: path.clone(),
+        uid,
+        refusals,
         reuseport,
         remote: false,
         v6only,
@@ -539,9 +602,17 @@ fn serve(mut listener: Listener, reg: Arc<Registration>) {
                         events: libc::POLLIN,
                         revents: 0,
                     },
+                    libc::pollfd {
+                        fd: reg.refusals[0],
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
                 ];
-                // SAFETY: two valid pollfds (a negative fd is ignored by poll).
-                unsafe { real::poll(fds.as_mut_ptr(), 2, 200) };
+                // SAFETY: three valid pollfds (a negative fd is ignored by poll).
+                unsafe { real::poll(fds.as_mut_ptr(), 3, 200) };
+                if fds[2].revents != 0 {
+                    reg.read_refusals();
+                }
             }
             Err(e) => {
                 debug!("registration {}: accept: {e}", reg.bound);
@@ -617,8 +688,10 @@ fn encode_query(key: &Key, name: &str) -> Vec<u8> {
 /// A shmlink name as this library makes them (untrusted input: checked).
 fn valid_name(b: &[u8]) -> Option<String> {
     let ok = !b.is_empty()
-        && b.len() <= 100
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-');
+        && b.len() <= 200
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"-_./".contains(c))
+        && !b.windows(2).any(|w| w == b"..");
     ok.then(|| String::from_utf8_lossy(b).into_owned())
 }
 
@@ -782,7 +855,10 @@ fn confirm(mut conn: Connection, key: Key) -> Option<Connection> {
         debug!("claim {} <- {}: yes (accepted here)", key.0, key.1);
         return Some(conn);
     }
-    debug!("accept {} <- {}: the client gave up; stays TCP", key.0, key.1);
+    debug!(
+        "accept {} <- {}: the client gave up; stays TCP",
+        key.0, key.1
+    );
     None
 }
 
@@ -807,6 +883,25 @@ mod worker {
         if !reg.serves(&key.0) {
             return None;
         }
+        // SAFETY: plain geteuid.
+        if unsafe { libc::geteuid() } != reg.uid {
+            // The helper would not admit us (and our listener would not be trusted by
+            // its clients): its claim, if any, is answered no at once.
+            reg.refuse(key);
+            debug!(
+                "accept {} <- {}: another uid than the registration's; TCP",
+                key.0, key.1
+            );
+            return None;
+        }
+        let r = query_inner(reg, key);
+        if r.is_none() {
+            reg.refuse(key);
+        }
+        r
+    }
+
+    fn query_inner(reg: &Registration, key: Key) -> Option<Connection> {
         let pid = std::process::id();
         let mut guard = STATE.lock().unwrap_or_else(|e| e.into_inner());
         if guard.as_ref().is_some_and(|s| s.pid != pid) {
@@ -819,11 +914,18 @@ mod worker {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.subsec_nanos())
                 .unwrap_or(0);
-            let name = format!("tcpw-{:x}-{pid}-{nanos:x}", netns());
+            let dir = reg.path.parent().map(PathBuf::from).unwrap_or_default();
+            let name = dir
+                .join(format!("tcpw-{:x}-{pid}-{nanos:x}.sock", netns()))
+                .display()
+                .to_string();
             let mut l = match Listener::bind(&format!("shm:{name}"), &options()) {
                 Ok(l) => l,
                 Err(e) => {
-                    debug!("accept {} <- {}: no listener of ours ({e}); TCP", key.0, key.1);
+                    debug!(
+                        "accept {} <- {}: no listener of ours ({e}); TCP",
+                        key.0, key.1
+                    );
                     return None;
                 }
             };
@@ -835,10 +937,13 @@ mod worker {
             });
         }
         let st = guard.as_mut()?;
-        let mut q = match Connection::connect(&reg.addr, &options()) {
+        let mut q = match Connection::connect(&format!("shm:{}", reg.path.display()), &options()) {
             Ok(q) => q,
             Err(e) => {
-                debug!("accept {} <- {}: registration unreachable ({e}); TCP", key.0, key.1);
+                debug!(
+                    "accept {} <- {}: registration unreachable ({e}); TCP",
+                    key.0, key.1
+                );
                 return None;
             }
         };
@@ -860,7 +965,12 @@ mod worker {
                     if decode_claim(&m) == Some(key) {
                         return confirm(c, key);
                     }
-                    debug!("accept {} <- {}: a stray client ({} bytes)", key.0, key.1, m.len());
+                    debug!(
+                        "accept {} <- {}: a stray client ({} bytes)",
+                        key.0,
+                        key.1,
+                        m.len()
+                    );
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     real::poll_one(st.listener.as_raw_fd(), libc::POLLIN, 50);
@@ -871,7 +981,10 @@ mod worker {
                 }
             }
         }
-        debug!("accept {} <- {}: the client did not come; TCP", key.0, key.1);
+        debug!(
+            "accept {} <- {}: the client did not come; TCP",
+            key.0, key.1
+        );
         None
     }
 }

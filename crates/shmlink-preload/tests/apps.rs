@@ -242,12 +242,42 @@ fn redis_serves_plain_and_preloaded_clients() {
     drop(_server);
 }
 
-/// nginx (one process: `master_process off`, since a listener shared by a fork stays on
-/// TCP) serving static files preloaded: curl fetches a 1 MiB file (nginx's `sendfile`)
-/// intact plain and preloaded, and wrk runs `-c 1` and `-c 64` both ways without socket
-/// errors; only the preloaded clients use shared memory.
+/// nginx in one process (`master_process off`) serving static files preloaded: curl
+/// fetches a 1 MiB file (nginx's `sendfile`) intact plain and preloaded, and wrk runs
+/// `-c 1` and `-c 64` both ways without socket errors; only the preloaded clients use
+/// shared memory.
 #[test]
 fn nginx_serves_plain_and_preloaded_clients() {
+    nginx_check(false);
+}
+
+/// The same with nginx's default process model, a master and two workers that share the
+/// listening socket by `fork` (the claims are answered by the worker that accepts).
+#[test]
+fn nginx_master_and_workers_serve_over_shm() {
+    nginx_check(true);
+}
+
+/// Stops an nginx master gracefully (its workers with it), else kills it.
+struct NginxMaster(Child);
+
+impl Drop for NginxMaster {
+    fn drop(&mut self) {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn nginx_check(master: bool) {
     if !have_path("nginx") || !have_path("wrk") || !have_path("curl") {
         shmlink::testing::skip(
             "apps",
@@ -255,7 +285,7 @@ fn nginx_serves_plain_and_preloaded_clients() {
         );
         return;
     }
-    let scratch = Scratch::new("nginx");
+    let scratch = Scratch::new(if master { "nginx-master" } else { "nginx" });
     let dir = scratch.0.clone();
     std::fs::create_dir_all(dir.join("www")).expect("scratch dir");
     std::fs::create_dir_all(dir.join("tmp")).expect("scratch dir");
@@ -267,11 +297,21 @@ fn nginx_serves_plain_and_preloaded_clients() {
     let port = free_port();
     let d = dir.display();
     let conf = format!(
-        "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log {d}/error.log info;\n\
+        "{}daemon off;\nmaster_process {};\nworker_processes {};\nerror_log {d}/error.log info;\n\
          pid {d}/nginx.pid;\nevents {{ worker_connections 1024; }}\nhttp {{\n  access_log off;\n\
          sendfile on;\n  client_body_temp_path {d}/tmp;\n  proxy_temp_path {d}/tmp;\n\
          fastcgi_temp_path {d}/tmp;\n  uwsgi_temp_path {d}/tmp;\n  scgi_temp_path {d}/tmp;\n\
-         server {{ listen 127.0.0.1:{port}; root {d}/www; }}\n}}\n"
+         server {{ listen 127.0.0.1:{port}; root {d}/www; }}\n}}\n",
+        // As root, nginx's workers would become `nobody`, which the registration
+        // (root's) does not admit: they keep root's uid here (docs/transparent.md).
+        // SAFETY: plain geteuid.
+        if master && unsafe { libc::geteuid() } == 0 {
+            "user root;\n"
+        } else {
+            ""
+        },
+        if master { "on" } else { "off" },
+        if master { 2 } else { 1 },
     );
     std::fs::write(dir.join("nginx.conf"), conf).expect("conf");
     let lib = preload_lib();
@@ -288,7 +328,7 @@ fn nginx_serves_plain_and_preloaded_clients() {
         .stderr(std::fs::File::create(&log).expect("log"))
         .spawn()
         .expect("spawn nginx");
-    let _server = Reaped(server);
+    let _server = NginxMaster(server);
     let deadline = Instant::now() + Duration::from_secs(20);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "nginx never listened");

@@ -183,8 +183,7 @@ fn shm_connections(log: &str) -> usize {
 }
 
 /// Plain, preloaded, and both mixed pairs observe the same; only the preloaded pair uses
-/// shared memory, for every scenario up to the fork (after a fork the listener stops
-/// taking claims, see docs/transparent.md).
+/// shared memory, for every scenario.
 #[test]
 fn every_pairing_observes_what_plain_tcp_gives() {
     let scratch = Scratch::new("semantics");
@@ -553,6 +552,79 @@ fn exec_continues_a_connection_over_tcp() {
                 pre.1
             );
         }
+    }
+}
+
+/// Prefork servers: a listening socket shared by two forked children accepting at once
+/// (`pserver0`), and two children each listening on its own socket of one SO_REUSEPORT
+/// group (`pserver1`). Plain and preloaded print the same; preloaded, every connection
+/// goes over shared memory whichever process accepts it (the claim is answered by the
+/// accepting process), and both children accept some across the runs.
+#[test]
+fn prefork_and_reuseport_servers_take_claims_in_whichever_process_accepts() {
+    let scratch = Scratch::new("prefork");
+    let Some(prog) = compile(&scratch.0) else {
+        return;
+    };
+    for mode in ["pserver0", "pserver1"] {
+        let run = |preloaded: bool| {
+            let port_file = scratch.0.join(format!("port-{mode}-{preloaded}"));
+            let _ = std::fs::remove_file(&port_file);
+            let cmd = |args: &[&str]| {
+                let mut c = Command::new(&prog);
+                c.args(args)
+                    .env("SHMLINK_DIR", scratch.0.join("rdv"))
+                    .env("SHMLINK_LOG", "debug")
+                    .env_remove("LD_PRELOAD")
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                if preloaded {
+                    c.env("LD_PRELOAD", preload_lib());
+                }
+                c
+            };
+            let mut server = cmd(&[mode, port_file.to_str().unwrap()])
+                .stdin(Stdio::piped())
+                .spawn()
+                .expect("spawn");
+            let port = wait_port(&port_file);
+            let client = cmd(&["pclient", &port]).spawn().expect("spawn");
+            let c = finish(client, "pclient");
+            // The server stops its children when its stdin ends.
+            drop(server.stdin.take());
+            let s = finish(server, mode);
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            (
+                text(&s.stdout),
+                text(&s.stderr),
+                text(&c.stdout),
+                text(&c.stderr),
+            )
+        };
+        let plain = run(false);
+        assert!(plain.2.contains("conn 7: pong 8"), "{mode}: {plain:?}");
+        assert!(plain.0.contains("children done"), "{mode}: {plain:?}");
+        assert_eq!(shm_connections(&plain.3), 0);
+        let mut accepters = std::collections::HashSet::new();
+        for _ in 0..3 {
+            let pre = run(true);
+            assert_eq!(pre.0, plain.0, "{mode}: server\n{}", pre.1);
+            assert_eq!(pre.2, plain.2, "{mode}: client\n{}", pre.3);
+            assert_eq!(
+                shm_connections(&pre.3),
+                8,
+                "{mode}: client\n{}\n{}",
+                pre.3,
+                pre.1
+            );
+            for line in pre.1.lines().filter(|l| l.contains("yes (accepted here)")) {
+                accepters.insert(line.split(']').next().unwrap_or("").to_string());
+            }
+        }
+        assert!(
+            accepters.len() >= 2,
+            "{mode}: one process took every claim: {accepters:?}"
+        );
     }
 }
 
