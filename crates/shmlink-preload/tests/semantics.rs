@@ -567,10 +567,10 @@ fn prefork_and_reuseport_servers_take_claims_in_whichever_process_accepts() {
         return;
     };
     for mode in ["pserver0", "pserver1"] {
-        let run = |preloaded: bool| {
-            let port_file = scratch.0.join(format!("port-{mode}-{preloaded}"));
+        let run = |server_preloaded: bool, client_preloaded: bool| {
+            let port_file = scratch.0.join(format!("port-{mode}"));
             let _ = std::fs::remove_file(&port_file);
-            let cmd = |args: &[&str]| {
+            let cmd = |args: &[&str], preloaded: bool| {
                 let mut c = Command::new(&prog);
                 c.args(args)
                     .env("SHMLINK_DIR", scratch.0.join("rdv"))
@@ -583,12 +583,14 @@ fn prefork_and_reuseport_servers_take_claims_in_whichever_process_accepts() {
                 }
                 c
             };
-            let mut server = cmd(&[mode, port_file.to_str().unwrap()])
+            let mut server = cmd(&[mode, port_file.to_str().unwrap()], server_preloaded)
                 .stdin(Stdio::piped())
                 .spawn()
                 .expect("spawn");
             let port = wait_port(&port_file);
-            let client = cmd(&["pclient", &port]).spawn().expect("spawn");
+            let client = cmd(&["pclient", &port], client_preloaded)
+                .spawn()
+                .expect("spawn");
             let c = finish(client, "pclient");
             // The server stops its children when its stdin ends.
             drop(server.stdin.take());
@@ -601,13 +603,13 @@ fn prefork_and_reuseport_servers_take_claims_in_whichever_process_accepts() {
                 text(&c.stderr),
             )
         };
-        let plain = run(false);
+        let plain = run(false, false);
         assert!(plain.2.contains("conn 7: pong 8"), "{mode}: {plain:?}");
         assert!(plain.0.contains("children done"), "{mode}: {plain:?}");
         assert_eq!(shm_connections(&plain.3), 0);
         let mut accepters = std::collections::HashSet::new();
         for _ in 0..3 {
-            let pre = run(true);
+            let pre = run(true, true);
             assert_eq!(pre.0, plain.0, "{mode}: server\n{}", pre.1);
             assert_eq!(pre.2, plain.2, "{mode}: client\n{}", pre.3);
             assert_eq!(
@@ -625,6 +627,21 @@ fn prefork_and_reuseport_servers_take_claims_in_whichever_process_accepts() {
             accepters.len() >= 2,
             "{mode}: one process took every claim: {accepters:?}"
         );
+        // Mixed pairs stay on TCP and observe the same.
+        for (sp, cp) in [(true, false), (false, true)] {
+            let m = run(sp, cp);
+            assert_eq!(
+                m.0, plain.0,
+                "{mode} server {sp} client {cp}: server\n{}",
+                m.1
+            );
+            assert_eq!(
+                m.2, plain.2,
+                "{mode} server {sp} client {cp}: client\n{}",
+                m.3
+            );
+            assert_eq!(shm_connections(&m.1) + shm_connections(&m.3), 0);
+        }
     }
 }
 
