@@ -362,3 +362,39 @@ pub(crate) fn tcp_send(s: &mut Sock, src: &[u8]) -> Result<usize, c_int> {
         r => r,
     }
 }
+
+/// The peer's switch message, found as our program closes the connection: sends again
+/// over TCP what it had not consumed (our TCP socket then closes with the `Sock`).
+pub(crate) fn peer_switched_at_close(s: &mut Sock, msg: &[u8]) {
+    let _g = Guard::enter();
+    let Some((consumed, _wrote)) = decode(msg) else {
+        return;
+    };
+    let Some(unsent) = s.tx_total.checked_sub(consumed) else {
+        return;
+    };
+    let unsent = unsent as usize;
+    if unsent > s.hist.len() {
+        return;
+    }
+    let tcp = s.tcp.as_raw_fd();
+    if unsent > 0 {
+        let cap = s.hist.len();
+        let mut pos = (consumed % cap as u64) as usize;
+        let mut left = unsent;
+        let deadline = Instant::now() + RESEND_WAIT;
+        while left > 0 {
+            let n = left.min(cap - pos);
+            if send_all(tcp, &s.hist[pos..pos + n], deadline).is_err() {
+                return;
+            }
+            left -= n;
+            pos = (pos + n) % cap;
+        }
+    }
+    s.switched = true;
+    debug!(
+        "{}: peer exec'd before our close: {unsent} bytes sent again over TCP",
+        s.name
+    );
+}

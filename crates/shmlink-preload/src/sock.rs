@@ -140,6 +140,24 @@ impl Drop for Sock {
             unsafe { real::close(fd) };
             return;
         }
+        if !self.switched && !self.broken {
+            // The peer may have exec'd: what it had not consumed of ours goes over TCP
+            // before our TCP socket closes (our program closed without reading further).
+            self.conn = Some(conn);
+            self.seek_switch(true);
+            let Some(c) = self.conn.take() else { return };
+            if self.switched {
+                return;
+            }
+            return self.close_shm(c);
+        }
+        self.close_shm(conn);
+    }
+}
+
+impl Sock {
+    /// The graceful close of the shm connection (the end of `Drop`).
+    fn close_shm(&mut self, conn: Connection) {
         if self.wr_shut && !self.fin_sent {
             let mut conn = conn;
             let _ = conn.send(&[]);
@@ -169,13 +187,10 @@ impl Sock {
             return Fill::Data;
         }
         if self.rd_shut || self.read_end == ReadEnd::Eof || self.switched {
-            if self.read_end == ReadEnd::Eof && !self.switched && !self.broken {
-                // After the peer's FIN only its exec's switch message can follow.
-                if let Ok(v) = self.conn().recv_vec() {
-                    if v.len() > CHUNK {
-                        crate::exec::peer_switched(self, &v);
-                    }
-                }
+            if !self.switched && !self.broken {
+                // After the peer's FIN, or our SHUT_RD (whose data nobody reads), look
+                // for its exec's switch message.
+                self.seek_switch(false);
             }
             return Fill::Eof;
         }
@@ -308,6 +323,41 @@ impl Sock {
             }
         }
         n
+    }
+
+    /// Takes the messages waiting in the ring, dropping data (nobody will read it: after
+    /// SHUT_RD, or at close), until the peer's exec switch message, which it acts on
+    /// (`closing`: only sends our unconsumed bytes again, the fds are going away).
+    pub(crate) fn seek_switch(&mut self, closing: bool) {
+        if closing || self.rd_shut || self.read_end != ReadEnd::Eof {
+            // Data may come first, which this drops: only once the peer is gone (it
+            // exec'd, closed or died), so that while it lives it still sees what we left
+            // unread (its reset-or-FIN rule).
+            let r = real::poll_one(self.ctl, libc::POLLIN | libc::POLLRDHUP, 0);
+            if r <= 0 || r as i16 & libc::POLLHUP == 0 {
+                return;
+            }
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        loop {
+            match conn.recv_vec() {
+                Ok(v) if v.len() > CHUNK => {
+                    if closing {
+                        crate::exec::peer_switched_at_close(self, &v);
+                    } else {
+                        crate::exec::peer_switched(self, &v);
+                    }
+                    return;
+                }
+                Ok(v) if v.is_empty() => self.read_end = ReadEnd::Eof,
+                Ok(v) if self.rd_shut || closing => self.rx_total += v.len() as u64,
+                // Data after a FIN: not from this library; leave it.
+                Ok(_) => return,
+                Err(_) => return,
+            }
+        }
     }
 
     /// Keeps a copy of bytes just sent in the history ring (what an exec'ing peer may

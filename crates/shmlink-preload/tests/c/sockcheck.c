@@ -902,7 +902,8 @@ static int exec_child(int fd) {
  *              50000 the client has not read, exec "xcount FD" (counts what is left,
  *              answers with the count);
  *   xserver 2: the same, exec'd with LD_PRELOAD removed from the environment (execle);
- *   xserver 3: the same, but the exec fails (ENOENT): this image goes on and counts. */
+ *   xserver 3: the same, but the exec fails (ENOENT): this image goes on and counts;
+ *   xserver 4: as 1, the client reads the 50000 bytes and closes without reading on. */
 extern char **environ;
 
 static int xcount(int fd) {
@@ -971,7 +972,7 @@ static int xserver(const char *path, const char *self, int mode) {
     static unsigned char out[50000];
     fill_pattern(out, sizeof out, 7);
     write_full(fd, out, sizeof out);
-    if (mode == 1) {
+    if (mode == 1 || mode == 4) {
         execl(self, self, "xcount", arg, (char *)NULL);
         die("execl");
     }
@@ -999,6 +1000,14 @@ static int xclient(int port, int mode) {
     if (mode != 0) {
         usleep(200000);
         write_full(fd, msg + first, 20000);
+    }
+    if (mode == 4) {
+        /* Reads what the server wrote before its exec, then closes at once: the bytes
+         * it had not consumed must still reach the exec'd image. */
+        read_full(fd, in, 50000);
+        say("read 50000 sum %08x, closing", sum(in, 50000));
+        close(fd);
+        return 0;
     }
     if (shutdown(fd, SHUT_WR) < 0) die("shutdown");
     size_t got = 0;
