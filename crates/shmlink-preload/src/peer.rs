@@ -214,7 +214,7 @@ pub(crate) struct Registration {
     /// that accepted a connection it cannot take onto shared memory writes its key
     /// there, and the helper answers that claim no at once instead of letting the client
     /// wait for an answer that would never come.
-    refusals: [RawFd; 2],
+    refusals: [AtomicI32; 2],
     /// The socket has SO_REUSEPORT: other processes' sockets may take its connections.
     pub reuseport: bool,
     /// Another process of the SO_REUSEPORT group holds the registration: this one has
@@ -432,8 +432,9 @@ impl Registration {
     fn read_refusals(&self) {
         let mut buf = [0u8; CLAIM_LEN * 16];
         loop {
+            let fd = self.refusals[0].load(Ordering::Relaxed);
             // SAFETY: `buf` is valid for its length; our own non-blocking pipe.
-            let n = unsafe { real::read(self.refusals[0], buf.as_mut_ptr().cast(), buf.len()) };
+            let n = unsafe { real::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
             if n <= 0 {
                 return;
             }
@@ -459,12 +460,13 @@ impl Registration {
     /// A worker that accepted `key` but cannot take it onto shared memory tells the
     /// helper (one write of less than PIPE_BUF bytes: atomic).
     fn refuse(&self, key: Key) {
-        if self.refusals[1] < 0 {
+        let fd = self.refusals[1].load(Ordering::Relaxed);
+        if fd < 0 {
             return;
         }
         let msg = encode_claim(&key.0, &key.1);
         // SAFETY: `msg` is valid for its length; the inherited pipe's write end.
-        unsafe { real::write(self.refusals[1], msg.as_ptr().cast(), msg.len()) };
+        unsafe { real::write(fd, msg.as_ptr().cast(), msg.len()) };
     }
 
     /// Answers one claim, under the lock `take` takes.
@@ -512,7 +514,7 @@ pub(crate) fn register(fd: RawFd) -> Option<Arc<Registration>> {
         bound,
         path: path.clone(),
         uid,
-        refusals: [-1, -1],
+        refusals: [AtomicI32::new(-1), AtomicI32::new(-1)],
         reuseport,
         remote,
         v6only,
@@ -546,7 +548,7 @@ pub(crate) fn register(fd: RawFd) -> Option<Arc<Registration>> {
         bound,
         path: path.clone(),
         uid,
-        refusals,
+        refusals: refusals.map(AtomicI32::new),
         reuseport,
         remote: false,
         v6only,
@@ -603,7 +605,7 @@ fn serve(mut listener: Listener, reg: Arc<Registration>) {
                         revents: 0,
                     },
                     libc::pollfd {
-                        fd: reg.refusals[0],
+                        fd: reg.refusals[0].load(Ordering::Relaxed),
                         events: libc::POLLIN,
                         revents: 0,
                     },
@@ -625,6 +627,15 @@ fn serve(mut listener: Listener, reg: Arc<Registration>) {
     let mut st = reg.lock();
     drop(listener);
     st.pending.clear();
+    st.claimed.clear();
+    for end in &reg.refusals {
+        let fd = end.swap(-1, Ordering::Relaxed);
+        if fd >= 0 {
+            crate::table::set_internal(&[fd], false);
+            // SAFETY: our own pipe end, swapped out: no one uses it after.
+            unsafe { real::close(fd) };
+        }
+    }
     let wake = reg.wake.swap(-1, Ordering::Relaxed);
     if wake >= 0 {
         crate::table::set_internal(&[wake], false);
@@ -876,6 +887,20 @@ mod worker {
     /// This process's own shmlink listener, where clients sent here arrive.
     static STATE: Mutex<Option<State>> = Mutex::new(None);
 
+    /// At exit (statics are not dropped): removes this process's listener's socket file.
+    extern "C" fn remove_at_exit() {
+        let _g = Guard::enter();
+        if let Ok(mut guard) = STATE.try_lock() {
+            if let Some(st) = guard.take() {
+                if st.pid == std::process::id() {
+                    drop(st);
+                } else {
+                    std::mem::forget(st);
+                }
+            }
+        }
+    }
+
     /// TCP connection `key` was accepted here: asks the registering process whether it
     /// was claimed; if so its client comes to this process's listener with the same
     /// claim and this process confirms. The connection to use, or `None` (plain TCP).
@@ -930,6 +955,11 @@ mod worker {
                 }
             };
             l.set_nonblocking(true);
+            static AT_EXIT: std::sync::Once = std::sync::Once::new();
+            // SAFETY: registers a plain function.
+            AT_EXIT.call_once(|| unsafe {
+                libc::atexit(remove_at_exit);
+            });
             *guard = Some(State {
                 pid,
                 listener: l,
