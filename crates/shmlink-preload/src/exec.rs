@@ -251,6 +251,26 @@ pub(crate) fn peer_switched(s: &mut Sock, msg: &[u8]) {
         }
     }
     shut_like(s, tcp);
+    s.switched = true;
+    debug!(
+        "{}: peer exec'd: continues over TCP ({unsent} bytes sent again, {} read ahead)",
+        s.name,
+        s.buffered()
+    );
+    if s.buffered() > 0 {
+        // Bytes it sent before the switch wait in `rbuf`: the fds move once they are
+        // read (`retarget_now`), reads take them first, writes go to TCP already.
+        s.retarget_due = true;
+    } else {
+        retarget_now(s);
+    }
+}
+
+/// Moves the program's fds of a switched connection onto its TCP socket.
+pub(crate) fn retarget_now(s: &mut Sock) {
+    let _g = Guard::enter();
+    s.retarget_due = false;
+    let tcp = s.tcp.as_raw_fd();
     let fds = fds_of(s.ctl);
     let nonblocking = fds
         .first()
@@ -258,11 +278,7 @@ pub(crate) fn peer_switched(s: &mut Sock, msg: &[u8]) {
         .is_some_and(|e| e.nonblocking.load(Ordering::Relaxed));
     set_nonblocking(tcp, nonblocking);
     let removed = retarget(&fds, tcp);
-    s.switched = true;
-    debug!(
-        "{}: peer exec'd: fds {fds:?} continue over TCP ({unsent} bytes sent again)",
-        s.name
-    );
+    debug!("{}: fds {fds:?} on TCP", s.name);
     // The callers hold their own reference: these are not the last.
     drop(removed);
 }

@@ -137,6 +137,7 @@ fn install(
         tx_total: 0,
         hist: Vec::new(),
         switched: false,
+        retarget_due: false,
     };
     match first {
         Some(v) if v.is_empty() => s.read_end = ReadEnd::Eof,

@@ -105,9 +105,12 @@ pub(crate) struct Sock {
     /// The last bytes we sent, `tx_total` modulo its length (allocated at the first
     /// write): what the peer may not have consumed when it switches to TCP at an exec.
     pub hist: Vec<u8>,
-    /// The peer moved the connection onto the TCP socket underneath (it exec'd): the
-    /// program's fds name that socket now, and calls still in flight go to it.
+    /// The peer moved the connection onto the TCP socket underneath (it exec'd): writes
+    /// and, once `rbuf` is empty, reads go to that socket.
     pub switched: bool,
+    /// After a switch: the program's fds still name the control socket (they move onto
+    /// the TCP socket when `rbuf`, read ahead, is empty).
+    pub retarget_due: bool,
 }
 
 /// What the fd table holds for each fd number that names a shm connection (dups share
@@ -325,6 +328,42 @@ impl Sock {
         n
     }
 
+    /// Takes every message waiting in the ring into `rbuf` (a byte stream: reads take
+    /// from it in order), up to the peer's exec switch message, which it acts on.
+    fn read_ahead(&mut self) {
+        if self.switched || self.broken || self.read_end == ReadEnd::Eof {
+            if self.read_end == ReadEnd::Eof && !self.switched && !self.broken {
+                self.seek_switch(false);
+            }
+            return;
+        }
+        loop {
+            let Some(conn) = self.conn.as_mut() else {
+                return;
+            };
+            match conn.recv_vec() {
+                Ok(v) if v.len() > CHUNK => {
+                    crate::exec::peer_switched(self, &v);
+                    return;
+                }
+                Ok(v) if v.is_empty() => {
+                    self.read_end = ReadEnd::Eof;
+                    self.seek_switch(false);
+                    return;
+                }
+                Ok(v) => {
+                    self.rx_total += v.len() as u64;
+                    if self.rpos > 0 {
+                        self.rbuf.drain(..self.rpos);
+                        self.rpos = 0;
+                    }
+                    self.rbuf.extend_from_slice(&v);
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
     /// Takes the messages waiting in the ring, dropping data (nobody will read it: after
     /// SHUT_RD, or at close), until the peer's exec switch message, which it acts on
     /// (`closing`: only sends our unconsumed bytes again, the fds are going away).
@@ -419,9 +458,10 @@ impl Sock {
                     // and will never make room.
                     let r = real::poll_one(self.ctl, libc::POLLIN | libc::POLLRDHUP, 0);
                     if r > 0 && r as i16 & (libc::POLLHUP | libc::POLLRDHUP) != 0 {
-                        // Or it exec'd and switched to TCP: its switch message is next
-                        // in our incoming ring if our program read all it sent before.
-                        if self.buffered() == 0 && self.fill() == Fill::Eof && self.switched {
+                        // Or it exec'd and switched to TCP: its switch message follows
+                        // what it sent that our program has not read yet (read ahead).
+                        self.read_ahead();
+                        if self.switched {
                             return match crate::exec::tcp_send(self, &src[done..]) {
                                 Ok(n) => Ok(done + n),
                                 Err(_) if done > 0 => Ok(done),
@@ -437,6 +477,15 @@ impl Sock {
                     break;
                 }
                 Err(e) => {
+                    // The peer may have exec'd (its switch follows what it sent).
+                    self.read_ahead();
+                    if self.switched {
+                        return match crate::exec::tcp_send(self, &src[done..]) {
+                            Ok(n) => Ok(done + n),
+                            Err(_) if done > 0 => Ok(done),
+                            Err(e) => Err(e),
+                        };
+                    }
                     crate::debug!("{}: send: {e}", self.name);
                     self.notice_gone(true);
                     if done == 0 {
@@ -496,13 +545,20 @@ pub(crate) fn read(entry: &Entry, dst: &mut [u8], flags: ReadFlags) -> Result<us
     let mut spun = false;
     'outer: loop {
         let mut s = entry.lock();
-        if s.switched {
+        if s.switched && s.buffered() == 0 {
             // The peer exec'd: the connection goes on over TCP.
+            if s.retarget_due {
+                crate::exec::retarget_now(&mut s);
+            }
             if got > 0 {
                 return Ok(got);
             }
             let fd = s.tcp.as_raw_fd();
             drop(s);
+            let flags = ReadFlags {
+                dontwait: nonblocking,
+                ..flags
+            };
             return crate::exec::tcp_recv(fd, dst, flags);
         }
         s.flush_fin();
@@ -609,7 +665,7 @@ pub(crate) fn write(entry: &Entry, src: &[u8], dontwait: bool) -> Result<usize, 
             // not as the program set O_NONBLOCK, which the switch gave the TCP socket).
             let fd = s.tcp.as_raw_fd();
             drop(s);
-            let flags = if dontwait { libc::MSG_DONTWAIT } else { 0 };
+            let flags = if nonblocking { libc::MSG_DONTWAIT } else { 0 };
             return match crate::exec::tcp_send_fd(fd, &src[done..], flags) {
                 Ok(n) => Ok(done + n),
                 Err(_) if done > 0 => Ok(done),
@@ -692,9 +748,14 @@ pub(crate) fn readiness(entry: &Entry, events: i16, announce: bool) -> i16 {
         Fill::Empty
     };
     if s.switched {
-        // The peer exec'd: the kernel's answer for the TCP socket.
+        // The peer exec'd: the kernel's answer for the TCP socket (and what was read
+        // ahead of the switch, first).
         let r = real::poll_one(s.tcp.as_raw_fd(), events, 0);
-        return if r > 0 { r as i16 } else { 0 };
+        let mut r = if r > 0 { r as i16 } else { 0 };
+        if s.buffered() > 0 {
+            r |= events & (libc::POLLIN | libc::POLLRDNORM);
+        }
+        return r;
     }
     if fill != Fill::Empty {
         r |= events & (libc::POLLIN | libc::POLLRDNORM);
@@ -792,6 +853,13 @@ pub(crate) fn kernel_woke(entry: &Entry, hup: bool) {
 /// `shutdown` on a shm connection.
 pub(crate) fn shutdown(entry: &Entry, how: c_int) -> Result<(), c_int> {
     let mut s = entry.lock();
+    if s.switched {
+        // The peer exec'd: the TCP socket carries the connection now.
+        // SAFETY: shutdown on our TCP socket.
+        if unsafe { real::shutdown(s.tcp.as_raw_fd(), how) } != 0 {
+            return Err(crate::errno());
+        }
+    }
     match how {
         libc::SHUT_RD => s.rd_shut = true,
         libc::SHUT_WR => s.wr_shut = true,
@@ -801,7 +869,9 @@ pub(crate) fn shutdown(entry: &Entry, how: c_int) -> Result<(), c_int> {
         }
         _ => return Err(libc::EINVAL),
     }
-    s.flush_fin();
+    if !s.switched {
+        s.flush_fin();
+    }
     Ok(())
 }
 
@@ -809,5 +879,17 @@ pub(crate) fn shutdown(entry: &Entry, how: c_int) -> Result<(), c_int> {
 pub(crate) fn available(entry: &Entry) -> usize {
     let mut s = entry.lock();
     s.fill();
+    if s.switched && s.buffered() == 0 {
+        let mut n: c_int = 0;
+        // SAFETY: FIONREAD into a valid int on our TCP socket.
+        unsafe {
+            real::ioctl(
+                s.tcp.as_raw_fd(),
+                libc::FIONREAD as _,
+                &mut n as *mut c_int as usize,
+            )
+        };
+        return n.max(0) as usize;
+    }
     s.buffered()
 }

@@ -484,20 +484,23 @@ fn run_exec_pair(
 /// (fork, dup2 onto 0 and 1, exec an echo); unread bytes both ways, with the server's
 /// program having read part of a message; the same exec'd without LD_PRELOAD; the same
 /// with a failed exec (the old image goes on); the client closing, after the exec, with
-/// the switch unread (its unconsumed bytes still reach the new image).
+/// the switch unread (its unconsumed bytes still reach the new image); the client
+/// blocked writing more than a ring while the server's bytes are unread (it reads them
+/// ahead, finds the switch and writes on over TCP).
 #[test]
 fn exec_continues_a_connection_over_tcp() {
     let scratch = Scratch::new("exec");
     let Some(prog) = compile(&scratch.0) else {
         return;
     };
-    let cases: [(&str, &[&str], &str); 6] = [
+    let cases: [(&str, &[&str], &str); 7] = [
         ("ping", &["exec-server"], "ping-client"),
         ("inetd", &["xserver0"], "xclient0"),
         ("unread", &["xserver1"], "xclient1"),
         ("unpreloaded", &["xserver2"], "xclient2"),
         ("failed", &["xserver3"], "xclient3"),
         ("close", &["xserver4"], "xclient4"),
+        ("blocked", &["xserver5"], "xclient5"),
     ];
     for (tag, server, client) in cases {
         let plain = run_exec_pair(&prog, &scratch.0, tag, server, client, false);
@@ -541,6 +544,10 @@ fn exec_continues_a_connection_over_tcp() {
             "inetd" => assert!(plain.2.contains("echo intact: 1"), "{}", plain.2),
             "failed" => assert!(plain.0.contains("exec -1 ENOENT"), "{}", plain.0),
             "close" => assert!(plain.0.contains("counted 22990"), "{}", plain.0),
+            "blocked" => {
+                assert!(plain.2.contains("got 50028 sum"), "{}", plain.2);
+                assert!(plain.2.contains("tail: counted 402990 sum"), "{}", plain.2);
+            }
             _ => {
                 // The bytes unread on both sides at the exec all arrived once, in order.
                 assert!(plain.2.contains("got 50027 sum"), "{}", plain.2);

@@ -903,7 +903,8 @@ static int exec_child(int fd) {
  *              answers with the count);
  *   xserver 2: the same, exec'd with LD_PRELOAD removed from the environment (execle);
  *   xserver 3: the same, but the exec fails (ENOENT): this image goes on and counts;
- *   xserver 4: as 1, the client reads the 50000 bytes and closes without reading on. */
+ *   xserver 4: as 1, the client reads the 50000 bytes and closes without reading on;
+ *   xserver 5: as 1, the client writes 400000 bytes (more than a ring) before reading. */
 extern char **environ;
 
 static int xcount(int fd) {
@@ -972,7 +973,7 @@ static int xserver(const char *path, const char *self, int mode) {
     static unsigned char out[50000];
     fill_pattern(out, sizeof out, 7);
     write_full(fd, out, sizeof out);
-    if (mode == 1 || mode == 4) {
+    if (mode == 1 || mode == 4 || mode == 5) {
         execl(self, self, "xcount", arg, (char *)NULL);
         die("execl");
     }
@@ -997,7 +998,13 @@ static int xclient(int port, int mode) {
     size_t first = mode == 0 ? sizeof msg : 3000;
     fill_pattern(msg, sizeof msg, 3);
     write_full(fd, msg, first);
-    if (mode != 0) {
+    if (mode == 5) {
+        /* More than a ring's worth, while the server's 50000 bytes are still unread:
+         * the write blocks on the full ring when the server execs. */
+        usleep(200000);
+        fill_pattern(big, 400000, 5);
+        write_full(fd, big, 400000);
+    } else if (mode != 0) {
         usleep(200000);
         write_full(fd, msg + first, 20000);
     }
