@@ -749,7 +749,11 @@ pub(crate) fn readiness(entry: &Entry, events: i16, announce: bool) -> i16 {
     };
     if s.switched {
         // The peer exec'd: the kernel's answer for the TCP socket (and what was read
-        // ahead of the switch, first).
+        // ahead of the switch, first). Once that is read, the fds (and their epoll
+        // registrations, on the hung-up control socket until then) move to TCP.
+        if s.retarget_due && s.buffered() == 0 {
+            crate::exec::retarget_now(&mut s);
+        }
         let r = real::poll_one(s.tcp.as_raw_fd(), events, 0);
         let mut r = if r > 0 { r as i16 } else { 0 };
         if s.buffered() > 0 {
