@@ -105,8 +105,9 @@ row() {
     'BEGIN { printf "%-34s %-6s %14.0f %14.0f %7.2f\n", p, m, t, s, (t > 0) ? s / t : 0 }'
 }
 
-# nginx in one process (master_process off: a listening socket shared by a fork stays on
-# TCP), wrk -c 1 and -c 64 on a 4 KiB file, plain and under `shmlink run`.
+# nginx in one process (master_process off, as in the earlier tables; its master and
+# workers take shared memory too, see tests/apps.rs), wrk -c 1 and -c 64 on a 4 KiB
+# file, plain and under `shmlink run`.
 cmd_bench_nginx() {
   if ! command -v nginx >/dev/null || ! command -v wrk >/dev/null; then
     log "bench: nginx or wrk is not installed (scripts/apps.sh install): nginx rows skipped"
