@@ -127,6 +127,7 @@ fn install(
         unread_at_hup: None,
         tx_full: false,
         armed: false,
+        sleepers: 0,
         et_drained: false,
         rcv_timeout: None,
         snd_timeout: None,

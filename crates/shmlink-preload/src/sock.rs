@@ -12,7 +12,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use libc::c_int;
@@ -87,6 +87,10 @@ pub(crate) struct Sock {
     pub tx_full: bool,
     /// The last receive found nothing and announced it: a doorbell will come.
     pub armed: bool,
+    /// Threads between announcing a wait on this connection and the end of that wait
+    /// (poll, epoll, a blocking read or write). Only with none left is an announcement
+    /// withdrawn: a sleeping thread relies on it.
+    pub sleepers: u32,
     /// A read drained the connection since the last edge-triggered event: the next
     /// message is a new edge.
     pub et_drained: bool,
@@ -642,13 +646,16 @@ pub(crate) fn read(entry: &Entry, dst: &mut [u8], flags: ReadFlags) -> Result<us
             return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
         }
         // Announce the wait before sleeping (what arrived meanwhile is taken instead).
+        s.sleepers += 1;
         if s.fill() != Fill::Empty {
+            s.sleepers -= 1;
             continue;
         }
         let ctl = s.ctl;
         drop(s);
         backoff.wait();
         sleep_on(ctl, deadline);
+        entry.lock().sleepers -= 1;
     }
 }
 
@@ -698,6 +705,7 @@ pub(crate) fn write(entry: &Entry, src: &[u8], dontwait: bool) -> Result<usize, 
         }
         // A data doorbell would keep the control socket readable while we wait for room:
         // take the waiting message into the buffer (which also drains its doorbell).
+        s.sleepers += 1;
         if s.buffered() == 0 {
             s.fill();
         }
@@ -705,6 +713,7 @@ pub(crate) fn write(entry: &Entry, src: &[u8], dontwait: bool) -> Result<usize, 
         drop(s);
         backoff.wait();
         sleep_on(ctl, deadline);
+        entry.lock().sleepers -= 1;
     }
 }
 
@@ -781,6 +790,42 @@ pub(crate) fn readiness(entry: &Entry, events: i16, announce: bool) -> i16 {
         r |= libc::POLLHUP;
     }
     r
+}
+
+/// A `poll`/`epoll_wait` call's wait on its shm members. [`begin`](Waiting::begin)
+/// counts the thread as a sleeper on each before it announces anything, so another
+/// thread's end of wait cannot withdraw an announcement this one relies on. When the call
+/// returns (drop), where no other thread still waits, the announcement a receive left
+/// standing is withdrawn: the peer then rings no doorbell that nobody sleeps for (an event
+/// loop over many connections otherwise takes one per idle connection after each wake-up).
+/// The next wait announces again.
+#[derive(Default)]
+pub(crate) struct Waiting(Option<Vec<Arc<Entry>>>);
+
+impl Waiting {
+    /// Counts this thread as a sleeper on `entries`, once per call.
+    pub(crate) fn begin<'a>(&mut self, entries: impl IntoIterator<Item = &'a Arc<Entry>>) {
+        if self.0.is_none() {
+            let v: Vec<Arc<Entry>> = entries.into_iter().cloned().collect();
+            for e in &v {
+                e.lock().sleepers += 1;
+            }
+            self.0 = Some(v);
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        for e in self.0.take().unwrap_or_default() {
+            let mut s = e.lock();
+            s.sleepers -= 1;
+            if s.sleepers == 0 && s.armed {
+                s.armed = false;
+                s.conn().withdraw_wait();
+            }
+        }
+    }
 }
 
 /// Whether a read would find something at once, from shared memory alone (no system

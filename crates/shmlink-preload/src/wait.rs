@@ -71,12 +71,16 @@ pub(crate) fn poll(
     let mut backoff = Backoff(0);
     let mut kfds: Vec<pollfd> = fds.to_vec();
     let mut spun = false;
+    let mut waiting = sock::Waiting::default();
     loop {
         // Ready members seen from shared memory; then (once) a bounded spin; then the
         // wait is announced on each (their doorbells wake the kernel poll below).
         let mut user: Vec<i16> = vec![0; shm.len()];
         let mut any = false;
         for announce in [false, true] {
+            if announce {
+                waiting.begin(shm.iter().map(|(_, e)| e));
+            }
             for (k, (i, e)) in shm.iter().enumerate() {
                 user[k] = sock::readiness(e, fds[*i].events, announce);
                 any |= user[k] != 0;
@@ -397,6 +401,7 @@ pub(crate) unsafe fn epoll_wait(
     // Edge-triggered members: an edge is due once a read drained the connection and a
     // message arrived since (`sock::et_edge`), seen in shared memory like the others.
     let edged = live(true);
+    let mut waiting = sock::Waiting::default();
     loop {
         // 1. Ready members, seen from shared memory (no announcement yet).
         let mut ready: Vec<(c_int, EpollReg, u32)> = Vec::new();
@@ -431,6 +436,7 @@ pub(crate) unsafe fn epoll_wait(
         // 3. Nothing: announce the wait on each member (their doorbells wake the kernel
         // wait below); what arrived meanwhile is ready after all.
         if ready.is_empty() {
+            waiting.begin(members.iter().chain(&edged).map(|(_, _, e)| e));
             for (fd, reg, e) in &members {
                 let mask = epoll_mask(e, reg, true);
                 if mask != 0 {

@@ -415,6 +415,18 @@ impl Connection {
         }
     }
 
+    /// Withdraws the wait that a non-blocking receive announced when it returned
+    /// `WouldBlock`, so the peer rings no doorbell for it: for an event loop that found
+    /// work elsewhere and will not sleep on this connection's fd before it receives (or
+    /// polls with a receive) again. After this the fd does not signal a new message until
+    /// a receive returns `WouldBlock` again. A doorbell already rung may still make the
+    /// fd readable once. A no-op on transports other than `shm:`.
+    pub fn withdraw_wait(&mut self) {
+        if let crate::transport::Conn::Shm(c) = &mut self.ops {
+            c.withdraw_wait();
+        }
+    }
+
     /// Whether the peer has yet to take some of the messages sent to it, found by reading
     /// shared memory only: `Some(..)` on `shm:`, `None` on the transports that cannot
     /// tell. For callers that mirror TCP once the peer is gone (the preload library: a

@@ -54,6 +54,30 @@ fn a_full_send_does_not_swallow_the_data_doorbell() {
     }
 }
 
+/// An event loop that woke for another connection withdraws the wait it announced here:
+/// the peer's next message then rings no doorbell (the fd stays quiet, the message is in
+/// the ring); a receive that finds nothing announces again and the fd works as before.
+#[test]
+fn a_withdrawn_wait_rings_no_doorbell_and_the_next_one_does() {
+    let (mut client, mut server) = pair_with("shm", &Options::default());
+    server.set_nonblocking(true);
+    assert_eq!(server.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
+    server.withdraw_wait();
+    client.send(b"one").unwrap();
+    assert!(
+        !readable_within(server.as_raw_fd(), 200),
+        "a doorbell came for a withdrawn wait"
+    );
+    assert_eq!(server.recv_vec().unwrap(), b"one");
+    assert_eq!(server.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
+    client.send(b"two").unwrap();
+    assert!(
+        readable_within(server.as_raw_fd(), 10_000),
+        "the wait announced after the withdrawal got no doorbell"
+    );
+    assert_eq!(server.recv_vec().unwrap(), b"two");
+}
+
 /// A non-blocking server in a poll() loop echoes messages larger than half the ring (so
 /// the rest of a send waits in the process and a receive pushes it on) to three clients
 /// at once: every round must finish. Found by the C API's poll example: the receive

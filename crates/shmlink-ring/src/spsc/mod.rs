@@ -34,8 +34,12 @@
 //! so either the sleeper sees the progress or the waker sees the new count: no lost
 //! wake-up. The waker cannot write the sleeper's memory, so instead of clearing a flag it
 //! remembers the last count it woke the peer for and wakes only for a newer one: each
-//! announcement costs at most one wake-up; a side that finds work right after announcing
-//! leaves its announcement standing and takes one spurious wake-up later.
+//! announcement costs at most one wake-up. A side that finds work after announcing (the
+//! re-check, or another connection an event loop waits on) withdraws the announcement
+//! ([`Consumer::withdraw`], [`Producer::withdraw`]): it sets [`WITHDRAWN`] in its count,
+//! and a waker that reads the bit rings nothing. The next announcement clears the bit and
+//! counts on, so it differs from every count woken for. A doorbell rung before the waker
+//! saw the bit may still arrive: the side must treat it as stale.
 //!
 //! # Hostile peers
 //!
@@ -264,8 +268,15 @@ pub enum FenceMode {
 // mask), or a seccomp filter installed after the handshake. W was then perhaps not
 // fenced, so `announce` reports it and the sleeper polls instead of sleeping.
 
+/// Set in an announcement count by a side that no longer sleeps on its announcement
+/// ([`Consumer::withdraw`]): wakers ring nothing for it. A peer that predates the bit
+/// never sets it (its counts stay far below 2^63), and one that ignores it rings once
+/// more for the changed count: a spurious wake-up, as before the bit existed.
+pub const WITHDRAWN: u64 = 1 << 63;
+
 /// Full fence (or its light half), then read the other side's announcement count: `true`
-/// (wake it) if it announced sleep since the last wake-up we sent, which `woken` records.
+/// (wake it) if it announced sleep since the last wake-up we sent, which `woken` records,
+/// and has not withdrawn it.
 #[inline(always)]
 fn take_waiter(count: &AtomicU64, woken: &mut u64, mode: FenceMode) -> bool {
     match mode {
@@ -285,7 +296,9 @@ fn take_waiter(count: &AtomicU64, woken: &mut u64, mode: FenceMode) -> bool {
     // whether to ring a doorbell. An honest count only grows, so a new announcement always
     // differs from the last one woken for.
     let now = count.load(Ordering::Relaxed);
-    if now == *woken {
+    // A withdrawn announcement: the peer is awake and checks the ring before it sleeps
+    // again, which it announces with a new count (the fence argument then holds anew).
+    if now == *woken || now & WITHDRAWN != 0 {
         return false;
     }
     *woken = now;
@@ -298,9 +311,10 @@ fn take_waiter(count: &AtomicU64, woken: &mut u64, mode: FenceMode) -> bool {
 #[must_use]
 fn announce(count: &AtomicU64, mode: FenceMode) -> bool {
     // Only this side writes its count (it lives in our own memory), so load and store
-    // need no read-modify-write.
+    // need no read-modify-write. Clearing `WITHDRAWN` and counting on gives a value no
+    // waker has woken for (wakers remember counts without the bit).
     count.store(
-        count.load(Ordering::Relaxed).wrapping_add(1),
+        (count.load(Ordering::Relaxed) & !WITHDRAWN).wrapping_add(1) & !WITHDRAWN,
         Ordering::Relaxed,
     );
     // SYNC POINT (notify): pairs with `take_waiter` on the other side.
@@ -310,6 +324,17 @@ fn announce(count: &AtomicU64, mode: FenceMode) -> bool {
         // SYNC POINT (notify, asymmetric): the fence the waker's compiler barrier pairs
         // with (see "Why the asymmetric fence is sound" above).
         FenceMode::Asymmetric => membarrier_global(),
+    }
+}
+
+/// Withdraw the standing announcement, if any: no fence, because a waker that still
+/// reads the old count only rings a doorbell the side treats as stale.
+fn withdraw(count: &AtomicU64) {
+    let now = count.load(Ordering::Relaxed);
+    if now & WITHDRAWN == 0 {
+        // SYNC POINT (notify, withdraw): Relaxed: see above; ordered for wakers by the
+        // fence of the next `announce`, which clears the bit.
+        count.store(now | WITHDRAWN, Ordering::Relaxed);
     }
 }
 
@@ -587,15 +612,27 @@ impl Producer {
     }
 
     /// Announces that the producer will sleep until `need` bytes are free, then checks
-    /// again. `Ok(true)`: room appeared, do not sleep (the announcement stands: one
-    /// spurious wake-up at most); also when the asymmetric fence failed, where sleeping
-    /// could miss the wake-up (check the room again instead).
+    /// again. `Ok(true)`: room appeared, do not sleep (the announcement is withdrawn; a
+    /// doorbell rung before that may still come); also when the asymmetric fence failed,
+    /// where sleeping could miss the wake-up (check the room again instead).
     pub fn arm(&mut self, need: usize) -> Result<bool> {
         if !announce(&self.ring.prod().waiting.0, self.mode) {
             return Ok(true);
         }
         self.refresh_head()?;
-        Ok(self.free() >= need)
+        let room = self.free() >= need;
+        if room {
+            self.withdraw();
+        }
+        Ok(room)
+    }
+
+    /// Withdraws the producer's standing announcement (it no longer sleeps on it): the
+    /// consumer rings no doorbell for it. Only for a producer that checks the ring again
+    /// before it sleeps (with a new [`arm`](Producer::arm)). A doorbell the consumer rang
+    /// before it saw this may still arrive.
+    pub fn withdraw(&mut self) {
+        withdraw(&self.ring.prod().waiting.0);
     }
 
     /// Marks the end of the stream after the last record. Returns whether the consumer
@@ -791,16 +828,28 @@ impl Consumer {
     }
 
     /// Announces that the consumer will sleep until data arrives, then checks again.
-    /// `Ok(true)`: data appeared, do not sleep (the announcement stands: one spurious
-    /// wake-up at most); also when the asymmetric fence failed, where sleeping could
-    /// miss the wake-up (peek again instead).
+    /// `Ok(true)`: data appeared, do not sleep (the announcement is withdrawn; a doorbell
+    /// rung before that may still come); also when the asymmetric fence failed, where
+    /// sleeping could miss the wake-up (peek again instead).
     pub fn arm(&mut self) -> Result<bool> {
         if !announce(&self.ring.cons().waiting.0, self.mode) {
             return Ok(true);
         }
         // SYNC POINT (notify): the re-check reads `tail`, the position the producer
         // stores before its fence in `commit` (the header alone is not ordered by it).
-        self.has_data_by_tail()
+        let data = self.has_data_by_tail()?;
+        if data {
+            self.withdraw();
+        }
+        Ok(data)
+    }
+
+    /// Withdraws the consumer's standing announcement (it no longer sleeps on it): the
+    /// producer rings no doorbell for it. Only for a consumer that checks the ring again
+    /// before it sleeps (with a new [`arm`](Consumer::arm)). A doorbell the producer rang
+    /// before it saw this may still arrive.
+    pub fn withdraw(&mut self) {
+        withdraw(&self.ring.cons().waiting.0);
     }
 
     /// Whether the producer marked the end of the stream. Check [`Consumer::has_data`]
@@ -1110,10 +1159,20 @@ mod tests {
         unsafe { dst.as_ptr().write(9) };
         assert!(p.commit(1, 0));
         assert!(!p.commit_wakes_again());
-        // Announcing with data present says "don't sleep" and leaves the flag for the
-        // waker to clear: at most one spurious wake-up, never a lost one.
+        // Announcing with data present says "don't sleep" and withdraws the
+        // announcement: the waker rings nothing for it.
         assert!(c.arm().unwrap());
+        assert!(!p.commit_wakes_again());
+        // An announcement withdrawn by hand (an event loop woken by another connection)
+        // rings nothing either; the next one is woken.
+        let r = c.peek().unwrap().unwrap();
+        c.advance(r.size());
+        assert!(!c.arm().unwrap());
+        c.withdraw();
+        assert!(!p.commit_wakes_again());
+        assert!(!c.arm().unwrap());
         assert!(p.commit_wakes_again());
+        assert!(!p.commit_wakes_again());
         assert!(!c.peer_closed());
         assert!(!p.close());
         assert!(c.peer_closed());

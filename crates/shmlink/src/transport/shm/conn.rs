@@ -606,6 +606,16 @@ impl ShmConn {
         self.rx.has_data().unwrap_or(true) || self.rx.peer_closed()
     }
 
+    /// Withdraws the wait a non-blocking receive announced (it returned `WouldBlock`):
+    /// the peer rings no doorbell for it. A doorbell rung before the peer saw this may
+    /// still come and is drained as a stale one.
+    pub(crate) fn withdraw_wait(&mut self) {
+        if self.rx_waiting {
+            self.rx.withdraw();
+            self.stale_doorbell = true;
+        }
+    }
+
     /// Whether the peer has yet to take some of what we sent (the tx ring holds records
     /// it did not consume). A broken ring counts as unread.
     pub(crate) fn peer_unread(&mut self) -> bool {
