@@ -24,6 +24,7 @@ use crate::options::{Options, MAX_MSG_SIZE_LIMIT};
 use crate::sys::stream::EventFlag;
 use crate::transport::{Accepted, ConnOps, ListenerOps, Transport};
 
+pub(crate) mod bell;
 pub(crate) mod conn;
 pub(crate) mod region;
 pub(crate) mod slot;
