@@ -778,6 +778,25 @@ pub fn bell_stats(region: &Path) -> Option<BellStats> {
     for_region(region).map(|b| b.stats())
 }
 
+/// Reads one protocol message from a stream socket, waiting at most `timeout` (tests:
+/// a fake QEMU client). `Err(UnexpectedEof)` at the end of the stream, `Err(TimedOut)`.
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+pub fn read_msg(sock: BorrowedFd<'_>, timeout: Duration) -> io::Result<(i64, Option<OwnedFd>)> {
+    let deadline = Instant::now() + timeout;
+    let mut r = MsgReader::new();
+    loop {
+        // Stream sockets here are non-blocking or polled first.
+        if poll_one(sock, libc::POLLIN, deadline.saturating_duration_since(Instant::now())) {
+            if let Some(m) = r.read(sock)? {
+                return Ok(m);
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "no message"));
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Waiting.
 
