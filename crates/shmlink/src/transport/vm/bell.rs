@@ -342,21 +342,32 @@ impl VmHost {
                 continue;
             }
             let peer = &self.peers[i - 1];
-            let mut r = MsgReader::new();
-            match r.read(peer.sock.as_fd()) {
-                Ok(None) => {
+            // Peers never write: any byte (or descriptor) is a broken or hostile peer.
+            let mut buf = [0u8; 64];
+            let mut fds = Vec::new();
+            match crate::sys::socket::recv_with_fds(peer.sock.as_fd(), &mut buf, &mut fds) {
+                Ok(0) => gone.push((peer.id, None)),
+                Ok(n) => {
+                    let mut first = [0u8; 8];
+                    first[..n.min(8)].copy_from_slice(&buf[..n.min(8)]);
+                    gone.push((
+                        peer.id,
+                        Some(format!(
+                            "wrote {n} bytes ({:#x}…) and {} descriptors: peers never write",
+                            i64::from_le_bytes(first),
+                            fds.len()
+                        )),
+                    ));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if p.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
                         gone.push((peer.id, None));
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => gone.push((peer.id, None)),
                 Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
                     gone.push((peer.id, None))
                 }
                 Err(e) => gone.push((peer.id, Some(format!("bad input: {e}")))),
-                Ok(Some((v, _))) => {
-                    gone.push((peer.id, Some(format!("wrote {v:#x}: peers never write"))))
-                }
             }
         }
         for (id, why) in gone {
