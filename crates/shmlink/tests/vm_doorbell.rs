@@ -135,18 +135,31 @@ impl Fake {
     }
 
     fn own(&self, v: usize) -> &OwnedFd {
-        &self.fds.iter().filter(|(p, _)| *p == self.id).nth(v).unwrap().1
+        &self
+            .fds
+            .iter()
+            .filter(|(p, _)| *p == self.id)
+            .nth(v)
+            .unwrap()
+            .1
     }
 
     fn of(&self, peer: i64, v: usize) -> &OwnedFd {
-        &self.fds.iter().filter(|(p, _)| *p == peer).nth(v).unwrap().1
+        &self
+            .fds
+            .iter()
+            .filter(|(p, _)| *p == peer)
+            .nth(v)
+            .unwrap()
+            .1
     }
 }
 
 fn ring(fd: &OwnedFd) {
     let one = 1u64.to_ne_bytes();
-    // SAFETY: writes 8 bytes to an eventfd.
-    assert_eq!(unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), 8) }, 8);
+    // SAFETY: writes 8 bytes from `one` to an eventfd.
+    let n = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), 8) };
+    assert_eq!(n, 8);
 }
 
 /// Reads an eventfd's counter without blocking (0 if unset).
@@ -158,18 +171,21 @@ fn take(fd: &OwnedFd) -> u64 {
         revents: 0,
     };
     // SAFETY: one valid pollfd.
-    if unsafe { libc::poll(&mut p, 1, 2000) } != 1 {
+    if unsafe { libc::poll(&mut p, 1, 500) } != 1 {
         return 0;
     }
     // SAFETY: reads 8 bytes into `b`.
-    assert_eq!(unsafe { libc::read(fd.as_raw_fd(), b.as_mut_ptr().cast(), 8) }, 8);
+    let n = unsafe { libc::read(fd.as_raw_fd(), b.as_mut_ptr().cast(), 8) };
+    assert_eq!(n, 8);
     u64::from_ne_bytes(b)
 }
 
 fn fd_size(fd: &OwnedFd) -> u64 {
     // SAFETY: fstat into a zeroed stat.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) }, 0);
+    // SAFETY: fstat of an open descriptor into a live stat.
+    let rc = unsafe { libc::fstat(fd.as_raw_fd(), &mut st) };
+    assert_eq!(rc, 0);
     st.st_size as u64
 }
 
@@ -245,9 +261,10 @@ fn hostile_clients_are_dropped_and_the_rest_goes_on() {
         *libc::CMSG_DATA(cm).cast::<i32>() = e.as_raw_fd();
         assert_eq!(libc::sendmsg(c.sock.as_raw_fd(), &m, 0), 8);
     }
-    s.wait_for("dropped 1 again", |ev| {
-        matches!(ev, HostEvent::Dropped(1, w) if w.contains("0x9"))
-    });
+    s.wait_for(
+        "dropped 1 again",
+        |ev| matches!(ev, HostEvent::Dropped(1, w) if w.contains("0x9")),
+    );
     let (left, _) = msg(&a.sock);
     assert_eq!(left, 1);
     // A full table: the server closes new connections at once (max 3 peers here).
@@ -276,14 +293,20 @@ fn hostile_clients_are_dropped_and_the_rest_goes_on() {
 fn a_second_server_on_the_socket_is_refused_and_bad_arguments_too() {
     let p = Paths::new();
     let _s = Server::start(&p, 1, 4);
-    let e = VmHost::bind(&p.socket, &p.region, 16 * MIB, 1).err().unwrap();
+    let e = VmHost::bind(&p.socket, &p.region, 16 * MIB, 1)
+        .err()
+        .unwrap();
     assert_eq!(e.kind(), shmlink::ErrorKind::AddrInUse);
     let q = Paths::new();
     for (size, vectors) in [(16 * MIB, 0), (16 * MIB, 65), (24 * MIB, 1), (MIB, 1)] {
         let e = VmHost::bind(&q.socket, &q.region, size, vectors)
             .err()
             .unwrap();
-        assert_eq!(e.kind(), shmlink::ErrorKind::InvalidInput, "{size} {vectors}");
+        assert_eq!(
+            e.kind(),
+            shmlink::ErrorKind::InvalidInput,
+            "{size} {vectors}"
+        );
     }
 }
 
@@ -371,10 +394,10 @@ fn a_hostile_server_gives_no_doorbell_and_vm_still_works_by_polling() {
     // Each case: a region whose REGION.bell speaks nonsense; the connection works
     // (polling), no doorbell is taken.
     for msgs in [
-        vec![1],               // another protocol version
-        vec![0, 70_000],       // an id out of range
-        vec![0, 3, -1],        // the memory message without its descriptor
-        vec![0, 3, -7, 1, 2],  // garbage
+        vec![1],              // another protocol version
+        vec![0, 70_000],      // an id out of range
+        vec![0, 3, -1],       // the memory message without its descriptor
+        vec![0, 3, -7, 1, 2], // garbage
     ] {
         let p = Paths::new();
         std::fs::File::create(&p.region)

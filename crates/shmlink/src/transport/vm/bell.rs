@@ -156,7 +156,10 @@ impl MsgReader {
 
     /// One message if one is complete: `Ok(None)` if more bytes are needed (would
     /// block), `Err(UnexpectedEof)` at the end of the stream.
-    pub(crate) fn read(&mut self, sock: BorrowedFd<'_>) -> io::Result<Option<(i64, Option<OwnedFd>)>> {
+    pub(crate) fn read(
+        &mut self,
+        sock: BorrowedFd<'_>,
+    ) -> io::Result<Option<(i64, Option<OwnedFd>)>> {
         loop {
             let n = match crate::sys::socket::recv_with_fds(
                 sock,
@@ -168,7 +171,10 @@ impl MsgReader {
                 Err(e) => return Err(e),
             };
             if n == 0 {
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "end of stream"));
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "end of stream",
+                ));
             }
             self.have += n;
             if self.fds.len() > 1 {
@@ -364,9 +370,7 @@ impl VmHost {
                         gone.push((peer.id, None));
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
-                    gone.push((peer.id, None))
-                }
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => gone.push((peer.id, None)),
                 Err(e) => gone.push((peer.id, Some(format!("bad input: {e}")))),
             }
         }
@@ -594,7 +598,9 @@ impl Bell {
         let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
         let (v, f) = next()?;
         if v != PROTOCOL_VERSION || f.is_some() {
-            return Err(bad(format!("protocol version {v}, expected {PROTOCOL_VERSION}")));
+            return Err(bad(format!(
+                "protocol version {v}, expected {PROTOCOL_VERSION}"
+            )));
         }
         let (id, f) = next()?;
         if !(0..MAX_ID as i64).contains(&id) || f.is_some() {
@@ -797,7 +803,11 @@ pub fn read_msg(sock: BorrowedFd<'_>, timeout: Duration) -> io::Result<(i64, Opt
     let mut r = MsgReader::new();
     loop {
         // Stream sockets here are non-blocking or polled first.
-        if poll_one(sock, libc::POLLIN, deadline.saturating_duration_since(Instant::now())) {
+        if poll_one(
+            sock,
+            libc::POLLIN,
+            deadline.saturating_duration_since(Instant::now()),
+        ) {
             if let Some(m) = r.read(sock)? {
                 return Ok(m);
             }

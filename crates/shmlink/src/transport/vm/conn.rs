@@ -472,8 +472,8 @@ impl VmConn {
                     // SAFETY: 8 is within the record's validated `len`.
                     Self::copy_out(unsafe { rec.ptr.add(8) }, part, &mut buf);
                     if self.rx.advance(rec.size()) {
-                    self.shared.ring_peer();
-                }
+                        self.shared.ring_peer();
+                    }
                     self.assembling = Some((buf, total as usize));
                 }
                 Some((mut buf, total)) if more || last => {
@@ -487,8 +487,8 @@ impl VmConn {
                     }
                     Self::copy_out(rec.ptr, rec.len, &mut buf);
                     if self.rx.advance(rec.size()) {
-                    self.shared.ring_peer();
-                }
+                        self.shared.ring_peer();
+                    }
                     if last {
                         self.current = Current::Owned(buf);
                         return Ok(Some(total));
