@@ -317,9 +317,14 @@ impl VmConn {
         // (an event loop registers a new connection and waits for it).
         *shared.snap.lock().unwrap_or_else(|p| p.into_inner()) = (0, 0);
         shared.armed.store(true, Ordering::Release);
+        let mut rx = Consumer::new(inb, FenceMode::Symmetric);
+        // Announced from the start too, so that a peer with a doorbell rings for the first
+        // message (the descriptor is armed for it above). Only the re-check can fail (a
+        // hostile ring): the first receive reports that.
+        let _ = rx.arm();
         VmConn {
             tx: Producer::new(out, FenceMode::Symmetric),
-            rx: Consumer::new(inb, FenceMode::Symmetric),
+            rx,
             shared,
             max_send,
             max_recv,
