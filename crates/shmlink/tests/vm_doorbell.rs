@@ -437,3 +437,85 @@ fn a_server_that_goes_away_leaves_working_connections() {
     }
     echo.join().unwrap();
 }
+
+const CHILD_VAR: &str = "SHMLINK_VMBELL_TEST_REGION";
+
+/// The child side of [`two_processes_ring_each_other`]: serves an echo of 200 messages
+/// on the region, then prints its doorbell's counters.
+#[test]
+#[ignore = "the child process of two_processes_ring_each_other, run by it"]
+fn child_echo() {
+    let Ok(region) = std::env::var(CHILD_VAR) else {
+        return;
+    };
+    no_spin();
+    let mut l = Listener::bind(&format!("vm:xecho@{region}"), &Options::default()).unwrap();
+    println!("VMBELL-CHILD ready");
+    let mut s = l.accept().unwrap();
+    for _ in 0..200 {
+        let m = s.recv_vec().unwrap();
+        s.send(&m).unwrap();
+    }
+    let st = bell_stats(Path::new(&region)).unwrap();
+    println!(
+        "VMBELL-CHILD rings={} wakes={} id={}",
+        st.rings, st.wakes, st.id
+    );
+    let _ = s.recv_vec(); // until the parent closes
+}
+
+#[test]
+fn two_processes_ring_each_other() {
+    use std::io::{BufRead, BufReader};
+    no_spin();
+    let p = Paths::new();
+    let _s = Server::start(&p, 1, 8);
+    let mut ch = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "child_echo", "--nocapture"])
+        .env(CHILD_VAR, &p.region)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = ch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let next = |what: &str| loop {
+        let l = rx
+            .recv_timeout(WAIT)
+            .unwrap_or_else(|_| panic!("child: no {what}"));
+        if l.starts_with("VMBELL-CHILD") {
+            return l;
+        }
+    };
+    assert!(next("ready").contains("ready"));
+    let mut c = Connection::connect(
+        &format!("vm:xecho@{}", p.region.display()),
+        &Options::default(),
+    )
+    .unwrap();
+    let before = bell_stats(&p.region).unwrap();
+    for i in 0u32..200 {
+        c.send(&i.to_le_bytes()).unwrap();
+        assert_eq!(c.recv_vec().unwrap(), i.to_le_bytes());
+    }
+    let counters = next("counters");
+    drop(c);
+    let after = bell_stats(&p.region).unwrap();
+    let _ = ch.wait();
+    // Each process is its own peer of the server (its own id), rang the other and was
+    // woken by the other's rings.
+    assert!(
+        after.rings > before.rings && after.wakes > before.wakes,
+        "parent {before:?} -> {after:?}"
+    );
+    let num = |k: &str| -> u64 {
+        let v = counters.split(&format!("{k}=")).nth(1).unwrap();
+        v.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    assert!(num("rings") > 0 && num("wakes") > 0, "child: {counters}");
+    assert_ne!(num("id"), u64::from(after.id), "two peers, two ids");
+}
