@@ -286,7 +286,8 @@ cmd_run() {
     kill -TERM "$bellpid" 2>/dev/null || true
     wait "$bellpid" 2>/dev/null || true
     bellpid=
-    [ -z "${SHMLINK_VM_VERBOSE:-}" ] || { echo "--- vm-host"; cat "$d/vm-host.log"; }
+    # Peers joining and leaving (QEMUs first: ids 0 and 1, then host processes).
+    echo "--- vm-host"; cat "$d/vm-host.log"
   fi
   return $rc
 }
