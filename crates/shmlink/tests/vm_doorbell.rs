@@ -180,6 +180,31 @@ fn take(fd: &OwnedFd) -> u64 {
     u64::from_ne_bytes(b)
 }
 
+/// Sends one protocol message with a descriptor, as a server (or a hostile client) does.
+fn send_fd(sock: &UnixStream, v: i64, fd: &OwnedFd) {
+    let bytes = v.to_le_bytes();
+    // SAFETY: a plain sendmsg of 8 bytes with one SCM_RIGHTS descriptor, the control
+    // message built with the libc macros inside a large enough, aligned buffer.
+    unsafe {
+        let mut iov = libc::iovec {
+            iov_base: bytes.as_ptr() as *mut _,
+            iov_len: 8,
+        };
+        let mut cbuf = [0u64; 4];
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_iov = &mut iov;
+        m.msg_iovlen = 1;
+        m.msg_control = cbuf.as_mut_ptr().cast();
+        m.msg_controllen = libc::CMSG_SPACE(4) as usize;
+        let cm = libc::CMSG_FIRSTHDR(&m);
+        (*cm).cmsg_level = libc::SOL_SOCKET;
+        (*cm).cmsg_type = libc::SCM_RIGHTS;
+        (*cm).cmsg_len = libc::CMSG_LEN(4) as usize;
+        *libc::CMSG_DATA(cm).cast::<i32>() = fd.as_raw_fd();
+        assert_eq!(libc::sendmsg(sock.as_raw_fd(), &m, 0), 8);
+    }
+}
+
 fn fd_size(fd: &OwnedFd) -> u64 {
     // SAFETY: fstat into a zeroed stat.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -241,26 +266,7 @@ fn hostile_clients_are_dropped_and_the_rest_goes_on() {
     let c = Fake::join(&p, 1, 1);
     let _ = msg(&a.sock);
     let e = c.own(0).try_clone().unwrap();
-    let bytes = 9i64.to_le_bytes();
-    // SAFETY: a plain sendmsg with one SCM_RIGHTS fd, built with the libc macros.
-    unsafe {
-        let mut iov = libc::iovec {
-            iov_base: bytes.as_ptr() as *mut _,
-            iov_len: 8,
-        };
-        let mut cbuf = [0u64; 4];
-        let mut m: libc::msghdr = std::mem::zeroed();
-        m.msg_iov = &mut iov;
-        m.msg_iovlen = 1;
-        m.msg_control = cbuf.as_mut_ptr().cast();
-        m.msg_controllen = libc::CMSG_SPACE(4) as usize;
-        let cm = libc::CMSG_FIRSTHDR(&m);
-        (*cm).cmsg_level = libc::SOL_SOCKET;
-        (*cm).cmsg_type = libc::SCM_RIGHTS;
-        (*cm).cmsg_len = libc::CMSG_LEN(4) as usize;
-        *libc::CMSG_DATA(cm).cast::<i32>() = e.as_raw_fd();
-        assert_eq!(libc::sendmsg(c.sock.as_raw_fd(), &m, 0), 8);
-    }
+    send_fd(&c.sock, 9, &e);
     s.wait_for(
         "dropped 1 again",
         |ev| matches!(ev, HostEvent::Dropped(1, w) if w.contains("0x9")),
@@ -413,6 +419,39 @@ fn a_hostile_server_gives_no_doorbell_and_vm_still_works_by_polling() {
         drop((c, s));
         t.join().unwrap();
     }
+}
+
+#[test]
+fn a_server_flooding_descriptors_gives_no_doorbell() {
+    // Version, id, memory, then 100 eventfds for one peer (no honest server sends more
+    // than 64 vectors), then ours: refused at the 65th, no descriptor kept.
+    let p = Paths::new();
+    std::fs::File::create(&p.region)
+        .unwrap()
+        .set_len(16 * MIB)
+        .unwrap();
+    let l = UnixListener::bind(&p.socket).unwrap();
+    let t = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        use std::io::Write;
+        (&s).write_all(&0i64.to_le_bytes()).unwrap();
+        (&s).write_all(&3i64.to_le_bytes()).unwrap();
+        let mem = std::fs::File::open("/dev/null").unwrap();
+        send_fd(&s, -1, &OwnedFd::from(mem));
+        let e: OwnedFd = UnixStream::pair().unwrap().0.into();
+        for _ in 0..100 {
+            send_fd(&s, 5, &e);
+        }
+        // Then our own: a client without the cap would take the bell now.
+        send_fd(&s, 3, &e);
+        std::thread::sleep(Duration::from_millis(300));
+    });
+    let (mut c, mut s, _l) = pair(&p, "flood");
+    assert_eq!(bell_stats(&p.region), None);
+    c.send(b"polling").unwrap();
+    assert_eq!(s.recv_vec().unwrap(), b"polling");
+    drop((c, s));
+    t.join().unwrap();
 }
 
 #[test]

@@ -622,7 +622,11 @@ impl Bell {
             let p = p as u16;
             match f {
                 Some(f) if p == id => break f,
-                Some(f) => peers.entry(p).or_default().push(f),
+                Some(f) => {
+                    if !add_peer(&mut peers, p, f) {
+                        return Err(bad("more peers or vectors than a server has".into()));
+                    }
+                }
                 None => {
                     peers.remove(&p);
                 }
@@ -682,7 +686,14 @@ impl Bell {
                         Ok(Some((p, f))) if (0..MAX_ID as i64).contains(&p) => {
                             let mut t = peers.lock().unwrap_or_else(|p| p.into_inner());
                             match f {
-                                Some(f) => t.entry(p as u16).or_default().push(f),
+                                Some(f) => {
+                                    if !add_peer(&mut t, p as u16, f) {
+                                        drop(t);
+                                        self.alive.store(false, Ordering::Release);
+                                        super::region::poke_all();
+                                        return;
+                                    }
+                                }
                                 None if p as u16 != self.id => {
                                     t.remove(&(p as u16));
                                 }
@@ -745,6 +756,24 @@ impl Bell {
             wakes: AtomicU64::new(0),
         })))
     }
+}
+
+/// Most peers a host process keeps eventfds for: a server that announces more is not
+/// trusted (it would exhaust our descriptors).
+const MAX_KNOWN_PEERS: usize = 4096;
+
+/// Records `fd` as one of peer `id`'s eventfds; false if the server announces more
+/// peers or vectors than any honest one does.
+fn add_peer(peers: &mut HashMap<u16, Vec<OwnedFd>>, id: u16, fd: OwnedFd) -> bool {
+    if !peers.contains_key(&id) && peers.len() >= MAX_KNOWN_PEERS {
+        return false;
+    }
+    let v = peers.entry(id).or_default();
+    if v.len() >= MAX_VECTORS as usize {
+        return false;
+    }
+    v.push(fd);
+    true
 }
 
 type Bells = Mutex<HashMap<PathBuf, Option<Arc<Bell>>>>;
