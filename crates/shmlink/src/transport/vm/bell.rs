@@ -685,19 +685,21 @@ impl Bell {
                         Ok(None) => break,
                         Ok(Some((p, f))) if (0..MAX_ID as i64).contains(&p) => {
                             let mut t = peers.lock().unwrap_or_else(|p| p.into_inner());
-                            match f {
-                                Some(f) => {
-                                    if !add_peer(&mut t, p as u16, f) {
-                                        drop(t);
-                                        self.alive.store(false, Ordering::Release);
-                                        super::region::poke_all();
-                                        return;
+                            let sane = match f {
+                                Some(f) => add_peer(&mut t, p as u16, f),
+                                None => {
+                                    if p as u16 != self.id {
+                                        t.remove(&(p as u16));
                                     }
+                                    true
                                 }
-                                None if p as u16 != self.id => {
-                                    t.remove(&(p as u16));
-                                }
-                                None => {}
+                            };
+                            drop(t);
+                            if !sane {
+                                // More peers or vectors than a server has: distrust it.
+                                self.alive.store(false, Ordering::Release);
+                                super::region::poke_all();
+                                return;
                             }
                         }
                         // Out of range or a broken socket: the server is gone or
