@@ -21,6 +21,10 @@
 #       --timeout S                deadline for the whole run (default 180 s)
 #       --region-mib N             region size (default 64; a power of two, ≥ 4)
 #       --keep DIR                 keep the run directory (outputs, region) in DIR
+#       --plain                    ivshmem-plain (no doorbells, no server) instead of the
+#                                  default: ivshmem-doorbell, each QEMU connected to a
+#                                  `shmlink vm-host` this script starts (socket
+#                                  REGION.bell, which host commands use as well)
 #   scripts/vm.sh check            exit 0 if guests can run here (the tools are
 #                                  installed, /boot has a kernel); 1 with the reason
 #
@@ -129,7 +133,7 @@ EOF
 # Sets QEMU to the qemu-system-x86_64 command line for guest $1 (a|b) with accel $2,
 # writing its console to $3.
 qemu_cmd() {
-  local role=$1 accel=$2 out=$3 initrd=$4 region=$5 mib=$6 net=$7
+  local role=$1 accel=$2 out=$3 initrd=$4 region=$5 mib=$6 net=$7 bell=${8:-}
   local mac=52:54:00:00:00:0$([ "$role" = a ] && echo 1 || echo 2)
   QEMU=(qemu-system-x86_64 -nodefaults -no-reboot -display none -monitor none
     -accel "$accel" -m 256 -smp 1)
@@ -137,9 +141,14 @@ qemu_cmd() {
   QEMU+=(-kernel "$(kernel)" -initrd "$initrd"
     -append "console=ttyS0 quiet panic=-1 shmlink.role=$role"
     -serial "file:$out"
-    -object "memory-backend-file,id=shm0,mem-path=$region,size=${mib}M,share=on"
-    -device ivshmem-plain,memdev=shm0
     -netdev "socket,id=n0,$net" -device "virtio-net-pci,netdev=n0,mac=$mac")
+  if [ -n "$bell" ]; then
+    # The region and the eventfds come from the server (vm-host) over the socket.
+    QEMU+=(-chardev "socket,path=$bell,id=ivs" -device ivshmem-doorbell,chardev=ivs,vectors=1)
+  else
+    QEMU+=(-object "memory-backend-file,id=shm0,mem-path=$region,size=${mib}M,share=on"
+      -device ivshmem-plain,memdev=shm0)
+  fi
 }
 
 # A per-guest initrd: the image plus a cpio holding /cmd.sh.
@@ -173,7 +182,7 @@ cmd_accel() {
 }
 
 cmd_run() {
-  local a= b= host= timeout=180 mib=64 keep= hasb= linger=0
+  local a= b= host= timeout=180 mib=64 keep= hasb= linger=0 plain=
   while [ $# -gt 0 ]; do
     case $1 in
       --a) a=$2; shift 2 ;;
@@ -183,6 +192,7 @@ cmd_run() {
       --region-mib) mib=$2; shift 2 ;;
       --keep) keep=$2; shift 2 ;;
       --host-linger) linger=$2; shift 2 ;;
+      --plain) plain=1; shift ;;
       *) die "run: unknown option $1" ;;
     esac
   done
@@ -195,19 +205,30 @@ cmd_run() {
   # The region: a file in /dev/shm (QEMU maps it share=on; the host side maps it too).
   region=/dev/shm/shmlink-vm-$$-$RANDOM
   truncate -s "${mib}M" "$region"
-  pids=() run_keep=$keep
+  pids=() run_keep=$keep bellpid=
+  bell=
   local port; port=$(free_port)
   cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    [ -z "$bellpid" ] || kill "$bellpid" 2>/dev/null || true
     wait 2>/dev/null || true
-    rm -f "$region"
+    rm -f "$region" "$region.bell"
     [ -n "$run_keep" ] || rm -rf "$d"
   }
   trap cleanup EXIT
   trap 'exit 143' INT TERM  # through the EXIT trap: guests killed, region removed
   local t0; t0=$(date +%s.%N)
+  if [ -z "$plain" ]; then
+    # The doorbell server: QEMUs and host processes are its peers (docs/vms.md).
+    bell=$region.bell
+    timeout -k 5 "$timeout" "$root/target/release/shmlink" vm-host --region "$region" \
+      --size-mib "$mib" --socket "$bell" -v >"$d/vm-host.log" 2>&1 &
+    bellpid=$!
+    for _ in $(seq 100); do [ -S "$bell" ] && break; sleep 0.1; done
+    [ -S "$bell" ] || { cat "$d/vm-host.log"; die "vm-host did not listen within 10 s"; }
+  fi
   guest_initrd "$d" a "$a"
-  qemu_cmd a "$accel" "$d/out-a" "$d/initrd-a.img" "$region" "$mib" "listen=127.0.0.1:$port"
+  qemu_cmd a "$accel" "$d/out-a" "$d/initrd-a.img" "$region" "$mib" "listen=127.0.0.1:$port" "$bell"
   # timeout is the direct child: killing it (the EXIT trap) takes its QEMU along.
   timeout -k 5 "$timeout" "${QEMU[@]}" >"$d/qemu-a.log" 2>&1 &
   pids+=($!)
@@ -218,7 +239,7 @@ cmd_run() {
       python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$port),0.2).close()" 2>/dev/null && break
       sleep 0.1
     done
-    qemu_cmd b "$accel" "$d/out-b" "$d/initrd-b.img" "$region" "$mib" "connect=127.0.0.1:$port"
+    qemu_cmd b "$accel" "$d/out-b" "$d/initrd-b.img" "$region" "$mib" "connect=127.0.0.1:$port" "$bell"
     timeout -k 5 "$timeout" "${QEMU[@]}" >"$d/qemu-b.log" 2>&1 &
     pids+=($!)
   fi
@@ -226,7 +247,7 @@ cmd_run() {
   # (a server's normal end: that exit status is not a failure).
   local hostpid=
   if [ -n "$host" ]; then
-    SHMLINK_VM_REGION=$region SHMLINK_VM_DEAD_MS=${SHMLINK_VM_DEAD_MS:-1000} \
+    SHMLINK_VM_REGION=$region SHMLINK_VM_BELL=$bell SHMLINK_VM_DEAD_MS=${SHMLINK_VM_DEAD_MS:-1000} \
       timeout -k 5 "$timeout" bash -c "$host" >"$d/out-host" 2>&1 &
     hostpid=$!
     pids+=("$hostpid")
@@ -243,7 +264,7 @@ cmd_run() {
     pids=()
   fi
   local t1; t1=$(date +%s.%N)
-  echo "vm.sh: accel $accel, region ${mib} MiB, wall $(python3 -c "print(f'{$t1-$t0:.1f}')") s"
+  echo "vm.sh: accel $accel, region ${mib} MiB, ${plain:+ivshmem-plain}${bell:+ivshmem-doorbell + vm-host}, wall $(python3 -c "print(f'{$t1-$t0:.1f}')") s"
   for r in a ${hasb:+b}; do
     echo "--- guest $r"
     local out=$d/out-$r
@@ -261,6 +282,13 @@ cmd_run() {
     cat "$d/out-host"
     [ "$hostrc" = 0 ] || { echo "vm.sh: host command exited $hostrc"; rc=1; }
   fi
+  if [ -n "$bellpid" ]; then
+    kill -TERM "$bellpid" 2>/dev/null || true
+    wait "$bellpid" 2>/dev/null || true
+    bellpid=
+    # Peers joining and leaving (QEMUs first: ids 0 and 1, then host processes).
+    echo "--- vm-host"; cat "$d/vm-host.log"
+  fi
   return $rc
 }
 
@@ -270,5 +298,5 @@ case ${1:-} in
   accel) cmd_accel ;;
   check) cmd_check ;;
   run) shift; cmd_run "$@" ;;
-  *) sed -n '2,28p' "$0"; exit 2 ;;
+  *) sed -n '2,32p' "$0"; exit 2 ;;
 esac

@@ -55,6 +55,7 @@ pub enum Command {
     Sub(SubCli),
     Bench(BenchCli),
     Run(crate::run::RunCli),
+    VmHost(crate::vm_host::VmHostCli),
     Completions(CompletionsCli),
     Man(ManCli),
 }

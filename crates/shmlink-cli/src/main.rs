@@ -22,6 +22,7 @@ mod server;
 mod spawn;
 mod stop;
 mod topic;
+mod vm_host;
 mod wire;
 
 use std::process::ExitCode;
@@ -56,5 +57,6 @@ fn main() -> ExitCode {
         Command::Completions(c) => manual::run_completions(&c),
         Command::Man(m) => manual::run_man(&m),
         Command::Run(r) => run::run(&r),
+        Command::VmHost(v) => vm_host::run(&v),
     }
 }

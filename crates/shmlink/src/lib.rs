@@ -103,6 +103,14 @@ mod transport;
 mod trust;
 mod view;
 
+/// `shmlink vm-host`: the server QEMU's `ivshmem-doorbell` devices and host processes
+/// connect to for `vm:` doorbells (docs/vms.md, "Waiting").
+pub mod vm_host {
+    pub use crate::transport::vm::bell::{
+        HostEvent, VmHost, DEFAULT_MAX_PEERS, MAX_VECTORS, PROTOCOL_VERSION,
+    };
+}
+
 // The lower layers, crates of their own, under the paths the modules have always used.
 use shmlink_ring::spsc as ring;
 use shmlink_ring::sync;

@@ -5,7 +5,7 @@ use std::os::fd::BorrowedFd;
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicBool;
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -14,7 +14,8 @@ use shmlink_ring::spsc::{
     FLAG_MORE, HEADER, HEAD_OFFSET, TAIL_OFFSET,
 };
 
-use super::region::{self, Backoff, Liveness, Region, Tick};
+use super::bell::{self, Bell, Wait, CAN_BE_RUNG, CAN_RING};
+use super::region::{self, Liveness, Region, Tick};
 use super::slot::{self, State};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::stream::EventFlag;
@@ -33,11 +34,14 @@ pub(super) struct ConnShared {
     armed: AtomicBool,
     /// The inbound tail and outbound head when the descriptor was armed.
     snap: Mutex<(u64, u64)>,
+    /// This process's doorbell on the region, if it has one.
+    bell: Option<Arc<Bell>>,
 }
 
 impl ConnShared {
     pub(super) fn new(region: Arc<Region>, slot: usize, client: bool) -> Result<Arc<ConnShared>> {
         let flag = EventFlag::new().map_err(|e| Error::io("vm: eventfd", e))?;
+        let bell = bell::for_region(region.path());
         let s = Arc::new(ConnShared {
             region,
             slot,
@@ -47,7 +51,15 @@ impl ConnShared {
             flag,
             armed: AtomicBool::new(false),
             snap: Mutex::new((0, 0)),
+            bell,
         });
+        // Our bell word, before the handshake publishes the slot (the client's REQUEST
+        // and the listener's ACCEPTED are Release); the client clears the listener's,
+        // which the listener writes before it accepts.
+        s.my_bell().store(s.bell_word(), Ordering::Relaxed);
+        if client {
+            s.peer_bell().store(0, Ordering::Relaxed);
+        }
         let t: Arc<dyn Tick> = s.clone();
         region::register(&t);
         Ok(s)
@@ -74,6 +86,45 @@ impl ConnShared {
             slot::SERVER_HB
         };
         self.region.u64_at(self.base() + off)
+    }
+
+    fn my_bell(&self) -> &AtomicU32 {
+        let off = if self.client {
+            slot::CLIENT_BELL
+        } else {
+            slot::SERVER_BELL
+        };
+        self.region.u32_at(self.base() + off)
+    }
+
+    fn peer_bell(&self) -> &AtomicU32 {
+        let off = if self.client {
+            slot::SERVER_BELL
+        } else {
+            slot::CLIENT_BELL
+        };
+        self.region.u32_at(self.base() + off)
+    }
+
+    fn bell_word(&self) -> u32 {
+        self.bell.as_ref().map_or(0, |b| b.word())
+    }
+
+    /// Rings the peer, if it can be rung and we can ring (after `commit`, `advance` or
+    /// `close` found it announced sleep). The word comes from the region: a bad one
+    /// rings some id in vain.
+    pub(super) fn ring_peer(&self) {
+        let Some(b) = &self.bell else { return };
+        let w = self.peer_bell().load(Ordering::Relaxed);
+        if w & CAN_BE_RUNG != 0 {
+            b.ring(w as u16);
+        }
+    }
+
+    /// Whether a sleep of ours ends by a ring: we can be rung and the peer rings.
+    fn rung(&self) -> bool {
+        self.bell.as_ref().is_some_and(|b| b.can_be_rung())
+            && self.peer_bell().load(Ordering::Relaxed) & CAN_RING != 0
     }
 
     fn peer_hb(&self) -> &AtomicU64 {
@@ -134,6 +185,25 @@ impl Tick for ConnShared {
         }
         self.peer
             .observe(self.peer_hb().load(Ordering::Acquire), now);
+        // A bell that died (its server went) leaves our word stale: the peer would ring
+        // an id nobody answers to. Rewrite it (0 then: we poll again).
+        let w = self.bell_word();
+        if self.my_bell().load(Ordering::Relaxed) != w {
+            self.my_bell().store(w, Ordering::Relaxed);
+        }
+        self.check();
+    }
+
+    fn poke(&self) {
+        if self.established.load(Ordering::Acquire) {
+            self.check();
+        }
+    }
+}
+
+impl ConnShared {
+    /// Sets the descriptor if it is armed and what it waits on changed.
+    fn check(&self) {
         if !self.armed.load(Ordering::Acquire) {
             return;
         }
@@ -247,9 +317,14 @@ impl VmConn {
         // (an event loop registers a new connection and waits for it).
         *shared.snap.lock().unwrap_or_else(|p| p.into_inner()) = (0, 0);
         shared.armed.store(true, Ordering::Release);
+        let mut rx = Consumer::new(inb, FenceMode::Symmetric);
+        // Announced from the start too, so that a peer with a doorbell rings for the first
+        // message (the descriptor is armed for it above). Only the re-check can fail (a
+        // hostile ring): the first receive reports that.
+        let _ = rx.arm();
         VmConn {
             tx: Producer::new(out, FenceMode::Symmetric),
-            rx: Consumer::new(inb, FenceMode::Symmetric),
+            rx,
             shared,
             max_send,
             max_recv,
@@ -308,6 +383,35 @@ impl VmConn {
         )))
     }
 
+    /// One step of a blocked send's wait for `need` payload bytes of room: a spin, or
+    /// arm the descriptor, announce sleep in the ring, re-check, and sleep.
+    fn wait_send(&mut self, wait: &mut Wait, need: usize) -> Result<()> {
+        if wait.spin() {
+            return Ok(());
+        }
+        self.shared.arm();
+        let ready = match self.tx.arm(rec(need)) {
+            Ok(r) => r,
+            Err(e) => return Err(self.ring_err(e)),
+        };
+        wait.sleep(&self.shared.flag, ready, self.shared.rung());
+        Ok(())
+    }
+
+    /// One step of a blocked receive's wait (as [`wait_send`](Self::wait_send)).
+    fn wait_recv(&mut self, wait: &mut Wait) -> Result<()> {
+        if wait.spin() {
+            return Ok(());
+        }
+        self.shared.arm();
+        let ready = match self.rx.arm() {
+            Ok(r) => r,
+            Err(e) => return Err(self.ring_err(e)),
+        };
+        wait.sleep(&self.shared.flag, ready, self.shared.rung());
+        Ok(())
+    }
+
     fn ring_err(&mut self, e: shmlink_ring::Violation) -> Error {
         self.violation(e.to_string())
     }
@@ -335,7 +439,9 @@ impl VmConn {
             };
             if rec.is_skip() {
                 // Padding before a large record that restarted at the ring's start.
-                self.rx.advance(rec.size());
+                if self.rx.advance(rec.size()) {
+                    self.shared.ring_peer();
+                }
                 continue;
             }
             let first = rec.flags == FLAG_FIRST | FLAG_MORE;
@@ -370,7 +476,9 @@ impl VmConn {
                     let mut buf = Vec::with_capacity(total as usize);
                     // SAFETY: 8 is within the record's validated `len`.
                     Self::copy_out(unsafe { rec.ptr.add(8) }, part, &mut buf);
-                    self.rx.advance(rec.size());
+                    if self.rx.advance(rec.size()) {
+                        self.shared.ring_peer();
+                    }
                     self.assembling = Some((buf, total as usize));
                 }
                 Some((mut buf, total)) if more || last => {
@@ -383,7 +491,9 @@ impl VmConn {
                         )));
                     }
                     Self::copy_out(rec.ptr, rec.len, &mut buf);
-                    self.rx.advance(rec.size());
+                    if self.rx.advance(rec.size()) {
+                        self.shared.ring_peer();
+                    }
                     if last {
                         self.current = Current::Owned(buf);
                         return Ok(Some(total));
@@ -419,7 +529,7 @@ impl VmConn {
     /// Pushes fragments of the pending message; true when it is all in the ring.
     fn flush(&mut self, blocking: bool) -> Result<bool> {
         let maxp = self.max_payload();
-        let mut backoff = Backoff::new();
+        let mut wait = Wait::new();
         while let Some(p) = &self.pending {
             let total = p.msg.len();
             let off = p.off;
@@ -433,15 +543,17 @@ impl VmConn {
                 self.peer_check()?;
                 if !blocking {
                     self.shared.arm();
+                    // Announced: a peer with a doorbell rings when it makes room.
+                    let _ = self.tx.arm(rec(payload));
                     if self.tx.has_room(rec(payload)).unwrap_or(true) {
                         continue;
                     }
                     return Ok(false);
                 }
-                backoff.snooze(&self.shared.flag, || self.shared.arm());
+                self.wait_send(&mut wait, payload)?;
                 continue;
             };
-            backoff = Backoff::new();
+            wait = Wait::new();
             let p = self.pending.as_mut().expect("checked above");
             // SAFETY: `dst` has room for `payload` bytes (try_reserve); the source ranges
             // are inside `p.msg`.
@@ -466,7 +578,9 @@ impl VmConn {
             } else {
                 0
             };
-            self.tx.commit(payload, flags);
+            if self.tx.commit(payload, flags) {
+                self.shared.ring_peer();
+            }
             p.off += chunk;
             if p.off >= total {
                 self.pending = None;
@@ -531,23 +645,27 @@ impl ConnOps for VmConn {
             self.flush(blocking)?;
             return Ok(());
         }
-        let mut backoff = Backoff::new();
+        let mut wait = Wait::new();
         loop {
             if let Some(dst) = self.try_room(msg.len())? {
                 // SAFETY: room for `msg.len()` bytes at `dst`.
                 unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), dst.as_ptr(), msg.len()) };
-                self.tx.commit(msg.len(), 0);
+                if self.tx.commit(msg.len(), 0) {
+                    self.shared.ring_peer();
+                }
                 return Ok(());
             }
             self.peer_check()?;
             if !blocking {
                 self.shared.arm();
+                // Announced: a peer with a doorbell rings when it makes room.
+                let _ = self.tx.arm(rec(msg.len()));
                 if self.tx.has_room(rec(msg.len())).unwrap_or(true) {
                     continue;
                 }
                 return Err(Error::would_block());
             }
-            backoff.snooze(&self.shared.flag, || self.shared.arm());
+            self.wait_send(&mut wait, msg.len())?;
         }
     }
 
@@ -564,7 +682,7 @@ impl ConnOps for VmConn {
             self.reserved = Reserved::Staged(vec![0; n], blocking);
             return Ok(());
         }
-        let mut backoff = Backoff::new();
+        let mut wait = Wait::new();
         loop {
             if let Some(ptr) = self.try_room(n)? {
                 self.reserved = Reserved::Ring { ptr, len: n };
@@ -573,12 +691,14 @@ impl ConnOps for VmConn {
             self.peer_check()?;
             if !blocking {
                 self.shared.arm();
+                // Announced: a peer with a doorbell rings when it makes room.
+                let _ = self.tx.arm(rec(n));
                 if self.tx.has_room(rec(n)).unwrap_or(true) {
                     continue;
                 }
                 return Err(Error::would_block());
             }
-            backoff.snooze(&self.shared.flag, || self.shared.arm());
+            self.wait_send(&mut wait, n)?;
         }
     }
 
@@ -611,7 +731,9 @@ impl ConnOps for VmConn {
         match std::mem::replace(&mut self.reserved, Reserved::None) {
             Reserved::None => Ok(()),
             Reserved::Ring { len, .. } => {
-                self.tx.commit(len, 0);
+                if self.tx.commit(len, 0) {
+                    self.shared.ring_peer();
+                }
                 Ok(())
             }
             // Accepted whole; a blocking connection writes every fragment before it
@@ -635,7 +757,7 @@ impl ConnOps for VmConn {
             Current::None => {}
         }
         self.check_broken()?;
-        let mut backoff = Backoff::new();
+        let mut wait = Wait::new();
         loop {
             if let Some(n) = self.try_recv()? {
                 return Ok(n);
@@ -661,6 +783,8 @@ impl ConnOps for VmConn {
             self.peer_check_state(state)?;
             if !blocking {
                 self.shared.arm();
+                // Announced: a peer with a doorbell rings when it sends or closes.
+                let _ = self.rx.arm();
                 if let Some(n) = self.try_recv()? {
                     return Ok(n);
                 }
@@ -669,7 +793,7 @@ impl ConnOps for VmConn {
                 }
                 return Err(Error::would_block());
             }
-            backoff.snooze(&self.shared.flag, || self.shared.arm());
+            self.wait_recv(&mut wait)?;
         }
     }
 
@@ -685,7 +809,9 @@ impl ConnOps for VmConn {
 
     fn release(&mut self) {
         if let Current::InPlace { size, .. } = std::mem::replace(&mut self.current, Current::None) {
-            self.rx.advance(size);
+            if self.rx.advance(size) {
+                self.shared.ring_peer();
+            }
         }
     }
 
@@ -727,7 +853,7 @@ impl ConnOps for VmConn {
             if wait {
                 let mut since = Instant::now();
                 let mut left = self.pending.as_ref().map(|p| p.off);
-                let mut backoff = Backoff::new();
+                let mut wait = Wait::new();
                 while matches!(done, Ok(false)) {
                     let now = self.pending.as_ref().map(|p| p.off);
                     if now != left {
@@ -740,13 +866,19 @@ impl ConnOps for VmConn {
                         ));
                         break;
                     }
-                    backoff.snooze(&self.shared.flag, || self.shared.arm());
+                    // `flush(false)` armed and announced before it gave up.
+                    if !wait.spin() {
+                        let rung = self.shared.rung();
+                        wait.sleep(&self.shared.flag, false, rung);
+                    }
                     done = self.flush(false);
                 }
             }
             match done {
                 Ok(true) => {
-                    self.tx.close();
+                    if self.tx.close() {
+                        self.shared.ring_peer();
+                    }
                 }
                 Ok(false) => {}
                 Err(e) => result = Err(e),

@@ -6,10 +6,11 @@
 //! There is no socket across VMs, so everything lives in the region ([`region`]): a table
 //! of listeners (name, nonce, heartbeat), connection slots with a handshake by atomic
 //! state changes ([`slot`]), and in each slot the control blocks of two SPSC rings of
-//! `shmlink-ring` whose data areas follow the header. Nothing rings a doorbell: a waiter
-//! spins, then polls with a bounded backoff (at most 1 ms between polls), and a process-
-//! wide ticker thread beats heartbeats every 5 ms, declares a peer dead when its heartbeat
-//! stands still (`ConnectionReset`), and sets the eventfd an event loop watches when what
+//! `shmlink-ring` whose data areas follow the header. A waiter spins, announces sleep in
+//! the ring, then sleeps until rung where doorbells exist ([`bell`]: `ivshmem-doorbell`
+//! and `shmlink vm-host`), else polls with a bounded backoff (at most 1 ms between
+//! polls); a process-wide ticker thread beats heartbeats every 5 ms, declares a peer dead
+//! when its heartbeat stands still (`ConnectionReset`), and sets the eventfd an event loop watches when what
 //! a connection or listener waits for has changed.
 
 use crate::sync::{AtomicU64, Ordering};
@@ -24,6 +25,7 @@ use crate::options::{Options, MAX_MSG_SIZE_LIMIT};
 use crate::sys::stream::EventFlag;
 use crate::transport::{Accepted, ConnOps, ListenerOps, Transport};
 
+pub(crate) mod bell;
 pub(crate) mod conn;
 pub(crate) mod region;
 pub(crate) mod slot;

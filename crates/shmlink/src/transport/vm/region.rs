@@ -270,6 +270,9 @@ impl Region {
 /// Returns false once it no longer needs ticks.
 pub(crate) trait Tick: Send + Sync {
     fn tick(&self, now: Instant);
+    /// A doorbell rang (bell.rs): set the descriptor if what it waits for changed,
+    /// without waiting for the next tick.
+    fn poke(&self) {}
 }
 
 type Ticked = Mutex<Vec<Weak<dyn Tick>>>;
@@ -294,6 +297,19 @@ fn ticked() -> &'static Ticked {
             .expect("spawning the vm: ticker thread");
         Mutex::new(Vec::new())
     })
+}
+
+/// Visits everything registered with the ticker at once (a doorbell rang).
+pub(crate) fn poke_all() {
+    let live: Vec<Arc<dyn Tick>> = ticked()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    for t in live {
+        t.poke();
+    }
 }
 
 /// Registers `t` with the ticker until its last `Arc` goes.

@@ -31,6 +31,11 @@ pub(crate) const LISTENER_NONCE: usize = 8;
 pub(crate) const CLIENT_MAX: usize = 16;
 /// Slot: the server's maximum message size (u64).
 pub(crate) const SERVER_MAX: usize = 24;
+/// Slot: the client's bell word (u32, bell.rs: whether and as which ivshmem peer id it
+/// can be rung, whether it rings).
+pub(crate) const CLIENT_BELL: usize = 96;
+/// Slot: the server's bell word (u32).
+pub(crate) const SERVER_BELL: usize = 100;
 /// Slot: the client's heartbeat (u64, own cache line).
 pub(crate) const CLIENT_HB: usize = 128;
 /// Slot: the server's heartbeat.

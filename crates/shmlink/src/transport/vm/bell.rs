@@ -1,0 +1,973 @@
+//! Doorbells for `vm:`: QEMU's `ivshmem-doorbell` and the host server that hands out its
+//! eventfds (`shmlink vm-host`, [`VmHost`]), and the waiting built on them.
+//!
+//! # The server's protocol (QEMU docs/specs/ivshmem-spec.rst, written from the spec)
+//!
+//! A Unix stream socket. Every message is one signed 64-bit little-endian integer, perhaps
+//! with one descriptor (SCM_RIGHTS). To a peer that connects, the server sends: the
+//! protocol version (0, no descriptor); the peer's id (no descriptor); -1 with the shared
+//! memory's descriptor; then for every other peer already there, per vector, that peer's
+//! id with one of its eventfds; then the new peer's own id once per vector with its own
+//! eventfds. Every other peer gets the new peer's id once per vector with the new peer's
+//! eventfds. When a peer's socket closes, every other peer gets its id without a
+//! descriptor (it left). Peers never write to the socket.
+//!
+//! A peer rings peer `id` on vector `v` by writing 1 (u64) to that peer's eventfd `v`;
+//! QEMU does it for its guest when the guest writes `id << 16 | v` to the Doorbell
+//! register of BAR0, and turns a write to the guest's own eventfds into MSI-X interrupt
+//! `v` in the guest.
+//!
+//! # Who is a peer
+//!
+//! Each QEMU, and each host process that uses `vm:` on a region whose server socket it
+//! finds (`$SHMLINK_VM_BELL`, else `REGION.bell`): a host process speaks the same protocol
+//! as QEMU and gets its own id and eventfd, so a ring wakes exactly the process that
+//! sleeps. The server itself needs no id. A host process ignores the memory descriptor:
+//! it maps the region by its path (the server creates the region as a file).
+//!
+//! # Guests
+//!
+//! A guest *rings* by writing the Doorbell register through sysfs (`resource0` next to
+//! the region's `resource2`; no driver) and learns its id from IVPosition. A guest cannot
+//! *be rung* in user space with the Debian 6.1 guest kernel: `ivshmem-doorbell` always
+//! signals by MSI-X (QEMU raises no INTx for it, so `uio_pci_generic` sees nothing), and
+//! the kernel is built without `CONFIG_VFIO_NOIOMMU`, so VFIO needs a virtual IOMMU.
+//! Guests therefore sleep by bounded-backoff polling, while host processes sleep on their
+//! eventfd (docs/vms.md).
+//!
+//! # The slot's bell words
+//!
+//! Each side of a connection writes a word into the slot: whether it can be rung (and as
+//! which id), and whether it can ring. A waiter announces sleep through the ring's own
+//! protocol (`Consumer::arm`/`Producer::arm`: count, full fence, re-check) and sleeps
+//! long only if it can be rung and the peer can ring; a side whose commit, release or
+//! close finds an announcement (`commit`/`advance`/`close` return true) rings the id in
+//! the peer's word. The word is read from shared memory: a bad one rings some peer id in
+//! vain (a spurious wake-up), nothing else.
+
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::sync::Ordering;
+use crate::sys::stream::EventFlag;
+
+/// Bell word: the side can be rung, as the id in the low 16 bits.
+pub(crate) const CAN_BE_RUNG: u32 = 1 << 31;
+/// Bell word: the side rings its peer when it finds it asleep.
+pub(crate) const CAN_RING: u32 = 1 << 30;
+
+/// The protocol version this server speaks and peers accept.
+pub const PROTOCOL_VERSION: i64 = 0;
+/// Most peers a [`VmHost`] serves at once by default.
+pub const DEFAULT_MAX_PEERS: usize = 64;
+/// Largest id QEMU accepts (`IVSHMEM_MAX_PEERS`).
+const MAX_ID: usize = u16::MAX as usize;
+/// Most vectors per peer.
+pub const MAX_VECTORS: u32 = 64;
+/// How long the server waits for a peer to take a message before dropping it.
+const SEND_TIMEOUT: Duration = Duration::from_secs(1);
+
+fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall; a valid result is a new descriptor we own.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Writes 1 to an eventfd (a ring). Errors are ignored: a full counter is still set.
+fn ring_fd(fd: BorrowedFd<'_>) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64.
+    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+}
+
+/// Reads an eventfd's counter (non-blocking): whether it was set.
+fn drain_fd(fd: BorrowedFd<'_>) -> bool {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a live u64.
+    unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) == 8 }
+}
+
+/// Sends one protocol message (with at most one descriptor), waiting at most
+/// [`SEND_TIMEOUT`] for room.
+fn send_msg(sock: BorrowedFd<'_>, v: i64, fd: Option<RawFd>) -> io::Result<()> {
+    let bytes = v.to_le_bytes();
+    let fds: Vec<RawFd> = fd.into_iter().collect();
+    let deadline = Instant::now() + SEND_TIMEOUT;
+    loop {
+        match crate::sys::socket::send_with_fds(sock, &bytes, &fds) {
+            Ok(8) => return Ok(()),
+            // A stream socket takes all 8 bytes or none when it has room; a partial
+            // send would desynchronize the peer: treat it as a broken peer.
+            Ok(_) => return Err(io::Error::new(io::ErrorKind::WriteZero, "partial send")),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the peer takes no messages",
+                    ));
+                }
+                poll_one(sock, libc::POLLOUT, Duration::from_millis(10));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Waits until `fd` has `events` or `timeout` passes.
+fn poll_one(fd: BorrowedFd<'_>, events: libc::c_short, timeout: Duration) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
+    n > 0
+}
+
+/// Reads protocol messages from a stream socket: whole 8-byte messages, each with the
+/// descriptor that came with it (at most one; more is a protocol error).
+pub(crate) struct MsgReader {
+    buf: [u8; 8],
+    have: usize,
+    fds: Vec<OwnedFd>,
+}
+
+impl MsgReader {
+    pub(crate) fn new() -> MsgReader {
+        MsgReader {
+            buf: [0; 8],
+            have: 0,
+            fds: Vec::new(),
+        }
+    }
+
+    /// One message if one is complete: `Ok(None)` if more bytes are needed (would
+    /// block), `Err(UnexpectedEof)` at the end of the stream.
+    pub(crate) fn read(
+        &mut self,
+        sock: BorrowedFd<'_>,
+    ) -> io::Result<Option<(i64, Option<OwnedFd>)>> {
+        loop {
+            let n = match crate::sys::socket::recv_with_fds(
+                sock,
+                &mut self.buf[self.have..],
+                &mut self.fds,
+            ) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "end of stream",
+                ));
+            }
+            self.have += n;
+            if self.fds.len() > 1 {
+                self.fds.clear();
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "more than one descriptor with one message",
+                ));
+            }
+            if self.have == 8 {
+                self.have = 0;
+                return Ok(Some((i64::from_le_bytes(self.buf), self.fds.pop())));
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The server.
+
+struct Peer {
+    id: u16,
+    sock: UnixStream,
+    fds: Vec<OwnedFd>,
+}
+
+/// What [`VmHost::serve`] did, for logs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostEvent {
+    /// A peer joined with this id.
+    Joined(u16),
+    /// A peer left (its socket closed).
+    Left(u16),
+    /// A peer was dropped: it wrote to the socket (peers never do), or took no messages.
+    Dropped(u16, String),
+    /// A connection was refused: the table of peers is full.
+    Refused(String),
+}
+
+/// `shmlink vm-host`: the server QEMU's `ivshmem-doorbell` (`-chardev socket,path=…`)
+/// and host processes connect to. It owns the region (a file it creates if missing),
+/// gives every peer its id, the region's descriptor and everybody's eventfds, and
+/// announces arrivals and departures (module docs of `transport::vm::bell`, docs/vms.md).
+pub struct VmHost {
+    listener: UnixListener,
+    socket: PathBuf,
+    region: std::fs::File,
+    vectors: u32,
+    max_peers: usize,
+    peers: Vec<Peer>,
+}
+
+impl VmHost {
+    /// Creates (or opens) the region file at `region` with `size` bytes (an existing file
+    /// keeps its size if it is at least as large) and listens on `socket` (a stale socket
+    /// file nobody listens on is replaced). `vectors`: eventfds per peer (QEMU's
+    /// `vectors=`, 1–64).
+    pub fn bind(socket: &Path, region: &Path, size: u64, vectors: u32) -> Result<VmHost> {
+        if vectors == 0 || vectors > MAX_VECTORS {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("vm-host: vectors must be 1..={MAX_VECTORS}, not {vectors}"),
+            ));
+        }
+        if !size.is_power_of_two() || size < super::region::MIN_REGION as u64 {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "vm-host: the region size must be a power of two (QEMU's rule) of at least {} bytes, not {size}",
+                    super::region::MIN_REGION
+                ),
+            ));
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(region)
+            .map_err(|e| Error::io(format!("vm-host: opening {}", region.display()), e))?;
+        let have = file
+            .metadata()
+            .map_err(|e| Error::io("vm-host: region size", e))?
+            .len();
+        if have < size {
+            file.set_len(size)
+                .map_err(|e| Error::io(format!("vm-host: sizing {}", region.display()), e))?;
+        }
+        if socket.exists() {
+            if UnixStream::connect(socket).is_ok() {
+                return Err(Error::new(
+                    ErrorKind::AddrInUse,
+                    format!("vm-host: a server already listens on {}", socket.display()),
+                ));
+            }
+            let _ = std::fs::remove_file(socket);
+        }
+        let listener = UnixListener::bind(socket)
+            .map_err(|e| Error::io(format!("vm-host: binding {}", socket.display()), e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("vm-host: non-blocking listener", e))?;
+        Ok(VmHost {
+            listener,
+            socket: socket.to_path_buf(),
+            region: file,
+            vectors,
+            max_peers: DEFAULT_MAX_PEERS,
+            peers: Vec::new(),
+        })
+    }
+
+    /// Changes the most peers served at once (1 – 65,535; beyond it connections are
+    /// closed at once).
+    pub fn set_max_peers(&mut self, n: usize) {
+        self.max_peers = n.clamp(1, MAX_ID);
+    }
+
+    /// The socket's path.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The ids of the peers connected now.
+    pub fn peer_ids(&self) -> Vec<u16> {
+        self.peers.iter().map(|p| p.id).collect()
+    }
+
+    /// Serves until `stop` is set (checked at least every 100 ms), reporting each event
+    /// to `log`.
+    pub fn serve(&mut self, stop: &AtomicBool, mut log: impl FnMut(&HostEvent)) -> Result<()> {
+        while !stop.load(Ordering::Relaxed) {
+            for e in self.step(Duration::from_millis(100))? {
+                log(&e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for something to do and does it: accepts new peers,
+    /// notices departures and misbehaving peers.
+    pub fn step(&mut self, timeout: Duration) -> Result<Vec<HostEvent>> {
+        let mut fds: Vec<libc::pollfd> = std::iter::once(self.listener.as_raw_fd())
+            .chain(self.peers.iter().map(|p| p.sock.as_raw_fd()))
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `fds` is a valid array of pollfd of the length given.
+        let n = unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                timeout.as_millis().min(i32::MAX as u128) as i32,
+            )
+        };
+        let mut events = Vec::new();
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(events);
+            }
+            return Err(Error::io("vm-host: poll", e));
+        }
+        // Peers first (their indexes are those of this poll), then new ones.
+        let mut gone: Vec<(u16, Option<String>)> = Vec::new();
+        for (i, p) in fds.iter().enumerate().skip(1) {
+            if p.revents == 0 {
+                continue;
+            }
+            let peer = &self.peers[i - 1];
+            // Peers never write: any byte (or descriptor) is a broken or hostile peer.
+            let mut buf = [0u8; 64];
+            let mut fds = Vec::new();
+            match crate::sys::socket::recv_with_fds(peer.sock.as_fd(), &mut buf, &mut fds) {
+                Ok(0) => gone.push((peer.id, None)),
+                Ok(n) => {
+                    let mut first = [0u8; 8];
+                    first[..n.min(8)].copy_from_slice(&buf[..n.min(8)]);
+                    gone.push((
+                        peer.id,
+                        Some(format!(
+                            "wrote {n} bytes ({:#x}…) and {} descriptors: peers never write",
+                            i64::from_le_bytes(first),
+                            fds.len()
+                        )),
+                    ));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if p.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+                        gone.push((peer.id, None));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => gone.push((peer.id, None)),
+                Err(e) => gone.push((peer.id, Some(format!("bad input: {e}")))),
+            }
+        }
+        for (id, why) in gone {
+            self.remove(id, &mut events);
+            events.push(match why {
+                None => HostEvent::Left(id),
+                Some(w) => HostEvent::Dropped(id, w),
+            });
+        }
+        if fds[0].revents != 0 {
+            loop {
+                match self.listener.accept() {
+                    Ok((sock, _)) => self.admit(sock, &mut events),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        // EMFILE and the like: refuse this round, keep serving.
+                        events.push(HostEvent::Refused(format!("accept: {e}")));
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(events)
+    }
+
+    /// Removes peer `id` and tells the others; peers that cannot be told are removed too.
+    fn remove(&mut self, id: u16, events: &mut Vec<HostEvent>) {
+        let Some(i) = self.peers.iter().position(|p| p.id == id) else {
+            return;
+        };
+        self.peers.remove(i);
+        let mut broken = Vec::new();
+        for p in &self.peers {
+            if send_msg(p.sock.as_fd(), id as i64, None).is_err() {
+                broken.push(p.id);
+            }
+        }
+        for b in broken {
+            self.remove(b, events);
+            events.push(HostEvent::Dropped(b, "took no messages".into()));
+        }
+    }
+
+    fn admit(&mut self, sock: UnixStream, events: &mut Vec<HostEvent>) {
+        if self.peers.len() >= self.max_peers {
+            events.push(HostEvent::Refused(format!(
+                "{} peers already (the most this server takes)",
+                self.max_peers
+            )));
+            return; // dropping the socket closes it: QEMU reports the failure
+        }
+        let Some(id) = (0..MAX_ID)
+            .find(|&i| !self.peers.iter().any(|p| p.id as usize == i))
+            .map(|i| i as u16)
+        else {
+            return;
+        };
+        let fds: io::Result<Vec<OwnedFd>> = (0..self.vectors).map(|_| eventfd()).collect();
+        let fds = match fds {
+            Ok(f) => f,
+            Err(e) => {
+                events.push(HostEvent::Refused(format!("eventfd: {e}")));
+                return;
+            }
+        };
+        let _ = sock.set_nonblocking(true);
+        let s = sock.as_fd();
+        let setup = || -> io::Result<()> {
+            send_msg(s, PROTOCOL_VERSION, None)?;
+            send_msg(s, id as i64, None)?;
+            send_msg(s, -1, Some(self.region.as_raw_fd()))?;
+            for p in &self.peers {
+                for f in &p.fds {
+                    send_msg(s, p.id as i64, Some(f.as_raw_fd()))?;
+                }
+            }
+            for f in &fds {
+                send_msg(s, id as i64, Some(f.as_raw_fd()))?;
+            }
+            Ok(())
+        };
+        if let Err(e) = setup() {
+            events.push(HostEvent::Refused(format!("setup of peer {id}: {e}")));
+            return;
+        }
+        let mut broken = Vec::new();
+        for p in &self.peers {
+            for f in &fds {
+                if send_msg(p.sock.as_fd(), id as i64, Some(f.as_raw_fd())).is_err() {
+                    broken.push(p.id);
+                    break;
+                }
+            }
+        }
+        self.peers.push(Peer { id, sock, fds });
+        events.push(HostEvent::Joined(id));
+        for b in broken {
+            self.remove(b, events);
+            events.push(HostEvent::Dropped(b, "took no messages".into()));
+        }
+    }
+}
+
+impl Drop for VmHost {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// A process's doorbell.
+
+/// Counters of a process's doorbell on one region (tests and diagnostics).
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BellStats {
+    /// Our peer id.
+    pub id: u16,
+    /// Whether we can be rung (a host peer of a live server).
+    pub can_be_rung: bool,
+    /// Rings sent to peers.
+    pub rings: u64,
+    /// Times our own eventfd woke the doorbell thread.
+    pub wakes: u64,
+}
+
+enum Kind {
+    /// A host process: a peer of the server.
+    Host {
+        /// Peer id → its eventfds (ours included).
+        peers: Mutex<HashMap<u16, Vec<OwnedFd>>>,
+        own: OwnedFd,
+    },
+    /// A guest: the Doorbell register of BAR0, mapped through sysfs.
+    Guest { regs: *mut u32 },
+}
+
+/// This process's doorbell on one region.
+pub(crate) struct Bell {
+    id: u16,
+    kind: Kind,
+    alive: AtomicBool,
+    rings: AtomicU64,
+    wakes: AtomicU64,
+}
+
+// SAFETY: `regs` points at a shared device mapping that lives as long as the bell (never
+// unmapped: bells live for the process) and is only written with volatile stores.
+unsafe impl Send for Bell {}
+// SAFETY: as above; every other field is Sync.
+unsafe impl Sync for Bell {}
+
+/// Byte offsets of the ivshmem registers in BAR0.
+const IV_POSITION: usize = 8;
+const DOORBELL: usize = 12;
+
+impl Bell {
+    /// Our bell word for a slot.
+    pub(crate) fn word(&self) -> u32 {
+        if !self.alive.load(Ordering::Acquire) {
+            return 0;
+        }
+        match self.kind {
+            Kind::Host { .. } => CAN_BE_RUNG | CAN_RING | self.id as u32,
+            Kind::Guest { .. } => CAN_RING,
+        }
+    }
+
+    /// Whether a waiter may sleep long, trusting to be rung.
+    pub(crate) fn can_be_rung(&self) -> bool {
+        matches!(self.kind, Kind::Host { .. }) && self.alive.load(Ordering::Acquire)
+    }
+
+    /// Rings peer `id` on vector 0.
+    pub(crate) fn ring(&self, id: u16) {
+        if !self.alive.load(Ordering::Relaxed) {
+            return;
+        }
+        match &self.kind {
+            Kind::Host { peers, .. } => {
+                let p = peers.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(f) = p.get(&id).and_then(|v| v.first()) {
+                    ring_fd(f.as_fd());
+                }
+            }
+            // SAFETY: DOORBELL is inside the mapped BAR0 (checked at mapping); a device
+            // register is written with one volatile 32-bit store.
+            Kind::Guest { regs } => unsafe {
+                regs.add(DOORBELL / 4).write_volatile((id as u32) << 16)
+            },
+        }
+        self.rings.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    fn stats(&self) -> BellStats {
+        BellStats {
+            id: self.id,
+            can_be_rung: self.can_be_rung(),
+            rings: self.rings.load(Ordering::Relaxed),
+            wakes: self.wakes.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A host peer: connects to the server at `sock_path` and reads the setup.
+    fn host(sock_path: &Path) -> io::Result<Arc<Bell>> {
+        let sock = UnixStream::connect(sock_path)?;
+        sock.set_nonblocking(true)?;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut r = MsgReader::new();
+        let mut next = || -> io::Result<(i64, Option<OwnedFd>)> {
+            loop {
+                if let Some(m) = r.read(sock.as_fd())? {
+                    return Ok(m);
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "setup incomplete"));
+                }
+                poll_one(sock.as_fd(), libc::POLLIN, left);
+            }
+        };
+        let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+        let (v, f) = next()?;
+        if v != PROTOCOL_VERSION || f.is_some() {
+            return Err(bad(format!(
+                "protocol version {v}, expected {PROTOCOL_VERSION}"
+            )));
+        }
+        let (id, f) = next()?;
+        if !(0..MAX_ID as i64).contains(&id) || f.is_some() {
+            return Err(bad(format!("peer id {id} out of range")));
+        }
+        let id = id as u16;
+        let (m, shm) = next()?;
+        if m != -1 || shm.is_none() {
+            return Err(bad(format!("expected the memory descriptor (-1), got {m}")));
+        }
+        drop(shm); // we map the region by its path
+        let mut peers: HashMap<u16, Vec<OwnedFd>> = HashMap::new();
+        // Other peers' eventfds, then ours: until our first.
+        let own = loop {
+            let (p, f) = next()?;
+            if !(0..MAX_ID as i64).contains(&p) {
+                return Err(bad(format!("peer id {p} out of range")));
+            }
+            let p = p as u16;
+            match f {
+                Some(f) if p == id => break f,
+                Some(f) => {
+                    if !add_peer(&mut peers, p, f) {
+                        return Err(bad("more peers or vectors than a server has".into()));
+                    }
+                }
+                None => {
+                    peers.remove(&p);
+                }
+            }
+        };
+        let own2 = own.try_clone()?;
+        peers.entry(id).or_default().push(own2);
+        let bell = Arc::new(Bell {
+            id,
+            kind: Kind::Host {
+                peers: Mutex::new(peers),
+                own,
+            },
+            alive: AtomicBool::new(true),
+            rings: AtomicU64::new(0),
+            wakes: AtomicU64::new(0),
+        });
+        let b = bell.clone();
+        std::thread::Builder::new()
+            .name("shmlink-vm-bell".into())
+            .spawn(move || b.run(sock, r))?;
+        Ok(bell)
+    }
+
+    /// The doorbell thread of a host peer: wakes waiters on a ring, follows the server's
+    /// announcements; when the server goes, the bell dies (waiters poll again).
+    fn run(&self, sock: UnixStream, mut r: MsgReader) {
+        let Kind::Host { peers, own } = &self.kind else {
+            return;
+        };
+        loop {
+            let mut fds = [
+                libc::pollfd {
+                    fd: own.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: sock.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two valid pollfds.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if n < 0 {
+                continue; // EINTR
+            }
+            if fds[0].revents != 0 && drain_fd(own.as_fd()) {
+                self.wakes.fetch_add(1, Ordering::Relaxed);
+                super::region::poke_all();
+            }
+            if fds[1].revents != 0 {
+                loop {
+                    match r.read(sock.as_fd()) {
+                        Ok(None) => break,
+                        Ok(Some((p, f))) if (0..MAX_ID as i64).contains(&p) => {
+                            let mut t = peers.lock().unwrap_or_else(|p| p.into_inner());
+                            let sane = match f {
+                                Some(f) => add_peer(&mut t, p as u16, f),
+                                None => {
+                                    if p as u16 != self.id {
+                                        t.remove(&(p as u16));
+                                    }
+                                    true
+                                }
+                            };
+                            drop(t);
+                            if !sane {
+                                // More peers or vectors than a server has: distrust it.
+                                self.alive.store(false, Ordering::Release);
+                                super::region::poke_all();
+                                return;
+                            }
+                        }
+                        // Out of range or a broken socket: the server is gone or
+                        // confused; stop trusting it.
+                        _ => {
+                            self.alive.store(false, Ordering::Release);
+                            super::region::poke_all();
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A guest: BAR0 of the ivshmem device whose BAR2 is `resource2`, if it is an
+    /// `ivshmem-doorbell` (it has the MSI-X BAR1).
+    fn guest(resource2: &Path) -> io::Result<Option<Arc<Bell>>> {
+        let dir = resource2.parent().unwrap_or(Path::new("/"));
+        if !dir.join("resource1").exists() {
+            return Ok(None); // ivshmem-plain: no doorbell
+        }
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(dir.join("resource0"))?;
+        let len = 256usize;
+        // SAFETY: maps 256 bytes of BAR0 (ivshmem's register BAR is 256 bytes) shared;
+        // the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let regs = p.cast::<u32>();
+        // SAFETY: IV_POSITION is inside the mapping; a register read is volatile.
+        let pos = unsafe { regs.add(IV_POSITION / 4).read_volatile() } as i32;
+        if !(0..MAX_ID as i32).contains(&pos) {
+            // SAFETY: unmaps what we mapped above.
+            unsafe { libc::munmap(p, len) };
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(Bell {
+            id: pos as u16,
+            kind: Kind::Guest { regs },
+            alive: AtomicBool::new(true),
+            rings: AtomicU64::new(0),
+            wakes: AtomicU64::new(0),
+        })))
+    }
+}
+
+/// Most peers a host process keeps eventfds for: a server that announces more is not
+/// trusted (it would exhaust our descriptors).
+const MAX_KNOWN_PEERS: usize = 4096;
+
+/// Records `fd` as one of peer `id`'s eventfds; false if the server announces more
+/// peers or vectors than any honest one does.
+fn add_peer(peers: &mut HashMap<u16, Vec<OwnedFd>>, id: u16, fd: OwnedFd) -> bool {
+    if !peers.contains_key(&id) && peers.len() >= MAX_KNOWN_PEERS {
+        return false;
+    }
+    let v = peers.entry(id).or_default();
+    if v.len() >= MAX_VECTORS as usize {
+        return false;
+    }
+    v.push(fd);
+    true
+}
+
+type Bells = Mutex<HashMap<PathBuf, Option<Arc<Bell>>>>;
+
+fn bells() -> &'static Bells {
+    static B: OnceLock<Bells> = OnceLock::new();
+    B.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The server socket for a host region: `$SHMLINK_VM_BELL`, else `REGION.bell` if it
+/// exists.
+fn socket_for(region: &Path) -> Option<PathBuf> {
+    if let Some(s) = std::env::var_os("SHMLINK_VM_BELL").filter(|s| !s.is_empty()) {
+        return Some(PathBuf::from(s));
+    }
+    let mut s = region.as_os_str().to_owned();
+    s.push(".bell");
+    let s = PathBuf::from(s);
+    s.exists().then_some(s)
+}
+
+/// This process's doorbell for the region at `path`, if it has one (found once per
+/// region and process; a dead one is looked for again).
+pub(crate) fn for_region(path: &Path) -> Option<Arc<Bell>> {
+    if std::env::var_os("SHMLINK_VM_NO_BELL").is_some() {
+        return None;
+    }
+    let mut t = bells().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(b) = t.get(path) {
+        match b {
+            Some(b) if !b.alive.load(Ordering::Acquire) => {}
+            other => return other.clone(),
+        }
+    }
+    let b = if path.file_name().is_some_and(|n| n == "resource2") && path.starts_with("/sys") {
+        Bell::guest(path).ok().flatten()
+    } else {
+        socket_for(path).and_then(|s| Bell::host(&s).ok())
+    };
+    t.insert(path.to_path_buf(), b.clone());
+    b
+}
+
+/// The counters of this process's doorbell on `region`, if it has one (connects to the
+/// server as [`for_region`] does).
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+pub fn bell_stats(region: &Path) -> Option<BellStats> {
+    for_region(region).map(|b| b.stats())
+}
+
+/// Reads one protocol message from a stream socket, waiting at most `timeout` (tests:
+/// a fake QEMU client). `Err(UnexpectedEof)` at the end of the stream, `Err(TimedOut)`.
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+pub fn read_msg(sock: BorrowedFd<'_>, timeout: Duration) -> io::Result<(i64, Option<OwnedFd>)> {
+    let deadline = Instant::now() + timeout;
+    let mut r = MsgReader::new();
+    loop {
+        // Stream sockets here are non-blocking or polled first.
+        if poll_one(
+            sock,
+            libc::POLLIN,
+            deadline.saturating_duration_since(Instant::now()),
+        ) {
+            if let Some(m) = r.read(sock)? {
+                return Ok(m);
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "no message"));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Waiting.
+
+/// Spin polls before a blocked call sleeps: `$SHMLINK_VM_SPINS` (0 – 1,000,000), else
+/// 2,000.
+fn spins() -> u32 {
+    static S: OnceLock<u32> = OnceLock::new();
+    *S.get_or_init(|| {
+        std::env::var("SHMLINK_VM_SPINS")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|&n| n <= 1_000_000)
+            .unwrap_or(2_000)
+    })
+}
+
+/// How long a waiter that will be rung sleeps at most: the ticker (5 ms) sets the
+/// descriptor anyway when what it waits for changed, so this only bounds the cost of a
+/// bell that died.
+const RUNG_SLEEP: Duration = Duration::from_millis(100);
+const FIRST_PAUSE: Duration = Duration::from_micros(20);
+
+/// A blocked call's wait: spin, then announce (the caller's `arm`: count, fence,
+/// re-check), then sleep on the descriptor: until rung (host peers with a ringing peer)
+/// or for a pause growing from 20 µs to 1 ms (no doorbell).
+pub(crate) struct Wait {
+    spun: u32,
+    pause: Duration,
+    ready_in_a_row: u32,
+}
+
+impl Wait {
+    pub(crate) fn new() -> Wait {
+        Wait {
+            spun: 0,
+            pause: FIRST_PAUSE,
+            ready_in_a_row: 0,
+        }
+    }
+
+    /// One spin step if the spin phase is not over: true if it spun.
+    pub(crate) fn spin(&mut self) -> bool {
+        if self.spun >= spins() {
+            return false;
+        }
+        self.spun += 1;
+        std::hint::spin_loop();
+        if self.spun % 64 == 0 {
+            std::thread::yield_now();
+        }
+        true
+    }
+
+    /// Sleeps after the caller armed (announced and re-checked): `ready` is what the
+    /// re-check found, `rung` whether a ring will come.
+    pub(crate) fn sleep(&mut self, flag: &EventFlag, ready: bool, rung: bool) {
+        if ready {
+            // The re-check found what we wait for: go round without sleeping, unless it
+            // keeps saying so without the caller's own check agreeing (a full ring whose
+            // free bytes are split by the wrap), then a short sleep.
+            self.ready_in_a_row += 1;
+            if self.ready_in_a_row < 3 {
+                return;
+            }
+        }
+        self.ready_in_a_row = 0;
+        let t = if rung && !ready {
+            RUNG_SLEEP
+        } else {
+            let t = self.pause;
+            self.pause = (self.pause * 2).min(super::region::MAX_PAUSE);
+            t
+        };
+        let ts = libc::timespec {
+            tv_sec: t.as_secs() as libc::time_t,
+            tv_nsec: t.subsec_nanos() as libc::c_long,
+        };
+        let mut p = libc::pollfd {
+            fd: flag.fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd and a valid timespec; no signal mask. Any result is
+        // fine: the caller checks again.
+        unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reader_joins_split_messages_and_refuses_two_fds() {
+        let (a, b) = UnixStream::pair().unwrap();
+        b.set_nonblocking(true).unwrap();
+        let mut r = MsgReader::new();
+        // Half a message: nothing yet.
+        crate::sys::socket::send_with_fds(a.as_fd(), &7i64.to_le_bytes()[..3], &[]).unwrap();
+        assert!(r.read(b.as_fd()).unwrap().is_none());
+        crate::sys::socket::send_with_fds(a.as_fd(), &7i64.to_le_bytes()[3..], &[]).unwrap();
+        assert_eq!(r.read(b.as_fd()).unwrap().map(|m| m.0), Some(7));
+        let e1 = eventfd().unwrap();
+        let e2 = eventfd().unwrap();
+        crate::sys::socket::send_with_fds(
+            a.as_fd(),
+            &1i64.to_le_bytes(),
+            &[e1.as_raw_fd(), e2.as_raw_fd()],
+        )
+        .unwrap();
+        assert_eq!(
+            r.read(b.as_fd()).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+        drop(a);
+        let mut r = MsgReader::new();
+        assert_eq!(
+            r.read(b.as_fd()).unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
+    }
+}
