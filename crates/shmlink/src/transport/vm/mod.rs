@@ -39,6 +39,39 @@ pub(crate) static TRANSPORT: Transport = Transport {
     bind,
 };
 
+/// The region `auto:` offers to peers in other VMs (docs/vms.md, "auto: between guests"):
+/// `$SHMLINK_AUTO_VM` names it — a path (the host's backing file, a guest's
+/// `…/resource2`), or `1`/`auto` for the region `vm:NAME` finds (`$SHMLINK_VM_REGION`, else
+/// the one ivshmem device). Unset, empty or `0`: `auto:` does not look for a region.
+pub(crate) fn auto_region() -> Option<Result<std::path::PathBuf>> {
+    let v = std::env::var_os("SHMLINK_AUTO_VM")?;
+    match v.to_str() {
+        Some("" | "0") => None,
+        Some("1" | "auto") => Some(region::locate(None)),
+        _ => Some(Ok(std::path::PathBuf::from(v))),
+    }
+}
+
+/// The id of the region at `path` (mapping it, writing the id if it has none yet).
+pub(crate) fn region_id(path: &std::path::Path) -> Result<[u8; region::ID_LEN]> {
+    Region::open(path)?
+        .id(std::time::Duration::from_secs(1))
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::ProtocolViolation,
+                format!("vm: region {} holds no valid region id", path.display()),
+            )
+        })
+}
+
+/// The `vm:` address of listener `name` in the region at `path`.
+pub(crate) fn address(name: &str, path: &std::path::Path) -> Address {
+    Address::Vm {
+        name: name.to_string(),
+        region: Some(path.to_path_buf()),
+    }
+}
+
 fn parts(addr: &Address) -> Result<(String, std::path::PathBuf)> {
     match addr {
         Address::Vm { name, region } => Ok((name.clone(), region::locate(region.as_deref())?)),
