@@ -751,21 +751,16 @@ impl AutoListener {
     /// garbage, silence until the handshake timeout) is closed.
     fn poll_vm(&mut self, now: Instant) {
         let Some(v) = &mut self.vm else { return };
-        loop {
-            match v.listener.accept(false) {
-                Ok(a) => {
-                    let _ = self.epoll.add(
-                        a.conn.fd().as_raw_fd(),
-                        Interest::READABLE,
-                        sys::Token(TOKEN_VM),
-                    );
-                    v.pending.push((a.conn, now + self.timeout));
-                    if v.pending.len() > MAX_DECIDING {
-                        let (old, _) = v.pending.remove(0);
-                        let _ = self.epoll.delete(old.fd().as_raw_fd());
-                    }
-                }
-                Err(_) => break,
+        while let Ok(a) = v.listener.accept(false) {
+            let _ = self.epoll.add(
+                a.conn.fd().as_raw_fd(),
+                Interest::READABLE,
+                sys::Token(TOKEN_VM),
+            );
+            v.pending.push((a.conn, now + self.timeout));
+            if v.pending.len() > MAX_DECIDING {
+                let (old, _) = v.pending.remove(0);
+                let _ = self.epoll.delete(old.fd().as_raw_fd());
             }
         }
         let mut i = 0;
