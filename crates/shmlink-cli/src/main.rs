@@ -8,6 +8,7 @@
 
 mod args;
 mod client;
+mod conform;
 mod delegate;
 mod error;
 mod ls;
@@ -56,5 +57,6 @@ fn main() -> ExitCode {
         Command::Completions(c) => manual::run_completions(&c),
         Command::Man(m) => manual::run_man(&m),
         Command::Run(r) => run::run(&r),
+        Command::Conform(c) => conform::run(&c),
     }
 }
