@@ -25,6 +25,7 @@ use crate::sys::stream::EventFlag;
 use crate::transport::{Accepted, ConnOps, ListenerOps, Transport};
 
 pub(crate) mod conn;
+pub(crate) mod inspect;
 pub(crate) mod region;
 pub(crate) mod slot;
 
@@ -142,6 +143,12 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         .store(ours as u64, Ordering::Relaxed);
     region
         .u64_at(b + slot::SERVER_MAX)
+        .store(0, Ordering::Relaxed);
+    region
+        .u32_at(b + slot::CLIENT_PID)
+        .store(std::process::id(), Ordering::Relaxed);
+    region
+        .u32_at(b + slot::SERVER_PID)
         .store(0, Ordering::Relaxed);
     let shared = ConnShared::new(region.clone(), si, true)?;
     let st = region.u32_at(b + slot::STATE);
@@ -356,6 +363,9 @@ impl ListenShared {
             self.region
                 .u64_at(b + slot::SERVER_MAX)
                 .store(self.max as u64, Ordering::Relaxed);
+            self.region
+                .u32_at(b + slot::SERVER_PID)
+                .store(std::process::id(), Ordering::Relaxed);
             let Ok(shared) = ConnShared::new(self.region.clone(), si, false) else {
                 break; // out of descriptors: the client times out or we retry next tick
             };
@@ -464,6 +474,9 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     region
         .u32_at(b + slot::L_NAME_LEN)
         .store(name.len() as u32, Ordering::Relaxed);
+    region
+        .u32_at(b + slot::L_PID)
+        .store(std::process::id(), Ordering::Relaxed);
     region.write_bytes(b + slot::L_NAME, name.as_bytes());
     // SYNC POINT (bind): Release pairs with the Acquire load of the state in
     // `listener_entry`: a client that sees LIVE sees the name and nonce.

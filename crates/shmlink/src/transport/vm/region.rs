@@ -149,6 +149,12 @@ pub(crate) struct Region {
 impl Region {
     /// Maps the region file at `path` (read-write) and checks or writes its magic.
     pub(crate) fn open(path: &Path) -> Result<Arc<Region>> {
+        Region::open_as(path, true)
+    }
+
+    /// Maps the region at `path`; with `format` false a region nobody has used yet (no
+    /// magic) is refused instead of written to (for inspecting: `shmlink ls --vm`).
+    pub(crate) fn open_as(path: &Path, format: bool) -> Result<Arc<Region>> {
         let ctx = |what: &str| format!("vm: {what} {}", path.display());
         let file: File = OpenOptions::new()
             .read(true)
@@ -176,6 +182,12 @@ impl Region {
             path: path.to_path_buf(),
         };
         let magic = region.u64_at(0);
+        if !format && magic.load(Ordering::Acquire) == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("{}: nobody has used it yet (no magic)", ctx("region")),
+            ));
+        }
         match magic.compare_exchange(0, MAGIC, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => {}
             Err(m) if m == MAGIC => {}
@@ -190,7 +202,9 @@ impl Region {
                 ))
             }
         }
-        region.ensure_id();
+        if format {
+            region.ensure_id();
+        }
         Ok(Arc::new(region))
     }
 

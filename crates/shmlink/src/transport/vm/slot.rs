@@ -31,6 +31,10 @@ pub(crate) const LISTENER_NONCE: usize = 8;
 pub(crate) const CLIENT_MAX: usize = 16;
 /// Slot: the server's maximum message size (u64).
 pub(crate) const SERVER_MAX: usize = 24;
+/// Slot: the client's process id, in its own guest (u32; 0: unknown). For `shmlink ls`.
+pub(crate) const CLIENT_PID: usize = 32;
+/// Slot: the server's process id, in its own guest (u32; 0: unknown).
+pub(crate) const SERVER_PID: usize = 36;
 /// Slot: the client's heartbeat (u64, own cache line).
 pub(crate) const CLIENT_HB: usize = 128;
 /// Slot: the server's heartbeat.
@@ -61,6 +65,8 @@ pub(crate) const L_NAME_LEN: usize = 4;
 pub(crate) const L_NONCE: usize = 8;
 /// Listener: heartbeat (u64).
 pub(crate) const L_HB: usize = 16;
+/// Listener: the listening process's id, in its own guest (u32; 0: unknown).
+pub(crate) const L_PID: usize = 24;
 /// Listener: name bytes.
 pub(crate) const L_NAME: usize = 32;
 /// Longest listener name.
