@@ -88,7 +88,7 @@ pub struct LsCli {
     /// List a vm: region's listeners and connections instead [REGION default:
     /// $SHMLINK_VM_REGION, else the guest's ivshmem device]
     #[arg(long, value_name = "REGION", num_args = 0..=1, default_missing_value = "")]
-    vm: Option<PathBuf>,
+    vm: Option<String>,
 }
 
 /// `shmlink ls`'s arguments, with defaults applied.
@@ -112,7 +112,7 @@ impl LsCli {
             timeout: Duration::from_millis(self.timeout),
             vm: self
                 .vm
-                .map(|p| Some(p).filter(|p| !p.as_os_str().is_empty())),
+                .map(|p| Some(PathBuf::from(p)).filter(|p| !p.as_os_str().is_empty())),
         }
     }
 }
