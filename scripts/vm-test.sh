@@ -15,7 +15,7 @@ checks=(guest_ordered_100k guest_sizes_1b_16mib guest_latency guest_killed_proce
   guest_auto_upgrades_to_vm guest_auto_other_region_stays_tcp guest_auto_no_region_stays_tcp
   guest_conform_echo guest_conform_flow_control guest_conform_nonblocking_poll
   guest_conform_graceful_close host_guest_conform_echo host_guest_conform_flow_control
-  host_guest_conform_nonblocking_poll host_guest_conform_graceful_close)
+  host_guest_conform_nonblocking_poll host_guest_conform_graceful_close guest_ls_vm)
 
 skip_all() {
   echo "vm-test: SKIPPED (qemu): $1"
@@ -53,6 +53,8 @@ SHMLINK_AUTO_VM=auto $p --json -n 2000 -m 65 auto:192.0.2.1:7000
 dd if=/dev/zero of=/tmp/other bs=1M count=0 seek=16 2>/dev/null
 SHMLINK_AUTO_VM=/tmp/other $p --json -n 2000 -m 66 auto:192.0.2.1:7000
 $p --json -n 2000 -m 67 auto:192.0.2.1:7000
+# shmlink ls --vm in guest b: guest a's and the host's listeners, read from the region.
+echo '== ls'; shmlink ls --vm; echo '== ls end'
 echo '== conform guest'
 shmlink conform vm:conform
 echo '== conform host'
@@ -136,6 +138,12 @@ conform() { # prefix, client lines, server lines
   check "$1_graceful_close" "$([ "$(has "$2" 'conform: close-out ok over vm: .* then end of stream')" = 0 ] &&
     [ "$(has "$3" 'served over vm: close-in: 1000 messages verified, then end of stream')" = 0 ]; echo $?)"
 }
+lsv=$(sed -n '/^== ls$/,/^== ls end/p' <<<"$gb")
+ok=0
+for n in pong conform hostpong hostconform 'auto-7000-[0-9a-f]+'; do
+  [ "$(has "$lsv" "^vm:$n +[0-9]+ +live")" = 0 ] || ok=1
+done
+check guest_ls_vm $ok
 conform guest_conform "$cg" "$ga"
 conform host_guest_conform "$ch" "$host"
 [ "$rc" = 0 ] || echo "vm-test: scripts/vm.sh run exited $rc"
