@@ -11,7 +11,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 checks=(guest_ordered_100k guest_sizes_1b_16mib guest_latency guest_killed_process_resets
   guest_serves_after_a_death guest_hostile_scribble_is_a_violation guest_serves_after_a_scribble
-  host_guest_sizes host_guest_ordered host_killed_guest_resets)
+  host_guest_sizes host_guest_ordered host_killed_guest_resets
+  guest_auto_upgrades_to_vm guest_auto_other_region_stays_tcp guest_auto_no_region_stays_tcp
+  guest_conform_echo guest_conform_flow_control guest_conform_nonblocking_poll
+  guest_conform_graceful_close host_guest_conform_echo host_guest_conform_flow_control
+  host_guest_conform_nonblocking_poll host_guest_conform_graceful_close guest_ls_vm)
 
 skip_all() {
   echo "vm-test: SKIPPED (qemu): $1"
@@ -35,10 +39,27 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 bin=$PWD/target/release/shmlink
 p='shmlink pong --client --cpus none'
-a='shmlink pong --server vm:pong >/tmp/s 2>&1 &
+# Guest a serves pong over vm:, pong over auto: (offering its region: SHMLINK_AUTO_VM=auto
+# finds the ivshmem device) and the conformance scenarios over vm:.
+a='shmlink pong --server vm:pong >/tmp/s 2>&1 & s1=$!
+SHMLINK_AUTO_VM=auto shmlink pong --server auto:0.0.0.0:7000 >/tmp/t 2>&1 & s2=$!
+shmlink conform --server vm:conform >/tmp/c 2>&1 & s3=$!
 nc -l -p 9000 >/dev/null
-kill %1; wait; cat /tmp/s'
+kill $s1 $s2 $s3; wait; cat /tmp/s /tmp/t /tmp/c'
 b="sleep 2
+# auto: between the guests: with the shared region it upgrades to vm:; with another
+# region (a guest-local file: another id) or none it stays on TCP (virtio-net).
+SHMLINK_AUTO_VM=auto $p --json -n 2000 -m 65 auto:192.0.2.1:7000
+dd if=/dev/zero of=/tmp/other bs=1M count=0 seek=16 2>/dev/null
+SHMLINK_AUTO_VM=/tmp/other $p --json -n 2000 -m 66 auto:192.0.2.1:7000
+$p --json -n 2000 -m 67 auto:192.0.2.1:7000
+# shmlink ls --vm in guest b: guest a's and the host's listeners, read from the region.
+echo '== ls'; shmlink ls --vm; echo '== ls end'
+echo '== conform guest'
+shmlink conform vm:conform
+echo '== conform host'
+shmlink conform vm:hostconform
+echo '== conform end'
 $p -n 100000 vm:pong
 for m in 1 4k 1M 16M; do $p -m \$m -n 4 vm:pong; done
 $p --latency -n 500 vm:pong
@@ -66,12 +87,17 @@ echo '=== SHMLINK-VM-EXIT 0'
 poweroff -f"
 set +e
 scripts/vm.sh run --timeout 300 --host-linger 4 --a "$a" --b "$b" \
-  --host "exec $bin pong --server vm:hostpong@\$SHMLINK_VM_REGION" >"$out" 2>&1
+  --host "trap 'kill \$h1 \$h2' TERM
+$bin pong --server vm:hostpong@\$SHMLINK_VM_REGION & h1=\$!
+$bin conform --server vm:hostconform@\$SHMLINK_VM_REGION & h2=\$!
+wait" >"$out" 2>&1
 rc=$?
 set -e
 cat "$out"
 section() { sed -n "/^--- $1\$/,/^--- /p" "$out"; }
-ga=$(section 'guest a'); host=$(section host)
+ga=$(section 'guest a'); gb=$(section 'guest b'); host=$(section host)
+cg=$(sed -n '/^== conform guest/,/^== conform host/p' <<<"$gb")
+ch=$(sed -n '/^== conform host/,/^== conform end/p' <<<"$gb")
 pass=0 fail=0
 check() {
   if [ "$2" = 0 ]; then pass=$((pass + 1)); echo "vm-test: ok   $1"
@@ -96,6 +122,30 @@ done
 check host_guest_sizes $ok
 check host_guest_ordered "$(has "$host" 'served a throughput run: 21000 messages of 200 bytes, all verified')"
 check host_killed_guest_resets "$(has "$host" 'client on vm:hostpong.*heartbeat stopped')"
+auto() { # size, transport: the client's JSON line and the server's verified run agree
+  [ "$(has "$gb" "\"transport\":\"$2\",\"size\":$1,")" = 0 ] &&
+    [ "$(has "$ga" "[0-9]+ messages of $1 bytes, all verified \(over $2\)")" = 0 ]
+  echo $?
+}
+check guest_auto_upgrades_to_vm "$(auto 65 vm)"
+check guest_auto_other_region_stays_tcp "$(auto 66 tcp)"
+check guest_auto_no_region_stays_tcp "$(auto 67 tcp)"
+conform() { # prefix, client lines, server lines
+  check "$1_echo" "$([ "$(has "$2" 'conform: echo ok over vm: 420 messages .* all verified')" = 0 ] &&
+    [ "$(has "$3" 'served over vm: echo: 420 messages echoed')" = 0 ]; echo $?)"
+  check "$1_flow_control" "$(has "$2" 'conform: flow ok over vm: WouldBlock after [0-9]+ of 2000 .* verified all 2000 in order')"
+  check "$1_nonblocking_poll" "$(has "$2" 'conform: poll ok over vm: recv WouldBlock before .* all verified')"
+  check "$1_graceful_close" "$([ "$(has "$2" 'conform: close-out ok over vm: .* then end of stream')" = 0 ] &&
+    [ "$(has "$3" 'served over vm: close-in: 1000 messages verified, then end of stream')" = 0 ]; echo $?)"
+}
+lsv=$(sed -n '/^== ls$/,/^== ls end/p' <<<"$gb")
+ok=0
+for n in pong conform hostpong hostconform 'auto-7000-[0-9a-f]+'; do
+  [ "$(has "$lsv" "^vm:$n +[0-9]+ +live")" = 0 ] || ok=1
+done
+check guest_ls_vm $ok
+conform guest_conform "$cg" "$ga"
+conform host_guest_conform "$ch" "$host"
 [ "$rc" = 0 ] || echo "vm-test: scripts/vm.sh run exited $rc"
 echo "vm guests: $pass passed, $fail failed"
 # The same in libtest's words, which scripts/test.sh's closing count reads.

@@ -58,6 +58,10 @@ pub enum Command {
     VmHost(crate::vm_host::VmHostCli),
     Completions(CompletionsCli),
     Man(ManCli),
+    /// Conformance scenarios between two processes (scripts/vm-test.sh runs them in
+    /// guests); hidden from help, completions and the manual.
+    #[command(hide = true)]
+    Conform(crate::conform::ConformCli),
 }
 
 /// `shmlink bench ARGS…`: everything after `bench` goes to `shmlink-bench` unparsed.

@@ -43,6 +43,17 @@ published and subscribers; under it a line per subscriber: PID, UID, LAG (messag
 published that it has not read yet) and DROPPED (messages it lost to overwriting, as it
 reports them), and its network address if it subscribed over tcp:/tls:/auto:.
 
+With --vm [REGION]: instead of DIR, the listeners and connection slots of a vm: region
+(docs/vms.md), read from the region itself: REGION is the host's backing file or a
+guest's .../resource2 (default: $SHMLINK_VM_REGION, else the guest's ivshmem device).
+A line per live listener entry (name, PID in its own guest, live or stale: whether its
+heartbeat moved while ls looked, about 0.1 s), and under it a line per slot in use
+(state, client and server PIDs, each side live or stale, and the bytes written into each
+direction's ring: messages with their record headers). Slots whose listener is gone are
+listed under \"(no listener)\". With --json: {\"region\", \"size\", \"ring\", \"id\",
+\"listeners\": [{index, name, pid, alive}], \"connections\": [{slot, state, listener,
+client_pid, server_pid, client_alive, server_alive, c2s_bytes, s2c_bytes}]}.
+
 With --json: one JSON object {\"dir\", \"listeners\": [...], \"topics\": [...]}; each
 listener with path, state (answered, not_answering, stale, permission_denied, error),
 reason, pid, uid, gid, address, transport, over, started_unix_ms, age_ms, truncated and
@@ -74,6 +85,10 @@ pub struct LsCli {
     #[arg(long, value_name = "MS", default_value_t = shmlink::DEFAULT_INSPECT_TIMEOUT.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_MS))]
     timeout: u64,
+    /// List a vm: region's listeners and connections instead [REGION default:
+    /// $SHMLINK_VM_REGION, else the guest's ivshmem device]
+    #[arg(long, value_name = "REGION", num_args = 0..=1, default_missing_value = "")]
+    vm: Option<String>,
 }
 
 /// `shmlink ls`'s arguments, with defaults applied.
@@ -84,6 +99,8 @@ pub struct LsArgs {
     pub json: bool,
     /// How long to wait for the listeners' answers.
     pub timeout: Duration,
+    /// `--vm`: list this region (`Some(None)`: the default one) instead of `dir`.
+    pub vm: Option<Option<PathBuf>>,
 }
 
 impl LsCli {
@@ -93,12 +110,18 @@ impl LsCli {
             dir: self.dir.unwrap_or_else(shmlink::rendezvous_dir),
             json: self.json,
             timeout: Duration::from_millis(self.timeout),
+            vm: self
+                .vm
+                .map(|p| Some(PathBuf::from(p)).filter(|p| !p.as_os_str().is_empty())),
         }
     }
 }
 
 /// Runs the command: 0 when the directory could be read, whatever the listeners said.
 pub fn run(args: &LsArgs) -> ExitCode {
+    if let Some(region) = &args.vm {
+        return run_vm(region.as_deref(), args.json);
+    }
     let reports = match shmlink::inspect(&args.dir, args.timeout) {
         Ok(r) => r,
         Err(e) => {
@@ -118,6 +141,148 @@ pub fn run(args: &LsArgs) -> ExitCode {
     // A closed stdout (`| head`) is not worth an error.
     let _ = std::io::stdout().write_all(text.as_bytes());
     ExitCode::SUCCESS
+}
+
+/// `--vm`: the region's listeners and connections.
+fn run_vm(region: Option<&std::path::Path>, json: bool) -> ExitCode {
+    let report = match shmlink::inspect_vm(region) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("shmlink ls: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let text = if json {
+        let mut t = vm_json(&report).to_string();
+        t.push('\n');
+        t
+    } else {
+        vm_table(&report)
+    };
+    use std::io::Write;
+    let _ = std::io::stdout().write_all(text.as_bytes());
+    ExitCode::SUCCESS
+}
+
+fn live(alive: bool) -> &'static str {
+    if alive {
+        "live"
+    } else {
+        "stale"
+    }
+}
+
+fn pid_text(pid: u32) -> String {
+    if pid == 0 {
+        "-".into()
+    } else {
+        pid.to_string()
+    }
+}
+
+/// The `--vm` table: a line per listener, its connections below it.
+pub fn vm_table(r: &shmlink::VmRegionReport) -> String {
+    let mut out = format!(
+        "vm: region {}: {}, rings {}, id {}\n",
+        r.path.display(),
+        format_bytes(r.size),
+        format_bytes(r.ring as u64),
+        r.id.as_deref().unwrap_or("none")
+    );
+    if r.listeners.is_empty() && r.connections.is_empty() {
+        out.push_str("no listeners, no connections\n");
+        return out;
+    }
+    let conn_rows = |name: Option<&str>| -> Vec<Vec<String>> {
+        let mut rows = Vec::new();
+        for c in r
+            .connections
+            .iter()
+            .filter(|c| c.listener.as_deref() == name)
+        {
+            rows.push(vec![
+                c.slot.to_string(),
+                c.state.to_string(),
+                pid_text(c.client_pid),
+                live(c.client_alive).into(),
+                pid_text(c.server_pid),
+                live(c.server_alive).into(),
+                format_bytes(c.c2s_bytes),
+                format_bytes(c.s2c_bytes),
+            ]);
+        }
+        rows
+    };
+    let header = |rows: &mut Vec<Vec<String>>| {
+        rows.insert(
+            0,
+            ["SLOT", "STATE", "CLIENT", "", "SERVER", "", "C->S", "S->C"]
+                .map(String::from)
+                .to_vec(),
+        )
+    };
+    let mut rows = vec![["LISTENER", "PID", "STATE", "CONNS"]
+        .map(String::from)
+        .to_vec()];
+    let mut blocks = Vec::new();
+    for l in &r.listeners {
+        let mut c = conn_rows(Some(&l.name));
+        rows.push(vec![
+            format!("vm:{}", l.name),
+            pid_text(l.pid),
+            live(l.alive).into(),
+            c.len().to_string(),
+        ]);
+        if !c.is_empty() {
+            header(&mut c);
+        }
+        blocks.push(c);
+    }
+    // One table for the listeners' column widths, then each one's connections below it.
+    let mut listeners = String::new();
+    columns(&rows, &[1, 3], "", &mut listeners);
+    let mut lines = listeners.lines();
+    out.push_str(lines.next().unwrap_or_default());
+    out.push('\n');
+    for (line, c) in lines.zip(blocks) {
+        out.push_str(line);
+        out.push('\n');
+        columns(&c, &[0, 2, 4, 6, 7], "    ", &mut out);
+    }
+    let mut orphans = conn_rows(None);
+    if !orphans.is_empty() {
+        header(&mut orphans);
+        out.push_str("(no listener)\n");
+        columns(&orphans, &[0, 2, 4, 6, 7], "    ", &mut out);
+    }
+    out
+}
+
+/// The `--vm --json` object.
+pub fn vm_json(r: &shmlink::VmRegionReport) -> Value {
+    json!({
+        "region": r.path.display().to_string(),
+        "size": r.size,
+        "ring": r.ring,
+        "id": r.id,
+        "listeners": r.listeners.iter().map(|l| json!({
+            "index": l.index,
+            "name": l.name,
+            "pid": l.pid,
+            "alive": l.alive,
+        })).collect::<Vec<_>>(),
+        "connections": r.connections.iter().map(|c| json!({
+            "slot": c.slot,
+            "state": c.state,
+            "listener": c.listener,
+            "client_pid": c.client_pid,
+            "server_pid": c.server_pid,
+            "client_alive": c.client_alive,
+            "server_alive": c.server_alive,
+            "c2s_bytes": c.c2s_bytes,
+            "s2c_bytes": c.s2c_bytes,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// Whole seconds since `t` (0 for times in the future: clocks of other hosts or changes).
@@ -510,6 +675,12 @@ mod tests {
             Duration::from_millis(7)
         );
         assert_eq!(ls("-- -odd").unwrap().dir, PathBuf::from("-odd"));
+        assert_eq!(ls("").unwrap().vm, None);
+        assert_eq!(ls("--vm").unwrap().vm, Some(None));
+        assert_eq!(
+            ls("--vm /dev/shm/r --json").unwrap().vm,
+            Some(Some("/dev/shm/r".into()))
+        );
         assert!(ls("-h").unwrap_err().contains("Usage: shmlink ls"));
         for (args, needle) in [
             ("a b", "unexpected argument 'b'"),

@@ -8,6 +8,7 @@
 
 mod args;
 mod client;
+mod conform;
 mod delegate;
 mod error;
 mod ls;
@@ -58,5 +59,6 @@ fn main() -> ExitCode {
         Command::Man(m) => manual::run_man(&m),
         Command::Run(r) => run::run(&r),
         Command::VmHost(v) => vm_host::run(&v),
+        Command::Conform(c) => conform::run(&c),
     }
 }

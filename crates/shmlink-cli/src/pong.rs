@@ -88,14 +88,17 @@ fn serve(args: &PongArgs) -> Result<()> {
             }
             Some(Err(e)) => return Err(e).context(|| format!("accept on {addr}")),
         };
+        // Which transport the connection ended on (an `auto:` address: upgraded or not).
+        let transport = conn.transport();
         match server::serve(conn) {
             Ok(_) if args.once => return Ok(()),
             Err(e) if args.once => return Err(e).context(|| format!("serve on {addr}")),
             Ok(h) => eprintln!(
-                "shmlink pong: served a {} run: {} messages of {} bytes, all verified",
+                "shmlink pong: served a {} run: {} messages of {} bytes, all verified (over {})",
                 h.mode.name(),
                 h.total(),
-                h.size
+                h.size,
+                transport.as_str()
             ),
             Err(e) => eprintln!("shmlink pong: client on {addr}: {e}"),
         }

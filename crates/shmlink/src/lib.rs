@@ -139,4 +139,7 @@ pub use pubsub::{
 };
 pub use split::{RecvHalf, ReuniteError, SendHalf};
 pub use status::{ConnectionStatus, Counters, ListenerStatus, ProcessCred};
+pub use transport::vm::inspect::{
+    inspect_vm, VmConnectionStatus, VmListenerStatus, VmRegionReport,
+};
 pub use view::SharedBytes;

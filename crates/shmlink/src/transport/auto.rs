@@ -30,6 +30,31 @@
 //! whether both ends share a kernel; reaching the socket tells whether they share the
 //! rendezvous directory. Everything else stays on TCP: another host, a container without
 //! the shared directory, a uid the listener does not allow.
+//!
+//! **Across virtual machines** (docs/vms.md): when `$SHMLINK_AUTO_VM` names a `vm:`
+//! region (see [`vm::auto_region`]), the client's hello is a `HelloVm` that also carries
+//! the region's id (128 random bits in the region's header, the same for every guest and
+//! the host that map it), and the listener, which binds a `vm:` listener of its own in its
+//! region, answers a client on another kernel whose id matches its own with a `VmOffer`:
+//!
+//! ```text
+//! client                                      listener
+//!   HelloVm(boot id, region id)          ─▶   same kernel? → Offer as above
+//!                                             same region id? →
+//!                                        ◀─   VmOffer(token, proof, listener name)
+//!   vm: connect to the name in the region
+//!   token                        ─ vm ─▶      token offered on a TCP connection?
+//!                                ◀─ vm ─      proof
+//!   proof right? → Decision(upgraded)    ─▶   hands out the vm: connection
+//!   otherwise    → Decision(stay)        ─▶   hands out the TCP connection
+//! ```
+//!
+//! The token ties the `vm:` connection to this TCP connection (single-use, it travels
+//! over TCP first); the proof, sent only on the `vm:` connection that presented the
+//! token, shows the client that it reached the listener it talks to over TCP. A third
+//! guest on the region that races the client with the token (every guest can read the
+//! region) gets at most a connection the listener discards: the real client then misses
+//! its proof and both ends stay on TCP.
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -38,12 +63,14 @@ use std::time::{Duration, Instant};
 use super::local::{boot_id, same_kernel, UpgradeSocket, MAX_BOOT_ID, MAX_NAME, MAX_PATH};
 use super::shm::handshake::{Token, TOKEN_LEN};
 use super::shm::{self, ShmListener};
+use super::vm;
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::sys::stream::EventFlag;
 use crate::sys::{self, Epoll, Event, Interest, TimerFd};
 use crate::transport::{net, Accepted, ConnOps, ListenerOps, Transport};
+use std::path::{Path, PathBuf};
 
 /// The `auto:` entry in the transport registry.
 pub(crate) const TRANSPORT: Transport = Transport {
@@ -60,6 +87,10 @@ const KIND_HELLO: u16 = 1;
 const KIND_OFFER: u16 = 2;
 const KIND_NO_OFFER: u16 = 3;
 const KIND_DECISION: u16 = 4;
+const KIND_HELLO_VM: u16 = 5;
+const KIND_VM_OFFER: u16 = 6;
+/// Bytes of a `vm:` region id.
+const REGION_ID_LEN: usize = vm::region::ID_LEN;
 /// Longest reason accepted (the other fields' limits are the local upgrade's).
 const MAX_REASON: usize = 256;
 
@@ -69,6 +100,7 @@ const TOKEN_TCP: u64 = 0;
 const TOKEN_SHM: u64 = 1;
 const TOKEN_READY: u64 = 2;
 const TOKEN_TIMER: u64 = 3;
+const TOKEN_VM: u64 = 4;
 
 /// A negotiation message, carried as one message of the TCP connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,6 +109,23 @@ pub enum Msg {
     Hello {
         /// `/proc/sys/kernel/random/boot_id`, trimmed.
         boot_id: Vec<u8>,
+    },
+    /// Client → listener: the client's boot id and the id of the `vm:` region it maps
+    /// (`$SHMLINK_AUTO_VM`).
+    HelloVm {
+        /// `/proc/sys/kernel/random/boot_id`, trimmed (empty with `$SHMLINK_AUTO_SHM=0`).
+        boot_id: Vec<u8>,
+        /// The region's id (its header's 128 random bits).
+        region: [u8; REGION_ID_LEN],
+    },
+    /// Listener → client: upgrade through the `vm:` region both map.
+    VmOffer {
+        /// Names this TCP connection on the `vm:` listener; single-use.
+        token: Token,
+        /// What the `vm:` listener answers to the token.
+        proof: Token,
+        /// The `vm:` listener's name in the region.
+        name: String,
     },
     /// Listener → client: where to upgrade, and with what.
     Offer {
@@ -127,6 +176,17 @@ impl Msg {
                 put(&mut out, name.as_bytes());
                 put(&mut out, path.as_bytes());
             }
+            Msg::HelloVm { boot_id, region } => {
+                out.extend_from_slice(&KIND_HELLO_VM.to_le_bytes());
+                put(&mut out, boot_id);
+                out.extend_from_slice(region);
+            }
+            Msg::VmOffer { token, proof, name } => {
+                out.extend_from_slice(&KIND_VM_OFFER.to_le_bytes());
+                out.extend_from_slice(token);
+                out.extend_from_slice(proof);
+                put(&mut out, name.as_bytes());
+            }
             Msg::NoOffer { reason } => {
                 out.extend_from_slice(&KIND_NO_OFFER.to_le_bytes());
                 put(&mut out, reason.as_bytes());
@@ -165,6 +225,15 @@ impl Msg {
                 proof: r.token("proof")?,
                 name: r.text(MAX_NAME, "socket name")?,
                 path: r.text(MAX_PATH, "socket path")?,
+            },
+            KIND_HELLO_VM => Msg::HelloVm {
+                boot_id: r.field(MAX_BOOT_ID, "boot id")?,
+                region: r.token("region id")?,
+            },
+            KIND_VM_OFFER => Msg::VmOffer {
+                token: r.token("token")?,
+                proof: r.token("proof")?,
+                name: r.text(vm::slot::L_NAME_MAX, "vm: listener name")?,
             },
             KIND_NO_OFFER => Msg::NoOffer {
                 reason: r.text(MAX_REASON, "reason")?,
@@ -240,13 +309,14 @@ fn send_msg(conn: &mut dyn ConnOps, msg: &Msg) -> Result<()> {
 
 /// Receives one negotiation message, waiting until `deadline`.
 fn recv_msg(conn: &mut dyn ConnOps, deadline: Instant) -> Result<Msg> {
+    Msg::decode(&recv_bytes(conn, deadline)?)
+}
+
+/// Receives one message on any transport, waiting on its fd until `deadline`.
+fn recv_bytes(conn: &mut dyn ConnOps, deadline: Instant) -> Result<Vec<u8>> {
     loop {
         match conn.recv_next(false) {
-            Ok(_) => {
-                let msg = Msg::decode(conn.current_local());
-                conn.release();
-                return msg;
-            }
+            Ok(_) => return Ok(conn.take_current()),
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
                 let ready = sys::poll_fd(conn.fd(), Interest::READABLE, Some(deadline))
                     .map_err(|e| Error::io("wait for the auto: negotiation", e))?;
@@ -262,13 +332,69 @@ fn recv_msg(conn: &mut dyn ConnOps, deadline: Instant) -> Result<Msg> {
     }
 }
 
+/// The boot id this process announces: empty with `$SHMLINK_AUTO_SHM=0` (then no
+/// listener offers the same-kernel upgrade: for testing `vm:` upgrades on one host).
+fn hello_boot_id() -> Vec<u8> {
+    match std::env::var("SHMLINK_AUTO_SHM").as_deref() {
+        Ok("0") => Vec::new(),
+        _ => boot_id(),
+    }
+}
+
+/// The `vm:` region this process offers (`$SHMLINK_AUTO_VM`) and its id, if it has one
+/// and it can be mapped; otherwise the client asks for the same-kernel upgrade only.
+fn client_region() -> Option<(PathBuf, [u8; REGION_ID_LEN])> {
+    let path = vm::auto_region()?.ok()?;
+    let id = vm::region_id(&path).ok()?;
+    Some((path, id))
+}
+
 fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     let deadline = Instant::now() + opts.connect_timeout;
     let (outer_addr, transport) = outer(addr, opts);
     let mut conn = (transport.connect)(&outer_addr, opts)?;
-    send_msg(&mut *conn, &Msg::Hello { boot_id: boot_id() })?;
+    let region = client_region();
+    let hello = match &region {
+        Some((_, id)) => Msg::HelloVm {
+            boot_id: hello_boot_id(),
+            region: *id,
+        },
+        None => Msg::Hello {
+            boot_id: hello_boot_id(),
+        },
+    };
+    send_msg(&mut *conn, &hello)?;
     match recv_msg(&mut *conn, deadline)? {
         Msg::NoOffer { .. } => Ok(conn),
+        Msg::VmOffer { token, proof, name } => {
+            let Some((path, _)) = &region else {
+                return Err(Error::violation(
+                    "auto: listener offered a vm: upgrade the client did not ask for",
+                ));
+            };
+            let upgraded = upgrade_vm(&name, path, opts, token, proof, deadline);
+            send_msg(
+                &mut *conn,
+                &Msg::Decision {
+                    upgraded: upgraded.is_ok(),
+                },
+            )?;
+            match upgraded {
+                Ok(vm) => {
+                    let _ = conn.close(false);
+                    Ok(vm)
+                }
+                Err(_e) => {
+                    crate::trace::event!(
+                        info,
+                        peer = %conn.peer_addr(),
+                        reason = %_e,
+                        "auto: vm: upgrade failed, staying on TCP"
+                    );
+                    Ok(conn)
+                }
+            }
+        }
         Msg::Offer {
             token,
             proof,
@@ -321,13 +447,66 @@ fn upgrade(
     Err(last)
 }
 
+/// Connects to the `vm:` listener `name` in the region at `path`, presents `token` and
+/// checks that the answer is `proof`.
+fn upgrade_vm(
+    name: &str,
+    path: &Path,
+    opts: &Options,
+    token: Token,
+    proof: Token,
+    deadline: Instant,
+) -> Result<Box<dyn ConnOps>> {
+    let mut o = opts.clone();
+    o.connect_timeout = deadline.saturating_duration_since(Instant::now());
+    let mut conn = (vm::TRANSPORT.connect)(&vm::address(name, path), &o)?;
+    conn.send(&token, true)?;
+    let answer = recv_bytes(&mut *conn, deadline)?;
+    if answer[..] != proof[..] {
+        let _ = conn.close(false);
+        return Err(Error::violation(
+            "auto: the vm: listener did not prove it is the listener reached over TCP",
+        ));
+    }
+    Ok(conn)
+}
+
+/// The `vm:` side of an `auto:` listener: its own `vm:` listener in the region
+/// `$SHMLINK_AUTO_VM` names, and the `vm:` connections that have not presented a token.
+struct VmSide {
+    listener: Box<dyn ListenerOps>,
+    id: [u8; REGION_ID_LEN],
+    name: String,
+    /// Connections waiting for their first message (the token), until their deadline.
+    pending: Vec<(Box<dyn ConnOps>, Instant)>,
+}
+
+/// Binds the `vm:` listener of an `auto:` listener on `port` in the region at `path`.
+fn bind_vm(path: &Path, port: &str, opts: &Options) -> Result<VmSide> {
+    let id = vm::region_id(path)?;
+    let r = super::local::random_token()?;
+    let tag = u64::from_le_bytes(r[..8].try_into().expect("8 bytes"));
+    let name = format!("auto-{port}-{tag:016x}");
+    let listener = (vm::TRANSPORT.bind)(&vm::address(&name, path), opts)?;
+    Ok(VmSide {
+        listener,
+        id,
+        name,
+        pending: Vec::new(),
+    })
+}
+
 /// A TCP connection in negotiation on the listener's side.
 struct Deciding {
     conn: Box<dyn ConnOps>,
     deadline: Instant,
     /// The token offered, once the hello has been answered with an offer.
     offer: Option<Token>,
-    /// The shm connection set up with that token, waiting for the client's decision.
+    /// The proof for a `vm:` offer (then `offer` holds its token), until a `vm:`
+    /// connection presents the token.
+    vm_proof: Option<Token>,
+    /// The shm (or `vm:`) connection set up with that token, waiting for the client's
+    /// decision.
     shm: Option<Accepted>,
     /// The client said it upgraded before the upgrade socket's handshake completed here:
     /// its segment, sent before the decision, is still to be read on that socket.
@@ -361,6 +540,10 @@ struct AutoListener {
     upgrade_socket: UpgradeSocket,
     /// Why there is no upgrade socket.
     no_shm: String,
+    /// The `vm:` region side, when `$SHMLINK_AUTO_VM` names a usable region.
+    vm: Option<VmSide>,
+    /// Why there is none.
+    no_vm: String,
     boot_id: Vec<u8>,
     /// The listener's fd: the TCP listener, the upgrade socket, every connection in
     /// negotiation, `ready_flag` and `timer`.
@@ -394,6 +577,17 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         }
         Err(e) => (None, format!("the listener has no upgrade socket: {e}")),
     };
+    let (vm, no_vm) = match vm::auto_region() {
+        None => (
+            None,
+            "the listener offers no vm: region ($SHMLINK_AUTO_VM unset)".to_string(),
+        ),
+        Some(Err(e)) => (None, format!("the listener has no vm: region: {e}")),
+        Some(Ok(path)) => match bind_vm(&path, port, opts) {
+            Ok(v) => (Some(v), String::new()),
+            Err(e) => (None, format!("the listener has no vm: region: {e}")),
+        },
+    };
     let ctx = |e| Error::io("create the auto: listener's epoll set", e);
     let epoll = Epoll::new().map_err(ctx)?;
     let ready_flag = EventFlag::new().map_err(ctx)?;
@@ -407,18 +601,23 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     if let Some(l) = &shm {
         watch(l.fd(), TOKEN_SHM).map_err(ctx)?;
     }
+    if let Some(v) = &vm {
+        watch(v.listener.fd(), TOKEN_VM).map_err(ctx)?;
+    }
     Ok(Box::new(AutoListener {
         tcp,
         outer: transport.name,
         shm,
         upgrade_socket,
         no_shm,
+        vm,
+        no_vm,
         boot_id: boot_id(),
         epoll,
         ready_flag,
         timer,
         deciding: HashMap::new(),
-        next_token: TOKEN_TIMER + 1,
+        next_token: TOKEN_VM + 1,
         ready: VecDeque::new(),
         timeout: opts.handshake_timeout,
         addr,
@@ -450,6 +649,7 @@ impl AutoListener {
             }
         }
         let now = Instant::now();
+        self.poll_vm(now);
         let keys: Vec<u64> = self.deciding.keys().copied().collect();
         for key in keys {
             let d = self.deciding.get_mut(&key).expect("key from the map");
@@ -465,6 +665,7 @@ impl AutoListener {
                     &self.boot_id,
                     &self.no_shm,
                     &self.upgrade_socket,
+                    (&self.vm, &self.no_vm),
                 )
             };
             match step {
@@ -537,10 +738,63 @@ impl AutoListener {
                 conn,
                 deadline: Instant::now() + self.timeout,
                 offer: None,
+                vm_proof: None,
                 shm: None,
                 upgraded: false,
             },
         );
+    }
+
+    /// Takes new `vm:` connections and the tokens they present: a connection whose token
+    /// was offered on a TCP connection still in negotiation gets the proof and waits
+    /// there for the client's decision; any other (an unknown, replayed or late token,
+    /// garbage, silence until the handshake timeout) is closed.
+    fn poll_vm(&mut self, now: Instant) {
+        let Some(v) = &mut self.vm else { return };
+        while let Ok(a) = v.listener.accept(false) {
+            let _ = self.epoll.add(
+                a.conn.fd().as_raw_fd(),
+                Interest::READABLE,
+                sys::Token(TOKEN_VM),
+            );
+            v.pending.push((a.conn, now + self.timeout));
+            if v.pending.len() > MAX_DECIDING {
+                let (old, _) = v.pending.remove(0);
+                let _ = self.epoll.delete(old.fd().as_raw_fd());
+            }
+        }
+        let mut i = 0;
+        while i < v.pending.len() {
+            let (conn, deadline) = &mut v.pending[i];
+            let token = match conn.recv_next(false) {
+                Ok(_) => Some(conn.take_current()),
+                Err(e) if e.kind() == ErrorKind::WouldBlock && *deadline > now => {
+                    i += 1;
+                    continue;
+                }
+                Err(_) => None,
+            };
+            let (mut conn, _) = v.pending.swap_remove(i);
+            let _ = self.epoll.delete(conn.fd().as_raw_fd());
+            let owner = token.and_then(|t| {
+                self.deciding.values_mut().find(|d| {
+                    d.vm_proof.is_some()
+                        && d.shm.is_none()
+                        && d.offer.is_some_and(|o| o[..] == t[..])
+                })
+            });
+            match owner {
+                Some(d) => {
+                    let proof = d.vm_proof.take().expect("checked above");
+                    if conn.send(&proof, true).is_ok() {
+                        d.shm = Some(Accepted::untracked(conn));
+                    }
+                }
+                None => {
+                    let _ = conn.close(false);
+                }
+            }
+        }
     }
 
     /// Ends negotiation `key`: forgets its token, stops watching it and returns it.
@@ -562,6 +816,7 @@ impl AutoListener {
         boot_id: &[u8],
         no_shm: &str,
         upgrade_socket: &UpgradeSocket,
+        (vm, no_vm): (&Option<VmSide>, &str),
     ) -> Step {
         match d.conn.recv_next(false) {
             Ok(_) => {}
@@ -570,10 +825,45 @@ impl AutoListener {
         }
         let msg = Msg::decode(d.conn.current_local());
         d.conn.release();
+        let (msg, region) = match msg {
+            Ok(Msg::HelloVm {
+                boot_id: theirs,
+                region,
+            }) => (Ok(Msg::Hello { boot_id: theirs }), Some(region)),
+            other => (other, None),
+        };
         match (msg, d.offer) {
             (Ok(Msg::Hello { boot_id: theirs }), None) => {
                 let reason = match (same_kernel(boot_id, &theirs), shm) {
-                    (Err(why), _) => why.to_string(),
+                    // Another kernel that maps our vm: region: offer the upgrade there.
+                    (Err(_), _) | (Ok(()), None)
+                        if region.is_some() && vm.as_ref().map(|v| v.id) == region =>
+                    {
+                        let v = vm.as_ref().expect("checked above");
+                        let (Ok(token), Ok(proof)) =
+                            (super::local::random_token(), super::local::random_token())
+                        else {
+                            return Step::Drop;
+                        };
+                        let offer = Msg::VmOffer {
+                            token,
+                            proof,
+                            name: v.name.clone(),
+                        };
+                        if send_msg(&mut *d.conn, &offer).is_err() {
+                            return Step::Drop;
+                        }
+                        d.offer = Some(token);
+                        d.vm_proof = Some(proof);
+                        return Step::Wait;
+                    }
+                    (Err(why), _) => match (region, vm) {
+                        (None, _) => why.to_string(),
+                        (Some(_), None) => format!("{why}; {no_vm}"),
+                        (Some(_), Some(_)) => {
+                            format!("{why}; the client maps another vm: region")
+                        }
+                    },
                     (Ok(()), None) => no_shm.to_string(),
                     (Ok(()), Some(l)) => {
                         let Ok(offer) = upgrade_socket.offer() else {

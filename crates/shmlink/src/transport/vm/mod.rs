@@ -27,6 +27,7 @@ use crate::transport::{Accepted, ConnOps, ListenerOps, Transport};
 
 pub(crate) mod bell;
 pub(crate) mod conn;
+pub(crate) mod inspect;
 pub(crate) mod region;
 pub(crate) mod slot;
 
@@ -40,6 +41,39 @@ pub(crate) static TRANSPORT: Transport = Transport {
     connect,
     bind,
 };
+
+/// The region `auto:` offers to peers in other VMs (docs/vms.md, "auto: between guests"):
+/// `$SHMLINK_AUTO_VM` names it — a path (the host's backing file, a guest's
+/// `…/resource2`), or `1`/`auto` for the region `vm:NAME` finds (`$SHMLINK_VM_REGION`, else
+/// the one ivshmem device). Unset, empty or `0`: `auto:` does not look for a region.
+pub(crate) fn auto_region() -> Option<Result<std::path::PathBuf>> {
+    let v = std::env::var_os("SHMLINK_AUTO_VM")?;
+    match v.to_str() {
+        Some("" | "0") => None,
+        Some("1" | "auto") => Some(region::locate(None)),
+        _ => Some(Ok(std::path::PathBuf::from(v))),
+    }
+}
+
+/// The id of the region at `path` (mapping it, writing the id if it has none yet).
+pub(crate) fn region_id(path: &std::path::Path) -> Result<[u8; region::ID_LEN]> {
+    Region::open(path)?
+        .id(std::time::Duration::from_secs(1))
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::ProtocolViolation,
+                format!("vm: region {} holds no valid region id", path.display()),
+            )
+        })
+}
+
+/// The `vm:` address of listener `name` in the region at `path`.
+pub(crate) fn address(name: &str, path: &std::path::Path) -> Address {
+    Address::Vm {
+        name: name.to_string(),
+        region: Some(path.to_path_buf()),
+    }
+}
 
 fn parts(addr: &Address) -> Result<(String, std::path::PathBuf)> {
     match addr {
@@ -111,6 +145,12 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         .store(ours as u64, Ordering::Relaxed);
     region
         .u64_at(b + slot::SERVER_MAX)
+        .store(0, Ordering::Relaxed);
+    region
+        .u32_at(b + slot::CLIENT_PID)
+        .store(std::process::id(), Ordering::Relaxed);
+    region
+        .u32_at(b + slot::SERVER_PID)
         .store(0, Ordering::Relaxed);
     let shared = ConnShared::new(region.clone(), si, true)?;
     let st = region.u32_at(b + slot::STATE);
@@ -325,6 +365,9 @@ impl ListenShared {
             self.region
                 .u64_at(b + slot::SERVER_MAX)
                 .store(self.max as u64, Ordering::Relaxed);
+            self.region
+                .u32_at(b + slot::SERVER_PID)
+                .store(std::process::id(), Ordering::Relaxed);
             let Ok(shared) = ConnShared::new(self.region.clone(), si, false) else {
                 break; // out of descriptors: the client times out or we retry next tick
             };
@@ -433,6 +476,9 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     region
         .u32_at(b + slot::L_NAME_LEN)
         .store(name.len() as u32, Ordering::Relaxed);
+    region
+        .u32_at(b + slot::L_PID)
+        .store(std::process::id(), Ordering::Relaxed);
     region.write_bytes(b + slot::L_NAME, name.as_bytes());
     // SYNC POINT (bind): Release pairs with the Acquire load of the state in
     // `listener_entry`: a client that sees LIVE sees the name and nonce.

@@ -6,7 +6,9 @@
 //! guest and the host that see the same size agree without a format step):
 //!
 //! ```text
-//! page 0            magic "SHMLVM01" (u64), written once by the first user (CAS 0 → magic)
+//! page 0            magic "SHMLVM01" (u64), written once by the first user (CAS 0 → magic);
+//!                   at 8 the region id's state (u32: 0 none, 1 being written, 2 set) and
+//!                   at 16 the region id (128 random bits, written once, see [`Region::id`])
 //! 4096 .. 8192      LISTENERS listener entries of 128 bytes
 //! 8192 .. +SLOTS*2K SLOTS (64) connection slots of 2048 bytes (state, heartbeats, 4 ring ctls)
 //! HEADER_LEN ..     2 * SLOTS ring data areas of `ring_size` bytes (slot i: 2i client→server,
@@ -33,6 +35,15 @@ use crate::sys::stream::EventFlag;
 
 /// "SHMLVM01", little endian.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SHMLVM01");
+/// Offset of the region id's state word (u32).
+const ID_STATE: usize = 8;
+/// Offset of the region id (16 bytes).
+const ID_AT: usize = 16;
+/// Bytes of the region id.
+pub(crate) const ID_LEN: usize = 16;
+const ID_NONE: u32 = 0;
+const ID_WRITING: u32 = 1;
+const ID_SET: u32 = 2;
 /// Listener entries in a region.
 pub(crate) const LISTENERS: usize = 32;
 /// Connection slots in a region: at most this many connections at once.
@@ -138,6 +149,12 @@ pub(crate) struct Region {
 impl Region {
     /// Maps the region file at `path` (read-write) and checks or writes its magic.
     pub(crate) fn open(path: &Path) -> Result<Arc<Region>> {
+        Region::open_as(path, true)
+    }
+
+    /// Maps the region at `path`; with `format` false a region nobody has used yet (no
+    /// magic) is refused instead of written to (for inspecting: `shmlink ls --vm`).
+    pub(crate) fn open_as(path: &Path, format: bool) -> Result<Arc<Region>> {
         let ctx = |what: &str| format!("vm: {what} {}", path.display());
         let file: File = OpenOptions::new()
             .read(true)
@@ -165,6 +182,12 @@ impl Region {
             path: path.to_path_buf(),
         };
         let magic = region.u64_at(0);
+        if !format && magic.load(Ordering::Acquire) == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("{}: nobody has used it yet (no magic)", ctx("region")),
+            ));
+        }
         match magic.compare_exchange(0, MAGIC, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => {}
             Err(m) if m == MAGIC => {}
@@ -179,7 +202,51 @@ impl Region {
                 ))
             }
         }
+        if format {
+            region.ensure_id();
+        }
         Ok(Arc::new(region))
+    }
+
+    /// Writes the region id if nobody has yet (the first opener wins the CAS
+    /// none → writing, writes 128 random bits, then publishes them).
+    fn ensure_id(&self) {
+        let st = self.u32_at(ID_STATE);
+        if st
+            .compare_exchange(ID_NONE, ID_WRITING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            match crate::transport::local::random_token() {
+                Ok(id) => {
+                    self.write_bytes(ID_AT, &id);
+                    // SYNC POINT (region id): Release pairs with the Acquire load in `id`.
+                    st.store(ID_SET, Ordering::Release);
+                }
+                Err(_) => st.store(ID_NONE, Ordering::Release),
+            }
+        }
+    }
+
+    /// The region's id: 128 random bits the first user wrote into the header, the same
+    /// for every mapper (host file or guest BAR). `None` while it is being written (for
+    /// at most `patience`) or if the header holds no valid id state (a scribbled region:
+    /// then `auto:` does not upgrade through it). Any guest can rewrite it: the id only
+    /// tells two peers that they *may* share the region; the `auto:` handshake proves it.
+    pub(crate) fn id(&self, patience: Duration) -> Option<[u8; ID_LEN]> {
+        let start = Instant::now();
+        loop {
+            match self.u32_at(ID_STATE).load(Ordering::Acquire) {
+                ID_SET => {
+                    let mut id = [0u8; ID_LEN];
+                    self.read_bytes(ID_AT, &mut id);
+                    return Some(id);
+                }
+                ID_WRITING if start.elapsed() < patience => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                _ => return None,
+            }
+        }
     }
 
     /// The region's file.

@@ -36,6 +36,10 @@ pub(crate) const SERVER_MAX: usize = 24;
 pub(crate) const CLIENT_BELL: usize = 96;
 /// Slot: the server's bell word (u32).
 pub(crate) const SERVER_BELL: usize = 100;
+/// Slot: the client's process id, in its own guest (u32; 0: unknown). For `shmlink ls`.
+pub(crate) const CLIENT_PID: usize = 32;
+/// Slot: the server's process id, in its own guest (u32; 0: unknown).
+pub(crate) const SERVER_PID: usize = 36;
 /// Slot: the client's heartbeat (u64, own cache line).
 pub(crate) const CLIENT_HB: usize = 128;
 /// Slot: the server's heartbeat.
@@ -66,6 +70,8 @@ pub(crate) const L_NAME_LEN: usize = 4;
 pub(crate) const L_NONCE: usize = 8;
 /// Listener: heartbeat (u64).
 pub(crate) const L_HB: usize = 16;
+/// Listener: the listening process's id, in its own guest (u32; 0: unknown).
+pub(crate) const L_PID: usize = 24;
 /// Listener: name bytes.
 pub(crate) const L_NAME: usize = 32;
 /// Longest listener name.
