@@ -32,7 +32,7 @@ fn version_word(version: u32) -> (usize, u64) {
 }
 
 fn small_opts() -> Options {
-    Options::default().ring_size(RING).max_msg_size(1 << 20)
+    kernel_opts().ring_size(RING).max_msg_size(1 << 20)
 }
 
 /// A listener and, per call, a (victim, hostile peer) pair connected through it.
