@@ -55,6 +55,25 @@ fn default_options_connect_in_process() {
     assert_eq!(memfds(), before, "an in-process connection made a memfd");
 }
 
+/// Also at a name in the rendezvous directory (`shm:NAME`), from another thread.
+#[test]
+fn default_options_connect_in_process_by_name() {
+    let addr = format!("shm:shmlink-inproc-name-{}", std::process::id());
+    let mut l = Listener::bind(&addr, &Options::default()).unwrap();
+    let a = addr.clone();
+    let t = std::thread::spawn(move || {
+        let mut c = Connection::connect(&a, &Options::default()).unwrap();
+        c.send(b"n").unwrap();
+        c
+    });
+    // Connected without the listener's help: in-process.
+    let mut c = t.join().unwrap();
+    let mut s = l.accept().unwrap();
+    assert_eq!(s.recv_vec().unwrap(), b"n");
+    s.send(b"m").unwrap();
+    assert_eq!(c.recv_vec().unwrap(), b"m");
+}
+
 /// An `auto:` listener's upgrade socket is never in-process: a `shm:` client of this
 /// process that finds it goes through its handshake, which asks for a token.
 #[test]
