@@ -9,7 +9,7 @@ mod common;
 use std::os::fd::AsRawFd;
 
 use common::*;
-use shmlink::{Connection, ErrorKind, Options};
+use shmlink::{Connection, ErrorKind};
 
 /// Whether `fd` becomes readable within `ms` milliseconds.
 fn readable_within(fd: i32, ms: i32) -> bool {

@@ -71,9 +71,11 @@ impl Server {
     /// Binds `method`'s server; `tag` makes names unique.
     pub fn bind(method: &str, tag: &str) -> io::Result<Server> {
         match method {
-            "shmlink-shm" | "shmlink-inproc" => Listener::bind(&format!("shm:{tag}"), &Options::default())
-                .map(Server::Shmlink)
-                .map_err(err),
+            "shmlink-shm" | "shmlink-inproc" => {
+                Listener::bind(&format!("shm:{tag}"), &Options::default())
+                    .map(Server::Shmlink)
+                    .map_err(err)
+            }
             "shmlink-auto" => Listener::bind("auto:127.0.0.1:0", &Options::default())
                 .map(Server::Shmlink)
                 .map_err(err),

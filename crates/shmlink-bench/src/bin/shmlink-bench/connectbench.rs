@@ -208,8 +208,7 @@ fn run_one(m: &'static connect::ConnectMethod, seconds: f64, round: u32) -> Row 
     };
     let tag = format!("shmlink-bench-connect-{}-{round}", std::process::id());
     if m.name == "shmlink-inproc" {
-        return run_in_process(m, &tag, time_of(seconds), client, server)
-            .unwrap_or_else(failed);
+        return run_in_process(m, &tag, time_of(seconds), client, server).unwrap_or_else(failed);
     }
     let (peer, addr) = match start_peer(m.name, &tag, server) {
         Ok(p) => p,
