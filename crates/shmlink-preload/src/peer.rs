@@ -194,7 +194,10 @@ fn reg_path(ep: &Endpoint) -> PathBuf {
 }
 
 fn options() -> Options {
+    // Never in-process: a program's sockets outlive fork and exec (descriptors a child
+    // inherits), which only the kernel path's shared memory and socket carry.
     Options::default()
+        .in_process(false)
         .ring_size(config().ring_size)
         .connect_timeout(Duration::from_secs(1))
         .handshake_timeout(Duration::from_secs(1))

@@ -159,16 +159,28 @@ impl Mapping {
             .iter()
             .try_fold(header_len, |acc, &r| acc.checked_add(r.checked_mul(2)?))
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "segment too large"))?;
-        // Reserve the whole address range first so the fixed mappings below can only land
-        // inside memory we own.
-        // SAFETY: a fresh anonymous PROT_NONE mapping; no existing memory is affected.
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // The whole address range at once, as the file from its start: the header and the
+        // first ring's first copy are then in place already (file and mapping agree up to
+        // there), and the fixed mappings below replace the rest, so they can only land
+        // inside memory we own. Before they do, the tail maps past the end of the file or
+        // other parts of it; nothing reads it then. Two `mmap` calls for a one-ring
+        // segment instead of four (a reservation, the header, the ring twice): connection
+        // setup maps four of them.
+        // SAFETY: a fresh shared mapping chosen by the kernel; no existing memory is
+        // affected. Pages past the end of the file are never touched (they are replaced
+        // below before the mapping is handed out).
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
+                prot,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
                 0,
             )
         };
@@ -179,11 +191,6 @@ impl Mapping {
             base: NonNull::new(base.cast()).expect("mmap never returns null on success"),
             len,
             rings: Vec::with_capacity(rings.len()),
-        };
-        let prot = if writable {
-            libc::PROT_READ | libc::PROT_WRITE
-        } else {
-            libc::PROT_READ
         };
         let fixed = |offset: usize, size: usize, file_off: usize| -> io::Result<()> {
             // SAFETY: [base+offset, base+offset+size) lies inside our reservation (offsets
@@ -206,10 +213,12 @@ impl Mapping {
                 Ok(())
             }
         };
-        fixed(0, header_len, 0)?;
         let (mut off, mut file_off) = (header_len, header_len);
-        for &r in rings {
-            fixed(off, r, file_off)?;
+        for (i, &r) in rings.iter().enumerate() {
+            // Ring 0's first copy came with the whole range (same offset in both).
+            if i > 0 {
+                fixed(off, r, file_off)?;
+            }
             fixed(off + r, r, file_off)?;
             map.rings.push((off, r));
             off += 2 * r;
@@ -296,7 +305,7 @@ impl Drop for Region {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: base/len describe exactly the reservation made in `map`; nothing refers
+        // SAFETY: base/len describe exactly the mapping made in `map`; nothing refers
         // to it once the Mapping is gone (rings borrow the Mapping's owner).
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
     }

@@ -263,7 +263,7 @@ impl Default for Options {
             expect_uids: Vec::new(),
             shared_dir: false,
             tls: TlsOptions::default(),
-            in_process: false,
+            in_process: true,
             role: Role::Connection,
         }
     }
@@ -359,13 +359,16 @@ impl Options {
     }
 
     /// Both sides: whether a `shm:` connection whose listener lives in this same process
-    /// skips the kernel (default `false`). On, [`Listener::bind`](crate::Listener::bind)
+    /// skips the kernel (default `true`). On, [`Listener::bind`](crate::Listener::bind)
     /// enters the listener in a process-wide table and a client in the same process that
     /// also says so gets an in-process ring with thread park/unpark: no memfd, no socket,
     /// no system call per message while both ends are awake; same API and semantics
     /// (boundaries, order, flow control within the smaller ring size, non-blocking mode,
-    /// a pollable fd, end of stream or reset when the other end goes). See
-    /// docs/design.md, "In-process connections".
+    /// a pollable fd, end of stream or reset when the other end goes). Either side
+    /// saying `false` keeps that side's connections on the kernel path (shared memory
+    /// between two mappings, doorbells on the rendezvous socket), as between processes:
+    /// what a test of that path, or a program that hands the connection's descriptors
+    /// to another process, wants. See docs/design.md, "In-process connections".
     pub fn in_process(mut self, on: bool) -> Self {
         self.in_process = on;
         self

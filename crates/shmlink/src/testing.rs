@@ -58,6 +58,24 @@ pub fn raw_handshake(addr: &str, bytes: &[u8]) -> Result<(Vec<u8>, Vec<OwnedFd>)
     Ok((buf[..n].to_vec(), fds))
 }
 
+/// [`raw_handshake`] with descriptors attached to the first packet (a hello carrying a
+/// client's segment, or something posing as one).
+pub fn raw_handshake_with_fds(
+    addr: &str,
+    bytes: &[u8],
+    fds: &[OwnedFd],
+) -> Result<(Vec<u8>, Vec<OwnedFd>)> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let sock = socket::connect(&socket_path(addr)?, deadline).map_err(|e| Error::io(addr, e))?;
+    let raw: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    socket::send_with_fds(sock.as_fd(), bytes, &raw).map_err(|e| Error::io("send", e))?;
+    let mut buf = [0u8; MAX_PACKET];
+    let mut got = Vec::new();
+    let n = socket::recv_until(sock.as_fd(), &mut buf, &mut got, deadline)
+        .map_err(|e| Error::io("receive answer", e))?;
+    Ok((buf[..n].to_vec(), got))
+}
+
 /// Connects to a `shm:` listener and says nothing (the socket stays open while the
 /// returned descriptor lives).
 pub fn silent_client(addr: &str) -> Result<OwnedFd> {

@@ -583,8 +583,8 @@ fn bad_addresses_and_options_are_typed_errors() {
 #[test]
 fn binding_a_live_address_twice_is_addr_in_use() {
     for t in ["shm", "ux"] {
-        let (_l, addr) = bind(t, &Options::default());
-        let e = Listener::bind(&addr, &Options::default()).unwrap_err();
+        let (_l, addr) = bind(t, &kernel_opts());
+        let e = Listener::bind(&addr, &kernel_opts()).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::AddrInUse, "{t}: {e}");
     }
 }

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use common::*;
 use shmlink::testing::{
-    fake_listener, memfd, raw_handshake, raw_segment_handshake, segment_memfd, segment_memfd_with,
-    silent_client, AfterAnswer, HandshakePacket as Packet, HandshakeParams as Params, HostilePeer,
-    RefuseCode, SEGMENT_VERSION, VERSION,
+    fake_listener, memfd, raw_handshake, raw_handshake_with_fds, raw_segment_handshake,
+    segment_memfd, segment_memfd_with, silent_client, AfterAnswer, HandshakePacket as Packet,
+    HandshakeParams as Params, HostilePeer, RefuseCode, SEGMENT_VERSION, VERSION,
 };
 use shmlink::{Connection, ErrorKind, Listener, Options};
 
@@ -32,7 +32,7 @@ fn version_word(version: u32) -> (usize, u64) {
 }
 
 fn small_opts() -> Options {
-    Options::default().ring_size(RING).max_msg_size(1 << 20)
+    kernel_opts().ring_size(RING).max_msg_size(1 << 20)
 }
 
 /// A listener and, per call, a (victim, hostile peer) pair connected through it.
@@ -533,6 +533,91 @@ fn broken_client_segments_are_refused() {
     // A client that never sends its segment is dropped at the handshake timeout (1 s).
     let after = raw_segment_handshake(&addr, RING, |_| None, Duration::from_secs(30)).unwrap();
     assert_eq!(after, AfterAnswer::Closed);
+    let mut c = Connection::connect(&addr, &small_opts()).unwrap();
+    c.send(b"still serving").unwrap();
+    assert_eq!(c.recv_vec().unwrap(), b"still serving");
+    served.join().unwrap();
+}
+
+/// A hello may carry the client's segment (design §5.1): everything wrong with it is
+/// refused with a reason before the listener answers, nothing comes out of `accept`, and
+/// the listener keeps serving.
+#[test]
+fn broken_segments_with_the_hello_are_refused() {
+    let (mut l, addr) = bind(
+        "shm",
+        &small_opts().handshake_timeout(Duration::from_secs(5)),
+    );
+    let served = std::thread::spawn(move || {
+        let mut c = l.accept().unwrap();
+        let m = c.recv_vec().unwrap();
+        c.send(&m).unwrap();
+    });
+    let client = |ring: usize, pokes: &[(usize, u64)], seals| {
+        segment_memfd_with(false, ring, pokes, seals).unwrap()
+    };
+    let cases: Vec<(&str, Vec<u8>, Vec<OwnedFd>, RefuseCode)> = vec![
+        (
+            "two descriptors",
+            hello(RING as u64),
+            vec![
+                client(RING, &[], OWNER_SEALS),
+                client(RING, &[], OWNER_SEALS),
+            ],
+            RefuseCode::Protocol,
+        ),
+        (
+            "unsealed",
+            hello(RING as u64),
+            vec![memfd(HEADER + RING, false).unwrap()],
+            RefuseCode::Protocol,
+        ),
+        (
+            "without F_SEAL_FUTURE_WRITE",
+            hello(RING as u64),
+            vec![client(RING, &[], RESIZE_SEALS)],
+            RefuseCode::Protocol,
+        ),
+        (
+            "not the size the hello says",
+            hello(RING as u64),
+            vec![client(2 * RING, &[], OWNER_SEALS)],
+            RefuseCode::Protocol,
+        ),
+        (
+            "a listener's segment",
+            hello(RING as u64),
+            vec![segment_memfd_with(true, RING, &[], OWNER_SEALS).unwrap()],
+            RefuseCode::Protocol,
+        ),
+        (
+            "old segment version",
+            hello(RING as u64),
+            vec![client(
+                RING,
+                &[version_word(SEGMENT_VERSION - 1)],
+                OWNER_SEALS,
+            )],
+            RefuseCode::Version,
+        ),
+        (
+            "a query with a descriptor",
+            Packet::Query.encode(),
+            vec![client(RING, &[], OWNER_SEALS)],
+            RefuseCode::Protocol,
+        ),
+    ];
+    for (what, packet, fds, code) in cases {
+        let (reply, got) = raw_handshake_with_fds(&addr, &packet, &fds).unwrap();
+        assert!(got.is_empty(), "{what}: a refusal carried descriptors");
+        match Packet::decode(&reply) {
+            Ok(Packet::Refuse(c, reason)) => {
+                assert_eq!(c, code, "{what}: {reason}");
+                assert!(!reason.is_empty(), "{what}: refusal without a reason");
+            }
+            other => panic!("{what}: expected a refusal, got {other:?}"),
+        }
+    }
     let mut c = Connection::connect(&addr, &small_opts()).unwrap();
     c.send(b"still serving").unwrap();
     assert_eq!(c.recv_vec().unwrap(), b"still serving");

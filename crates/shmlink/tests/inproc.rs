@@ -29,6 +29,80 @@ fn connect_needs_no_accepting_thread() {
     assert_eq!(c.recv_vec().unwrap(), b"back");
 }
 
+/// In-process is the default: two ends of one process with default options connect
+/// without the listener taking part, and the connection carries no kernel object
+/// (no memfd in this process's descriptors).
+#[test]
+fn default_options_connect_in_process() {
+    let memfds = || {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|t| t.to_string_lossy().starts_with("/memfd:shmlink"))
+            .count()
+    };
+    assert!(Options::default().configured_in_process());
+    let before = memfds();
+    let mut l = Listener::bind(&fresh_addr("shm"), &Options::default()).unwrap();
+    let addr = l.local_addr();
+    let mut c = Connection::connect(&addr, &Options::default()).unwrap();
+    c.send(b"default").unwrap();
+    let mut s = l.accept().unwrap();
+    assert_eq!(s.transport(), Transport::Shm);
+    assert_eq!(s.recv_vec().unwrap(), b"default");
+    s.send(b"back").unwrap();
+    assert_eq!(c.recv_vec().unwrap(), b"back");
+    assert_eq!(memfds(), before, "an in-process connection made a memfd");
+}
+
+/// Also at a name in the rendezvous directory (`shm:NAME`), from another thread.
+#[test]
+fn default_options_connect_in_process_by_name() {
+    let addr = format!("shm:shmlink-inproc-name-{}", std::process::id());
+    let mut l = Listener::bind(&addr, &Options::default()).unwrap();
+    let a = addr.clone();
+    let t = std::thread::spawn(move || {
+        let mut c = Connection::connect(&a, &Options::default()).unwrap();
+        c.send(b"n").unwrap();
+        c
+    });
+    // Connected without the listener's help: in-process.
+    let mut c = t.join().unwrap();
+    let mut s = l.accept().unwrap();
+    assert_eq!(s.recv_vec().unwrap(), b"n");
+    s.send(b"m").unwrap();
+    assert_eq!(c.recv_vec().unwrap(), b"m");
+}
+
+/// An `auto:` listener's upgrade socket is never in-process: a `shm:` client of this
+/// process that finds it goes through its handshake, which asks for a token.
+#[test]
+fn auto_upgrade_socket_is_not_in_process() {
+    let l = Listener::bind("auto:127.0.0.1:0", &Options::default()).unwrap();
+    let port = l.local_addr().rsplit(':').next().unwrap().to_string();
+    let prefix = format!("auto-{port}-");
+    let sock = std::fs::read_dir(shmlink::rendezvous_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .expect("the upgrade socket")
+        .path();
+    let mut l = l;
+    l.set_nonblocking(true);
+    let addr = format!("shm:{}", sock.display());
+    let o = Options::default().connect_timeout(Duration::from_secs(5));
+    let t = std::thread::spawn(move || Connection::connect(&addr, &o));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !t.is_finished() && std::time::Instant::now() < deadline {
+        // The listener answers handshakes while it is polled.
+        let _ = l.accept();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let e = t.join().unwrap().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ProtocolViolation, "{e}");
+    assert!(e.to_string().contains("upgrade"), "{e}");
+}
+
 /// At an abstract name too.
 #[test]
 fn abstract_names_connect_in_process() {
@@ -44,10 +118,7 @@ fn abstract_names_connect_in_process() {
 /// must answer), and so does one whose listener did not ask for it.
 #[test]
 fn both_ends_must_ask() {
-    for (server, client) in [
-        (inproc(), Options::default()),
-        (Options::default(), inproc()),
-    ] {
+    for (server, client) in [(inproc(), kernel_opts()), (kernel_opts(), inproc())] {
         let (mut l, addr) = bind("shm", &server);
         let t = std::thread::spawn(move || Connection::connect(&addr, &client).unwrap());
         // The kernel path: the connect cannot complete until the listener steps.

@@ -9,7 +9,7 @@ mod common;
 use std::os::fd::AsRawFd;
 
 use common::*;
-use shmlink::{Connection, ErrorKind, Options};
+use shmlink::{Connection, ErrorKind};
 
 /// Whether `fd` becomes readable within `ms` milliseconds.
 fn readable_within(fd: i32, ms: i32) -> bool {
@@ -26,7 +26,7 @@ fn readable_within(fd: i32, ms: i32) -> bool {
 /// between must still make the fd readable, although the send drained doorbells.
 #[test]
 fn a_full_send_does_not_swallow_the_data_doorbell() {
-    let opts = Options::default().ring_size(4096);
+    let opts = kernel_opts().ring_size(4096);
     let (mut client, mut server) = pair_with("shm", &opts);
     server.set_nonblocking(true);
     assert_eq!(server.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
@@ -87,12 +87,12 @@ fn a_withdrawn_wait_rings_no_doorbell_and_the_next_one_does() {
 fn a_poll_loop_echoes_fragmented_messages() {
     const CLIENTS: usize = 3;
     for round in 0..10 {
-        let (mut listener, addr) = bind("shm", &Options::default());
+        let (mut listener, addr) = bind("shm", &kernel_opts());
         let clients: Vec<_> = (0..CLIENTS)
             .map(|_| {
                 let addr = addr.clone();
                 std::thread::spawn(move || {
-                    let mut c = Connection::connect(&addr, &Options::default()).unwrap();
+                    let mut c = Connection::connect(&addr, &kernel_opts()).unwrap();
                     for i in 0..50u64 {
                         let n = if i % 10 == 9 {
                             1 << 20

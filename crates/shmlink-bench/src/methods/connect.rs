@@ -5,6 +5,9 @@
 //!
 //! - `shmlink-shm`: `shm:NAME` (the rendezvous directory), default options;
 //! - `shmlink-auto`: `auto:127.0.0.1:PORT` (negotiated over TCP, upgraded to `shm:`);
+//! - `shmlink-inproc`: `shm:NAME` with the server a thread of the client's process (the
+//!   in-process path, the default between two ends of one process: no memfd, no socket
+//!   per connection), pinned like the server process of the others;
 //! - `uds`: a plain Unix stream socket (`std::os::unix::net`) at a path;
 //! - `tcp`: a plain TCP socket on 127.0.0.1 (`std::net`), `TCP_NODELAY`.
 //!
@@ -33,6 +36,10 @@ pub static METHODS: &[ConnectMethod] = &[
     ConnectMethod {
         name: "shmlink-auto",
         about: "shmlink auto:127.0.0.1:PORT: TCP negotiation, then the shm: upgrade",
+    },
+    ConnectMethod {
+        name: "shmlink-inproc",
+        about: "shmlink shm:NAME, server a thread of this process: the in-process path (default)",
     },
     ConnectMethod {
         name: "uds",
@@ -64,9 +71,11 @@ impl Server {
     /// Binds `method`'s server; `tag` makes names unique.
     pub fn bind(method: &str, tag: &str) -> io::Result<Server> {
         match method {
-            "shmlink-shm" => Listener::bind(&format!("shm:{tag}"), &Options::default())
-                .map(Server::Shmlink)
-                .map_err(err),
+            "shmlink-shm" | "shmlink-inproc" => {
+                Listener::bind(&format!("shm:{tag}"), &Options::default())
+                    .map(Server::Shmlink)
+                    .map_err(err)
+            }
             "shmlink-auto" => Listener::bind("auto:127.0.0.1:0", &Options::default())
                 .map(Server::Shmlink)
                 .map_err(err),
@@ -94,8 +103,14 @@ impl Server {
 
     /// Serves connections one at a time, forever (the client ends the process).
     pub fn serve(&mut self) -> io::Result<()> {
+        self.serve_until(&std::sync::atomic::AtomicBool::new(false))
+    }
+
+    /// Serves connections one at a time until `stop` is set (checked after each
+    /// connection: the one who sets it connects once more to wake the accept).
+    pub fn serve_until(&mut self, stop: &std::sync::atomic::AtomicBool) -> io::Result<()> {
         let mut buf = [0u8; SIZE];
-        loop {
+        while !stop.load(std::sync::atomic::Ordering::Acquire) {
             // A client that fails half-way is its own problem: serve the next.
             let _ = match self {
                 Server::Shmlink(l) => l.accept().map_err(err).and_then(|mut c| {
@@ -113,6 +128,7 @@ impl Server {
                 }),
             };
         }
+        Ok(())
     }
 }
 
@@ -129,7 +145,7 @@ pub fn once(method: &str, addr: &str) -> io::Result<()> {
     let msg = [0xa5u8; SIZE];
     let mut back = [0u8; SIZE];
     match method {
-        "shmlink-shm" | "shmlink-auto" => {
+        "shmlink-shm" | "shmlink-auto" | "shmlink-inproc" => {
             let mut c = Connection::connect(addr, &Options::default()).map_err(err)?;
             c.send(&msg).map_err(err)?;
             let n = c.recv(&mut back).map_err(err)?;

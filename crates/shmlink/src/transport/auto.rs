@@ -569,7 +569,11 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     let addr = format!("auto:{host_port}");
     let port = host_port.rsplit(':').next().unwrap_or("0");
     let upgrade_socket = UpgradeSocket::new("auto", port)?;
-    let (shm, no_shm) = match ShmListener::bind(&upgrade_socket.address(), opts) {
+    // Never in-process: its clients come with a token from the TCP side (an `auto:`
+    // client upgrades over the socket), and a plain `shm:` client in this process must not
+    // reach it without one.
+    let upgrade_opts = opts.clone().in_process(false);
+    let (shm, no_shm) = match ShmListener::bind(&upgrade_socket.address(), &upgrade_opts) {
         Ok(mut l) => {
             l.upgrades = Some(HashMap::new());
             l.registry.set_auto(addr.clone(), bound.clone());

@@ -692,6 +692,9 @@ pub(crate) struct Inbox {
     /// The rendezvous socket file's (device, inode), if it is a file: a client checks
     /// that the path still leads to this listener.
     file: Option<(u64, u64)>,
+    /// The process that entered it: a `fork` child inherits a copy of the table, whose
+    /// entries lead to a listener that only the parent accepts from.
+    pid: u32,
 }
 
 impl Inbox {
@@ -758,6 +761,7 @@ pub(crate) fn register(
         opts: opts.clone(),
         addr: addr.to_string(),
         file,
+        pid: std::process::id(),
     });
     let mut t = table();
     t.retain(|_, w| w.strong_count() > 0);
@@ -786,6 +790,11 @@ pub(crate) fn connect(
     let inbox = table().get(key).and_then(Weak::upgrade)?;
     if inbox.file != file {
         // The path now leads elsewhere (the socket file was replaced).
+        return None;
+    }
+    if inbox.pid != std::process::id() {
+        // A copy of the parent's table in a `fork` child: the listener accepts in the
+        // parent, through the socket.
         return None;
     }
     Some(inbox.connect(opts))

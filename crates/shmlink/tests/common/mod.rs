@@ -42,13 +42,21 @@ pub fn test_tls() -> TlsOptions {
         .ca(Pem::text(&pki.ca))
 }
 
-/// Default options for `transport`: with [`test_tls`] on `tls`.
+/// Default options for `transport`: with [`test_tls`] on `tls`; `shm` keeps both ends
+/// on the kernel path ([`Options::in_process`] off: in-process is the default between
+/// two ends of one process), `inproc` takes the in-process one.
 pub fn opts(transport: &str) -> Options {
     match transport {
         "tls" | "auto_tls" => Options::default().tls(test_tls()),
         "inproc" => Options::default().in_process(true),
-        _ => Options::default(),
+        _ => kernel_opts(),
     }
+}
+
+/// Default options, but `shm:` between two ends of this process goes through the kernel
+/// (memfds, the rendezvous socket) as between processes: what the tests of that path use.
+pub fn kernel_opts() -> Options {
+    Options::default().in_process(false)
 }
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);

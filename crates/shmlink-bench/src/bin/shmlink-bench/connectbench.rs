@@ -145,6 +145,51 @@ fn start_peer(method: &str, tag: &str, cpu: Option<usize>) -> Result<(Peer, Stri
     }
 }
 
+fn time_of(seconds: f64) -> Duration {
+    Duration::from_secs_f64(seconds)
+}
+
+/// `shmlink-inproc`: the server is a thread of this process, pinned to `server`.
+fn run_in_process(
+    m: &'static connect::ConnectMethod,
+    tag: &str,
+    time: Duration,
+    client: Option<usize>,
+    server: Option<usize>,
+) -> Result<Row, String> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let mut srv = connect::Server::bind(m.name, tag).map_err(|e| format!("bind: {e}"))?;
+    let addr = srv.addr().map_err(|e| format!("address: {e}"))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let serving = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            if let Some(cpu) = server {
+                let _ = shmlink_sys::pin_to_cpu(cpu);
+            }
+            srv.serve_until(&stop)
+        })
+    };
+    let a = addr.clone();
+    let row = std::thread::spawn(move || {
+        if let Some(cpu) = client {
+            let _ = shmlink_sys::pin_to_cpu(cpu);
+        }
+        connect::measure(m, &a, 50, time)
+    })
+    .join()
+    .map_err(|_| "client panicked".to_string())?;
+    stop.store(true, Ordering::Release);
+    // Wakes the accept, which then sees `stop`.
+    let _ = connect::once(m.name, &addr);
+    match serving.join() {
+        Ok(Ok(())) => Ok(row),
+        Ok(Err(e)) => Err(format!("server: {e}")),
+        Err(_) => Err("server panicked".into()),
+    }
+}
+
 fn run_one(m: &'static connect::ConnectMethod, seconds: f64, round: u32) -> Row {
     let failed = |e: String| Row {
         method: m.name,
@@ -162,6 +207,9 @@ fn run_one(m: &'static connect::ConnectMethod, seconds: f64, round: u32) -> Row 
         [] => (None, None),
     };
     let tag = format!("shmlink-bench-connect-{}-{round}", std::process::id());
+    if m.name == "shmlink-inproc" {
+        return run_in_process(m, &tag, time_of(seconds), client, server).unwrap_or_else(failed);
+    }
     let (peer, addr) = match start_peer(m.name, &tag, server) {
         Ok(p) => p,
         Err(e) => return failed(e),

@@ -6,7 +6,7 @@
 //!
 //! | kind | body |
 //! |---|---|
-//! | 1 `Hello` (client → server) | `features: u64, ring_c2s: u64, ring_s2c: u64, max_msg: u64` |
+//! | 1 `Hello` (client → server, the client's memfd attached or not) | `features: u64, ring_c2s: u64, ring_s2c: u64, max_msg: u64` |
 //! | 2 `Accept` (server → client, the listener's memfd attached with SCM_RIGHTS) | same fields, as the server chose them |
 //! | 3 `Refuse` (server → client) | `code: u16, len: u16, reason: [u8; len]` (UTF-8) |
 //! | 4 `Upgrade` (client → server, `auto:`) | `Hello`'s fields, then `token: [u8; 16]` |
@@ -15,9 +15,13 @@
 //! | 7 `Status` (server → client) | the listener and its connections, below; at most [`MAX_STATUS`] bytes |
 //! | 8 `Segment` (client → server, the client's memfd attached) | nothing |
 //!
-//! A connection is set up in three packets: `Hello` (or `Upgrade`), `Accept` (or
-//! `Upgraded`) with the listener's segment, and, once the client has checked that
-//! segment, `Segment` with the client's. Each segment holds what only its creator writes
+//! A connection is set up in two packets: `Hello` with the client's segment attached
+//! (one memfd), and `Accept` with the listener's. Or in three: `Hello` (or `Upgrade`)
+//! without a descriptor, `Accept` (or `Upgraded`) with the listener's segment, and, once
+//! the client has checked that segment, `Segment` with the client's; also when the
+//! listener's ring cap is below the ring the hello's segment holds (the answer names the
+//! smaller size, and the client sends a `Segment` of it). A hello with more than one
+//! descriptor, or a `Query` with any, is refused. Each segment holds what only its creator writes
 //! and is sealed with `F_SEAL_FUTURE_WRITE` (see `segment`); a segment without that seal,
 //! of the wrong size, or a `Segment` packet with other than one descriptor is a
 //! [`ErrorKind::ProtocolViolation`], and the listener refuses it with a `Refuse`. A client

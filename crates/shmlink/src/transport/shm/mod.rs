@@ -145,6 +145,14 @@ fn client(
     // Before connecting: registering can take milliseconds in a multi-threaded process,
     // which must not eat into the listener's handshake window.
     let offered = own_features(opts);
+    // Our segment, ready before connecting so that it travels with the hello (one packet
+    // each way instead of three, design §5.1b) and the listener, which reads a new
+    // client's hello as soon as it accepts it, finds it there: the one made ahead while
+    // this process's last connect waited for its answer, or a new one. Nothing is
+    // written in it until the listener's answer checked out. Without it (no memory now),
+    // the hello goes alone and the segment follows the answer, as before.
+    let early =
+        take_spare(opts.ring_size).or_else(|| Half::create(Side::Client, opts.ring_size).ok());
     let sock = socket::connect(socket, deadline).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => Error::new(
             ErrorKind::ConnectionRefused,
@@ -174,11 +182,19 @@ fn client(
         None => Packet::Hello(want),
         Some((token, _)) => Packet::Upgrade(want, token),
     };
-    socket::send(sock.as_fd(), &hello.encode()).map_err(|e| Error::io("send hello", e))?;
-    // While the listener works on its answer: our segment, for the ring size we asked
-    // for (what a listener with the same or a larger cap answers). It goes out only once
-    // the answer checked out, below; another size is made then.
-    let early = Half::create(Side::Client, opts.ring_size).ok();
+    // The segment goes out only to a listener whose credentials checked out (above; an
+    // `auto:` upgrade's listener proves itself in its answer, so its segment follows it).
+    let with_hello = match (&early, upgrade) {
+        (Some((_, fd)), None) => Some(fd.as_raw_fd()),
+        _ => None,
+    };
+    match with_hello {
+        Some(fd) => socket::send_with_fds(sock.as_fd(), &hello.encode(), &[fd]),
+        None => socket::send(sock.as_fd(), &hello.encode()),
+    }
+    .map_err(|e| Error::io("send hello", e))?;
+    // While the listener works on its answer: the next connect's segment.
+    refill_spare(opts.ring_size);
     let mut buf = [0u8; MAX_PACKET];
     let mut fds = Vec::new();
     let n = socket::recv_until(sock.as_fd(), &mut buf, &mut fds, deadline).map_err(|e| {
@@ -223,18 +239,24 @@ fn client(
         ))
     })?;
     let peer = Half::attach(&memfd, Side::Server, params.ring_s2c as usize)?;
-    // Ours goes out only after theirs checked out: a listener that breaks the protocol
-    // never sees our segment.
-    let (own, own_fd) = match early {
-        Some(early) if params.ring_c2s == opts.ring_size as u64 => early,
-        _ => Half::create(Side::Client, params.ring_c2s as usize)?,
+    // A listener that took the segment sent with the hello answers with its ring size;
+    // one with a smaller cap answers with that and waits for a segment of that size.
+    let own = match early {
+        Some((own, _)) if with_hello.is_some() && params.ring_c2s == opts.ring_size as u64 => own,
+        early => {
+            let (own, own_fd) = match early {
+                Some(early) if params.ring_c2s == opts.ring_size as u64 => early,
+                _ => Half::create(Side::Client, params.ring_c2s as usize)?,
+            };
+            socket::send_with_fds(
+                sock.as_fd(),
+                &Packet::Segment.encode(),
+                &[own_fd.as_raw_fd()],
+            )
+            .map_err(|e| Error::io("send our segment to the listener", e))?;
+            own
+        }
     };
-    socket::send_with_fds(
-        sock.as_fd(),
-        &Packet::Segment.encode(),
-        &[own_fd.as_raw_fd()],
-    )
-    .map_err(|e| Error::io("send our segment to the listener", e))?;
     let name = name.to_string();
     Ok(Box::new(ShmConn::new(Setup {
         seg: Segment::new(own, peer),
@@ -246,6 +268,50 @@ fn client(
         local: name.clone(),
         peer: name,
     })))
+}
+
+/// A client segment made ahead and never sent to anyone: the process that made it (a
+/// `fork` child must not use its parent's: both would write one segment), its ring size,
+/// and the segment.
+type Spare = (u32, usize, (Half, OwnedFd));
+
+/// This process's spare client segment (at most one: its memory, one header page and
+/// one ring of the last size asked for, is what it costs).
+static SPARE: std::sync::Mutex<Option<Spare>> = std::sync::Mutex::new(None);
+
+fn spare_slot() -> std::sync::MutexGuard<'static, Option<Spare>> {
+    SPARE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The spare client segment, if this process made it for a ring of `ring` bytes.
+fn take_spare(ring: usize) -> Option<(Half, OwnedFd)> {
+    let mut slot = spare_slot();
+    match slot.take() {
+        Some((pid, size, seg)) if pid == std::process::id() && size == ring => Some(seg),
+        Some(other) if other.0 == std::process::id() => {
+            *slot = Some(other); // another size: keep it for its users
+            None
+        }
+        _ => None, // none, or a fork parent's: dropped
+    }
+}
+
+/// Makes the next connect's segment for a ring of `ring` bytes unless one waits already
+/// (best effort: without memory now, the next connect makes its own).
+fn refill_spare(ring: usize) {
+    let pid = std::process::id();
+    let ready =
+        |slot: &Option<Spare>| matches!(slot, Some((p, size, _)) if *p == pid && *size == ring);
+    if ready(&spare_slot()) {
+        return;
+    }
+    // Made outside the lock: other threads' connects take or skip the slot meanwhile.
+    if let Ok(seg) = Half::create(Side::Client, ring) {
+        let mut slot = spare_slot();
+        if !ready(&slot) {
+            *slot = Some((pid, ring, seg));
+        }
+    }
 }
 
 /// Checks the numbers a listener chose in its answer against what the client asked for
@@ -268,6 +334,16 @@ pub(crate) fn check_accept(params: &Params, ring_size: usize, offered: u64) -> R
         )));
     }
     Ok(())
+}
+
+/// How a listener refuses a client's segment that [`Half::attach`] rejected.
+fn segment_refusal(e: Error) -> (RefuseCode, String) {
+    let code = match e.kind() {
+        ErrorKind::ProtocolViolation => RefuseCode::Protocol,
+        ErrorKind::VersionMismatch => RefuseCode::Version,
+        _ => RefuseCode::Resources,
+    };
+    (code, e.message().to_string())
 }
 
 /// A connection a listener set up, with the `auto:` upgrade token it came with.
@@ -294,6 +370,9 @@ struct Handshake {
     /// The `auto:` upgrade's token and proof.
     upgrade: Option<(Token, Token)>,
     cred: PeerCred,
+    /// The client's segment, when it came with the hello and has the size we answer
+    /// with: the connection is complete once the answer is out.
+    peer: Option<Half>,
 }
 
 /// How the listener answers a client's first packet, unless it refuses.
@@ -453,7 +532,7 @@ impl ShmListener {
         }
         let verdict = match res {
             Ok(0) => return None, // the client left
-            Ok(n) => self.handshake(&p.sock, &buf[..n], fds.len()),
+            Ok(n) => self.handshake(&p.sock, &buf[..n], fds),
             // Truncated (oversized) packet or too many descriptors: tell the client why.
             Err(e) if e.kind() == io::ErrorKind::InvalidData => {
                 Err((RefuseCode::Protocol, format!("hello rejected: {e}")))
@@ -466,7 +545,7 @@ impl ShmListener {
                 let _ = socket::send(p.sock.as_fd(), &Packet::Status(status).encode());
                 None
             }
-            Ok(Answer::Connect(h)) => {
+            Ok(Answer::Connect(mut h)) => {
                 let answer = match h.upgrade {
                     None => Packet::Accept(h.accept),
                     Some((_, proof)) => Packet::Upgraded(h.accept, proof),
@@ -476,6 +555,10 @@ impl ShmListener {
                 }
                 socket::send_with_fds(p.sock.as_fd(), &answer.encode(), &[h.memfd.as_raw_fd()])
                     .ok()?;
+                if let Some(peer) = h.peer.take() {
+                    // The client's segment came with its hello: done.
+                    return Some(self.connected(p.sock, *h, peer));
+                }
                 // Now the client's segment, within the same deadline.
                 let fd = p.sock.as_raw_fd();
                 self.epoll
@@ -530,14 +613,7 @@ impl ShmListener {
                 ),
             )
         })?;
-        Half::attach(&fd, Side::Client, h.accept.ring_c2s as usize).map_err(|e| {
-            let code = match e.kind() {
-                ErrorKind::ProtocolViolation => RefuseCode::Protocol,
-                ErrorKind::VersionMismatch => RefuseCode::Version,
-                _ => RefuseCode::Resources,
-            };
-            (code, e.message().to_string())
-        })
+        Half::attach(&fd, Side::Client, h.accept.ring_c2s as usize).map_err(segment_refusal)
     }
 
     /// Builds our side of a connection whose handshake completed.
@@ -573,22 +649,35 @@ impl ShmListener {
         Ok(cred)
     }
 
-    /// Checks a client's hello (or query) and credentials and sets up its segment.
+    /// Checks a client's hello (or query) and credentials and sets up its segment; a
+    /// hello may carry the client's segment (one descriptor), which is checked here like
+    /// a `Segment` packet's.
     fn handshake(
         &mut self,
         sock: &OwnedFd,
         hello: &[u8],
-        nfds: usize,
+        fds: Vec<OwnedFd>,
     ) -> std::result::Result<Answer, (RefuseCode, String)> {
-        if nfds != 0 {
+        if fds.len() > 1 {
             return Err((
                 RefuseCode::Protocol,
-                "hello must not carry descriptors".into(),
+                format!(
+                    "a hello carries at most one descriptor (the client's segment), this one {}",
+                    fds.len()
+                ),
             ));
         }
         let (want, upgrade) = match (Packet::decode(hello), &self.upgrades) {
             // The same gate as a connection: who may not connect learns nothing.
-            (Ok(Packet::Query), _) => return self.client_cred(sock).map(|_| Answer::Status),
+            (Ok(Packet::Query), _) if fds.is_empty() => {
+                return self.client_cred(sock).map(|_| Answer::Status)
+            }
+            (Ok(Packet::Query), _) => {
+                return Err((
+                    RefuseCode::Protocol,
+                    "a query must not carry descriptors".into(),
+                ))
+            }
             (Ok(Packet::Hello(p)), None) => (p, None),
             (Ok(Packet::Upgrade(p, token)), Some(book)) => match book.get(&token) {
                 Some(proof) => (p, Some((token, *proof))),
@@ -628,6 +717,15 @@ impl ShmListener {
             ring_s2c: want.ring_s2c.min(cap),
             max_msg: self.opts.max_msg_size as u64,
         };
+        // The client's segment, if it came along and the listener keeps its ring size
+        // (one larger than our cap is dropped: the answer asks for a smaller one).
+        let peer = match fds.into_iter().next() {
+            Some(fd) if accept.ring_c2s == want.ring_c2s => Some(
+                Half::attach(&fd, Side::Client, accept.ring_c2s as usize)
+                    .map_err(segment_refusal)?,
+            ),
+            _ => None,
+        };
         let (own, memfd) = match self.spare.take() {
             Some(spare) if accept.ring_s2c == cap => spare,
             other => {
@@ -643,6 +741,7 @@ impl ShmListener {
             client_max_msg: want.max_msg,
             upgrade,
             cred,
+            peer,
         })))
     }
 
