@@ -59,7 +59,7 @@ fn a_full_send_does_not_swallow_the_data_doorbell() {
 /// the ring); a receive that finds nothing announces again and the fd works as before.
 #[test]
 fn a_withdrawn_wait_rings_no_doorbell_and_the_next_one_does() {
-    let (mut client, mut server) = pair_with("shm", &Options::default());
+    let (mut client, mut server) = pair_with("shm", &kernel_opts());
     server.set_nonblocking(true);
     assert_eq!(server.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
     server.withdraw_wait();
