@@ -195,9 +195,12 @@ fn reg_path(ep: &Endpoint) -> PathBuf {
 
 fn options() -> Options {
     // Never in-process: a program's sockets outlive fork and exec (descriptors a child
-    // inherits), which only the kernel path's shared memory and socket carry.
+    // inherits), which only the kernel path's shared memory and socket carry. Nothing made
+    // ahead either: a segment kept between connections is a descriptor the program does
+    // not know of, and may close (sockcheck's scenario 14 closes every fd it did not open).
     Options::default()
         .in_process(false)
+        .prepare_ahead(false)
         .ring_size(config().ring_size)
         .connect_timeout(Duration::from_secs(1))
         .handshake_timeout(Duration::from_secs(1))

@@ -233,6 +233,8 @@ pub struct Options {
     pub(crate) tls: TlsOptions,
     /// `shm:` between two ends in one process takes the in-process path.
     pub(crate) in_process: bool,
+    /// `shm:` listeners and connecting processes make the next connection's segment ahead.
+    pub(crate) prepare_ahead: bool,
     /// What a framed listener serves or a framed client expects (set by pub/sub only).
     pub(crate) role: Role,
 }
@@ -264,6 +266,7 @@ impl Default for Options {
             shared_dir: false,
             tls: TlsOptions::default(),
             in_process: true,
+            prepare_ahead: true,
             role: Role::Connection,
         }
     }
@@ -377,6 +380,18 @@ impl Options {
     /// Whether [`in_process`](Self::in_process) is on.
     pub fn configured_in_process(&self) -> bool {
         self.in_process
+    }
+
+    /// `shm:`: whether the next connection's shared memory is made ahead of time (default
+    /// `true`): a listener keeps one segment ready for its next client, and a process that
+    /// connects keeps one for its next connect (made while the listener answers). Each
+    /// holds a descriptor and its memory (a header page and one ring) between
+    /// connections. A program that closes descriptors it did not open (a daemon's
+    /// start-up, the preload library's host programs) turns this off: the segment is then
+    /// made during the handshake, which costs connection setup time only.
+    pub fn prepare_ahead(mut self, on: bool) -> Self {
+        self.prepare_ahead = on;
+        self
     }
 
     /// TLS settings, for `tls:` addresses.

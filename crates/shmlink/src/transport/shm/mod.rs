@@ -151,8 +151,7 @@ fn client(
     // this process's last connect waited for its answer, or a new one. Nothing is
     // written in it until the listener's answer checked out. Without it (no memory now),
     // the hello goes alone and the segment follows the answer, as before.
-    let early =
-        take_spare(opts.ring_size).or_else(|| Half::create(Side::Client, opts.ring_size).ok());
+    let early = take_spare(opts).or_else(|| Half::create(Side::Client, opts.ring_size).ok());
     let sock = socket::connect(socket, deadline).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => Error::new(
             ErrorKind::ConnectionRefused,
@@ -194,7 +193,7 @@ fn client(
     }
     .map_err(|e| Error::io("send hello", e))?;
     // While the listener works on its answer: the next connect's segment.
-    refill_spare(opts.ring_size);
+    refill_spare(opts);
     let mut buf = [0u8; MAX_PACKET];
     let mut fds = Vec::new();
     let n = socket::recv_until(sock.as_fd(), &mut buf, &mut fds, deadline).map_err(|e| {
@@ -283,8 +282,13 @@ fn spare_slot() -> std::sync::MutexGuard<'static, Option<Spare>> {
     SPARE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The spare client segment, if this process made it for a ring of `ring` bytes.
-fn take_spare(ring: usize) -> Option<(Half, OwnedFd)> {
+/// The spare client segment, if this process made it for a ring of `opts.ring_size`
+/// bytes and `opts` let it (`Options::prepare_ahead`).
+fn take_spare(opts: &Options) -> Option<(Half, OwnedFd)> {
+    if !opts.prepare_ahead {
+        return None;
+    }
+    let ring = opts.ring_size;
     let mut slot = spare_slot();
     match slot.take() {
         Some((pid, size, seg)) if pid == std::process::id() && size == ring => Some(seg),
@@ -296,9 +300,14 @@ fn take_spare(ring: usize) -> Option<(Half, OwnedFd)> {
     }
 }
 
-/// Makes the next connect's segment for a ring of `ring` bytes unless one waits already
-/// (best effort: without memory now, the next connect makes its own).
-fn refill_spare(ring: usize) {
+/// Makes the next connect's segment for a ring of `opts.ring_size` bytes unless one waits
+/// already or `opts` says not to (best effort: without memory now, the next connect makes
+/// its own).
+fn refill_spare(opts: &Options) {
+    if !opts.prepare_ahead {
+        return;
+    }
+    let ring = opts.ring_size;
     let pid = std::process::id();
     let ready =
         |slot: &Option<Spare>| matches!(slot, Some((p, size, _)) if *p == pid && *size == ring);
@@ -803,7 +812,7 @@ impl ShmListener {
     /// Waits until a client or a hello arrives, a pending client's deadline passes, or
     /// `until`.
     pub(crate) fn wait(&mut self, until: Option<Instant>) -> Result<()> {
-        if self.spare.is_none() {
+        if self.spare.is_none() && self.opts.prepare_ahead {
             // Idle: make the next answer's segment now (best effort: a failure here is
             // met again, and reported to the client, when a hello needs it).
             self.spare = Half::create(Side::Server, self.opts.ring_size).ok();
