@@ -264,6 +264,30 @@ impl Connection {
         })
     }
 
+    /// Starts a batch: messages sent through the returned [`Batch`] are the same
+    /// messages, in the same order, under the same flow control as with
+    /// [`send`](Self::send) and [`reserve`](Self::reserve), but a transport may publish
+    /// them together: `shm:` makes them visible to the peer with one store of its ring
+    /// position and one full fence when the batch ends (or before it would wait for room)
+    /// instead of one per message. The peer may see them earlier, never later than the
+    /// end of the batch (dropping the [`Batch`] ends it). Other transports send each
+    /// message at once.
+    ///
+    /// ```
+    /// # fn demo(conn: &mut shmlink::Connection) -> shmlink::Result<()> {
+    /// let mut batch = conn.batch();
+    /// for i in 0..16u64 {
+    ///     batch.send(&i.to_le_bytes())?;
+    /// }
+    /// batch.finish();
+    /// # Ok(()) }
+    /// ```
+    #[inline]
+    pub fn batch(&mut self) -> Batch<'_> {
+        with_conn!(&mut self.ops, |c| c.begin_batch());
+        Batch { conn: self }
+    }
+
     #[inline]
     fn next(&mut self) -> Result<usize> {
         self.check_open()?;
@@ -562,6 +586,40 @@ impl Drop for SendBuf<'_> {
         if !self.done {
             with_conn!(&mut self.conn.ops, |c| c.abort_reserve());
         }
+    }
+}
+
+/// Messages sent together (see [`Connection::batch`]); dropping it (or
+/// [`finish`](Batch::finish)) publishes what it holds.
+///
+/// `Send`, not `Sync`: it borrows the [`Connection`] mutably.
+pub struct Batch<'a> {
+    conn: &'a mut Connection,
+}
+
+impl Batch<'_> {
+    /// Sends one message, as [`Connection::send`] does, published with the batch.
+    #[inline]
+    pub fn send(&mut self, msg: &[u8]) -> Result<()> {
+        self.conn.send(msg)
+    }
+
+    /// Reserves room for one message, as [`Connection::reserve`] does; its
+    /// [`SendBuf::commit`] publishes it with the batch.
+    #[inline]
+    pub fn reserve(&mut self, n: usize) -> Result<SendBuf<'_>> {
+        self.conn.reserve(n)
+    }
+
+    /// Ends the batch: everything sent through it is published.
+    #[inline]
+    pub fn finish(self) {}
+}
+
+impl Drop for Batch<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        with_conn!(&mut self.conn.ops, |c| c.end_batch());
     }
 }
 
