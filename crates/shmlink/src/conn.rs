@@ -284,8 +284,25 @@ impl Connection {
     /// ```
     #[inline]
     pub fn batch(&mut self) -> Batch<'_> {
-        with_conn!(&mut self.ops, |c| c.begin_batch());
+        self.begin_batch();
         Batch { conn: self }
+    }
+
+    /// Starts a batch without a guard (for a connection kept in a struct); messages sent
+    /// until [`end_batch`](Self::end_batch) may be published together, as in
+    /// [`batch`](Self::batch). Any wait (for room, for a message) publishes them first,
+    /// so a batch never holds back what the peer needs to answer. Calling it inside a
+    /// batch does nothing.
+    #[inline]
+    pub fn begin_batch(&mut self) {
+        with_conn!(&mut self.ops, |c| c.begin_batch());
+    }
+
+    /// Ends a batch begun with [`begin_batch`](Self::begin_batch): everything sent in it
+    /// is published. Outside a batch it does nothing.
+    #[inline]
+    pub fn end_batch(&mut self) {
+        with_conn!(&mut self.ops, |c| c.end_batch());
     }
 
     #[inline]
@@ -619,7 +636,7 @@ impl Batch<'_> {
 impl Drop for Batch<'_> {
     #[inline]
     fn drop(&mut self) {
-        with_conn!(&mut self.conn.ops, |c| c.end_batch());
+        self.conn.end_batch();
     }
 }
 
