@@ -970,6 +970,62 @@ mod tests {
     }
 
     #[test]
+    fn written_records_are_found_by_header_and_published_together() {
+        let mut h = HeapRing::new(256);
+        let (mut p, mut c) = (
+            Producer::new(h.ring(), FenceMode::Symmetric),
+            Consumer::new(h.ring(), FenceMode::Symmetric),
+        );
+        c.set_lazy_head(64);
+        for i in 0..3u8 {
+            let dst = p.try_reserve(8).unwrap().unwrap();
+            // SAFETY: try_reserve returned room for 8 bytes.
+            unsafe { dst.as_ptr().write_bytes(i, 8) };
+            p.write(8, 0);
+        }
+        // Not published: `tail` still reads 0, but a reading consumer finds the headers.
+        assert_eq!(h.prod.tail.0.load(Ordering::Relaxed), 0);
+        for i in 0..3u8 {
+            let r = c.peek().unwrap().unwrap();
+            // SAFETY: peek validated the record.
+            assert_eq!(
+                unsafe { std::slice::from_raw_parts(r.ptr.as_ptr(), r.len) },
+                [i; 8]
+            );
+            assert!(!c.consume(r.size()));
+        }
+        assert!(c.peek().unwrap().is_none());
+        // Lazy head: 48 bytes taken, under the 64 that publish; flush stores it.
+        assert_eq!(h.cons.head.0.load(Ordering::Relaxed), 0);
+        assert!(!c.flush());
+        assert_eq!(h.cons.head.0.load(Ordering::Relaxed), 48);
+        // One publication for the three records; a second has nothing to do.
+        assert!(!p.publish());
+        assert_eq!(h.prod.tail.0.load(Ordering::Relaxed), 48);
+        assert!(!p.publish());
+        // An announcement made before the publication is answered by it, once.
+        assert!(!c.arm().unwrap());
+        assert!(push(&mut p, b"wake"));
+        assert_eq!(pop(&mut c).unwrap(), b"wake");
+        // Both announce; close publishes a written record and wakes the consumer, the
+        // consumer's next publication wakes the producer.
+        assert!(!c.arm().unwrap());
+        assert!(
+            !p.arm(250).unwrap(),
+            "more than the ring holds: the producer announces"
+        );
+        p.try_reserve(0).unwrap().unwrap();
+        p.write(0, 0);
+        assert!(p.close(), "close publishes the written record and wakes");
+        let r = c.peek().unwrap().unwrap();
+        assert_eq!(r.len, 0);
+        assert!(
+            c.consume(r.size()) || c.flush(),
+            "the waiting producer is woken once"
+        );
+    }
+
+    #[test]
     fn records_round_trip_and_fill_the_ring() {
         let mut h = HeapRing::new(256);
         let (mut p, mut c) = (
