@@ -987,11 +987,9 @@ mod tests {
         assert_eq!(h.prod.tail.0.load(Ordering::Relaxed), 0);
         for i in 0..3u8 {
             let r = c.peek().unwrap().unwrap();
-            // SAFETY: peek validated the record.
-            assert_eq!(
-                unsafe { std::slice::from_raw_parts(r.ptr.as_ptr(), r.len) },
-                [i; 8]
-            );
+            // SAFETY: peek validated the record inside the mapping.
+            let bytes = unsafe { std::slice::from_raw_parts(r.ptr.as_ptr(), r.len) };
+            assert_eq!(bytes, [i; 8]);
             assert!(!c.consume(r.size()));
         }
         assert!(c.peek().unwrap().is_none());
