@@ -137,6 +137,14 @@ fn stream_to(
     let mut msg = vec![7u8; size];
     let t = Instant::now();
     let mut i = 0;
+    while i < count && batch == 1 {
+        // Per message: `reserve` + `commit`, each commit published on its own.
+        let mut buf = conn.reserve(size)?;
+        msg[..8.min(size)].copy_from_slice(&(i as u64).to_le_bytes()[..8.min(size)]);
+        buf.copy_from_slice(&msg);
+        buf.commit()?;
+        i += 1;
+    }
     while i < count {
         let mut b = conn.batch();
         for _ in 0..batch.min(count - i) {
