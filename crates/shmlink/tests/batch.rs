@@ -1,8 +1,8 @@
 //! `Connection::batch`: the same messages, order and flow control as one `send` each, on
 //! every transport; on `shm:` published together, and never held back from a peer that
 //! needs them (every wait inside a batch publishes it first). Also the receiving side's
-//! lazy head (`shm:` publishes its ring position once per eighth of the ring or before
-//! it waits): a producer waiting for room still gets it.
+//! `consume`/`flush` path (`shm:` publishes its ring position through it; a held-back
+//! position is published before it waits): a producer waiting for room still gets it.
 
 mod common;
 

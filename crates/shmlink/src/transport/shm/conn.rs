@@ -126,12 +126,14 @@ pub(crate) struct Setup {
     pub peer: String,
 }
 
-/// The receiving end of a connection's ring: it publishes its position (a store and a full
-/// fence) once per eighth of the ring taken, or when it finds the ring empty, instead of
-/// once per record. The producer sees at most that much less room while records wait.
+/// The receiving end of a connection's ring. It publishes its position once per record
+/// taken (`set_lazy_head(0)`): holding it back for an eighth of the ring
+/// (`ring.max_record() / 4`) was measured slower per message (docs/benchmarks.md, round
+/// 2) and not reliably faster in batches. The `consume`/`flush` calls stay, so the
+/// amount is the only thing to change.
 fn lazy_consumer(ring: crate::ring::RingRef, fence: FenceMode) -> Consumer {
     let mut rx = Consumer::new(ring, fence);
-    rx.set_lazy_head(ring.max_record() / 4);
+    rx.set_lazy_head(0);
     rx
 }
 
