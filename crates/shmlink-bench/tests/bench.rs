@@ -95,6 +95,7 @@ method_tests! {
     floor_c => "floor-c",
     shmlink_shm => "shmlink-shm",
     shmlink_shm_zc => "shmlink-shm-zc",
+    shmlink_shm_batch => "shmlink-shm-batch",
     shmlink_shm_blocking => "shmlink-shm-blocking",
     shmlink_ux => "shmlink-ux",
     shmlink_tcp => "shmlink-tcp",

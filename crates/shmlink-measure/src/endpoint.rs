@@ -23,6 +23,12 @@ pub trait Endpoint {
     /// a length the run does not use (best effort; the default says nothing). The other
     /// end's receive then fails with that reason.
     fn tell_failure(&mut self, _reason: &str) {}
+    /// Publishes what a batching endpoint held back of the messages it sent (the
+    /// throughput driver calls it before it waits for an acknowledgement); the default
+    /// sends every message at once and has nothing to do.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
     /// After this end failed: the reason the other end gave up, if it sent one that is
     /// still queued (looked for without waiting; what is queued may be consumed).
     fn peer_failure(&mut self) -> Option<String> {

@@ -38,6 +38,9 @@ pub struct ShmlinkEndpoint {
     trusting: bool,
     /// `InPlace`: the copy of a message in the peer's memory.
     scratch: Vec<u8>,
+    /// The connection stays inside a batch ([`Connection::begin_batch`]): what it sends
+    /// is published by [`Endpoint::flush`] or before any wait.
+    batching: bool,
 }
 
 /// The reason of failure notice `msg`, if it is one.
@@ -83,6 +86,7 @@ impl ShmlinkEndpoint {
             access,
             trusting: false,
             scratch: Vec::new(),
+            batching: false,
         }
     }
 
@@ -101,7 +105,17 @@ impl ShmlinkEndpoint {
             access: Access::InPlace,
             trusting: true,
             scratch: Vec::new(),
+            batching: false,
         }
+    }
+
+    /// Keeps the connection inside a batch ([`Connection::begin_batch`]): messages are
+    /// published together by [`Endpoint::flush`] (or before the connection waits),
+    /// the bench's `-batch` rows.
+    pub fn batched(mut self) -> ShmlinkEndpoint {
+        self.conn.begin_batch();
+        self.batching = true;
+        self
     }
 
     /// The connection, for what a run does around the drivers (a handshake, a report).
@@ -150,6 +164,14 @@ fn read_msg(
 impl Endpoint for ShmlinkEndpoint {
     fn send(&mut self, msg: &[u8]) -> io::Result<()> {
         self.conn.send(msg).map_err(io_err)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.batching {
+            self.conn.end_batch();
+            self.conn.begin_batch();
+        }
+        Ok(())
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<()> {

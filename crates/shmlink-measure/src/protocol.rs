@@ -314,6 +314,8 @@ fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
     let elapsed = t0.elapsed();
     let cpu = cpu_time().saturating_sub(cpu0);
     ep.send(&control(plan.size, STOP))?;
+    // The last message: nothing waits on this connection after it to publish it.
+    ep.flush()?;
     Ok(Measured {
         rtts: Some(rtts),
         count: n,
@@ -434,6 +436,10 @@ fn throughput(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
     let mut out = vec![0u8; plan.size];
     let (mut sent, mut acked) = (0u64, 0u64);
     let mut send = |ep: &mut dyn Endpoint, sent: &mut u64, acked: &mut u64| -> io::Result<()> {
+        if *sent - *acked >= plan.window {
+            // A batching endpoint publishes the window before it waits for its ack.
+            ep.flush()?;
+        }
         while *sent - *acked >= plan.window {
             *acked = recv_ack(ep, *acked, *sent)?;
         }
@@ -446,6 +452,7 @@ fn throughput(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
     while !plan.warm(sent, t_warm) {
         send(ep, &mut sent, &mut acked)?;
     }
+    ep.flush()?;
     settle(ep, plan, sent, &mut acked)?;
     ep.send(&control(plan.size, MARK))?;
     let mut ack = [0u8; 8];
@@ -463,10 +470,13 @@ fn throughput(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
     while !plan.done_streaming(sent - start, t0) {
         send(ep, &mut sent, &mut acked)?;
     }
+    ep.flush()?;
     settle(ep, plan, sent, &mut acked)?;
     let elapsed = t0.elapsed();
     let cpu = cpu_time().saturating_sub(cpu0);
     ep.send(&control(plan.size, STOP))?;
+    // The last message: nothing waits on this connection after it to publish it.
+    ep.flush()?;
     Ok(Measured {
         rtts: None,
         count: sent - start,

@@ -4,7 +4,10 @@
 //! (`send`, or `reserve` + a copy in the stream) and out (`recv`), as the bench's copying
 //! rows do.
 //!
-//! `cargo run --release --example pingpong -- [--stream | --idle SECONDS] [ADDR] [COUNT] [SIZE]`
+//! `cargo run --release --example pingpong -- [--stream [--batch N] | --idle SECONDS] [ADDR] [COUNT] [SIZE]`
+//!
+//! `--batch N` streams through [`Connection::batch`]: N messages per batch, published
+//! together (one ring position store and one fence per batch instead of per message).
 //!
 //! The parent binds ADDR (default `shm:pingpong-PID`), re-runs itself as the child (the
 //! echoing or draining end), and prints what it measured.
@@ -32,6 +35,15 @@ fn main() -> shmlink::Result<()> {
     if stream {
         args.remove(0);
     }
+    let mut batch = 1;
+    if args.first().is_some_and(|a| a == "--batch") {
+        batch = args
+            .get(1)
+            .and_then(|n| n.parse().ok())
+            .filter(|&n| n > 0)
+            .expect("--batch N: N > 0");
+        args.drain(..2);
+    }
     let addr = args
         .first()
         .cloned()
@@ -51,7 +63,7 @@ fn main() -> shmlink::Result<()> {
         .expect("spawn the child");
     let result = listener.accept().and_then(|mut conn| {
         if stream {
-            stream_to(conn, count, size)
+            stream_to(conn, count, size, batch)
         } else {
             ping(&mut conn, count, size)
         }
@@ -116,19 +128,38 @@ fn ping(conn: &mut Connection, count: usize, size: usize) -> shmlink::Result<Str
     ))
 }
 
-fn stream_to(mut conn: Connection, count: usize, size: usize) -> shmlink::Result<String> {
+fn stream_to(
+    mut conn: Connection,
+    count: usize,
+    size: usize,
+    batch: usize,
+) -> shmlink::Result<String> {
     let mut msg = vec![7u8; size];
     let t = Instant::now();
-    for i in 0..count {
+    let mut i = 0;
+    while i < count && batch == 1 {
+        // Per message: `reserve` + `commit`, each commit published on its own.
         let mut buf = conn.reserve(size)?;
-        msg[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        msg[..8.min(size)].copy_from_slice(&(i as u64).to_le_bytes()[..8.min(size)]);
         buf.copy_from_slice(&msg);
         buf.commit()?;
+        i += 1;
+    }
+    while i < count {
+        let mut b = conn.batch();
+        for _ in 0..batch.min(count - i) {
+            let mut buf = b.reserve(size)?;
+            msg[..8.min(size)].copy_from_slice(&(i as u64).to_le_bytes()[..8.min(size)]);
+            buf.copy_from_slice(&msg);
+            buf.commit()?;
+            i += 1;
+        }
+        b.finish();
     }
     conn.close()?;
     let secs = t.elapsed().as_secs_f64();
     Ok(format!(
-        "{count} messages of {size} B streamed: {:.3} M msgs/s, {:.0} MiB/s",
+        "{count} messages of {size} B streamed (batches of {batch}): {:.3} M msgs/s, {:.0} MiB/s",
         count as f64 / secs / 1e6,
         (count * size) as f64 / secs / (1 << 20) as f64
     ))

@@ -264,6 +264,47 @@ impl Connection {
         })
     }
 
+    /// Starts a batch: messages sent through the returned [`Batch`] are the same
+    /// messages, in the same order, under the same flow control as with
+    /// [`send`](Self::send) and [`reserve`](Self::reserve), but a transport may publish
+    /// them together: `shm:` makes them visible to the peer with one store of its ring
+    /// position and one full fence when the batch ends (or before it would wait for room)
+    /// instead of one per message. The peer may see them earlier, never later than the
+    /// end of the batch (dropping the [`Batch`] ends it). Other transports send each
+    /// message at once.
+    ///
+    /// ```
+    /// # fn demo(conn: &mut shmlink::Connection) -> shmlink::Result<()> {
+    /// let mut batch = conn.batch();
+    /// for i in 0..16u64 {
+    ///     batch.send(&i.to_le_bytes())?;
+    /// }
+    /// batch.finish();
+    /// # Ok(()) }
+    /// ```
+    #[inline]
+    pub fn batch(&mut self) -> Batch<'_> {
+        self.begin_batch();
+        Batch { conn: self }
+    }
+
+    /// Starts a batch without a guard (for a connection kept in a struct); messages sent
+    /// until [`end_batch`](Self::end_batch) may be published together, as in
+    /// [`batch`](Self::batch). Any wait (for room, for a message) publishes them first,
+    /// so a batch never holds back what the peer needs to answer. Calling it inside a
+    /// batch does nothing.
+    #[inline]
+    pub fn begin_batch(&mut self) {
+        with_conn!(&mut self.ops, |c| c.begin_batch());
+    }
+
+    /// Ends a batch begun with [`begin_batch`](Self::begin_batch): everything sent in it
+    /// is published. Outside a batch it does nothing.
+    #[inline]
+    pub fn end_batch(&mut self) {
+        with_conn!(&mut self.ops, |c| c.end_batch());
+    }
+
     #[inline]
     fn next(&mut self) -> Result<usize> {
         self.check_open()?;
@@ -574,6 +615,40 @@ impl Drop for SendBuf<'_> {
         if !self.done {
             with_conn!(&mut self.conn.ops, |c| c.abort_reserve());
         }
+    }
+}
+
+/// Messages sent together (see [`Connection::batch`]); dropping it (or
+/// [`finish`](Batch::finish)) publishes what it holds.
+///
+/// `Send`, not `Sync`: it borrows the [`Connection`] mutably.
+pub struct Batch<'a> {
+    conn: &'a mut Connection,
+}
+
+impl Batch<'_> {
+    /// Sends one message, as [`Connection::send`] does, published with the batch.
+    #[inline]
+    pub fn send(&mut self, msg: &[u8]) -> Result<()> {
+        self.conn.send(msg)
+    }
+
+    /// Reserves room for one message, as [`Connection::reserve`] does; its
+    /// [`SendBuf::commit`] publishes it with the batch.
+    #[inline]
+    pub fn reserve(&mut self, n: usize) -> Result<SendBuf<'_>> {
+        self.conn.reserve(n)
+    }
+
+    /// Ends the batch: everything sent through it is published.
+    #[inline]
+    pub fn finish(self) {}
+}
+
+impl Drop for Batch<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.conn.end_batch();
     }
 }
 

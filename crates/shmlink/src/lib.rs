@@ -127,7 +127,7 @@ pub mod testing;
 struct ReadmeDoctests;
 
 pub use addr::{rendezvous_dir, Address, Transport, UnixName};
-pub use conn::{Connection, Incoming, Listener, RecvBuf, SendBuf};
+pub use conn::{Batch, Connection, Incoming, Listener, RecvBuf, SendBuf};
 pub use error::{Error, ErrorKind, Result};
 pub use inspect::{inspect, SocketReport, SocketState, DEFAULT_INSPECT_TIMEOUT};
 pub use options::{

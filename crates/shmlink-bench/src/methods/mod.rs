@@ -41,6 +41,7 @@ pub static METHODS: &[&dyn Method] = &[
     &floor::Floor,
     &shmlink::SHM,
     &shmlink::SHM_ZC,
+    &shmlink::SHM_BATCH,
     &shmlink::SHM_BLOCKING,
     &shmlink::UX,
     &shmlink::TCP,

@@ -22,6 +22,9 @@ pub struct Shmlink {
     transport: &'static str,
     wait: WaitPolicy,
     zero_copy: bool,
+    /// The driver's sends go out in batches ([`Connection::batch`]): published once per
+    /// window, or before the connection waits, instead of once per message.
+    batch: bool,
 }
 
 const DEFAULT_WAIT: WaitPolicy = WaitPolicy {
@@ -34,30 +37,42 @@ pub const SHM: Shmlink = Shmlink {
     transport: "shm",
     wait: DEFAULT_WAIT,
     zero_copy: false,
+    batch: false,
 };
 pub const SHM_ZC: Shmlink = Shmlink {
     name: "shmlink-shm-zc",
     transport: "shm",
     wait: DEFAULT_WAIT,
     zero_copy: true,
+    batch: false,
+};
+pub const SHM_BATCH: Shmlink = Shmlink {
+    name: "shmlink-shm-batch",
+    transport: "shm",
+    wait: DEFAULT_WAIT,
+    zero_copy: false,
+    batch: true,
 };
 pub const SHM_BLOCKING: Shmlink = Shmlink {
     name: "shmlink-shm-blocking",
     transport: "shm",
     wait: WaitPolicy::BLOCKING,
     zero_copy: false,
+    batch: false,
 };
 pub const UX: Shmlink = Shmlink {
     name: "shmlink-ux",
     transport: "ux",
     wait: WaitPolicy::BLOCKING,
     zero_copy: false,
+    batch: false,
 };
 pub const TCP: Shmlink = Shmlink {
     name: "shmlink-tcp",
     transport: "tcp",
     wait: WaitPolicy::BLOCKING,
     zero_copy: false,
+    batch: false,
 };
 
 fn io_err(e: shmlink::Error) -> io::Error {
@@ -66,8 +81,10 @@ fn io_err(e: shmlink::Error) -> io::Error {
 
 /// The measurement core's endpoint over `conn`: copying, or (the zero-copy row) in
 /// place, reading the peer's records where they lie.
-fn endpoint(conn: Connection, zero_copy: bool) -> Box<dyn Endpoint> {
-    if zero_copy {
+fn endpoint(conn: Connection, zero_copy: bool, batch: bool) -> Box<dyn Endpoint> {
+    if batch {
+        Box::new(ShmlinkEndpoint::new(conn, Access::Copy).batched())
+    } else if zero_copy {
         // SAFETY: the bench trusts its peer, the other half of this same program, to
         // leave a record alone until it is released (docs/benchmarks.md); the
         // zero-copy row measures that in-place read. A library user facing an
@@ -106,6 +123,9 @@ impl Method for Shmlink {
             ("shm", false) if self.zero_copy => {
                 "shmlink shm: zero-copy (reserve/commit, recv_ref: generated and checked in the ring)"
             }
+            ("shm", false) if self.batch => {
+                "shmlink shm: the driver's sends in batches (Connection::batch: one publication per window)"
+            }
             ("shm", false) => "shmlink shm: transport, default wait policy (spin, yield, sleep)",
             ("shm", true) => "shmlink shm: transport, WaitPolicy::BLOCKING (always sleep)",
             ("ux", _) => "shmlink ux: transport (SOCK_SEQPACKET)",
@@ -124,13 +144,13 @@ impl Method for Shmlink {
         };
         let mut listener = Listener::bind(&addr, &self.options(c)).map_err(io_err)?;
         let args = vec![listener.local_addr()];
-        let zero_copy = self.zero_copy;
+        let (zero_copy, batch) = (self.zero_copy, self.batch);
         Ok(Prepared {
             args,
             inherit: Vec::new(),
             finish: Box::new(move || {
                 let conn = listener.accept().map_err(io_err)?;
-                Ok(endpoint(conn, zero_copy))
+                Ok(endpoint(conn, zero_copy, batch))
             }),
         })
     }
@@ -138,6 +158,8 @@ impl Method for Shmlink {
     fn connect(&self, c: &Ctx, args: &[String]) -> io::Result<Box<dyn Endpoint>> {
         let addr = arg(args, 0, "address")?;
         let conn = Connection::connect(addr, &self.options(c)).map_err(io_err)?;
-        Ok(endpoint(conn, self.zero_copy))
+        // The peer's answers and acknowledgements go one by one (the driver sends the
+        // data: in a batch row, in batches).
+        Ok(endpoint(conn, self.zero_copy, false))
     }
 }

@@ -113,6 +113,13 @@ struct Cfg {
     /// Both sides withdraw their announcement whenever they wake, as an event loop does
     /// that woke for another connection (`arm` withdraws it when its re-check finds work).
     withdraw: bool,
+    /// The producer writes records and publishes them this many at a time
+    /// ([`Producer::write`], [`Producer::publish`]; 1: [`Producer::commit`] each), and
+    /// before it waits for room.
+    batch: u64,
+    /// The consumer's [`Consumer::set_lazy_head`] (0: [`Consumer::advance`] each); it
+    /// flushes before it waits.
+    lazy: usize,
 }
 
 /// The payload word `k` of record `i`.
@@ -128,6 +135,8 @@ fn run(cfg: Cfg) {
         straddling,
         mode,
         withdraw,
+        batch,
+        lazy,
     } = cfg;
     loom::model(move || {
         let shared = Shared::new(armed);
@@ -153,10 +162,22 @@ fn run(cfg: Cfg) {
                         // SAFETY: at most half a ring past a header below CAP: mapped.
                         let (cell, _) = s.word(unsafe { dst.add(record_size(len) - HEADER) });
                         cell.with_mut(|_| ());
-                        if p.commit(len, 0) {
-                            s.to_consumer.ring();
+                        if batch == 1 {
+                            if p.commit(len, 0) {
+                                s.to_consumer.ring();
+                            }
+                        } else {
+                            p.write(len, 0);
+                            if ((i + 1) % batch == 0 || i + 1 == records) && p.publish() {
+                                s.to_consumer.ring();
+                            }
                         }
                         break;
+                    }
+                    // Written records go out before waiting (a sleeping consumer would
+                    // not know of them).
+                    if p.publish() {
+                        s.to_consumer.ring();
                     }
                     let seen = s.to_producer.seen();
                     if !p.arm(record_size(len)).unwrap() {
@@ -172,6 +193,7 @@ fn run(cfg: Cfg) {
             }
         });
         let mut c = Consumer::new(shared.ring(), mode);
+        c.set_lazy_head(lazy);
         let (mut next, mut straddled) = (0, 0);
         loop {
             if let Some(rec) = c.peek().unwrap() {
@@ -189,10 +211,19 @@ fn run(cfg: Cfg) {
                     assert_eq!(v, value(next, k), "record lost, torn or out of order");
                 }
                 next += 1;
-                if c.advance(rec.size()) {
+                let wake = if lazy == 0 {
+                    c.advance(rec.size())
+                } else {
+                    c.consume(rec.size())
+                };
+                if wake {
                     shared.to_producer.ring();
                 }
                 continue;
+            }
+            // Held-back consumption goes out before waiting (the producer may wait for it).
+            if c.flush() {
+                shared.to_producer.ring();
             }
             if c.peer_closed() && !c.has_data().unwrap() {
                 break;
@@ -219,6 +250,8 @@ const SMALL: Cfg = Cfg {
     straddling: 0,
     mode: FenceMode::Symmetric,
     withdraw: false,
+    batch: 1,
+    lazy: 0,
 };
 
 #[test]
@@ -280,6 +313,30 @@ fn loom_asymmetric_mode_without_its_membarrier_loses_a_wakeup() {
     // these models do catch a missing fence.
     run(Cfg {
         mode: FenceMode::Asymmetric,
+        ..SMALL
+    });
+}
+
+#[test]
+fn loom_batched_publication_and_lazy_head_wrap_and_wake() {
+    // The producer publishes two records per `tail` store (and before it waits for room);
+    // the consumer publishes `head` every second record (and before it waits). 5 records
+    // of 16 bytes in a 64-byte ring: both sides must wait for the other and wake it.
+    run(Cfg {
+        records: 5,
+        batch: 2,
+        lazy: 32,
+        ..SMALL
+    });
+}
+
+#[test]
+fn loom_batched_publication_from_an_armed_start() {
+    run(Cfg {
+        records: 3,
+        armed: true,
+        batch: 3,
+        lazy: 32,
         ..SMALL
     });
 }

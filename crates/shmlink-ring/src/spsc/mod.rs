@@ -464,6 +464,9 @@ pub struct Producer {
     cached_head: u64,
     /// The consumer's announcement count we last woke it for.
     woken: u64,
+    /// The last value stored to the shared `tail` ([`Producer::publish`]); below `tail`
+    /// while records written with [`Producer::write`] await their publication.
+    published: u64,
 }
 
 impl Producer {
@@ -475,6 +478,7 @@ impl Producer {
             tail: 0,
             cached_head: 0,
             woken: 0,
+            published: 0,
         }
     }
 
@@ -576,11 +580,29 @@ impl Producer {
 
     /// Publishes the record reserved by the last successful [`try_reserve`] with `len`
     /// payload bytes (the same `len`) and `flags`. Returns whether the consumer announced
-    /// sleep and must be woken.
+    /// sleep and must be woken. [`write`] then [`publish`], in one call.
     ///
     /// [`try_reserve`]: Producer::try_reserve
+    /// [`write`]: Producer::write
+    /// [`publish`]: Producer::publish
     #[inline(always)]
     pub fn commit(&mut self, len: usize, flags: u32) -> bool {
+        self.write(len, flags);
+        self.publish()
+    }
+
+    /// Writes the header of the record reserved by the last successful [`try_reserve`]
+    /// (`len` payload bytes, the same `len`, and `flags`) without publishing `tail`: a
+    /// consumer that is reading finds the record by its header, but one that sleeps or is
+    /// about to is neither woken nor told (its re-check reads `tail`). Several records
+    /// written this way are published together by one [`publish`]: one store of `tail`
+    /// and one full fence for all of them. The caller must [`publish`] before it waits
+    /// for anything (room included) and when the batch ends.
+    ///
+    /// [`try_reserve`]: Producer::try_reserve
+    /// [`publish`]: Producer::publish
+    #[inline(always)]
+    pub fn write(&mut self, len: usize, flags: u32) {
         let size = record_size(len) as u64;
         // The next record's header slot reads "nothing yet" before this header says
         // "here": a consumer that sees this record never takes stale bytes there (an old
@@ -605,9 +627,22 @@ impl Producer {
                 .as_ptr()
                 .wrapping_add(PREFETCH_AHEAD),
         );
+    }
+
+    /// Publishes every record written since the last publication (one store of `tail`,
+    /// one full fence). Returns whether the consumer announced sleep and must be woken;
+    /// `false` at once, without a fence, if nothing was written since.
+    #[inline(always)]
+    pub fn publish(&mut self) -> bool {
+        if self.published == self.tail {
+            return false;
+        }
+        self.published = self.tail;
         // SYNC POINT (data): Release pairs with the Acquire load in `Consumer::refresh_tail`
         // (the consumer reads `tail` only before it sleeps: this line stays ours).
         self.ring.prod().tail.0.store(self.tail, Ordering::Release);
+        // SYNC POINT (notify): the wake-up protocol orders this `tail` store (which covers
+        // every record written before it) against the consumer's announcement.
         take_waiter(&self.ring.cons().waiting.0, &mut self.woken, self.mode)
     }
 
@@ -616,6 +651,10 @@ impl Producer {
     /// doorbell rung before that may still come); also when the asymmetric fence failed,
     /// where sleeping could miss the wake-up (check the room again instead).
     pub fn arm(&mut self, need: usize) -> Result<bool> {
+        debug_assert!(
+            self.published == self.tail,
+            "publish written records before waiting for room"
+        );
         if !announce(&self.ring.prod().waiting.0, self.mode) {
             return Ok(true);
         }
@@ -638,6 +677,13 @@ impl Producer {
     /// Marks the end of the stream after the last record. Returns whether the consumer
     /// must be woken.
     pub fn close(&mut self) -> bool {
+        // Records written and not yet published go out with the mark (the fence below
+        // follows both stores).
+        if self.published != self.tail {
+            self.published = self.tail;
+            // SYNC POINT (data): as in `publish`.
+            self.ring.prod().tail.0.store(self.tail, Ordering::Release);
+        }
         // SYNC POINT (close): Release pairs with the Acquire in `Consumer::peer_closed`:
         // a consumer that sees `closed` also sees every record published before it.
         self.ring.prod().closed.0.store(1, Ordering::Release);
@@ -679,6 +725,12 @@ pub struct Consumer {
     cached_tail: u64,
     /// The producer's announcement count we last woke it for.
     woken: u64,
+    /// The last value stored to the shared `head`; below `head` while records taken with
+    /// [`Consumer::consume`] await their publication.
+    published: u64,
+    /// [`Consumer::consume`] publishes once this many bytes were taken unpublished (0:
+    /// every time, as [`Consumer::advance`]).
+    lazy: u64,
 }
 
 impl Consumer {
@@ -690,7 +742,18 @@ impl Consumer {
             head: 0,
             cached_tail: 0,
             woken: 0,
+            published: 0,
+            lazy: 0,
         }
+    }
+
+    /// Lets [`Consumer::consume`] hold back the publication of `head` until `bytes`
+    /// bytes were taken (capped at half the ring; 0, the default, publishes every
+    /// time). The producer then sees up to that much less room than there is, while the
+    /// consumer still has records to read: it publishes whenever it finds the ring empty
+    /// ([`Consumer::flush`] before it waits).
+    pub fn set_lazy_head(&mut self, bytes: usize) {
+        self.lazy = bytes.min(self.ring.cap / 2) as u64;
     }
 
     /// The ring.
@@ -808,10 +871,39 @@ impl Consumer {
         }))
     }
 
-    /// Consumes `bytes` (the size of the record(s) just read). Returns whether the
-    /// producer announced sleep and must be woken.
+    /// Consumes `bytes` (the size of the record(s) just read) and publishes the new
+    /// `head`. Returns whether the producer announced sleep and must be woken.
     #[inline]
     pub fn advance(&mut self, bytes: usize) -> bool {
+        self.take(bytes);
+        self.publish()
+    }
+
+    /// Consumes `bytes` like [`Consumer::advance`], but publishes `head` (a store and a
+    /// full fence) only once [`Consumer::set_lazy_head`]'s amount was taken since the last
+    /// publication. The caller must [`Consumer::flush`] before it waits for data (and
+    /// before [`Consumer::arm`]). Returns whether the producer must be woken.
+    #[inline]
+    pub fn consume(&mut self, bytes: usize) -> bool {
+        self.take(bytes);
+        if self.head - self.published < self.lazy {
+            return false;
+        }
+        self.publish()
+    }
+
+    /// Publishes what [`Consumer::consume`] held back, if anything. Returns whether the
+    /// producer must be woken.
+    #[inline]
+    pub fn flush(&mut self) -> bool {
+        if self.published == self.head {
+            return false;
+        }
+        self.publish()
+    }
+
+    #[inline(always)]
+    fn take(&mut self, bytes: usize) {
         self.head += bytes as u64;
         if self.cached_tail > self.head + PREFETCH_AHEAD as u64 {
             // Published records further on: fetch them while this one is handled.
@@ -822,8 +914,16 @@ impl Consumer {
                     .wrapping_add(PREFETCH_AHEAD),
             );
         }
+    }
+
+    #[inline(always)]
+    fn publish(&mut self) -> bool {
+        self.published = self.head;
         // SYNC POINT (data): Release pairs with the Acquire load in `Producer::refresh_head`.
         self.ring.cons().head.0.store(self.head, Ordering::Release);
+        // SYNC POINT (notify): the wake-up protocol orders this `head` store against the
+        // producer's announcement; a `head` held back by `consume` is not stored, so it
+        // needs no fence until `flush` or a later `consume` stores it.
         take_waiter(&self.ring.prod().waiting.0, &mut self.woken, self.mode)
     }
 
@@ -832,6 +932,10 @@ impl Consumer {
     /// rung before that may still come); also when the asymmetric fence failed, where
     /// sleeping could miss the wake-up (peek again instead).
     pub fn arm(&mut self) -> Result<bool> {
+        debug_assert!(
+            self.published == self.head,
+            "flush consumed records before waiting for data"
+        );
         if !announce(&self.ring.cons().waiting.0, self.mode) {
             return Ok(true);
         }
@@ -912,6 +1016,60 @@ mod tests {
         let v = unsafe { std::slice::from_raw_parts(r.ptr.as_ptr(), r.len) }.to_vec();
         c.advance(r.size());
         Some(v)
+    }
+
+    #[test]
+    fn written_records_are_found_by_header_and_published_together() {
+        let mut h = HeapRing::new(256);
+        let (mut p, mut c) = (
+            Producer::new(h.ring(), FenceMode::Symmetric),
+            Consumer::new(h.ring(), FenceMode::Symmetric),
+        );
+        c.set_lazy_head(64);
+        for i in 0..3u8 {
+            let dst = p.try_reserve(8).unwrap().unwrap();
+            // SAFETY: try_reserve returned room for 8 bytes.
+            unsafe { dst.as_ptr().write_bytes(i, 8) };
+            p.write(8, 0);
+        }
+        // Not published: `tail` still reads 0, but a reading consumer finds the headers.
+        assert_eq!(h.prod.tail.0.load(Ordering::Relaxed), 0);
+        for i in 0..3u8 {
+            let r = c.peek().unwrap().unwrap();
+            // SAFETY: peek validated the record inside the mapping.
+            let bytes = unsafe { std::slice::from_raw_parts(r.ptr.as_ptr(), r.len) };
+            assert_eq!(bytes, [i; 8]);
+            assert!(!c.consume(r.size()));
+        }
+        assert!(c.peek().unwrap().is_none());
+        // Lazy head: 48 bytes taken, under the 64 that publish; flush stores it.
+        assert_eq!(h.cons.head.0.load(Ordering::Relaxed), 0);
+        assert!(!c.flush());
+        assert_eq!(h.cons.head.0.load(Ordering::Relaxed), 48);
+        // One publication for the three records; a second has nothing to do.
+        assert!(!p.publish());
+        assert_eq!(h.prod.tail.0.load(Ordering::Relaxed), 48);
+        assert!(!p.publish());
+        // An announcement made before the publication is answered by it, once.
+        assert!(!c.arm().unwrap());
+        assert!(push(&mut p, b"wake"));
+        assert_eq!(pop(&mut c).unwrap(), b"wake");
+        // Both announce; close publishes a written record and wakes the consumer, the
+        // consumer's next publication wakes the producer.
+        assert!(!c.arm().unwrap());
+        assert!(
+            !p.arm(250).unwrap(),
+            "more than the ring holds: the producer announces"
+        );
+        p.try_reserve(0).unwrap().unwrap();
+        p.write(0, 0);
+        assert!(p.close(), "close publishes the written record and wakes");
+        let r = c.peek().unwrap().unwrap();
+        assert_eq!(r.len, 0);
+        assert!(
+            c.consume(r.size()) || c.flush(),
+            "the waiting producer is woken once"
+        );
     }
 
     #[test]

@@ -53,6 +53,12 @@ pub(crate) trait ConnOps: Send {
     fn commit(&mut self) -> Result<()>;
     /// Forgets the reservation; nothing is sent.
     fn abort_reserve(&mut self);
+    /// Sends that follow, until [`ConnOps::end_batch`], may be published together (the
+    /// same messages, order and flow control). Transports that have nothing to batch send
+    /// each message at once (the default).
+    fn begin_batch(&mut self) {}
+    /// Publishes whatever the batch holds back; the connection sends one by one again.
+    fn end_batch(&mut self) {}
     /// Makes the next message current; returns its length.
     fn recv_next(&mut self, blocking: bool) -> Result<usize>;
     /// Receives the next message straight into `buf` where the transport does better

@@ -102,6 +102,9 @@ pub(crate) struct ShmConn {
     tx_waiting: bool,
     /// Set after a protocol violation: the connection is dead.
     broken: Option<String>,
+    /// Inside a batch ([`ConnOps::begin_batch`]): records are written, and published
+    /// (one `tail` store, one fence) before any wait and when the batch ends.
+    batching: bool,
     closed: bool,
     local: String,
     peer: String,
@@ -123,6 +126,17 @@ pub(crate) struct Setup {
     pub peer: String,
 }
 
+/// The receiving end of a connection's ring. It publishes its position once per record
+/// taken (`set_lazy_head(0)`): holding it back for an eighth of the ring
+/// (`ring.max_record() / 4`) was measured slower per message (docs/benchmarks.md, round
+/// 2) and not reliably faster in batches. The `consume`/`flush` calls stay, so the
+/// amount is the only thing to change.
+fn lazy_consumer(ring: crate::ring::RingRef, fence: FenceMode) -> Consumer {
+    let mut rx = Consumer::new(ring, fence);
+    rx.set_lazy_head(0);
+    rx
+}
+
 impl ShmConn {
     pub(crate) fn new(s: Setup) -> ShmConn {
         // Sleeping is a blocking `recv` on the control socket; every other call on it says
@@ -130,7 +144,7 @@ impl ShmConn {
         let _ = sys::stream::set_blocking(s.sock.as_fd());
         ShmConn {
             tx: Producer::new(s.seg.tx(), s.fence),
-            rx: Consumer::new(s.seg.rx(), s.fence),
+            rx: lazy_consumer(s.seg.rx(), s.fence),
             seg: s.seg,
             sock: s.sock,
             wait: s.wait,
@@ -148,6 +162,7 @@ impl ShmConn {
             rx_waiting: true,
             tx_waiting: false,
             broken: None,
+            batching: false,
             closed: false,
             local: s.local,
             peer: s.peer,
@@ -307,6 +322,8 @@ impl ShmConn {
     #[inline(never)]
     fn wait_room(&mut self, len: usize, blocking: bool) -> Result<Option<NonNull<u8>>> {
         let need = record_size(len);
+        // A batch's records go out before waiting: the consumer may be asleep.
+        self.publish_tx();
         let mut spun = false;
         self.drain_stale(blocking, Bell::Room)?;
         loop {
@@ -365,8 +382,32 @@ impl ShmConn {
                 .copy_from_nonoverlapping(body.as_ptr(), body.len())
         };
         let len = body.len() + prefix.map_or(0, |_| TOTAL_LEN);
-        if self.tx.commit(len, flags) {
+        self.commit_record(len, flags);
+    }
+
+    /// Publishes the record just written, or only writes its header inside a batch.
+    #[inline(always)]
+    fn commit_record(&mut self, len: usize, flags: u32) {
+        if self.batching {
+            self.tx.write(len, flags);
+        } else if self.tx.commit(len, flags) {
             self.doorbell(Bell::Data);
+        }
+    }
+
+    /// Publishes the records a batch wrote so far (one `tail` store and one fence).
+    #[inline]
+    fn publish_tx(&mut self) {
+        if self.tx.publish() {
+            self.doorbell(Bell::Data);
+        }
+    }
+
+    /// Publishes the `head` that lazy consumption held back (before any wait for data).
+    #[inline]
+    fn flush_rx(&mut self) {
+        if self.rx.flush() {
+            self.doorbell(Bell::Room);
         }
     }
 
@@ -538,7 +579,7 @@ impl ShmConn {
             sys::copy_shared(self.reasm.as_mut_ptr().add(at), body, len);
             self.reasm.set_len(at + len);
         }
-        if self.rx.advance(rec.size()) {
+        if self.rx.consume(rec.size()) {
             self.doorbell(Bell::Room);
         }
         if rec.flags == 0 {
@@ -552,6 +593,11 @@ impl ShmConn {
     /// Waits until the receive ring has a record; reports end-of-stream or reset once the
     /// peer is gone and everything it sent has been read.
     fn wait_data(&mut self, blocking: bool) -> Result<()> {
+        // What we consumed and held back goes out before waiting: the producer may be
+        // waiting for that room; and a batch's records, which the peer may be waiting
+        // for before it answers.
+        self.flush_rx();
+        self.publish_tx();
         if blocking {
             let policy = self.policy();
             let rx = &mut self.rx;
@@ -669,7 +715,7 @@ impl ShmConn {
             };
             if rec.is_skip() {
                 // Padding before a large record that restarted at the ring's start.
-                if self.rx.advance(rec.size()) {
+                if self.rx.consume(rec.size()) {
                     self.doorbell(Bell::Room);
                 }
                 continue;
@@ -754,7 +800,7 @@ impl ShmConn {
             // `buf[at..at + len]` in the caller's buffer (at + len <= total <= buf.len()).
             unsafe { sys::copy_shared(buf.as_mut_ptr().add(at), body, len) };
             at += len;
-            if self.rx.advance(rec.size()) {
+            if self.rx.consume(rec.size()) {
                 self.doorbell(Bell::Room);
             }
             if last {
@@ -764,7 +810,7 @@ impl ShmConn {
             rec = loop {
                 match self.rx.peek() {
                     Ok(Some(r)) if r.is_skip() => {
-                        if self.rx.advance(r.size()) {
+                        if self.rx.consume(r.size()) {
                             self.doorbell(Bell::Room);
                         }
                     }
@@ -878,9 +924,7 @@ impl ConnOps for ShmConn {
     fn commit(&mut self) -> Result<()> {
         match mem::replace(&mut self.reservation, Reservation::None) {
             Reservation::InPlace { len, .. } => {
-                if self.tx.commit(len, 0) {
-                    self.doorbell(Bell::Data);
-                }
+                self.commit_record(len, 0);
                 Ok(())
             }
             Reservation::Staged { len, blocking } => {
@@ -936,7 +980,7 @@ impl ConnOps for ShmConn {
     fn release(&mut self) {
         match mem::replace(&mut self.current, Current::None) {
             Current::InPlace { len, .. } => {
-                if self.rx.advance(record_size(len)) {
+                if self.rx.consume(record_size(len)) {
                     self.doorbell(Bell::Room);
                 }
             }
@@ -963,6 +1007,17 @@ impl ConnOps for ShmConn {
         self.max_send
     }
 
+    #[inline]
+    fn begin_batch(&mut self) {
+        self.batching = true;
+    }
+
+    #[inline]
+    fn end_batch(&mut self) {
+        self.batching = false;
+        self.publish_tx();
+    }
+
     fn fd(&self) -> BorrowedFd<'_> {
         self.sock.as_fd()
     }
@@ -982,6 +1037,7 @@ impl ConnOps for ShmConn {
         } else {
             self.flush_pending(false)
         };
+        self.flush_rx();
         if self.tx.close() {
             self.doorbell(Bell::Data);
         }
