@@ -236,15 +236,16 @@ fn ids_memory_eventfds_joins_and_leaves() {
     ring(&bf0);
     assert_eq!(take(b.own(0)), 1);
     drop(bf1);
-    // b leaves: a gets b's id without a descriptor; the next peer reuses id 1.
+    // b leaves: a gets b's id without a descriptor; the next peer gets a new id (2): ids
+    // are not reused at once (QEMU mishandles a departed peer's id coming back).
     drop(b);
     let (left, f) = msg(&a.sock);
     assert_eq!((left, f.is_none()), (1, true), "departure announced");
     s.wait_for("left", |e| *e == HostEvent::Left(1));
     let c = Fake::join(&p, 2, 2);
-    assert_eq!(c.id, 1, "lowest free id");
+    assert_eq!(c.id, 2, "ids go round, not the lowest free one");
     let (j, f) = msg(&a.sock);
-    assert_eq!((j, f.is_some()), (1, true));
+    assert_eq!((j, f.is_some()), (2, true));
     drop(c);
     drop(a);
 }
