@@ -268,12 +268,13 @@ fn hostile_clients_are_dropped_and_the_rest_goes_on() {
     let _ = msg(&a.sock);
     let e = c.own(0).try_clone().unwrap();
     assert!(send_fd(&c.sock, 9, &e));
+    // (c is peer 2: ids go round rather than reusing 1.)
     s.wait_for(
-        "dropped 1 again",
-        |ev| matches!(ev, HostEvent::Dropped(1, w) if w.contains("0x9")),
+        "dropped 2",
+        |ev| matches!(ev, HostEvent::Dropped(2, w) if w.contains("0x9")),
     );
     let (left, _) = msg(&a.sock);
-    assert_eq!(left, 1);
+    assert_eq!(left, 2);
     // A full table: the server closes new connections at once (max 3 peers here).
     let d = Fake::join(&p, 1, 1);
     let e2 = Fake::join(&p, 2, 1);
