@@ -10,6 +10,10 @@
 #   scripts/vm.sh accel            print the accelerator the guests use: kvm if a guest
 #                                  boots under it within 20 s (cached in target/vm/accel),
 #                                  else tcg ($SHMLINK_VM_ACCEL overrides)
+#   scripts/vm.sh viommu           print 1 if guests boot on q35 with a virtual IOMMU
+#                                  (intel-iommu, so vfio-pci can deliver doorbells to
+#                                  guests; cached in target/vm/viommu-ACCEL), else 0
+#                                  ($SHMLINK_VM_VIOMMU overrides)
 #   scripts/vm.sh run [options]    boot guests a and b (and run a host command), print each
 #                                  one's output, exit non-zero if any command failed
 #       --a CMD / --b CMD          shell command run in guest a / b (b optional)
@@ -87,7 +91,10 @@ cmd_image() {
   # The libraries the CLI links, and the dynamic loader.
   for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do put "$lib"; done
   # virtio-net and what it needs (virtio-pci for the NIC; ivshmem needs no driver).
+  # VFIO (vfio-pci bound to the ivshmem device in the guest: its MSI-X vector becomes an
+  # eventfd, docs/vms.md "Waiting") — needs the virtual IOMMU of the q35 machine.
   local mods="virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci failover net_failover virtio_net"
+  mods="$mods irqbypass vfio_virqfd vfio vfio_iommu_type1 vfio-pci-core vfio-pci"
   : >"$img/lib/modules/order"
   for m in $mods; do
     local f; f=$(find "/lib/modules/$kver" -name "$m.ko*" | head -1)
@@ -111,11 +118,17 @@ case $role in a) n=1 ;; *) n=2 ;; esac
 ip link set lo up
 for i in 1 2 3 4 5 6 7 8 9 10; do [ -e /sys/class/net/eth0 ] && break; sleep 0.2; done
 ip addr add 192.0.2.$n/24 dev eth0 && ip link set eth0 up
-# Memory decoding on for the ivshmem BAR (no driver binds it; the transport maps
-# resource2 through sysfs).
+# Memory decoding on for the ivshmem BAR (the transport maps resource2 through sysfs).
+# With a virtual IOMMU (IOMMU groups exist) and the doorbell variant (an MSI-X capability),
+# vfio-pci takes the device: the vm: transport asks it for MSI-X vector 0 as an eventfd.
 for d in /sys/bus/pci/devices/*; do
   if [ "$(cat $d/vendor)" = 0x1af4 ] && [ "$(cat $d/device)" = 0x1110 ]; then
     echo 1 >$d/enable 2>/dev/null
+    if [ -e $d/iommu_group ] && [ -e /sys/bus/pci/drivers/vfio-pci ] && [ -n "$(cat /proc/cmdline | grep -o shmlink.vfio=1)" ]; then
+      echo vfio-pci >$d/driver_override
+      echo ${d##*/} >/sys/bus/pci/drivers/vfio-pci/bind 2>/dev/null &&
+        echo "vm-init: ${d##*/} bound to vfio-pci (group $(basename $(readlink $d/iommu_group)))" >/dev/console
+    fi
   fi
 done
 export SHMLINK_VM_DEAD_MS=1000 HOME=/tmp SHMLINK_DIR=/tmp/shmlink
@@ -135,11 +148,28 @@ EOF
 qemu_cmd() {
   local role=$1 accel=$2 out=$3 initrd=$4 region=$5 mib=$6 net=$7 bell=${8:-}
   local mac=52:54:00:00:00:0$([ "$role" = a ] && echo 1 || echo 2)
-  QEMU=(qemu-system-x86_64 -nodefaults -no-reboot -display none -monitor none
-    -accel "$accel" -m 256 -smp 1)
+  local append="console=ttyS0 quiet panic=-1 shmlink.role=$role"
+  QEMU=(qemu-system-x86_64 -nodefaults -no-reboot -display none -monitor none -m 256 -smp 1)
+  if [ "${VIOMMU:-0}" = 1 ]; then
+    # q35 with a virtual IOMMU (interrupt remapping on), so that the guest's vfio-pci can
+    # take the ivshmem-doorbell device and turn its MSI-X vector into an eventfd. The
+    # IOMMU must come before the other PCI devices; KVM needs the split irqchip for it.
+    if [ "$accel" = kvm ]; then
+      QEMU+=(-machine q35,kernel-irqchip=split -accel kvm)
+    else
+      QEMU+=(-machine q35 -accel "$accel")
+    fi
+    QEMU+=(-device intel-iommu,intremap=on)
+    # no_timer_check: under TCG on a loaded host the kernel's check of the timer through
+    # the interrupt-remapped IO-APIC can miss its window and panic ("timer doesn't work
+    # through Interrupt-remapped IO-APIC"); the timer works.
+    append="$append intel_iommu=on no_timer_check${bell:+ shmlink.vfio=1}"
+  else
+    QEMU+=(-accel "$accel")
+  fi
   [ "$accel" = kvm ] && QEMU+=(-cpu host)
   QEMU+=(-kernel "$(kernel)" -initrd "$initrd"
-    -append "console=ttyS0 quiet panic=-1 shmlink.role=$role"
+    -append "$append"
     -serial "file:$out"
     -netdev "socket,id=n0,$net" -device "virtio-net-pci,netdev=n0,mac=$mac")
   if [ -n "$bell" ]; then
@@ -181,6 +211,28 @@ cmd_accel() {
   echo "$accel"
 }
 
+# Whether guests boot on q35 with a virtual IOMMU under accel $1: a guest must boot and
+# see its IOMMU within 30 s (cached in target/vm/viommu-ACCEL; $SHMLINK_VM_VIOMMU=0|1
+# overrides). Else the old machine (i440fx, no IOMMU: guests are not rung, they poll).
+cmd_viommu() {
+  local accel=$1
+  if [ -n "${SHMLINK_VM_VIOMMU:-}" ]; then echo "$SHMLINK_VM_VIOMMU"; return; fi
+  if [ -f "$work/viommu-$accel" ]; then cat "$work/viommu-$accel"; return; fi
+  local ok=0 d; d=$(mktemp -d /tmp/shmlink-vm-probe.XXXXXX)
+  guest_initrd "$d" a 'test -d /sys/class/iommu/dmar0 && test -e /sys/bus/pci/drivers/vfio-pci'
+  truncate -s 16M "$d/region"
+  VIOMMU=1 qemu_cmd a "$accel" "$d/out" "$d/initrd-a.img" "$d/region" 16 "listen=127.0.0.1:$(free_port)"
+  if timeout -k 2 30 "${QEMU[@]}" >"$d/log" 2>&1 && grep -q '=== SHMLINK-VM-EXIT 0' "$d/out" 2>/dev/null; then
+    ok=1
+  else
+    { echo "vm.sh: no virtual IOMMU under $accel: guests boot the old machine, guests poll"
+      tail -5 "$d/log" "$d/out" 2>/dev/null; } >&2
+  fi
+  rm -rf "$d"
+  echo "$ok" >"$work/viommu-$accel"
+  echo "$ok"
+}
+
 cmd_run() {
   local a= b= host= timeout=180 mib=64 keep= hasb= linger=0 plain=
   while [ $# -gt 0 ]; do
@@ -200,6 +252,9 @@ cmd_run() {
   cmd_check >/dev/null || die "$(cmd_check)"
   [ -f "$work/initrd.img" ] || cmd_image
   local accel; accel=$(cmd_accel)
+  # Doorbells reach guests only through vfio-pci, which needs the virtual IOMMU.
+  VIOMMU=0
+  [ -n "$plain" ] || VIOMMU=$(cmd_viommu "$accel")
   # Globals: the EXIT trap cleans them up after this function returned.
   if [ -n "$keep" ]; then d=$keep; rm -rf "$d"; mkdir -p "$d"; else d=$(mktemp -d /tmp/shmlink-vm.XXXXXX); fi
   # The region: a file in /dev/shm (QEMU maps it share=on; the host side maps it too).
@@ -264,7 +319,9 @@ cmd_run() {
     pids=()
   fi
   local t1; t1=$(date +%s.%N)
-  echo "vm.sh: accel $accel, region ${mib} MiB, ${plain:+ivshmem-plain}${bell:+ivshmem-doorbell + vm-host}, wall $(python3 -c "print(f'{$t1-$t0:.1f}')") s"
+  local mach="pc"
+  [ "$VIOMMU" = 1 ] && mach="q35 + intel-iommu (guests' vfio-pci)"
+  echo "vm.sh: accel $accel, machine $mach, region ${mib} MiB, ${plain:+ivshmem-plain}${bell:+ivshmem-doorbell + vm-host}, wall $(python3 -c "print(f'{$t1-$t0:.1f}')") s"
   for r in a ${hasb:+b}; do
     echo "--- guest $r"
     local out=$d/out-$r
@@ -296,7 +353,8 @@ case ${1:-} in
   install) cmd_install ;;
   image) cmd_image ;;
   accel) cmd_accel ;;
+  viommu) cmd_viommu "$(cmd_accel)" ;;
   check) cmd_check ;;
   run) shift; cmd_run "$@" ;;
-  *) sed -n '2,32p' "$0"; exit 2 ;;
+  *) sed -n '2,36p' "$0"; exit 2 ;;
 esac

@@ -37,6 +37,7 @@ mod event;
 pub mod memfd;
 pub mod socket;
 pub mod stream;
+pub mod vfio;
 
 pub use event::{Event, Interest, Token};
 

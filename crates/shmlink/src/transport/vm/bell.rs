@@ -28,12 +28,14 @@
 //! # Guests
 //!
 //! A guest *rings* by writing the Doorbell register through sysfs (`resource0` next to
-//! the region's `resource2`; no driver) and learns its id from IVPosition. A guest cannot
-//! *be rung* in user space with the Debian 6.1 guest kernel: `ivshmem-doorbell` always
-//! signals by MSI-X (QEMU raises no INTx for it, so `uio_pci_generic` sees nothing), and
-//! the kernel is built without `CONFIG_VFIO_NOIOMMU`, so VFIO needs a virtual IOMMU.
-//! Guests therefore sleep by bounded-backoff polling, while host processes sleep on their
-//! eventfd (docs/vms.md).
+//! the region's `resource2`; no driver) and learns its id from IVPosition. A guest is
+//! *rung* by MSI-X only (QEMU raises no INTx for `ivshmem-doorbell`, so `uio_pci_generic`
+//! sees nothing), and the Debian 6.1 guest kernel has no `CONFIG_VFIO_NOIOMMU`: so a
+//! guest can be rung when it runs with a virtual IOMMU (q35 + `intel-iommu`) and the
+//! device is bound to `vfio-pci` (scripts/vm.sh does both). Then the first process that
+//! opens the device through VFIO ([`crate::sys::vfio::MsixIrq`]) gets vector 0 as an
+//! eventfd and sleeps on it as a host peer does; other processes of that guest (the group
+//! is busy) and guests without VFIO sleep by bounded-backoff polling (docs/vms.md).
 //!
 //! # The slot's bell words
 //!
@@ -225,6 +227,12 @@ pub struct VmHost {
     vectors: u32,
     max_peers: usize,
     peers: Vec<Peer>,
+    /// Where the search for a free id starts: ids go round 0..65,535 rather than
+    /// reusing the lowest free one, as QEMU's own ivshmem-server does. QEMU (7.2's
+    /// `close_peer_eventfds`) frees a departed peer's eventfd array but keeps the pointer,
+    /// so a new peer that gets a departed peer's id makes every other QEMU write to freed
+    /// memory (seen: `malloc(): unsorted double linked list corrupted`, QEMU aborts).
+    next_id: usize,
 }
 
 impl VmHost {
@@ -284,6 +292,7 @@ impl VmHost {
             vectors,
             max_peers: DEFAULT_MAX_PEERS,
             peers: Vec::new(),
+            next_id: 0,
         })
     }
 
@@ -425,11 +434,13 @@ impl VmHost {
             return; // dropping the socket closes it: QEMU reports the failure
         }
         let Some(id) = (0..MAX_ID)
+            .map(|k| (self.next_id + k) % MAX_ID)
             .find(|&i| !self.peers.iter().any(|p| p.id as usize == i))
             .map(|i| i as u16)
         else {
             return;
         };
+        self.next_id = (id as usize + 1) % MAX_ID;
         let fds: io::Result<Vec<OwnedFd>> = (0..self.vectors).map(|_| eventfd()).collect();
         let fds = match fds {
             Ok(f) => f,
@@ -491,7 +502,8 @@ impl Drop for VmHost {
 pub struct BellStats {
     /// Our peer id.
     pub id: u16,
-    /// Whether we can be rung (a host peer of a live server).
+    /// Whether we can be rung (a host peer of a live server, or a guest process that
+    /// owns the device's MSI-X vector through VFIO).
     pub can_be_rung: bool,
     /// Rings sent to peers.
     pub rings: u64,
@@ -506,8 +518,12 @@ enum Kind {
         peers: Mutex<HashMap<u16, Vec<OwnedFd>>>,
         own: OwnedFd,
     },
-    /// A guest: the Doorbell register of BAR0, mapped through sysfs.
-    Guest { regs: *mut u32 },
+    /// A guest: the Doorbell register of BAR0, mapped through sysfs; and MSI-X vector 0
+    /// as an eventfd if this process owns the device through VFIO.
+    Guest {
+        regs: *mut u32,
+        irq: Option<crate::sys::vfio::MsixIrq>,
+    },
 }
 
 /// This process's doorbell on one region.
@@ -537,13 +553,17 @@ impl Bell {
         }
         match self.kind {
             Kind::Host { .. } => CAN_BE_RUNG | CAN_RING | self.id as u32,
-            Kind::Guest { .. } => CAN_RING,
+            Kind::Guest { irq: Some(_), .. } => CAN_BE_RUNG | CAN_RING | self.id as u32,
+            Kind::Guest { irq: None, .. } => CAN_RING,
         }
     }
 
     /// Whether a waiter may sleep long, trusting to be rung.
     pub(crate) fn can_be_rung(&self) -> bool {
-        matches!(self.kind, Kind::Host { .. }) && self.alive.load(Ordering::Acquire)
+        matches!(
+            self.kind,
+            Kind::Host { .. } | Kind::Guest { irq: Some(_), .. }
+        ) && self.alive.load(Ordering::Acquire)
     }
 
     /// Rings peer `id` on vector 0.
@@ -560,7 +580,7 @@ impl Bell {
             }
             // SAFETY: DOORBELL is inside the mapped BAR0 (checked at mapping); a device
             // register is written with one volatile 32-bit store.
-            Kind::Guest { regs } => unsafe {
+            Kind::Guest { regs, .. } => unsafe {
                 regs.add(DOORBELL / 4).write_volatile((id as u32) << 16)
             },
         }
@@ -750,14 +770,74 @@ impl Bell {
             unsafe { libc::munmap(p, len) };
             return Ok(None);
         }
-        Ok(Some(Arc::new(Bell {
+        let irq = match crate::sys::vfio::MsixIrq::open(dir, 0) {
+            Ok(irq) => Some(irq),
+            Err(e) => {
+                // Not bound to vfio-pci (no virtual IOMMU: the documented old machine) is
+                // quiet; anything else, e.g. a second process of this guest while the
+                // first owns the device (EBUSY), is said once.
+                if e.kind() != io::ErrorKind::NotFound || verbose() {
+                    eprintln!(
+                        "shmlink: vm: guest doorbell interrupts unavailable ({e}); this \
+                         process waits by polling (docs/vms.md)"
+                    );
+                }
+                None
+            }
+        };
+        let has_irq = irq.is_some();
+        let bell = Arc::new(Bell {
             id: pos as u16,
-            kind: Kind::Guest { regs },
+            kind: Kind::Guest { regs, irq },
             alive: AtomicBool::new(true),
             rings: AtomicU64::new(0),
             wakes: AtomicU64::new(0),
-        })))
+        });
+        if has_irq {
+            let b = bell.clone();
+            std::thread::Builder::new()
+                .name("shmlink-vm-irq".into())
+                .spawn(move || b.run_guest())?;
+        }
+        Ok(Some(bell))
     }
+
+    /// The interrupt thread of a guest that owns the device: every MSI-X interrupt
+    /// (a peer rang our id) wakes the waiters, as a host peer's eventfd does.
+    fn run_guest(&self) {
+        let Kind::Guest { irq: Some(irq), .. } = &self.kind else {
+            return;
+        };
+        loop {
+            let mut p = libc::pollfd {
+                fd: irq.eventfd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            let n = unsafe { libc::poll(&mut p, 1, -1) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                // The eventfd broke: stop trusting it, waiters poll again.
+                self.alive.store(false, Ordering::Release);
+                super::region::poke_all();
+                return;
+            }
+            if p.revents != 0 && drain_fd(irq.eventfd()) {
+                self.wakes.fetch_add(1, Ordering::Relaxed);
+                super::region::poke_all();
+            }
+        }
+    }
+}
+
+/// `$SHMLINK_VM_BELL_VERBOSE` set: say why a guest process has no doorbell interrupts
+/// even when the device is simply not bound to vfio-pci.
+fn verbose() -> bool {
+    std::env::var_os("SHMLINK_VM_BELL_VERBOSE").is_some()
 }
 
 /// Most peers a host process keeps eventfds for: a server that announces more is not
