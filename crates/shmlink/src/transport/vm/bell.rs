@@ -53,12 +53,12 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 use crate::sys::stream::EventFlag;
 
 /// Bell word: the side can be rung, as the id in the low 16 bits.
