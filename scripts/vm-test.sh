@@ -15,7 +15,8 @@ checks=(guest_ordered_100k guest_sizes_1b_16mib guest_latency guest_killed_proce
   guest_auto_upgrades_to_vm guest_auto_other_region_stays_tcp guest_auto_no_region_stays_tcp
   guest_conform_echo guest_conform_flow_control guest_conform_nonblocking_poll
   guest_conform_graceful_close host_guest_conform_echo host_guest_conform_flow_control
-  host_guest_conform_nonblocking_poll host_guest_conform_graceful_close guest_ls_vm)
+  host_guest_conform_nonblocking_poll host_guest_conform_graceful_close guest_ls_vm
+  guest_rung_by_msix)
 
 skip_all() {
   echo "vm-test: SKIPPED (qemu): $1"
@@ -78,6 +79,11 @@ i=0; while [ \$i -lt 64 ]; do
 done
 wait \$v; echo the scribbled client exited \$?
 $p -n 1000 -m 120 vm:pong
+# Spinning off: guest b sleeps until guest a's doorbell arrives as its MSI-X interrupt
+# (VFIO behind the virtual IOMMU); the vector's count is sampled while the pong runs.
+(while :; do grep vfio-msix /proc/interrupts >/tmp/i.now && mv /tmp/i.now /tmp/i; sleep 0.05; done) & w=\$!
+SHMLINK_VM_SPINS=0 $p --latency --spin-us 0 -n 2000 vm:pong
+kill \$w; echo \"spin-0 vfio-msix: \$(cat /tmp/i 2>/dev/null || echo none)\"
 for m in 1 1M 16M; do $p -m \$m -n 4 vm:hostpong; done
 $p -n 20000 -m 200 vm:hostpong
 echo done | nc 192.0.2.1 9000
@@ -122,6 +128,17 @@ done
 check host_guest_sizes $ok
 check host_guest_ordered "$(has "$host" 'served a throughput run: 21000 messages of 200 bytes, all verified')"
 check host_killed_guest_resets "$(has "$host" 'client on vm:hostpong.*heartbeat stopped')"
+irqs=$(sed -n 's/^spin-0 vfio-msix: *[0-9]*: *\([0-9]*\) .*/\1/p' <<<"$gb")
+if [ "$(scripts/vm.sh viommu)" = 1 ]; then
+  ok=$(has "$ga" 'served a latency run: 2200 messages of 64 bytes, all verified')
+  [ "${irqs:-0}" -gt 0 ] || ok=1
+  echo "vm-test: guest b's vfio-msix[0] count after the spin-0 pong: ${irqs:-none}"
+  check guest_rung_by_msix "$ok"
+else
+  line="SKIPPED scripts/test.sh::vm_guest_rung_by_msix: no virtual IOMMU for the guests (scripts/vm.sh viommu) [qemu]"
+  echo "$line" >&2
+  [ -z "${SHMLINK_SKIP_LOG:-}" ] || echo "$line" >>"$SHMLINK_SKIP_LOG"
+fi
 auto() { # size, transport: the client's JSON line and the server's verified run agree
   [ "$(has "$gb" "\"transport\":\"$2\",\"size\":$1,")" = 0 ] &&
     [ "$(has "$ga" "[0-9]+ messages of $1 bytes, all verified \(over $2\)")" = 0 ]

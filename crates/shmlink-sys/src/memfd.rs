@@ -170,11 +170,13 @@ impl Mapping {
         // inside memory we own. Before they do, the tail maps past the end of the file or
         // other parts of it; nothing reads it then. Two `mmap` calls for a one-ring
         // segment instead of four (a reservation, the header, the ring twice): connection
-        // setup maps four of them.
+        // setup maps four of them. A file that cannot be mapped past its end (a PCI BAR's
+        // sysfs `resource` file: EINVAL) gets an anonymous reservation instead, and the
+        // header and ring 0's first copy are mapped into it like the rest.
         // SAFETY: a fresh shared mapping chosen by the kernel; no existing memory is
         // affected. Pages past the end of the file are never touched (they are replaced
         // below before the mapping is handed out).
-        let base = unsafe {
+        let whole = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
@@ -183,6 +185,26 @@ impl Mapping {
                 fd.as_raw_fd(),
                 0,
             )
+        };
+        let in_place = whole != libc::MAP_FAILED;
+        let base = if in_place {
+            whole
+        } else {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINVAL) {
+                return Err(e);
+            }
+            // SAFETY: a fresh anonymous PROT_NONE mapping; no existing memory is affected.
+            unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            }
         };
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
@@ -213,10 +235,13 @@ impl Mapping {
                 Ok(())
             }
         };
+        if !in_place {
+            fixed(0, header_len, 0)?;
+        }
         let (mut off, mut file_off) = (header_len, header_len);
         for (i, &r) in rings.iter().enumerate() {
             // Ring 0's first copy came with the whole range (same offset in both).
-            if i > 0 {
+            if i > 0 || !in_place {
                 fixed(off, r, file_off)?;
             }
             fixed(off + r, r, file_off)?;
