@@ -235,20 +235,8 @@ pub(crate) fn peer_switched(s: &mut Sock, msg: &[u8]) {
     };
     let tcp = s.tcp.as_raw_fd();
     // Our bytes it had not consumed, from the history ring, over TCP first.
-    if unsent > 0 {
-        let cap = s.hist.len();
-        let mut pos = (consumed % cap as u64) as usize;
-        let mut left = unsent;
-        let deadline = Instant::now() + RESEND_WAIT;
-        while left > 0 {
-            let n = left.min(cap - pos);
-            match send_all(tcp, &s.hist[pos..pos + n], deadline) {
-                Ok(()) => {}
-                Err(e) => return fail(s, &format!("resend: errno {e}")),
-            }
-            left -= n;
-            pos = (pos + n) % cap;
-        }
+    if let Err(e) = resend(s, consumed, unsent) {
+        return fail(s, &format!("resend: errno {e}"));
     }
     shut_like(s, tcp);
     s.switched = true;
@@ -381,6 +369,26 @@ pub(crate) fn tcp_send(s: &mut Sock, src: &[u8]) -> Result<usize, c_int> {
 
 /// The peer's switch message, found as our program closes the connection: sends again
 /// over TCP what it had not consumed (our TCP socket then closes with the `Sock`).
+/// Sends over TCP the `unsent` bytes of ours from stream offset `consumed` on, out of the
+/// history ring (the caller checked that it holds them).
+fn resend(s: &Sock, consumed: u64, unsent: usize) -> Result<(), c_int> {
+    let cap = s.hist.len();
+    let mut pos = if cap == 0 {
+        0
+    } else {
+        (consumed % cap as u64) as usize
+    };
+    let mut left = unsent;
+    let deadline = Instant::now() + RESEND_WAIT;
+    while left > 0 {
+        let n = left.min(cap - pos);
+        send_all(s.tcp.as_raw_fd(), &s.hist[pos..pos + n], deadline)?;
+        left -= n;
+        pos = (pos + n) % cap;
+    }
+    Ok(())
+}
+
 pub(crate) fn peer_switched_at_close(s: &mut Sock, msg: &[u8]) {
     let _g = Guard::enter();
     let Some((consumed, _wrote)) = decode(msg) else {
@@ -393,20 +401,8 @@ pub(crate) fn peer_switched_at_close(s: &mut Sock, msg: &[u8]) {
     if unsent > s.hist.len() {
         return;
     }
-    let tcp = s.tcp.as_raw_fd();
-    if unsent > 0 {
-        let cap = s.hist.len();
-        let mut pos = (consumed % cap as u64) as usize;
-        let mut left = unsent;
-        let deadline = Instant::now() + RESEND_WAIT;
-        while left > 0 {
-            let n = left.min(cap - pos);
-            if send_all(tcp, &s.hist[pos..pos + n], deadline).is_err() {
-                return;
-            }
-            left -= n;
-            pos = (pos + n) % cap;
-        }
+    if resend(s, consumed, unsent).is_err() {
+        return;
     }
     s.switched = true;
     debug!(

@@ -273,6 +273,25 @@ impl Registration {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The state once connection `key` is claimed or pending, or no claim is in flight
+    /// any more (waiting at most `ACCEPT_WAIT`).
+    fn settled(&self, key: Key) -> std::sync::MutexGuard<'_, RegState> {
+        let mut st = self.lock();
+        let deadline = Instant::now() + ACCEPT_WAIT;
+        while !st.claimed.contains_key(&key) && !st.pending.contains_key(&key) && st.in_flight > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            st = self
+                .changed
+                .wait_timeout(st, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        st
+    }
+
     /// The program closed the listening socket: ends the helper now and waits (briefly)
     /// until its socket file is gone, so that a `listen` on the same address right after
     /// (iperf3's server does that after every test) registers again.
@@ -342,19 +361,7 @@ impl Registration {
             // does not exist here): ask it.
             return worker::query(self, key).map(|c| (c, None));
         }
-        let mut st = self.lock();
-        let deadline = Instant::now() + ACCEPT_WAIT;
-        while !st.pending.contains_key(&key) && !st.claimed.contains_key(&key) && st.in_flight > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            st = self
-                .changed
-                .wait_timeout(st, left)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|e| e.into_inner().0);
-        }
+        let mut st = self.settled(key);
         if let Some(conn) = st.claimed.remove(&key) {
             drop(st);
             // A shared socket, accepted here: the answer is ours to give.
@@ -388,19 +395,7 @@ impl Registration {
     /// (true), else marks the connection plain TCP (false). Claims in flight are waited
     /// for, as `take` does.
     fn answer_query(&self, key: Key, name: &str) -> bool {
-        let mut st = self.lock();
-        let deadline = Instant::now() + ACCEPT_WAIT;
-        while !st.claimed.contains_key(&key) && !st.pending.contains_key(&key) && st.in_flight > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            st = self
-                .changed
-                .wait_timeout(st, left)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|e| e.into_inner().0);
-        }
+        let mut st = self.settled(key);
         if let Some(mut conn) = st.claimed.remove(&key) {
             drop(st);
             // The client may have given up waiting (then it went on over TCP).

@@ -433,6 +433,16 @@ impl Sock {
         }
     }
 
+    /// The rest of a send after the peer switched to TCP (it exec'd): `done` bytes went
+    /// into the ring before, the rest goes over TCP.
+    fn send_switched(&mut self, rest: &[u8], done: usize) -> Result<usize, c_int> {
+        match crate::exec::tcp_send(self, rest) {
+            Ok(n) => Ok(done + n),
+            Err(_) if done > 0 => Ok(done),
+            Err(e) => Err(e),
+        }
+    }
+
     /// One non-blocking attempt to send `src`: bytes taken (possibly fewer), or errno.
     fn send_some(&mut self, src: &[u8]) -> Result<usize, c_int> {
         if self.switched {
@@ -466,11 +476,7 @@ impl Sock {
                         // what it sent that our program has not read yet (read ahead).
                         self.read_ahead();
                         if self.switched {
-                            return match crate::exec::tcp_send(self, &src[done..]) {
-                                Ok(n) => Ok(done + n),
-                                Err(_) if done > 0 => Ok(done),
-                                Err(e) => Err(e),
-                            };
+                            return self.send_switched(&src[done..], done);
                         }
                         // A full ring: the peer left bytes of ours unread.
                         self.notice_gone(true);
@@ -484,11 +490,7 @@ impl Sock {
                     // The peer may have exec'd (its switch follows what it sent).
                     self.read_ahead();
                     if self.switched {
-                        return match crate::exec::tcp_send(self, &src[done..]) {
-                            Ok(n) => Ok(done + n),
-                            Err(_) if done > 0 => Ok(done),
-                            Err(e) => Err(e),
-                        };
+                        return self.send_switched(&src[done..], done);
                     }
                     crate::debug!("{}: send: {e}", self.name);
                     self.notice_gone(true);
