@@ -900,7 +900,7 @@ pub(crate) fn for_region(path: &Path) -> Option<Arc<Bell>> {
 }
 
 /// The counters of this process's doorbell on `region`, if it has one (connects to the
-/// server as [`for_region`] does).
+/// server the way its connections do).
 #[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub fn bell_stats(region: &Path) -> Option<BellStats> {
     for_region(region).map(|b| b.stats())
