@@ -323,6 +323,16 @@ impl Control {
             }
             Err(_) => return,
         };
+        let decoded = Packet::decode(&buf[..n]);
+        if matches!(decoded, Ok(Packet::ShmClient)) {
+            // A point-to-point `shm:` client (whose hello may carry its segment): tell it
+            // what it reached rather than what its hello carried.
+            let why = format!(
+                "{} is a publish/subscribe topic: connect with Subscriber::connect",
+                self.topic.addr
+            );
+            return refuse(&sock, RefuseCode::Protocol, why);
+        }
         if !fds.is_empty() {
             let why = "a subscribe request must not carry descriptors".to_string();
             return refuse(&sock, RefuseCode::Protocol, why);
@@ -330,7 +340,7 @@ impl Control {
         if !remote && super::status::is_query(&buf[..n]) {
             return super::status::answer(&self.topic, &sock, p.admitted);
         }
-        match Packet::decode(&buf[..n]) {
+        match decoded {
             // The fan-out's ring readers come over a socket pair, never the socket file.
             Ok(Packet::Subscribe(req)) if remote || self.topic.tokens.is_none() => {
                 if let Err((sock, code, why)) = self.join(sock, req, remote, None) {
@@ -359,13 +369,6 @@ impl Control {
             Ok(Packet::Upgrade(..)) => {
                 let why = format!(
                     "{} is not the shared-memory side of an auto: topic: expected a subscribe request",
-                    self.topic.addr
-                );
-                refuse(&sock, RefuseCode::Protocol, why);
-            }
-            Ok(Packet::ShmClient) => {
-                let why = format!(
-                    "{} is a publish/subscribe topic: connect with Subscriber::connect",
                     self.topic.addr
                 );
                 refuse(&sock, RefuseCode::Protocol, why);
