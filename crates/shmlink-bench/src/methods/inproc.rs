@@ -419,11 +419,7 @@ pub fn median(rows: &[Row]) -> Row {
         return out;
     }
     out.rounds = rows.len() as u32;
-    let med = |f: fn(&Row) -> f64| {
-        let mut xs: Vec<f64> = rows.iter().map(f).collect();
-        xs.sort_by(f64::total_cmp);
-        xs[xs.len() / 2]
-    };
+    let med = |f: fn(&Row) -> f64| super::median_f64(rows.iter().map(f));
     out.p50_us = med(|r| r.p50_us);
     out.p99_us = med(|r| r.p99_us);
     out.per_s = med(|r| r.per_s);

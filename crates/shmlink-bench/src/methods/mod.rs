@@ -73,3 +73,10 @@ pub fn names() -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// The median of `xs` (the upper one of an even count); `xs` must not be empty.
+pub fn median_f64(xs: impl Iterator<Item = f64>) -> f64 {
+    let mut xs: Vec<f64> = xs.collect();
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
