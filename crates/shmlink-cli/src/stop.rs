@@ -7,6 +7,7 @@
 //! started later inherits the mask, and one thread takes them with `sigwait`. It waits
 //! for the listener between two (non-blocking) accepts, never in the middle of one.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{Result, RunError};
@@ -36,6 +37,23 @@ impl StopSignals {
             )));
         }
         Ok(StopSignals { set })
+    }
+
+    /// Starts the thread that waits for SIGTERM or SIGINT, then sets `stop` (for a loop
+    /// that checks it and ends by itself).
+    pub fn flag_on_signal(self, stop: Arc<AtomicBool>) -> Result<()> {
+        let set = self.set;
+        std::thread::Builder::new()
+            .name("shmlink-stop".into())
+            .spawn(move || {
+                let mut sig = 0;
+                // SAFETY: `set` is an initialised sigset_t whose signals are blocked in
+                // this thread, and `sig` a valid out pointer.
+                while unsafe { libc::sigwait(&set, &mut sig) } != 0 {}
+                stop.store(true, Ordering::Relaxed);
+            })
+            .map(drop)
+            .map_err(|e| RunError::new(format!("start the signal thread: {e}")))
     }
 
     /// Starts the thread that waits for SIGTERM or SIGINT, then drops `value` (taking

@@ -5,11 +5,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::Args;
 use shmlink::vm_host::{HostEvent, VmHost, DEFAULT_MAX_PEERS};
+
+use crate::stop::StopSignals;
 
 /// `shmlink vm-host`.
 #[derive(Args, Debug)]
@@ -53,7 +55,7 @@ pub fn run(c: &VmHostCli) -> ExitCode {
         PathBuf::from(s)
     });
     let stop = Arc::new(AtomicBool::new(false));
-    if let Err(e) = stop_on_signal(stop.clone()) {
+    if let Err(e) = StopSignals::block().and_then(|s| s.flag_on_signal(stop.clone())) {
         eprintln!("shmlink vm-host: {e}");
         return ExitCode::from(1);
     }
@@ -84,30 +86,4 @@ pub fn run(c: &VmHostCli) -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-/// Blocks SIGTERM and SIGINT here (and in threads started later) and sets `stop` when
-/// one arrives (a thread takes them with `sigwait`).
-fn stop_on_signal(stop: Arc<AtomicBool>) -> std::io::Result<()> {
-    // SAFETY: an all-zero sigset_t is a valid value to hand to sigemptyset.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid sigset_t; SIGTERM and SIGINT are valid signals.
-    let rc = unsafe {
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut())
-    };
-    if rc != 0 {
-        return Err(std::io::Error::from_raw_os_error(rc));
-    }
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            let mut sig = 0;
-            // SAFETY: `set` is a valid sigset_t whose signals are blocked in this thread.
-            unsafe { libc::sigwait(&set, &mut sig) };
-            stop.store(true, Ordering::Relaxed);
-        })?;
-    Ok(())
 }
