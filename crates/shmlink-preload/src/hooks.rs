@@ -128,7 +128,11 @@ fn install(
         tx_full: false,
         armed: false,
         sleepers: 0,
-        et_drained: false,
+        // Nothing read yet: the first message is an edge. (Starting false, a request
+        // that came without a doorbell — the helper's blocking receive of the claim
+        // had taken the one the ring's armed start gives — stayed invisible to an
+        // edge-triggered epoll: nginx never served the connection.)
+        et_drained: true,
         rcv_timeout: None,
         snd_timeout: None,
         tcp,

@@ -28,6 +28,7 @@ mod hooks;
 mod peer;
 mod real;
 mod sock;
+mod stats;
 mod table;
 mod wait;
 
@@ -77,6 +78,8 @@ pub(crate) struct Config {
     pub spin: Duration,
     /// `SHMLINK_RING_SIZE`: each direction's ring, in bytes.
     pub ring_size: usize,
+    /// `SHMLINK_STATS=1`: count how waits end, print the counts at exit (`stats`).
+    pub stats: bool,
 }
 
 /// The default spin budget of a blocking wait before it sleeps on the kernel.
@@ -86,7 +89,9 @@ pub(crate) const DEFAULT_RING_SIZE: usize = 256 * 1024;
 
 pub(crate) fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
-    CONFIG.get_or_init(|| {
+    let mut fresh = false;
+    let c = CONFIG.get_or_init(|| {
+        fresh = true;
         let _g = Guard::enter();
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let enabled = !matches!(var("SHMLINK_PRELOAD").as_deref(), Some("off" | "0"));
@@ -99,7 +104,9 @@ pub(crate) fn config() -> &'static Config {
             .and_then(|v| v.parse::<usize>().ok())
             .filter(|&n| (shmlink::MIN_RING_SIZE..=shmlink::MAX_RING_SIZE).contains(&n))
             .unwrap_or(DEFAULT_RING_SIZE);
+        let stats = matches!(var("SHMLINK_STATS").as_deref(), Some("1" | "on"));
         Config {
+            stats,
             enabled,
             debug,
             spin: Duration::from_micros(spin),
@@ -108,7 +115,11 @@ pub(crate) fn config() -> &'static Config {
                 .next_power_of_two()
                 .clamp(64 * 1024, shmlink::MAX_RING_SIZE),
         }
-    })
+    });
+    if fresh && c.stats {
+        stats::install();
+    }
+    c
 }
 
 /// Writes one line to stderr with the C library's `write` when `SHMLINK_LOG=debug`.

@@ -862,6 +862,13 @@ pub(crate) fn clear_et(entry: &Entry) {
     entry.lock().et_drained = false;
 }
 
+/// An edge is due again with the next message (or now, if one waits): an edge taken by
+/// [`et_edge`] was not reported (the caller's array was full), or the program added or
+/// modified an edge-triggered registration.
+pub(crate) fn restore_et(entry: &Entry) {
+    entry.lock().et_drained = true;
+}
+
 /// Whether a write would take bytes now, as far as this side knows (no system call).
 pub(crate) fn write_hint(entry: &Entry) -> bool {
     let s = entry.lock();
@@ -874,12 +881,18 @@ pub(crate) fn spin(mut ready: impl FnMut() -> bool) -> bool {
     if budget.is_zero() {
         return false;
     }
-    let until = Instant::now() + budget;
+    let start = Instant::now();
+    let until = start + budget;
     loop {
         if ready() {
+            crate::stats::add(crate::stats::Stat::SpinHit, 1);
+            crate::stats::add(crate::stats::Stat::SpinNs, start.elapsed().as_nanos() as u64);
             return true;
         }
-        if Instant::now() >= until {
+        let now = Instant::now();
+        if now >= until {
+            crate::stats::add(crate::stats::Stat::SpinMiss, 1);
+            crate::stats::add(crate::stats::Stat::SpinNs, (now - start).as_nanos() as u64);
             return false;
         }
         // Burn, do not yield: `sched_yield` hands the CPU to any other runnable thread

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use libc::{c_int, epoll_event, pollfd, sigset_t};
 
 use crate::sock::{self, Entry};
+use crate::stats::{self, Stat};
 use crate::table::{self, EpollReg};
 use crate::{real, set_errno};
 
@@ -29,8 +30,10 @@ fn remaining_ms(deadline: Option<Instant>) -> c_int {
     match deadline {
         None => CAP_MS,
         Some(d) => {
+            // Rounded up, as the kernel rounds a timeout: rounded down, the last
+            // millisecond before a deadline became a loop of zero-timeout kernel waits.
             let left = d.saturating_duration_since(Instant::now());
-            (left.as_millis().min(CAP_MS as u128) as c_int).max(0)
+            (left.as_micros().div_ceil(1000).min(CAP_MS as u128) as c_int).max(0)
         }
     }
 }
@@ -49,6 +52,7 @@ struct Backoff(u32);
 impl Backoff {
     fn idle(&mut self) {
         if self.0 > 1 {
+            stats::add(Stat::Backoff, 1);
             std::thread::sleep(Duration::from_micros(10u64 << (self.0 - 1).min(7)));
         }
         self.0 += 1;
@@ -149,6 +153,7 @@ pub(crate) fn poll(
             return 0;
         }
         if n > 0 {
+            stats::add(Stat::Spurious, 1);
             backoff.idle();
         }
     }
@@ -311,6 +316,13 @@ pub(crate) fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut epoll_event)
         return r;
     }
     let a = app.expect("ADD and MOD carry an event");
+    if a.events & libc::EPOLLET as u32 != 0 {
+        // As the kernel does for an edge-triggered ADD or MOD: a member that is ready
+        // now reports once.
+        if let Some(e) = table::sock(fd) {
+            sock::restore_et(&e);
+        }
+    }
     table::with_epolls(|m| {
         m.entry(epfd).or_default().insert(
             fd,
@@ -402,6 +414,8 @@ pub(crate) unsafe fn epoll_wait(
     // message arrived since (`sock::et_edge`), seen in shared memory like the others.
     let edged = live(true);
     let mut waiting = sock::Waiting::default();
+    stats::add(Stat::Waits, 1);
+    let mut first = true;
     loop {
         // 1. Ready members, seen from shared memory (no announcement yet).
         let mut ready: Vec<(c_int, EpollReg, u32)> = Vec::new();
@@ -422,6 +436,10 @@ pub(crate) unsafe fn epoll_wait(
                 }
             }
         }
+        if first && !ready.is_empty() {
+            stats::add(Stat::ReadyAtOnce, 1);
+        }
+        first = false;
         // 2. A bounded spin (SHMLINK_SPIN_US) before anything is announced: a peer that
         // answers within it never has to ring a doorbell.
         if ready.is_empty() && timeout_ms != 0 && !spun {
@@ -472,6 +490,14 @@ pub(crate) unsafe fn epoll_wait(
             if n < 0 {
                 return n;
             }
+            if t == 0 {
+                stats::add(Stat::KernelZero, 1);
+            } else {
+                stats::add(Stat::KernelSleep, 1);
+                if n == 0 {
+                    stats::add(Stat::KernelTimeout, 1);
+                }
+            }
             n
         };
         // SAFETY: `events` holds `max` events; the kernel wrote the first `n`.
@@ -500,14 +526,24 @@ pub(crate) unsafe fn epoll_wait(
                 continue;
             }
             let Some(e) = table::sock(fd) else { continue };
+            stats::add(Stat::KernelWokeShm, 1);
             if reg.events & libc::EPOLLONESHOT as u32 != 0 {
                 set_disabled(epfd, fd);
             }
             sock::kernel_woke(&e, kev.events & libc::EPOLLHUP as u32 != 0);
-            if reg.events & libc::EPOLLET as u32 != 0 {
+            let mask = epoll_mask(&e, &reg, true);
+            if reg.events & libc::EPOLLET as u32 != 0
+                && mask & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0
+            {
+                // An input edge is used up only when it is reported. A kernel event
+                // with nothing to read (a doorbell left standing after its message was
+                // taken from shared memory) reports at most EPOLLOUT: clearing the edge
+                // then left the next message invisible to the shared-memory checks, and
+                // with the wait's announcement withdrawn when it returned, no doorbell
+                // came for it either: the connection hung (the "slow mode" of
+                // `wrk -c 1` against nginx, which registers EPOLLIN|EPOLLOUT|EPOLLET).
                 sock::clear_et(&e);
             }
-            let mask = epoll_mask(&e, &reg, true);
             seen.push(fd);
             if mask != 0 {
                 out[w] = epoll_event {
@@ -519,7 +555,13 @@ pub(crate) unsafe fn epoll_wait(
         }
         for (fd, reg, mask) in ready {
             if w >= max {
-                break;
+                // Not reported after all: an edge taken for it stays due.
+                if reg.events & libc::EPOLLET as u32 != 0 {
+                    if let Some(e) = table::sock(fd) {
+                        sock::restore_et(&e);
+                    }
+                }
+                continue;
             }
             if seen.contains(&fd) {
                 continue;
@@ -548,6 +590,7 @@ pub(crate) unsafe fn epoll_wait(
             return 0;
         }
         if n > 0 {
+            stats::add(Stat::Spurious, 1);
             backoff.idle();
         }
     }
