@@ -171,7 +171,7 @@ fn run_pair(
 }
 
 /// The scenarios of `sockcheck.c` (its SCENARIOS), one connection each.
-const SCENARIOS: usize = 21;
+const SCENARIOS: usize = 22;
 
 /// In `run_pair`'s `env`: run the client under this uid (and gid), not the server's.
 const CLIENT_UID: &str = "SOCKCHECK_CLIENT_UID";
@@ -224,7 +224,7 @@ fn every_pairing_observes_what_plain_tcp_gives() {
         );
         let (ns, nc) = (shm_connections(&s.stderr), shm_connections(&c.stderr));
         if sp && cp {
-            // Every scenario's connection goes over shm: the fork is the last one.
+            // Every scenario's connection goes over shm (the fork's too, scenario 20).
             assert!(
                 ns == SCENARIOS && nc == SCENARIOS,
                 "{what}: shm connections {ns}/{nc}\n{}",

@@ -31,7 +31,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
-#define SCENARIOS 21
+#define SCENARIOS 22
 
 static const char *role;
 
@@ -449,6 +449,31 @@ static void server_side(int i, int fd) {
         close(ep);
         break;
     }
+    case 21: { /* nginx's registration (EPOLLIN|EPOLLOUT|EPOLLET|EPOLLRDHUP), one read per
+                  edge, made after the first request came; the next ones while it waits */
+        usleep(100000);
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+        int ep = epoll_create1(0);
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLET | EPOLLRDHUP,
+                                 .data.u64 = 21}, out[2];
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) die("epoll_ctl");
+        for (int req = 0; req < 3; req++) {
+            ssize_t got = 0;
+            for (int waits = 0; got == 0; waits++) {
+                if (waits > 1000) die("edge-triggered: only EPOLLOUT");
+                int n = epoll_wait(ep, out, 2, 3000);
+                if (n <= 0) die("edge-triggered: request not reported");
+                if (!(out[0].events & EPOLLIN)) continue;
+                got = read(fd, buf, sizeof buf);
+                if (got < 0 && errno == EAGAIN) got = 0;
+                else if (got <= 0) die("edge-triggered read");
+            }
+            say("request %d: '%.*s'", req, (int)got, buf);
+            write_full(fd, "ok", 2);
+        }
+        close(ep);
+        break;
+    }
     case 18: { /* splice from a pipe, sendmmsg, recvmmsg */
         int pp[2];
         if (pipe(pp) < 0) die("pipe");
@@ -717,6 +742,16 @@ static void client_side(int i, int port) {
         write_full(fd, "BBB", 3);
         read_full(fd, buf, 1);
         write_full(fd, "CCC", 3);
+        say("done");
+        break;
+    case 21:
+        write_full(fd, "r0", 2);
+        read_full(fd, buf, 2);
+        usleep(20000);
+        write_full(fd, "r1", 2);
+        read_full(fd, buf, 2);
+        write_full(fd, "r2", 2);
+        read_full(fd, buf, 2);
         say("done");
         break;
     case 18: {
