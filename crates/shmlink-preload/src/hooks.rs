@@ -1567,6 +1567,60 @@ pub unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
 type Arg = *const libc::c_char;
 type Argv = *const *const libc::c_char;
 
+/// `posix_spawn`, `posix_spawnp`, `system` and `popen` start a program with the C
+/// library's internal clone and exec, past the exec hooks: the shm connections the new
+/// program may inherit continue over TCP first, as at an `exec` (`crate::exec`). The
+/// calling process goes on over TCP too (as after a failed exec): a connection the child
+/// inherits is one socket shared by both, which only the kernel's TCP socket can be.
+/// A file action that `dup2`s a shm fd the program marked close-on-exec is not seen
+/// (docs/transparent.md, Limits).
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: Arg,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut libc::c_char,
+    envp: *const *mut libc::c_char,
+) -> c_int {
+    before_exec();
+    // SAFETY: the caller's arguments.
+    unsafe { real::posix_spawn(pid, path, actions, attr, argv, envp) }
+}
+
+/// `posix_spawnp`: as [`posix_spawn`].
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: Arg,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut libc::c_char,
+    envp: *const *mut libc::c_char,
+) -> c_int {
+    before_exec();
+    // SAFETY: the caller's arguments.
+    unsafe { real::posix_spawnp(pid, file, actions, attr, argv, envp) }
+}
+
+/// `system`: as [`posix_spawn`] (`system(NULL)` only asks whether a shell exists).
+#[no_mangle]
+pub unsafe extern "C" fn system(command: Arg) -> c_int {
+    if !command.is_null() {
+        before_exec();
+    }
+    // SAFETY: the caller's argument.
+    unsafe { real::system(command) }
+}
+
+/// `popen`: as [`posix_spawn`].
+#[no_mangle]
+pub unsafe extern "C" fn popen(command: Arg, mode: Arg) -> *mut libc::FILE {
+    before_exec();
+    // SAFETY: the caller's arguments.
+    unsafe { real::popen(command, mode) }
+}
+
 /// The C library's `execl`, `execlp` and `execle` build an argv and call its internal
 /// execve, past our hooks, so they are taken over here. They are variadic, which stable
 /// Rust cannot define: on the ABIs below a variadic call passes pointer arguments

@@ -126,4 +126,25 @@ real_fns! {
     execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     execveat(dirfd: c_int, path: *const c_char, argv: *const *const c_char, envp: *const *const c_char, flags: c_int) -> c_int;
     fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    posix_spawn(pid: *mut libc::pid_t, path: *const c_char, actions: *const libc::posix_spawn_file_actions_t, attr: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
+    posix_spawnp(pid: *mut libc::pid_t, file: *const c_char, actions: *const libc::posix_spawn_file_actions_t, attr: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
+    system(command: *const c_char) -> c_int;
+}
+
+/// The C library's `popen` (null, with `ENOSYS`, if it has none).
+///
+/// # Safety
+/// As for the C function: both strings valid and NUL-terminated.
+pub unsafe fn popen(command: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    static SLOT: AtomicUsize = AtomicUsize::new(0);
+    let p = cached(&SLOT, "popen\0");
+    if p == 0 {
+        no_symbol();
+        return std::ptr::null_mut();
+    }
+    // SAFETY: `p` is the C library's `popen`, whose C signature this is.
+    let f: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut libc::FILE =
+        unsafe { std::mem::transmute(p) };
+    // SAFETY: the caller upholds popen's contract.
+    unsafe { f(command, mode) }
 }

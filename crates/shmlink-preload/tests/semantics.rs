@@ -486,14 +486,15 @@ fn run_exec_pair(
 /// with a failed exec (the old image goes on); the client closing, after the exec, with
 /// the switch unread (its unconsumed bytes still reach the new image); the client
 /// blocked writing more than a ring while the server's bytes are unread (it reads them
-/// ahead, finds the switch and writes on over TCP).
+/// ahead, finds the switch and writes on over TCP); the new image started by
+/// `posix_spawn`, `system` or `popen` (the C library's internal exec) instead of `exec`.
 #[test]
 fn exec_continues_a_connection_over_tcp() {
     let scratch = Scratch::new("exec");
     let Some(prog) = compile(&scratch.0) else {
         return;
     };
-    let cases: [(&str, &[&str], &str); 7] = [
+    let cases: [(&str, &[&str], &str); 10] = [
         ("ping", &["exec-server"], "ping-client"),
         ("inetd", &["xserver0"], "xclient0"),
         ("unread", &["xserver1"], "xclient1"),
@@ -501,6 +502,9 @@ fn exec_continues_a_connection_over_tcp() {
         ("failed", &["xserver3"], "xclient3"),
         ("close", &["xserver4"], "xclient4"),
         ("blocked", &["xserver5"], "xclient5"),
+        ("posix_spawn", &["xserver6"], "xclient6"),
+        ("system", &["xserver7"], "xclient7"),
+        ("popen", &["xserver8"], "xclient8"),
     ];
     for (tag, server, client) in cases {
         let plain = run_exec_pair(&prog, &scratch.0, tag, server, client, false);

@@ -15,6 +15,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -939,7 +940,11 @@ static int exec_child(int fd) {
  *   xserver 2: the same, exec'd with LD_PRELOAD removed from the environment (execle);
  *   xserver 3: the same, but the exec fails (ENOENT): this image goes on and counts;
  *   xserver 4: as 1, the client reads the 50000 bytes and closes without reading on;
- *   xserver 5: as 1, the client writes 400000 bytes (more than a ring) before reading. */
+ *   xserver 5: as 1, the client writes 400000 bytes (more than a ring) before reading;
+ *   xserver 6: as 1, but "xcount FD" is started with posix_spawn (glibc clones and execs
+ *              internally, past the exec hooks) and waited for;
+ *   xserver 7: the same with system("SELF xcount FD");
+ *   xserver 8: the same with popen("SELF xcount FD", "r"), its output read back. */
 extern char **environ;
 
 static int xcount(int fd) {
@@ -1011,6 +1016,29 @@ static int xserver(const char *path, const char *self, int mode) {
     if (mode == 1 || mode == 4 || mode == 5) {
         execl(self, self, "xcount", arg, (char *)NULL);
         die("execl");
+    }
+    if (mode == 6 || mode == 7 || mode == 8) {
+        char cmd[4200];
+        snprintf(cmd, sizeof cmd, "%s xcount %d", self, fd);
+        int st = 0;
+        if (mode == 6) {
+            char *argv[] = {(char *)self, "xcount", arg, NULL};
+            pid_t pid;
+            int e = posix_spawn(&pid, self, NULL, NULL, argv, environ);
+            if (e != 0) die("posix_spawn");
+            if (waitpid(pid, &st, 0) < 0) die("waitpid");
+        } else if (mode == 7) {
+            st = system(cmd);
+        } else {
+            FILE *f = popen(cmd, "r");
+            if (!f) die("popen");
+            char line[256];
+            while (fgets(line, sizeof line, f)) say("popen read: %s", strtok(line, "\n"));
+            st = pclose(f);
+        }
+        say("spawned child exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        close(fd);
+        return 0;
     }
     if (mode == 2) {
         static char *env[256];
