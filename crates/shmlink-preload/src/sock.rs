@@ -886,7 +886,10 @@ pub(crate) fn spin(mut ready: impl FnMut() -> bool) -> bool {
     loop {
         if ready() {
             crate::stats::add(crate::stats::Stat::SpinHit, 1);
-            crate::stats::add(crate::stats::Stat::SpinNs, start.elapsed().as_nanos() as u64);
+            crate::stats::add(
+                crate::stats::Stat::SpinNs,
+                start.elapsed().as_nanos() as u64,
+            );
             return true;
         }
         let now = Instant::now();
