@@ -220,6 +220,26 @@ fn sixty_four_mib_nonblocking_in_process() {
     });
 }
 
+/// The largest message a connection accepts (`max_msg_size` at its limit, 1 GiB), once,
+/// through the default ring into a caller's buffer. Ignored by default: it needs about
+/// 3 GiB of memory. `cargo test -p shmlink --test large -- --ignored`.
+#[test]
+#[ignore = "needs ~3 GiB of memory; run with --ignored"]
+fn one_gib_at_the_largest_maximum() {
+    within(Duration::from_secs(600), || {
+        const GIB: usize = shmlink::MAX_MSG_SIZE_LIMIT;
+        let opts = kernel_opts().max_msg_size(GIB);
+        let (mut c, mut s) = pair_with("shm", &opts);
+        let want = std::sync::Arc::new(message(1, GIB));
+        let w = want.clone();
+        let sender = std::thread::spawn(move || c.send(&w).unwrap());
+        let mut buf = vec![0u8; GIB];
+        assert_eq!(s.recv(&mut buf).unwrap(), GIB);
+        sender.join().unwrap();
+        check("1 GiB", &buf, &want);
+    });
+}
+
 /// A ring `large_messages` sized: a 1 MiB message is one record, read in place.
 #[test]
 fn large_messages_preset_keeps_a_megabyte_in_one_record() {
