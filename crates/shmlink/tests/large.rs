@@ -278,9 +278,13 @@ const MAX: usize = 1 << 20;
 /// The producer block's `tail` word in the hostile peer's segment header.
 const TAIL: usize = 128 + TAIL_OFFSET;
 
-/// Writes `records` (flags, optional total-length prefix, payload length) into the peer's
-/// ring from position 0, publishes them and rings the doorbell.
-fn publish(peer: &HostilePeer, records: &[(u32, Option<u64>, usize)]) {
+/// A record a hostile peer writes: flags, the total-length prefix of a first fragment (if
+/// any) and the payload length after it.
+type Rec = (u32, Option<u64>, usize);
+
+/// Writes `records` into the peer's ring from position 0, publishes them and rings the
+/// doorbell.
+fn publish(peer: &HostilePeer, records: &[Rec]) {
     let mut pos = 0usize;
     for &(flags, total, len) in records {
         let full = len + total.map_or(0, |_| 8);
@@ -307,7 +311,7 @@ fn lying_split_message_lengths_are_violations() {
     let opts = kernel_opts().ring_size(RING).max_msg_size(MAX);
     let (mut l, addr) = bind("shm", &opts);
     let frag = 1000; // bytes per fragment: records of ~1 KiB in the 4 KiB ring
-    let lies: [(&str, Vec<(u32, Option<u64>, usize)>); 6] = [
+    let lies: [(&str, Vec<Rec>); 6] = [
         (
             "total u64::MAX",
             vec![(FLAG_FIRST | FLAG_MORE, Some(u64::MAX), frag)],
