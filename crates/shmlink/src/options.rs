@@ -12,6 +12,9 @@ pub const MIN_RING_SIZE: usize = 4096;
 pub const MAX_RING_SIZE: usize = 1 << 30;
 /// Hard upper bound for [`Options::max_msg_size`].
 pub const MAX_MSG_SIZE_LIMIT: usize = 1 << 30;
+/// A ring record's header and alignment slack on top of its payload
+/// ([`Options::large_messages`]).
+const LARGE_RECORD_OVERHEAD: usize = 16;
 
 /// How a blocked call waits for its peer: busy-poll, then yield, then sleep in the kernel.
 ///
@@ -21,6 +24,11 @@ pub const MAX_MSG_SIZE_LIMIT: usize = 1 << 30;
 /// parks. `spin` polls with the CPU's `pause` hint; `yield_` polls with `sched_yield`, which
 /// lets a peer pinned to the same core run. Both zero means "always sleep" (the blocking
 /// policy).
+///
+/// On `shm:`, a blocking receive that took 64 KiB or more since its previous wait yields
+/// for longer before it sleeps: half a nanosecond more per byte taken, at most 1 ms (a
+/// peer needs about that long to produce a message of that size; sleeping would add a
+/// wake-up to every large message). Not under the blocking policy.
 ///
 /// `Send`, `Sync`, `Copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -274,7 +282,14 @@ impl Default for Options {
 
 impl Options {
     /// Bytes per ring and direction for `shm:` (a power of two, 4 KiB ..= 1 GiB). On a
-    /// listener this is the largest ring a client may ask for.
+    /// listener this is the largest ring a client may ask for. Default 256 KiB: a
+    /// connection holds two rings and a header page each, 520 KiB of shared memory.
+    /// A message of up to half the ring less 16 bytes is one record (read in place by
+    /// `recv_ref`); a larger one goes in fragments of a quarter ring, which the receiver
+    /// copies out while the sender writes the next. Measured at 64 KiB–4 MiB
+    /// messages, a larger ring does not make the copying `send`/`recv` reliably faster
+    /// (docs/benchmarks.md, "Large messages: the ring size, measured"); for
+    /// zero-copy of large messages see [`large_messages`](Self::large_messages).
     pub fn ring_size(mut self, bytes: usize) -> Self {
         self.ring_size = bytes;
         self
@@ -285,6 +300,41 @@ impl Options {
     /// than a ring are fragmented.
     pub fn max_msg_size(mut self, bytes: usize) -> Self {
         self.max_msg_size = bytes;
+        self
+    }
+
+    /// Sizes `shm:` for messages of up to `bytes` each, read and written in place: the
+    /// ring becomes the smallest power of two whose largest record (half the ring) holds
+    /// a `bytes`-byte message whole (never smaller than it was, at most
+    /// [`MAX_RING_SIZE`]), and [`max_msg_size`](Self::max_msg_size) is raised to `bytes`
+    /// if it was lower.
+    ///
+    /// What it buys: `reserve`/`commit` and `recv_ref` of such a message work in the ring
+    /// with no copy (with the default ring a message over 128 KiB is split: `reserve`
+    /// stages it and `recv_ref` reassembles it, a copy each). What it costs: shared
+    /// memory of two rings per connection, one per direction — about 4 × `bytes` each, so
+    /// 8 × `bytes` per connection (1 MiB messages: 4 MiB rings, 8 MiB per connection;
+    /// 16 MiB messages: 128 MiB per connection), mapped by both processes (pages are
+    /// allocated as the rings are first written). The copying `send` and `recv` do not
+    /// need it: through the default 256 KiB ring a large message is copied fragment by
+    /// fragment, the receiver copying while the sender writes, straight into the
+    /// caller's buffer (docs/benchmarks.md, "Large messages: the ring size, measured"),
+    /// though for messages of several MiB the preset measured faster for them too.
+    /// Set it on both ends: a listener's ring size caps the rings its clients get.
+    ///
+    /// ```
+    /// let opts = shmlink::Options::default().large_messages(1 << 20);
+    /// assert_eq!(opts.configured_ring_size(), 4 << 20);
+    /// assert_eq!(opts.configured_max_msg_size(), 64 << 20); // the default, already larger
+    /// ```
+    pub fn large_messages(mut self, bytes: usize) -> Self {
+        let record = bytes.saturating_add(LARGE_RECORD_OVERHEAD);
+        let ring = record
+            .saturating_mul(2)
+            .min(MAX_RING_SIZE)
+            .next_power_of_two();
+        self.ring_size = self.ring_size.max(ring).min(MAX_RING_SIZE);
+        self.max_msg_size = self.max_msg_size.max(bytes);
         self
     }
 

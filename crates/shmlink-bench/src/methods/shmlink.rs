@@ -2,9 +2,12 @@
 //! transports, through its public API (`send` and `recv`, which copy like every other
 //! method), and `shmlink-shm-zc`, the zero-copy row (`reserve`/`commit` and `recv_ref`:
 //! messages are generated and checked inside the ring). The driver binds a listener and
-//! accepts; the peer connects by address. The shm rings are 1 MiB per direction, like
-//! the `shm-*` methods'; the zero-copy row's are larger where a message needs it to lie
-//! whole in the ring (4 MiB for 1 MiB messages).
+//! accepts; the peer connects by address. Each row runs on the options a user of that
+//! way of sending would pass: the copying rows on `Options::default()` (256 KiB rings per
+//! direction: a larger message is copied through them fragment by fragment, straight
+//! into the receiver's buffer), the zero-copy row on `Options::large_messages(size)`
+//! (rings whose largest record holds the message whole, as iceoryx2 sizes its pool: 4 MiB
+//! for 1 MiB messages); `max_msg_size` is raised where the size exceeds the default.
 
 use std::io;
 
@@ -13,9 +16,6 @@ use shmlink::{Connection, Listener, Options, WaitPolicy};
 use shmlink_measure::link::{Access, ShmlinkEndpoint};
 
 use crate::method::{arg, Ctx, Endpoint, Method, Prepared};
-
-/// Ring bytes per direction for `shm:` (the same as the `shm-*` methods).
-const RING: usize = 1 << 20;
 
 pub struct Shmlink {
     name: &'static str,
@@ -101,13 +101,11 @@ impl Shmlink {
         let mut opts = Options::default().max_msg_size(c.size.max(default_max));
         if self.transport == "shm" {
             // In place means in one ring record, at most half a ring: the zero-copy row
-            // gets a ring that holds its message whole (as iceoryx2 sizes its pool).
-            let ring = if self.zero_copy {
-                RING.max((2 * (c.size + 8)).next_power_of_two())
-            } else {
-                RING
-            };
-            opts = opts.ring_size(ring).wait_policy(self.wait);
+            // takes the documented preset for messages of its size.
+            if self.zero_copy {
+                opts = opts.large_messages(c.size);
+            }
+            opts = opts.wait_policy(self.wait);
         }
         opts
     }

@@ -747,6 +747,13 @@ impl Consumer {
         }
     }
 
+    /// Our position: bytes taken from the ring since it was created (skip records and
+    /// headers included).
+    #[inline]
+    pub fn position(&self) -> u64 {
+        self.head
+    }
+
     /// Lets [`Consumer::consume`] hold back the publication of `head` until `bytes`
     /// bytes were taken (capped at half the ring; 0, the default, publishes every
     /// time). The producer then sees up to that much less room than there is, while the

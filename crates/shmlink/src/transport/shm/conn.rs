@@ -100,6 +100,9 @@ pub(crate) struct ShmConn {
     /// The last send returned `WouldBlock` or left the rest of a message pending: a room
     /// doorbell is the caller's cue, which only a call that retries the send may drain.
     tx_waiting: bool,
+    /// The consumer's position when the last wait for data began: what was taken since
+    /// says how large the messages are ([`large_message_patience`]).
+    rx_mark: u64,
     /// Set after a protocol violation: the connection is dead.
     broken: Option<String>,
     /// Inside a batch ([`ConnOps::begin_batch`]): records are written, and published
@@ -131,6 +134,27 @@ pub(crate) struct Setup {
 /// (`ring.max_record() / 4`) was measured slower per message (docs/benchmarks.md, round
 /// 2) and not reliably faster in batches. The `consume`/`flush` calls stay, so the
 /// amount is the only thing to change.
+/// Bytes taken between two waits for data from which a waiting receiver polls longer
+/// (the size where large records restart at the ring's start).
+const LARGE_TAKEN: u64 = crate::ring::RESTART_MIN as u64;
+/// The longest extra polling [`large_message_patience`] grants.
+const MAX_PATIENCE: Duration = Duration::from_millis(1);
+
+/// How much longer than its policy's spin and yield phases a blocking receive that took
+/// `taken` bytes since its previous wait polls (yielding) before it sleeps: half a
+/// nanosecond per byte (the time a peer needs to write, or check and answer, a message of
+/// that size at about 2 GB/s), at most [`MAX_PATIENCE`], none below [`LARGE_TAKEN`] or
+/// under a policy that never polls. A peer producing a 1 MiB record takes longer than the
+/// default 50 µs budget, and a receiver that slept would pay a wake-up per message on
+/// top of it (docs/benchmarks.md, "Large messages"); after the extra time it sleeps as
+/// before, so an idle connection still costs nothing.
+fn large_message_patience(policy: &WaitPolicy, taken: u64) -> Duration {
+    if taken < LARGE_TAKEN || (policy.spin.is_zero() && policy.yield_.is_zero()) {
+        return Duration::ZERO;
+    }
+    Duration::from_nanos(taken / 2).min(MAX_PATIENCE)
+}
+
 fn lazy_consumer(ring: crate::ring::RingRef, fence: FenceMode) -> Consumer {
     let mut rx = Consumer::new(ring, fence);
     rx.set_lazy_head(0);
@@ -161,6 +185,7 @@ impl ShmConn {
             stale_doorbell: false,
             rx_waiting: true,
             tx_waiting: false,
+            rx_mark: 0,
             broken: None,
             batching: false,
             closed: false,
@@ -598,8 +623,11 @@ impl ShmConn {
         // for before it answers.
         self.flush_rx();
         self.publish_tx();
+        let taken = self.rx.position().wrapping_sub(self.rx_mark);
+        self.rx_mark = self.rx.position();
         if blocking {
-            let policy = self.policy();
+            let mut policy = self.policy();
+            policy.yield_ += large_message_patience(&policy, taken);
             let rx = &mut self.rx;
             if spin_then_yield(&policy, || Ok(rx.has_data()?))? {
                 return Ok(());
