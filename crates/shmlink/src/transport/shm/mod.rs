@@ -196,7 +196,7 @@ fn client(
     refill_spare(opts);
     let mut buf = [0u8; MAX_PACKET];
     let mut fds = Vec::new();
-    let n = socket::recv_until(sock.as_fd(), &mut buf, &mut fds, deadline).map_err(|e| {
+    let n = recv_answer(sock.as_fd(), &mut buf, &mut fds, &opts.wait, deadline).map_err(|e| {
         if e.kind() == io::ErrorKind::TimedOut {
             Error::new(ErrorKind::TimedOut, "listener did not answer the handshake")
         } else {
@@ -267,6 +267,32 @@ fn client(
         local: name.clone(),
         peer: name,
     })))
+}
+
+/// Waits for the listener's answer the way a receive waits for data (`policy`): polls
+/// the socket for the spin and yield budget, then sleeps until `deadline`. The listener
+/// usually answers within tens of microseconds; a client that sleeps meanwhile costs a
+/// cross-CPU wake-up, and its peer, which polls for the first message just as long after
+/// the answer, then sleeps too and costs another (docs/benchmarks.md, conn round).
+fn recv_answer(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+    fds: &mut Vec<OwnedFd>,
+    policy: &WaitPolicy,
+    deadline: Instant,
+) -> io::Result<usize> {
+    let mut got = None;
+    let _ = crate::notify::spin_then_yield(policy, || {
+        match socket::recv_with_fds(sock, buf, fds) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            other => got = Some(other),
+        }
+        Ok(true)
+    });
+    match got {
+        Some(answer) => answer,
+        None => socket::recv_until(sock, buf, fds, deadline),
+    }
 }
 
 /// A client segment made ahead and never sent to anyone: the process that made it (a
