@@ -114,6 +114,14 @@ impl Half {
         // yet shared with anyone.
         unsafe { map.header().cast::<SegHeader>().write(header) };
         let half = Half { map, ring };
+        // Fault the ring's first page in now (a zero over the zero that is there): the
+        // first message lands in it, and a segment made ahead (a spare, design §5.1b) then
+        // takes no page fault on the connection's first send. The page stays ours: the
+        // segment is not shared yet.
+        let (data, _) = half.ring_data();
+        // SAFETY: `data` is the start of our writable ring data area, 8-aligned, at least
+        // a page long; nobody else maps the segment yet.
+        unsafe { data.cast::<u64>().as_ptr().write_volatile(0) };
         // SAFETY: the block lies inside our writable header page (see `consumer_ctl`),
         // which lives as long as `half`.
         unsafe { half.consumer_ctl().as_ref() }.start_armed();
