@@ -542,7 +542,10 @@ impl ShmListener {
             return;
         }
         let fd = p.sock.as_raw_fd();
-        match self.epoll.add(fd, Interest::READABLE, sys::Token(fd as u64)) {
+        match self
+            .epoll
+            .add(fd, Interest::READABLE, sys::Token(fd as u64))
+        {
             Ok(()) => p.watched = true,
             Err(_) => drop(self.pending.swap_remove(i)),
         }
