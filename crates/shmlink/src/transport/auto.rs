@@ -567,6 +567,8 @@ struct AutoListener {
     /// Fires at the earliest negotiation deadline, so that an event loop calls `accept`
     /// (which drops the late client) even when nothing else happens.
     timer: TimerFd,
+    /// The deadline `timer` is set for (`None`: disarmed).
+    armed: Option<Instant>,
     deciding: HashMap<u64, Deciding>,
     next_token: u64,
     ready: VecDeque<Accepted>,
@@ -634,6 +636,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         epoll,
         ready_flag,
         timer,
+        armed: None,
         deciding: HashMap::new(),
         next_token: TOKEN_VM + 1,
         ready: VecDeque::new(),
@@ -726,11 +729,16 @@ impl AutoListener {
                 .set()
                 .map_err(|e| Error::io("auto: listener", e))?;
         }
-        // Re-arming also clears an expiry that brought us here.
+        // Re-arming also clears an expiry that brought us here; a timer already set for
+        // the same deadline, still in the future, is left alone (a system call per poll
+        // saved: most polls change no deadline).
         let next = self.deciding.values().map(|d| d.deadline).min();
-        self.timer
-            .set(next.map(|d| d.saturating_duration_since(now)))
-            .map_err(|e| Error::io("auto: listener's deadline timer", e))?;
+        if next != self.armed || self.armed.is_some_and(|a| a <= now) {
+            self.timer
+                .set(next.map(|d| d.saturating_duration_since(now)))
+                .map_err(|e| Error::io("auto: listener's deadline timer", e))?;
+            self.armed = next;
+        }
         Ok(())
     }
 
@@ -941,6 +949,11 @@ impl ListenerOps for AutoListener {
                         .map_err(|e| Error::io("auto: listener", e))?;
                 }
                 return Ok(conn);
+            }
+            // Nothing to hand out: the upgrade socket makes its next answer's segment now,
+            // not while a client waits for it.
+            if let Some(l) = &mut self.shm {
+                l.prepare();
             }
             if !blocking {
                 return Err(Error::would_block());

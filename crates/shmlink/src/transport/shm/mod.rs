@@ -884,17 +884,23 @@ impl ShmListener {
     /// Waits until a client or a hello arrives, a pending client's deadline passes, or
     /// `until`.
     pub(crate) fn wait(&mut self, until: Option<Instant>) -> Result<()> {
-        if self.spare.is_none() && self.opts.prepare_ahead {
-            // Idle: make the next answer's segment now (best effort: a failure here is
-            // met again, and reported to the client, when a hello needs it).
-            self.spare = Half::create(Side::Server, self.opts.ring_size).ok();
-        }
+        self.prepare();
         let deadline = self.pending.iter().map(|p| p.deadline).chain(until).min();
         self.epoll
             .wait(deadline, &mut self.events)
             .map_err(|e| Error::io("epoll", e))?;
         self.events_fresh = true;
         Ok(())
+    }
+
+    /// Makes the next answer's segment, unless one is ready or the options say not to
+    /// (`Options::prepare_ahead`): for a listener with nothing else to do (before it
+    /// sleeps, or when a non-blocking accept found nobody). Best effort: a failure here is
+    /// met again, and reported to the client, when a hello needs the segment.
+    pub(crate) fn prepare(&mut self) {
+        if self.spare.is_none() && self.opts.prepare_ahead {
+            self.spare = Half::create(Side::Server, self.opts.ring_size).ok();
+        }
     }
 
     /// Drops clients that did not say hello, or send their segment, in time.
@@ -917,6 +923,7 @@ impl ListenerOps for ShmListener {
                 return Ok(accepted);
             }
             if !blocking {
+                self.prepare();
                 return Err(Error::would_block());
             }
             self.wait(None)?;
