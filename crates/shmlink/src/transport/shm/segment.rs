@@ -285,6 +285,28 @@ mod tests {
         assert!(memfd::seals(their_fd.as_fd()).unwrap() & memfd::SEAL_FUTURE_WRITE != 0);
     }
 
+    /// Whether the page holding `addr` is resident (`mincore`).
+    fn resident(addr: *const u8) -> bool {
+        let page = page_size();
+        let start = (addr as usize & !(page - 1)) as *mut libc::c_void;
+        let mut vec = [0u8; 1];
+        // SAFETY: one page of a live mapping of ours, and a one-byte result vector.
+        let r = unsafe { libc::mincore(start, page, vec.as_mut_ptr()) };
+        assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
+        vec[0] & 1 != 0
+    }
+
+    #[test]
+    fn a_new_segments_first_ring_page_is_faulted_in_and_zero() {
+        let ring = 16 * page_size();
+        let (own, _fd) = Half::create(Side::Client, ring).unwrap();
+        let (data, _) = own.ring_data();
+        assert!(resident(data.as_ptr()), "the first send's page");
+        // SAFETY: the first page of our own ring, readable.
+        let first = unsafe { std::slice::from_raw_parts(data.as_ptr(), page_size()) };
+        assert!(first.iter().all(|&b| b == 0), "a fresh ring is all zero");
+    }
+
     #[test]
     fn attach_checks_seals_side_and_size() {
         let ring = page_size();
