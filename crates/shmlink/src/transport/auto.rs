@@ -66,7 +66,7 @@ use super::shm::{self, ShmListener};
 use super::vm;
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
-use crate::options::Options;
+use crate::options::{Options, WaitPolicy};
 use crate::sys::stream::EventFlag;
 use crate::sys::{self, Epoll, Event, Interest, TimerFd};
 use crate::transport::{net, Accepted, ConnOps, ListenerOps, Transport};
@@ -307,13 +307,27 @@ fn send_msg(conn: &mut dyn ConnOps, msg: &Msg) -> Result<()> {
     conn.send(&msg.encode(), true)
 }
 
-/// Receives one negotiation message, waiting until `deadline`.
-fn recv_msg(conn: &mut dyn ConnOps, deadline: Instant) -> Result<Msg> {
-    Msg::decode(&recv_bytes(conn, deadline)?)
+/// Receives one negotiation message, waiting until `deadline` as `policy` says.
+fn recv_msg(conn: &mut dyn ConnOps, policy: &WaitPolicy, deadline: Instant) -> Result<Msg> {
+    Msg::decode(&recv_bytes(conn, policy, deadline)?)
 }
 
-/// Receives one message on any transport, waiting on its fd until `deadline`.
-fn recv_bytes(conn: &mut dyn ConnOps, deadline: Instant) -> Result<Vec<u8>> {
+/// Receives one message on any transport: polls for `policy`'s spin and yield budget
+/// (the listener answers within tens of microseconds, and a client that sleeps meanwhile
+/// pays a cross-CPU wake-up), then waits on its fd until `deadline`.
+fn recv_bytes(conn: &mut dyn ConnOps, policy: &WaitPolicy, deadline: Instant) -> Result<Vec<u8>> {
+    let mut early = None;
+    crate::notify::spin_then_yield(policy, || match conn.recv_next(false) {
+        Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(false),
+        other => {
+            early = Some(other);
+            Ok(true)
+        }
+    })?;
+    if let Some(got) = early {
+        got?;
+        return Ok(conn.take_current());
+    }
     loop {
         match conn.recv_next(false) {
             Ok(_) => return Ok(conn.take_current()),
@@ -364,7 +378,7 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         },
     };
     send_msg(&mut *conn, &hello)?;
-    match recv_msg(&mut *conn, deadline)? {
+    match recv_msg(&mut *conn, &opts.wait, deadline)? {
         Msg::NoOffer { .. } => Ok(conn),
         Msg::VmOffer { token, proof, name } => {
             let Some((path, _)) = &region else {
@@ -461,7 +475,7 @@ fn upgrade_vm(
     o.connect_timeout = deadline.saturating_duration_since(Instant::now());
     let mut conn = (vm::TRANSPORT.connect)(&vm::address(name, path), &o)?;
     conn.send(&token, true)?;
-    let answer = recv_bytes(&mut *conn, deadline)?;
+    let answer = recv_bytes(&mut *conn, &opts.wait, deadline)?;
     if answer[..] != proof[..] {
         let _ = conn.close(false);
         return Err(Error::violation(
@@ -553,6 +567,8 @@ struct AutoListener {
     /// Fires at the earliest negotiation deadline, so that an event loop calls `accept`
     /// (which drops the late client) even when nothing else happens.
     timer: TimerFd,
+    /// The deadline `timer` is set for (`None`: disarmed).
+    armed: Option<Instant>,
     deciding: HashMap<u64, Deciding>,
     next_token: u64,
     ready: VecDeque<Accepted>,
@@ -620,6 +636,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         epoll,
         ready_flag,
         timer,
+        armed: None,
         deciding: HashMap::new(),
         next_token: TOKEN_VM + 1,
         ready: VecDeque::new(),
@@ -712,11 +729,16 @@ impl AutoListener {
                 .set()
                 .map_err(|e| Error::io("auto: listener", e))?;
         }
-        // Re-arming also clears an expiry that brought us here.
+        // Re-arming also clears an expiry that brought us here; a timer already set for
+        // the same deadline, still in the future, is left alone (a system call per poll
+        // saved: most polls change no deadline).
         let next = self.deciding.values().map(|d| d.deadline).min();
-        self.timer
-            .set(next.map(|d| d.saturating_duration_since(now)))
-            .map_err(|e| Error::io("auto: listener's deadline timer", e))?;
+        if next != self.armed || self.armed.is_some_and(|a| a <= now) {
+            self.timer
+                .set(next.map(|d| d.saturating_duration_since(now)))
+                .map_err(|e| Error::io("auto: listener's deadline timer", e))?;
+            self.armed = next;
+        }
         Ok(())
     }
 
@@ -927,6 +949,11 @@ impl ListenerOps for AutoListener {
                         .map_err(|e| Error::io("auto: listener", e))?;
                 }
                 return Ok(conn);
+            }
+            // Nothing to hand out: the upgrade socket makes its next answer's segment now,
+            // not while a client waits for it.
+            if let Some(l) = &mut self.shm {
+                l.prepare();
             }
             if !blocking {
                 return Err(Error::would_block());

@@ -196,7 +196,7 @@ fn client(
     refill_spare(opts);
     let mut buf = [0u8; MAX_PACKET];
     let mut fds = Vec::new();
-    let n = socket::recv_until(sock.as_fd(), &mut buf, &mut fds, deadline).map_err(|e| {
+    let n = recv_answer(sock.as_fd(), &mut buf, &mut fds, &opts.wait, deadline).map_err(|e| {
         if e.kind() == io::ErrorKind::TimedOut {
             Error::new(ErrorKind::TimedOut, "listener did not answer the handshake")
         } else {
@@ -267,6 +267,32 @@ fn client(
         local: name.clone(),
         peer: name,
     })))
+}
+
+/// Waits for the listener's answer the way a receive waits for data (`policy`): polls
+/// the socket for the spin and yield budget, then sleeps until `deadline`. The listener
+/// usually answers within tens of microseconds; a client that sleeps meanwhile costs a
+/// cross-CPU wake-up, and its peer, which polls for the first message just as long after
+/// the answer, then sleeps too and costs another (docs/benchmarks.md, conn round).
+fn recv_answer(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+    fds: &mut Vec<OwnedFd>,
+    policy: &WaitPolicy,
+    deadline: Instant,
+) -> io::Result<usize> {
+    let mut got = None;
+    let _ = crate::notify::spin_then_yield(policy, || {
+        match socket::recv_with_fds(sock, buf, fds) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            other => got = Some(other),
+        }
+        Ok(true)
+    });
+    match got {
+        Some(answer) => answer,
+        None => socket::recv_until(sock, buf, fds, deadline),
+    }
 }
 
 /// A client segment made ahead and never sent to anyone: the process that made it (a
@@ -365,6 +391,12 @@ struct Pending {
     /// The client's uid (`SO_PEERCRED` at accept), and whether the listener admits it.
     uid: u32,
     admitted: bool,
+    /// The client's credentials as `SO_PEERCRED` gave them at accept (or why not): the
+    /// hello's check uses them rather than asking the kernel again.
+    cred: std::result::Result<PeerCred, String>,
+    /// Whether its socket is in the listener's epoll set: a new client's hello is looked
+    /// for at once, and the socket is watched only when it has not arrived yet.
+    watched: bool,
     /// Set once its hello was answered: our side, waiting for the client's segment.
     accepted: Option<Box<Handshake>>,
 }
@@ -403,6 +435,9 @@ pub(crate) struct ShmListener {
     /// The socket file and its (device, inode), removed on drop if still ours.
     file: SocketFile,
     events: Vec<Event>,
+    /// `events` holds what the last [`ShmListener::wait`] returned, not yet looked at by
+    /// [`ShmListener::step`] (which then need not ask epoll again).
+    events_fresh: bool,
     /// An `auto:` listener's upgrade socket: the tokens handed out over TCP and their
     /// proofs. Such a listener accepts only upgrades with a token from this book.
     pub(crate) upgrades: Option<HashMap<Token, Token>>,
@@ -455,6 +490,7 @@ impl ShmListener {
             addr: addr.to_string(),
             file,
             events: Vec::new(),
+            events_fresh: false,
             upgrades: None,
             registry: Registry::new(),
             inproc,
@@ -464,42 +500,62 @@ impl ShmListener {
 }
 
 impl ShmListener {
-    /// Accepts clients waiting in the backlog into `pending`: at most [`MAX_PENDING`]
-    /// per call, so that a flood of connections cannot keep the listener from the
-    /// handshakes of those already accepted (the listening socket stays readable while
-    /// more wait). Returns the new clients' sockets (as epoll tokens).
-    fn accept_backlog(&mut self) -> Result<Vec<u64>> {
-        let mut new = Vec::new();
-        for _ in 0..MAX_PENDING {
-            let Some(sock) =
-                socket::accept(self.listen.as_fd()).map_err(|e| Error::io("accept", e))?
-            else {
-                break;
-            };
-            let (uid, admitted) = match socket::peer_cred(sock.as_fd()) {
-                Ok(c) => (c.uid, trust::check_client(&self.opts, c.uid, c.gid).is_ok()),
-                Err(_) => (u32::MAX, false),
-            };
-            if self.pending.len() >= MAX_PENDING {
-                let victim =
-                    trust::eviction_victim(self.pending.iter().map(|p| (p.uid, p.admitted)));
-                let old = self.pending.remove(victim);
-                let _ = self.epoll.delete(old.sock.as_raw_fd());
-            }
-            let fd = sock.as_raw_fd();
-            self.epoll
-                .add(fd, Interest::READABLE, sys::Token(fd as u64))
-                .map_err(|e| Error::io("epoll", e))?;
-            new.push(fd as u64);
-            self.pending.push(Pending {
-                sock,
-                deadline: Instant::now() + self.opts.handshake_timeout,
-                uid,
-                admitted,
-                accepted: None,
-            });
+    /// Accepts a client waiting in the backlog into `pending` (one per step: the listening
+    /// socket stays readable while more wait, so a flood of connections cannot keep the
+    /// listener from the handshakes of those already accepted, and a lone client costs no
+    /// second `accept` that finds nobody). Returns the new client's socket (as an epoll
+    /// token); the socket is not watched yet ([`ShmListener::watch`]): its hello is
+    /// usually there already.
+    fn accept_backlog(&mut self) -> Result<Option<u64>> {
+        let Some(sock) = socket::accept(self.listen.as_fd()).map_err(|e| Error::io("accept", e))?
+        else {
+            return Ok(None);
+        };
+        let cred = socket::peer_cred(sock.as_fd()).map_err(|e| e.to_string());
+        let (uid, admitted) = match &cred {
+            Ok(c) => (c.uid, trust::check_client(&self.opts, c.uid, c.gid).is_ok()),
+            Err(_) => (u32::MAX, false),
+        };
+        if self.pending.len() >= MAX_PENDING {
+            let victim = trust::eviction_victim(self.pending.iter().map(|p| (p.uid, p.admitted)));
+            let old = self.pending.remove(victim);
+            self.unwatch(&old);
         }
-        Ok(new)
+        let fd = sock.as_raw_fd();
+        self.pending.push(Pending {
+            sock,
+            deadline: Instant::now() + self.opts.handshake_timeout,
+            uid,
+            admitted,
+            cred,
+            watched: false,
+            accepted: None,
+        });
+        Ok(Some(fd as u64))
+    }
+
+    /// Puts pending client `i`'s socket in the epoll set, if it is not there yet; a client
+    /// that cannot be watched is dropped.
+    fn watch(&mut self, i: usize) {
+        let p = &mut self.pending[i];
+        if p.watched {
+            return;
+        }
+        let fd = p.sock.as_raw_fd();
+        match self
+            .epoll
+            .add(fd, Interest::READABLE, sys::Token(fd as u64))
+        {
+            Ok(()) => p.watched = true,
+            Err(_) => drop(self.pending.swap_remove(i)),
+        }
+    }
+
+    /// Takes a pending client's socket out of the epoll set, if it is there.
+    fn unwatch(&self, p: &Pending) {
+        if p.watched {
+            let _ = self.epoll.delete(p.sock.as_raw_fd());
+        }
     }
 
     /// Runs the next handshake step with pending client `i` if its packet has arrived: a
@@ -511,10 +567,11 @@ impl ShmListener {
         let mut fds = Vec::new();
         let res = socket::recv_with_fds(self.pending[i].sock.as_fd(), &mut buf, &mut fds);
         if matches!(&res, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+            self.watch(i);
             return None;
         }
         let mut p = self.pending.swap_remove(i);
-        let _ = self.epoll.delete(p.sock.as_raw_fd());
+        self.unwatch(&p);
         if let Some(h) = p.accepted.take() {
             let verdict = match res {
                 Ok(0) => return None, // the client left
@@ -541,7 +598,7 @@ impl ShmListener {
         }
         let verdict = match res {
             Ok(0) => return None, // the client left
-            Ok(n) => self.handshake(&p.sock, &buf[..n], fds),
+            Ok(n) => self.handshake(&p, &buf[..n], fds),
             // Truncated (oversized) packet or too many descriptors: tell the client why.
             Err(e) if e.kind() == io::ErrorKind::InvalidData => {
                 Err((RefuseCode::Protocol, format!("hello rejected: {e}")))
@@ -575,6 +632,7 @@ impl ShmListener {
                     .ok()?;
                 self.pending.push(Pending {
                     accepted: Some(h),
+                    watched: true,
                     ..p
                 });
                 None
@@ -649,12 +707,18 @@ impl ShmListener {
         )
     }
 
-    /// The client's credentials, if the options allow it to connect.
-    fn client_cred(&self, sock: &OwnedFd) -> std::result::Result<PeerCred, (RefuseCode, String)> {
-        let cred = socket::peer_cred(sock.as_fd())
+    /// The client's credentials (as `SO_PEERCRED` gave them at accept), if the options
+    /// allow it to connect.
+    fn client_cred(&self, p: &Pending) -> std::result::Result<PeerCred, (RefuseCode, String)> {
+        let cred = p
+            .cred
+            .clone()
             .map_err(|e| (RefuseCode::Permission, format!("no peer credentials: {e}")))?;
-        trust::check_client(&self.opts, cred.uid, cred.gid)
-            .map_err(|why| (RefuseCode::Permission, format!("{why} on {}", self.addr)))?;
+        if !p.admitted {
+            // Checked at accept; asked again for the reason.
+            trust::check_client(&self.opts, cred.uid, cred.gid)
+                .map_err(|why| (RefuseCode::Permission, format!("{why} on {}", self.addr)))?;
+        }
         Ok(cred)
     }
 
@@ -663,7 +727,7 @@ impl ShmListener {
     /// a `Segment` packet's.
     fn handshake(
         &mut self,
-        sock: &OwnedFd,
+        p: &Pending,
         hello: &[u8],
         fds: Vec<OwnedFd>,
     ) -> std::result::Result<Answer, (RefuseCode, String)> {
@@ -679,7 +743,7 @@ impl ShmListener {
         let (want, upgrade) = match (Packet::decode(hello), &self.upgrades) {
             // The same gate as a connection: who may not connect learns nothing.
             (Ok(Packet::Query), _) if fds.is_empty() => {
-                return self.client_cred(sock).map(|_| Answer::Status)
+                return self.client_cred(p).map(|_| Answer::Status)
             }
             (Ok(Packet::Query), _) => {
                 return Err((
@@ -709,7 +773,7 @@ impl ShmListener {
             }
             (Err(e), _) => return Err((RefuseCode::Protocol, e.message().to_string())),
         };
-        let cred = self.client_cred(sock)?;
+        let cred = self.client_cred(p)?;
         if !valid_ring(want.ring_c2s) || !valid_ring(want.ring_s2c) {
             return Err((
                 RefuseCode::Invalid,
@@ -780,9 +844,13 @@ impl ShmListener {
             )));
         }
         let mut events = std::mem::take(&mut self.events);
-        self.epoll
-            .wait(Some(Instant::now()), &mut events)
-            .map_err(|e| Error::io("epoll", e))?;
+        // What `wait` just returned, else a look that does not block (level-triggered:
+        // an event `wait` saw is still true, or the call it leads to finds nothing).
+        if !std::mem::take(&mut self.events_fresh) {
+            self.epoll
+                .wait(Some(Instant::now()), &mut events)
+                .map_err(|e| Error::io("epoll", e))?;
+        }
         // Only when the listening socket says a client waits: an `accept` that finds
         // none is a system call per step for nothing.
         let mut tokens: Vec<u64> = events.iter().map(|e| e.token().0).collect();
@@ -805,6 +873,10 @@ impl ShmListener {
             }
         }
         self.events = events;
+        // New clients not looked at (a connection was found first): watched from now.
+        for i in (0..self.pending.len()).rev() {
+            self.watch(i);
+        }
         self.expire(Instant::now());
         Ok(found)
     }
@@ -812,15 +884,23 @@ impl ShmListener {
     /// Waits until a client or a hello arrives, a pending client's deadline passes, or
     /// `until`.
     pub(crate) fn wait(&mut self, until: Option<Instant>) -> Result<()> {
-        if self.spare.is_none() && self.opts.prepare_ahead {
-            // Idle: make the next answer's segment now (best effort: a failure here is
-            // met again, and reported to the client, when a hello needs it).
-            self.spare = Half::create(Side::Server, self.opts.ring_size).ok();
-        }
+        self.prepare();
         let deadline = self.pending.iter().map(|p| p.deadline).chain(until).min();
         self.epoll
             .wait(deadline, &mut self.events)
-            .map_err(|e| Error::io("epoll", e))
+            .map_err(|e| Error::io("epoll", e))?;
+        self.events_fresh = true;
+        Ok(())
+    }
+
+    /// Makes the next answer's segment, unless one is ready or the options say not to
+    /// (`Options::prepare_ahead`): for a listener with nothing else to do (before it
+    /// sleeps, or when a non-blocking accept found nobody). Best effort: a failure here is
+    /// met again, and reported to the client, when a hello needs the segment.
+    pub(crate) fn prepare(&mut self) {
+        if self.spare.is_none() && self.opts.prepare_ahead {
+            self.spare = Half::create(Side::Server, self.opts.ring_size).ok();
+        }
     }
 
     /// Drops clients that did not say hello, or send their segment, in time.
@@ -828,7 +908,7 @@ impl ShmListener {
         let epoll = &self.epoll;
         self.pending.retain(|p| {
             let keep = p.deadline > now;
-            if !keep {
+            if !keep && p.watched {
                 let _ = epoll.delete(p.sock.as_raw_fd());
             }
             keep
@@ -843,6 +923,7 @@ impl ListenerOps for ShmListener {
                 return Ok(accepted);
             }
             if !blocking {
+                self.prepare();
                 return Err(Error::would_block());
             }
             self.wait(None)?;

@@ -114,6 +114,14 @@ impl Half {
         // yet shared with anyone.
         unsafe { map.header().cast::<SegHeader>().write(header) };
         let half = Half { map, ring };
+        // Fault the ring's first page in now (a zero over the zero that is there): the
+        // first message lands in it, and a segment made ahead (a spare, design §5.1b) then
+        // takes no page fault on the connection's first send. The page stays ours: the
+        // segment is not shared yet.
+        let (data, _) = half.ring_data();
+        // SAFETY: `data` is the start of our writable ring data area, 8-aligned, at least
+        // a page long; nobody else maps the segment yet.
+        unsafe { data.cast::<u64>().as_ptr().write_volatile(0) };
         // SAFETY: the block lies inside our writable header page (see `consumer_ctl`),
         // which lives as long as `half`.
         unsafe { half.consumer_ctl().as_ref() }.start_armed();
@@ -275,6 +283,28 @@ mod tests {
             }
         }
         assert!(memfd::seals(their_fd.as_fd()).unwrap() & memfd::SEAL_FUTURE_WRITE != 0);
+    }
+
+    /// Whether the page holding `addr` is resident (`mincore`).
+    fn resident(addr: *const u8) -> bool {
+        let page = page_size();
+        let start = (addr as usize & !(page - 1)) as *mut libc::c_void;
+        let mut vec = [0u8; 1];
+        // SAFETY: one page of a live mapping of ours, and a one-byte result vector.
+        let r = unsafe { libc::mincore(start, page, vec.as_mut_ptr()) };
+        assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
+        vec[0] & 1 != 0
+    }
+
+    #[test]
+    fn a_new_segments_first_ring_page_is_faulted_in_and_zero() {
+        let ring = 16 * page_size();
+        let (own, _fd) = Half::create(Side::Client, ring).unwrap();
+        let (data, _) = own.ring_data();
+        assert!(resident(data.as_ptr()), "the first send's page");
+        // SAFETY: the first page of our own ring, readable.
+        let first = unsafe { std::slice::from_raw_parts(data.as_ptr(), page_size()) };
+        assert!(first.iter().all(|&b| b == 0), "a fresh ring is all zero");
     }
 
     #[test]
