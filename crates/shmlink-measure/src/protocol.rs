@@ -126,14 +126,21 @@ fn control(size: usize, tag: u64) -> Vec<u8> {
 
 /// Sends data message `seq` of `out.len()` bytes: generated into `out` and sent, or, for
 /// a zero-copy method, generated straight into its buffer, then damaged as `fault` says.
+/// `full`: generated in full ([`payload::write`]); else only the bytes the receiver
+/// checks of a message outside its sample ([`payload::write_ends`]).
 fn send_data(
     ep: &mut dyn Endpoint,
     out: &mut [u8],
     seq: u64,
     fault: Option<Fault>,
+    full: bool,
 ) -> io::Result<()> {
     let fill = |buf: &mut [u8]| {
-        payload::write(buf, seq);
+        if full {
+            payload::write(buf, seq);
+        } else {
+            payload::write_ends(buf, seq);
+        }
         if let Some(f) = fault {
             f.damage(buf, seq);
         }
@@ -171,7 +178,7 @@ impl Outgoing {
         let fault = fault.filter(|f| f.hits(seq));
         if ep.in_place().is_some() || self.ready != Some(seq) {
             self.ready = None;
-            return send_data(ep, &mut self.buf, seq, fault);
+            return send_data(ep, &mut self.buf, seq, fault, true);
         }
         self.ready = None;
         ep.send(&self.buf)
@@ -434,6 +441,10 @@ fn settle(ep: &mut dyn Endpoint, plan: &Plan, sent: u64, acked: &mut u64) -> io:
 
 fn throughput(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
     let mut out = vec![0u8; plan.size];
+    // The peer's sample (the same seed): those messages are generated in full, the rest
+    // carry what the peer checks of them, their sequence number at both ends.
+    let sample = Checker::new(plan.size, plan.sampling, plan.seed, ep.in_place().is_some());
+    let every = plan.ack_every();
     let (mut sent, mut acked) = (0u64, 0u64);
     let mut send = |ep: &mut dyn Endpoint, sent: &mut u64, acked: &mut u64| -> io::Result<()> {
         if *sent - *acked >= plan.window {
@@ -444,8 +455,15 @@ fn throughput(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
             *acked = recv_ack(ep, *acked, *sent)?;
         }
         let fault = plan.fault.filter(|f| f.hits(*sent));
-        send_data(ep, &mut out, *sent, fault).map_err(|e| err(format!("send #{}: {e}", *sent)))?;
+        send_data(ep, &mut out, *sent, fault, sample.full(*sent))
+            .map_err(|e| err(format!("send #{}: {e}", *sent)))?;
         *sent += 1;
+        if *sent % every == 0 {
+            // A batching endpoint publishes each ack interval's messages as soon as they
+            // are written, so the peer takes them while the next ones are written (not
+            // only once the window is full, which left the peer idle meanwhile).
+            ep.flush()?;
+        }
         Ok(())
     };
     let t_warm = Instant::now();
