@@ -94,8 +94,11 @@ impl Checker {
 
     /// Whether message `seq` is in the random sample.
     pub fn sampled(&self, seq: u64) -> bool {
-        self.one_in == 1
-            || fmix64(self.seed ^ seq.wrapping_mul(0x9e37_79b9_7f4a_7c15)) % self.one_in == 0
+        // The hash scaled to 0..one_in by a multiply (the high half of the product) rather
+        // than reduced by a division, which cost more than the rest of a 64 B message's
+        // checks: 0 with a chance of 1 in `one_in`.
+        let h = fmix64(self.seed ^ seq.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        self.one_in == 1 || (u128::from(h) * u128::from(self.one_in)) >> 64 == 0
     }
 
     /// Whether every byte of message `seq` is checksummed.

@@ -1,13 +1,13 @@
 //! The library's own floor, without the pong tool's verification: round-trip percentiles
 //! of SIZE-byte messages (64 by default), or a one-way stream of them, between two pinned
 //! processes; or the CPU time an idle connected pair uses. Messages are copied in
-//! (`send`, or `reserve` + a copy in the stream) and out (`recv`), as the bench's copying
-//! rows do.
+//! (`send`) and out (`recv`), as the bench's copying rows do.
 //!
-//! `cargo run --release --example pingpong -- [--stream [--batch N] | --idle SECONDS] [ADDR] [COUNT] [SIZE]`
+//! `cargo run --release --example pingpong -- [--stream [--reserve] [--batch N] | --idle SECONDS] [ADDR] [COUNT] [SIZE]`
 //!
 //! `--batch N` streams through [`Connection::batch`]: N messages per batch, published
 //! together (one ring position store and one fence per batch instead of per message).
+//! `--reserve` streams through `reserve` + a copy + `commit` instead of `send`.
 //!
 //! The parent binds ADDR (default `shm:pingpong-PID`), re-runs itself as the child (the
 //! echoing or draining end), and prints what it measured.
@@ -33,6 +33,10 @@ fn main() -> shmlink::Result<()> {
     }
     let stream = args.first().is_some_and(|a| a == "--stream");
     if stream {
+        args.remove(0);
+    }
+    let reserve = args.first().is_some_and(|a| a == "--reserve");
+    if reserve {
         args.remove(0);
     }
     let mut batch = 1;
@@ -63,7 +67,7 @@ fn main() -> shmlink::Result<()> {
         .expect("spawn the child");
     let result = listener.accept().and_then(|mut conn| {
         if stream {
-            stream_to(conn, count, size, batch)
+            stream_to(conn, count, size, batch, reserve)
         } else {
             ping(&mut conn, count, size)
         }
@@ -133,25 +137,34 @@ fn stream_to(
     count: usize,
     size: usize,
     batch: usize,
+    reserve: bool,
 ) -> shmlink::Result<String> {
     let mut msg = vec![7u8; size];
     let t = Instant::now();
     let mut i = 0;
     while i < count && batch == 1 {
-        // Per message: `reserve` + `commit`, each commit published on its own.
-        let mut buf = conn.reserve(size)?;
+        // Per message: each `send` (or `reserve` + `commit`) published on its own.
         msg[..8.min(size)].copy_from_slice(&(i as u64).to_le_bytes()[..8.min(size)]);
-        buf.copy_from_slice(&msg);
-        buf.commit()?;
+        if reserve {
+            let mut buf = conn.reserve(size)?;
+            buf.copy_from_slice(&msg);
+            buf.commit()?;
+        } else {
+            conn.send(&msg)?;
+        }
         i += 1;
     }
     while i < count {
         let mut b = conn.batch();
         for _ in 0..batch.min(count - i) {
-            let mut buf = b.reserve(size)?;
             msg[..8.min(size)].copy_from_slice(&(i as u64).to_le_bytes()[..8.min(size)]);
-            buf.copy_from_slice(&msg);
-            buf.commit()?;
+            if reserve {
+                let mut buf = b.reserve(size)?;
+                buf.copy_from_slice(&msg);
+                buf.commit()?;
+            } else {
+                b.send(&msg)?;
+            }
             i += 1;
         }
         b.finish();
@@ -159,7 +172,8 @@ fn stream_to(
     conn.close()?;
     let secs = t.elapsed().as_secs_f64();
     Ok(format!(
-        "{count} messages of {size} B streamed (batches of {batch}): {:.3} M msgs/s, {:.0} MiB/s",
+        "{count} messages of {size} B streamed (batches of {batch}{}): {:.3} M msgs/s, {:.0} MiB/s",
+        if reserve { ", reserve + commit" } else { "" },
         count as f64 / secs / 1e6,
         (count * size) as f64 / secs / (1 << 20) as f64
     ))

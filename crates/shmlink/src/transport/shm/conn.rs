@@ -129,11 +129,6 @@ pub(crate) struct Setup {
     pub peer: String,
 }
 
-/// The receiving end of a connection's ring. It publishes its position once per record
-/// taken (`set_lazy_head(0)`): holding it back for an eighth of the ring
-/// (`ring.max_record() / 4`) was measured slower per message (docs/benchmarks.md, round
-/// 2) and not reliably faster in batches. The `consume`/`flush` calls stay, so the
-/// amount is the only thing to change.
 /// Bytes taken between two waits for data from which a waiting receiver polls longer
 /// (the size where large records restart at the ring's start).
 const LARGE_TAKEN: u64 = crate::ring::RESTART_MIN as u64;
@@ -155,11 +150,19 @@ fn large_message_patience(policy: &WaitPolicy, taken: u64) -> Duration {
     Duration::from_nanos(taken / 2).min(MAX_PATIENCE)
 }
 
+/// The receiving end of a connection's ring. While it follows a producer that publishes
+/// in batches it publishes its position once per 4 KiB taken (at most an eighth of the
+/// ring) and before it waits; otherwise once per record (`Consumer::consume`):
+/// docs/benchmarks.md, round 3.
 fn lazy_consumer(ring: crate::ring::RingRef, fence: FenceMode) -> Consumer {
+    let lazy = (ring.max_record() / 4).min(LAZY_HEAD);
     let mut rx = Consumer::new(ring, fence);
-    rx.set_lazy_head(0);
+    rx.set_lazy_head(lazy);
     rx
 }
+
+/// Bytes a batch-following consumer takes before it publishes its position.
+const LAZY_HEAD: usize = 4 << 10;
 
 impl ShmConn {
     pub(crate) fn new(s: Setup) -> ShmConn {
