@@ -528,6 +528,7 @@ pub fn fuzz_shm_reader(data: &[u8]) {
         seg: Segment::new(own, peer),
         fence: FenceMode::Symmetric,
         sock: ours,
+        bell: None,
         wait: WaitPolicy::BLOCKING,
         max_send: answer.max_msg.min(1 << 16) as usize,
         max_recv: 1 << 16,

@@ -1,5 +1,6 @@
-//! One `shm:` connection: two segments (ours, the peer's) holding the two rings, and the
-//! Unix socket that carries doorbells and reports the peer's death.
+//! One `shm:` connection: two segments (ours, the peer's) holding the two rings, the
+//! Unix socket that carries doorbells and reports the peer's death, and, when both sides
+//! have them, the doorbell pipes a blocking wait sleeps on (docs/design.md §4.4).
 
 use std::io;
 use std::mem;
@@ -7,14 +8,15 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use super::segment::Segment;
+use super::bell::PipeBell;
+use super::segment::{Place, Segment, Wait};
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::spin_then_yield;
 use crate::options::WaitPolicy;
 use crate::ring::{
     record_size, Consumer, FenceMode, Producer, Record, FLAG_FIRST, FLAG_MORE, HEADER,
 };
-use crate::sys::{self, poll_fd, socket};
+use crate::sys::{self, pipe, poll_fd, socket};
 use crate::transport::{ConnOps, CLOSE_LINGER};
 use crate::view::SharedBytes;
 
@@ -33,6 +35,14 @@ enum Bell {
 }
 
 impl Bell {
+    /// The receiver's wait this doorbell ends.
+    fn wait(self) -> Wait {
+        match self {
+            Bell::Data => Wait::Data,
+            Bell::Room => Wait::Room,
+        }
+    }
+
     fn other(self) -> Bell {
         match self {
             Bell::Data => Bell::Room,
@@ -76,6 +86,9 @@ pub(crate) struct ShmConn {
     seg: Segment,
     /// Control socket: doorbells in both directions, EOF when the peer is gone.
     sock: OwnedFd,
+    /// The doorbell pipes, if both sides have them: a blocking wait sleeps on its pipe
+    /// and says so in its segment ([`Place`]); the peer rings where it sleeps.
+    bell: Option<PipeBell>,
     wait: WaitPolicy,
     max_send: usize,
     max_recv: usize,
@@ -119,6 +132,7 @@ pub(crate) struct Setup {
     pub seg: Segment,
     pub fence: FenceMode,
     pub sock: OwnedFd,
+    pub bell: Option<PipeBell>,
     pub wait: WaitPolicy,
     pub max_send: usize,
     pub max_recv: usize,
@@ -147,6 +161,7 @@ impl ShmConn {
             rx: lazy_consumer(s.seg.rx(), s.fence),
             seg: s.seg,
             sock: s.sock,
+            bell: s.bell,
             wait: s.wait,
             max_send: s.max_send,
             max_recv: s.max_recv,
@@ -196,10 +211,21 @@ impl ShmConn {
         ))
     }
 
-    /// Rings the peer's doorbell: one packet on the control socket, whose byte says which
-    /// of its directions may progress ([`Bell`]).
+    /// Rings the peer's doorbell where the peer said it sleeps for that wait: a byte in its
+    /// pipe, or one packet on the control socket, whose byte says which of its
+    /// directions may progress ([`Bell`]).
     #[cold]
     fn doorbell(&mut self, bell: Bell) {
+        if let Some(pipes) = &self.bell {
+            // After the fence that loaded the peer's announcement, which the peer made
+            // after storing its place (`ShmConn::place`).
+            if self.seg.peer_place(bell.wait()) == Place::Pipe {
+                // A full pipe already holds doorbells the peer has not taken; we hold a
+                // read end of it (the guard), so a dead peer is no error either.
+                let _ = pipe::ring(pipes.ring_fd(), bell as u8);
+                return;
+            }
+        }
         match socket::send(self.sock.as_fd(), &[bell as u8]) {
             // A full socket already holds doorbells the peer has not drained.
             Ok(_) => {}
@@ -300,11 +326,45 @@ impl ShmConn {
         Ok(())
     }
 
-    /// Sleeps until the control socket has a doorbell or the peer is gone, and takes
-    /// that doorbell (a stale one that slipped past `drain_stale` costs one more round).
-    /// One blocking `recv`: as cheap as a pipe's `read`.
-    fn sleep(&mut self) -> Result<()> {
-        self.take_doorbell(true).map(drop)
+    /// Says where the wait about to be announced for `wait` sleeps: on the doorbell pipe
+    /// when the call blocks and the connection has pipes, else on the control socket
+    /// (which event loops watch). Before the announcement, whose fence publishes it.
+    /// Returns whether it is the pipe.
+    #[inline]
+    fn place(&mut self, wait: Wait, blocking: bool) -> bool {
+        let pipe = blocking && self.bell.is_some();
+        let place = if pipe { Place::Pipe } else { Place::Socket };
+        self.seg.set_place(wait, place);
+        pipe
+    }
+
+    /// Sleeps until a doorbell comes or the peer is gone, and takes that doorbell (a stale
+    /// one costs one more round): on the control socket, one blocking `recv`; on the pipe
+    /// (`on_pipe`), one blocking `read`, which takes every byte waiting there at once.
+    fn sleep(&mut self, on_pipe: bool) -> Result<()> {
+        match &self.bell {
+            Some(pipes) if on_pipe => {
+                let fd = pipes.sleep_fd();
+                let mut buf = [0u8; 64];
+                match pipe::read_wait(fd, &mut buf) {
+                    // Every write end is closed: the peer's process is gone (or it
+                    // closed the connection).
+                    Ok(0) => self.peer_eof = true,
+                    Ok(_) => {}
+                    // Someone made the read end non-blocking (the peer shares it): wait
+                    // for it to be readable; the caller looks again and reads.
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        poll_fd(fd, sys::Interest::READABLE, None)
+                            .map_err(|e| Error::io(format!("{}: poll", self.peer), e))?;
+                    }
+                    Err(e) => {
+                        return Err(Error::io(format!("{}: doorbell pipe", self.peer), e))
+                    }
+                }
+                Ok(())
+            }
+            _ => self.take_doorbell(true).map(drop),
+        }
     }
 
     /// Room for a record with `len` payload bytes: waits per policy when blocking,
@@ -348,9 +408,11 @@ impl ShmConn {
                     Err(e) => return Err(self.fail(e)),
                 }
             }
+            let on_pipe = self.place(Wait::Room, blocking);
             match self.tx.arm(need) {
                 Ok(true) => {
-                    self.stale_doorbell = true;
+                    // A doorbell on the pipe is taken by the next sleep there.
+                    self.stale_doorbell |= !on_pipe;
                     continue;
                 }
                 Ok(false) => {}
@@ -360,7 +422,7 @@ impl ShmConn {
                 self.tx_waiting = true;
                 return Ok(None);
             }
-            self.sleep()?;
+            self.sleep(on_pipe)?;
         }
     }
 
@@ -612,15 +674,17 @@ impl ShmConn {
             if self.peer_eof || self.rx.peer_closed() {
                 return self.end_of_data();
             }
+            let on_pipe = self.place(Wait::Data, blocking);
             if self.rx.arm()? {
-                self.stale_doorbell = true;
+                // A doorbell on the pipe is taken by the next sleep there.
+                self.stale_doorbell |= !on_pipe;
                 return Ok(());
             }
             if !blocking {
                 self.rx_waiting = true;
                 return Err(Error::would_block());
             }
-            self.sleep()?;
+            self.sleep(on_pipe)?;
             if self.rx.has_data()? {
                 return Ok(());
             }
