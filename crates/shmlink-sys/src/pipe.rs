@@ -68,7 +68,10 @@ pub fn check_end(fd: BorrowedFd<'_>, end: End) -> io::Result<(u64, u64)> {
     if flags & libc::O_ACCMODE != want {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("not the {end:?} end of a pipe (access mode {:#o})", flags & libc::O_ACCMODE),
+            format!(
+                "not the {end:?} end of a pipe (access mode {:#o})",
+                flags & libc::O_ACCMODE
+            ),
         ));
     }
     Ok((st.st_dev, st.st_ino))

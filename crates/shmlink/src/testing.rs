@@ -24,7 +24,7 @@ pub use crate::pubsub::handshake::{
 };
 pub use crate::transport::auto::Msg as AutoMsg;
 pub use crate::transport::shm::handshake::{Packet as HandshakePacket, Params as HandshakeParams};
-pub use crate::transport::shm::handshake::{RefuseCode, VERSION};
+pub use crate::transport::shm::handshake::{RefuseCode, FEATURE_PIPE_BELL, VERSION};
 pub use crate::transport::vm::bell::{bell_stats, read_msg as ivshmem_read_msg, BellStats};
 
 mod skips;

@@ -14,8 +14,8 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
-use crate::error::{Error, Result};
 use super::handshake::FEATURE_PIPE_BELL;
+use crate::error::{Error, Result};
 use crate::sys::pipe::{self, End};
 
 /// One side's doorbell pipes.
@@ -102,11 +102,12 @@ impl PipeBell {
 
 /// Splits the descriptors of the listener's answer: the memfd, then the doorbell pipes
 /// when the answer kept [`FEATURE_PIPE_BELL`] (and nothing else otherwise).
-pub(crate) fn answer_fds(
-    fds: Vec<OwnedFd>,
-    features: u64,
-) -> Result<(OwnedFd, Option<PipeBell>)> {
-    let want = if features & FEATURE_PIPE_BELL != 0 { 4 } else { 1 };
+pub(crate) fn answer_fds(fds: Vec<OwnedFd>, features: u64) -> Result<(OwnedFd, Option<PipeBell>)> {
+    let want = if features & FEATURE_PIPE_BELL != 0 {
+        4
+    } else {
+        1
+    };
     if fds.len() != want {
         return Err(Error::violation(format!(
             "accept carried {} descriptors, expected {want}",

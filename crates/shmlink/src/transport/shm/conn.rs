@@ -357,9 +357,7 @@ impl ShmConn {
                         poll_fd(fd, sys::Interest::READABLE, None)
                             .map_err(|e| Error::io(format!("{}: poll", self.peer), e))?;
                     }
-                    Err(e) => {
-                        return Err(Error::io(format!("{}: doorbell pipe", self.peer), e))
-                    }
+                    Err(e) => return Err(Error::io(format!("{}: doorbell pipe", self.peer), e)),
                 }
                 Ok(())
             }

@@ -28,11 +28,11 @@ pub(crate) mod segment;
 
 use crate::ring::FenceMode;
 
+use bell::{ClientRing, PipeBell};
 pub(crate) use conn::{Setup, ShmConn};
 use handshake::{
     Packet, Params, RefuseCode, Token, FEATURE_ASYM_FENCE, FEATURE_PIPE_BELL, MAX_PACKET,
 };
-use bell::{ClientRing, PipeBell};
 use registry::Registry;
 use segment::{Half, Segment, Side};
 
@@ -73,8 +73,7 @@ fn valid_ring(size: u64) -> bool {
 ///
 /// Doorbell pipes (`FEATURE_PIPE_BELL`, `bell.rs`) are always offered.
 fn own_features(opts: &Options) -> u64 {
-    let asym =
-        OFFER_ASYM_FENCE && opts.wait != WaitPolicy::BLOCKING && sys::membarrier_register();
+    let asym = OFFER_ASYM_FENCE && opts.wait != WaitPolicy::BLOCKING && sys::membarrier_register();
     FEATURE_PIPE_BELL | if asym { FEATURE_ASYM_FENCE } else { 0 }
 }
 
@@ -758,9 +757,10 @@ impl ShmListener {
         };
         let bell = match accept.features & FEATURE_PIPE_BELL {
             0 => None,
-            _ => Some(PipeBell::for_listener().map_err(|e| {
-                (RefuseCode::Resources, format!("doorbell pipes: {e}"))
-            })?),
+            _ => Some(
+                PipeBell::for_listener()
+                    .map_err(|e| (RefuseCode::Resources, format!("doorbell pipes: {e}")))?,
+            ),
         };
         Ok(Answer::Connect(Box::new(Handshake {
             own,

@@ -391,7 +391,11 @@ mod tests {
         }
         assert!(!client.note_cpu(3));
         assert!(server.note_cpu(3));
-        assert_eq!(server.peer_place(Wait::Data), Place::Socket, "zeroed: the socket");
+        assert_eq!(
+            server.peer_place(Wait::Data),
+            Place::Socket,
+            "zeroed: the socket"
+        );
         client.set_place(Wait::Data, Place::Pipe);
         assert_eq!(server.peer_place(Wait::Data), Place::Pipe);
         assert_eq!(server.peer_place(Wait::Room), Place::Socket);
