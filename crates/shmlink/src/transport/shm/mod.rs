@@ -71,10 +71,13 @@ fn valid_ring(size: u64) -> bool {
 /// Not offered for now ([`OFFER_ASYM_FENCE`]): under it, non-blocking receivers in event
 /// loops lost wake-ups that the symmetric fence never loses (docs/design.md §4.3).
 ///
-/// Doorbell pipes (`FEATURE_PIPE_BELL`, `bell.rs`) are always offered.
+/// Doorbell pipes (`FEATURE_PIPE_BELL`, `bell.rs`) are offered unless the options say
+/// the program closes descriptors it did not open (`Options::prepare_ahead(false)`, the
+/// preload library's): a connection then keeps its one descriptor, the socket.
 fn own_features(opts: &Options) -> u64 {
     let asym = OFFER_ASYM_FENCE && opts.wait != WaitPolicy::BLOCKING && sys::membarrier_register();
-    FEATURE_PIPE_BELL | if asym { FEATURE_ASYM_FENCE } else { 0 }
+    let pipes = opts.prepare_ahead;
+    (if pipes { FEATURE_PIPE_BELL } else { 0 }) | if asym { FEATURE_ASYM_FENCE } else { 0 }
 }
 
 fn fence_mode(features: u64) -> FenceMode {
