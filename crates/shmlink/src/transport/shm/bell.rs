@@ -85,7 +85,7 @@ impl PipeBell {
         Ok(PipeBell {
             sleep,
             ring,
-            guard: guard,
+            guard,
         })
     }
 
