@@ -7,7 +7,7 @@
 //! here is a counter; [`Doorbell::set_place`] is the sleeper's store, [`Doorbell::ring`]
 //! reads it (place 0 unless a model sets another).
 
-use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::atomic::{fence, AtomicUsize, Ordering};
 use loom::sync::{Condvar, Mutex};
 
 /// Places a sleeper can choose between.
@@ -20,19 +20,40 @@ pub(crate) struct Doorbell {
     cv: [Condvar; PLACES],
     /// Where the sleeper said it sleeps (a word in its own segment in `shm:`).
     place: AtomicUsize,
+    /// Whether the sleeper chooses places ([`Doorbell::with_places`]); without, a ring
+    /// neither fences nor reads the place, as the transports without pipes.
+    places: bool,
 }
 
 impl Doorbell {
+    /// A doorbell whose sleeper says where it sleeps (`shm:` with doorbell pipes).
+    pub(crate) fn with_places() -> Doorbell {
+        Doorbell {
+            places: true,
+            ..Doorbell::default()
+        }
+    }
+
     /// The waker's side: rings where the sleeper said it sleeps. Called after the
     /// waker's fence and its load of the announcement (`commit`/`advance` returned true).
     pub(crate) fn ring(&self) {
-        let p = self.place.load(Ordering::Relaxed);
+        let p = if self.places {
+            // Pairs with the Release fence of `set_place` through the announcement count
+            // the waker loaded (`segment::Segment::peer_place` in `shm:`).
+            fence(Ordering::Acquire);
+            self.place.load(Ordering::Relaxed)
+        } else {
+            0
+        };
         *self.rings[p].lock().unwrap() += 1;
         self.cv[p].notify_one();
     }
     /// The sleeper's side, before it announces (`arm`, whose fence orders the two).
     pub(crate) fn set_place(&self, place: usize) {
-        self.place.store(place, Ordering::Relaxed);
+        if self.places {
+            self.place.store(place, Ordering::Relaxed);
+            fence(Ordering::Release);
+        }
     }
     /// What has been rung so far at place 0 ("drain").
     pub(crate) fn seen(&self) -> u64 {

@@ -61,8 +61,16 @@ unsafe impl Send for Shared {}
 const CAP: usize = 64;
 
 impl Shared {
-    /// A fresh ring; `armed`: the consumer starts announced, as a connection's does.
-    fn new(armed: bool) -> Arc<Shared> {
+    /// A fresh ring; `armed`: the consumer starts announced, as a connection's does;
+    /// `places`: the doorbells know where their sleepers sleep.
+    fn new(armed: bool, places: bool) -> Arc<Shared> {
+        let bell = || {
+            if places {
+                Doorbell::with_places()
+            } else {
+                Doorbell::default()
+            }
+        };
         let cons = Box::new(ConsumerCtl::new());
         if armed {
             cons.start_armed();
@@ -72,8 +80,8 @@ impl Shared {
             cons,
             data: (0..2 * CAP / 8).map(|_| 0.into()).collect(),
             words: (0..CAP / 8).map(|_| UnsafeCell::new(0)).collect(),
-            to_consumer: Doorbell::default(),
-            to_producer: Doorbell::default(),
+            to_consumer: bell(),
+            to_producer: bell(),
         })
     }
     fn ring(&self) -> RingRef {
@@ -147,7 +155,7 @@ fn run(cfg: Cfg) {
     // The place of a side's `n`th sleep.
     let place_of = move |n: usize| if places { n % PLACES } else { 0 };
     loom::model(move || {
-        let shared = Shared::new(armed);
+        let shared = Shared::new(armed, places);
         let s = shared.clone();
         let producer = thread::spawn(move || {
             let mut p = Producer::new(s.ring(), mode);

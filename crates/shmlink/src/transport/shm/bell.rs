@@ -82,11 +82,7 @@ impl PipeBell {
         // copes with a non-blocking read end: `ShmConn::sleep` then polls.)
         pipe::set_nonblocking(ring.as_fd())
             .map_err(|e| Error::io("doorbell pipe: O_NONBLOCK", e))?;
-        Ok(PipeBell {
-            sleep,
-            ring,
-            guard,
-        })
+        Ok(PipeBell { sleep, ring, guard })
     }
 
     /// The read end this side sleeps on.

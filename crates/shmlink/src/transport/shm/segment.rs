@@ -23,7 +23,7 @@ use std::ptr::NonNull;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ring::{ConsumerCtl, ProducerCtl, RingRef};
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{fence, AtomicU32, Ordering};
 use crate::sys::memfd::{self, Mapping};
 use crate::sys::page_size;
 
@@ -276,21 +276,32 @@ impl Segment {
 }
 
 impl Segment {
-    /// Records where we will sleep for `wait`: before announcing it (the announcement's
-    /// fence orders the two; a waker that sees the announcement sees the place). Stores
-    /// only on a change, so the line stays shared while a side keeps its habits.
+    /// Records where we will sleep for `wait`, before announcing it. Stores only on a
+    /// change, so the line stays shared while a side keeps its habits.
     #[inline]
     pub fn set_place(&self, wait: Wait, place: Place) {
         let slot = self.own.place(wait);
         if slot.load(Ordering::Relaxed) != place as u32 {
             slot.store(place as u32, Ordering::Relaxed);
+            // SYNC POINT (place): pairs with the Acquire fence in `peer_place`. The
+            // announcement's count store follows (Relaxed, in `arm`): a waker that loads
+            // that count and then fences sees this place or a later one. The SeqCst
+            // fences of the announcement do not give this: a waker may read a count
+            // stored after its own fence (its fence came first, the sleeper's re-check
+            // then sees only records it had already taken, and it sleeps) — without this
+            // pair it could read the place before it, ring there, and remember the
+            // count as woken (loom found it: `loom_sleeps_alternate_between_socket_and_pipe`).
+            fence(Ordering::Release);
         }
     }
 
-    /// Where the peer sleeps for `wait`, as it last said (after the waker's fence, which
-    /// loaded its announcement). Any value but `Pipe` is the socket.
+    /// Where the peer sleeps for `wait`, as it last said, read after the load of its
+    /// announcement (`commit`/`advance` returned true). Any value but `Pipe` is the socket.
     #[inline]
     pub fn peer_place(&self, wait: Wait) -> Place {
+        // SYNC POINT (place): pairs with the Release fence in `set_place`, through the
+        // announcement count the waker just loaded.
+        fence(Ordering::Acquire);
         if self.peer.place(wait).load(Ordering::Relaxed) == Place::Pipe as u32 {
             Place::Pipe
         } else {
