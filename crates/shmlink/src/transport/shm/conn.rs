@@ -86,9 +86,6 @@ pub(crate) struct ShmConn {
     seg: Segment,
     /// Control socket: doorbells in both directions, EOF when the peer is gone.
     sock: OwnedFd,
-    /// The doorbell pipes, if both sides have them: a blocking wait sleeps on its pipe
-    /// and says so in its segment ([`Place`]); the peer rings where it sleeps.
-    bell: Option<PipeBell>,
     wait: WaitPolicy,
     max_send: usize,
     max_recv: usize,
@@ -121,6 +118,10 @@ pub(crate) struct ShmConn {
     closed: bool,
     local: String,
     peer: String,
+    /// The doorbell pipes, if both sides have them: a blocking wait sleeps on its pipe
+    /// and says so in its segment ([`Place`]); the peer rings where it sleeps. (Last:
+    /// only wake-ups use it, and the fields above keep their places.)
+    bell: Option<PipeBell>,
 }
 
 // SAFETY: the raw pointers in `current`, `reservation` and the rings point into `seg`,
@@ -161,7 +162,6 @@ impl ShmConn {
             rx: lazy_consumer(s.seg.rx(), s.fence),
             seg: s.seg,
             sock: s.sock,
-            bell: s.bell,
             wait: s.wait,
             max_send: s.max_send,
             max_recv: s.max_recv,
@@ -181,6 +181,7 @@ impl ShmConn {
             closed: false,
             local: s.local,
             peer: s.peer,
+            bell: s.bell,
         }
     }
 
@@ -328,7 +329,7 @@ impl ShmConn {
 
     /// Says where the wait about to be announced for `wait` sleeps: on the doorbell pipe
     /// when the call blocks and the connection has pipes, else on the control socket
-    /// (which event loops watch). Before the announcement, whose fence publishes it.
+    /// (which event loops watch). Before the announcement (`Segment::set_place` fences).
     /// Returns whether it is the pipe.
     #[inline]
     fn place(&mut self, wait: Wait, blocking: bool) -> bool {
@@ -341,6 +342,8 @@ impl ShmConn {
     /// Sleeps until a doorbell comes or the peer is gone, and takes that doorbell (a stale
     /// one costs one more round): on the control socket, one blocking `recv`; on the pipe
     /// (`on_pipe`), one blocking `read`, which takes every byte waiting there at once.
+    #[cold]
+    #[inline(never)]
     fn sleep(&mut self, on_pipe: bool) -> Result<()> {
         match &self.bell {
             Some(pipes) if on_pipe => {
