@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 pub mod dirlock;
 mod event;
 pub mod memfd;
+pub mod pipe;
 pub mod socket;
 pub mod stream;
 pub mod vfio;

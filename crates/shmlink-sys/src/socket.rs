@@ -21,7 +21,7 @@ pub enum UnixName {
 }
 
 /// Most descriptors one message may carry.
-pub const MAX_FDS: usize = 4;
+pub const MAX_FDS: usize = 8;
 
 /// A `sockaddr_un` for `name` and its length.
 fn sockaddr(name: &UnixName) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {

@@ -438,7 +438,10 @@ impl Options {
     /// holds a descriptor and its memory (a header page and one ring) between
     /// connections. A program that closes descriptors it did not open (a daemon's
     /// start-up, the preload library's host programs) turns this off: the segment is then
-    /// made during the handshake, which costs connection setup time only.
+    /// made during the handshake, which costs connection setup time only. Off, a `shm:`
+    /// connection also keeps no descriptor beside its socket: it does not negotiate
+    /// doorbell pipes (blocking waits then sleep on the socket, a little slower per
+    /// wake-up; docs/design.md §4.4).
     pub fn prepare_ahead(mut self, on: bool) -> Self {
         self.prepare_ahead = on;
         self

@@ -24,7 +24,7 @@ pub use crate::pubsub::handshake::{
 };
 pub use crate::transport::auto::Msg as AutoMsg;
 pub use crate::transport::shm::handshake::{Packet as HandshakePacket, Params as HandshakeParams};
-pub use crate::transport::shm::handshake::{RefuseCode, VERSION};
+pub use crate::transport::shm::handshake::{RefuseCode, FEATURE_PIPE_BELL, VERSION};
 pub use crate::transport::vm::bell::{bell_stats, read_msg as ivshmem_read_msg, BellStats};
 
 mod skips;
@@ -528,6 +528,7 @@ pub fn fuzz_shm_reader(data: &[u8]) {
         seg: Segment::new(own, peer),
         fence: FenceMode::Symmetric,
         sock: ours,
+        bell: None,
         wait: WaitPolicy::BLOCKING,
         max_send: answer.max_msg.min(1 << 16) as usize,
         max_recv: 1 << 16,

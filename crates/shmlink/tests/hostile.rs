@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -14,7 +14,8 @@ use common::*;
 use shmlink::testing::{
     fake_listener, memfd, raw_handshake, raw_handshake_with_fds, raw_segment_handshake,
     segment_memfd, segment_memfd_with, silent_client, AfterAnswer, HandshakePacket as Packet,
-    HandshakeParams as Params, HostilePeer, RefuseCode, SEGMENT_VERSION, VERSION,
+    HandshakeParams as Params, HostilePeer, RefuseCode, FEATURE_PIPE_BELL, SEGMENT_VERSION,
+    VERSION,
 };
 use shmlink::{Connection, ErrorKind, Listener, Options};
 
@@ -426,6 +427,125 @@ fn broken_listener_answers_are_rejected_by_the_client() {
         if what.contains("FUTURE_WRITE") {
             assert!(err.to_string().contains("future-write"), "{what}: {err}");
         }
+    }
+}
+
+/// A pipe: (read end, write end).
+fn pipe() -> (OwnedFd, OwnedFd) {
+    let mut fds = [-1; 2];
+    // SAFETY: `fds` is a writable array of two ints.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors were just made and are owned by nobody else.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+/// Doorbell pipes (`FEATURE_PIPE_BELL`): the answer's descriptors after the memfd must be
+/// exactly the client's read end, its write end of another pipe, and a read end of that
+/// second pipe; anything else is a protocol violation with a message that says so.
+#[test]
+fn broken_doorbell_pipes_are_rejected_by_the_client() {
+    let ring = RING as u64;
+    let with_bells = |features: u64| {
+        Packet::Accept(Params {
+            features,
+            ring_c2s: ring,
+            ring_s2c: ring,
+            max_msg: 1024,
+        })
+        .encode()
+    };
+    let null = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+    type Fds = Box<dyn FnOnce() -> Vec<OwnedFd> + Send>;
+    let cases: Vec<(&str, u64, &str, Fds)> = vec![
+        (
+            "no pipes",
+            FEATURE_PIPE_BELL,
+            "expected 4",
+            Box::new(Vec::new),
+        ),
+        (
+            "pipes without the feature bit",
+            0,
+            "expected 1",
+            Box::new(|| {
+                let (a, b) = pipe();
+                let (c, _) = pipe();
+                vec![a, b, c]
+            }),
+        ),
+        (
+            "one pipe too many",
+            FEATURE_PIPE_BELL,
+            "expected 4",
+            Box::new(|| {
+                let (a, b) = pipe();
+                let (c, d) = pipe();
+                vec![a, d, c, b]
+            }),
+        ),
+        (
+            "not pipes",
+            FEATURE_PIPE_BELL,
+            "not a pipe",
+            Box::new(move || vec![null(), null(), null()]),
+        ),
+        (
+            "a write end to sleep on",
+            FEATURE_PIPE_BELL,
+            "read end to sleep on",
+            Box::new(|| {
+                let (_, a) = pipe();
+                let (c, d) = pipe();
+                vec![a, d, c]
+            }),
+        ),
+        (
+            "a read end to ring",
+            FEATURE_PIPE_BELL,
+            "write end to ring",
+            Box::new(|| {
+                let (a, _) = pipe();
+                let (c, _) = pipe();
+                let (e, _) = pipe();
+                vec![a, c, e]
+            }),
+        ),
+        (
+            "a guard of another pipe",
+            FEATURE_PIPE_BELL,
+            "guard is not",
+            Box::new(|| {
+                let (a, _) = pipe();
+                let (_, d) = pipe();
+                let (e, _) = pipe();
+                vec![a, d, e]
+            }),
+        ),
+        (
+            "one pipe for both directions",
+            FEATURE_PIPE_BELL,
+            "one pipe for both",
+            Box::new(|| {
+                let (a, b) = pipe();
+                let a2 = a.try_clone().unwrap();
+                vec![a, b, a2]
+            }),
+        ),
+    ];
+    for (what, features, says, fds) in cases {
+        let packet = with_bells(features);
+        let addr = fresh_addr("shm");
+        let fake = fake_listener(&addr, move |_hello| {
+            let mut all = vec![segment_memfd(RING).unwrap()];
+            all.extend(fds());
+            (packet, all)
+        })
+        .unwrap();
+        let opts = small_opts().connect_timeout(Duration::from_millis(500));
+        let err = Connection::connect(&addr, &opts).unwrap_err();
+        fake.join().unwrap();
+        assert_eq!(err.kind(), ErrorKind::ProtocolViolation, "{what}: {err}");
+        assert!(err.to_string().contains(says), "{what}: {err}");
     }
 }
 

@@ -161,3 +161,63 @@ fn serve(conns: &mut [Connection], round: usize) {
         }
     }
 }
+
+/// The pipes (`pipe:[…]` links) among this process's descriptors.
+fn pipe_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|t| t.to_string_lossy().starts_with("pipe:"))
+        .count()
+}
+
+/// Doorbell pipes (design §4.4): negotiated by default, three descriptors per side; a
+/// blocking receive sleeps on its pipe and wakes for the message, and for the peer's end
+/// (reset while parked on the pipe, end-of-stream after a close); a non-blocking
+/// receive's doorbell still makes the socket readable for an event loop. With
+/// `prepare_ahead(false)` (programs that close descriptors they did not open) a side
+/// keeps no descriptor beside its socket.
+#[test]
+fn blocking_waits_sleep_on_doorbell_pipes_and_event_loops_on_the_socket() {
+    // Other tests of this binary run in parallel and may hold pipes: compare with a
+    // connection that has none, made in the same breath, several times over.
+    let opts = kernel_opts()
+        .ring_size(4096)
+        .wait_policy(shmlink::WaitPolicy::BLOCKING);
+    let counted = (0..5).any(|_| {
+        let before = pipe_fds();
+        let pair = pair_with("shm", &opts);
+        let with = pipe_fds();
+        drop(pair);
+        let plain = opts.clone().prepare_ahead(false);
+        let before_plain = pipe_fds();
+        let pair = pair_with("shm", &plain);
+        let without = pipe_fds();
+        drop(pair);
+        with == before + 6 && without == before_plain
+    });
+    assert!(counted, "6 pipe ends with doorbell pipes, none without");
+
+    let (mut client, mut server) = pair_with("shm", &opts);
+    // A parked blocking receive wakes for a message sent later.
+    let waiter = std::thread::spawn(move || {
+        let got = server.recv_vec().unwrap();
+        (server, got)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    client.send(b"late").unwrap();
+    let (mut server, got) = waiter.join().unwrap();
+    assert_eq!(got, b"late");
+    // An event loop's receive: its doorbell goes to the socket.
+    server.set_nonblocking(true);
+    assert_eq!(server.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
+    client.send(b"polled").unwrap();
+    assert!(readable_within(server.as_raw_fd(), 10_000));
+    assert_eq!(server.recv_vec().unwrap(), b"polled");
+    // Parked on the pipe again, blocking: the peer's close ends it with end-of-stream.
+    server.set_nonblocking(false);
+    let waiter = std::thread::spawn(move || server.recv_vec().unwrap_err().kind());
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    drop(client);
+    assert_eq!(waiter.join().unwrap(), ErrorKind::EndOfStream);
+}

@@ -30,7 +30,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::*;
-use crate::loom_doorbell::Doorbell;
+use crate::loom_doorbell::{Doorbell, PLACES};
 
 /// Ring memory shared by the two threads: the producer's block and data area, the
 /// consumer's block.
@@ -61,8 +61,16 @@ unsafe impl Send for Shared {}
 const CAP: usize = 64;
 
 impl Shared {
-    /// A fresh ring; `armed`: the consumer starts announced, as a connection's does.
-    fn new(armed: bool) -> Arc<Shared> {
+    /// A fresh ring; `armed`: the consumer starts announced, as a connection's does;
+    /// `places`: the doorbells know where their sleepers sleep.
+    fn new(armed: bool, places: bool) -> Arc<Shared> {
+        let bell = || {
+            if places {
+                Doorbell::with_places()
+            } else {
+                Doorbell::default()
+            }
+        };
         let cons = Box::new(ConsumerCtl::new());
         if armed {
             cons.start_armed();
@@ -72,8 +80,8 @@ impl Shared {
             cons,
             data: (0..2 * CAP / 8).map(|_| 0.into()).collect(),
             words: (0..CAP / 8).map(|_| UnsafeCell::new(0)).collect(),
-            to_consumer: Doorbell::default(),
-            to_producer: Doorbell::default(),
+            to_consumer: bell(),
+            to_producer: bell(),
         })
     }
     fn ring(&self) -> RingRef {
@@ -120,6 +128,11 @@ struct Cfg {
     /// The consumer's [`Consumer::set_lazy_head`] (0: [`Consumer::advance`] each); it
     /// flushes before it waits.
     lazy: usize,
+    /// Each side sleeps in a different place each time (the control socket, then its
+    /// doorbell pipe, as a connection used now by an event loop, now by blocking calls
+    /// does), storing the place before it announces; the waker rings where it reads
+    /// the sleeper sleeps (design §4.4). Otherwise one place.
+    places: bool,
 }
 
 /// The payload word `k` of record `i`.
@@ -137,12 +150,16 @@ fn run(cfg: Cfg) {
         withdraw,
         batch,
         lazy,
+        places,
     } = cfg;
+    // The place of a side's `n`th sleep.
+    let place_of = move |n: usize| if places { n % PLACES } else { 0 };
     loom::model(move || {
-        let shared = Shared::new(armed);
+        let shared = Shared::new(armed, places);
         let s = shared.clone();
         let producer = thread::spawn(move || {
             let mut p = Producer::new(s.ring(), mode);
+            let mut sleeps = 0;
             for i in 0..records {
                 loop {
                     if let Some(dst) = p.try_reserve(len).unwrap() {
@@ -179,9 +196,12 @@ fn run(cfg: Cfg) {
                     if p.publish() {
                         s.to_consumer.ring();
                     }
-                    let seen = s.to_producer.seen();
+                    let place = place_of(sleeps);
+                    sleeps += 1;
+                    let seen = s.to_producer.seen_at(place);
+                    s.to_producer.set_place(place);
                     if !p.arm(record_size(len)).unwrap() {
-                        s.to_producer.wait_past(seen);
+                        s.to_producer.wait_past_at(place, seen);
                         if withdraw {
                             p.withdraw();
                         }
@@ -194,7 +214,7 @@ fn run(cfg: Cfg) {
         });
         let mut c = Consumer::new(shared.ring(), mode);
         c.set_lazy_head(lazy);
-        let (mut next, mut straddled) = (0, 0);
+        let (mut next, mut straddled, mut sleeps) = (0, 0, 0);
         loop {
             if let Some(rec) = c.peek().unwrap() {
                 assert_eq!(rec.len, len);
@@ -228,9 +248,12 @@ fn run(cfg: Cfg) {
             if c.peer_closed() && !c.has_data().unwrap() {
                 break;
             }
-            let seen = shared.to_consumer.seen();
+            let place = place_of(sleeps);
+            sleeps += 1;
+            let seen = shared.to_consumer.seen_at(place);
+            shared.to_consumer.set_place(place);
             if !c.arm().unwrap() && !c.peer_closed() {
-                shared.to_consumer.wait_past(seen);
+                shared.to_consumer.wait_past_at(place, seen);
                 if withdraw {
                     c.withdraw();
                 }
@@ -252,6 +275,7 @@ const SMALL: Cfg = Cfg {
     withdraw: false,
     batch: 1,
     lazy: 0,
+    places: false,
 };
 
 #[test]
@@ -337,6 +361,20 @@ fn loom_batched_publication_from_an_armed_start() {
         armed: true,
         batch: 3,
         lazy: 32,
+        ..SMALL
+    });
+}
+
+#[test]
+fn loom_sleeps_alternate_between_socket_and_pipe() {
+    // Both sides change where they sleep at every wait (design §4.4's place word): a
+    // waker that loads an announcement after its fence also reads the place stored
+    // before it, so no wake-up goes to the place nobody sleeps on. A full ring and an
+    // armed start: both sides sleep, in both places.
+    run(Cfg {
+        records: 5,
+        armed: true,
+        places: true,
         ..SMALL
     });
 }

@@ -1,5 +1,6 @@
-//! One `shm:` connection: two segments (ours, the peer's) holding the two rings, and the
-//! Unix socket that carries doorbells and reports the peer's death.
+//! One `shm:` connection: two segments (ours, the peer's) holding the two rings, the
+//! Unix socket that carries doorbells and reports the peer's death, and, when both sides
+//! have them, the doorbell pipes a blocking wait sleeps on (docs/design.md §4.4).
 
 use std::io;
 use std::mem;
@@ -7,14 +8,15 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use super::segment::Segment;
+use super::bell::PipeBell;
+use super::segment::{Place, Segment, Wait};
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::spin_then_yield;
 use crate::options::WaitPolicy;
 use crate::ring::{
     record_size, Consumer, FenceMode, Producer, Record, FLAG_FIRST, FLAG_MORE, HEADER,
 };
-use crate::sys::{self, poll_fd, socket};
+use crate::sys::{self, pipe, poll_fd, socket};
 use crate::transport::{ConnOps, CLOSE_LINGER};
 use crate::view::SharedBytes;
 
@@ -33,6 +35,14 @@ enum Bell {
 }
 
 impl Bell {
+    /// The receiver's wait this doorbell ends.
+    fn wait(self) -> Wait {
+        match self {
+            Bell::Data => Wait::Data,
+            Bell::Room => Wait::Room,
+        }
+    }
+
     fn other(self) -> Bell {
         match self {
             Bell::Data => Bell::Room,
@@ -111,6 +121,10 @@ pub(crate) struct ShmConn {
     closed: bool,
     local: String,
     peer: String,
+    /// The doorbell pipes, if both sides have them: a blocking wait sleeps on its pipe
+    /// and says so in its segment ([`Place`]); the peer rings where it sleeps. (Last:
+    /// only wake-ups use it, and the fields above keep their places.)
+    bell: Option<PipeBell>,
 }
 
 // SAFETY: the raw pointers in `current`, `reservation` and the rings point into `seg`,
@@ -122,6 +136,7 @@ pub(crate) struct Setup {
     pub seg: Segment,
     pub fence: FenceMode,
     pub sock: OwnedFd,
+    pub bell: Option<PipeBell>,
     pub wait: WaitPolicy,
     pub max_send: usize,
     pub max_recv: usize,
@@ -194,6 +209,7 @@ impl ShmConn {
             closed: false,
             local: s.local,
             peer: s.peer,
+            bell: s.bell,
         }
     }
 
@@ -224,10 +240,21 @@ impl ShmConn {
         ))
     }
 
-    /// Rings the peer's doorbell: one packet on the control socket, whose byte says which
-    /// of its directions may progress ([`Bell`]).
+    /// Rings the peer's doorbell where the peer said it sleeps for that wait: a byte in its
+    /// pipe, or one packet on the control socket, whose byte says which of its
+    /// directions may progress ([`Bell`]).
     #[cold]
     fn doorbell(&mut self, bell: Bell) {
+        if let Some(pipes) = &self.bell {
+            // After the fence that loaded the peer's announcement, which the peer made
+            // after storing its place (`ShmConn::place`).
+            if self.seg.peer_place(bell.wait()) == Place::Pipe {
+                // A full pipe already holds doorbells the peer has not taken; we hold a
+                // read end of it (the guard), so a dead peer is no error either.
+                let _ = pipe::ring(pipes.ring_fd(), bell as u8);
+                return;
+            }
+        }
         match socket::send(self.sock.as_fd(), &[bell as u8]) {
             // A full socket already holds doorbells the peer has not drained.
             Ok(_) => {}
@@ -328,11 +355,45 @@ impl ShmConn {
         Ok(())
     }
 
-    /// Sleeps until the control socket has a doorbell or the peer is gone, and takes
-    /// that doorbell (a stale one that slipped past `drain_stale` costs one more round).
-    /// One blocking `recv`: as cheap as a pipe's `read`.
-    fn sleep(&mut self) -> Result<()> {
-        self.take_doorbell(true).map(drop)
+    /// Says where the wait about to be announced for `wait` sleeps: on the doorbell pipe
+    /// when the call blocks and the connection has pipes, else on the control socket
+    /// (which event loops watch). Before the announcement (`Segment::set_place` fences).
+    /// Returns whether it is the pipe.
+    #[inline]
+    fn place(&mut self, wait: Wait, blocking: bool) -> bool {
+        let pipe = blocking && self.bell.is_some();
+        let place = if pipe { Place::Pipe } else { Place::Socket };
+        self.seg.set_place(wait, place);
+        pipe
+    }
+
+    /// Sleeps until a doorbell comes or the peer is gone, and takes that doorbell (a stale
+    /// one costs one more round): on the control socket, one blocking `recv`; on the pipe
+    /// (`on_pipe`), one blocking `read`, which takes every byte waiting there at once.
+    #[cold]
+    #[inline(never)]
+    fn sleep(&mut self, on_pipe: bool) -> Result<()> {
+        match &self.bell {
+            Some(pipes) if on_pipe => {
+                let fd = pipes.sleep_fd();
+                let mut buf = [0u8; 64];
+                match pipe::read_wait(fd, &mut buf) {
+                    // Every write end is closed: the peer's process is gone (or it
+                    // closed the connection).
+                    Ok(0) => self.peer_eof = true,
+                    Ok(_) => {}
+                    // Someone made the read end non-blocking (the peer shares it): wait
+                    // for it to be readable; the caller looks again and reads.
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        poll_fd(fd, sys::Interest::READABLE, None)
+                            .map_err(|e| Error::io(format!("{}: poll", self.peer), e))?;
+                    }
+                    Err(e) => return Err(Error::io(format!("{}: doorbell pipe", self.peer), e)),
+                }
+                Ok(())
+            }
+            _ => self.take_doorbell(true).map(drop),
+        }
     }
 
     /// Room for a record with `len` payload bytes: waits per policy when blocking,
@@ -376,9 +437,11 @@ impl ShmConn {
                     Err(e) => return Err(self.fail(e)),
                 }
             }
+            let on_pipe = self.place(Wait::Room, blocking);
             match self.tx.arm(need) {
                 Ok(true) => {
-                    self.stale_doorbell = true;
+                    // A doorbell on the pipe is taken by the next sleep there.
+                    self.stale_doorbell |= !on_pipe;
                     continue;
                 }
                 Ok(false) => {}
@@ -388,7 +451,7 @@ impl ShmConn {
                 self.tx_waiting = true;
                 return Ok(None);
             }
-            self.sleep()?;
+            self.sleep(on_pipe)?;
         }
     }
 
@@ -643,15 +706,17 @@ impl ShmConn {
             if self.peer_eof || self.rx.peer_closed() {
                 return self.end_of_data();
             }
+            let on_pipe = self.place(Wait::Data, blocking);
             if self.rx.arm()? {
-                self.stale_doorbell = true;
+                // A doorbell on the pipe is taken by the next sleep there.
+                self.stale_doorbell |= !on_pipe;
                 return Ok(());
             }
             if !blocking {
                 self.rx_waiting = true;
                 return Err(Error::would_block());
             }
-            self.sleep()?;
+            self.sleep(on_pipe)?;
             if self.rx.has_data()? {
                 return Ok(());
             }

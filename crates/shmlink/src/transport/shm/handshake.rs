@@ -7,10 +7,10 @@
 //! | kind | body |
 //! |---|---|
 //! | 1 `Hello` (client → server, the client's memfd attached or not) | `features: u64, ring_c2s: u64, ring_s2c: u64, max_msg: u64` |
-//! | 2 `Accept` (server → client, the listener's memfd attached with SCM_RIGHTS) | same fields, as the server chose them |
+//! | 2 `Accept` (server → client, the listener's memfd attached with SCM_RIGHTS, then three pipe ends with `FEATURE_PIPE_BELL`) | same fields, as the server chose them |
 //! | 3 `Refuse` (server → client) | `code: u16, len: u16, reason: [u8; len]` (UTF-8) |
 //! | 4 `Upgrade` (client → server, `auto:`) | `Hello`'s fields, then `token: [u8; 16]` |
-//! | 5 `Upgraded` (server → client, memfd attached) | `Accept`'s fields, then `proof: [u8; 16]` |
+//! | 5 `Upgraded` (server → client, memfd and pipe ends attached, as `Accept`) | `Accept`'s fields, then `proof: [u8; 16]` |
 //! | 6 `Query` (client → server, `shmlink ls`) | nothing |
 //! | 7 `Status` (server → client) | the listener and its connections, below; at most [`MAX_STATUS`] bytes |
 //! | 8 `Segment` (client → server, the client's memfd attached) | nothing |
@@ -76,6 +76,12 @@ pub const MAX_REASON: usize = 256;
 /// Feature bit: the sender registered for `membarrier(GLOBAL_EXPEDITED)`, so both sides
 /// may use [`FenceMode::Asymmetric`](crate::ring::FenceMode::Asymmetric).
 pub const FEATURE_ASYM_FENCE: u64 = 1;
+/// Feature bit: doorbell pipes (docs/design.md §4.4). When the answer keeps it, the
+/// `Accept`/`Upgraded` packet carries three more descriptors after the memfd, all made by
+/// the listener: the client's read end to sleep on, the write end it rings the listener
+/// with, and a read end of that second pipe (so ringing never raises SIGPIPE). Without
+/// it (an older peer) doorbells are bytes on the control socket, as before.
+pub const FEATURE_PIPE_BELL: u64 = 2;
 
 const PREFIX: usize = 8;
 const PARAMS_LEN: usize = PREFIX + 32;

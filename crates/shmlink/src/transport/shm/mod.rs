@@ -20,6 +20,7 @@ use crate::transport::inproc::{self, Inbox};
 use crate::transport::{Accepted, ConnOps, ListenerOps, Transport};
 use crate::trust;
 
+mod bell;
 mod conn;
 pub(crate) mod handshake;
 mod registry;
@@ -27,8 +28,11 @@ pub(crate) mod segment;
 
 use crate::ring::FenceMode;
 
+use bell::{ClientRing, PipeBell};
 pub(crate) use conn::{Setup, ShmConn};
-use handshake::{Packet, Params, RefuseCode, Token, FEATURE_ASYM_FENCE, MAX_PACKET};
+use handshake::{
+    Packet, Params, RefuseCode, Token, FEATURE_ASYM_FENCE, FEATURE_PIPE_BELL, MAX_PACKET,
+};
 use registry::Registry;
 use segment::{Half, Segment, Side};
 
@@ -66,12 +70,14 @@ fn valid_ring(size: u64) -> bool {
 ///
 /// Not offered for now ([`OFFER_ASYM_FENCE`]): under it, non-blocking receivers in event
 /// loops lost wake-ups that the symmetric fence never loses (docs/design.md §4.3).
+///
+/// Doorbell pipes (`FEATURE_PIPE_BELL`, `bell.rs`) are offered unless the options say
+/// the program closes descriptors it did not open (`Options::prepare_ahead(false)`, the
+/// preload library's): a connection then keeps its one descriptor, the socket.
 fn own_features(opts: &Options) -> u64 {
-    if OFFER_ASYM_FENCE && opts.wait != WaitPolicy::BLOCKING && sys::membarrier_register() {
-        FEATURE_ASYM_FENCE
-    } else {
-        0
-    }
+    let asym = OFFER_ASYM_FENCE && opts.wait != WaitPolicy::BLOCKING && sys::membarrier_register();
+    let pipes = opts.prepare_ahead;
+    (if pipes { FEATURE_PIPE_BELL } else { 0 }) | if asym { FEATURE_ASYM_FENCE } else { 0 }
 }
 
 fn fence_mode(features: u64) -> FenceMode {
@@ -231,12 +237,8 @@ fn client(
         }
     };
     check_accept(&params, opts.ring_size, offered)?;
-    let [memfd] = <[OwnedFd; 1]>::try_from(fds).map_err(|fds| {
-        Error::violation(format!(
-            "accept carried {} descriptors, expected 1",
-            fds.len()
-        ))
-    })?;
+    // The memfd, and the doorbell pipes if the listener kept FEATURE_PIPE_BELL.
+    let (memfd, bell) = bell::answer_fds(fds, params.features)?;
     let peer = Half::attach(&memfd, Side::Server, params.ring_s2c as usize)?;
     // A listener that took the segment sent with the hello answers with its ring size;
     // one with a smaller cap answers with that and waits for a segment of that size.
@@ -261,6 +263,7 @@ fn client(
         seg: Segment::new(own, peer),
         fence: fence_mode(params.features),
         sock,
+        bell,
         wait: opts.wait,
         max_send: opts.max_msg_size.min(params.max_msg as usize),
         max_recv: opts.max_msg_size,
@@ -414,6 +417,9 @@ struct Handshake {
     /// The client's segment, when it came with the hello and has the size we answer
     /// with: the connection is complete once the answer is out.
     peer: Option<Half>,
+    /// With `FEATURE_PIPE_BELL`: our doorbell pipes, and the client's write end until
+    /// the answer carried it.
+    bell: Option<(PipeBell, Option<ClientRing>)>,
 }
 
 /// How the listener answers a client's first packet, unless it refuses.
@@ -619,8 +625,16 @@ impl ShmListener {
                 if let (Some(book), Some((token, _))) = (&mut self.upgrades, h.upgrade) {
                     book.remove(&token); // used once
                 }
-                socket::send_with_fds(p.sock.as_fd(), &answer.encode(), &[h.memfd.as_raw_fd()])
-                    .ok()?;
+                let mut fds = vec![h.memfd.as_raw_fd()];
+                if let Some((bell, Some(ring))) = &h.bell {
+                    fds.extend(bell.client_fds(ring));
+                }
+                socket::send_with_fds(p.sock.as_fd(), &answer.encode(), &fds).ok()?;
+                // The client's write end is the client's alone from now on: a sleep on
+                // our pipe ends with end-of-file when the client is gone.
+                if let Some((_, ring)) = &mut h.bell {
+                    *ring = None;
+                }
                 if let Some(peer) = h.peer.take() {
                     // The client's segment came with its hello: done.
                     return Some(self.connected(p.sock, *h, peer));
@@ -689,6 +703,7 @@ impl ShmListener {
             seg: Segment::new(h.own, peer),
             fence: fence_mode(h.accept.features),
             sock,
+            bell: h.bell.map(|(bell, _)| bell),
             wait: self.opts.wait,
             max_send: h.client_max_msg.min(self.opts.max_msg_size as u64) as usize,
             max_recv: self.opts.max_msg_size,
@@ -807,6 +822,13 @@ impl ShmListener {
                     .map_err(|e| (RefuseCode::Resources, e.to_string()))?
             }
         };
+        let bell = match accept.features & FEATURE_PIPE_BELL {
+            0 => None,
+            _ => Some(
+                PipeBell::for_listener()
+                    .map_err(|e| (RefuseCode::Resources, format!("doorbell pipes: {e}")))?,
+            ),
+        };
         Ok(Answer::Connect(Box::new(Handshake {
             own,
             memfd,
@@ -815,6 +837,7 @@ impl ShmListener {
             upgrade,
             cred,
             peer,
+            bell: bell.map(|(bell, ring)| (bell, Some(ring))),
         })))
     }
 

@@ -6,6 +6,8 @@
 //! ```text
 //! offset 0     SegHeader     magic, version, header length, side, outbound ring size
 //! offset 64    u32           CPU this side last waited on (a hint only)
+//! offset 72    2 × u32       where this side sleeps for data / for room: 0 the control
+//!                            socket, 1 its doorbell pipe (design §4.4)
 //! offset 128   ProducerCtl   outbound ring: tail, closed, sleep announcements (3 lines)
 //! offset 512   ConsumerCtl   inbound ring: head, sleep announcements (2 lines)
 //! page         outbound ring data (mapped twice)
@@ -21,7 +23,7 @@ use std::ptr::NonNull;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ring::{ConsumerCtl, ProducerCtl, RingRef};
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{fence, AtomicU32, Ordering};
 use crate::sys::memfd::{self, Mapping};
 use crate::sys::page_size;
 
@@ -31,12 +33,34 @@ const SEG_MAGIC: u64 = u64::from_le_bytes(*b"SHMLSEG1");
 /// segment per side, written by its creator only.
 pub const SEG_VERSION: u32 = 2;
 const CPU_OFFSET: usize = 64;
+/// Where this side's waits for data (`+ 0`) and for room (`+ 4`) sleep ([`Place`]).
+const PLACE_OFFSET: usize = 72;
 /// Offset of the outbound ring's [`ProducerCtl`].
 pub const PRODUCER_OFFSET: usize = 128;
 /// Offset of the inbound ring's [`ConsumerCtl`].
 pub const CONSUMER_OFFSET: usize = PRODUCER_OFFSET + std::mem::size_of::<ProducerCtl>();
 /// A side that has not waited yet.
 const NO_CPU: u32 = u32::MAX;
+
+/// Where a side sleeps while it waits, so the peer knows where to ring its doorbell:
+/// the one it stored last before announcing the wait (design §4.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Place {
+    /// The control socket (the connection's fd): non-blocking calls and event loops.
+    Socket = 0,
+    /// The doorbell pipe: a blocking call's sleep.
+    Pipe = 1,
+}
+
+/// Which of a side's two waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// For records in its receive ring.
+    Data = 0,
+    /// For room in its send ring.
+    Room = 1,
+}
 
 /// Which end of a connection wrote a segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,6 +214,18 @@ impl Half {
         unsafe { self.base().add(CONSUMER_OFFSET).cast() }
     }
 
+    /// This side's place slot for `wait`.
+    fn place(&self, wait: Wait) -> &AtomicU32 {
+        // SAFETY: as `cpu`: inside the header page, 4-aligned, only accessed atomically,
+        // and any value is valid (anything but `Place::Pipe` reads as the socket).
+        unsafe {
+            self.base()
+                .add(PLACE_OFFSET + 4 * wait as usize)
+                .cast::<AtomicU32>()
+                .as_ref()
+        }
+    }
+
     /// This side's CPU slot.
     fn cpu(&self) -> &AtomicU32 {
         // SAFETY: the slot lies inside the header page, 4-aligned; it is only ever
@@ -244,6 +280,41 @@ impl Segment {
             self.own.cpu().store(cpu, Ordering::Relaxed);
         }
         self.peer.cpu().load(Ordering::Relaxed) == cpu
+    }
+}
+
+impl Segment {
+    /// Records where we will sleep for `wait`, before announcing it. Stores only on a
+    /// change, so the line stays shared while a side keeps its habits.
+    #[inline]
+    pub fn set_place(&self, wait: Wait, place: Place) {
+        let slot = self.own.place(wait);
+        if slot.load(Ordering::Relaxed) != place as u32 {
+            slot.store(place as u32, Ordering::Relaxed);
+            // SYNC POINT (place): pairs with the Acquire fence in `peer_place`. The
+            // announcement's count store follows (Relaxed, in `arm`): a waker that loads
+            // that count and then fences sees this place or a later one. The SeqCst
+            // fences of the announcement do not give this: a waker may read a count
+            // stored after its own fence (its fence came first, the sleeper's re-check
+            // then sees only records it had already taken, and it sleeps) — without this
+            // pair it could read the place before it, ring there, and remember the
+            // count as woken (loom found it: `loom_sleeps_alternate_between_socket_and_pipe`).
+            fence(Ordering::Release);
+        }
+    }
+
+    /// Where the peer sleeps for `wait`, as it last said, read after the load of its
+    /// announcement (`commit`/`advance` returned true). Any value but `Pipe` is the socket.
+    #[inline]
+    pub fn peer_place(&self, wait: Wait) -> Place {
+        // SYNC POINT (place): pairs with the Release fence in `set_place`, through the
+        // announcement count the waker just loaded.
+        fence(Ordering::Acquire);
+        if self.peer.place(wait).load(Ordering::Relaxed) == Place::Pipe as u32 {
+            Place::Pipe
+        } else {
+            Place::Socket
+        }
     }
 }
 
@@ -361,5 +432,14 @@ mod tests {
         }
         assert!(!client.note_cpu(3));
         assert!(server.note_cpu(3));
+        assert_eq!(
+            server.peer_place(Wait::Data),
+            Place::Socket,
+            "zeroed: the socket"
+        );
+        client.set_place(Wait::Data, Place::Pipe);
+        assert_eq!(server.peer_place(Wait::Data), Place::Pipe);
+        assert_eq!(server.peer_place(Wait::Room), Place::Socket);
+        assert_eq!(client.peer_place(Wait::Data), Place::Socket);
     }
 }
