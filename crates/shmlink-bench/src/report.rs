@@ -383,7 +383,7 @@ mod tests {
                 rounds: 2,
                 warmup_ms: 30,
                 stop: Stop::Millis(100),
-                window: 64,
+                window: None,
                 cpus: Some((0, 1)),
                 sampling: shmlink_measure::verify::Sampling::DEFAULT,
             },

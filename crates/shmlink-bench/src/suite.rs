@@ -26,8 +26,9 @@ pub struct SuiteConfig {
     pub warmup_ms: u64,
     /// The measured part of each run.
     pub stop: Stop,
-    /// Messages in flight in throughput mode (less where a method cannot carry that many).
-    pub window: u64,
+    /// Messages in flight in throughput mode (less where a method cannot carry that many);
+    /// `None`: by size ([`default_window`]).
+    pub window: Option<u64>,
     /// CPUs of the driver and the peer; `None`: not pinned.
     pub cpus: Option<(usize, usize)>,
     /// Which messages are checksummed in full (see [`shmlink_measure::verify`]).
@@ -181,13 +182,26 @@ fn timeout(config: &SuiteConfig) -> Duration {
     }
 }
 
+/// Bytes in flight the default window allows (a socket buffer's worth).
+const DEFAULT_WINDOW_BYTES: u64 = 64 << 10;
+/// The fewest messages in flight the default window allows.
+const MIN_DEFAULT_WINDOW: u64 = 64;
+
+/// The throughput mode's window when `--window` is not given: 64 KiB in flight, at least
+/// 64 messages. A fixed 64 left small messages (4 KiB in flight at 64 B) waiting on
+/// acknowledgements, a cost of the harness, not of the method (docs/benchmarks.md, round 3).
+pub fn default_window(size: usize) -> u64 {
+    (DEFAULT_WINDOW_BYTES / (size as u64).max(1)).max(MIN_DEFAULT_WINDOW)
+}
+
 /// The window a method runs with.
 fn window(config: &SuiteConfig, cell: &Cell) -> u64 {
     match cell.mode {
         Mode::Latency => 1,
         Mode::Throughput => {
             let max = methods::find(&cell.method).and_then(|m| m.max_window(cell.size));
-            config.window.min(max.unwrap_or(u64::MAX)).max(1)
+            let want = config.window.unwrap_or_else(|| default_window(cell.size));
+            want.min(max.unwrap_or(u64::MAX)).max(1)
         }
     }
 }
@@ -243,4 +257,18 @@ pub fn run(exe: &Path, config: &SuiteConfig, mut progress: impl FnMut(Progress))
         cell.summary = summarize(cell);
     }
     cells
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_window;
+
+    #[test]
+    fn the_default_window_holds_64_kib_and_at_least_64_messages() {
+        assert_eq!(default_window(64), 1024);
+        assert_eq!(default_window(1000), 65);
+        assert_eq!(default_window(1 << 10), 64);
+        assert_eq!(default_window(1 << 20), 64);
+        assert_eq!(default_window(0), 64 << 10);
+    }
 }

@@ -324,7 +324,7 @@ pub fn parse(argv: Vec<String>, allowed: &[usize]) -> Result<Parsed, UsageError>
         rounds: rounds.unwrap_or(if quick { 2 } else { 3 }),
         warmup_ms: warmup.unwrap_or(if quick { 30 } else { 100 }),
         stop: stop.unwrap_or(Stop::Millis(if quick { 100 } else { 300 })),
-        window: window.unwrap_or(64),
+        window,
         cpus,
         sampling: Sampling::DEFAULT,
     };

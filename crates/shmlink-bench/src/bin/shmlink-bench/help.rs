@@ -32,8 +32,8 @@ Selection:
   --iterations N   measured messages per run instead of a duration
   --warmup TIME    warm-up per run [default: 100ms; --quick: 30ms]
   --rounds N       runs per method, size and mode [default: 3; --quick: 2]
-  --window N       messages in flight in throughput mode [default: 64]; UDP uses fewer
-                   (what its receive buffer holds)
+  --window N       messages in flight in throughput mode [default: 64 KiB worth, at
+                   least 64]; UDP uses fewer (what its receive buffer holds)
   --quick          a run of under a minute: the defaults marked --quick above
   --list           list the methods, what each measures, and which cannot run here
   -h, --help       print this help
