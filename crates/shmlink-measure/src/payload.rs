@@ -62,11 +62,11 @@ pub fn write(buf: &mut [u8], seq: u64) {
 
 /// Writes only what [`check_ends`] reads into `buf`, message `seq`: the sequence number
 /// at both ends (a message shorter than [`MIN_CHECKSUMMED`] bytes in full, as
-/// [`write`]). The checksum and the body keep whatever `buf` held. For a message the
+/// [`write()`]). The checksum and the body keep whatever `buf` held. For a message the
 /// receiver does not checksum (outside its [`crate::verify`] sample, which the sender
 /// knows from the shared seed): the receiver reads exactly these bytes of it, so the
 /// sender need not generate the rest; a sampled message is generated in full with
-/// [`write`]. (The throughput driver: the per-message work of the harness, a fill and a
+/// [`write()`]. (The throughput driver: the per-message work of the harness, a fill and a
 /// checksum of the whole body, was most of a small message's cost.)
 pub fn write_ends(buf: &mut [u8], seq: u64) {
     let n = buf.len();
