@@ -589,17 +589,6 @@ fn binding_a_live_address_twice_is_addr_in_use() {
     }
 }
 
-/// Whether `fd` becomes readable within `ms` milliseconds (0: is readable now).
-fn readable_within(fd: i32, ms: i32) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut p, 1, ms) == 1 }
-}
-
 /// How long a test waits for something that should happen at once, in milliseconds.
 const PATIENCE_MS: i32 = 10_000;
 

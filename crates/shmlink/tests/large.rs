@@ -138,16 +138,6 @@ fn blocking_both_ways(transport: &str, opts: Options) {
     assert_eq!(s.recv_vec().unwrap(), b"after");
 }
 
-fn readable_within(fd: i32, ms: i32) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut p, 1, ms) == 1 }
-}
-
 /// Non-blocking, both ways, one thread driving both ends as an event loop would: each
 /// end sends a 64 MiB message (accepted at once, its rest kept back and pushed on by the
 /// sender's later calls), and receives the other's, waiting on the fds when neither

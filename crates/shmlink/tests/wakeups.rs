@@ -11,17 +11,6 @@ use std::os::fd::AsRawFd;
 use common::*;
 use shmlink::{Connection, ErrorKind};
 
-/// Whether `fd` becomes readable within `ms` milliseconds.
-fn readable_within(fd: i32, ms: i32) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut p, 1, ms) == 1 }
-}
-
 /// A receive that found nothing, then a send into a full ring: the data that arrived in
 /// between must still make the fd readable, although the send drained doorbells.
 #[test]

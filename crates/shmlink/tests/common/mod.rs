@@ -301,3 +301,14 @@ pub fn child_result(out: &std::process::Output) -> String {
             )
         })
 }
+
+/// Whether `fd` becomes readable within `ms` milliseconds (0: is readable now).
+pub fn readable_within(fd: i32, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) == 1 }
+}
