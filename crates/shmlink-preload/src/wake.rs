@@ -143,4 +143,3 @@ fn peer_pid(fd: RawFd) -> Option<u32> {
     };
     (rc == 0 && cred.pid > 0).then_some(cred.pid as u32)
 }
-

@@ -1579,7 +1579,10 @@ mod tests {
         assert!(!ca.arm().unwrap());
         assert!(push(&mut pa, b"a"));
         assert_eq!(pa.woken(), token + 3);
-        assert!(group.claim(pa.woken()) && group.claim(pa.woken()), "counts always ring");
+        assert!(
+            group.claim(pa.woken()) && group.claim(pa.woken()),
+            "counts always ring"
+        );
     }
 
     thread_local! {
