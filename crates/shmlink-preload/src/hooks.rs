@@ -37,6 +37,7 @@ extern "C" fn after_fork() {
 
 extern "C" fn after_fork_child() {
     OWNER.store(std::process::id(), Ordering::Relaxed);
+    crate::wake::after_fork_child();
     table::fork_done();
 }
 
@@ -113,6 +114,8 @@ fn install(
         return false;
     }
     conn.set_nonblocking(true);
+    // Our doorbells for a peer that sleeps on many connections: one per sleep.
+    conn.set_wake_group(crate::wake::group_for(ctl));
     let mut s = Sock {
         conn: Some(conn),
         ctl,

@@ -31,6 +31,7 @@ mod sock;
 mod stats;
 mod table;
 mod wait;
+mod wake;
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -80,6 +81,9 @@ pub(crate) struct Config {
     pub ring_size: usize,
     /// `SHMLINK_STATS=1`: count how waits end, print the counts at exit (`stats`).
     pub stats: bool,
+    /// `SHMLINK_WAIT_TOKENS=off`: every shm member of a wait announces its own count and
+    /// every answered connection rings (`wake`; on by default).
+    pub wait_tokens: bool,
 }
 
 /// The default spin budget of a blocking wait before it sleeps on the kernel.
@@ -105,8 +109,10 @@ pub(crate) fn config() -> &'static Config {
             .filter(|&n| (shmlink::MIN_RING_SIZE..=shmlink::MAX_RING_SIZE).contains(&n))
             .unwrap_or(DEFAULT_RING_SIZE);
         let stats = matches!(var("SHMLINK_STATS").as_deref(), Some("1" | "on"));
+        let wait_tokens = !matches!(var("SHMLINK_WAIT_TOKENS").as_deref(), Some("off" | "0"));
         Config {
             stats,
+            wait_tokens,
             enabled,
             debug,
             spin: Duration::from_micros(spin),

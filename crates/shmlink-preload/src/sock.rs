@@ -754,7 +754,20 @@ pub(crate) fn readiness(entry: &Entry, events: i16, announce: bool) -> i16 {
         || s.read_end == ReadEnd::Eof
         || s.conn().recv_ready().unwrap_or(true);
     let fill = if announce || hint {
-        s.fill()
+        // Within a wait's announcement pass, its token (one doorbell per sleep).
+        let token = if announce && !s.switched && s.conn.is_some() {
+            crate::wake::current()
+        } else {
+            None
+        };
+        if token.is_some() {
+            s.conn().set_wait_token(token);
+        }
+        let fill = s.fill();
+        if token.is_some() {
+            s.conn().set_wait_token(None);
+        }
+        fill
     } else {
         Fill::Empty
     };

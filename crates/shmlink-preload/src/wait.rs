@@ -16,6 +16,7 @@ use libc::{c_int, epoll_event, pollfd, sigset_t};
 use crate::sock::{self, Entry};
 use crate::stats::{self, Stat};
 use crate::table::{self, EpollReg};
+use crate::wake;
 use crate::{real, set_errno};
 
 /// The kernel sleep cap while shm connections are in the set.
@@ -85,6 +86,8 @@ pub(crate) fn poll(
             if announce {
                 waiting.begin(shm.iter().map(|(_, e)| e));
             }
+            // One token for the members of this sleep (`wake`).
+            let _pass = announce.then(wake::Announcing::new);
             for (k, (i, e)) in shm.iter().enumerate() {
                 user[k] = sock::readiness(e, fds[*i].events, announce);
                 any |= user[k] != 0;
@@ -455,12 +458,18 @@ pub(crate) unsafe fn epoll_wait(
         // wait below); what arrived meanwhile is ready after all.
         if ready.is_empty() {
             waiting.begin(members.iter().chain(&edged).map(|(_, _, e)| e));
+            // One token for the level-triggered members of this sleep (`wake`): what a
+            // skipped doorbell would have reported, the next call finds in step 1. An
+            // edge-triggered member keeps its own doorbell (an edge for a connection
+            // that was not drained comes only from it).
+            let pass = wake::Announcing::new();
             for (fd, reg, e) in &members {
                 let mask = epoll_mask(e, reg, true);
                 if mask != 0 {
                     ready.push((*fd, *reg, mask));
                 }
             }
+            drop(pass);
             for (fd, reg, e) in &edged {
                 // Announce (a doorbell for the next message); a message that slipped in
                 // since the drain is an edge now.

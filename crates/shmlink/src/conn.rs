@@ -468,6 +468,35 @@ impl Connection {
         }
     }
 
+    /// Makes the non-blocking receives that find nothing announce `token` instead of a
+    /// count of this connection's own, until called with `None`: for an event loop that
+    /// sleeps on many connections' fds at once (the preload library's `epoll_wait`) and
+    /// announces the same token on each. A peer process that groups its connections to us
+    /// ([`Connection::set_wake_group`]) then rings one doorbell per token, not one per
+    /// connection that got a message while we slept. In exchange the caller must, once
+    /// woken, look at every connection it announced the token on before it sleeps again,
+    /// and use a new token for each sleep: a value this process never announced before
+    /// (the low 62 bits count; a token that is not above the connection's last
+    /// announcement is replaced by a count, which costs only the skip). Blocking receives
+    /// keep their own counts. A no-op on transports other than `shm:`.
+    pub fn set_wait_token(&mut self, token: Option<u64>) {
+        if let crate::transport::Conn::Shm(c) = &mut self.ops {
+            c.set_wait_token(token);
+        }
+    }
+
+    /// Puts the connection into `group`, one per peer process (`None`: no group, the
+    /// default): a message for a peer that sleeps with a shared wait token
+    /// ([`Connection::set_wait_token`]) rings its doorbell only if no connection of the
+    /// group rang for that token yet. The peer's token values decide only whether the
+    /// group's connections ring, so a group must not span processes that do not trust
+    /// each other. A no-op on transports other than `shm:`.
+    pub fn set_wake_group(&mut self, group: Option<Arc<crate::WakeGroup>>) {
+        if let crate::transport::Conn::Shm(c) = &mut self.ops {
+            c.set_wake_group(group);
+        }
+    }
+
     /// Whether the peer has yet to take some of the messages sent to it, found by reading
     /// shared memory only: `Some(..)` on `shm:`, `None` on the transports that cannot
     /// tell. For callers that mirror TCP once the peer is gone (the preload library: a

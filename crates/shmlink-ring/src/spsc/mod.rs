@@ -59,6 +59,8 @@ use crate::Line;
 
 #[cfg(all(test, loom))]
 mod loom_model;
+#[cfg(all(test, loom))]
+mod loom_shared;
 
 /// Size of a record header.
 pub const HEADER: usize = 8;
@@ -314,8 +316,9 @@ fn announce(count: &AtomicU64, mode: FenceMode) -> bool {
     // Only this side writes its count (it lives in our own memory), so load and store
     // need no read-modify-write. Clearing `WITHDRAWN` and counting on gives a value no
     // waker has woken for (wakers remember counts without the bit).
+    // A count never carries `SHARED_TOKEN` (a token before it counts on without it).
     count.store(
-        (count.load(Ordering::Relaxed) & !WITHDRAWN).wrapping_add(1) & !WITHDRAWN,
+        (count.load(Ordering::Relaxed) & COUNT_BITS).wrapping_add(1) & COUNT_BITS,
         Ordering::Relaxed,
     );
     // SYNC POINT (notify): pairs with `take_waiter` on the other side.
@@ -325,6 +328,77 @@ fn announce(count: &AtomicU64, mode: FenceMode) -> bool {
         // SYNC POINT (notify, asymmetric): the fence the waker's compiler barrier pairs
         // with (see "Why the asymmetric fence is sound" above).
         FenceMode::Asymmetric => membarrier_global(),
+    }
+}
+
+/// Set in an announcement made with a shared wait token ([`Consumer::arm_token`]): a waiter
+/// that sleeps on several rings at once (an event loop's `epoll_wait`) announced the same
+/// value on each, and a producer process that rang for that value on one of them may skip
+/// the others ([`WakeGroup`]). Counts ([`Consumer::arm`]) never carry the bit.
+pub const SHARED_TOKEN: u64 = 1 << 62;
+
+/// The bits of an announcement that count: they only grow, whatever mix of counts and
+/// tokens a side announces, so an announcement never equals one a waker woke for.
+const COUNT_BITS: u64 = !(WITHDRAWN | SHARED_TOKEN);
+
+/// Announce sleep with a shared wait token (see [`SHARED_TOKEN`]): the token if it is above
+/// the ring's last announcement, else the next count, without the bit (a waker then
+/// rings as for any count: only a missed skip, never a lost wake-up). Either way the
+/// value's [`COUNT_BITS`] grow, as `announce`'s do.
+#[must_use]
+fn announce_token(count: &AtomicU64, token: u64, mode: FenceMode) -> bool {
+    let last = count.load(Ordering::Relaxed) & COUNT_BITS;
+    let token = token & COUNT_BITS;
+    let next = if token > last {
+        token | SHARED_TOKEN
+    } else {
+        last.wrapping_add(1) & COUNT_BITS
+    };
+    count.store(next, Ordering::Relaxed);
+    // SYNC POINT (notify): pairs with `take_waiter` on the other side, as in `announce`.
+    fence(Ordering::SeqCst);
+    match mode {
+        FenceMode::Symmetric => true,
+        // SYNC POINT (notify, asymmetric): as in `announce`.
+        FenceMode::Asymmetric => membarrier_global(),
+    }
+}
+
+/// What a producer process remembers of one peer process's shared wait tokens: the last
+/// one it rang a doorbell for, on any of the connections to that peer. A waiter that
+/// announced one token on several rings sleeps on all of their doorbells in one wait and,
+/// once woken, looks at every one of those rings before it sleeps again, with a new token
+/// (the ring makes each announcement's value new, [`Consumer::arm_token`]). So one
+/// doorbell per token suffices: a producer that finds the token already rung for skips
+/// its own. Its data is then either seen by the waiter's scan after that doorbell, or
+/// the scan ran before the data's fence, and the waiter's next announcement (a new
+/// value, then a full fence) is ordered after it and sees the data, or the producer
+/// reads the new value and rings. Only the existence of a ringer matters, so the swap is
+/// Relaxed. Keep one group per peer process: token values are unique only within the
+/// process that announced them, and a peer's values decide only its own wake-ups.
+#[derive(Debug, Default)]
+pub struct WakeGroup {
+    last: AtomicU64,
+}
+
+impl WakeGroup {
+    /// A group that has rung for nothing yet.
+    pub fn new() -> WakeGroup {
+        WakeGroup {
+            last: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether to ring the doorbell for `announced` (what the waker woke for,
+    /// [`Producer::woken`]): always for a count; for a shared token, only if nobody in
+    /// the group rang for it already (the first caller claims it).
+    #[inline]
+    pub fn claim(&self, announced: u64) -> bool {
+        if announced & SHARED_TOKEN == 0 || announced & WITHDRAWN != 0 {
+            return true;
+        }
+        // SYNC POINT (notify, shared token): Relaxed: see the type's documentation.
+        self.last.swap(announced, Ordering::Relaxed) != announced
     }
 }
 
@@ -675,6 +749,13 @@ impl Producer {
         withdraw(&self.ring.prod().waiting.0);
     }
 
+    /// The consumer announcement this producer last decided to wake (what
+    /// [`commit`](Producer::commit)/[`publish`](Producer::publish)/[`close`](Producer::close)
+    /// returning `true` was for): the value a [`WakeGroup`] decides on.
+    pub fn woken(&self) -> u64 {
+        self.woken
+    }
+
     /// Marks the end of the stream after the last record. Returns whether the consumer
     /// must be woken.
     pub fn close(&mut self) -> bool {
@@ -986,6 +1067,26 @@ impl Consumer {
         }
         // SYNC POINT (notify): the re-check reads `tail`, the position the producer
         // stores before its fence in `commit` (the header alone is not ordered by it).
+        let data = self.has_data_by_tail()?;
+        if data {
+            self.withdraw();
+        }
+        Ok(data)
+    }
+
+    /// [`arm`](Consumer::arm) with a shared wait token (a value the caller's process never
+    /// used before, with the same token on every ring one wait sleeps on; see
+    /// [`WakeGroup`]): the announcement is the token, with [`SHARED_TOKEN`], when it is
+    /// above this ring's last announcement, else the next count.
+    pub fn arm_token(&mut self, token: u64) -> Result<bool> {
+        debug_assert!(
+            self.published == self.head,
+            "flush consumed records before waiting for data"
+        );
+        if !announce_token(&self.ring.cons().waiting.0, token, self.mode) {
+            return Ok(true);
+        }
+        // SYNC POINT (notify): as in `arm`.
         let data = self.has_data_by_tail()?;
         if data {
             self.withdraw();
@@ -1429,6 +1530,59 @@ mod tests {
         assert!(!c.peer_closed());
         assert!(!p.close());
         assert!(c.peer_closed());
+    }
+
+    /// Shared wait tokens: two rings announce one token; the producers' group rings for
+    /// it once, a new token (or a count) rings again, and a token that is not new on a
+    /// ring becomes that ring's next count.
+    #[test]
+    fn a_shared_token_rings_once_per_group() {
+        let (mut ha, mut hb) = (HeapRing::new(256), HeapRing::new(256));
+        let (mut pa, mut ca) = (
+            Producer::new(ha.ring(), FenceMode::Symmetric),
+            Consumer::new(ha.ring(), FenceMode::Symmetric),
+        );
+        let (mut pb, mut cb) = (
+            Producer::new(hb.ring(), FenceMode::Symmetric),
+            Consumer::new(hb.ring(), FenceMode::Symmetric),
+        );
+        let group = WakeGroup::new();
+        let token = 1000;
+        assert!(!ca.arm_token(token).unwrap());
+        assert!(!cb.arm_token(token).unwrap());
+        assert!(push(&mut pa, b"a"));
+        assert_eq!(pa.woken(), token | SHARED_TOKEN);
+        assert!(group.claim(pa.woken()), "the first ring for the token");
+        assert!(push(&mut pb, b"b"));
+        assert_eq!(pb.woken(), token | SHARED_TOKEN);
+        assert!(!group.claim(pb.woken()), "the waiter's other ring: skipped");
+        // The waiter woke, took both records and sleeps again with a new token.
+        for c in [&mut ca, &mut cb] {
+            c.withdraw();
+            let r = c.peek().unwrap().unwrap();
+            c.advance(r.size());
+        }
+        assert!(!ca.arm_token(token + 1).unwrap());
+        assert!(push(&mut pa, b"a"));
+        assert!(group.claim(pa.woken()), "a new token rings");
+        // The same token again is not new on the ring: it becomes the next count, which
+        // no group skips.
+        let r = ca.peek().unwrap().unwrap();
+        ca.advance(r.size());
+        assert!(!ca.arm_token(token + 1).unwrap());
+        assert!(push(&mut pa, b"a"));
+        assert_eq!(pa.woken(), token + 2, "a count, without the bit");
+        assert!(group.claim(pa.woken()));
+        // A count that follows a token stays without the bit and keeps growing.
+        let r = ca.peek().unwrap().unwrap();
+        ca.advance(r.size());
+        assert!(!ca.arm().unwrap());
+        assert!(push(&mut pa, b"a"));
+        assert_eq!(pa.woken(), token + 3);
+        assert!(
+            group.claim(pa.woken()) && group.claim(pa.woken()),
+            "counts always ring"
+        );
     }
 
     thread_local! {

@@ -6,6 +6,7 @@ use std::io;
 use std::mem;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::bell::PipeBell;
@@ -14,7 +15,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::notify::spin_then_yield;
 use crate::options::WaitPolicy;
 use crate::ring::{
-    record_size, Consumer, FenceMode, Producer, Record, FLAG_FIRST, FLAG_MORE, HEADER,
+    record_size, Consumer, FenceMode, Producer, Record, WakeGroup, FLAG_FIRST, FLAG_MORE, HEADER,
 };
 use crate::sys::{self, pipe, poll_fd, socket};
 use crate::transport::{ConnOps, CLOSE_LINGER};
@@ -125,6 +126,12 @@ pub(crate) struct ShmConn {
     /// and says so in its segment ([`Place`]); the peer rings where it sleeps. (Last:
     /// only wake-ups use it, and the fields above keep their places.)
     bell: Option<PipeBell>,
+    /// The shared wait token the next non-blocking wait for data announces instead of a
+    /// count ([`ShmConn::set_wait_token`]).
+    wait_token: Option<u64>,
+    /// The peer process's group: a data doorbell for a shared token the group already
+    /// rang for is skipped ([`ShmConn::set_wake_group`]).
+    wake_group: Option<Arc<WakeGroup>>,
 }
 
 // SAFETY: the raw pointers in `current`, `reservation` and the rings point into `seg`,
@@ -210,7 +217,22 @@ impl ShmConn {
             local: s.local,
             peer: s.peer,
             bell: s.bell,
+            wait_token: None,
+            wake_group: None,
         }
+    }
+
+    /// Non-blocking waits for data announce `token` (a value this process never announced
+    /// before, the same on every connection one sleep waits on) instead of a count, until
+    /// set to `None` (`shmlink_ring::spsc::Consumer::arm_token`). Blocking waits keep counts.
+    pub(crate) fn set_wait_token(&mut self, token: Option<u64>) {
+        self.wait_token = token;
+    }
+
+    /// The group of connections to the peer's process whose data doorbells for one
+    /// shared token ring once (`shmlink_ring::spsc::WakeGroup`).
+    pub(crate) fn set_wake_group(&mut self, group: Option<Arc<WakeGroup>>) {
+        self.wake_group = group;
     }
 
     /// Remembers a protocol violation; every later call fails with it.
@@ -245,6 +267,16 @@ impl ShmConn {
     /// directions may progress ([`Bell`]).
     #[cold]
     fn doorbell(&mut self, bell: Bell) {
+        if bell == Bell::Data {
+            if let Some(group) = &self.wake_group {
+                // The peer sleeps on this token on several connections at once, and a
+                // doorbell for it went out on one of them: it looks at this ring too
+                // before it sleeps again (`WakeGroup`).
+                if !group.claim(self.tx.woken()) {
+                    return;
+                }
+            }
+        }
         if let Some(pipes) = &self.bell {
             // After the fence that loaded the peer's announcement, which the peer made
             // after storing its place (`ShmConn::place`).
@@ -707,7 +739,11 @@ impl ShmConn {
                 return self.end_of_data();
             }
             let on_pipe = self.place(Wait::Data, blocking);
-            if self.rx.arm()? {
+            let armed = match self.wait_token {
+                Some(token) if !blocking => self.rx.arm_token(token)?,
+                _ => self.rx.arm()?,
+            };
+            if armed {
                 // A doorbell on the pipe is taken by the next sleep there.
                 self.stale_doorbell |= !on_pipe;
                 return Ok(());
