@@ -921,7 +921,7 @@ impl ShmListener {
         // Before sleeping: unmap closed connections' segments and refill the pool of
         // answer segments, one at a time, and stop as soon as something arrived (a client
         // then waits for at most one segment's making, as with a single spare).
-        self.prepare();
+        self.first_spare();
         loop {
             let more = self.opts.prepare_ahead && self.spares.len() < MAX_SPARES;
             if !more && !segment::any_retired() {
@@ -957,8 +957,16 @@ impl ShmListener {
     /// (`Options::prepare_ahead`): for a listener with nothing else to do (before it
     /// sleeps, or when a non-blocking accept found nobody; [`ShmListener::wait`] then
     /// fills the rest of the pool). Best effort: a failure here is met again, and
-    /// reported to the client, when a hello needs the segment.
+    /// reported to the client, when a hello needs the segment. Closed connections'
+    /// mappings waiting on this process's list are unmapped here too (an `auto:`
+    /// listener's upgrade socket has no [`ShmListener::wait`] of its own).
     pub(crate) fn prepare(&mut self) {
+        self.first_spare();
+        while segment::reap_one() {}
+    }
+
+    /// Makes a spare if there is none (and the options allow it).
+    fn first_spare(&mut self) {
         if self.spares.is_empty() && self.opts.prepare_ahead {
             if let Ok(spare) = Half::create(Side::Server, self.opts.ring_size) {
                 self.spares.push(spare);
