@@ -1,7 +1,7 @@
 //! `--pattern connect`: connection setup. Per connection the client connects, sends one
 //! 64-byte message, receives it back and closes; the server (another process) accepts,
 //! echoes the message and drops the connection. Reported: connections per second and the
-//! p50/p99 of one connect + round trip + close.
+//! p50/p90/p99 of one connect + round trip + close.
 //!
 //! - `shmlink-shm`: `shm:NAME` (the rendezvous directory), default options;
 //! - `shmlink-auto`: `auto:127.0.0.1:PORT` (negotiated over TCP, upgraded to `shm:`);
@@ -181,6 +181,7 @@ pub struct Row {
     pub rounds: u32,
     pub per_s: f64,
     pub p50_us: f64,
+    pub p90_us: f64,
     pub p99_us: f64,
     pub error: Option<String>,
 }
@@ -193,6 +194,7 @@ pub fn measure(method: &'static ConnectMethod, addr: &str, warm: u64, time: Dura
         rounds: 1,
         per_s: 0.0,
         p50_us: 0.0,
+        p90_us: 0.0,
         p99_us: 0.0,
         error: None,
     };
@@ -217,6 +219,7 @@ pub fn measure(method: &'static ConnectMethod, addr: &str, warm: u64, time: Dura
     row.per_s = samples.len() as f64 / total.as_secs_f64();
     if let Some(p) = shmlink_measure::stats::Percentiles::of(&mut samples) {
         row.p50_us = p.p50 as f64 / 1e3;
+        row.p90_us = p.p90 as f64 / 1e3;
         row.p99_us = p.p99 as f64 / 1e3;
     }
     row
@@ -233,6 +236,7 @@ pub fn median(rows: &[Row]) -> Row {
     let med = |f: fn(&Row) -> f64| super::median_f64(rows.iter().map(f));
     out.per_s = med(|r| r.per_s);
     out.p50_us = med(|r| r.p50_us);
+    out.p90_us = med(|r| r.p90_us);
     out.p99_us = med(|r| r.p99_us);
     out.connections = rows.iter().map(|r| r.connections).sum();
     out

@@ -197,6 +197,7 @@ fn run_one(m: &'static connect::ConnectMethod, seconds: f64, round: u32) -> Row 
         rounds: 1,
         per_s: 0.0,
         p50_us: 0.0,
+        p90_us: 0.0,
         p99_us: 0.0,
         error: Some(e),
     };
@@ -248,17 +249,18 @@ pub fn main(argv: Vec<String>) -> ExitCode {
         .find(|r| r.method == "uds" && r.error.is_none())
         .map(|r| r.per_s);
     println!(
-        "\n## connect + one 64 B round trip + close (medians over {} round(s) of {} s)\n{:<16} {:>12} {:>10} {:>10} {:>10}",
-        a.rounds, a.seconds, "method", "conn/s", "p50 us", "p99 us", "vs uds"
+        "\n## connect + one 64 B round trip + close (medians over {} round(s) of {} s)\n{:<16} {:>12} {:>10} {:>10} {:>10} {:>10}",
+        a.rounds, a.seconds, "method", "conn/s", "p50 us", "p90 us", "p99 us", "vs uds"
     );
     for r in &rows {
         match &r.error {
             Some(e) => println!("{:<16} failed: {e}", r.method),
             None => println!(
-                "{:<16} {:>12.0} {:>10.1} {:>10.1} {:>9.2}x",
+                "{:<16} {:>12.0} {:>10.1} {:>10.1} {:>10.1} {:>9.2}x",
                 r.method,
                 r.per_s,
                 r.p50_us,
+                r.p90_us,
                 r.p99_us,
                 base.map_or(f64::NAN, |b| r.per_s / b)
             ),

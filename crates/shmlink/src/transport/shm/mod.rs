@@ -46,6 +46,11 @@ pub(crate) const TRANSPORT: Transport = Transport {
 /// beyond this, so a flood of silent clients cannot exhaust descriptors.
 const MAX_PENDING: usize = 128;
 const LISTEN_TOKEN: u64 = u64::MAX;
+/// Most answer segments a listener keeps made ahead (design §5.1b). One is taken per
+/// client; clients that connect back to back find the listener busy and take one each
+/// before it next has nothing to do and refills the pool. Each costs a descriptor, two
+/// mappings and two resident pages (its header and its ring's first page).
+const MAX_SPARES: usize = 4;
 /// The in-process inbox's eventfd in the listener's epoll set.
 const INPROC_TOKEN: u64 = u64::MAX - 1;
 
@@ -260,7 +265,7 @@ fn client(
     };
     let name = name.to_string();
     Ok(Box::new(ShmConn::new(Setup {
-        seg: Segment::new(own, peer),
+        seg: Segment::new(own, peer).retire(opts.prepare_ahead),
         fence: fence_mode(params.features),
         sock,
         bell,
@@ -287,7 +292,11 @@ fn recv_answer(
     let mut got = None;
     let _ = crate::notify::spin_then_yield(policy, || {
         match socket::recv_with_fds(sock, buf, fds) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // Meanwhile, unmap a closed connection's half (design §5.1b).
+                segment::reap_one();
+                return Ok(false);
+            }
             other => got = Some(other),
         }
         Ok(true)
@@ -452,10 +461,11 @@ pub(crate) struct ShmListener {
     /// With [`Options::in_process`]: this listener's entry in the table of in-process
     /// listeners, and its key.
     inproc: Option<(String, Arc<Inbox>)>,
-    /// A segment made ahead, while the listener had nothing else to do, with a ring of
-    /// the listener's ring size (what a client that asks for at least that gets): the
-    /// next hello's answer takes it instead of making one while the client waits.
-    spare: Option<(Half, OwnedFd)>,
+    /// Segments made ahead, while the listener had nothing else to do, with a ring of
+    /// the listener's ring size (what a client that asks for at least that gets): a
+    /// hello's answer takes one instead of making one while the client waits. At most
+    /// [`MAX_SPARES`].
+    spares: Vec<(Half, OwnedFd)>,
 }
 
 fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
@@ -500,7 +510,7 @@ impl ShmListener {
             upgrades: None,
             registry: Registry::new(),
             inproc,
-            spare: None,
+            spares: Vec::new(),
         })
     }
 }
@@ -700,7 +710,7 @@ impl ShmListener {
     /// Builds our side of a connection whose handshake completed.
     fn connected(&mut self, sock: OwnedFd, h: Handshake, peer: Half) -> Stepped {
         let conn = Box::new(ShmConn::new(Setup {
-            seg: Segment::new(h.own, peer),
+            seg: Segment::new(h.own, peer).retire(self.opts.prepare_ahead),
             fence: fence_mode(h.accept.features),
             sock,
             bell: h.bell.map(|(bell, _)| bell),
@@ -814,13 +824,14 @@ impl ShmListener {
             ),
             _ => None,
         };
-        let (own, memfd) = match self.spare.take() {
-            Some(spare) if accept.ring_s2c == cap => spare,
-            other => {
-                self.spare = other;
-                Half::create(Side::Server, accept.ring_s2c as usize)
-                    .map_err(|e| (RefuseCode::Resources, e.to_string()))?
-            }
+        let spare = match accept.ring_s2c == cap {
+            true => self.spares.pop(),
+            false => None,
+        };
+        let (own, memfd) = match spare {
+            Some(spare) => spare,
+            None => Half::create(Side::Server, accept.ring_s2c as usize)
+                .map_err(|e| (RefuseCode::Resources, e.to_string()))?,
         };
         let bell = match accept.features & FEATURE_PIPE_BELL {
             0 => None,
@@ -907,7 +918,33 @@ impl ShmListener {
     /// Waits until a client or a hello arrives, a pending client's deadline passes, or
     /// `until`.
     pub(crate) fn wait(&mut self, until: Option<Instant>) -> Result<()> {
-        self.prepare();
+        // Before sleeping: unmap closed connections' segments and refill the pool of
+        // answer segments, one at a time, and stop as soon as something arrived (a client
+        // then waits for at most one segment's making, as with a single spare).
+        self.first_spare();
+        loop {
+            let more = self.opts.prepare_ahead && self.spares.len() < MAX_SPARES;
+            if !more && !segment::any_retired() {
+                break;
+            }
+            self.epoll
+                .wait(Some(Instant::now()), &mut self.events)
+                .map_err(|e| Error::io("epoll", e))?;
+            if !self.events.is_empty() {
+                self.events_fresh = true;
+                return Ok(());
+            }
+            if segment::reap_one() {
+                continue;
+            }
+            if !more {
+                break;
+            }
+            match Half::create(Side::Server, self.opts.ring_size) {
+                Ok(spare) => self.spares.push(spare),
+                Err(_) => break,
+            }
+        }
         let deadline = self.pending.iter().map(|p| p.deadline).chain(until).min();
         self.epoll
             .wait(deadline, &mut self.events)
@@ -918,11 +955,22 @@ impl ShmListener {
 
     /// Makes the next answer's segment, unless one is ready or the options say not to
     /// (`Options::prepare_ahead`): for a listener with nothing else to do (before it
-    /// sleeps, or when a non-blocking accept found nobody). Best effort: a failure here is
-    /// met again, and reported to the client, when a hello needs the segment.
+    /// sleeps, or when a non-blocking accept found nobody; [`ShmListener::wait`] then
+    /// fills the rest of the pool). Best effort: a failure here is met again, and
+    /// reported to the client, when a hello needs the segment. Closed connections'
+    /// mappings waiting on this process's list are unmapped here too (an `auto:`
+    /// listener's upgrade socket has no [`ShmListener::wait`] of its own).
     pub(crate) fn prepare(&mut self) {
-        if self.spare.is_none() && self.opts.prepare_ahead {
-            self.spare = Half::create(Side::Server, self.opts.ring_size).ok();
+        self.first_spare();
+        while segment::reap_one() {}
+    }
+
+    /// Makes a spare if there is none (and the options allow it).
+    fn first_spare(&mut self) {
+        if self.spares.is_empty() && self.opts.prepare_ahead {
+            if let Ok(spare) = Half::create(Side::Server, self.opts.ring_size) {
+                self.spares.push(spare);
+            }
         }
     }
 

@@ -18,8 +18,10 @@
 //! the peer's `ConsumerCtl`, and receives on one built from the peer's `ProducerCtl` and
 //! data area and its own `ConsumerCtl`.
 
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsFd, OwnedFd};
 use std::ptr::NonNull;
+use std::sync::{Mutex, MutexGuard};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ring::{ConsumerCtl, ProducerCtl, RingRef};
@@ -238,14 +240,79 @@ impl Half {
 /// Both segments of a connection: ours (mapped read-write) and the peer's (read-only),
 /// and the two rings built from them.
 pub struct Segment {
-    own: Half,
-    peer: Half,
+    own: ManuallyDrop<Half>,
+    peer: ManuallyDrop<Half>,
+    /// Whether dropping leaves the unmapping to [`reap_one`] (see [`Segment::retire`]).
+    retire: bool,
+}
+
+/// Most halves of closed connections that wait to be unmapped (four connections' worth;
+/// more are unmapped at once).
+const MAX_RETIRED: usize = 8;
+
+/// Halves of closed connections not unmapped yet: unmapping them (two `munmap`s per side
+/// and connection, with their TLB flushes) is left to a moment when this process waits
+/// anyway: a client's wait for a listener's answer, a listener's step before it sleeps
+/// (design §5.1b). Nothing refers to them any more; the peer may still map them, which
+/// it does in any case until it drops its side.
+static RETIRED: Mutex<Vec<Half>> = Mutex::new(Vec::new());
+
+fn retired() -> MutexGuard<'static, Vec<Half>> {
+    RETIRED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether any half of a closed connection waits to be unmapped.
+pub fn any_retired() -> bool {
+    !retired().is_empty()
+}
+
+/// Unmaps one half of a closed connection whose unmapping was left for later; returns
+/// whether there was one.
+pub fn reap_one() -> bool {
+    let half = retired().pop();
+    half.is_some()
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: each field is taken exactly once, here, and not touched again: `self`
+        // is being dropped. The rings built from them (`tx`/`rx`) are owned next to this
+        // Segment by the connection, which drops them first (design: fields in order).
+        let (own, peer) = unsafe {
+            (
+                ManuallyDrop::take(&mut self.own),
+                ManuallyDrop::take(&mut self.peer),
+            )
+        };
+        if self.retire {
+            let mut list = retired();
+            if list.len() + 2 <= MAX_RETIRED {
+                list.push(own);
+                list.push(peer);
+                return;
+            }
+        }
+        drop((own, peer));
+    }
 }
 
 impl Segment {
     /// Joins our segment (from [`Half::create`]) and the peer's (from [`Half::attach`]).
     pub fn new(own: Half, peer: Half) -> Segment {
-        Segment { own, peer }
+        Segment {
+            own: ManuallyDrop::new(own),
+            peer: ManuallyDrop::new(peer),
+            retire: false,
+        }
+    }
+
+    /// With `retire`, dropping this Segment leaves both mappings to be unmapped later, at
+    /// a [`reap_one`] (at most [`MAX_RETIRED`] halves wait; beyond that they are unmapped
+    /// at once): a connection's close then costs no `munmap` while the next connection
+    /// is being set up.
+    pub fn retire(mut self, retire: bool) -> Segment {
+        self.retire = retire;
+        self
     }
 
     /// The ring we send on: our producer block and data area, the peer's consumer block.
@@ -376,6 +443,57 @@ mod tests {
         // SAFETY: the first page of our own ring, readable.
         let first = unsafe { std::slice::from_raw_parts(data.as_ptr(), page_size()) };
         assert!(first.iter().all(|&b| b == 0), "a fresh ring is all zero");
+    }
+
+    /// A client-side segment (ours and a read-only copy of a listener's).
+    fn client_segment(ring: usize) -> Segment {
+        let (own, _own_fd) = Half::create(Side::Client, ring).unwrap();
+        let (_theirs, their_fd) = Half::create(Side::Server, ring).unwrap();
+        Segment::new(own, Half::attach(&their_fd, Side::Server, ring).unwrap())
+    }
+
+    #[test]
+    fn a_retired_segment_stays_mapped_until_reaped() {
+        let seg = client_segment(page_size()).retire(true);
+        let own = seg.own.base().as_ptr() as usize;
+        let peer = seg.peer.base().as_ptr() as usize;
+        drop(seg);
+        // Other tests of this binary retire and reap too: look under the list's lock,
+        // which no reap can pass.
+        let ours = |list: &Vec<Half>| {
+            list.iter()
+                .filter(|h| [own, peer].contains(&(h.base().as_ptr() as usize)))
+                .count()
+        };
+        {
+            let list = retired();
+            assert_eq!(ours(&list), 2, "both halves wait to be unmapped");
+            assert_eq!(perms_at(own), "rw-s", "ours, still mapped");
+            assert_eq!(perms_at(peer), "r--s", "the peer's, still mapped");
+        }
+        while ours(&retired()) > 0 {
+            assert!(reap_one(), "a reap while halves wait unmaps one");
+        }
+        // Not retired: not on the list.
+        let seg = client_segment(page_size());
+        let own = seg.own.base().as_ptr() as usize;
+        drop(seg);
+        assert!(retired().iter().all(|h| h.base().as_ptr() as usize != own));
+    }
+
+    #[test]
+    fn at_most_max_retired_halves_wait() {
+        let segs: Vec<Segment> = (0..MAX_RETIRED)
+            .map(|_| client_segment(page_size()).retire(true))
+            .collect();
+        drop(segs);
+        // (Other tests may have reaped some meanwhile: the bound is what is checked.)
+        let waiting = retired().len();
+        assert!(
+            waiting <= MAX_RETIRED,
+            "{waiting} halves wait, at most {MAX_RETIRED}"
+        );
+        while reap_one() {}
     }
 
     #[test]
