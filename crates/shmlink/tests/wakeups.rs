@@ -7,6 +7,7 @@
 mod common;
 
 use std::os::fd::AsRawFd;
+use std::time::Duration;
 
 use common::*;
 use shmlink::{Connection, ErrorKind};
@@ -189,11 +190,17 @@ fn blocking_waits_sleep_on_doorbell_pipes_and_event_loops_on_the_socket() {
 
     let (mut client, mut server) = pair_with("shm", &opts);
     // A parked blocking receive wakes for a message sent later.
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let waiter = std::thread::spawn(move || {
+        tid_tx.send(gettid()).unwrap();
         let got = server.recv_vec().unwrap();
         (server, got)
     });
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    let tid = tid_rx.recv().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(30), || sleeps_waiting_for_io(tid)),
+        "the blocking receive never parked"
+    );
     client.send(b"late").unwrap();
     let (mut server, got) = waiter.join().unwrap();
     assert_eq!(got, b"late");
@@ -205,8 +212,16 @@ fn blocking_waits_sleep_on_doorbell_pipes_and_event_loops_on_the_socket() {
     assert_eq!(server.recv_vec().unwrap(), b"polled");
     // Parked on the pipe again, blocking: the peer's close ends it with end-of-stream.
     server.set_nonblocking(false);
-    let waiter = std::thread::spawn(move || server.recv_vec().unwrap_err().kind());
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        tid_tx.send(gettid()).unwrap();
+        server.recv_vec().unwrap_err().kind()
+    });
+    let tid = tid_rx.recv().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(30), || sleeps_waiting_for_io(tid)),
+        "the blocking receive never parked"
+    );
     drop(client);
     assert_eq!(waiter.join().unwrap(), ErrorKind::EndOfStream);
 }
