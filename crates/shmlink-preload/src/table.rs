@@ -34,6 +34,37 @@ pub(crate) struct EpollReg {
 /// epoll fd → (shm fd → registration). Plain fds are the kernel's business alone.
 pub(crate) type Epolls = HashMap<c_int, HashMap<c_int, EpollReg>>;
 
+/// A shm member of an epoll set as one `epoll_wait` sees it.
+pub(crate) type Member = (c_int, EpollReg, Arc<Entry>);
+
+/// What `epoll_wait` works from, built once per change of the set rather than on every
+/// call: a server that answers fifty connections per wait paid more for collecting them
+/// (a lookup, an `Arc` clone and four vectors per call) than for looking at them.
+pub(crate) struct EpollSnapshot {
+    /// Every shm fd the kernel holds for the set, also those the program deleted.
+    pub regs: Vec<(c_int, EpollReg)>,
+    /// Level-triggered members the program has in the set (not disabled).
+    pub level: Vec<Member>,
+    /// Edge-triggered members the program has in the set (not disabled).
+    pub edge: Vec<Member>,
+}
+
+impl EpollSnapshot {
+    /// The registration of shm fd `fd`, if the set holds one.
+    pub fn reg(&self, fd: c_int) -> Option<EpollReg> {
+        self.regs.iter().find(|(f, _)| *f == fd).map(|(_, r)| *r)
+    }
+
+    /// The connection behind member `fd`, if it is one.
+    pub fn entry(&self, fd: c_int) -> Option<&Arc<Entry>> {
+        self.level
+            .iter()
+            .chain(&self.edge)
+            .find(|(f, ..)| *f == fd)
+            .map(|(.., e)| e)
+    }
+}
+
 #[derive(Default)]
 struct Tables {
     socks: Option<HashMap<c_int, Arc<Entry>>>,
@@ -48,6 +79,10 @@ struct Tables {
     /// what it would get without the library (EBADF), and cannot pull a connection's
     /// socket away (a later doorbell would go to whatever reuses the number).
     internal: Option<std::collections::HashSet<c_int>>,
+    /// Per epoll fd, the snapshot built from `epolls` and `socks` as they were; cleared
+    /// whenever either changes. It holds entries: a closed fd's snapshot is dropped
+    /// with it (outside the lock), so the cache never keeps a connection open.
+    snapshots: Option<HashMap<c_int, Arc<EpollSnapshot>>>,
 }
 
 /// A spin lock (short critical sections only) that `fork` can take and release.
@@ -67,6 +102,7 @@ static TABLES: Locked = Locked {
         epolls: None,
         cloexec: None,
         internal: None,
+        snapshots: None,
     }),
 };
 
@@ -152,7 +188,11 @@ pub(crate) fn listener(fd: c_int) -> Option<Arc<Registration>> {
 
 /// Makes `fd` name `entry`; returns what it named before (the caller drops it outside).
 pub(crate) fn insert_sock(fd: c_int, entry: Arc<Entry>) -> Option<Arc<Entry>> {
-    let old = with(|t| t.socks.get_or_insert_with(HashMap::new).insert(fd, entry));
+    let (old, stale) = with(|t| {
+        let old = t.socks.get_or_insert_with(HashMap::new).insert(fd, entry);
+        (old, t.snapshots.take())
+    });
+    drop(stale);
     if old.is_none() {
         TRACKED.fetch_add(1, Ordering::Relaxed);
     }
@@ -178,7 +218,7 @@ pub(crate) fn remove(fd: c_int) -> Option<Removed> {
     if !any() {
         return None;
     }
-    let removed = with(|t| {
+    let (removed, stale) = with(|t| {
         let removed = if let Some(e) = t.socks.as_mut().and_then(|m| m.remove(&fd)) {
             Some(Removed::Sock(e))
         } else {
@@ -197,8 +237,10 @@ pub(crate) fn remove(fd: c_int) -> Option<Removed> {
                 m.remove(&fd);
             }
         }
-        removed
+        (removed, t.snapshots.take())
     });
+    // The caller holds what `fd` named: dropping the snapshots here closes nothing.
+    drop(stale);
     if removed.is_some() {
         TRACKED.fetch_sub(1, Ordering::Relaxed);
     }
@@ -229,9 +271,52 @@ pub(crate) fn set_app_cloexec(fd: c_int, on: bool) {
     });
 }
 
-/// Runs `f` on the epoll registrations, under the lock (`f` must not call hooks).
+/// Runs `f` on the epoll registrations, under the lock (`f` must not call hooks). The
+/// snapshots are rebuilt afterwards: `f` may have changed any set.
 pub(crate) fn with_epolls<R>(f: impl FnOnce(&mut Epolls) -> R) -> R {
-    with(|t| f(t.epolls.get_or_insert_with(HashMap::new)))
+    let (r, stale) = with(|t| {
+        (
+            f(t.epolls.get_or_insert_with(HashMap::new)),
+            t.snapshots.take(),
+        )
+    });
+    drop(stale);
+    r
+}
+
+/// The snapshot of epoll set `epfd` (empty if it has no shm fds): the cached one, or one
+/// built now from the registrations and the connections behind them.
+pub(crate) fn epoll_snapshot(epfd: c_int) -> Arc<EpollSnapshot> {
+    with(|t| {
+        if let Some(snap) = t.snapshots.as_ref().and_then(|m| m.get(&epfd)) {
+            return snap.clone();
+        }
+        let regs: Vec<(c_int, EpollReg)> = t
+            .epolls
+            .as_ref()
+            .and_then(|m| m.get(&epfd))
+            .map(|set| set.iter().map(|(fd, r)| (*fd, *r)).collect())
+            .unwrap_or_default();
+        let members = |et: bool| -> Vec<Member> {
+            regs.iter()
+                .filter(|(_, r)| r.app_added && !r.disabled)
+                .filter(|(_, r)| (r.events & libc::EPOLLET as u32 != 0) == et)
+                .filter_map(|(fd, r)| {
+                    let e = t.socks.as_ref()?.get(fd)?;
+                    Some((*fd, *r, e.clone()))
+                })
+                .collect()
+        };
+        let snap = Arc::new(EpollSnapshot {
+            level: members(false),
+            edge: members(true),
+            regs,
+        });
+        t.snapshots
+            .get_or_insert_with(HashMap::new)
+            .insert(epfd, snap.clone());
+        snap
+    })
 }
 
 /// Marks (`on`) or unmarks the library's own fds.

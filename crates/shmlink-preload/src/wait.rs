@@ -390,12 +390,8 @@ pub(crate) unsafe fn epoll_wait(
     timeout_ms: c_int,
     sigmask: *const sigset_t,
 ) -> c_int {
-    let regs: Vec<(c_int, EpollReg)> = table::with_epolls(|m| {
-        m.get(&epfd)
-            .map(|s| s.iter().map(|(fd, r)| (*fd, *r)).collect())
-            .unwrap_or_default()
-    });
-    if regs.is_empty() || max <= 0 || events.is_null() {
+    let snap = table::epoll_snapshot(epfd);
+    if snap.regs.is_empty() || max <= 0 || events.is_null() {
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real::epoll_pwait(epfd, events, max, timeout_ms, sigmask) };
     }
@@ -405,24 +401,17 @@ pub(crate) unsafe fn epoll_wait(
     let mut spun = false;
     // Level-triggered members the program has in the set: bytes waiting in a ring have
     // no doorbell, so they are asked directly.
-    let live = |et: bool| -> Vec<(c_int, EpollReg, Arc<Entry>)> {
-        regs.iter()
-            .filter(|(_, r)| r.app_added && !r.disabled)
-            .filter(|(_, r)| (r.events & libc::EPOLLET as u32 != 0) == et)
-            .filter_map(|(fd, r)| table::sock(*fd).map(|e| (*fd, *r, e)))
-            .collect()
-    };
-    let members = live(false);
+    let members = &snap.level;
     // Edge-triggered members: an edge is due once a read drained the connection and a
     // message arrived since (`sock::et_edge`), seen in shared memory like the others.
-    let edged = live(true);
+    let edged = &snap.edge;
     let mut waiting = sock::Waiting::default();
     stats::add(Stat::Waits, 1);
     let mut first = true;
     loop {
         // 1. Ready members, seen from shared memory (no announcement yet).
-        let mut ready: Vec<(c_int, EpollReg, u32)> = Vec::new();
-        for (fd, reg, e) in &members {
+        let mut ready: Vec<(c_int, EpollReg, u32)> = Vec::with_capacity(members.len());
+        for (fd, reg, e) in members {
             if epoll_hint(e, reg) {
                 let mask = epoll_mask(e, reg, false);
                 if mask != 0 {
@@ -430,7 +419,7 @@ pub(crate) unsafe fn epoll_wait(
                 }
             }
         }
-        for (fd, reg, e) in &edged {
+        for (fd, reg, e) in edged {
             if reg.events & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0 && sock::et_edge(e, true)
             {
                 let mask = epoll_mask(e, reg, false);
@@ -457,20 +446,20 @@ pub(crate) unsafe fn epoll_wait(
         // 3. Nothing: announce the wait on each member (their doorbells wake the kernel
         // wait below); what arrived meanwhile is ready after all.
         if ready.is_empty() {
-            waiting.begin(members.iter().chain(&edged).map(|(_, _, e)| e));
+            waiting.begin(members.iter().chain(edged).map(|(_, _, e)| e));
             // One token for the level-triggered members of this sleep (`wake`): what a
             // skipped doorbell would have reported, the next call finds in step 1. An
             // edge-triggered member keeps its own doorbell (an edge for a connection
             // that was not drained comes only from it).
             let pass = wake::Announcing::new();
-            for (fd, reg, e) in &members {
+            for (fd, reg, e) in members {
                 let mask = epoll_mask(e, reg, true);
                 if mask != 0 {
                     ready.push((*fd, *reg, mask));
                 }
             }
             drop(pass);
-            for (fd, reg, e) in &edged {
+            for (fd, reg, e) in edged {
                 // Announce (a doorbell for the next message); a message that slipped in
                 // since the drain is an edge now.
                 let mask = epoll_mask(e, reg, true);
@@ -522,8 +511,7 @@ pub(crate) unsafe fn epoll_wait(
                 continue;
             }
             let fd = (data & !TAG_MASK) as u32 as c_int;
-            let reg = regs.iter().find(|(f, _)| *f == fd).map(|(_, r)| *r);
-            let Some(reg) = reg.filter(|r| r.app_added) else {
+            let Some(reg) = snap.reg(fd).filter(|r| r.app_added) else {
                 // The program took it out of the set: now the kernel forgets it too.
                 // SAFETY: DEL ignores the event.
                 unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
@@ -534,13 +522,13 @@ pub(crate) unsafe fn epoll_wait(
                 // A one-shot this call or an earlier one reported: nothing until re-armed.
                 continue;
             }
-            let Some(e) = table::sock(fd) else { continue };
+            let Some(e) = snap.entry(fd) else { continue };
             stats::add(Stat::KernelWokeShm, 1);
             if reg.events & libc::EPOLLONESHOT as u32 != 0 {
                 set_disabled(epfd, fd);
             }
-            sock::kernel_woke(&e, kev.events & libc::EPOLLHUP as u32 != 0);
-            let mask = epoll_mask(&e, &reg, true);
+            sock::kernel_woke(e, kev.events & libc::EPOLLHUP as u32 != 0);
+            let mask = epoll_mask(e, &reg, true);
             if reg.events & libc::EPOLLET as u32 != 0
                 && mask & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0
             {
@@ -551,7 +539,7 @@ pub(crate) unsafe fn epoll_wait(
                 // with the wait's announcement withdrawn when it returned, no doorbell
                 // came for it either: the connection hung (the "slow mode" of
                 // `wrk -c 1` against nginx, which registers EPOLLIN|EPOLLOUT|EPOLLET).
-                sock::clear_et(&e);
+                sock::clear_et(e);
             }
             seen.push(fd);
             if mask != 0 {
