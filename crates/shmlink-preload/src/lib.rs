@@ -77,6 +77,9 @@ pub(crate) struct Config {
     pub debug: bool,
     /// `SHMLINK_SPIN_US`: how long a blocking call polls the ring before sleeping.
     pub spin: Duration,
+    /// `SHMLINK_SPIN_MAX_US`: how far a thread whose sleeps keep ending soon may stretch
+    /// its spin (`sock::spin`); never below `spin`.
+    pub spin_max: Duration,
     /// `SHMLINK_RING_SIZE`: each direction's ring, in bytes.
     pub ring_size: usize,
     /// `SHMLINK_STATS=1`: count how waits end, print the counts at exit (`stats`).
@@ -88,6 +91,8 @@ pub(crate) struct Config {
 
 /// The default spin budget of a blocking wait before it sleeps on the kernel.
 pub(crate) const DEFAULT_SPIN_US: u64 = 20;
+/// The default ceiling of a stretched spin (docs/transparent.md, "How the waiting works").
+pub(crate) const DEFAULT_SPIN_MAX_US: u64 = 200;
 /// The default ring size per direction.
 pub(crate) const DEFAULT_RING_SIZE: usize = 256 * 1024;
 
@@ -100,10 +105,14 @@ pub(crate) fn config() -> &'static Config {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let enabled = !matches!(var("SHMLINK_PRELOAD").as_deref(), Some("off" | "0"));
         let debug = matches!(var("SHMLINK_LOG").as_deref(), Some("debug" | "trace"));
-        let spin = var("SHMLINK_SPIN_US")
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(DEFAULT_SPIN_US)
-            .min(1_000_000);
+        let us = |k: &str, default: u64| {
+            var(k)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(default)
+                .min(1_000_000)
+        };
+        let spin = us("SHMLINK_SPIN_US", DEFAULT_SPIN_US);
+        let spin_max = us("SHMLINK_SPIN_MAX_US", DEFAULT_SPIN_MAX_US).max(spin);
         let ring_size = var("SHMLINK_RING_SIZE")
             .and_then(|v| v.parse::<usize>().ok())
             .filter(|&n| (shmlink::MIN_RING_SIZE..=shmlink::MAX_RING_SIZE).contains(&n))
@@ -116,6 +125,7 @@ pub(crate) fn config() -> &'static Config {
             enabled,
             debug,
             spin: Duration::from_micros(spin),
+            spin_max: Duration::from_micros(spin_max),
             // At least 64 KiB: a write's 16 KiB messages then always fit one record.
             ring_size: ring_size
                 .next_power_of_two()

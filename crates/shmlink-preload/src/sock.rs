@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use libc::c_int;
 use shmlink::{Connection, ErrorKind};
 
+use crate::stats::Stat;
 use crate::{config, real};
 
 /// The largest message one write puts into the ring (a quarter of the smallest ring we
@@ -888,28 +889,99 @@ pub(crate) fn write_hint(entry: &Entry) -> bool {
     !s.tx_full || s.broken || s.switched
 }
 
-/// Spins up to the configured budget (`SHMLINK_SPIN_US`) until `ready`; whether it was.
+/// A thread's spin budget. It spins `SHMLINK_SPIN_US` per wait; when a kernel sleep
+/// that followed a spun-out wait ended soon enough that `SHMLINK_SPIN_MAX_US` of spinning
+/// would have covered it ([`spin_woke`]), the next wait tries spinning that long (a
+/// probe). A probe that sees data keeps the long budget for as long as spins keep seeing
+/// data; the first long spin that runs out goes back to the short one. A probe that runs
+/// out is not tried again for 64 sleeps, doubling with each failure up to 4096: where
+/// spinning cannot help (the peer waits for this very CPU, or answers later than the
+/// ceiling) the probes cost next to nothing. So a program whose peer answers within the
+/// ceiling (redis-benchmark's connections, refilled in bursts by one server) stops
+/// sleeping, and the peer stops paying a doorbell (a cross-CPU wake-up, ~12 µs of its
+/// CPU here) per sleep; an idle program still sleeps after at most one long spin.
+#[derive(Clone, Copy)]
+struct SpinState {
+    /// Spins get `spin_max`: the last probe or long spin saw data.
+    long: bool,
+    /// When the last wait's spin ran out (its kernel sleep began).
+    missed_at: Option<Instant>,
+    /// That sleep ended, with a shm member ready, within `spin_max` of spinning.
+    soon: bool,
+    /// Probes that ran out in a row.
+    fails: u32,
+    /// Sleeps to go before the next probe.
+    countdown: u32,
+}
+
+impl SpinState {
+    const NEW: SpinState = SpinState {
+        long: false,
+        missed_at: None,
+        soon: false,
+        fails: 0,
+        countdown: 0,
+    };
+
+    /// The next spin's budget, and whether it is a probe.
+    fn budget(&self, base: Duration, max: Duration) -> (Duration, bool) {
+        let probe = !self.long && self.soon && self.countdown == 0 && max > base;
+        (if self.long || probe { max } else { base }, probe)
+    }
+
+    /// A spin (a probe or not) ended at `end`: `hit` if it saw something ready.
+    fn spun(&mut self, probe: bool, hit: bool, end: Instant) {
+        self.soon = false;
+        if hit {
+            if probe {
+                self.long = true;
+                self.fails = 0;
+            }
+            return;
+        }
+        if probe {
+            self.fails = (self.fails + 1).min(MAX_FAILS);
+            self.countdown = PROBE_EVERY << self.fails;
+        } else {
+            self.countdown = self.countdown.saturating_sub(1);
+        }
+        self.long = false;
+        self.missed_at = Some(end);
+    }
+
+    /// A kernel sleep ended at `now` with a shm member ready.
+    fn woke(&mut self, now: Instant, base: Duration, max: Duration) {
+        if let Some(t) = self.missed_at.take() {
+            self.soon = base + now.saturating_duration_since(t) <= max;
+        }
+    }
+}
+
+thread_local! {
+    static SPIN: std::cell::Cell<SpinState> = const { std::cell::Cell::new(SpinState::NEW) };
+}
+
+/// Sleeps between failed probes: this many, doubled per failure in a row...
+const PROBE_EVERY: u32 = 32;
+/// ...up to `PROBE_EVERY << MAX_FAILS` (4096).
+const MAX_FAILS: u32 = 7;
+
+/// Spins up to this thread's budget (see [`SpinState`]) until `ready`; whether it was.
 pub(crate) fn spin(mut ready: impl FnMut() -> bool) -> bool {
-    let budget = config().spin;
-    if budget.is_zero() {
+    let cfg = config();
+    if cfg.spin.is_zero() {
         return false;
     }
+    let mut st = SPIN.with(|c| c.get());
+    let (budget, probe) = st.budget(cfg.spin, cfg.spin_max);
     let start = Instant::now();
     let until = start + budget;
-    loop {
+    let hit = loop {
         if ready() {
-            crate::stats::add(crate::stats::Stat::SpinHit, 1);
-            crate::stats::add(
-                crate::stats::Stat::SpinNs,
-                start.elapsed().as_nanos() as u64,
-            );
-            return true;
+            break true;
         }
-        let now = Instant::now();
-        if now >= until {
-            crate::stats::add(crate::stats::Stat::SpinMiss, 1);
-            crate::stats::add(crate::stats::Stat::SpinNs, (now - start).as_nanos() as u64);
-            return false;
+        if Instant::now() >= until {
+            break false;
         }
         // Burn, do not yield: `sched_yield` hands the CPU to any other runnable thread
         // for its whole time slice (milliseconds), and on a busy machine every wait then
@@ -917,7 +989,24 @@ pub(crate) fn spin(mut ready: impl FnMut() -> bool) -> bool {
         // TCP's 6 600 with a build running). A bounded burn costs at most the budget
         // when the peer waits for this very CPU (`SHMLINK_SPIN_US=0` turns it off).
         std::hint::spin_loop();
-    }
+    };
+    let end = Instant::now();
+    st.spun(probe, hit, end);
+    SPIN.with(|c| c.set(st));
+    crate::stats::add(if hit { Stat::SpinHit } else { Stat::SpinMiss }, 1);
+    crate::stats::add(Stat::SpinNs, (end - start).as_nanos() as u64);
+    hit
+}
+
+/// A kernel sleep ended with a shm member ready (not a timeout, not a plain fd alone):
+/// if it followed a spun-out wait and came soon enough, the next wait may probe.
+pub(crate) fn spin_woke() {
+    let cfg = config();
+    SPIN.with(|c| {
+        let mut st = c.get();
+        st.woke(Instant::now(), cfg.spin, cfg.spin_max);
+        c.set(st);
+    });
 }
 
 /// After a room doorbell (or a timeout) the sender may try again: POLLOUT is reported.
@@ -975,4 +1064,100 @@ pub(crate) fn available(entry: &Entry) -> usize {
         return n.max(0) as usize;
     }
     s.buffered()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: Duration = Duration::from_micros(20);
+    const MAX: Duration = Duration::from_micros(200);
+
+    /// A spin that ran out, then a kernel sleep of `sleep` that a member's data ended.
+    fn miss_then_sleep(st: &mut SpinState, t: &mut Instant, sleep: Duration) {
+        let (budget, probe) = st.budget(BASE, MAX);
+        *t += budget;
+        st.spun(probe, false, *t);
+        *t += sleep;
+        st.woke(*t, BASE, MAX);
+    }
+
+    #[test]
+    fn a_short_sleep_makes_the_next_spin_a_probe_and_a_hit_keeps_it_long() {
+        let mut st = SpinState::NEW;
+        let mut t = Instant::now();
+        assert_eq!(
+            st.budget(BASE, MAX),
+            (BASE, false),
+            "a new thread spins the base"
+        );
+        miss_then_sleep(&mut st, &mut t, Duration::from_micros(100));
+        assert_eq!(
+            st.budget(BASE, MAX),
+            (MAX, true),
+            "120 us of waiting: probe"
+        );
+        st.spun(true, true, t);
+        for _ in 0..3 {
+            assert_eq!(
+                st.budget(BASE, MAX),
+                (MAX, false),
+                "kept while spins see data"
+            );
+            st.spun(false, true, t);
+        }
+        // The first long spin that runs out goes back to the base at once.
+        miss_then_sleep(&mut st, &mut t, Duration::from_secs(1));
+        assert_eq!(
+            st.budget(BASE, MAX),
+            (BASE, false),
+            "an idle spell: the base"
+        );
+    }
+
+    #[test]
+    fn a_long_sleep_never_probes() {
+        let mut st = SpinState::NEW;
+        let mut t = Instant::now();
+        for _ in 0..10 {
+            miss_then_sleep(&mut st, &mut t, Duration::from_micros(181));
+            assert_eq!(st.budget(BASE, MAX), (BASE, false));
+        }
+    }
+
+    #[test]
+    fn failed_probes_back_off_exponentially() {
+        let mut st = SpinState::NEW;
+        let mut t = Instant::now();
+        let short = Duration::from_micros(5);
+        let mut gaps = Vec::new();
+        // Where spinning cannot help (the peer waits for this CPU): every sleep is short
+        // and every probe runs out.
+        let mut since = 0;
+        for _ in 0..20_000 {
+            let (_, probe) = st.budget(BASE, MAX);
+            if probe {
+                gaps.push(since);
+                since = 0;
+            }
+            since += 1;
+            miss_then_sleep(&mut st, &mut t, short);
+        }
+        // Waits between probes (the probe itself counted): the first sleep makes the
+        // second wait a probe; then 64 sleeps, doubling, up to 4096.
+        assert_eq!(
+            gaps[..8],
+            [1, 65, 129, 257, 513, 1025, 2049, 4097],
+            "{gaps:?}"
+        );
+        assert!(gaps[8..].iter().all(|&g| g == 4097), "{gaps:?}");
+    }
+
+    #[test]
+    fn no_stretch_when_the_ceiling_is_the_base() {
+        let mut st = SpinState::NEW;
+        let mut t = Instant::now();
+        miss_then_sleep(&mut st, &mut t, Duration::ZERO);
+        assert_eq!(st.budget(BASE, BASE), (BASE, false));
+    }
 }

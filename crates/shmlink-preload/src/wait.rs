@@ -137,6 +137,9 @@ pub(crate) fn poll(
                 let mut r = user[k];
                 if p.revents != 0 {
                     // A doorbell: room for a blocked sender, or data, or the end.
+                    if t != 0 {
+                        sock::spin_woke();
+                    }
                     sock::kernel_woke(e, p.revents & libc::POLLHUP != 0);
                     r |= sock::readiness(e, fds[i].events, true);
                 }
@@ -471,6 +474,7 @@ pub(crate) unsafe fn epoll_wait(
         // 4. The kernel: plain fds, doorbells, members' ends. Skipped (a bounded number of
         // times in a row) when members are ready anyway.
         let skip = !ready.is_empty() && SKIPS.with(|c| c.get()) < MAX_SKIPS;
+        let mut slept = false;
         let n = if skip {
             SKIPS.with(|c| c.set(c.get() + 1));
             0
@@ -491,6 +495,7 @@ pub(crate) unsafe fn epoll_wait(
             if t == 0 {
                 stats::add(Stat::KernelZero, 1);
             } else {
+                slept = true;
                 stats::add(Stat::KernelSleep, 1);
                 if n == 0 {
                     stats::add(Stat::KernelTimeout, 1);
@@ -524,6 +529,10 @@ pub(crate) unsafe fn epoll_wait(
             }
             let Some(e) = snap.entry(fd) else { continue };
             stats::add(Stat::KernelWokeShm, 1);
+            if slept {
+                // Once per sleep: `spin_woke` forgets the spin it follows.
+                sock::spin_woke();
+            }
             if reg.events & libc::EPOLLONESHOT as u32 != 0 {
                 set_disabled(epfd, fd);
             }

@@ -134,6 +134,30 @@ fn shm_lines(log: &Path) -> usize {
         .count()
 }
 
+/// A redis-server on `port` (preloaded with `lib` if given), its stderr in `log`,
+/// killed on drop; returns once it listens.
+fn redis_server(dir: &Path, lib: Option<&Path>, port: &str, log: &Path) -> Reaped {
+    let mut s = Command::new("redis-server");
+    s.args(["--port", port, "--bind", "127.0.0.1", "--save", ""])
+        .args(["--appendonly", "no", "--dir"])
+        .arg(dir)
+        .env("SHMLINK_DIR", dir.join("rdv"))
+        .env("SHMLINK_LOG", "debug")
+        .env_remove("LD_PRELOAD")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("log file"));
+    if let Some(lib) = lib {
+        s.env("LD_PRELOAD", lib);
+    }
+    let server = Reaped(s.spawn().expect("spawn redis-server"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
+        assert!(Instant::now() < deadline, "redis-server never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server
+}
+
 #[test]
 fn redis_serves_plain_and_preloaded_clients() {
     if !have("redis-server") || !have("redis-benchmark") || !have("redis-cli") {
@@ -148,32 +172,7 @@ fn redis_serves_plain_and_preloaded_clients() {
     let lib = preload_lib();
     let port = free_port().to_string();
     let server_log = dir.join("server.log");
-    let server = Command::new("redis-server")
-        .args([
-            "--port",
-            &port,
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .args(["--dir"])
-        .arg(&dir)
-        .env("LD_PRELOAD", &lib)
-        .env("SHMLINK_DIR", dir.join("rdv"))
-        .env("SHMLINK_LOG", "debug")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&server_log).expect("log file"))
-        .spawn()
-        .expect("spawn redis-server");
-    let _server = Reaped(server);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
-        assert!(Instant::now() < deadline, "redis-server never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let _server = redis_server(&dir, Some(&lib), &port, &server_log);
     let client = |program: &str, preloaded: bool| {
         let mut c = Command::new(program);
         c.env("SHMLINK_DIR", dir.join("rdv"))
@@ -601,24 +600,7 @@ fn a_killed_redis_server_fails_the_client_as_over_tcp() {
     for preloaded in [false, true] {
         let port = free_port().to_string();
         let log = dir.join(format!("server-{preloaded}.log"));
-        let mut s = Command::new("redis-server");
-        s.args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
-            .args(["--appendonly", "no", "--dir"])
-            .arg(&dir)
-            .env("SHMLINK_DIR", dir.join("rdv"))
-            .env("SHMLINK_LOG", "debug")
-            .env_remove("LD_PRELOAD")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"));
-        if preloaded {
-            s.env("LD_PRELOAD", &lib);
-        }
-        let mut server = Reaped(s.spawn().expect("spawn redis-server"));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
-            assert!(Instant::now() < deadline, "redis-server never listened");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut server = redis_server(&dir, preloaded.then_some(&*lib), &port, &log);
         let mut c = Command::new("redis-benchmark");
         c.args(["-p", &port, "-t", "set", "-n", "100000000", "-c", "1", "-q"])
             .env("SHMLINK_DIR", dir.join("rdv"))
@@ -674,4 +656,101 @@ fn a_killed_redis_server_fails_the_client_as_over_tcp() {
         let e = error.as_deref().unwrap_or("no error line");
         assert!(tcp_errors.contains(&e), "run {i}: {e}");
     }
+}
+
+/// CPU time `pid` has used so far (user + system), from `/proc/PID/stat`.
+fn cpu_used(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // The fields after the command name (which may hold spaces) start after its ')'.
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("comm") + 2..]
+        .split_whitespace()
+        .collect();
+    // utime and stime are fields 14 and 15 of the line (11 and 12 after the name).
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_millis(ticks * 1000 / hz)
+}
+
+/// Preloaded programs that wait on shm connections spin for a bounded budget, stretched
+/// while their peer keeps answering soon (`SHMLINK_SPIN_MAX_US`), then sleep: after a
+/// pipelined benchmark has stretched the spins, a preloaded redis-server and a preloaded
+/// subscriber that waits on it in a blocking read use next to no CPU while nothing is
+/// sent, and the subscriber still gets the next message (a doorbell wakes it). The
+/// window is a second of idleness, measured in CPU ticks, not in elapsed time; a spin
+/// that never ends would show a whole second per process.
+#[test]
+fn idle_preloaded_programs_use_no_cpu() {
+    if !have("redis-server") || !have("redis-benchmark") || !have("redis-cli") {
+        shmlink::testing::skip(
+            "apps",
+            "redis-server, redis-cli or redis-benchmark is not installed (scripts/apps.sh install)",
+        );
+        return;
+    }
+    let scratch = Scratch::new("redis-idle");
+    let dir = scratch.0.clone();
+    let lib = preload_lib();
+    let port = free_port().to_string();
+    let log = dir.join("server.log");
+    let server = redis_server(&dir, Some(&lib), &port, &log);
+    let client = |program: &str| {
+        let mut c = Command::new(program);
+        c.env("SHMLINK_DIR", dir.join("rdv"))
+            .env("LD_PRELOAD", &lib)
+            .args(["-p", &port]);
+        c
+    };
+    let mut bench = client("redis-benchmark");
+    bench.args(["-t", "get", "-n", "200000", "-c", "8", "-P", "8", "-q"]);
+    run(bench, "redis-benchmark");
+    let mut sub = client("redis-cli");
+    sub.args(["subscribe", "idle"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut sub = Reaped(sub.spawn().expect("spawn redis-cli subscribe"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = sub.0.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next_line = || {
+        rx.recv_timeout(Duration::from_secs(20))
+            .expect("a line from the subscriber")
+    };
+    // "subscribe", "idle", "1": subscribed.
+    let confirm: Vec<String> = (0..3).map(|_| next_line()).collect();
+    assert_eq!(confirm, ["subscribe", "idle", "1"]);
+    let before = [cpu_used(server.0.id()), cpu_used(sub.0.id())];
+    std::thread::sleep(Duration::from_secs(1));
+    let after = [cpu_used(server.0.id()), cpu_used(sub.0.id())];
+    for (i, who) in ["redis-server", "the subscriber"].iter().enumerate() {
+        let used = after[i] - before[i];
+        eprintln!("{who}: {used:?} of CPU in a second of idleness");
+        assert!(
+            used < Duration::from_millis(100),
+            "{who} used {used:?} of CPU in a second of idleness"
+        );
+    }
+    let mut publish = client("redis-cli");
+    publish.args(["publish", "idle", "hello"]);
+    let out = run(publish, "redis-cli publish");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "1",
+        "one receiver"
+    );
+    let msg: Vec<String> = (0..3).map(|_| next_line()).collect();
+    assert_eq!(msg, ["message", "idle", "hello"]);
+    assert!(
+        shm_lines(&log) >= 3,
+        "the benchmark, the subscriber and the publisher used shared memory"
+    );
 }
