@@ -97,7 +97,9 @@ pub(crate) fn poll(
             }
             if !announce && timeout_ms != 0 && !spun {
                 spun = true;
-                if sock::spin(|| shm.iter().any(|(_, e)| sock::read_hint(e))) {
+                if !sock::shares_cpu(shm.iter().map(|(_, e)| e))
+                    && sock::spin(|| shm.iter().any(|(_, e)| sock::read_hint(e)))
+                {
                     break;
                 }
             }
@@ -439,10 +441,13 @@ pub(crate) unsafe fn epoll_wait(
         // answers within it never has to ring a doorbell.
         if ready.is_empty() && timeout_ms != 0 && !spun {
             spun = true;
-            if sock::spin(|| {
-                members.iter().any(|(_, reg, e)| epoll_hint(e, reg))
-                    || edged.iter().any(|(_, _, e)| sock::et_edge(e, false))
-            }) {
+            let all = members.iter().chain(edged).map(|(_, _, e)| e);
+            if !sock::shares_cpu(all)
+                && sock::spin(|| {
+                    members.iter().any(|(_, reg, e)| epoll_hint(e, reg))
+                        || edged.iter().any(|(_, _, e)| sock::et_edge(e, false))
+                })
+            {
                 continue;
             }
         }

@@ -456,6 +456,18 @@ impl Connection {
         }
     }
 
+    /// Records that this end is about to wait on the CPU it runs on, and returns whether
+    /// the peer last waited on that same CPU: then spinning cannot help (the peer cannot
+    /// run until this end stops), so a caller that spins before it sleeps on the fd
+    /// should sleep at once. Also what the peer's own check reads. `false` on transports
+    /// other than `shm:`.
+    pub fn shares_cpu_with_peer(&mut self) -> bool {
+        match &mut self.ops {
+            crate::transport::Conn::Shm(c) => c.shares_cpu_with_peer(),
+            crate::transport::Conn::Dyn(_) => false,
+        }
+    }
+
     /// Withdraws the wait that a non-blocking receive announced when it returned
     /// `WouldBlock`, so the peer rings no doorbell for it: for an event loop that found
     /// work elsewhere and will not sleep on this connection's fd before it receives (or

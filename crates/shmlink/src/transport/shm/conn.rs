@@ -784,6 +784,11 @@ impl ShmConn {
         self.rx.has_data().unwrap_or(true) || self.rx.peer_closed()
     }
 
+    /// See [`crate::Connection::shares_cpu_with_peer`].
+    pub(crate) fn shares_cpu_with_peer(&self) -> bool {
+        self.seg.note_cpu(sys::current_cpu())
+    }
+
     /// Withdraws the wait a non-blocking receive announced (it returned `WouldBlock`):
     /// the peer rings no doorbell for it. A doorbell rung before the peer saw this may
     /// still come and is drained as a stale one.
