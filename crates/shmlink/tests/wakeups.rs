@@ -225,3 +225,60 @@ fn blocking_waits_sleep_on_doorbell_pipes_and_event_loops_on_the_socket() {
     drop(client);
     assert_eq!(waiter.join().unwrap(), ErrorKind::EndOfStream);
 }
+
+/// The CPUs this thread may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the call fills it; CPU_ISSET
+    // reads inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(
+            libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set),
+            0
+        );
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// Runs the calling thread on `cpu` only.
+fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes inside it; the call reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        let rc = libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
+        assert_eq!(rc, 0, "pin to CPU {cpu}");
+    }
+}
+
+/// `shares_cpu_with_peer` records where this end waits and says whether the peer last
+/// waited on the same CPU (a caller that spins before sleeping then sleeps at once).
+#[test]
+fn shares_cpu_with_peer_compares_where_the_two_ends_wait() {
+    let (mut client, mut server) = pair_with("shm", &kernel_opts());
+    let cpus = allowed_cpus();
+    let here = cpus[0];
+    pin(here);
+    client.shares_cpu_with_peer();
+    assert!(
+        server.shares_cpu_with_peer(),
+        "both ends waited on CPU {here}"
+    );
+    assert!(client.shares_cpu_with_peer());
+    match cpus.get(1) {
+        Some(&other) => {
+            pin(other);
+            assert!(!server.shares_cpu_with_peer(), "CPU {other} against {here}");
+            pin(here);
+            assert!(
+                !client.shares_cpu_with_peer(),
+                "the server last waited on {other}"
+            );
+        }
+        None => eprintln!("one CPU allowed: the two-CPU half of this test did not run"),
+    }
+    let (mut a, _b) = pair("ux");
+    assert!(!a.shares_cpu_with_peer(), "not shm: false");
+}
