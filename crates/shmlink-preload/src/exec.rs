@@ -5,18 +5,22 @@
 //! The exec'ing side ([`prepare_exec`], from the exec hooks), for each shm connection
 //! with an fd the program left inheritable (its own view of `FD_CLOEXEC`):
 //! 1. sends a *switch* message into the ring, after everything it wrote: "my program
-//!    consumed C bytes of your stream, I wrote W bytes to you". It is longer than any
-//!    data message ([`CHUNK`]), which is how the peer tells it from data;
+//!    consumed C bytes of your stream, I wrote W bytes to you, and here are the bytes of
+//!    yours I had taken from the ring but my program had not read" (what the library
+//!    buffered, at most a message or two). It is longer than any data message
+//!    ([`CHUNK`]), which is how the peer tells it from data;
 //! 2. puts the TCP socket onto each of the connection's fd numbers (`dup3`, `FD_CLOEXEC`
 //!    as the program set it, `O_NONBLOCK` as the program set it, epoll registrations
 //!    moved over), and closes the shm connection.
 //!
 //! The peer ([`peer_switched`]) meets the switch message in order, after all the data
 //! the exec'ing side wrote (its program reads those first, from the ring), checks W,
-//! sends again over TCP the bytes of its own stream from C on (kept in
-//! [`Sock::hist`]: a ring's worth plus one message), moves its own fds onto its TCP
-//! socket the same way, and from then on both directions are TCP: no byte lost,
-//! duplicated or reordered. If the exec fails, the exec'ing program goes on over TCP.
+//! sends again over TCP what the exec'ing program had not read: the bytes returned in
+//! the switch message, then those of its own messages still in its send ring (the ring
+//! keeps every message the reader has not taken, `Connection::unconsumed_sent`; no copy
+//! of what is sent is kept), moves its own fds onto its TCP socket the same way, and from
+//! then on both directions are TCP: no byte lost, duplicated or reordered. If the exec
+//! fails, the exec'ing program goes on over TCP.
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
@@ -27,7 +31,7 @@ use libc::c_int;
 
 use crate::sock::{Entry, ReadEnd, ReadFlags, Sock, CHUNK};
 use crate::table::{self, Removed};
-use crate::{config, debug, real, Guard};
+use crate::{debug, real, Guard};
 
 const MAGIC: &[u8; 16] = b"SHMLINK-EXEC-TCP";
 /// Longer than any data message, so never taken for data.
@@ -37,27 +41,31 @@ const ROOM_WAIT: Duration = Duration::from_secs(1);
 /// How long the peer may take to send its unconsumed bytes again over TCP.
 const RESEND_WAIT: Duration = Duration::from_secs(5);
 
-/// How many of the last bytes sent each connection keeps: what the peer may not have
-/// consumed (a full ring, plus the rest of one message its program read in part).
-pub(crate) fn history_len() -> usize {
-    config().ring_size + 2 * CHUNK
-}
+/// The switch message's header: magic, consumed, wrote, the returned bytes' length.
+const SWITCH_HEADER: usize = 64;
+/// The most bytes a switch message returns: it must fit one record of the smallest ring
+/// (64 KiB: records of up to 32 KiB), so that sending it is all or nothing.
+const MAX_RETURNED: usize = 2 * CHUNK - 2 * SWITCH_HEADER;
 
-fn encode(consumed: u64, wrote: u64) -> Vec<u8> {
-    let mut v = vec![0u8; SWITCH_LEN];
+fn encode(consumed: u64, wrote: u64, returned: &[u8]) -> Vec<u8> {
+    let mut v = vec![0u8; SWITCH_LEN.max(SWITCH_HEADER + returned.len())];
     v[..16].copy_from_slice(MAGIC);
     v[16..24].copy_from_slice(&consumed.to_le_bytes());
     v[24..32].copy_from_slice(&wrote.to_le_bytes());
+    v[32..40].copy_from_slice(&(returned.len() as u64).to_le_bytes());
+    v[SWITCH_HEADER..SWITCH_HEADER + returned.len()].copy_from_slice(returned);
     v
 }
 
-fn decode(msg: &[u8]) -> Option<(u64, u64)> {
-    if msg.len() != SWITCH_LEN || &msg[..16] != MAGIC {
+/// (consumed, wrote, returned bytes) of a switch message.
+fn decode(msg: &[u8]) -> Option<(u64, u64, &[u8])> {
+    if msg.len() < SWITCH_LEN || &msg[..16] != MAGIC {
         return None;
     }
-    let consumed = u64::from_le_bytes(msg[16..24].try_into().ok()?);
-    let wrote = u64::from_le_bytes(msg[24..32].try_into().ok()?);
-    Some((consumed, wrote))
+    let word = |i: usize| u64::from_le_bytes(msg[i..i + 8].try_into().expect("8 bytes"));
+    let returned = usize::try_from(word(32)).ok()?;
+    let end = SWITCH_HEADER.checked_add(returned)?;
+    Some((word(16), word(24), msg.get(SWITCH_HEADER..end)?))
 }
 
 /// The inode of the socket behind `fd` (0 if none): dups of one socket share it.
@@ -181,7 +189,15 @@ fn switch_out(entry: &Entry, fds: &[c_int]) {
         return;
     }
     let consumed = s.rx_total - s.buffered() as u64;
-    let msg = encode(consumed, s.tx_total);
+    if s.buffered() > MAX_RETURNED {
+        debug!(
+            "{}: exec: {} bytes read ahead, more than a switch returns; the connection closes",
+            s.name,
+            s.buffered()
+        );
+        return;
+    }
+    let msg = encode(consumed, s.tx_total, &s.rbuf[s.rpos..]);
     let deadline = Instant::now() + ROOM_WAIT;
     loop {
         let Some(conn) = s.conn.as_mut() else { return };
@@ -223,21 +239,18 @@ pub(crate) fn peer_switched(s: &mut Sock, msg: &[u8]) {
         s.notice_gone(true);
         s.read_end = ReadEnd::Eof;
     };
-    let Some((consumed, wrote)) = decode(msg) else {
+    let Some((consumed, wrote, returned)) = decode(msg) else {
         return fail(s, "malformed");
     };
     if wrote != s.rx_total {
         return fail(s, "byte counts differ");
     }
-    let unsent = match s.tx_total.checked_sub(consumed) {
-        Some(n) if n as usize <= s.hist.len() || n == 0 => n as usize,
-        _ => return fail(s, "more unconsumed than kept"),
-    };
     let tcp = s.tcp.as_raw_fd();
-    // Our bytes it had not consumed, from the history ring, over TCP first.
-    if let Err(e) = resend(s, consumed, unsent) {
-        return fail(s, &format!("resend: errno {e}"));
-    }
+    // Our bytes it had not consumed, over TCP first.
+    let unsent = match resend(s, consumed, returned) {
+        Ok(n) => n,
+        Err(why) => return fail(s, &why),
+    };
     shut_like(s, tcp);
     s.switched = true;
     debug!(
@@ -367,43 +380,42 @@ pub(crate) fn tcp_send(s: &mut Sock, src: &[u8]) -> Result<usize, c_int> {
     }
 }
 
-/// The peer's switch message, found as our program closes the connection: sends again
-/// over TCP what it had not consumed (our TCP socket then closes with the `Sock`).
-/// Sends over TCP the `unsent` bytes of ours from stream offset `consumed` on, out of the
-/// history ring (the caller checked that it holds them).
-fn resend(s: &Sock, consumed: u64, unsent: usize) -> Result<(), c_int> {
-    let cap = s.hist.len();
-    let mut pos = if cap == 0 {
-        0
-    } else {
-        (consumed % cap as u64) as usize
+/// Sends over TCP, to a peer that exec'd, our bytes from stream offset `consumed` on,
+/// which its program had not read: `returned` (what its library had taken from the ring,
+/// sent back in the switch message), then the rest of what our send ring still holds.
+/// Returns how many bytes went, or why it could not.
+fn resend(s: &mut Sock, consumed: u64, returned: &[u8]) -> Result<usize, String> {
+    let Some(ring) = s.conn.as_mut().and_then(|c| c.unconsumed_sent()) else {
+        return Err("our send ring is unreadable".into());
     };
-    let mut left = unsent;
+    // The ring holds our stream from `held` on; the peer took it up to `taken`.
+    let held = s.tx_total - ring.len() as u64;
+    let taken = consumed.checked_add(returned.len() as u64);
+    let skip = match taken {
+        Some(t) if (held..=s.tx_total).contains(&t) => (t - held) as usize,
+        _ => return Err("byte counts differ".into()),
+    };
     let deadline = Instant::now() + RESEND_WAIT;
-    while left > 0 {
-        let n = left.min(cap - pos);
-        send_all(s.tcp.as_raw_fd(), &s.hist[pos..pos + n], deadline)?;
-        left -= n;
-        pos = (pos + n) % cap;
-    }
-    Ok(())
+    let fd = s.tcp.as_raw_fd();
+    send_all(fd, returned, deadline).map_err(|e| format!("resend: errno {e}"))?;
+    send_all(fd, &ring[skip..], deadline).map_err(|e| format!("resend: errno {e}"))?;
+    Ok(returned.len() + ring.len() - skip)
 }
 
+/// The peer's switch message, found as our program closes the connection: sends again
+/// over TCP what it had not consumed (our TCP socket then closes with the `Sock`).
 pub(crate) fn peer_switched_at_close(s: &mut Sock, msg: &[u8]) {
     let _g = Guard::enter();
-    let Some((consumed, _wrote)) = decode(msg) else {
+    let Some((consumed, _wrote, returned)) = decode(msg) else {
         return;
     };
-    let Some(unsent) = s.tx_total.checked_sub(consumed) else {
-        return;
+    let unsent = match resend(s, consumed, returned) {
+        Ok(n) => n,
+        Err(why) => {
+            debug!("{}: peer exec'd before our close: {why}", s.name);
+            return;
+        }
     };
-    let unsent = unsent as usize;
-    if unsent > s.hist.len() {
-        return;
-    }
-    if resend(s, consumed, unsent).is_err() {
-        return;
-    }
     s.switched = true;
     debug!(
         "{}: peer exec'd before our close: {unsent} bytes sent again over TCP",

@@ -143,7 +143,6 @@ fn install(
         name: name.clone(),
         rx_total: 0,
         tx_total: 0,
-        hist: Vec::new(),
         switched: false,
         retarget_due: false,
     };

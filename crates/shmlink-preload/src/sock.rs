@@ -107,9 +107,6 @@ pub(crate) struct Sock {
     /// what an exec switch to TCP counts with (`crate::exec`).
     pub rx_total: u64,
     pub tx_total: u64,
-    /// The last bytes we sent, `tx_total` modulo its length (allocated at the first
-    /// write): what the peer may not have consumed when it switches to TCP at an exec.
-    pub hist: Vec<u8>,
     /// The peer moved the connection onto the TCP socket underneath (it exec'd): writes
     /// and, once `rbuf` is empty, reads go to that socket.
     pub switched: bool,
@@ -404,25 +401,6 @@ impl Sock {
         }
     }
 
-    /// Keeps a copy of bytes just sent in the history ring (what an exec'ing peer may
-    /// not have consumed is sent again over TCP, `crate::exec`).
-    #[inline]
-    fn remember(&mut self, bytes: &[u8]) {
-        if self.hist.is_empty() {
-            self.hist = vec![0; crate::exec::history_len()];
-        }
-        let cap = self.hist.len();
-        let mut pos = (self.tx_total % cap as u64) as usize;
-        let mut rest = bytes;
-        while !rest.is_empty() {
-            let n = rest.len().min(cap - pos);
-            self.hist[pos..pos + n].copy_from_slice(&rest[..n]);
-            rest = &rest[n..];
-            pos = (pos + n) % cap;
-        }
-        self.tx_total += bytes.len() as u64;
-    }
-
     /// Sends FIN if `shutdown(SHUT_WR)` could not yet.
     pub(crate) fn flush_fin(&mut self) {
         if self.wr_shut && !self.fin_sent && !self.broken {
@@ -464,7 +442,7 @@ impl Sock {
             let n = (src.len() - done).min(CHUNK);
             match self.conn().send(&src[done..done + n]) {
                 Ok(()) => {
-                    self.remember(&src[done..done + n]);
+                    self.tx_total += n as u64;
                     done += n;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {

@@ -456,6 +456,19 @@ impl Connection {
         }
     }
 
+    /// The messages this end sent that the peer has not taken from the ring yet, their
+    /// bytes concatenated in order: for a peer that asked to have them sent again
+    /// another way (the preload library's `exec`, which continues a connection over
+    /// TCP). `None` on transports other than `shm:`, when a reservation is open, or when
+    /// one of those messages was split into fragments or is still partly queued here
+    /// (their boundaries would be lost), or when the peer's position is invalid.
+    pub fn unconsumed_sent(&mut self) -> Option<Vec<u8>> {
+        match &mut self.ops {
+            crate::transport::Conn::Shm(c) => c.unconsumed_sent(),
+            crate::transport::Conn::Dyn(_) => None,
+        }
+    }
+
     /// Records that this end is about to wait on the CPU it runs on, and returns whether
     /// the peer last waited on that same CPU: then spinning cannot help (the peer cannot
     /// run until this end stops), so a caller that spins before it sleeps on the fd

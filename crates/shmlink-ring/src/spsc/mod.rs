@@ -595,6 +595,40 @@ impl Producer {
         Ok(self.cached_head != self.tail)
     }
 
+    /// Calls `f` with the payload and flags of every record the consumer has not taken
+    /// yet (from its published position to ours, published or only written), in order;
+    /// skip records are passed over. For a peer that is gone, or that asked to have them
+    /// sent again another way. Our own records, in our own memory: a header that is not
+    /// the one we wrote is a violation all the same.
+    pub fn for_each_unconsumed(&mut self, mut f: impl FnMut(&[u8], u32)) -> Result<()> {
+        self.refresh_head()?;
+        let mut pos = self.cached_head;
+        while pos < self.tail {
+            let word = self.ring.load_header(pos);
+            let len = (word & 0xffff_ffff) as usize;
+            let flags = ((word & FLAGS_MASK) >> 32) as u32;
+            let size = record_size(len);
+            if !stamped(word, pos) || size > self.ring.cap - HEADER || pos + size as u64 > self.tail
+            {
+                return Err(Violation::new(format!(
+                    "own record at {pos} unreadable (header {word:#x}, tail {})",
+                    self.tail
+                )));
+            }
+            if flags != FLAG_SKIP {
+                // SAFETY: a record of ours (at most half the ring, or a skip, which is not
+                // read) starting below cap lies in the 2*cap mapped bytes; only this
+                // producer writes it, and not while we read (`&mut self`).
+                let payload = unsafe {
+                    std::slice::from_raw_parts(self.ring.at(pos).add(HEADER).as_ptr(), len)
+                };
+                f(payload, flags);
+            }
+            pos += size as u64;
+        }
+        Ok(())
+    }
+
     /// Whether `need` bytes are free, reloading the head if the cache says no.
     #[inline(always)]
     pub fn has_room(&mut self, need: usize) -> Result<bool> {
@@ -1325,6 +1359,43 @@ mod tests {
         p2.tail = 16;
         p2.cached_head = 0;
         assert!(p2.has_room(256).is_err());
+    }
+
+    /// The records the consumer has not taken, read back by the producer in order
+    /// (skip records passed over, written-but-unpublished ones included).
+    #[test]
+    fn the_producer_reads_back_what_the_consumer_has_not_taken() {
+        let cap = 1 << 20;
+        let mut h = HeapRing::new(cap);
+        let (mut p, mut c) = (
+            Producer::new(h.ring(), FenceMode::Symmetric),
+            Consumer::new(h.ring(), FenceMode::Symmetric),
+        );
+        let seen = |p: &mut Producer| {
+            let mut v = Vec::new();
+            p.for_each_unconsumed(|b, f| v.push((b.to_vec(), f)))
+                .unwrap();
+            v
+        };
+        assert!(seen(&mut p).is_empty());
+        assert!(push(&mut p, &[1; 100]));
+        assert!(push(&mut p, &[2; 5]));
+        assert_eq!(seen(&mut p), [(vec![1; 100], 0), (vec![2; 5], 0)]);
+        assert_eq!(pop(&mut c).unwrap(), [1; 100]);
+        assert_eq!(seen(&mut p), [(vec![2; 5], 0)]);
+        assert_eq!(pop(&mut c).unwrap(), [2; 5]);
+        // A large record on the empty ring restarts at its start behind a skip record;
+        // one more is only written, not published.
+        let big = 200 << 10;
+        let dst = p.try_reserve(big).unwrap().unwrap();
+        // SAFETY: `try_reserve` gave room for `big` bytes at `dst`.
+        unsafe { std::ptr::write_bytes(dst.as_ptr(), 3, big) };
+        p.commit(big, 0);
+        let dst = p.try_reserve(7).unwrap().unwrap();
+        // SAFETY: as above, 7 bytes.
+        unsafe { std::ptr::write_bytes(dst.as_ptr(), 4, 7) };
+        p.write(7, FLAG_MORE);
+        assert_eq!(seen(&mut p), [(vec![3; big], 0), (vec![4; 7], FLAG_MORE)]);
     }
 
     /// A large record on an empty ring restarts at the ring's start, behind a skip record

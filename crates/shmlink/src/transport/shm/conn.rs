@@ -784,6 +784,22 @@ impl ShmConn {
         self.rx.has_data().unwrap_or(true) || self.rx.peer_closed()
     }
 
+    /// See [`crate::Connection::unconsumed_sent`].
+    pub(crate) fn unconsumed_sent(&mut self) -> Option<Vec<u8>> {
+        if !self.pending.is_empty() || !matches!(self.reservation, Reservation::None) {
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut whole = true;
+        self.tx
+            .for_each_unconsumed(|payload, flags| {
+                whole &= flags == 0;
+                out.extend_from_slice(payload);
+            })
+            .ok()?;
+        whole.then_some(out)
+    }
+
     /// See [`crate::Connection::shares_cpu_with_peer`].
     pub(crate) fn shares_cpu_with_peer(&self) -> bool {
         self.seg.note_cpu(sys::current_cpu())
