@@ -134,6 +134,19 @@ fn shm_lines(log: &Path) -> usize {
         .count()
 }
 
+/// Whether redis-server, redis-cli and redis-benchmark are installed; the calling test
+/// is skipped if not.
+fn redis_installed() -> bool {
+    let all = have("redis-server") && have("redis-benchmark") && have("redis-cli");
+    if !all {
+        shmlink::testing::skip(
+            "apps",
+            "redis-server, redis-cli or redis-benchmark is not installed (scripts/apps.sh install)",
+        );
+    }
+    all
+}
+
 /// A redis-server on `port` (preloaded with `lib` if given), its stderr in `log`,
 /// killed on drop; returns once it listens.
 fn redis_server(dir: &Path, lib: Option<&Path>, port: &str, log: &Path) -> Reaped {
@@ -160,11 +173,7 @@ fn redis_server(dir: &Path, lib: Option<&Path>, port: &str, log: &Path) -> Reape
 
 #[test]
 fn redis_serves_plain_and_preloaded_clients() {
-    if !have("redis-server") || !have("redis-benchmark") || !have("redis-cli") {
-        shmlink::testing::skip(
-            "apps",
-            "redis-server, redis-cli or redis-benchmark is not installed (scripts/apps.sh install)",
-        );
+    if !redis_installed() {
         return;
     }
     let scratch = Scratch::new("redis");
@@ -681,11 +690,7 @@ fn cpu_used(pid: u32) -> Duration {
 /// that never ends would show a whole second per process.
 #[test]
 fn idle_preloaded_programs_use_no_cpu() {
-    if !have("redis-server") || !have("redis-benchmark") || !have("redis-cli") {
-        shmlink::testing::skip(
-            "apps",
-            "redis-server, redis-cli or redis-benchmark is not installed (scripts/apps.sh install)",
-        );
+    if !redis_installed() {
         return;
     }
     let scratch = Scratch::new("redis-idle");
