@@ -62,6 +62,13 @@ Pattern:
                    [default: 64], --callers LIST [default: 1,16], --iterations N (round
                    trips [default: 20000] and calls per caller [default: 4000]),
                    --rounds [default: 3], --quick, --json FILE.
+                   inproc: both ends in one process (threads): shmlink's in-process
+                   connection against std mpsc, crossbeam-channel, flume and tokio mpsc.
+                   connect: connect + one 64 B round trip + close, per second (shm,
+                   auto, in-process, uds, tcp). apps: real programs (redis, nginx + wrk,
+                   iperf3, sockperf) plain against preloaded (`shmlink run`); options
+                   --apps LIST, --rounds, --duration, --requests, --quick, --json FILE
+                   (docs/transparent.md, "Performance").
   --subscribers LIST
                    subscriber counts, 1 to 64 [default: 1,2,4,8,16]
 
