@@ -68,7 +68,7 @@ Pattern:
                    auto, in-process, uds, tcp). apps: real programs (redis, nginx + wrk,
                    iperf3, sockperf) plain against preloaded (`shmlink run`); options
                    --apps LIST, --rounds, --duration, --requests, --quick, --json FILE
-                   (docs/transparent.md, "Performance").
+                   (docs/transparent.md, Performance).
   --subscribers LIST
                    subscriber counts, 1 to 64 [default: 1,2,4,8,16]
 
