@@ -260,6 +260,52 @@ fn large_messages_preset_keeps_a_megabyte_in_one_record() {
     });
 }
 
+/// On the preset, a copying `send` of a message larger than a fragment goes in fragments
+/// from the ring's start when the receiver has taken everything (it copies one while the
+/// sender writes the next), and whole when the receiver is behind. Every way of
+/// receiving gets the same bytes either way; `recv_ref` shows which one came.
+#[test]
+fn large_messages_preset_splits_a_send_only_for_a_waiting_receiver() {
+    within(Duration::from_secs(120), || {
+        let opts = kernel_opts().large_messages(1 << 20);
+        let (mut c, mut s) = pair_with("shm", &opts);
+        let msgs: Vec<Vec<u8>> = (0..4).map(|i| message(i, 1 << 20)).collect();
+        // Taken one at a time: each finds the ring empty, and every other one restarts at
+        // its start behind a skip record (all fragments fit before the previous ones).
+        let mut buf = vec![0u8; 2 << 20];
+        for way in [Way::Into, Way::Vec, Way::Ref] {
+            for (i, want) in msgs.iter().enumerate() {
+                c.send(want).unwrap();
+                match way {
+                    // Fragments land in the buffer (it may be larger than the message).
+                    Way::Into => {
+                        buf.fill(0);
+                        let n = s.recv(&mut buf).unwrap();
+                        check("split, recv", &buf[..n], want);
+                    }
+                    Way::Vec => check("split, recv_vec", &s.recv_vec().unwrap(), want),
+                    Way::Ref => {
+                        let m = s.recv_ref().unwrap();
+                        assert!(m.bytes().as_local().is_some(), "{i}: not split");
+                        check("split, recv_ref", &m.bytes().to_vec(), want);
+                    }
+                }
+            }
+        }
+        // Two in a row: the first finds the ring empty (split), the second finds the
+        // receiver behind (one record, read in place).
+        c.send(&msgs[0]).unwrap();
+        c.send(&msgs[1]).unwrap();
+        let m = s.recv_ref().unwrap();
+        assert!(m.bytes().as_local().is_some(), "the first is split");
+        check("first", &m.bytes().to_vec(), &msgs[0]);
+        drop(m);
+        let m = s.recv_ref().unwrap();
+        assert!(m.bytes().as_local().is_none(), "the second is one record");
+        check("second", &m.bytes().to_vec(), &msgs[1]);
+    });
+}
+
 // --- hostile lengths ----------------------------------------------------------------
 
 /// The hostile peer's ring (client → server) and the victim's maximum.

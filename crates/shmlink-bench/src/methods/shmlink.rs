@@ -2,12 +2,12 @@
 //! transports, through its public API (`send` and `recv`, which copy like every other
 //! method), and `shmlink-shm-zc`, the zero-copy row (`reserve`/`commit` and `recv_ref`:
 //! messages are generated and checked inside the ring). The driver binds a listener and
-//! accepts; the peer connects by address. Each row runs on the options a user of that
-//! way of sending would pass: the copying rows on `Options::default()` (256 KiB rings per
-//! direction: a larger message is copied through them fragment by fragment, straight
-//! into the receiver's buffer), the zero-copy row on `Options::large_messages(size)`
-//! (rings whose largest record holds the message whole, as iceoryx2 sizes its pool: 4 MiB
-//! for 1 MiB messages); `max_msg_size` is raised where the size exceeds the default.
+//! accepts; the peer connects by address. The `shm:` rows run on the options a user of
+//! messages of that size would pass, `Options::large_messages(size)`: the default 256 KiB
+//! rings up to 64 KiB, rings whose largest record holds the message whole above (4 MiB
+//! per direction for 1 MiB messages), as iceoryx2 sizes its pool for them; the other
+//! rows on `Options::default()`; `max_msg_size` is raised where the size exceeds the
+//! default.
 
 use std::io;
 
@@ -100,12 +100,10 @@ impl Shmlink {
         let default_max = Options::default().configured_max_msg_size();
         let mut opts = Options::default().max_msg_size(c.size.max(default_max));
         if self.transport == "shm" {
-            // In place means in one ring record, at most half a ring: the zero-copy row
-            // takes the documented preset for messages of its size.
-            if self.zero_copy {
-                opts = opts.large_messages(c.size);
-            }
-            opts = opts.wait_policy(self.wait);
+            // The documented preset for messages of this size (the default ring up to
+            // 64 KiB), as iceoryx2 sizes its pool for them: in place means in one ring
+            // record, and copying through it measured faster (docs/benchmarks.md).
+            opts = opts.large_messages(c.size).wait_policy(self.wait);
         }
         opts
     }

@@ -655,13 +655,17 @@ impl Producer {
         Ok(Some(unsafe { self.ring.at(self.tail).add(HEADER) }))
     }
 
-    /// Before a large record of `size` bytes: if the ring is empty and the record fits at
-    /// its start, writes a skip record ([`FLAG_SKIP`]) to the end of the ring, so the
-    /// record lands at the start, where the previous one did. The skip is published with
-    /// the record (by `commit`'s `tail`: no wake-up of its own, which would use up the
-    /// consumer's announcement); a consumer that finds its header first passes over it.
+    /// Before a large record of `size` bytes (or records: the fragments of a message, in
+    /// all): if the ring is empty and they fit at its start, writes a skip record
+    /// ([`FLAG_SKIP`]) to the end of the ring, so they land at the start, where the
+    /// previous ones did. The skip is published with the next record (by `commit`'s
+    /// `tail`: no wake-up of its own, which would use up the consumer's announcement); a
+    /// consumer that finds its header first passes over it. [`try_reserve`] does this
+    /// itself for a record of at least [`RESTART_MIN`] and an eighth of the ring.
+    ///
+    /// [`try_reserve`]: Producer::try_reserve
     #[cold]
-    fn restart_if_empty(&mut self, size: usize) -> Result<()> {
+    pub fn restart_if_empty(&mut self, size: usize) -> Result<()> {
         let off = self.tail as usize & (self.ring.cap - 1);
         // The skip (cap - off bytes), the record and the next header slot must fit.
         if off == 0 || off < size + HEADER {

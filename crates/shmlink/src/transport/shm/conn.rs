@@ -24,6 +24,26 @@ use crate::view::SharedBytes;
 /// Length of the total-size prefix in the first fragment of a split message.
 const TOTAL_LEN: usize = 8;
 
+/// Largest fragment (record) of a split message: a quarter ring, at most this. Small
+/// enough that the receiver copies one while the sender writes the next (docs/design.md
+/// §3.2).
+const FRAGMENT_MAX: usize = 128 << 10;
+
+/// Payload bytes of a full fragment through `ring`. A message of at most this many bytes
+/// is never split by us (and so, from a peer running this code, never arrives split).
+#[inline]
+fn fragment_payload(ring: &crate::ring::RingRef) -> usize {
+    (ring.max_record() / 2).min(FRAGMENT_MAX) - HEADER
+}
+
+/// Ring bytes of a `len`-byte message split by `write_fragments` into fragments of
+/// `frag` payload bytes (the first starts with the total length).
+fn split_size(len: usize, frag: usize) -> usize {
+    let payload = len + TOTAL_LEN;
+    let last = payload % frag;
+    payload / frag * record_size(frag) + if last > 0 { record_size(last) } else { 0 }
+}
+
 /// A doorbell's byte: which of the receiver's two directions may progress. Both share
 /// one control socket (the connection's fd), so a drain must know whose cue it takes.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -534,6 +554,15 @@ impl ShmConn {
         }
     }
 
+    /// At the end of a split message: publishes the `head` that a small last fragment
+    /// held back, so that the sender of the next large message finds the ring empty (and
+    /// splits it from the ring's start) even if we have not waited again by then; measured
+    /// one in three round trips otherwise (docs/benchmarks.md).
+    #[inline]
+    fn flush_rx_after_split(&mut self) {
+        self.flush_rx();
+    }
+
     /// Sends `data` as fragments; `total` is set for the start of a message (its first
     /// fragment carries the length). Returns how many bytes of `data` went out; fewer
     /// than all only in non-blocking mode.
@@ -543,8 +572,7 @@ impl ShmConn {
         mut total: Option<usize>,
         blocking: bool,
     ) -> Result<usize> {
-        // Quarter-ring fragments keep producer and consumer working on different parts.
-        let frag_payload = self.tx.ring().max_record() / 2 - HEADER;
+        let frag_payload = fragment_payload(self.tx.ring());
         let mut pos = 0;
         while pos < data.len() {
             let prefix = if total.is_some() { TOTAL_LEN } else { 0 };
@@ -569,14 +597,27 @@ impl ShmConn {
 
     /// Sends one message of any size. A split message that the ring cannot take whole in
     /// non-blocking mode is accepted: its rest waits in `pending`.
+    ///
+    /// A message larger than a fragment goes whole only while the receiver is behind; on
+    /// an empty ring (the receiver has taken everything and waits for this message) it
+    /// goes in fragments from the ring's start, so the receiver copies one while we write
+    /// the next instead of waiting for the whole message (docs/design.md §3.2).
     #[inline]
     fn send_message(&mut self, msg: &[u8], blocking: bool) -> Result<()> {
         if record_size(msg.len()) <= self.tx.ring().max_record() {
-            let Some(dst) = self.room(msg.len(), blocking)? else {
-                return Err(Error::would_block());
-            };
-            self.write_record(dst, None, msg, 0);
-            return Ok(());
+            let frag = fragment_payload(self.tx.ring());
+            if msg.len() <= frag || self.receiver_behind()? {
+                let Some(dst) = self.room(msg.len(), blocking)? else {
+                    return Err(Error::would_block());
+                };
+                self.write_record(dst, None, msg, 0);
+                return Ok(());
+            }
+            // All the fragments at the ring's start if they fit there, so that a blocking
+            // send into the empty ring never waits.
+            self.tx
+                .restart_if_empty(split_size(msg.len(), frag))
+                .map_err(|e| self.fail(e))?;
         }
         let sent = self.write_fragments(msg, Some(msg.len()), blocking)?;
         if sent == 0 {
@@ -586,6 +627,12 @@ impl ShmConn {
         self.pending.extend_from_slice(&msg[sent..]);
         self.pending_pos = 0;
         Ok(())
+    }
+
+    /// Whether the receiver has yet to take some of what we sent (reloads its position).
+    #[cold]
+    fn receiver_behind(&mut self) -> Result<bool> {
+        self.tx.unconsumed().map_err(|e| self.fail(e))
     }
 
     /// Pushes out the rest of a split message accepted earlier.
@@ -706,6 +753,7 @@ impl ShmConn {
             self.doorbell(Bell::Room);
         }
         if rec.flags == 0 {
+            self.flush_rx_after_split();
             self.reasm_total = None;
             self.current = Current::Reassembled;
             return Ok(Some(self.reasm.len()));
@@ -759,10 +807,11 @@ impl ShmConn {
         }
     }
 
-    /// The largest record of the receive ring: smaller messages are never split.
+    /// The largest message a peer running this code never splits through the receive
+    /// ring (a hostile one may split anything: `recv_next` handles that too).
     #[inline]
-    fn rx_max_record(&self) -> usize {
-        self.rx.ring().max_record()
+    fn rx_unsplit_max(&self) -> usize {
+        fragment_payload(self.rx.ring())
     }
 
     /// Whether a reservation of `n` bytes is written in place in the ring (else it is
@@ -908,6 +957,13 @@ impl ShmConn {
             return Ok(None);
         }
         let first = match self.rx.peek() {
+            Ok(Some(rec)) if rec.is_skip() => {
+                // Padding before a first fragment that restarted at the ring's start.
+                if self.rx.consume(rec.size()) {
+                    self.doorbell(Bell::Room);
+                }
+                return self.recv_split_into(buf);
+            }
             Ok(Some(rec)) => rec,
             Ok(None) => {
                 self.wait_data(true).map_err(|e| self.fail(e))?;
@@ -957,6 +1013,7 @@ impl ShmConn {
                 self.doorbell(Bell::Room);
             }
             if last {
+                self.flush_rx_after_split();
                 return Ok(Some(total));
             }
             // The next fragment (passing over skip records), waiting for it.
@@ -997,13 +1054,13 @@ impl ConnOps for ShmConn {
     #[inline]
     fn recv_into(&mut self, buf: &mut [u8], blocking: bool) -> Result<Option<usize>> {
         // Only a split message in blocking mode with nothing unusual going on, into a
-        // buffer that can hold one (a message that fits `buf` and one record is never
-        // split); anything else is `recv_next`'s.
+        // buffer that can hold one (a message of at most a fragment is never split);
+        // anything else is `recv_next`'s.
         if !blocking
             || self.broken.is_some()
             || !matches!(self.current, Current::None)
             || self.reasm_total.is_some()
-            || record_size(buf.len()) <= self.rx_max_record()
+            || buf.len() <= self.rx_unsplit_max()
         {
             return Ok(None);
         }
