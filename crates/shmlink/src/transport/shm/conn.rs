@@ -598,15 +598,16 @@ impl ShmConn {
     /// Sends one message of any size. A split message that the ring cannot take whole in
     /// non-blocking mode is accepted: its rest waits in `pending`.
     ///
-    /// A message larger than a fragment goes whole only while the receiver is behind; on
-    /// an empty ring (the receiver has taken everything and waits for this message) it
-    /// goes in fragments from the ring's start, so the receiver copies one while we write
-    /// the next instead of waiting for the whole message (docs/design.md §3.2).
+    /// A message larger than a fragment goes whole while the receiver is behind or in a
+    /// batch (published at its end); on an empty ring (the receiver has taken everything
+    /// and waits for this message) it goes in fragments from the ring's start, so the
+    /// receiver copies one while we write the next instead of waiting for the whole
+    /// message (docs/design.md §3.2).
     #[inline]
     fn send_message(&mut self, msg: &[u8], blocking: bool) -> Result<()> {
         if record_size(msg.len()) <= self.tx.ring().max_record() {
             let frag = fragment_payload(self.tx.ring());
-            if msg.len() <= frag || self.receiver_behind()? {
+            if msg.len() <= frag || self.batching || self.receiver_behind()? {
                 let Some(dst) = self.room(msg.len(), blocking)? else {
                     return Err(Error::would_block());
                 };
