@@ -316,8 +316,8 @@ impl Options {
     /// allocated as the rings are first written). The copying `send` and `recv` are
     /// faster on it too: a `send` to a receiver that waits goes in fragments it copies
     /// out while the sender writes the next, one to a receiver that is behind goes whole
-    /// (1 MiB messages, docs/benchmarks.md: round trip 0.76× and throughput 1.2× of
-    /// iceoryx2's, against 0.85× and 1.0× on the default ring). Set it on both ends: a
+    /// (1 MiB messages, docs/benchmarks.md: round trip 0.75× and throughput 1.1–1.2× of
+    /// iceoryx2's, against 0.85× and 0.9–1.1× on the default ring). Set it on both ends: a
     /// listener's ring size caps the rings its clients get.
     ///
     /// ```
