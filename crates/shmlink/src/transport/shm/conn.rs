@@ -600,23 +600,51 @@ impl ShmConn {
     }
 
     /// Sends one message of any size. A split message that the ring cannot take whole in
-    /// non-blocking mode is accepted: its rest waits in `pending`.
-    ///
-    /// A message larger than a fragment goes whole while the receiver is behind or in a
-    /// batch (published at its end); on an empty ring (the receiver has taken everything
-    /// and waits for this message) it goes in fragments from the ring's start, so the
-    /// receiver copies one while we write the next instead of waiting for the whole
-    /// message (docs/design.md §3.2).
+    /// non-blocking mode is accepted: its rest waits in `pending`. A message shorter than
+    /// any ring's fragment is one record: one comparison with a constant on the path of
+    /// small messages, the rest out of line (64 B streams measured 5 % slower with the
+    /// split decision on this path, docs/benchmarks.md).
     #[inline]
     fn send_message(&mut self, msg: &[u8], blocking: bool) -> Result<()> {
-        if record_size(msg.len()) <= self.tx.ring().max_record()
-            && (msg.len() < SPLIT_MIN || !self.split_for_waiting_receiver(msg.len())?)
-        {
-            let Some(dst) = self.room(msg.len(), blocking)? else {
-                return Err(Error::would_block());
-            };
-            self.write_record(dst, None, msg, 0);
-            return Ok(());
+        if msg.len() < SPLIT_MIN {
+            self.send_whole(msg, blocking)
+        } else {
+            self.send_large(msg, blocking)
+        }
+    }
+
+    #[inline(always)]
+    fn send_whole(&mut self, msg: &[u8], blocking: bool) -> Result<()> {
+        let Some(dst) = self.room(msg.len(), blocking)? else {
+            return Err(Error::would_block());
+        };
+        self.write_record(dst, None, msg, 0);
+        Ok(())
+    }
+
+    /// A message of at least [`SPLIT_MIN`] bytes. One larger than a fragment goes whole if
+    /// it fits one record and the receiver is behind or we are in a batch (published at
+    /// its end). Otherwise it is split: always when it does not fit one record, and on
+    /// an empty ring (the receiver has taken everything and waits for it) so that the
+    /// receiver copies one fragment while we write the next instead of waiting for the
+    /// whole message; the fragments then restart at the ring's start when they all fit
+    /// there, so a blocking send into the empty ring never waits (docs/design.md §3.2).
+    #[inline(never)]
+    fn send_large(&mut self, msg: &[u8], blocking: bool) -> Result<()> {
+        let frag = fragment_payload(self.tx.ring());
+        if record_size(msg.len()) <= self.tx.ring().max_record() {
+            let whole = msg.len() <= frag
+                || self.batching
+                || match self.tx.unconsumed() {
+                    Ok(behind) => behind,
+                    Err(e) => return Err(self.fail(e)),
+                };
+            if whole {
+                return self.send_whole(msg, blocking);
+            }
+            if let Err(e) = self.tx.restart_if_empty(split_size(msg.len(), frag)) {
+                return Err(self.fail(e));
+            }
         }
         let sent = self.write_fragments(msg, Some(msg.len()), blocking)?;
         if sent == 0 {
@@ -626,25 +654,6 @@ impl ShmConn {
         self.pending.extend_from_slice(&msg[sent..]);
         self.pending_pos = 0;
         Ok(())
-    }
-
-    /// Whether a `len`-byte message that fits one record goes in fragments instead (see
-    /// `send_message`); if so, they restart at the ring's start when they all fit there,
-    /// so that a blocking send into the empty ring never waits. Out of line: the path of
-    /// small messages stays as short as it was (64 B streams measured slower with this
-    /// inline).
-    #[inline(never)]
-    fn split_for_waiting_receiver(&mut self, len: usize) -> Result<bool> {
-        let frag = fragment_payload(self.tx.ring());
-        if len <= frag || self.batching {
-            return Ok(false);
-        }
-        let r = match self.tx.unconsumed() {
-            Ok(true) => return Ok(false),
-            Ok(false) => self.tx.restart_if_empty(split_size(len, frag)),
-            Err(e) => Err(e),
-        };
-        r.map(|()| true).map_err(|e| self.fail(e))
     }
 
     /// Pushes out the rest of a split message accepted earlier.
