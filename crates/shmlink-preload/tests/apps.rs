@@ -32,6 +32,18 @@ fn have(program: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// `program` with the test's rendezvous directory under `dir`, preloaded with `lib` if
+/// given (and never with an `LD_PRELOAD` inherited from the test's environment).
+fn app(program: &str, dir: &Path, lib: Option<&Path>) -> Command {
+    let mut c = Command::new(program);
+    c.env("SHMLINK_DIR", dir.join("rdv"))
+        .env_remove("LD_PRELOAD");
+    if let Some(lib) = lib {
+        c.env("LD_PRELOAD", lib);
+    }
+    c
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -150,18 +162,13 @@ fn redis_installed() -> bool {
 /// A redis-server on `port` (preloaded with `lib` if given), its stderr in `log`,
 /// killed on drop; returns once it listens.
 fn redis_server(dir: &Path, lib: Option<&Path>, port: &str, log: &Path) -> Reaped {
-    let mut s = Command::new("redis-server");
+    let mut s = app("redis-server", dir, lib);
     s.args(["--port", port, "--bind", "127.0.0.1", "--save", ""])
         .args(["--appendonly", "no", "--dir"])
         .arg(dir)
-        .env("SHMLINK_DIR", dir.join("rdv"))
         .env("SHMLINK_LOG", "debug")
-        .env_remove("LD_PRELOAD")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).expect("log file"));
-    if let Some(lib) = lib {
-        s.env("LD_PRELOAD", lib);
-    }
     let server = Reaped(s.spawn().expect("spawn redis-server"));
     let deadline = Instant::now() + Duration::from_secs(20);
     while TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
@@ -183,13 +190,8 @@ fn redis_serves_plain_and_preloaded_clients() {
     let server_log = dir.join("server.log");
     let _server = redis_server(&dir, Some(&lib), &port, &server_log);
     let client = |program: &str, preloaded: bool| {
-        let mut c = Command::new(program);
-        c.env("SHMLINK_DIR", dir.join("rdv"))
-            .env_remove("LD_PRELOAD")
-            .args(["-p", &port]);
-        if preloaded {
-            c.env("LD_PRELOAD", &lib);
-        }
+        let mut c = app(program, &dir, preloaded.then_some(&*lib));
+        c.args(["-p", &port]);
         c
     };
     // A value larger than a ring, set and read back both ways.
@@ -324,13 +326,11 @@ fn nginx_check(master: bool) {
     std::fs::write(dir.join("nginx.conf"), conf).expect("conf");
     let lib = preload_lib();
     let log = dir.join("preload.log");
-    let server = Command::new("nginx")
+    let server = app("nginx", &dir, Some(&lib))
         .arg("-c")
         .arg(dir.join("nginx.conf"))
         .arg("-p")
         .arg(&dir)
-        .env("LD_PRELOAD", &lib)
-        .env("SHMLINK_DIR", dir.join("rdv"))
         .env("SHMLINK_LOG", "debug")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log"))
@@ -344,15 +344,7 @@ fn nginx_check(master: bool) {
     }
     // nginx sends its stderr to error.log once it runs: count the decisions in both.
     let shm = || shm_lines(&log) + shm_lines(&dir.join("error.log"));
-    let client = |program: &str, preloaded: bool| {
-        let mut c = Command::new(program);
-        c.env("SHMLINK_DIR", dir.join("rdv"))
-            .env_remove("LD_PRELOAD");
-        if preloaded {
-            c.env("LD_PRELOAD", &lib);
-        }
-        c
-    };
+    let client = |program: &str, preloaded: bool| app(program, &dir, preloaded.then_some(&*lib));
     for preloaded in [false, true] {
         let before = shm();
         let mut curl = client("curl", preloaded);
@@ -433,10 +425,8 @@ fn iperf3_streams_plain_and_preloaded() {
     for preloaded in [false, true] {
         let port = free_port().to_string();
         let log = dir.join(format!("server-{preloaded}.log"));
-        let server = Command::new("iperf3")
+        let server = app("iperf3", &dir, Some(&lib))
             .args(["-s", "-1", "-p", &port])
-            .env("LD_PRELOAD", &lib)
-            .env("SHMLINK_DIR", dir.join("rdv"))
             .env("SHMLINK_LOG", "debug")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log"))
@@ -448,13 +438,8 @@ fn iperf3_streams_plain_and_preloaded() {
             assert!(Instant::now() < deadline, "iperf3 -s never listened");
             std::thread::sleep(Duration::from_millis(20));
         }
-        let mut c = Command::new("iperf3");
-        c.args(["-c", "127.0.0.1", "-p", &port, "-t", "2"])
-            .env("SHMLINK_DIR", dir.join("rdv"))
-            .env_remove("LD_PRELOAD");
-        if preloaded {
-            c.env("LD_PRELOAD", &lib);
-        }
+        let mut c = app("iperf3", &dir, preloaded.then_some(&*lib));
+        c.args(["-c", "127.0.0.1", "-p", &port, "-t", "2"]);
         let out = run(c, "iperf3 -c");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let receiver = text
@@ -503,10 +488,8 @@ fn sockperf_plain_and_preloaded() {
     let lib = preload_lib();
     let port = free_port().to_string();
     let log = dir.join("server.log");
-    let server = Command::new("sockperf")
+    let server = app("sockperf", &dir, Some(&lib))
         .args(["server", "--tcp", "-i", "127.0.0.1", "-p", &port])
-        .env("LD_PRELOAD", &lib)
-        .env("SHMLINK_DIR", dir.join("rdv"))
         .env("SHMLINK_LOG", "debug")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log"))
@@ -525,7 +508,7 @@ fn sockperf_plain_and_preloaded() {
         let mut figures = Vec::new();
         for preloaded in [false, true] {
             let before = shm_lines(&log);
-            let mut c = Command::new("sockperf");
+            let mut c = app("sockperf", &dir, preloaded.then_some(&*lib));
             c.args([
                 mode,
                 "--tcp",
@@ -537,12 +520,7 @@ fn sockperf_plain_and_preloaded() {
                 "64",
                 "-t",
                 "1",
-            ])
-            .env("SHMLINK_DIR", dir.join("rdv"))
-            .env_remove("LD_PRELOAD");
-            if preloaded {
-                c.env("LD_PRELOAD", &lib);
-            }
+            ]);
             let out = run(c, "sockperf client");
             let text = String::from_utf8_lossy(&out.stdout).into_owned()
                 + &String::from_utf8_lossy(&out.stderr);
@@ -569,7 +547,7 @@ fn sockperf_plain_and_preloaded() {
     // had half received); as an end of stream, the leftover used to corrupt the next
     // connection on that fd number (sockperf: "_seqN > m_maxSequenceNo").
     for _ in 0..2 {
-        let mut c = Command::new("sockperf");
+        let mut c = app("sockperf", &dir, Some(&lib));
         c.args([
             "ping-pong",
             "--tcp",
@@ -581,9 +559,7 @@ fn sockperf_plain_and_preloaded() {
             "64",
             "-t",
             "1",
-        ])
-        .env("SHMLINK_DIR", dir.join("rdv"))
-        .env("LD_PRELOAD", &lib);
+        ]);
         run(c, "sockperf ping-pong, a later preloaded client");
     }
 }
@@ -610,17 +586,12 @@ fn a_killed_redis_server_fails_the_client_as_over_tcp() {
         let port = free_port().to_string();
         let log = dir.join(format!("server-{preloaded}.log"));
         let mut server = redis_server(&dir, preloaded.then_some(&*lib), &port, &log);
-        let mut c = Command::new("redis-benchmark");
+        let mut c = app("redis-benchmark", &dir, preloaded.then_some(&*lib));
         c.args(["-p", &port, "-t", "set", "-n", "100000000", "-c", "1", "-q"])
-            .env("SHMLINK_DIR", dir.join("rdv"))
             .env("SHMLINK_LOG", "debug")
-            .env_remove("LD_PRELOAD")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        if preloaded {
-            c.env("LD_PRELOAD", &lib);
-        }
         let client = c.spawn().expect("spawn redis-benchmark");
         let pid = client.id();
         let (tx, rx) = std::sync::mpsc::channel();
@@ -700,10 +671,8 @@ fn idle_preloaded_programs_use_no_cpu() {
     let log = dir.join("server.log");
     let server = redis_server(&dir, Some(&lib), &port, &log);
     let client = |program: &str| {
-        let mut c = Command::new(program);
-        c.env("SHMLINK_DIR", dir.join("rdv"))
-            .env("LD_PRELOAD", &lib)
-            .args(["-p", &port]);
+        let mut c = app(program, &dir, Some(&lib));
+        c.args(["-p", &port]);
         c
     };
     let mut bench = client("redis-benchmark");
