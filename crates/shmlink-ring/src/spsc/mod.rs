@@ -1168,6 +1168,13 @@ mod tests {
                 data: vec![0u64; 2 * cap / 8],
             }
         }
+        /// A producer and a consumer of the ring, symmetric fences.
+        fn ends(&mut self) -> (Producer, Consumer) {
+            (
+                Producer::new(self.ring(), FenceMode::Symmetric),
+                Consumer::new(self.ring(), FenceMode::Symmetric),
+            )
+        }
         pub(crate) fn ring(&mut self) -> RingRef {
             let cap = self.data.len() * 4;
             // SAFETY: the Boxes and the Vec outlive the producers/consumers of each test;
@@ -1205,10 +1212,7 @@ mod tests {
     #[test]
     fn written_records_are_found_by_header_and_published_together() {
         let mut h = HeapRing::new(256);
-        let (mut p, mut c) = (
-            Producer::new(h.ring(), FenceMode::Symmetric),
-            Consumer::new(h.ring(), FenceMode::Symmetric),
-        );
+        let (mut p, mut c) = h.ends();
         c.set_lazy_head(64);
         for i in 0..3u8 {
             let dst = p.try_reserve(8).unwrap().unwrap();
@@ -1263,10 +1267,7 @@ mod tests {
     #[test]
     fn a_batched_producer_is_followed_by_tail() {
         let mut h = HeapRing::new(4096);
-        let (mut p, mut c) = (
-            Producer::new(h.ring(), FenceMode::Symmetric),
-            Consumer::new(h.ring(), FenceMode::Symmetric),
-        );
+        let (mut p, mut c) = h.ends();
         let write = |p: &mut Producer, i: u8| {
             let dst = p.try_reserve(64).unwrap().unwrap();
             // SAFETY: try_reserve returned room for 64 bytes.
@@ -1309,10 +1310,7 @@ mod tests {
     #[test]
     fn records_round_trip_and_fill_the_ring() {
         let mut h = HeapRing::new(256);
-        let (mut p, mut c) = (
-            Producer::new(h.ring(), FenceMode::Symmetric),
-            Consumer::new(h.ring(), FenceMode::Symmetric),
-        );
+        let (mut p, mut c) = h.ends();
         assert!(pop(&mut c).is_none());
         assert!(push(&mut p, b""));
         assert!(push(&mut p, b"hello"));
@@ -1332,10 +1330,7 @@ mod tests {
     #[test]
     fn hostile_positions_and_headers_are_violations() {
         let mut h = HeapRing::new(256);
-        let (mut p, mut c) = (
-            Producer::new(h.ring(), FenceMode::Symmetric),
-            Consumer::new(h.ring(), FenceMode::Symmetric),
-        );
+        let (mut p, mut c) = h.ends();
         push(&mut p, b"abc");
         assert_eq!(pop(&mut c).unwrap(), b"abc");
         // The positions are read before a sleep (`arm`).
@@ -1371,10 +1366,7 @@ mod tests {
     fn the_producer_reads_back_what_the_consumer_has_not_taken() {
         let cap = 1 << 20;
         let mut h = HeapRing::new(cap);
-        let (mut p, mut c) = (
-            Producer::new(h.ring(), FenceMode::Symmetric),
-            Consumer::new(h.ring(), FenceMode::Symmetric),
-        );
+        let (mut p, mut c) = h.ends();
         let seen = |p: &mut Producer| {
             let mut v = Vec::new();
             p.for_each_unconsumed(|b, f| v.push((b.to_vec(), f)))
@@ -1408,10 +1400,7 @@ mod tests {
     fn large_records_restart_at_the_start_of_an_empty_ring() {
         let cap = 1 << 20;
         let mut h = HeapRing::new(cap);
-        let (mut p, mut c) = (
-            Producer::new(h.ring(), FenceMode::Symmetric),
-            Consumer::new(h.ring(), FenceMode::Symmetric),
-        );
+        let (mut p, mut c) = h.ends();
         let base = h.data.as_ptr() as usize;
         assert!(push(&mut p, &[1; 100]));
         assert_eq!(pop(&mut c).unwrap(), [1; 100]);
@@ -1466,10 +1455,7 @@ mod tests {
     #[test]
     fn payload_that_looks_like_a_header_is_not_one() {
         let mut h = HeapRing::new(256);
-        let (mut p, mut c) = (
-            Producer::new(h.ring(), FenceMode::Symmetric),
-            Consumer::new(h.ring(), FenceMode::Symmetric),
-        );
+        let (mut p, mut c) = h.ends();
         // Lap after lap, each record's payload carries the header the next record would
         // have at every position.
         let mut pos = 0u64;
@@ -1577,10 +1563,7 @@ mod tests {
     #[test]
     fn arming_sees_data_published_before_it() {
         let mut h = HeapRing::new(256);
-        let (mut p, mut c) = (
-            Producer::new(h.ring(), FenceMode::Symmetric),
-            Consumer::new(h.ring(), FenceMode::Symmetric),
-        );
+        let (mut p, mut c) = h.ends();
         assert!(!c.arm().unwrap());
         // The consumer announced sleep: the commit must ask for a wake-up, once.
         let dst = p.try_reserve(1).unwrap().unwrap();
