@@ -12,7 +12,8 @@
  *   EPROTO (protocol violation or version mismatch), EACCES (credentials or
  *   certificates refused), ETIMEDOUT, EINVAL (bad argument, address or option, or a call
  *   in the wrong state), ECONNREFUSED, EADDRINUSE, EOVERFLOW (subscriber lost
- *   messages), ECONNABORTED (subscriber detached), EIO (internal error).
+ *   messages), ECONNABORTED (subscriber detached), ENOENT (no directory to bind in, or
+ *   a host name that does not resolve), EIO (internal error).
  * - Thread safety is stated per function: a handle is used by one thread at a time
  *   unless the function says otherwise; distinct handles are independent.
  * - Zero-length messages are valid; the end of a stream is EPIPE, never a length of 0.
@@ -351,7 +352,7 @@ int shmlink_pubsub_options_set_options(shmlink_pubsub_options *opts, const shmli
 // subscribers too, served from the same ring by a fan-out thread). `opts` NULL means the
 // defaults. Each message is written once whatever the number of subscribers.
 //
-// Returns the publisher, or NULL with errno (`EINVAL`, `EADDRINUSE`, `EACCES`).
+// Returns the publisher, or NULL with errno (`EINVAL`, `EADDRINUSE`, `EACCES`, `ENOENT`).
 //
 // Thread safety: any thread.
 //
@@ -575,8 +576,9 @@ int shmlink_sub_close(shmlink_subscriber *sub);
 // `shmlink_set_blocking`.
 //
 // Returns the connection, or NULL with errno: `EINVAL` (bad address or options),
-// `ECONNREFUSED` (nobody listens, or the listener refused us), `EACCES` (credentials or
-// certificates refused), `ETIMEDOUT`, `EPROTO`; `shmlink_last_error()` says more.
+// `ECONNREFUSED` (nobody listens, or the listener refused us), `ENOENT` (the host name
+// does not resolve), `EACCES` (credentials or certificates refused), `ETIMEDOUT`,
+// `EPROTO`; `shmlink_last_error()` says more.
 //
 // Thread safety: any thread; `opts` may be shared by concurrent calls.
 //
@@ -588,7 +590,8 @@ shmlink_socket *shmlink_connect(const char *addr, const shmlink_options *opts);
 // which `shmlink_local_addr` tells). `opts` NULL means the defaults.
 //
 // Returns the listener, or NULL with errno: `EINVAL`, `EADDRINUSE` (another listener
-// serves the address), `EACCES`.
+// serves the address), `EACCES`, `ENOENT` (the directory to bind in does not exist, or
+// the host name does not resolve).
 //
 // Thread safety: any thread.
 //

@@ -59,6 +59,7 @@ pub(crate) fn errno_of(kind: ErrorKind) -> i32 {
         ErrorKind::Closed => libc::ENOTCONN,
         ErrorKind::Lagged => libc::EOVERFLOW,
         ErrorKind::Detached => libc::ECONNABORTED,
+        ErrorKind::NotFound => libc::ENOENT,
         _ => libc::EIO,
     }
 }

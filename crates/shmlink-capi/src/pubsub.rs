@@ -124,7 +124,7 @@ impl Drop for ShmlinkSubscriber {
 /// subscribers too, served from the same ring by a fan-out thread). `opts` NULL means the
 /// defaults. Each message is written once whatever the number of subscribers.
 ///
-/// Returns the publisher, or NULL with errno (`EINVAL`, `EADDRINUSE`, `EACCES`).
+/// Returns the publisher, or NULL with errno (`EINVAL`, `EADDRINUSE`, `EACCES`, `ENOENT`).
 ///
 /// Thread safety: any thread.
 ///

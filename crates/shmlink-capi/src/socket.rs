@@ -93,6 +93,11 @@ struct ConnSock {
     nonblocking: bool,
 }
 
+/// `EINVAL` for a call that sends or receives while `shmlink_recv_ref` lends a message.
+fn lent() -> Fail {
+    Fail::inval("a received message is lent on this connection: shmlink_release it first")
+}
+
 fn cstring(s: String) -> CString {
     CString::new(s).unwrap_or_default()
 }
@@ -127,10 +132,17 @@ impl ConnSock {
             Guard::Send(_) => Err(Fail::inval(
                 "a reservation is open on this connection: shmlink_commit or shmlink_cancel it first",
             )),
-            Guard::Recv(_) => Err(Fail::inval(
-                "a received message is lent on this connection: shmlink_release it first",
-            )),
+            Guard::Recv(_) => Err(lent()),
         }
+    }
+
+    /// The connection for a call that sends or receives: refused while anything is lent,
+    /// a kept message from `shmlink_recv_ref` included.
+    fn io(&mut self) -> Res<&mut Connection> {
+        if self.stash_lent {
+            return Err(lent());
+        }
+        self.conn()
     }
 
     /// The connection with a lifetime of its own, for a guard stored in `self.guard`.
@@ -139,8 +151,8 @@ impl ConnSock {
     /// The caller stores the guard made from it in `self.guard` (or drops it before
     /// touching the connection again); `Drop` drops the guard before the connection.
     unsafe fn conn_for_guard(&mut self) -> Res<&'static mut Connection> {
-        let conn: *mut Connection = self.conn()?;
-        // SAFETY: our own live allocation, and no guard holds it (checked by `conn()`);
+        let conn: *mut Connection = self.io()?;
+        // SAFETY: our own live allocation, and no guard holds it (checked by `io()`);
         // the caller keeps the guard it makes in `self.guard`, which every other access
         // checks first, and `Drop` drops it before the connection.
         Ok(unsafe { &mut *conn })
@@ -205,8 +217,9 @@ fn boxed(kind: Kind) -> *mut ShmlinkSocket {
 /// `shmlink_set_blocking`.
 ///
 /// Returns the connection, or NULL with errno: `EINVAL` (bad address or options),
-/// `ECONNREFUSED` (nobody listens, or the listener refused us), `EACCES` (credentials or
-/// certificates refused), `ETIMEDOUT`, `EPROTO`; `shmlink_last_error()` says more.
+/// `ECONNREFUSED` (nobody listens, or the listener refused us), `ENOENT` (the host name
+/// does not resolve), `EACCES` (credentials or certificates refused), `ETIMEDOUT`,
+/// `EPROTO`; `shmlink_last_error()` says more.
 ///
 /// Thread safety: any thread; `opts` may be shared by concurrent calls.
 ///
@@ -231,7 +244,8 @@ pub unsafe extern "C" fn shmlink_connect(
 /// which `shmlink_local_addr` tells). `opts` NULL means the defaults.
 ///
 /// Returns the listener, or NULL with errno: `EINVAL`, `EADDRINUSE` (another listener
-/// serves the address), `EACCES`.
+/// serves the address), `EACCES`, `ENOENT` (the directory to bind in does not exist, or
+/// the host name does not resolve).
 ///
 /// Thread safety: any thread.
 ///
@@ -300,7 +314,7 @@ pub unsafe extern "C" fn shmlink_send(
         let c = unsafe { obj(sock, "socket") }?.conn()?;
         // SAFETY: forwarded to the caller.
         let msg = unsafe { bytes(buf, len) }?;
-        c.conn()?.send(msg)?;
+        c.io()?.send(msg)?;
         Ok(0)
     })
 }
@@ -336,9 +350,7 @@ pub unsafe extern "C" fn shmlink_recv(
         c.conn()?; // no guard open
         if let Some(msg) = &c.stash {
             if c.stash_lent {
-                return Err(Fail::inval(
-                    "a received message is lent on this connection: shmlink_release it first",
-                ));
+                return Err(lent());
             }
             return if msg.len() <= cap {
                 let n = msg.len();
@@ -492,9 +504,7 @@ pub unsafe extern "C" fn shmlink_recv_ref(
         c.conn()?; // no guard open
         let (ptr, n) = if let Some(msg) = &c.stash {
             if c.stash_lent {
-                return Err(Fail::inval(
-                    "a received message is lent on this connection: shmlink_release it first",
-                ));
+                return Err(lent());
             }
             c.stash_lent = true;
             (msg.as_ptr(), msg.len())

@@ -4,7 +4,8 @@
 use pyo3::create_exception;
 use pyo3::exceptions::{
     PyBlockingIOError, PyBrokenPipeError, PyConnectionAbortedError, PyConnectionRefusedError,
-    PyConnectionResetError, PyEOFError, PyOSError, PyPermissionError, PyTimeoutError, PyValueError,
+    PyConnectionResetError, PyEOFError, PyFileNotFoundError, PyOSError, PyPermissionError,
+    PyTimeoutError, PyValueError,
 };
 use pyo3::prelude::*;
 use shmlink::{Error, ErrorKind};
@@ -77,6 +78,7 @@ pub(crate) fn to_py(py: Python<'_>, e: Error, op: Op) -> PyErr {
             err
         }
         ErrorKind::Detached => DetachedError::new_err(errno(libc::ECONNABORTED)),
+        ErrorKind::NotFound => PyFileNotFoundError::new_err(errno(libc::ENOENT)),
         _ => {
             let code = std::error::Error::source(&e)
                 .and_then(|s| s.downcast_ref::<std::io::Error>())

@@ -55,6 +55,10 @@ pub enum ErrorKind {
     /// because it broke the protocol). The subscription is over; connect again to
     /// resubscribe.
     Detached,
+    /// What the address names does not exist: a directory or path to bind in, or a host
+    /// name that does not resolve. (A client that finds no listener gets
+    /// [`ErrorKind::ConnectionRefused`], also when the rendezvous directory is missing.)
+    NotFound,
     /// Any other operating-system error.
     Other,
 }
@@ -76,6 +80,7 @@ impl ErrorKind {
             ErrorKind::Closed => io::ErrorKind::NotConnected,
             ErrorKind::Lagged => io::ErrorKind::Other,
             ErrorKind::Detached => io::ErrorKind::ConnectionAborted,
+            ErrorKind::NotFound => io::ErrorKind::NotFound,
             ErrorKind::Other => io::ErrorKind::Other,
         }
     }
@@ -91,7 +96,7 @@ impl ErrorKind {
             io::ErrorKind::InvalidInput => ErrorKind::InvalidInput,
             io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
             io::ErrorKind::AddrInUse => ErrorKind::AddrInUse,
-            io::ErrorKind::NotFound => ErrorKind::ConnectionRefused,
+            io::ErrorKind::NotFound => ErrorKind::NotFound,
             _ => ErrorKind::Other,
         }
     }

@@ -580,6 +580,26 @@ fn bad_addresses_and_options_are_typed_errors() {
     }
 }
 
+/// A directory to bind in that does not exist, and a host name that does not resolve,
+/// are `NotFound` (errno `ENOENT` in C), not "nobody listens": there is nobody to wait for.
+/// Connecting into a missing directory is still `ConnectionRefused` (nobody listens yet).
+#[test]
+fn a_missing_directory_or_host_is_not_found() {
+    for addr in ["shm:/nonexistent/dir/x.sock", "ux:/proc/nope/x"] {
+        let e = Listener::bind(addr, &Options::default()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound, "{addr}: {e}");
+        let e = Connection::connect(addr, &Options::default()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{addr}: {e}");
+    }
+    for addr in ["tcp:nohost.invalid:1", "tls:nohost.invalid:1"] {
+        let e = Connection::connect(addr, &opts("tls")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound, "{addr}: {e}");
+        assert!(e.to_string().contains("nohost.invalid"), "{e}");
+        let e = Listener::bind(addr, &opts("tls")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound, "{addr}: {e}");
+    }
+}
+
 #[test]
 fn binding_a_live_address_twice_is_addr_in_use() {
     for t in ["shm", "ux"] {

@@ -346,10 +346,11 @@ fn bad_regions_are_refused() {
         .err()
         .unwrap();
     assert_eq!(e.kind(), ErrorKind::VersionMismatch, "{e}");
+    // No region file to bind in: NotFound (ENOENT in C), like a missing directory.
     let e = Listener::bind("vm:x@/nonexistent/region", &Options::default())
         .err()
         .unwrap();
-    assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
 }
 
 /// Offsets of the layout (transport/vm/region.rs and slot.rs), as a hostile guest knows

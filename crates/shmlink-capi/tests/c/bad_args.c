@@ -62,6 +62,13 @@ int main(void) {
   FAILS_NULL(shmlink_subscribe("ux:topic", NULL), EINVAL); /* pub/sub does not serve ux: */
   /* A well-formed address nobody listens at. */
   FAILS_NULL(shmlink_connect(addr_for("shm:", "nobody"), NULL), ECONNREFUSED);
+  /* A directory to bind in that does not exist, and a host name that does not resolve
+   * (`.invalid` never does, RFC 6761): ENOENT, as XCM says for DNS failures. */
+  FAILS_NULL(shmlink_listen("shm:/nonexistent/dir/x.sock", NULL), ENOENT);
+  FAILS_NULL(shmlink_listen("ux:/proc/nope/x", NULL), ENOENT);
+  FAILS_NULL(shmlink_connect("tcp:nohost.invalid:1", NULL), ENOENT);
+  CHECK(strstr(shmlink_last_error(), "nohost.invalid"), "names the host: %s",
+        shmlink_last_error());
 
   /* Zero and out-of-range options: refused at once, the options unchanged. */
   shmlink_options *o = shmlink_options_new();
@@ -112,6 +119,7 @@ int main(void) {
     char b[8];
     CHECK(shmlink_recv(c, b, sizeof b) == 0, "the empty message");
     CHECK(shmlink_recv(c, b, sizeof b) == 2, "then hi");
+    OK(shmlink_send(c, "toolong", 7));
     OK(shmlink_close(c));
     _exit(0);
   }
@@ -132,6 +140,15 @@ int main(void) {
   FAILS(shmlink_set_blocking(c, false), EINVAL);
   OK(shmlink_cancel(c));
   OK(shmlink_send(c, "hi", 2));
+  /* A message kept by a too-small recv and lent by recv_ref: nothing else sends or
+   * receives until it is released. */
+  FAILS(shmlink_recv(c, buf, 2), EMSGSIZE);
+  OK(shmlink_recv_ref(c, &data, &len));
+  CHECK(len == 7 && memcmp(data, "toolong", 7) == 0, "the kept message");
+  FAILS(shmlink_send(c, "x", 1), EINVAL);
+  FAILS_NULL(shmlink_reserve(c, 1), EINVAL);
+  FAILS(shmlink_recv(c, buf, sizeof buf), EINVAL);
+  OK(shmlink_release(c));
   reap(pid, "client");
   OK(shmlink_close(c));
   OK(shmlink_close(l));

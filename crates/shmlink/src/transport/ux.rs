@@ -192,7 +192,14 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         ));
     };
     let deadline = Instant::now() + opts.connect_timeout;
-    let mut sock = socket::connect(name, deadline).map_err(|e| Error::io("socket connect", e))?;
+    let mut sock = socket::connect(name, deadline).map_err(|e| match e.kind() {
+        // No socket file (or no directory for it): nobody listens there.
+        io::ErrorKind::NotFound => Error::new(
+            ErrorKind::ConnectionRefused,
+            format!("no listener at {addr} ({e})"),
+        ),
+        _ => Error::io("socket connect", e),
+    })?;
     trust::check_server(sock.as_fd(), opts, &format!("the listener at {addr}"))?;
     let peer_max = client_handshake::<UxWire>(&mut sock, opts.max_msg_size, opts.role, deadline)?;
     let conn = FramedConn::<UxWire>::new(

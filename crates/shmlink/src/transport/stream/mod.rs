@@ -356,10 +356,7 @@ pub(crate) fn dial(host: &str, port: u16, deadline: Instant) -> Result<TcpStream
         ErrorKind::ConnectionRefused,
         format!("{host} resolves to no address"),
     );
-    for sa in (host, port)
-        .to_socket_addrs()
-        .map_err(|e| Error::io(format!("resolve {host}"), e))?
-    {
+    for sa in resolve(host, port)? {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(Error::new(ErrorKind::TimedOut, "connect timeout expired"));
@@ -370,6 +367,15 @@ pub(crate) fn dial(host: &str, port: u16, deadline: Instant) -> Result<TcpStream
         }
     }
     Err(last)
+}
+
+/// The addresses `host` resolves to; a name that does not resolve is `NotFound` (as
+/// XCM's `ENOENT`), not an internal error.
+fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>> {
+    (host, port)
+        .to_socket_addrs()
+        .map(Iterator::collect)
+        .map_err(|e| Error::new(ErrorKind::NotFound, format!("resolve {host}: {e}")))
 }
 
 /// The text of a socket address with a transport prefix.
@@ -446,7 +452,8 @@ pub(crate) fn listen(
     tls: Option<ServerTls>,
     opts: &Options,
 ) -> Result<Box<dyn ListenerOps>> {
-    let listener = TcpListener::bind((host, port)).map_err(|e| Error::io("socket bind", e))?;
+    let listener =
+        TcpListener::bind(&resolve(host, port)?[..]).map_err(|e| Error::io("socket bind", e))?;
     let setup = |e| Error::io("set up the listening socket", e);
     listener.set_nonblocking(true).map_err(setup)?;
     let scheme = if tls.is_some() { "tls" } else { "tcp" };
