@@ -396,8 +396,9 @@ impl Options {
     /// [`ErrorKind::PermissionDenied`](crate::ErrorKind::PermissionDenied) naming both.
     /// This is what stops another local user who bound an abstract name (`shm:@name`)
     /// or a socket in a shared directory first. The same uids may own the rendezvous
-    /// directory. (`auto:`'s upgrade needs no uid: the listener proves it is the one
-    /// reached over TCP.)
+    /// directory. On `vm:` they may also own the region file and serve its doorbell
+    /// (`REGION.bell`, checked with `SO_PEERCRED` too). (`auto:`'s upgrade needs no uid:
+    /// the listener proves it is the one reached over TCP.)
     pub fn expect_uids(mut self, uids: impl IntoIterator<Item = u32>) -> Self {
         self.expect_uids = uids.into_iter().collect();
         self

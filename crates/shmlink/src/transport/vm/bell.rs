@@ -280,8 +280,7 @@ impl VmHost {
                 ),
             ));
         }
-        let (file, _created) = super::file::create_or_open(region, &policy)
-            .map_err(|e| Error::new(e.kind(), format!("vm-host: {e}")))?;
+        let (file, _created) = super::file::create_or_open(region, &policy)?;
         let have = file
             .metadata()
             .map_err(|e| Error::io("vm-host: region size", e))?

@@ -142,8 +142,8 @@ fn check(f: &File, path: &Path, policy: &Policy) -> Result<()> {
             format!(
                 "belongs to uid {}, not to a trusted uid ({}): its owner can read every \
                  message and shrink it under the processes that map it. Remove it and \
-                 let `shmlink vm-host` create it, or trust that uid with \
-                 Options::expect_uids",
+                 let `shmlink vm-host` create it, or trust that uid \
+                 (Options::expect_uids, `shmlink vm-host --trust-uid`)",
                 m.uid(),
                 policy.trusted_text()
             ),
