@@ -483,6 +483,16 @@ impl Options {
         self
     }
 
+    /// The group [`vm_region_group`](Self::vm_region_group) set, if any.
+    pub fn configured_vm_region_group(&self) -> Option<u32> {
+        self.vm_region_gid
+    }
+
+    /// Whether [`vm_region_private`](Self::vm_region_private) is on.
+    pub fn configured_vm_region_private(&self) -> bool {
+        self.vm_region_private
+    }
+
     /// TLS settings, for `tls:` addresses.
     pub fn tls(mut self, tls: TlsOptions) -> Self {
         self.tls = tls;

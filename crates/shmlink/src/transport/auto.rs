@@ -55,6 +55,11 @@
 //! guest on the region that races the client with the token (every guest can read the
 //! region) gets at most a connection the listener discards: the real client then misses
 //! its proof and both ends stay on TCP.
+//!
+//! A region carries plaintext that every guest mapping it can read, so an end with TLS
+//! settings neither asks for nor offers the `vm:` upgrade unless the region is declared
+//! private to the two ends (`Options::vm_region_private`, `$SHMLINK_AUTO_VM_PRIVATE=1`):
+//! it stays on TLS. (TLS to `shm:` stays allowed: sealed memfds only the two hold.)
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, BorrowedFd};
