@@ -257,9 +257,10 @@ cmd_run() {
   [ -n "$plain" ] || VIOMMU=$(cmd_viommu "$accel")
   # Globals: the EXIT trap cleans them up after this function returned.
   if [ -n "$keep" ]; then d=$keep; rm -rf "$d"; mkdir -p "$d"; else d=$(mktemp -d /tmp/shmlink-vm.XXXXXX); fi
-  # The region: a file in /dev/shm (QEMU maps it share=on; the host side maps it too).
+  # The region: a file in /dev/shm (QEMU maps it share=on; the host side maps it too),
+  # owner-only: host processes refuse a region other users may read (docs/vms.md).
   region=/dev/shm/shmlink-vm-$$-$RANDOM
-  truncate -s "${mib}M" "$region"
+  (umask 077 && truncate -s "${mib}M" "$region")
   pids=() run_keep=$keep bellpid=
   bell=
   local port; port=$(free_port)

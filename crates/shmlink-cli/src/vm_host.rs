@@ -22,14 +22,31 @@ use crate::stop::StopSignals;
                   ivshmem-doorbell,chardev=ivs) and each host process using \
                   vm:NAME@REGION gets its peer id, the region and everybody's eventfds, so \
                   that a waiting host process sleeps until it is rung instead of polling. \
-                  Creates the region file if missing. Runs until SIGTERM or SIGINT. Host \
-                  processes find the socket at REGION.bell or $SHMLINK_VM_BELL \
-                  (docs/vms.md)."
+                  Creates the region file if missing, owner-only (mode 0600; 0660 with \
+                  --group), with O_EXCL and O_NOFOLLOW: whoever can read the file reads \
+                  every message. An existing file is used only if it is a regular file (not \
+                  a symbolic link) owned by this user, root or a --trust-uid, that nobody \
+                  else may read or write (but the --group), in a directory nobody else can \
+                  replace it in (your own, or a sticky one such as /dev/shm); otherwise it \
+                  says why and exits. The socket gets the same mode and admits only those \
+                  users. Runs until SIGTERM or SIGINT. Host processes find the socket at \
+                  REGION.bell or $SHMLINK_VM_BELL (docs/vms.md)."
 )]
 pub struct VmHostCli {
-    /// The region's backing file, created if missing (e.g. /dev/shm/shmlink-pair-1).
+    /// The region's backing file, created owner-only if missing. Put it in a directory
+    /// of your own (e.g. /dev/shm/shmlink-vm/pair-1 after `install -d -m 0700
+    /// /dev/shm/shmlink-vm`): in /dev/shm itself another user can take the name first,
+    /// and vm-host then refuses to start.
     #[arg(long, value_name = "FILE")]
     pub region: PathBuf,
+    /// The group (name or number) that may share the region and the socket: mode 0660
+    /// instead of 0600 (a QEMU that runs as another user of that group).
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
+    /// A user id trusted to own an existing region file besides this user and root
+    /// (repeatable); its processes may also connect.
+    #[arg(long = "trust-uid", value_name = "UID")]
+    pub trust_uids: Vec<u32>,
     /// The region's size in MiB (a power of two, at least 16).
     #[arg(long, value_name = "MIB", default_value_t = 64)]
     pub size_mib: u64,
@@ -60,7 +77,17 @@ pub fn run(c: &VmHostCli) -> ExitCode {
         return ExitCode::from(1);
     }
     let size = c.size_mib.saturating_mul(1 << 20);
-    let mut host = match VmHost::bind(&socket, &c.region, size, c.vectors) {
+    let mut opts = shmlink::Options::default().expect_uids(c.trust_uids.iter().copied());
+    if let Some(g) = &c.group {
+        match group_id(g) {
+            Some(gid) => opts = opts.vm_region_group(gid),
+            None => {
+                eprintln!("shmlink vm-host: --group {g}: no such group (in /etc/group)");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    let mut host = match VmHost::bind_with(&socket, &c.region, size, c.vectors, &opts) {
         Ok(h) => h,
         Err(e) => {
             eprintln!("shmlink vm-host: {e}");
@@ -85,5 +112,27 @@ pub fn run(c: &VmHostCli) -> ExitCode {
             eprintln!("shmlink vm-host: {e}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// The gid of `group`: a number, or a name looked up in /etc/group.
+fn group_id(group: &str) -> Option<u32> {
+    if let Ok(gid) = group.parse::<u32>() {
+        return Some(gid);
+    }
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split(':');
+        (f.next()? == group).then(|| f.nth(1)?.parse().ok())?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn group_id_takes_numbers_and_names() {
+        assert_eq!(super::group_id("1234"), Some(1234));
+        assert_eq!(super::group_id("root"), Some(0));
+        assert_eq!(super::group_id("no-such-group-shmlink"), None);
     }
 }

@@ -12,16 +12,22 @@ use shmlink::{Connection, Listener, Options};
 
 const BIN: &str = env!("CARGO_BIN_EXE_shmlink");
 
-/// A fresh 16 MiB region file, removed on drop.
+/// A fresh 16 MiB region file, owner-only (the library refuses others), removed on drop.
 struct RegionFile(PathBuf);
 
 impl RegionFile {
     fn new(tag: &str) -> RegionFile {
+        use std::os::unix::fs::OpenOptionsExt;
         let p = PathBuf::from(format!(
             "/dev/shm/shmlink-lsvm-{}-{tag}",
             std::process::id()
         ));
-        std::fs::File::create(&p)
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&p)
             .unwrap()
             .set_len(16 << 20)
             .unwrap();

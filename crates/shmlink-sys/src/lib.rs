@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 pub mod dirlock;
 mod event;
+pub mod file;
 pub mod memfd;
 pub mod pipe;
 pub mod socket;

@@ -243,7 +243,9 @@ impl Connection {
 
     /// Reserves room for a message of `n` bytes to fill in place; send it with
     /// [`SendBuf::commit`]. On `shm:` the bytes are written straight into the ring when
-    /// the message fits in one record (half the ring); larger messages are staged.
+    /// the message fits in one record (half the ring); larger messages are staged. On
+    /// `vm:` they are written into a private buffer that `commit` copies into the ring
+    /// (any guest on the region can write the ring, so no slice over it is lent).
     ///
     /// ```
     /// # fn demo(conn: &mut shmlink::Connection) -> shmlink::Result<()> {

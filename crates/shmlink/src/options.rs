@@ -239,6 +239,10 @@ pub struct Options {
     pub(crate) expect_uids: Vec<u32>,
     pub(crate) shared_dir: bool,
     pub(crate) tls: TlsOptions,
+    /// `vm:`: the group that may share the region file with its owner.
+    pub(crate) vm_region_gid: Option<u32>,
+    /// `auto:` with TLS: the `vm:` region is private to the two ends.
+    pub(crate) vm_region_private: bool,
     /// `shm:` between two ends in one process takes the in-process path.
     pub(crate) in_process: bool,
     /// `shm:` listeners and connecting processes make the next connection's segment ahead.
@@ -273,6 +277,8 @@ impl Default for Options {
             expect_uids: Vec::new(),
             shared_dir: false,
             tls: TlsOptions::default(),
+            vm_region_gid: None,
+            vm_region_private: false,
             in_process: true,
             prepare_ahead: true,
             role: Role::Connection,
@@ -390,8 +396,9 @@ impl Options {
     /// [`ErrorKind::PermissionDenied`](crate::ErrorKind::PermissionDenied) naming both.
     /// This is what stops another local user who bound an abstract name (`shm:@name`)
     /// or a socket in a shared directory first. The same uids may own the rendezvous
-    /// directory. (`auto:`'s upgrade needs no uid: the listener proves it is the one
-    /// reached over TCP.)
+    /// directory. On `vm:` they may also own the region file and serve its doorbell
+    /// (`REGION.bell`, checked with `SO_PEERCRED` too). (`auto:`'s upgrade needs no uid:
+    /// the listener proves it is the one reached over TCP.)
     pub fn expect_uids(mut self, uids: impl IntoIterator<Item = u32>) -> Self {
         self.expect_uids = uids.into_iter().collect();
         self
@@ -443,6 +450,47 @@ impl Options {
     pub fn prepare_ahead(mut self, on: bool) -> Self {
         self.prepare_ahead = on;
         self
+    }
+
+    /// `vm:` on the host: the group that may read and write the region file besides its
+    /// owner (docs/vms.md, "Who can read a region"). By default a region file must be a
+    /// regular file (not a symbolic link) owned by this uid, root or an
+    /// [`expect_uids`](Self::expect_uids) uid, with no permission for group or others
+    /// (mode `0600`): whoever can read it reads every message that passes through it, and
+    /// whoever can write it can forge them. With a group named here, a file of that group
+    /// may also be group-readable and -writable (`0660`: a QEMU running as another user
+    /// of the group); others never. Anything else is refused with the owner, mode or type
+    /// that made it so.
+    pub fn vm_region_group(mut self, gid: u32) -> Self {
+        self.vm_region_gid = Some(gid);
+        self
+    }
+
+    /// `auto:` with TLS settings: whether the `vm:` region named by `$SHMLINK_AUTO_VM` is
+    /// private to the two ends, so that a TLS connection may leave TLS for it (default
+    /// `false`; `$SHMLINK_AUTO_VM_PRIVATE=1` says the same for the process).
+    ///
+    /// A `vm:` region carries messages in plaintext, and every guest whose QEMU maps it
+    /// and every host process that can open its file can read and write all of it. So
+    /// an `auto:` connection that was asked for TLS (TLS options on either end) moves to
+    /// `vm:` only when this says that nobody but the two ends can reach the region: no
+    /// third guest maps it, and its host file is readable by nobody else (the host's
+    /// business: docs/vms.md). Otherwise it stays on TLS. (`auto:`'s same-kernel move to
+    /// `shm:` is not affected: its memory is two sealed memfds only the two processes
+    /// hold, with the peers' uids checked.)
+    pub fn vm_region_private(mut self, private: bool) -> Self {
+        self.vm_region_private = private;
+        self
+    }
+
+    /// The group [`vm_region_group`](Self::vm_region_group) set, if any.
+    pub fn configured_vm_region_group(&self) -> Option<u32> {
+        self.vm_region_gid
+    }
+
+    /// Whether [`vm_region_private`](Self::vm_region_private) is on.
+    pub fn configured_vm_region_private(&self) -> bool {
+        self.vm_region_private
     }
 
     /// TLS settings, for `tls:` addresses.

@@ -27,6 +27,20 @@ const ADDR: &str = "SHMLINK_VMAUTO_ADDR";
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
+/// Creates a region file as `shmlink vm-host` does: owner-only (mode 0600), or the
+/// library refuses to map it.
+fn create_private(p: &std::path::Path) -> std::fs::File {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(p)
+        .unwrap()
+}
+
 /// A fresh 16 MiB region file in /dev/shm, removed on drop.
 struct RegionFile(PathBuf);
 
@@ -37,7 +51,7 @@ impl RegionFile {
             "/dev/shm/shmlink-vmauto-test-{}-{n}",
             std::process::id()
         ));
-        let f = std::fs::File::create(&p).unwrap();
+        let f = create_private(&p);
         f.set_len(16 << 20).unwrap();
         RegionFile(p)
     }

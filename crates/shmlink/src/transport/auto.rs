@@ -55,6 +55,11 @@
 //! guest on the region that races the client with the token (every guest can read the
 //! region) gets at most a connection the listener discards: the real client then misses
 //! its proof and both ends stay on TCP.
+//!
+//! A region carries plaintext that every guest mapping it can read, so an end with TLS
+//! settings neither asks for nor offers the `vm:` upgrade unless the region is declared
+//! private to the two ends (`Options::vm_region_private`, `$SHMLINK_AUTO_VM_PRIVATE=1`):
+//! it stays on TLS. (TLS to `shm:` stays allowed: sealed memfds only the two hold.)
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -355,11 +360,26 @@ fn hello_boot_id() -> Vec<u8> {
     }
 }
 
+/// Whether moving this `auto:` end to `vm:` would drop TLS it was asked for: TLS options
+/// are set and the region is not declared private to the two ends
+/// ([`Options::vm_region_private`] or `$SHMLINK_AUTO_VM_PRIVATE=1`). A region carries
+/// plaintext that every guest mapping it and every host process that can open its file
+/// reads, so such an end neither asks for nor offers the `vm:` upgrade.
+fn vm_would_drop_tls(opts: &Options) -> bool {
+    let tls = *opts.configured_tls() != crate::options::TlsOptions::default();
+    let private =
+        opts.vm_region_private || std::env::var("SHMLINK_AUTO_VM_PRIVATE").is_ok_and(|v| v == "1");
+    tls && !private
+}
+
 /// The `vm:` region this process offers (`$SHMLINK_AUTO_VM`) and its id, if it has one
 /// and it can be mapped; otherwise the client asks for the same-kernel upgrade only.
-fn client_region() -> Option<(PathBuf, [u8; REGION_ID_LEN])> {
+fn client_region(opts: &Options) -> Option<(PathBuf, [u8; REGION_ID_LEN])> {
+    if vm_would_drop_tls(opts) {
+        return None;
+    }
     let path = vm::auto_region()?.ok()?;
-    let id = vm::region_id(&path).ok()?;
+    let id = vm::region_id(&path, opts).ok()?;
     Some((path, id))
 }
 
@@ -367,7 +387,7 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     let deadline = Instant::now() + opts.connect_timeout;
     let (outer_addr, transport) = outer(addr, opts);
     let mut conn = (transport.connect)(&outer_addr, opts)?;
-    let region = client_region();
+    let region = client_region(opts);
     let hello = match &region {
         Some((_, id)) => Msg::HelloVm {
             boot_id: hello_boot_id(),
@@ -497,7 +517,7 @@ struct VmSide {
 
 /// Binds the `vm:` listener of an `auto:` listener on `port` in the region at `path`.
 fn bind_vm(path: &Path, port: &str, opts: &Options) -> Result<VmSide> {
-    let id = vm::region_id(path)?;
+    let id = vm::region_id(path, opts)?;
     let r = super::local::random_token()?;
     let tag = u64::from_le_bytes(r[..8].try_into().expect("8 bytes"));
     let name = format!("auto-{port}-{tag:016x}");
@@ -598,6 +618,12 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         Err(e) => (None, format!("the listener has no upgrade socket: {e}")),
     };
     let (vm, no_vm) = match vm::auto_region() {
+        Some(_) if vm_would_drop_tls(opts) => (
+            None,
+            "the listener keeps TLS: its vm: region is not declared private to the two ends \
+             (Options::vm_region_private, $SHMLINK_AUTO_VM_PRIVATE=1)"
+                .to_string(),
+        ),
         None => (
             None,
             "the listener offers no vm: region ($SHMLINK_AUTO_VM unset)".to_string(),

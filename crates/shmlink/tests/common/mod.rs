@@ -76,11 +76,18 @@ pub fn fresh_addr(transport: &str) -> String {
         "tcp" => "tcp:127.0.0.1:0".to_string(),
         "auto" | "auto_tcp" | "auto_tls" => "auto:127.0.0.1:0".to_string(),
         "tls" => "tls:127.0.0.1:0".to_string(),
-        // `vm:` in a region file of its own (16 MiB: 64 KiB rings), in the test directory,
-        // removed when the test process exits.
+        // `vm:` in a region file of its own (16 MiB: 64 KiB rings, owner-only as the
+        // library requires), in the test directory, removed when the test process exits.
         "vm" => {
+            use std::os::unix::fs::OpenOptionsExt;
             let region = test_dir().join(format!("v{n}.region"));
-            let f = std::fs::File::create(&region).unwrap();
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&region)
+                .unwrap();
             f.set_len(16 << 20).unwrap();
             remove_at_exit(region.clone());
             format!("vm:t{n}@{}", region.display())

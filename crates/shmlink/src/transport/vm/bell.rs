@@ -61,6 +61,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::sync::{AtomicU64, Ordering};
 use crate::sys::stream::EventFlag;
 
+use super::file::Policy;
+
 /// Bell word: the side can be rung, as the id in the low 16 bits.
 pub(crate) const CAN_BE_RUNG: u32 = 1 << 31;
 /// Bell word: the side rings its peer when it finds it asleep.
@@ -227,6 +229,8 @@ pub struct VmHost {
     vectors: u32,
     max_peers: usize,
     peers: Vec<Peer>,
+    /// Who may own the region and connect (uids, the sharing group).
+    policy: Policy,
     /// Where the search for a free id starts: ids go round 0..65,535 rather than
     /// reusing the lowest free one, as QEMU's own ivshmem-server does. QEMU (7.2's
     /// `close_peer_eventfds`) frees a departed peer's eventfd array but keeps the pointer,
@@ -239,8 +243,28 @@ impl VmHost {
     /// Creates (or opens) the region file at `region` with `size` bytes (an existing file
     /// keeps its size if it is at least as large) and listens on `socket` (a stale socket
     /// file nobody listens on is replaced). `vectors`: eventfds per peer (QEMU's
-    /// `vectors=`, 1–64).
+    /// `vectors=`, 1–64). [`bind_with`](Self::bind_with) with the default options.
     pub fn bind(socket: &Path, region: &Path, size: u64, vectors: u32) -> Result<VmHost> {
+        VmHost::bind_with(socket, region, size, vectors, &crate::Options::default())
+    }
+
+    /// [`bind`](Self::bind) with options: the region file is created with
+    /// `O_CREAT | O_EXCL | O_NOFOLLOW` and mode `0600`, or `0660` and the group
+    /// [`Options::vm_region_group`](crate::Options::vm_region_group) names; an existing one
+    /// is used only if it is a regular file owned by this uid, root or an
+    /// [`Options::expect_uids`](crate::Options::expect_uids) uid, with no permission for
+    /// others (nor for group unless it is that group), in a directory nobody else can
+    /// replace it in — otherwise the error says which of these failed. The socket gets the
+    /// same mode and group, and admits only peers of a trusted uid (with a group named,
+    /// the socket's mode is the gate).
+    pub fn bind_with(
+        socket: &Path,
+        region: &Path,
+        size: u64,
+        vectors: u32,
+        opts: &crate::Options,
+    ) -> Result<VmHost> {
+        let policy = Policy::of(opts);
         if vectors == 0 || vectors > MAX_VECTORS {
             return Err(Error::new(
                 ErrorKind::InvalidInput,
@@ -256,13 +280,7 @@ impl VmHost {
                 ),
             ));
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(region)
-            .map_err(|e| Error::io(format!("vm-host: opening {}", region.display()), e))?;
+        let (file, _created) = super::file::create_or_open(region, &policy)?;
         let have = file
             .metadata()
             .map_err(|e| Error::io("vm-host: region size", e))?
@@ -285,6 +303,22 @@ impl VmHost {
         listener
             .set_nonblocking(true)
             .map_err(|e| Error::io("vm-host: non-blocking listener", e))?;
+        // Whoever can connect gets the region's descriptor: the socket is as private as
+        // the region file.
+        let restrict = || -> io::Result<()> {
+            use std::os::unix::fs::PermissionsExt;
+            if let Some(gid) = policy.gid {
+                std::os::unix::fs::chown(socket, None, Some(gid))?;
+            }
+            std::fs::set_permissions(
+                socket,
+                std::fs::Permissions::from_mode(policy.create_mode()),
+            )
+        };
+        restrict().map_err(|e| {
+            let _ = std::fs::remove_file(socket);
+            Error::io(format!("vm-host: mode of {}", socket.display()), e)
+        })?;
         Ok(VmHost {
             listener,
             socket: socket.to_path_buf(),
@@ -292,6 +326,7 @@ impl VmHost {
             vectors,
             max_peers: DEFAULT_MAX_PEERS,
             peers: Vec::new(),
+            policy,
             next_id: 0,
         })
     }
@@ -426,6 +461,25 @@ impl VmHost {
     }
 
     fn admit(&mut self, sock: UnixStream, events: &mut Vec<HostEvent>) {
+        // A peer gets the region's descriptor: only trusted uids (or, with a sharing
+        // group, whoever the socket's mode let in).
+        if self.policy.gid.is_none() {
+            match crate::sys::socket::peer_cred(sock.as_fd()) {
+                Ok(c) if self.policy.trusts(c.uid) => {}
+                Ok(c) => {
+                    events.push(HostEvent::Refused(format!(
+                        "uid {} may not use the region (trusted: {})",
+                        c.uid,
+                        self.policy.trusted_text()
+                    )));
+                    return;
+                }
+                Err(e) => {
+                    events.push(HostEvent::Refused(format!("SO_PEERCRED: {e}")));
+                    return;
+                }
+            }
+        }
         if self.peers.len() >= self.max_peers {
             events.push(HostEvent::Refused(format!(
                 "{} peers already (the most this server takes)",
@@ -514,8 +568,8 @@ pub struct BellStats {
 enum Kind {
     /// A host process: a peer of the server.
     Host {
-        /// Peer id → its eventfds (ours included).
-        peers: Mutex<HashMap<u16, Vec<OwnedFd>>>,
+        /// Peer id → its vector 0 eventfd (ours included).
+        peers: Mutex<Known>,
         own: OwnedFd,
     },
     /// A guest: the Doorbell register of BAR0, mapped through sysfs; and MSI-X vector 0
@@ -574,8 +628,8 @@ impl Bell {
         match &self.kind {
             Kind::Host { peers, .. } => {
                 let p = peers.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(f) = p.get(&id).and_then(|v| v.first()) {
-                    ring_fd(f.as_fd());
+                if let Some(f) = p.first(id) {
+                    ring_fd(f);
                 }
             }
             // SAFETY: DOORBELL is inside the mapped BAR0 (checked at mapping); a device
@@ -597,9 +651,26 @@ impl Bell {
         }
     }
 
-    /// A host peer: connects to the server at `sock_path` and reads the setup.
-    fn host(sock_path: &Path) -> io::Result<Arc<Bell>> {
+    /// A host peer: connects to the server at `sock_path`, checks who bound it, and reads
+    /// the setup.
+    fn host(sock_path: &Path, policy: &Policy) -> io::Result<Arc<Bell>> {
         let sock = UnixStream::connect(sock_path)?;
+        // Whoever bound the socket hands us peer ids and descriptors: only a trusted uid
+        // (as every client of the library checks its server).
+        let cred = crate::sys::socket::peer_cred(sock.as_fd())?;
+        if !policy.trusts(cred.uid) {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "the doorbell server at {} runs as uid {}, which this side does not \
+                     trust (trusted: {}); if it is genuine, list its uid with \
+                     Options::expect_uids",
+                    sock_path.display(),
+                    cred.uid,
+                    policy.trusted_text()
+                ),
+            ));
+        }
         sock.set_nonblocking(true)?;
         let deadline = Instant::now() + Duration::from_secs(2);
         let mut r = MsgReader::new();
@@ -632,7 +703,7 @@ impl Bell {
             return Err(bad(format!("expected the memory descriptor (-1), got {m}")));
         }
         drop(shm); // we map the region by its path
-        let mut peers: HashMap<u16, Vec<OwnedFd>> = HashMap::new();
+        let mut peers = Known::default();
         // Other peers' eventfds, then ours: until our first.
         let own = loop {
             let (p, f) = next()?;
@@ -643,17 +714,17 @@ impl Bell {
             match f {
                 Some(f) if p == id => break f,
                 Some(f) => {
-                    if !add_peer(&mut peers, p, f) {
-                        return Err(bad("more peers or vectors than a server has".into()));
+                    if let Err(why) = peers.add(p, f) {
+                        return Err(bad(why));
                     }
                 }
-                None => {
-                    peers.remove(&p);
-                }
+                None => peers.remove(p),
             }
         };
         let own2 = own.try_clone()?;
-        peers.entry(id).or_default().push(own2);
+        if let Err(why) = peers.add(id, own2) {
+            return Err(bad(why));
+        }
         let bell = Arc::new(Bell {
             id,
             kind: Kind::Host {
@@ -706,21 +777,24 @@ impl Bell {
                         Ok(Some((p, f))) if (0..MAX_ID as i64).contains(&p) => {
                             let mut t = peers.lock().unwrap_or_else(|p| p.into_inner());
                             let sane = match f {
-                                Some(f) => add_peer(&mut t, p as u16, f),
+                                Some(f) => t.add(p as u16, f).is_ok(),
                                 None => {
                                     if p as u16 != self.id {
-                                        t.remove(&(p as u16));
+                                        t.remove(p as u16);
                                     }
                                     true
                                 }
                             };
-                            drop(t);
                             if !sane {
-                                // More peers or vectors than a server has: distrust it.
+                                // More peers or vectors than the region needs: distrust the
+                                // server and close every descriptor it gave.
+                                *t = Known::default();
+                                drop(t);
                                 self.alive.store(false, Ordering::Release);
                                 super::region::poke_all();
                                 return;
                             }
+                            drop(t);
                         }
                         // Out of range or a broken socket: the server is gone or
                         // confused; stop trusting it.
@@ -840,22 +914,59 @@ fn verbose() -> bool {
     std::env::var_os("SHMLINK_VM_BELL_VERBOSE").is_some()
 }
 
-/// Most peers a host process keeps eventfds for: a server that announces more is not
-/// trusted (it would exhaust our descriptors).
-const MAX_KNOWN_PEERS: usize = 4096;
+/// Most peers a host process keeps an eventfd for: every party on a region holds a
+/// listener entry or one end of a connection slot, so a region has no use for more peer
+/// ids than that; a server that announces more is not trusted (it would exhaust our
+/// descriptors).
+const MAX_KNOWN_PEERS: usize = super::region::LISTENERS + 2 * super::region::SLOTS;
 
-/// Records `fd` as one of peer `id`'s eventfds; false if the server announces more
-/// peers or vectors than any honest one does.
-fn add_peer(peers: &mut HashMap<u16, Vec<OwnedFd>>, id: u16, fd: OwnedFd) -> bool {
-    if !peers.contains_key(&id) && peers.len() >= MAX_KNOWN_PEERS {
-        return false;
+/// The peers a host process's doorbell knows: of each, the eventfd of vector 0 (the only
+/// one `vm:` rings) and how many vectors the server announced. Further vectors' eventfds
+/// are closed as they arrive, so at most [`MAX_KNOWN_PEERS`] descriptors are held, and a
+/// server that announces more peers, or more than [`MAX_VECTORS`] vectors for a peer, is
+/// refused (its descriptors all closed).
+#[derive(Default)]
+struct Known(HashMap<u16, (OwnedFd, u32)>);
+
+impl Known {
+    /// Records one of peer `id`'s eventfds; an error if the server announces more peers
+    /// or vectors than the region can need.
+    fn add(&mut self, id: u16, fd: OwnedFd) -> std::result::Result<(), String> {
+        let n = self.0.len();
+        match self.0.entry(id) {
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                let vectors = &mut e.get_mut().1;
+                if *vectors >= MAX_VECTORS {
+                    return Err(format!(
+                        "the doorbell server announced more than {MAX_VECTORS} vectors for peer {id}"
+                    ));
+                }
+                *vectors += 1;
+                drop(fd); // vm: rings vector 0 only
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                if n >= MAX_KNOWN_PEERS {
+                    return Err(format!(
+                        "the doorbell server announced more than {MAX_KNOWN_PEERS} peers, \
+                         more than a region of {} listeners and {} slots has parties",
+                        super::region::LISTENERS,
+                        super::region::SLOTS
+                    ));
+                }
+                e.insert((fd, 1));
+            }
+        }
+        Ok(())
     }
-    let v = peers.entry(id).or_default();
-    if v.len() >= MAX_VECTORS as usize {
-        return false;
+
+    fn remove(&mut self, id: u16) {
+        self.0.remove(&id);
     }
-    v.push(fd);
-    true
+
+    /// Peer `id`'s vector 0.
+    fn first(&self, id: u16) -> Option<BorrowedFd<'_>> {
+        self.0.get(&id).map(|(f, _)| f.as_fd())
+    }
 }
 
 type Bells = Mutex<HashMap<PathBuf, Option<Arc<Bell>>>>;
@@ -879,7 +990,7 @@ fn socket_for(region: &Path) -> Option<PathBuf> {
 
 /// This process's doorbell for the region at `path`, if it has one (found once per
 /// region and process; a dead one is looked for again).
-pub(crate) fn for_region(path: &Path) -> Option<Arc<Bell>> {
+pub(crate) fn for_region(path: &Path, policy: &Policy) -> Option<Arc<Bell>> {
     if std::env::var_os("SHMLINK_VM_NO_BELL").is_some() {
         return None;
     }
@@ -893,7 +1004,19 @@ pub(crate) fn for_region(path: &Path) -> Option<Arc<Bell>> {
     let b = if path.file_name().is_some_and(|n| n == "resource2") && path.starts_with("/sys") {
         Bell::guest(path).ok().flatten()
     } else {
-        socket_for(path).and_then(|s| Bell::host(&s).ok())
+        socket_for(path).and_then(|s| match Bell::host(&s, policy) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                if e.kind() != io::ErrorKind::NotFound || verbose() {
+                    eprintln!(
+                        "shmlink: vm: no doorbell from {} ({e}); this process waits by \
+                         polling (docs/vms.md)",
+                        s.display()
+                    );
+                }
+                None
+            }
+        })
     };
     t.insert(path.to_path_buf(), b.clone());
     b
@@ -903,7 +1026,7 @@ pub(crate) fn for_region(path: &Path) -> Option<Arc<Bell>> {
 /// server the way its connections do).
 #[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub fn bell_stats(region: &Path) -> Option<BellStats> {
-    for_region(region).map(|b| b.stats())
+    for_region(region, &Policy::default()).map(|b| b.stats())
 }
 
 /// Reads one protocol message from a stream socket, waiting at most `timeout` (tests:

@@ -41,7 +41,7 @@ pub(super) struct ConnShared {
 impl ConnShared {
     pub(super) fn new(region: Arc<Region>, slot: usize, client: bool) -> Result<Arc<ConnShared>> {
         let flag = EventFlag::new().map_err(|e| Error::io("vm: eventfd", e))?;
-        let bell = bell::for_region(region.path());
+        let bell = bell::for_region(region.path(), region.policy());
         let s = Arc::new(ConnShared {
             region,
             slot,
@@ -244,13 +244,19 @@ struct Pending {
     off: usize,
 }
 
-/// Room reserved for a message sent in place.
+/// Room reserved for a message sent through `reserve`/`commit`.
+///
+/// The caller never gets a slice over the ring: any guest on the region can write the
+/// ring's bytes, so a `&mut [u8]` over them would be undefined behaviour in safe code (and
+/// what the caller wrote could change before it is sent). It writes a private buffer,
+/// which `commit` copies into the room reserved in the ring — one copy, as `send` makes.
 enum Reserved {
     None,
-    /// Inside the ring: the payload of the next record (a message that fits one record).
+    /// Room in the ring for the payload of the next record (a message that fits one
+    /// record), and the private buffer the caller writes.
     Ring {
         ptr: NonNull<u8>,
-        len: usize,
+        buf: Vec<u8>,
     },
     /// A larger message, staged here and split into fragments at commit (blocking as
     /// the reservation was).
@@ -268,6 +274,9 @@ pub(crate) struct VmConn {
     assembling: Option<(Vec<u8>, usize)>,
     pending: Option<Pending>,
     reserved: Reserved,
+    /// The buffer of the last reservation, kept for the next one (no allocation per
+    /// message).
+    scratch: Vec<u8>,
     broken: Option<Error>,
     closed: bool,
     departed: bool,
@@ -332,6 +341,7 @@ impl VmConn {
             assembling: None,
             pending: None,
             reserved: Reserved::None,
+            scratch: Vec::new(),
             broken: None,
             closed: false,
             departed: false,
@@ -421,10 +431,11 @@ impl VmConn {
         let at = out.len();
         out.reserve(len);
         // SAFETY: `src..src+len` is a record payload the ring validated inside its
-        // mapping; `out` has `len` spare bytes. The peer may scribble on the bytes while
-        // we copy: we get some bytes, never an access outside the mapping.
+        // mapping; `out` has `len` spare bytes, which do not overlap the mapping. The peer
+        // may scribble on the bytes while we copy: `copy_shared` reads them without a data
+        // race; we get some bytes, never an access outside the mapping.
         unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), out.as_mut_ptr().add(at), len);
+            crate::sys::copy_shared(out.as_mut_ptr().add(at), src.as_ptr(), len);
             out.set_len(at + len);
         }
     }
@@ -685,7 +696,10 @@ impl ConnOps for VmConn {
         let mut wait = Wait::new();
         loop {
             if let Some(ptr) = self.try_room(n)? {
-                self.reserved = Reserved::Ring { ptr, len: n };
+                let mut buf = std::mem::take(&mut self.scratch);
+                buf.clear();
+                buf.resize(n, 0);
+                self.reserved = Reserved::Ring { ptr, buf };
                 return Ok(());
             }
             self.peer_check()?;
@@ -705,13 +719,7 @@ impl ConnOps for VmConn {
     fn reserved(&self) -> &[u8] {
         match &self.reserved {
             Reserved::None => &[],
-            // SAFETY: `try_reserve` gave us `len` bytes of our ring's data area, which
-            // the consumer does not read before the record is committed; the mapping
-            // lives as long as `shared`. (A hostile peer could write them meanwhile, as
-            // it can write anything in the region: we only send what is there.)
-            Reserved::Ring { ptr, len } => unsafe {
-                std::slice::from_raw_parts(ptr.as_ptr(), *len)
-            },
+            Reserved::Ring { buf, .. } => buf,
             Reserved::Staged(v, _) => v,
         }
     }
@@ -719,10 +727,7 @@ impl ConnOps for VmConn {
     fn reserved_mut(&mut self) -> &mut [u8] {
         match &mut self.reserved {
             Reserved::None => &mut [],
-            // SAFETY: as in `reserved`; the mapping is writable for the producer.
-            Reserved::Ring { ptr, len } => unsafe {
-                std::slice::from_raw_parts_mut(ptr.as_ptr(), *len)
-            },
+            Reserved::Ring { buf, .. } => buf,
             Reserved::Staged(v, _) => v,
         }
     }
@@ -730,7 +735,13 @@ impl ConnOps for VmConn {
     fn commit(&mut self) -> Result<()> {
         match std::mem::replace(&mut self.reserved, Reserved::None) {
             Reserved::None => Ok(()),
-            Reserved::Ring { len, .. } => {
+            Reserved::Ring { ptr, buf } => {
+                // SAFETY: `try_reserve` gave room for `buf.len()` bytes at `ptr`, inside
+                // our ring's data area, which the mapping (kept by `shared`) covers and
+                // the consumer does not read before the commit below; `buf` is ours.
+                unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), ptr.as_ptr(), buf.len()) };
+                let len = buf.len();
+                self.scratch = buf;
                 if self.tx.commit(len, 0) {
                     self.shared.ring_peer();
                 }
@@ -747,7 +758,9 @@ impl ConnOps for VmConn {
     }
 
     fn abort_reserve(&mut self) {
-        self.reserved = Reserved::None;
+        if let Reserved::Ring { buf, .. } = std::mem::replace(&mut self.reserved, Reserved::None) {
+            self.scratch = buf;
+        }
     }
 
     fn recv_next(&mut self, blocking: bool) -> Result<usize> {

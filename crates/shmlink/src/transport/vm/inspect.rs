@@ -77,7 +77,7 @@ pub struct VmConnectionStatus {
 /// Never writes the region; a region nobody has used is an `InvalidInput` error.
 pub fn inspect_vm(region: Option<&Path>) -> Result<VmRegionReport> {
     let path = region::locate(region)?;
-    let r = Region::open_as(&path, false)?;
+    let r = Region::open_as(&path, false, &super::file::Policy::default())?;
     let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     let id = r
         .id(std::time::Duration::ZERO)

@@ -27,6 +27,7 @@ use crate::transport::{Accepted, ConnOps, ListenerOps, Transport};
 
 pub(crate) mod bell;
 pub(crate) mod conn;
+pub(crate) mod file;
 pub(crate) mod inspect;
 pub(crate) mod region;
 pub(crate) mod slot;
@@ -56,8 +57,8 @@ pub(crate) fn auto_region() -> Option<Result<std::path::PathBuf>> {
 }
 
 /// The id of the region at `path` (mapping it, writing the id if it has none yet).
-pub(crate) fn region_id(path: &std::path::Path) -> Result<[u8; region::ID_LEN]> {
-    Region::open(path)?
+pub(crate) fn region_id(path: &std::path::Path, opts: &Options) -> Result<[u8; region::ID_LEN]> {
+    Region::open(path, &file::Policy::of(opts))?
         .id(std::time::Duration::from_secs(1))
         .ok_or_else(|| {
             Error::new(
@@ -114,7 +115,7 @@ fn max_of(opts: &Options) -> usize {
 
 fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     let (name, path) = parts(addr)?;
-    let region = Region::open(&path)?;
+    let region = Region::open(&path, &file::Policy::of(opts))?;
     let (li, lnonce) = (0..LISTENERS)
         .find_map(|i| match listener_entry(&region, i) {
             Some((n, nonce)) if n == name.as_bytes() => Some((i, nonce)),
@@ -413,7 +414,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
             format!("vm: name longer than {} bytes", slot::L_NAME_MAX),
         ));
     }
-    let region = Region::open(&path)?;
+    let region = Region::open(&path, &file::Policy::of(opts))?;
     let state = |i: usize| region.u32_at(Region::listener(i) + slot::L_STATE);
     let busy = |i: usize, from: u32| {
         state(i)

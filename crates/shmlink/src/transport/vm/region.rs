@@ -19,7 +19,7 @@
 //! and checked before it decides anything, and only the mapping's own geometry (computed
 //! locally from the size) bounds memory accesses.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::memfd::Mapping;
 use crate::sys::stream::EventFlag;
+
+use super::file::Policy;
 
 /// "SHMLVM01", little endian.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SHMLVM01");
@@ -144,23 +146,22 @@ pub(crate) struct Region {
     map: Mapping,
     ring: usize,
     path: PathBuf,
+    /// Whom the file was checked against; the doorbell server is checked the same way.
+    policy: Policy,
 }
 
 impl Region {
     /// Maps the region file at `path` (read-write) and checks or writes its magic.
-    pub(crate) fn open(path: &Path) -> Result<Arc<Region>> {
-        Region::open_as(path, true)
+    pub(crate) fn open(path: &Path, policy: &Policy) -> Result<Arc<Region>> {
+        Region::open_as(path, true, policy)
     }
 
     /// Maps the region at `path`; with `format` false a region nobody has used yet (no
-    /// magic) is refused instead of written to (for inspecting: `shmlink ls --vm`).
-    pub(crate) fn open_as(path: &Path, format: bool) -> Result<Arc<Region>> {
+    /// magic) is refused instead of written to (for inspecting: `shmlink ls --vm`). The
+    /// file is checked first ([`super::file`]: type, owner, mode, directory).
+    pub(crate) fn open_as(path: &Path, format: bool, policy: &Policy) -> Result<Arc<Region>> {
         let ctx = |what: &str| format!("vm: {what} {}", path.display());
-        let file: File = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| Error::io(ctx("opening region"), e))?;
+        let file: File = super::file::open(path, policy)?;
         let len = file
             .metadata()
             .map_err(|e| Error::io(ctx("reading the size of region"), e))?
@@ -180,6 +181,7 @@ impl Region {
             map,
             ring,
             path: path.to_path_buf(),
+            policy: policy.clone(),
         };
         let magic = region.u64_at(0);
         if !format && magic.load(Ordering::Acquire) == 0 {
@@ -252,6 +254,11 @@ impl Region {
     /// The region's file.
     pub(crate) fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whom the region's file (and its doorbell server) must belong to.
+    pub(crate) fn policy(&self) -> &Policy {
+        &self.policy
     }
 
     /// Ring data size.
