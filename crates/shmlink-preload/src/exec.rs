@@ -173,6 +173,31 @@ pub(crate) fn prepare_exec() {
     }
 }
 
+/// Called by the `sendmsg` hooks before the program passes `fd` to another process with
+/// `SCM_RIGHTS`: a shm connection cannot follow its fd there (the receiver's library, if
+/// any, does not know it; its reads and writes would reach our control socket), so it
+/// continues over TCP as at an exec, here and in the receiver (one kernel socket shared,
+/// as without the library). `Err(errno)` if it cannot (then nothing is passed and the
+/// connection stays as it was): its peer has gone, more than a switch message returns
+/// was read ahead, or the ring had no room for the switch message within 1 s.
+pub(crate) fn prepare_pass(fd: c_int) -> Result<(), c_int> {
+    let _g = Guard::enter();
+    let Some(entry) = table::sock(fd) else {
+        return Ok(());
+    };
+    let fds: Vec<c_int> = table::sock_fds()
+        .into_iter()
+        .filter(|&f| table::sock(f).is_some_and(|e| Arc::ptr_eq(&e, &entry)))
+        .collect();
+    switch_out(&entry, &fds);
+    if table::sock(fd).is_some() {
+        debug!("fd {fd}: cannot continue over TCP; not passed (SCM_RIGHTS)");
+        return Err(libc::ENOBUFS);
+    }
+    debug!("fd {fd}: passed with SCM_RIGHTS; continues over TCP");
+    Ok(())
+}
+
 fn switch_out(entry: &Entry, fds: &[c_int]) {
     let mut s = entry.lock();
     if s.switched || s.broken || s.conn.is_none() {
