@@ -1184,6 +1184,17 @@ fn after_dup(old: c_int, new: c_int, replaced: Option<Removed>, cloexec: bool) {
     }
 }
 
+/// `dup2`/`dup3` onto one of the library's own fds: refused with `EBUSY` (what the
+/// kernel says when the target number is being opened). Without the library the number
+/// would be free and the dup would succeed; letting it replace a control socket would
+/// make the library ring doorbells into the program's file (a byte in someone's stream
+/// or file) and lose the connection's wake-ups, and the fd cannot be moved: its number
+/// is held inside the shmlink connection. A loud error instead of silent corruption.
+fn internal_target(new: c_int) -> c_int {
+    debug!("dup onto fd {new}, one of the library's own: EBUSY");
+    libc::EBUSY
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     // SAFETY: the caller's fd.
@@ -1199,6 +1210,9 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     if inside() || !table::any() || old == new || !owner() {
         // SAFETY: the caller's fds.
         return unsafe { real::dup2(old, new) };
+    }
+    if table::is_internal(new) {
+        return fail(internal_target(new));
     }
     // SAFETY: the caller's fds.
     let r = unsafe { real::dup2(old, new) };
@@ -1216,6 +1230,9 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     if inside() || !table::any() || !owner() {
         // SAFETY: the caller's fds.
         return unsafe { real::dup3(old, new, flags) };
+    }
+    if table::is_internal(new) && old != new {
+        return fail(internal_target(new));
     }
     // SAFETY: the caller's fds.
     let r = unsafe { real::dup3(old, new, flags) };

@@ -7,7 +7,8 @@
 //! - bytes written on the fd with a raw `syscall(SYS_write)`: both ends see a reset,
 //!   and no raw byte reaches the server's program as stream data;
 //! - `close_range` over the library's own fds, the freed numbers reused by new files:
-//!   the library neither writes into nor closes those files.
+//!   the library neither writes into nor closes those files;
+//! - `dup2` onto one of the library's fds: refused with `EBUSY`, the connection goes on.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -273,4 +274,19 @@ fn close_range_leaves_the_librarys_fds_and_new_files_alone() {
     r.expect("client: pong2: 5 bytes");
     r.expect("client: new files the library closed: 0");
     r.expect("client: done");
+}
+
+/// `dup2` of a new file onto one of the library's own fds (found in /proc/self/fd above
+/// the connection's) is refused with `EBUSY`, and the connection goes on. Before: the
+/// dup replaced the control socket, whose number the library kept using.
+#[test]
+fn dup2_onto_a_library_fd_is_refused() {
+    let dir = Scratch::new("dup2");
+    let Some(prog) = compile(&dir.0) else { return };
+    let r = run(&prog, &dir.0, "dup2onto");
+    r.expect("client: dup2 onto the library's fd: EBUSY");
+    r.expect("client: pong2: 5 bytes");
+    r.expect("client: new files the library wrote to: 0");
+    r.expect("client: done");
+    r.expect("server: end: 0 more bytes, then EOF");
 }

@@ -13,6 +13,9 @@
  *               itself), opens socket pairs that may take the freed numbers, talks,
  *               closes its connection, and checks that no new file got a byte or was
  *               closed
+ *   dup2onto    the client dup2()s a socket pair's end onto the first fd number above
+ *               its connection's (one of the library's), talks, closes its connection,
+ *               and checks that the pair got no byte
  *
  * Each side prints what it observes on stdout. Every wait has a timeout (alarm(30) ends
  * a stuck run), so nothing can hang the test.
@@ -60,6 +63,7 @@ static const char *ename(int e) {
     case ECONNRESET: return "ECONNRESET";
     case EBADF: return "EBADF";
     case ENOBUFS: return "ENOBUFS";
+    case EBUSY: return "EBUSY";
     case EINVAL: return "EINVAL";
     default: return "other";
     }
@@ -167,7 +171,8 @@ static int server(const char *mode, const char *port_file) {
         for (size_t i = 0; i < got; i++) raw += buf[i] == 'R';
         say("raw bytes seen: %zu", raw);
         say("hole: %s", raw < n && got > 7 ? "yes (bytes after the raw write arrived without it)" : "no");
-    } else if (strcmp(mode, "closerange") == 0 || strcmp(mode, "closerange-raw") == 0) {
+    } else if (strcmp(mode, "closerange") == 0 || strcmp(mode, "closerange-raw") == 0 ||
+               strcmp(mode, "dup2onto") == 0) {
         for (int i = 1; i <= 2; i++) {
             size_t got = read_until(fd, buf, 5, "ping");
             if (got != 5) break;
@@ -330,6 +335,33 @@ static void client_closerange(int port, int raw) {
     say("new files the library closed: %d", closed);
 }
 
+static void client_dup2onto(int port) {
+    int fd = connect_to(port);
+    char buf[16];
+    if (write(fd, "ping1", 5) != 5) die("write ping1");
+    if (read_until(fd, buf, 5, "pong1") != 5) return;
+    int fds[256];
+    int n = open_fds(fds, 256), target = -1;
+    for (int i = 0; i < n; i++)
+        if (fds[i] > fd && (target < 0 || fds[i] < target)) target = fds[i];
+    if (target < 0) {
+        say("no fd above the connection's");
+        return;
+    }
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) < 0) die("socketpair");
+    int r = dup2(sv[0], target);
+    say("dup2 onto the library's fd: %s", r == target ? "replaced it" : ename(errno));
+    if (write(fd, "ping2", 5) != 5) die("write ping2");
+    if (read_until(fd, buf, 5, "pong2") != 5) return;
+    close(fd);
+    usleep(100 * 1000);
+    int written = 0;
+    char b[64];
+    while (recv(sv[1], b, sizeof b, MSG_DONTWAIT) > 0) written++;
+    say("new files the library wrote to: %d", written);
+}
+
 int main(int argc, char **argv) {
     if (argc != 4) {
         fprintf(stderr, "usage: escapes server|client MODE PORTFILE|PORT\n");
@@ -345,6 +377,7 @@ int main(int argc, char **argv) {
     else if (strncmp(mode, "raw", 3) == 0) client_raw(port, (size_t)atol(mode + 3));
     else if (strcmp(mode, "closerange") == 0) client_closerange(port, 0);
     else if (strcmp(mode, "closerange-raw") == 0) client_closerange(port, 1);
+    else if (strcmp(mode, "dup2onto") == 0) client_dup2onto(port);
     else return 2;
     say("done");
     return 0;
