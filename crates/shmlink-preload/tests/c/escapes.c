@@ -9,6 +9,8 @@
  *               (forked before the connection existed), which writes 21 bytes and reads
  *               the server's answer
  *   rawN        the client writes N bytes with syscall(SYS_write), past the C library
+ *   stdio       the client writes with fdopen + fprintf + fflush (glibc's stdio writes
+ *               with its internal write, past the C library's exported one)
  *   closerange  the client calls close_range(fd + 1, ~0U, 0) (RAW: the system call
  *               itself), opens socket pairs that may take the freed numbers, talks,
  *               closes its connection, and checks that no new file got a byte or was
@@ -163,9 +165,9 @@ static int server(const char *mode, const char *port_file) {
         int n = snprintf(reply, sizeof reply, "ok %zu\n", got);
         if (write(fd, reply, n) != n) say("reply: %s", ename(errno));
         read_end(fd, "end");
-    } else if (strncmp(mode, "raw", 3) == 0) {
+    } else if (strncmp(mode, "raw", 3) == 0 || strcmp(mode, "stdio") == 0) {
         /* Expected without the library: "before\n", N bytes 'R', "after\n". */
-        size_t n = (size_t)atol(mode + 3);
+        size_t n = mode[0] == 's' ? 100 : (size_t)atol(mode + 3);
         size_t got = read_until(fd, buf, 13 + n, "read");
         size_t raw = 0;
         for (size_t i = 0; i < got; i++) raw += buf[i] == 'R';
@@ -285,6 +287,27 @@ static void client_raw(int port, size_t n) {
     close(fd);
 }
 
+static void client_stdio(int port) {
+    int fd = connect_to(port);
+    if (write(fd, "before\n", 7) != 7) die("write before");
+    FILE *f = fdopen(dup(fd), "w");
+    if (!f) die("fdopen");
+    for (int i = 0; i < 100; i++) fputc('R', f);
+    int r = fflush(f);
+    say("fflush: %s", r == 0 ? "ok" : ename(errno));
+    ssize_t w = write(fd, "after\n", 6);
+    say("write after: %s", w == 6 ? "taken" : w < 0 ? ename(errno) : "partly taken");
+    char rb[64];
+    ssize_t rr = read_within(fd, rb, sizeof rb);
+    if (rr == -2) say("read: timeout");
+    else if (rr < 0) say("read: %s", ename(errno));
+    else say("read: %zd", rr);
+    w = send(fd, "x", 1, MSG_NOSIGNAL);
+    say("write later: %s", w == 1 ? "taken" : ename(errno));
+    fclose(f);
+    close(fd);
+}
+
 static int open_fds(int *out, int max) {
     int n = 0;
     DIR *d = opendir("/proc/self/fd");
@@ -375,6 +398,7 @@ int main(int argc, char **argv) {
     int port = atoi(argv[3]);
     if (strcmp(mode, "rights") == 0) client_rights(port);
     else if (strncmp(mode, "raw", 3) == 0) client_raw(port, (size_t)atol(mode + 3));
+    else if (strcmp(mode, "stdio") == 0) client_stdio(port);
     else if (strcmp(mode, "closerange") == 0) client_closerange(port, 0);
     else if (strcmp(mode, "closerange-raw") == 0) client_closerange(port, 1);
     else if (strcmp(mode, "dup2onto") == 0) client_dup2onto(port);
