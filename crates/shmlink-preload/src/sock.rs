@@ -425,7 +425,7 @@ impl Sock {
 
     /// Takes every message waiting in the ring into `rbuf` (a byte stream: reads take
     /// from it in order), up to the peer's exec switch message, which it acts on.
-    fn read_ahead(&mut self) {
+    pub(crate) fn read_ahead(&mut self) {
         if self.switched || self.broken || self.read_end == ReadEnd::Eof {
             if self.read_end == ReadEnd::Eof && !self.switched && !self.broken {
                 self.seek_switch(false);

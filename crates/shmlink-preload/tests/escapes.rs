@@ -3,7 +3,8 @@
 //! preloaded TCP server and client through each route (docs/transparent.md, "Escape
 //! routes"):
 //! - the fd passed to another process with `SCM_RIGHTS`: the connection continues over
-//!   TCP, and the receiver's bytes arrive intact;
+//!   TCP, and the receiver's bytes arrive intact; with the peer gone and bytes of it
+//!   unread, `sendmsg` fails instead;
 //! - bytes written on the fd with a raw `syscall(SYS_write)` or through stdio
 //!   (`fdopen` + `fprintf`): both ends see a reset, and no such byte reaches the
 //!   server's program as stream data;
@@ -142,6 +143,11 @@ impl std::fmt::Display for Run {
 /// Runs `escapes server MODE` and `escapes client MODE`, both preloaded, with their own
 /// rendezvous directory, and requires that their connection went over shared memory.
 fn run(prog: &Path, dir: &Path, mode: &str) -> Run {
+    run_n(prog, dir, mode, 1)
+}
+
+/// [`run`] for a mode with `conns` connections, each of which must use shared memory.
+fn run_n(prog: &Path, dir: &Path, mode: &str, conns: usize) -> Run {
     let rdv = dir.join(format!("r-{mode}"));
     let port_file = dir.join(format!("port-{mode}"));
     let cmd = |role: &str, arg: &str| {
@@ -179,7 +185,11 @@ fn run(prog: &Path, dir: &Path, mode: &str) -> Run {
         .lines()
         .filter(|l| l.ends_with("on shared memory"))
         .count();
-    assert_eq!(shm, 2, "both ends must have moved to shared memory\n{r}");
+    assert_eq!(
+        shm,
+        2 * conns,
+        "both ends must have moved to shared memory\n{r}"
+    );
     assert!(
         c.status.success(),
         "the client failed ({:?})\n{r}",
@@ -210,6 +220,34 @@ fn a_connection_passed_with_scm_rights_continues_over_tcp() {
             .contains("passed with SCM_RIGHTS; continues over TCP"),
         "{r}"
     );
+}
+
+/// Passing the fd of a connection whose peer is gone: the peer cannot send again what
+/// it wrote, so with 4 of its bytes unread here `sendmsg` fails with `ENOBUFS` (nothing
+/// passed; the program reads the bytes itself), while with everything read the fd goes
+/// (as the TCP socket, whose end the receiver reads). Before: the fd went with the
+/// 4 bytes left behind, and the receiver read a clean end of stream.
+#[test]
+fn a_connection_whose_peer_is_gone_passes_only_with_nothing_unread() {
+    let dir = Scratch::new("gone");
+    let Some(prog) = compile(&dir.0) else { return };
+    let r = run_n(&prog, &dir.0, "rights-gone", 2);
+    let client: Vec<&str> = r.client.lines().collect();
+    let want = [
+        "client: sendmsg: ENOBUFS",
+        "client: own read: 4 bytes, then EOF",
+        "client: end read first: EOF",
+        "client: passed the fd",
+        "client: done",
+    ];
+    let mine: Vec<&str> = client
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with("client: "))
+        .collect();
+    assert_eq!(mine, want, "\n{r}");
+    r.expect("child: no fd received");
+    r.expect("child: read: 0 bytes, then EOF");
 }
 
 /// Bytes written with a raw `syscall(SYS_write)` on a moved fd land on the library's

@@ -8,6 +8,9 @@
  *   rights      the client passes its connected fd with SCM_RIGHTS to a child process
  *               (forked before the connection existed), which writes 21 bytes and reads
  *               the server's answer
+ *   rights-gone the same after the server wrote 4 bytes and closed (the client has not
+ *               read them: they cannot be passed), then after the server closed at once
+ *               (the client read the end: the fd can be passed)
  *   rawN        the client writes N bytes with syscall(SYS_write), past the C library
  *   stdio       the client writes with fdopen + fprintf + fflush (glibc's stdio writes
  *               with its internal write, past the C library's exported one)
@@ -165,6 +168,12 @@ static int server(const char *mode, const char *port_file) {
         int n = snprintf(reply, sizeof reply, "ok %zu\n", got);
         if (write(fd, reply, n) != n) say("reply: %s", ename(errno));
         read_end(fd, "end");
+    } else if (strcmp(mode, "rights-gone") == 0) {
+        if (write(fd, "bye\n", 4) != 4) die("write bye");
+        close(fd);
+        fd = accept(ls, NULL, NULL);
+        if (fd < 0) die("accept 2");
+        say("closed both");
     } else if (strncmp(mode, "raw", 3) == 0 || strcmp(mode, "stdio") == 0) {
         /* Expected without the library: "before\n", N bytes 'R', "after\n". */
         size_t n = mode[0] == 's' ? 100 : (size_t)atol(mode + 3);
@@ -264,6 +273,94 @@ static void client_rights(int port) {
     int st;
     waitpid(child, &st, 0);
     say("child exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
+/* Sends `fd` over `unix` with SCM_RIGHTS; says how it went. Returns 1 if passed. */
+static int pass_fd(int unix_sock, int fd) {
+    char byte = 'F';
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                       .msg_controllen = sizeof u.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    if (sendmsg(unix_sock, &m, 0) == 1) {
+        say("passed the fd");
+        return 1;
+    }
+    say("sendmsg: %s", ename(errno));
+    byte = 'N';
+    struct msghdr plain = {.msg_iov = &iov, .msg_iovlen = 1};
+    sendmsg(unix_sock, &plain, 0);
+    return 0;
+}
+
+/* A child that receives one fd (or a 'N') and reads it to its end. */
+static pid_t reading_child(int *unix_out) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0) die("socketpair");
+    pid_t child = fork();
+    if (child < 0) die("fork");
+    if (child == 0) {
+        close(sv[0]);
+        role = "child";
+        struct pollfd p = {.fd = sv[1], .events = POLLIN};
+        if (poll(&p, 1, 10000) <= 0) die("no fd came");
+        char byte;
+        struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+        union {
+            char buf[CMSG_SPACE(sizeof(int))];
+            struct cmsghdr align;
+        } u;
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                           .msg_controllen = sizeof u.buf};
+        if (recvmsg(sv[1], &m, 0) != 1) die("recvmsg");
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        if (!c || c->cmsg_type != SCM_RIGHTS) {
+            say("no fd received");
+            exit(0);
+        }
+        int fd;
+        memcpy(&fd, CMSG_DATA(c), sizeof fd);
+        char buf[64];
+        read_until(fd, buf, sizeof buf, "read");
+        exit(0);
+    }
+    close(sv[1]);
+    *unix_out = sv[0];
+    return child;
+}
+
+static void client_rights_gone(int port) {
+    int st, unix_sock;
+    /* 1: the server wrote 4 bytes and closed; none read here. */
+    pid_t child = reading_child(&unix_sock);
+    int fd = connect_to(port);
+    usleep(300 * 1000);
+    if (!pass_fd(unix_sock, fd)) {
+        char buf[64];
+        read_until(fd, buf, sizeof buf, "own read");
+    }
+    close(fd);
+    close(unix_sock);
+    waitpid(child, &st, 0);
+    /* 2: the server closed at once; the end read here. */
+    child = reading_child(&unix_sock);
+    fd = connect_to(port);
+    char b;
+    ssize_t r = read_within(fd, &b, 1);
+    say("end read first: %s", r == 0 ? "EOF" : "not EOF");
+    pass_fd(unix_sock, fd);
+    close(fd);
+    close(unix_sock);
+    waitpid(child, &st, 0);
 }
 
 static void client_raw(int port, size_t n) {
@@ -397,6 +494,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "server") == 0) return server(mode, argv[3]);
     int port = atoi(argv[3]);
     if (strcmp(mode, "rights") == 0) client_rights(port);
+    else if (strcmp(mode, "rights-gone") == 0) client_rights_gone(port);
     else if (strncmp(mode, "raw", 3) == 0) client_raw(port, (size_t)atol(mode + 3));
     else if (strcmp(mode, "stdio") == 0) client_stdio(port);
     else if (strcmp(mode, "closerange") == 0) client_closerange(port, 0);
