@@ -9,7 +9,8 @@
 //!   (`fdopen` + `fprintf`): both ends see a reset, and no such byte reaches the
 //!   server's program as stream data;
 //! - `close_range` over the library's own fds, the freed numbers reused by new files:
-//!   the library neither writes into nor closes those files;
+//!   the library neither writes into nor closes those files; over the connection's own
+//!   fd, it closes the connection and the number's next file is the program's;
 //! - `dup2` onto one of the library's fds: refused with `EBUSY`, the connection goes on.
 
 use std::path::{Path, PathBuf};
@@ -350,6 +351,22 @@ fn dup2_onto_a_library_fd_is_refused() {
     r.expect("client: dup2 onto the library's fd: EBUSY");
     r.expect("client: pong2: 5 bytes");
     r.expect("client: new files the library wrote to: 0");
+    r.expect("client: done");
+    r.expect("server: end: 0 more bytes, then EOF");
+}
+
+/// `close_range(fd, ~0U, 0)` with the connection's own fd in the range closes the
+/// connection as `close` would (the server reads the end), and the new file that takes
+/// its number is the program's: the bytes written on it reach that file. Before: the
+/// library still took the number for the connection and the bytes went into its ring;
+/// the socket pair got nothing, and the client aborted at exit.
+#[test]
+fn close_range_over_the_connections_own_fd_closes_it() {
+    let dir = Scratch::new("own");
+    let Some(prog) = compile(&dir.0) else { return };
+    let r = run(&prog, &dir.0, "closerange-own");
+    r.expect("client: the pair took the connection's number: yes");
+    r.expect("client: the pair got it: yes");
     r.expect("client: done");
     r.expect("server: end: 0 more bytes, then EOF");
 }

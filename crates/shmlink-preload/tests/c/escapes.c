@@ -18,6 +18,9 @@
  *               itself), opens socket pairs that may take the freed numbers, talks,
  *               closes its connection, and checks that no new file got a byte or was
  *               closed
+ *   closerange-own  the client calls close_range(fd, ~0U, 0), its connection's fd
+ *               included, then opens a socket pair (which takes that number) and
+ *               writes on it: the bytes must reach the pair, not the old connection
  *   dup2onto    the client dup2()s a socket pair's end onto the first fd number above
  *               its connection's (one of the library's), talks, closes its connection,
  *               and checks that the pair got no byte
@@ -182,6 +185,13 @@ static int server(const char *mode, const char *port_file) {
         for (size_t i = 0; i < got; i++) raw += buf[i] == 'R';
         say("raw bytes seen: %zu", raw);
         say("hole: %s", raw < n && got > 7 ? "yes (bytes after the raw write arrived without it)" : "no");
+    } else if (strcmp(mode, "closerange-own") == 0) {
+        size_t got = read_until(fd, buf, 5, "ping");
+        if (got == 5) {
+            buf[1] = 'o';
+            if (write(fd, buf, 5) != 5) say("pong: %s", ename(errno));
+        }
+        read_end(fd, "end");
     } else if (strcmp(mode, "closerange") == 0 || strcmp(mode, "closerange-raw") == 0 ||
                strcmp(mode, "dup2onto") == 0) {
         for (int i = 1; i <= 2; i++) {
@@ -455,6 +465,24 @@ static void client_closerange(int port, int raw) {
     say("new files the library closed: %d", closed);
 }
 
+static void client_closerange_own(int port) {
+    int fd = connect_to(port);
+    char buf[16];
+    if (write(fd, "ping1", 5) != 5) die("write ping1");
+    if (read_until(fd, buf, 5, "pong1") != 5) return;
+    if (close_range(fd, ~0U, 0) != 0) die("close_range");
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0) die("socketpair");
+    say("the pair took the connection's number: %s", sv[0] == fd || sv[1] == fd ? "yes" : "no");
+    int mine = sv[0] == fd ? sv[0] : sv[1], other = mine == sv[0] ? sv[1] : sv[0];
+    ssize_t w = write(mine, "hello", 5);
+    say("write on the new file: %s", w == 5 ? "taken" : ename(errno));
+    size_t got = read_until(other, buf, 5, "the pair's other end");
+    say("the pair got it: %s", got == 5 && memcmp(buf, "hello", 5) == 0 ? "yes" : "no");
+    close(sv[0]);
+    close(sv[1]);
+}
+
 static void client_dup2onto(int port) {
     int fd = connect_to(port);
     char buf[16];
@@ -500,6 +528,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "closerange") == 0) client_closerange(port, 0);
     else if (strcmp(mode, "closerange-raw") == 0) client_closerange(port, 1);
     else if (strcmp(mode, "dup2onto") == 0) client_dup2onto(port);
+    else if (strcmp(mode, "closerange-own") == 0) client_closerange_own(port);
     else return 2;
     say("done");
     return 0;
