@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use libc::c_int;
 
-use crate::sock::{Entry, ReadEnd, ReadFlags, Sock, CHUNK};
+use crate::sock::{Entry, Gone, ReadEnd, ReadFlags, Sock, CHUNK};
 use crate::table::{self, Removed};
 use crate::{debug, real, Guard};
 
@@ -171,6 +171,74 @@ pub(crate) fn prepare_exec() {
         }
         switch_out(&entry, &fds);
     }
+}
+
+/// Called by the `sendmsg` hooks before the program passes `fd` to another process with
+/// `SCM_RIGHTS`: a shm connection cannot follow its fd there (the receiver's library, if
+/// any, does not know it; its reads and writes would reach our control socket), so it
+/// continues over TCP as at an exec, here and in the receiver (one kernel socket shared,
+/// as without the library). `Err(errno)` if it cannot (then nothing is passed and the
+/// connection stays as it was): its peer has gone, more than a switch message returns
+/// was read ahead, or the ring had no room for the switch message within 1 s.
+///
+/// A peer that is gone cannot send again what it wrote: then the fds go onto the TCP
+/// socket (whose end the receiver reads, as it would have) only if nothing of the peer's
+/// stream is left unread here and no reset is due; else `ENOBUFS`, since the TCP socket
+/// cannot carry those bytes or that error.
+pub(crate) fn prepare_pass(fd: c_int) -> Result<(), c_int> {
+    let _g = Guard::enter();
+    let Some(entry) = table::sock(fd) else {
+        return Ok(());
+    };
+    let fds: Vec<c_int> = table::sock_fds()
+        .into_iter()
+        .filter(|&f| table::sock(f).is_some_and(|e| Arc::ptr_eq(&e, &entry)))
+        .collect();
+    let mut s = entry.lock();
+    let hung_up = !s.switched && {
+        let r = real::poll_one(s.ctl, libc::POLLIN | libc::POLLRDHUP, 0);
+        r > 0 && r as i16 & libc::POLLHUP != 0
+    };
+    if hung_up || s.broken {
+        // The peer is gone (or exec'd: then `read_ahead` meets its switch message).
+        if !s.broken && !s.switched {
+            s.read_ahead();
+        }
+        if !s.switched && s.conn.is_some() {
+            s.notice_gone(true);
+        }
+        if s.buffered() > 0 || s.gone == (Gone::Reset { reported: false }) {
+            debug!(
+                "{}: peer gone with {} bytes unread here (or a reset due): fd {fd} not passed",
+                s.name,
+                s.buffered()
+            );
+            return Err(libc::ENOBUFS);
+        }
+        if s.switched {
+            if s.retarget_due {
+                retarget_now(&mut s);
+            }
+            return Ok(());
+        }
+        let tcp = s.tcp.as_raw_fd();
+        shut_like(&s, tcp);
+        set_nonblocking(tcp, entry.nonblocking.load(Ordering::Relaxed));
+        let removed = retarget(&fds, tcp);
+        s.switched = true;
+        debug!("{}: peer gone, all read: fds {fds:?} on TCP", s.name);
+        drop(s);
+        drop(removed);
+        return Ok(());
+    }
+    drop(s);
+    switch_out(&entry, &fds);
+    if table::sock(fd).is_some() {
+        debug!("fd {fd}: cannot continue over TCP; not passed (SCM_RIGHTS)");
+        return Err(libc::ENOBUFS);
+    }
+    debug!("fd {fd}: passed with SCM_RIGHTS; continues over TCP");
+    Ok(())
 }
 
 fn switch_out(entry: &Entry, fds: &[c_int]) {

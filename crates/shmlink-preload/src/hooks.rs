@@ -138,13 +138,16 @@ fn install(
         et_drained: true,
         rcv_timeout: None,
         snd_timeout: None,
-        tcp,
+        ctl_ino: sock::inode(ctl),
+        tcp_ino: sock::inode(tcp.as_raw_fd()),
+        tcp: std::mem::ManuallyDrop::new(tcp),
         born: FORKS.load(Ordering::Relaxed),
         name: name.clone(),
         rx_total: 0,
         tx_total: 0,
         switched: false,
         retarget_due: false,
+        reset_sent: false,
     };
     match first {
         Some(v) if v.is_empty() => s.read_end = ReadEnd::Eof,
@@ -662,6 +665,48 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
     unsafe { real::writev(fd, iov, cnt) }
 }
 
+/// Before a `sendmsg` on a socket that is not ours: each shm connection named in an
+/// `SCM_RIGHTS` message continues over TCP first (`exec::prepare_pass`), so what the
+/// receiver gets is the real TCP socket. Err(errno) if one cannot.
+///
+/// # Safety
+/// `msg` is the caller's `msghdr` (null allowed).
+unsafe fn pass_rights(msg: *const msghdr) -> Result<(), c_int> {
+    if msg.is_null() || inside() || !table::any() || !owner() {
+        return Ok(());
+    }
+    // SAFETY: the caller's msghdr.
+    let m = unsafe { &*msg };
+    if m.msg_control.is_null() || m.msg_controllen < std::mem::size_of::<libc::cmsghdr>() {
+        return Ok(());
+    }
+    // SAFETY: the header's control buffer, walked with the C library's own rules; the
+    // kernel reads the same bytes.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(m) };
+    while !c.is_null() {
+        // SAFETY: `c` is a header inside the control buffer (CMSG_FIRSTHDR/NXTHDR).
+        let h = unsafe { &*c };
+        if h.cmsg_level == libc::SOL_SOCKET && h.cmsg_type == libc::SCM_RIGHTS {
+            // SAFETY: CMSG_LEN of no payload is a constant computation.
+            let head = unsafe { libc::CMSG_LEN(0) } as usize;
+            let n = (h.cmsg_len as usize).saturating_sub(head) / std::mem::size_of::<c_int>();
+            // SAFETY: the payload of this header.
+            let data = unsafe { libc::CMSG_DATA(c) }.cast::<c_int>();
+            for i in 0..n {
+                // SAFETY: within the header's cmsg_len, which the caller set; unaligned
+                // reads because a control buffer need not be aligned for int.
+                let passed = unsafe { data.add(i).read_unaligned() };
+                if table::sock(passed).is_some() {
+                    crate::exec::prepare_pass(passed)?;
+                }
+            }
+        }
+        // SAFETY: as above.
+        c = unsafe { libc::CMSG_NXTHDR(m, c) };
+    }
+    Ok(())
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
     if let Some(e) = shm(fd) {
@@ -679,6 +724,10 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
         };
         // SAFETY: the caller's iovecs.
         return unsafe { shm_writev(&e, m.msg_iov, cnt, flags) };
+    }
+    // SAFETY: the caller's msghdr.
+    if let Err(e) = unsafe { pass_rights(msg) } {
+        return fail(e);
     }
     // SAFETY: the caller's arguments.
     unsafe { real::sendmsg(fd, msg, flags) }
@@ -780,6 +829,14 @@ pub unsafe extern "C" fn sendmmsg(
             m.msg_len = r as libc::c_uint;
         }
         return n as c_int;
+    }
+    if !msgs.is_null() {
+        for i in 0..n.min(libc::UIO_MAXIOV as libc::c_uint) as usize {
+            // SAFETY: the caller gives `n` entries.
+            if let Err(e) = unsafe { pass_rights(&(*msgs.add(i)).msg_hdr) } {
+                return fail(e);
+            }
+        }
     }
     // SAFETY: the caller's arguments.
     unsafe { real::sendmmsg(fd, msgs, n, flags) }
@@ -1004,6 +1061,109 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     r
 }
 
+/// The kernel's `close_range` (also where the C library has no wrapper).
+fn sys_close_range(first: libc::c_uint, last: libc::c_uint, flags: c_int) -> c_int {
+    // SAFETY: the C library's close_range with the caller's arguments.
+    let r = unsafe { real::close_range(first, last, flags) };
+    if r == -1 && errno() == libc::ENOSYS {
+        // SAFETY: the system call itself (Linux 5.9+; else ENOSYS again).
+        return unsafe { libc::syscall(libc::SYS_close_range, first, last, flags) } as c_int;
+    }
+    r
+}
+
+/// `close_range` (and `closefrom`) as `close` does it for each fd: the library's own
+/// fds in the range stay open (the program never opened them: a daemon closing "every
+/// fd above 2" must not pull a connection's control socket away, whose number a new
+/// file would then reuse and receive doorbells, or be closed by the library later), and
+/// shm connections, listeners and epoll instances in the range leave the table.
+fn close_range_hooked(first: libc::c_uint, last: libc::c_uint, flags: c_int) -> c_int {
+    if inside() || !table::any() || !owner() || first > last {
+        return sys_close_range(first, last, flags);
+    }
+    let in_range = |fd: &c_int| *fd >= 0 && (first..=last).contains(&(*fd as libc::c_uint));
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 {
+        // Nothing closes: the program's view of FD_CLOEXEC on its shm fds follows.
+        let r = sys_close_range(first, last, flags);
+        if r == 0 {
+            for fd in table::sock_fds().into_iter().filter(in_range) {
+                table::set_app_cloexec(fd, true);
+            }
+        }
+        return r;
+    }
+    let keep: Vec<c_int> = table::internal_fds().into_iter().filter(in_range).collect();
+    let removed: Vec<Removed> = {
+        let _g = Guard::enter();
+        table::tracked_fds()
+            .into_iter()
+            .filter(in_range)
+            .filter_map(|fd| {
+                wait::forget_epoll(fd);
+                table::remove(fd)
+            })
+            .collect()
+    };
+    // The gaps between the kept fds (sorted, each in the range).
+    let mut lo = Some(first);
+    let mut r = 0;
+    for k in keep {
+        let k = k as libc::c_uint;
+        let Some(l) = lo else { break };
+        if k > l {
+            r = sys_close_range(l, k - 1, flags);
+            if r != 0 {
+                break;
+            }
+        }
+        lo = k.checked_add(1).filter(|&n| n <= last);
+    }
+    if r == 0 {
+        if let Some(l) = lo {
+            r = sys_close_range(l, last, flags);
+        }
+    }
+    let e = errno();
+    for rm in removed {
+        release(rm);
+    }
+    set_errno(e);
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close_range(
+    first: libc::c_uint,
+    last: libc::c_uint,
+    flags: c_int,
+) -> c_int {
+    close_range_hooked(first, last, flags)
+}
+
+/// glibc's `closefrom` calls its internal `close_range`, past this library's hook: so
+/// it is hooked itself.
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(low: c_int) {
+    let low = low.max(0) as libc::c_uint;
+    if close_range_hooked(low, libc::c_uint::MAX, 0) != 0 {
+        // An old kernel: close what is open, one by one, as the C library would.
+        let g = Guard::enter();
+        let fds: Vec<c_int> = std::fs::read_dir("/proc/self/fd")
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        drop(g);
+        for fd in fds {
+            if fd >= low as c_int {
+                // SAFETY: the hooked close: internal fds stay, tracked ones leave the table.
+                unsafe { close(fd) };
+            }
+        }
+    }
+}
+
 /// After a successful dup onto `new`: `new` names what `old` names; `cloexec` is the
 /// FD_CLOEXEC the dup gave `new` (a shm fd keeps it set in the kernel regardless).
 fn after_dup(old: c_int, new: c_int, replaced: Option<Removed>, cloexec: bool) {
@@ -1024,6 +1184,17 @@ fn after_dup(old: c_int, new: c_int, replaced: Option<Removed>, cloexec: bool) {
     }
 }
 
+/// `dup2`/`dup3` onto one of the library's own fds: refused with `EBUSY` (what the
+/// kernel says when the target number is being opened). Without the library the number
+/// would be free and the dup would succeed; letting it replace a control socket would
+/// make the library ring doorbells into the program's file (a byte in someone's stream
+/// or file) and lose the connection's wake-ups, and the fd cannot be moved: its number
+/// is held inside the shmlink connection. A loud error instead of silent corruption.
+fn internal_target(new: c_int) -> c_int {
+    debug!("dup onto fd {new}, one of the library's own: EBUSY");
+    libc::EBUSY
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     // SAFETY: the caller's fd.
@@ -1039,6 +1210,9 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     if inside() || !table::any() || old == new || !owner() {
         // SAFETY: the caller's fds.
         return unsafe { real::dup2(old, new) };
+    }
+    if table::is_internal(new) {
+        return fail(internal_target(new));
     }
     // SAFETY: the caller's fds.
     let r = unsafe { real::dup2(old, new) };
@@ -1056,6 +1230,9 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     if inside() || !table::any() || !owner() {
         // SAFETY: the caller's fds.
         return unsafe { real::dup3(old, new, flags) };
+    }
+    if table::is_internal(new) && old != new {
+        return fail(internal_target(new));
     }
     // SAFETY: the caller's fds.
     let r = unsafe { real::dup3(old, new, flags) };

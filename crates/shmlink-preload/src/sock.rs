@@ -10,6 +10,7 @@
 //! spin, then `poll` on the control socket, which the peer's doorbells make readable)
 //! with the [`Entry`] lock released, so one thread may read while another writes.
 
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -97,8 +98,9 @@ pub(crate) struct Sock {
     pub et_drained: bool,
     pub rcv_timeout: Option<Duration>,
     pub snd_timeout: Option<Duration>,
-    /// The real TCP socket, kept open underneath (addresses, socket options).
-    pub tcp: OwnedFd,
+    /// The real TCP socket, kept open underneath (addresses, socket options); closed
+    /// by `Drop` if its number still names it.
+    pub tcp: ManuallyDrop<OwnedFd>,
     /// `FORKS` when this connection was made.
     pub born: u64,
     /// Human-readable `local -> peer` for the log.
@@ -113,6 +115,24 @@ pub(crate) struct Sock {
     /// After a switch: the program's fds still name the control socket (they move onto
     /// the TCP socket when `rbuf`, read ahead, is empty).
     pub retarget_due: bool,
+    /// [`Sock::reset_both`] told the peer (once is enough).
+    pub reset_sent: bool,
+    /// The inodes of `ctl` and `tcp` when the connection was made: at the end, a number
+    /// that names another file now (the program closed ours behind the library's back, a
+    /// raw `close_range`, and reused the number) is left alone, not closed.
+    pub ctl_ino: u64,
+    pub tcp_ino: u64,
+}
+
+/// The inode behind `fd` (0 if it is not open).
+pub(crate) fn inode(fd: RawFd) -> u64 {
+    // SAFETY: stat is plain data; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-parameter.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return 0;
+    }
+    st.st_ino
 }
 
 /// What the fd table holds for each fd number that names a shm connection (dups share
@@ -133,7 +153,34 @@ impl Drop for Sock {
     fn drop(&mut self) {
         let _g = crate::Guard::enter();
         crate::table::set_internal(&[self.ctl, self.tcp.as_raw_fd()], false);
+        self.end();
+        if inode(self.tcp.as_raw_fd()) == self.tcp_ino {
+            // SAFETY: dropped once, here; nothing uses `tcp` after.
+            unsafe { ManuallyDrop::drop(&mut self.tcp) };
+        } else {
+            // Not our TCP socket any more: the number belongs to someone else now.
+            crate::debug!(
+                "{}: the TCP socket's number was reused; left open",
+                self.name
+            );
+        }
+    }
+}
+
+impl Sock {
+    /// The body of `Drop` before the TCP socket closes.
+    fn end(&mut self) {
         let Some(conn) = self.conn.take() else { return };
+        if inode(self.ctl) != self.ctl_ino {
+            // Our control socket was closed past the library and its number reused: do
+            // not close the new file (the connection's mapping is leaked instead).
+            crate::debug!(
+                "{}: the control socket's number was reused; left open",
+                self.name
+            );
+            std::mem::forget(conn);
+            return;
+        }
         if self.born != FORKS.load(Ordering::Relaxed) {
             // Another process may hold this connection (fork): leave the ring and the
             // peer alone; only this process's fds go. The peer sees the end when the
@@ -220,6 +267,10 @@ impl Sock {
                 self.armed = true;
                 Fill::Empty
             }
+            Err(e) if e.kind() == ErrorKind::ProtocolViolation => {
+                self.reset_both(&e.to_string());
+                Fill::Eof
+            }
             Err(e) => {
                 // Close or death of the peer. TCP's reader sees the end of the stream
                 // (the dead process's kernel sends a FIN), or a reset when the peer
@@ -243,6 +294,11 @@ impl Sock {
         if self.gone != Gone::No {
             return;
         }
+        if let Some(n) = foreign_packet(self.ctl) {
+            // The peer reset the connection (or bytes not of its library came with its
+            // end): never a clean end.
+            return self.reset_both(&format!("a {n}-byte packet that is no doorbell"));
+        }
         // Seen at the hang-up: TCP's rule for any end, a close included (a socket
         // closed with unread data sends a reset).
         let unread = match self.unread_at_hup {
@@ -256,6 +312,39 @@ impl Sock {
         };
         let how = if died { "died" } else { "closed" };
         crate::debug!("{}: peer {how}, as a TCP {:?}", self.name, self.gone);
+    }
+
+    /// Bytes that are not the library's came in on the control socket: the peer's
+    /// program wrote on its fd past the library (a raw `syscall(SYS_write)`, `io_uring`,
+    /// a process it passed the fd to without the `sendmsg` hook), so its stream has a
+    /// hole; or the peer reset the connection for that reason. Never carry on: both
+    /// sides see a reset. This side: the next read or write fails with `ECONNRESET`
+    /// (`POLLERR` until then). The peer: a packet that is no doorbell, then the control
+    /// socket's hang-up (which also wakes our program's waits on its fd).
+    pub(crate) fn reset_both(&mut self, why: &str) {
+        self.broken = true;
+        self.read_end = ReadEnd::Eof;
+        if !matches!(self.gone, Gone::Reset { .. }) {
+            self.gone = Gone::Reset { reported: false };
+        }
+        if self.reset_sent {
+            return;
+        }
+        self.reset_sent = true;
+        crate::debug!("{}: reset: {why}", self.name);
+        let _g = crate::Guard::enter();
+        // SAFETY: a valid buffer; `ctl` is our control socket (MSG_DONTWAIT: a full
+        // socket only loses the packet, the hang-up below still tells).
+        unsafe {
+            real::send(
+                self.ctl,
+                RESET_PACKET.as_ptr().cast(),
+                RESET_PACKET.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        // SAFETY: shutdown of our control socket: the peer sees it hang up.
+        unsafe { real::shutdown(self.ctl, libc::SHUT_RDWR) };
     }
 
     /// The error a read reports once the data is drained: `ECONNRESET` once after a
@@ -312,6 +401,10 @@ impl Sock {
                 self.rx_total += n as u64;
                 Some(n)
             }
+            Err(e) if e.kind() == ErrorKind::ProtocolViolation => {
+                self.reset_both(&e.to_string());
+                None
+            }
             Err(_) => None,
         }
     }
@@ -332,7 +425,7 @@ impl Sock {
 
     /// Takes every message waiting in the ring into `rbuf` (a byte stream: reads take
     /// from it in order), up to the peer's exec switch message, which it acts on.
-    fn read_ahead(&mut self) {
+    pub(crate) fn read_ahead(&mut self) {
         if self.switched || self.broken || self.read_end == ReadEnd::Eof {
             if self.read_end == ReadEnd::Eof && !self.switched && !self.broken {
                 self.seek_switch(false);
@@ -360,6 +453,9 @@ impl Sock {
                         self.rpos = 0;
                     }
                     self.rbuf.extend_from_slice(&v);
+                }
+                Err(e) if e.kind() == ErrorKind::ProtocolViolation => {
+                    return self.reset_both(&e.to_string());
                 }
                 Err(_) => return,
             }
@@ -396,6 +492,9 @@ impl Sock {
                 Ok(v) if self.rd_shut || closing => self.rx_total += v.len() as u64,
                 // Data after a FIN: not from this library; leave it.
                 Ok(_) => return,
+                Err(e) if e.kind() == ErrorKind::ProtocolViolation => {
+                    return self.reset_both(&e.to_string());
+                }
                 Err(_) => return,
             }
         }
@@ -407,6 +506,9 @@ impl Sock {
             match self.conn().send(&[]) {
                 Ok(()) => self.fin_sent = true,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => self.tx_full = true,
+                Err(e) if e.kind() == ErrorKind::ProtocolViolation => {
+                    self.reset_both(&e.to_string())
+                }
                 Err(_) => self.broken = true,
             }
         }
@@ -465,6 +567,13 @@ impl Sock {
                     }
                     break;
                 }
+                Err(e) if e.kind() == ErrorKind::ProtocolViolation => {
+                    self.reset_both(&e.to_string());
+                    if done == 0 {
+                        return self.write_gone(src.len());
+                    }
+                    break;
+                }
                 Err(e) => {
                     // The peer may have exec'd (its switch follows what it sent).
                     self.read_ahead();
@@ -503,6 +612,35 @@ impl ReadFlags {
             waitall: flags & libc::MSG_WAITALL != 0,
         }
     }
+}
+
+/// What [`Sock::reset_both`] sends the peer: longer than a doorbell (one byte), so the
+/// peer's library takes it for what it is, a broken connection.
+const RESET_PACKET: &[u8] = b"shmlink-preload: connection reset";
+
+/// Once the peer is gone: takes what is left on the control socket; the length of the
+/// first packet that is no doorbell (one byte, 1 or 2), if any.
+fn foreign_packet(ctl: RawFd) -> Option<usize> {
+    let _g = crate::Guard::enter();
+    let mut buf = [0u8; 16];
+    // Bounded: the socket's queue holds at most a few hundred packets.
+    for _ in 0..4096 {
+        // SAFETY: `buf` is valid for its length; our control socket.
+        let n = unsafe {
+            real::recv(
+                ctl,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            )
+        };
+        match n {
+            1 if buf[0] == 1 || buf[0] == 2 => {}
+            n if n > 0 => return Some(n as usize),
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// Sleeps until the control socket is readable (a doorbell, the peer's end), 100 ms or

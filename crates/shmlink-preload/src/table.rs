@@ -337,3 +337,28 @@ pub(crate) fn set_internal(fds: &[c_int], on: bool) {
 pub(crate) fn is_internal(fd: c_int) -> bool {
     any() && with(|t| t.internal.as_ref().is_some_and(|s| s.contains(&fd)))
 }
+
+/// The library's own fds (see [`Tables::internal`]), in increasing order.
+pub(crate) fn internal_fds() -> Vec<c_int> {
+    let mut v: Vec<c_int> =
+        with(|t| t.internal.as_ref().map(|s| s.iter().copied().collect())).unwrap_or_default();
+    v.sort_unstable();
+    v
+}
+
+/// Every fd number the table knows: shm connections, listeners, epoll instances.
+pub(crate) fn tracked_fds() -> Vec<c_int> {
+    with(|t| {
+        let mut v: Vec<c_int> = Vec::new();
+        if let Some(m) = t.socks.as_ref() {
+            v.extend(m.keys());
+        }
+        if let Some(m) = t.listeners.as_ref() {
+            v.extend(m.keys());
+        }
+        if let Some(m) = t.epolls.as_ref() {
+            v.extend(m.keys());
+        }
+        v
+    })
+}

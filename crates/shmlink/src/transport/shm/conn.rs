@@ -331,7 +331,19 @@ impl ShmConn {
         };
         match got {
             Ok(0) => self.peer_eof = true,
-            Ok(_) => return Ok(true),
+            Ok(1) if buf[0] == Bell::Data as u8 || buf[0] == Bell::Room as u8 => return Ok(true),
+            Ok(n) => {
+                // Not a doorbell (`recv` says a packet's real length): bytes written to
+                // the peer's end of this socket past its library (transparent mode: a
+                // raw `write` on a moved fd), or a peer's deliberate reset. Dropping
+                // them would leave a silent hole in someone's stream: the connection
+                // is broken instead, and every later call says so.
+                let e = Error::violation(format!(
+                    "{}: a {n}-byte packet on the control socket is not a doorbell",
+                    self.peer
+                ));
+                return Err(self.fail(e));
+            }
             // Only without `wait`, or if the socket could not be made blocking.
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && wait => {
                 poll_fd(sock, sys::Interest::READABLE, None)
@@ -375,13 +387,13 @@ impl ShmConn {
     }
 
     /// Whether the first packet on the control socket may be taken by a drain for `own`:
-    /// `own`'s doorbell, an unknown byte (nobody waits for it), end-of-file or an error
-    /// (which `take_doorbell` reports). `false` if there is none.
+    /// `own`'s doorbell, a packet that is no doorbell, end-of-file or an error (which
+    /// `take_doorbell` reports). `false` if there is none.
     fn may_take_next_doorbell(&self, own: Bell) -> bool {
         let mut buf = [0u8; 16];
         match socket::peek(self.sock.as_fd(), &mut buf) {
             Ok(0) => true,
-            Ok(_) => buf[0] != own.other() as u8,
+            Ok(n) => n != 1 || buf[0] != own.other() as u8,
             Err(e) => e.kind() != io::ErrorKind::WouldBlock,
         }
     }
