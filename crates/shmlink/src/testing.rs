@@ -236,7 +236,12 @@ impl HostilePeer {
 
     /// Rings the listener side's doorbell.
     pub fn doorbell(&self) {
-        let _ = socket::send(self.sock.as_fd(), &[1]);
+        self.control(&[1]);
+    }
+
+    /// Sends `packet` on the control socket, where only one-byte doorbells belong.
+    pub fn control(&self, packet: &[u8]) {
+        let _ = socket::send(self.sock.as_fd(), packet);
     }
 }
 

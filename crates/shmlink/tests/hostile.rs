@@ -111,6 +111,37 @@ fn parked_receiver_wakes_with_a_violation() {
     t.join().unwrap();
 }
 
+/// Anything but a one-byte doorbell on the control socket (in transparent mode: bytes a
+/// program wrote to a moved fd past the preload) breaks the connection for good, whether
+/// the receiver is parked or polls: never drained and forgotten.
+#[test]
+fn a_packet_that_is_not_a_doorbell_breaks_the_connection() {
+    let (mut l, addr) = bind("shm", &small_opts());
+    for packet in [&b"raw bytes"[..], &[1, 1], &[7]] {
+        let (mut victim, peer) = hostile_pair(&mut l, &addr);
+        let (tx, rx) = mpsc::channel();
+        let t = std::thread::spawn(move || {
+            let r = victim.recv_vec().map(drop);
+            tx.send(r.map_err(|e| e.kind())).unwrap();
+            victim
+        });
+        peer.control(packet);
+        let r = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("receiver hung");
+        assert_eq!(r, Err(ErrorKind::ProtocolViolation), "{packet:?}");
+        let mut victim = t.join().unwrap();
+        victim.set_nonblocking(true);
+        for _ in 0..3 {
+            assert_eq!(
+                victim.recv_vec().map(drop).map_err(|e| e.kind()),
+                Err(ErrorKind::ProtocolViolation),
+                "{packet:?}: the connection stays broken"
+            );
+        }
+    }
+}
+
 #[test]
 fn peer_cannot_resize_or_reseal_the_segment() {
     let (mut l, addr) = bind("shm", &small_opts());
