@@ -217,17 +217,64 @@ pub struct ConnFlags {
     /// mount): accept any owner and mode. The peer's uid is still checked
     #[arg(long)]
     pub shared_dir: bool,
+    #[command(flatten)]
+    pub users: UserFlags,
+}
+
+/// Which other users a command deals with over `shm:` (and `ux:`), besides its own uid
+/// and root: the clients a listener admits, the servers a client trusts. Shared by the
+/// commands that listen or connect and by `shmlink run` (which hands them to the
+/// preload library in its environment).
+#[derive(Args, Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserFlags {
+    /// Serving (recv, pub, pong --server, a program under `run`): also admit clients of
+    /// this uid (repeatable, or a comma list). Their SO_PEERCRED uid is checked; the
+    /// rendezvous socket becomes connectable by every user
+    #[arg(
+        long = "allow-uid",
+        value_name = "UID",
+        value_delimiter = ',',
+        help_heading = "Across users"
+    )]
+    pub allow_uids: Vec<u32>,
+    /// Serving: also admit clients whose primary gid is this one (repeatable, or a comma
+    /// list)
+    #[arg(
+        long = "allow-gid",
+        value_name = "GID",
+        value_delimiter = ',',
+        help_heading = "Across users"
+    )]
+    pub allow_gids: Vec<u32>,
+    /// Connecting (send, sub, pong, a program under `run`): also trust a server (and a
+    /// rendezvous directory) of this uid (repeatable, or a comma list)
+    #[arg(
+        long = "expect-uid",
+        value_name = "UID",
+        value_delimiter = ',',
+        help_heading = "Across users"
+    )]
+    pub expect_uids: Vec<u32>,
+}
+
+impl UserFlags {
+    /// `opts` with these users allowed and expected.
+    pub fn apply(&self, opts: shmlink::Options) -> shmlink::Options {
+        opts.allow_uids(self.allow_uids.iter().copied())
+            .allow_gids(self.allow_gids.iter().copied())
+            .expect_uids(self.expect_uids.iter().copied())
+    }
 }
 
 impl ConnFlags {
     /// The library options these flags ask for.
     pub fn options(&self) -> shmlink::Options {
-        crate::pong_args::conn_options(
+        self.users.apply(crate::pong_args::conn_options(
             self.shared_dir,
             self.cert.as_deref(),
             self.key.as_deref(),
             self.ca.as_deref(),
-        )
+        ))
     }
 }
 
@@ -291,6 +338,33 @@ mod tests {
         let e = parse(["shmlink", "send", "--cert", "c.pem", "tls:h:1"]).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::MissingRequiredArgument);
         assert!(e.to_string().contains("--key"), "{e}");
+    }
+
+    #[test]
+    fn users_are_repeatable_and_comma_lists() {
+        let cli = parse([
+            "shmlink",
+            "recv",
+            "--allow-uid",
+            "65534,1000",
+            "--allow-uid=7",
+            "--allow-gid",
+            "100",
+            "--expect-uid",
+            "0",
+            "shm:x",
+        ])
+        .unwrap();
+        let Command::Recv(r) = cli.command else {
+            panic!("{cli:?}")
+        };
+        let u = &r.common.conn.users;
+        assert_eq!(u.allow_uids, [65534, 1000, 7]);
+        assert_eq!(u.allow_gids, [100]);
+        assert_eq!(u.expect_uids, [0]);
+        let e = parse(["shmlink", "recv", "--allow-uid", "nobody", "shm:x"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        assert!(e.to_string().contains("--allow-uid"), "{e}");
     }
 
     #[test]

@@ -198,12 +198,58 @@ fn options() -> Options {
     // inherits), which only the kernel path's shared memory and socket carry. Nothing made
     // ahead either: a segment kept between connections is a descriptor the program does
     // not know of, and may close (sockcheck's scenario 14 closes every fd it did not open).
-    Options::default()
+    let policy = &config().policy;
+    let opts = Options::default()
         .in_process(false)
         .prepare_ahead(false)
         .ring_size(config().ring_size)
         .connect_timeout(Duration::from_secs(1))
         .handshake_timeout(Duration::from_secs(1))
+        // The cross-uid policy (docs/transparent.md, "Across users"): a registration
+        // admits these client uids and gids (its socket file is then 0666 and
+        // SO_PEERCRED the gate); a client trusts registrations bound by these uids.
+        .allow_uids(policy.allow_uids.iter().copied())
+        .allow_gids(policy.allow_gids.iter().copied())
+        .expect_uids(policy.expect_uids.iter().copied());
+    if policy.allows_others() {
+        // A directory this process makes lets the allowed users reach the socket files
+        // they know the names of (not list or write it).
+        opts.rendezvous_dir_mode(0o711)
+    } else {
+        opts
+    }
+}
+
+/// Why a registration's rendezvous directory keeps the users this process allows out
+/// (they need search permission on it), if it does.
+fn unreachable_dir(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = path.parent()?;
+    let m = std::fs::metadata(dir).ok()?;
+    let policy = &config().policy;
+    let reachable = |uid: u32| {
+        uid == 0
+            || (uid == m.uid() && m.mode() & 0o100 != 0)
+            || m.mode() & 0o001 != 0
+            || (policy.allow_gids.contains(&m.gid()) && m.mode() & 0o010 != 0)
+    };
+    let out: Vec<String> = policy
+        .allow_uids
+        .iter()
+        .filter(|&&u| !reachable(u))
+        .map(u32::to_string)
+        .collect();
+    (!out.is_empty()).then(|| {
+        format!(
+            "the rendezvous directory {} (mode {:#o}, uid {}) keeps uids {} out: give \
+             them search permission (chmod o+x), or use a directory the preload makes \
+             (SHMLINK_DIR)",
+            dir.display(),
+            m.mode() & 0o7777,
+            m.uid(),
+            out.join(", ")
+        )
+    })
 }
 
 /// A registered listening socket.
@@ -570,6 +616,16 @@ pub(crate) fn register(fd: RawFd) -> Option<Arc<Registration>> {
         return None;
     }
     debug!("listen {bound}: registered at {}", path.display());
+    let policy = &config().policy;
+    if policy.allows_others() {
+        debug!(
+            "listen {bound}: admits uids {:?} and gids {:?} besides its own and root",
+            policy.allow_uids, policy.allow_gids
+        );
+        if let Some(why) = unreachable_dir(&path) {
+            debug!("listen {bound}: {why}");
+        }
+    }
     Some(reg)
 }
 
@@ -752,10 +808,32 @@ fn candidates(server: &Endpoint) -> Vec<String> {
         ip: [0; 16],
         port: server.port,
     });
+    let mut said = false;
     eps.iter()
-        .filter(|ep| std::fs::symlink_metadata(reg_path(ep)).is_ok())
+        .filter(|ep| match std::fs::symlink_metadata(reg_path(ep)) {
+            Ok(_) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && !said => {
+                // Not silent: a server of another uid made the directory for itself.
+                said = true;
+                debug!(
+                    "connect {server}: cannot look for a registration in {} ({e}): a \
+                     server of another uid must allow uid {} with `shmlink run --allow-uid` \
+                     (docs/transparent.md, \"Across users\"); plain TCP",
+                    shmlink::rendezvous_dir().display(),
+                    shmlink_euid()
+                );
+                false
+            }
+            Err(_) => false,
+        })
         .map(|ep| format!("shm:{}", reg_name(ep)))
         .collect()
+}
+
+/// This process's effective uid, for messages.
+fn shmlink_euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
 }
 
 /// The destination of a `connect` call, if it is an IPv4/IPv6 address.
@@ -791,6 +869,13 @@ pub(crate) fn open(server: &Endpoint) -> Option<Connection> {
                 debug!("connect {server}: registration {addr} did not get ready");
                 return None;
             }
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => debug!(
+                "connect {server}: registration {addr} refused ({e}); plain TCP. Across \
+                 users, the server's side allows this uid ({}) with `shmlink run \
+                 --allow-uid`, this side trusts the server's uid with `--expect-uid` \
+                 (docs/transparent.md, \"Across users\")",
+                shmlink_euid()
+            ),
             Err(e) => debug!("connect {server}: registration {addr} unusable ({e})"),
         }
     }
