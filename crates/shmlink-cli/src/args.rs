@@ -342,9 +342,13 @@ mod tests {
 
     #[test]
     fn users_are_repeatable_and_comma_lists() {
-        let cli = parse([
-            "shmlink",
-            "recv",
+        #[derive(Parser, Debug)]
+        struct T {
+            #[command(flatten)]
+            conn: ConnFlags,
+        }
+        let t = T::try_parse_from([
+            "t",
             "--allow-uid",
             "65534,1000",
             "--allow-uid=7",
@@ -352,19 +356,25 @@ mod tests {
             "100",
             "--expect-uid",
             "0",
-            "shm:x",
         ])
         .unwrap();
-        let Command::Recv(r) = cli.command else {
-            panic!("{cli:?}")
-        };
-        let u = &r.common.conn.users;
+        let u = &t.conn.users;
         assert_eq!(u.allow_uids, [65534, 1000, 7]);
         assert_eq!(u.allow_gids, [100]);
         assert_eq!(u.expect_uids, [0]);
-        let e = parse(["shmlink", "recv", "--allow-uid", "nobody", "shm:x"]).unwrap_err();
+        let e = T::try_parse_from(["t", "--allow-uid", "nobody"]).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ValueValidation);
         assert!(e.to_string().contains("--allow-uid"), "{e}");
+        // recv, pub and pong take them.
+        for cmd in ["recv", "pub", "pong"] {
+            let mut argv = vec!["shmlink", cmd, "--allow-uid", "65534"];
+            if cmd == "pong" {
+                argv.push("--server");
+            }
+            argv.push("shm:x");
+            let r = parse(argv.clone());
+            assert!(r.is_ok(), "{argv:?}: {r:?}");
+        }
     }
 
     #[test]

@@ -1,0 +1,375 @@
+//! Transparent mode across users (docs/transparent.md, "Across users"): root starts a C
+//! echo server under `shmlink run` that changes to `nobody` (65534), and clients of the
+//! same or another uid reach it under `shmlink run`. Only the policy the operator sets
+//! moves a connection of another user onto shared memory; without it the connection
+//! stays on TCP, with correct data, and the `--debug` output says why and which flag
+//! fixes it. Every connection is checked on both sides ("fd N on shared memory" once per
+//! connection), every echoed byte by the client. Needs root (to change uids), `cc` and
+//! the `shmlink` binary (`cargo build -p shmlink-cli`). Round-trip times are printed,
+//! never asserted.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+const NOBODY: u32 = 65534;
+/// Connections per client run, round trips per connection, bytes per round trip.
+const CONNS: usize = 3;
+const ROUNDS: &str = "2000";
+const SIZE: &str = "64";
+
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// A scratch directory every user can enter, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("shmlink-xuid-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("scratch dir");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What the test needs, or `None` after a skip line: root, `cc`, the `shmlink` binary
+/// and the preload library, both reachable by `nobody`.
+fn setup(scratch: &Scratch) -> Option<(PathBuf, PathBuf)> {
+    if std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|v| v.split_whitespace().nth(1) == Some("0"))
+        })
+        != Some(true)
+    {
+        shmlink::testing::skip("root", "changing uids needs root");
+        return None;
+    }
+    let shmlink = target_dir().join("shmlink");
+    let lib = target_dir().join("libshmlink_preload.so");
+    if !shmlink.is_file() || !lib.is_file() {
+        shmlink::testing::skip(
+            "cli",
+            format!(
+                "{} or {} is not built (cargo build -p shmlink-preload -p shmlink-cli)",
+                shmlink.display(),
+                lib.display()
+            ),
+        );
+        return None;
+    }
+    // `nobody` must reach the library and the program: copy both into the scratch dir.
+    let lib_copy = scratch.0.join("libshmlink_preload.so");
+    std::fs::copy(&lib, &lib_copy).expect("copy the preload library");
+    let shmlink_copy = scratch.0.join("shmlink");
+    std::fs::copy(&shmlink, &shmlink_copy).expect("copy shmlink");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/dropper.c");
+    let prog = scratch.0.join("dropper");
+    match Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+    {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!("cc failed: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => {
+            shmlink::testing::skip("cc", format!("no C compiler (cc: {e})"));
+            return None;
+        }
+    }
+    for p in [&lib_copy, &shmlink_copy, &prog] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    Some((shmlink_copy, prog))
+}
+
+/// `shmlink run --debug FLAGS -- PROG ARGS` with rendezvous directory `rdv`, as `uid`.
+fn under_run(
+    shmlink: &Path,
+    rdv: &Path,
+    uid: Option<u32>,
+    flags: &[&str],
+    prog: &Path,
+    args: &[&str],
+) -> Command {
+    let mut c = Command::new(shmlink);
+    c.arg("run")
+        .arg("--debug")
+        .args(flags)
+        .arg("--")
+        .arg(prog)
+        .args(args)
+        .env("SHMLINK_DIR", rdv)
+        .env(
+            "SHMLINK_PRELOAD_LIB",
+            shmlink.with_file_name("libshmlink_preload.so"),
+        )
+        .env_remove("LD_PRELOAD")
+        .env_remove("XDG_RUNTIME_DIR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(uid) = uid {
+        c.uid(uid).gid(uid);
+    }
+    c
+}
+
+/// Waits for `child` at most [`RUN_TIMEOUT`], killing it after.
+fn finish(mut child: Child, what: &str) -> Output {
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    loop {
+        match child.try_wait().expect("try_wait") {
+            Some(_) => return child.wait_with_output().expect("output"),
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("output");
+                panic!(
+                    "{what} did not finish in {RUN_TIMEOUT:?}; stderr:\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            None => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+/// What one server and client pair printed.
+struct Pair {
+    server_log: String,
+    client_log: String,
+    /// Nanoseconds per round trip, as the client measured them.
+    ns_per_rt: f64,
+}
+
+impl Pair {
+    /// Connections on shared memory: (server side, client side).
+    fn shm(&self) -> (usize, usize) {
+        let count = |log: &str| {
+            log.lines()
+                .filter(|l| l.ends_with("on shared memory"))
+                .count()
+        };
+        (count(&self.server_log), count(&self.client_log))
+    }
+}
+
+/// Starts the dropping server (`mode`: `server` drops after listen, `server-early`
+/// before), waits for its port, runs the client (as `client_uid`), checks both ended
+/// well and every byte came back.
+#[allow(clippy::too_many_arguments)]
+fn pair(
+    shmlink: &Path,
+    prog: &Path,
+    rdv: &Path,
+    mode: &str,
+    server_flags: &[&str],
+    client_uid: Option<u32>,
+    client_flags: &[&str],
+) -> Pair {
+    let uid = NOBODY.to_string();
+    let conns = CONNS.to_string();
+    let mut server = under_run(
+        shmlink,
+        rdv,
+        None,
+        server_flags,
+        prog,
+        &[mode, &uid, &conns],
+    )
+    .spawn()
+    .expect("start the server");
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the server's port");
+    let port = line.trim().to_string();
+    assert!(!port.is_empty(), "the server printed no port");
+    let client = under_run(
+        shmlink,
+        rdv,
+        client_uid,
+        client_flags,
+        prog,
+        &["client", &port, &conns, ROUNDS, SIZE],
+    )
+    .spawn()
+    .expect("start the client");
+    let c = finish(client, "client");
+    let s = finish(server, "server");
+    let client_log = String::from_utf8_lossy(&c.stderr).into_owned();
+    let server_log = String::from_utf8_lossy(&s.stderr).into_owned();
+    let out = String::from_utf8_lossy(&c.stdout).into_owned();
+    assert!(
+        c.status.success() && out.starts_with("ok "),
+        "client failed: {out}\n{client_log}\nserver:\n{server_log}"
+    );
+    assert!(s.status.success(), "server failed:\n{server_log}");
+    assert!(
+        server_log.contains(&format!("serving as uid {NOBODY}")),
+        "{server_log}"
+    );
+    let ns_per_rt = out
+        .split_whitespace()
+        .nth(3)
+        .and_then(|v| v.parse().ok())
+        .expect("ns per round trip");
+    Pair {
+        server_log,
+        client_log,
+        ns_per_rt,
+    }
+}
+
+fn report(what: &str, tcp: &Pair, shm: &Pair) {
+    eprintln!(
+        "{what}: {CONNS} x {ROUNDS} round trips of {SIZE} B: TCP {:.1} us, shared memory \
+         {:.1} us per round trip: {:.1}x (debug build; a loaded machine; not asserted)",
+        tcp.ns_per_rt / 1e3,
+        shm.ns_per_rt / 1e3,
+        tcp.ns_per_rt / shm.ns_per_rt
+    );
+}
+
+/// A client of another uid (nobody) reaches a server that root started (it listens as
+/// root, then changes to nobody) on shared memory only when the server's side allows
+/// the client's uid with `--allow-uid`; without, it stays on TCP and its `--debug`
+/// output names the flag.
+#[test]
+fn a_nobody_client_gets_shared_memory_only_with_allow_uid() {
+    let scratch = Scratch::new("allow");
+    let Some((shmlink, prog)) = setup(&scratch) else {
+        return;
+    };
+    let rdv = scratch.0.join("rdv");
+
+    let plain = pair(&shmlink, &prog, &rdv, "server", &[], Some(NOBODY), &[]);
+    assert_eq!(
+        plain.shm(),
+        (0, 0),
+        "without --allow-uid the connections stay on TCP:\n{}",
+        plain.client_log
+    );
+    let reason = format!("must allow uid {NOBODY} with `shmlink run --allow-uid`");
+    assert!(
+        plain.client_log.contains(&reason),
+        "the client's --debug output says why ({reason:?}):\n{}",
+        plain.client_log
+    );
+
+    // The directory the first server made (0700) is the operator's to change; a fresh
+    // one is made 0711 for the allowed users.
+    std::fs::remove_dir_all(&rdv).unwrap();
+    let allowed = pair(
+        &shmlink,
+        &prog,
+        &rdv,
+        "server",
+        &["--allow-uid", "65534"],
+        Some(NOBODY),
+        &[],
+    );
+    assert_eq!(
+        allowed.shm(),
+        (CONNS, CONNS),
+        "with --allow-uid every connection is on shared memory, on both sides:\n\
+         server:\n{}\nclient:\n{}",
+        allowed.server_log,
+        allowed.client_log
+    );
+    assert!(
+        allowed
+            .server_log
+            .contains(&format!("admits uids [{NOBODY}]")),
+        "{}",
+        allowed.server_log
+    );
+    report("nobody client, --allow-uid 65534", &plain, &allowed);
+}
+
+/// The same server with a root client: the registration was bound while the server was
+/// root, so a root client trusts it; every connection is on shared memory without any
+/// flag.
+#[test]
+fn a_root_client_gets_shared_memory_from_a_server_that_drops_after_listen() {
+    let scratch = Scratch::new("root");
+    let Some((shmlink, prog)) = setup(&scratch) else {
+        return;
+    };
+    let rdv = scratch.0.join("rdv");
+    let shm = pair(
+        &shmlink,
+        &prog,
+        &rdv,
+        "server",
+        &["--allow-uid", "65534"],
+        None,
+        &[],
+    );
+    assert_eq!(shm.shm(), (CONNS, CONNS), "{}", shm.server_log);
+}
+
+/// A server that changes to nobody before it listens (as `memcached -u nobody` does)
+/// registers as nobody, in a directory nobody may write: a root client takes shared
+/// memory only when it trusts uid 65534 with `--expect-uid`; without, it stays on TCP
+/// and its `--debug` output says why.
+#[test]
+fn a_root_client_trusts_a_server_listening_as_nobody_only_with_expect_uid() {
+    let scratch = Scratch::new("expect");
+    let Some((shmlink, prog)) = setup(&scratch) else {
+        return;
+    };
+    // A parent every user may create in (as /tmp): the nobody server makes rdv in it.
+    let public = scratch.0.join("public");
+    std::fs::create_dir(&public).unwrap();
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let rdv = public.join("rdv");
+
+    let plain = pair(&shmlink, &prog, &rdv, "server-early", &[], None, &[]);
+    assert_eq!(plain.shm(), (0, 0), "{}", plain.client_log);
+    assert!(
+        plain
+            .client_log
+            .contains(&format!("belongs to uid {NOBODY}, not to a trusted uid"))
+            && plain.client_log.contains("--expect-uid"),
+        "the client's --debug output says why:\n{}",
+        plain.client_log
+    );
+
+    let trusted = pair(
+        &shmlink,
+        &prog,
+        &rdv,
+        "server-early",
+        &[],
+        None,
+        &["--expect-uid", "65534"],
+    );
+    assert_eq!(
+        trusted.shm(),
+        (CONNS, CONNS),
+        "server:\n{}\nclient:\n{}",
+        trusted.server_log,
+        trusted.client_log
+    );
+    report("root client, --expect-uid 65534", &plain, &trusted);
+}
