@@ -259,10 +259,19 @@ pub struct UserFlags {
 
 impl UserFlags {
     /// `opts` with these users allowed and expected.
+    /// A rendezvous directory a listener makes lets the allowed users reach the sockets
+    /// they know the names of (0711).
     pub fn apply(&self, opts: shmlink::Options) -> shmlink::Options {
-        opts.allow_uids(self.allow_uids.iter().copied())
+        let others = !self.allow_uids.is_empty() || !self.allow_gids.is_empty();
+        let opts = opts
+            .allow_uids(self.allow_uids.iter().copied())
             .allow_gids(self.allow_gids.iter().copied())
-            .expect_uids(self.expect_uids.iter().copied())
+            .expect_uids(self.expect_uids.iter().copied());
+        if others {
+            opts.rendezvous_dir_mode(0o711)
+        } else {
+            opts
+        }
     }
 }
 

@@ -43,7 +43,8 @@ pub(crate) fn check_client(opts: &Options, uid: u32, gid: u32) -> std::result::R
         allowed += &format!(", gids {}", list(&opts.allow_gids));
     }
     Err(format!(
-        "uid {uid} (gid {gid}) may not connect (allowed: {allowed})"
+        "uid {uid} (gid {gid}) may not connect (allowed: {allowed}); the listener admits \
+         it with Options::allow_uids (`--allow-uid {uid}` on shmlink's command line)"
     ))
 }
 
