@@ -373,3 +373,127 @@ fn a_root_client_trusts_a_server_listening_as_nobody_only_with_expect_uid() {
     );
     report("root client, --expect-uid 65534", &plain, &trusted);
 }
+
+/// In the attacker's process (this test binary run again as nobody, see
+/// [`an_allowed_uid_cannot_claim_another_users_connection`]): connects to the
+/// registration named in `XUID_ATTACK` (`NAME SERVER_PORT CLIENT_PORT`, both on
+/// 127.0.0.1) and claims that TCP connection; prints the answer byte.
+#[test]
+fn attacker_helper() {
+    let Ok(spec) = std::env::var("XUID_ATTACK") else {
+        return; // not the attacker's process: nothing to do
+    };
+    let f: Vec<&str> = spec.split_whitespace().collect();
+    let (name, server, client) = (
+        f[0],
+        f[1].parse::<u16>().unwrap(),
+        f[2].parse::<u16>().unwrap(),
+    );
+    let opts = shmlink::Options::default()
+        .in_process(false)
+        .prepare_ahead(false)
+        .connect_timeout(Duration::from_secs(2));
+    let mut c = shmlink::Connection::connect(&format!("shm:{name}"), &opts).expect("connect");
+    assert_eq!(c.recv_vec().unwrap(), [2], "READY");
+    let mut claim = b"SLPC\x01".to_vec();
+    for port in [server, client] {
+        claim.extend_from_slice(&std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped().octets());
+        claim.extend_from_slice(&port.to_be_bytes());
+    }
+    c.send(&claim).unwrap();
+    let answer = c.recv_vec().unwrap();
+    println!("answer {}", answer.first().copied().unwrap_or(255));
+}
+
+/// A client of an allowed uid may claim only its own TCP connections: nobody, allowed
+/// by `--allow-uid 65534`, claims a connection root made to the same server (its four
+/// addresses are public in /proc/net/tcp) before the server accepted it. The claim is
+/// answered no, and root's connection stays a working TCP connection. Before the check,
+/// the answer was yes and the server program would have talked to nobody in root's place.
+#[test]
+fn an_allowed_uid_cannot_claim_another_users_connection() {
+    let scratch = Scratch::new("hijack");
+    let Some((shmlink, prog)) = setup(&scratch) else {
+        return;
+    };
+    let rdv = scratch.0.join("rdv");
+    // A server that stays root (setuid(0)), admitting nobody's clients, serving two
+    // connections one after the other.
+    let mut server = under_run(
+        &shmlink,
+        &rdv,
+        None,
+        &["--allow-uid", "65534"],
+        &prog,
+        &["server", "0", "2"],
+    )
+    .spawn()
+    .expect("start the server");
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the server's port");
+    let port: u16 = line.trim().parse().expect("a port");
+    let server = Reaped(Some(server));
+    use std::io::{Read, Write};
+    // The first connection keeps the server busy; the second waits in its backlog.
+    let mut first = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    first.write_all(b"x").unwrap();
+    let mut b = [0u8; 1];
+    first.read_exact(&mut b).unwrap();
+    let mut victim = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let victim_port = victim.local_addr().unwrap().port();
+    let name = std::fs::read_dir(&rdv)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("tcp-") && n.ends_with(".sock"))
+        .expect("the registration")
+        .trim_end_matches(".sock")
+        .to_string();
+    let exe = scratch.0.join("cross_uid_test");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(&exe)
+        .args([
+            "--exact",
+            "attacker_helper",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("XUID_ATTACK", format!("{name} {port} {victim_port}"))
+        .env("SHMLINK_DIR", &rdv)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("answer 0"),
+        "nobody's claim of root's connection is answered no:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Root's connection is intact once the server gets to it.
+    drop(first);
+    victim
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    victim.write_all(b"still mine").unwrap();
+    let mut echo = [0u8; 10];
+    victim.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"still mine");
+    drop(victim);
+    drop(server);
+}
+
+/// A child killed on drop.
+struct Reaped(Option<Child>);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
