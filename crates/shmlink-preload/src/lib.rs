@@ -27,6 +27,7 @@ mod exec;
 mod hooks;
 mod peer;
 mod real;
+mod refusals;
 mod sock;
 mod stats;
 mod table;
@@ -186,6 +187,9 @@ pub(crate) fn config() -> &'static Config {
     });
     if fresh && c.stats {
         stats::install();
+    }
+    if fresh && c.debug {
+        refusals::install();
     }
     if fresh {
         for why in &c.policy.bad {

@@ -186,7 +186,28 @@ fn pair(
     client_uid: Option<u32>,
     client_flags: &[&str],
 ) -> Pair {
-    let uid = NOBODY.to_string();
+    pair_as(
+        shmlink,
+        prog,
+        rdv,
+        (mode, NOBODY),
+        server_flags,
+        client_uid,
+        client_flags,
+    )
+}
+
+/// [`pair`] with the uid the server changes to.
+fn pair_as(
+    shmlink: &Path,
+    prog: &Path,
+    rdv: &Path,
+    (mode, server_uid): (&str, u32),
+    server_flags: &[&str],
+    client_uid: Option<u32>,
+    client_flags: &[&str],
+) -> Pair {
+    let uid = server_uid.to_string();
     let conns = CONNS.to_string();
     let mut server = under_run(
         shmlink,
@@ -225,7 +246,7 @@ fn pair(
     );
     assert!(s.status.success(), "server failed:\n{server_log}");
     assert!(
-        server_log.contains(&format!("serving as uid {NOBODY}")),
+        server_log.contains(&format!("serving as uid {server_uid}")),
         "{server_log}"
     );
     let ns_per_rt = out
@@ -372,6 +393,36 @@ fn a_root_client_trusts_a_server_listening_as_nobody_only_with_expect_uid() {
         trusted.client_log
     );
     report("root client, --expect-uid 65534", &plain, &trusted);
+}
+
+/// A client the registration refuses is named in the server's `--debug` output too,
+/// with the library's reason and the flag that would admit it: the server stays root
+/// and allows uid 1000, a client of uid 65534 comes.
+#[test]
+fn a_refused_client_is_named_in_the_servers_debug_output() {
+    let scratch = Scratch::new("refused");
+    let Some((shmlink, prog)) = setup(&scratch) else {
+        return;
+    };
+    let rdv = scratch.0.join("rdv");
+    let p = pair_as(
+        &shmlink,
+        &prog,
+        &rdv,
+        ("server", 0),
+        &["--allow-uid", "1000"],
+        Some(NOBODY),
+        &[],
+    );
+    assert_eq!(p.shm(), (0, 0), "{}", p.server_log);
+    for log in [&p.server_log, &p.client_log] {
+        assert!(
+            log.contains("uid 65534 (gid 65534) may not connect (allowed: root, uids 1000)")
+                && log.contains("`--allow-uid 65534`"),
+            "the reason and the flag:\n{log}"
+        );
+    }
+    assert!(p.server_log.contains("client refused"), "{}", p.server_log);
 }
 
 /// In the attacker's process (this test binary run again as nobody, see
