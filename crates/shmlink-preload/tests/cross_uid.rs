@@ -425,6 +425,110 @@ fn a_refused_client_is_named_in_the_servers_debug_output() {
     assert!(p.server_log.contains("client refused"), "{}", p.server_log);
 }
 
+/// `memcached -u nobody` (Debian's, `scripts/apps.sh install`) changes to nobody before
+/// it listens, so it registers as nobody: a root client under `shmlink run` reaches it
+/// on shared memory only with `--expect-uid 65534`; without, it stays on TCP and says
+/// why. Every `get` answer is checked by the client.
+#[test]
+fn memcached_as_nobody_serves_a_root_client_on_shared_memory_with_expect_uid() {
+    let scratch = Scratch::new("memcached");
+    let Some((shmlink, prog)) = setup(&scratch) else {
+        return;
+    };
+    let Some(memcached) = ["/usr/bin/memcached", "/usr/local/bin/memcached"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.is_file())
+    else {
+        shmlink::testing::skip(
+            "memcached",
+            "memcached is not installed (scripts/apps.sh install)",
+        );
+        return;
+    };
+    let public = scratch.0.join("public");
+    std::fs::create_dir(&public).unwrap();
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let rdv = public.join("rdv");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port()
+        .to_string();
+    let server = under_run(
+        &shmlink,
+        &rdv,
+        None,
+        &[],
+        memcached,
+        &["-u", "nobody", "-l", "127.0.0.1", "-p", &port, "-U", "0"],
+    )
+    .spawn()
+    .expect("start memcached");
+    let mut server = Reaped(Some(server));
+    // Registered once its socket file is there.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let registered = || {
+        std::fs::read_dir(&rdv).is_ok_and(|d| {
+            d.filter_map(|e| e.ok()).any(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .ends_with(&format!("-{port}.sock"))
+            })
+        })
+    };
+    while !registered() {
+        assert!(Instant::now() < deadline, "memcached never registered");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = |flags: &[&str]| {
+        let c = under_run(&shmlink, &rdv, None, flags, &prog, &["memc", &port, ROUNDS])
+            .spawn()
+            .unwrap();
+        let out = finish(c, "memcached client");
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success() && stdout.starts_with("ok "),
+            "{stdout}\n{log}"
+        );
+        let ns: f64 = stdout.split_whitespace().nth(3).unwrap().parse().unwrap();
+        let shm = log
+            .lines()
+            .filter(|l| l.ends_with("on shared memory"))
+            .count();
+        (shm, ns, log)
+    };
+    let (plain_shm, plain_ns, plain_log) = client(&[]);
+    assert_eq!(plain_shm, 0, "{plain_log}");
+    assert!(
+        plain_log.contains("belongs to uid 65534, not to a trusted uid")
+            && plain_log.contains("--expect-uid"),
+        "{plain_log}"
+    );
+    let (shm, ns, log) = client(&["--expect-uid", "65534"]);
+    assert_eq!(shm, 1, "{log}");
+    let mut child = server.0.take().unwrap();
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let server_log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        server_log
+            .lines()
+            .filter(|l| l.ends_with("on shared memory"))
+            .count(),
+        1,
+        "memcached's side of the one connection:\n{server_log}"
+    );
+    eprintln!(
+        "memcached -u nobody, root client: {ROUNDS} gets: TCP {:.1} us, shared memory {:.1} us \
+         per round trip: {:.1}x (debug build; a loaded machine; not asserted)",
+        plain_ns / 1e3,
+        ns / 1e3,
+        plain_ns / ns
+    );
+}
+
 /// In the attacker's process (this test binary run again as nobody, see
 /// [`an_allowed_uid_cannot_claim_another_users_connection`]): connects to the
 /// registration named in `XUID_ATTACK` (`NAME SERVER_PORT CLIENT_PORT`, both on

@@ -7,6 +7,8 @@
  *                                       each until EOF.
  *   dropper server-early UID CONNS      the same, dropping to UID before it makes its
  *                                       socket (as `memcached -u nobody` does).
+ *   dropper memc PORT ROUNDS            a memcached client: `set`, then ROUNDS `get`s,
+ *                                       every answer checked; "ok 1 ROUNDS NS".
  *   dropper client PORT CONNS ROUNDS SIZE
  *                                       CONNS connections one after the other, each
  *                                       ROUNDS round trips of SIZE bytes (a pattern that
@@ -112,7 +114,44 @@ static int client(int port, int conns, long rounds, size_t size) {
     return 0;
 }
 
+/* A memcached text-protocol client: one connection, `set` a value, then ROUNDS `get`s,
+ * each answer checked byte for byte; prints "ok 1 ROUNDS NS_PER_ROUND_TRIP". */
+static int memc(int port, long rounds) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0) die("socket");
+    int one = 1;
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) die("connect");
+    const char *set = "set k 0 0 5\r\nhello\r\n", *stored = "STORED\r\n";
+    const char *get = "get k\r\n", *value = "VALUE k 0 5\r\nhello\r\nEND\r\n";
+    char in[64];
+    struct timespec t0, t1;
+    for (long r = -1; r < rounds; r++) {
+        if (r == 0) clock_gettime(CLOCK_MONOTONIC, &t0);
+        const char *q = r < 0 ? set : get, *want = r < 0 ? stored : value;
+        full_write(s, (const unsigned char *)q, strlen(q));
+        size_t n = strlen(want), got = 0;
+        while (got < n) {
+            ssize_t k = read(s, in + got, n - got);
+            if (k <= 0) die("read answer");
+            got += (size_t)k;
+        }
+        if (memcmp(in, want, n) != 0) {
+            fprintf(stderr, "dropper: round %ld: unexpected answer %.*s\n", r, (int)n, in);
+            return 1;
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
+    printf("ok 1 %ld %.0f\n", rounds, ns / (double)rounds);
+    close(s);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 4 && strcmp(argv[1], "memc") == 0) return memc(atoi(argv[2]), atol(argv[3]));
     if (argc == 4 && strcmp(argv[1], "server") == 0) return server(atol(argv[2]), 0, atoi(argv[3]));
     if (argc == 4 && strcmp(argv[1], "server-early") == 0)
         return server(atol(argv[2]), 1, atoi(argv[3]));
