@@ -297,8 +297,26 @@ fn a_nobody_client_gets_shared_memory_only_with_allow_uid() {
         plain.client_log
     );
 
-    // The directory the first server made (0700) is the operator's to change; a fresh
-    // one is made 0711 for the allowed users.
+    // The directory the first server made (0700) keeps nobody out even with the flag:
+    // an existing directory keeps its mode, and the server's log says so.
+    let kept_out = pair(
+        &shmlink,
+        &prog,
+        &rdv,
+        "server",
+        &["--allow-uid", "65534"],
+        Some(NOBODY),
+        &[],
+    );
+    assert_eq!(kept_out.shm(), (0, 0), "{}", kept_out.client_log);
+    assert!(
+        kept_out
+            .server_log
+            .contains("(mode 0o700, uid 0) keeps uids 65534 out"),
+        "{}",
+        kept_out.server_log
+    );
+    // A fresh one is made 0711 for the allowed users.
     std::fs::remove_dir_all(&rdv).unwrap();
     let allowed = pair(
         &shmlink,
