@@ -5,7 +5,7 @@
 #
 # Usage: scripts/apps.sh install|bench
 #   install  apt-get installs redis-server, redis-tools (redis-cli, redis-benchmark),
-#            nginx, wrk, curl, iperf3 and sockperf when missing (Debian 12; root). The packages' own
+#            nginx, wrk, curl, iperf3, sockperf and memcached when missing (Debian 12; root). The packages' own
 #            services are kept from starting (policy-rc.d); the tests and the bench run
 #            private instances.
 #   bench    builds libshmlink_preload.so (release), starts one redis-server under
@@ -29,8 +29,8 @@ cmd_install() {
   if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null &&
     command -v redis-cli >/dev/null && command -v nginx >/dev/null &&
     command -v wrk >/dev/null && command -v curl >/dev/null && command -v iperf3 >/dev/null &&
-    command -v sockperf >/dev/null; then
-    log "redis-server, redis-cli, redis-benchmark, nginx, wrk, curl, iperf3 and sockperf are installed"
+    command -v sockperf >/dev/null && command -v memcached >/dev/null; then
+    log "redis-server, redis-cli, redis-benchmark, nginx, wrk, curl, iperf3, sockperf and memcached are installed"
     return 0
   fi
   [ "$(id -u)" -eq 0 ] || die "install: needs root (apt-get)"
@@ -43,10 +43,10 @@ cmd_install() {
   fi
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    redis-server redis-tools nginx wrk curl iperf3 sockperf
+    redis-server redis-tools nginx wrk curl iperf3 sockperf memcached
   if [ -n "$made_policy" ]; then rm -f "$policy"; fi
   local p
-  for p in redis-benchmark nginx wrk curl iperf3 sockperf; do
+  for p in redis-benchmark nginx wrk curl iperf3 sockperf memcached; do
     command -v "$p" >/dev/null || die "install: $p still missing"
   done
 }

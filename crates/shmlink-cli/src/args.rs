@@ -217,17 +217,73 @@ pub struct ConnFlags {
     /// mount): accept any owner and mode. The peer's uid is still checked
     #[arg(long)]
     pub shared_dir: bool,
+    #[command(flatten)]
+    pub users: UserFlags,
+}
+
+/// Which other users a command deals with over `shm:` (and `ux:`), besides its own uid
+/// and root: the clients a listener admits, the servers a client trusts. Shared by the
+/// commands that listen or connect and by `shmlink run` (which hands them to the
+/// preload library in its environment).
+#[derive(Args, Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserFlags {
+    /// Serving (recv, pub, pong --server, a program under `run`): also admit clients of
+    /// this uid (repeatable, or a comma list). Their SO_PEERCRED uid is checked; the
+    /// rendezvous socket becomes connectable by every user
+    #[arg(
+        long = "allow-uid",
+        value_name = "UID",
+        value_delimiter = ',',
+        help_heading = "Across users"
+    )]
+    pub allow_uids: Vec<u32>,
+    /// Serving: also admit clients whose primary gid is this one (repeatable, or a comma
+    /// list)
+    #[arg(
+        long = "allow-gid",
+        value_name = "GID",
+        value_delimiter = ',',
+        help_heading = "Across users"
+    )]
+    pub allow_gids: Vec<u32>,
+    /// Connecting (send, sub, pong, a program under `run`): also trust a server (and a
+    /// rendezvous directory) of this uid (repeatable, or a comma list)
+    #[arg(
+        long = "expect-uid",
+        value_name = "UID",
+        value_delimiter = ',',
+        help_heading = "Across users"
+    )]
+    pub expect_uids: Vec<u32>,
+}
+
+impl UserFlags {
+    /// `opts` with these users allowed and expected.
+    /// A rendezvous directory a listener makes lets the allowed users reach the sockets
+    /// they know the names of (0711).
+    pub fn apply(&self, opts: shmlink::Options) -> shmlink::Options {
+        let others = !self.allow_uids.is_empty() || !self.allow_gids.is_empty();
+        let opts = opts
+            .allow_uids(self.allow_uids.iter().copied())
+            .allow_gids(self.allow_gids.iter().copied())
+            .expect_uids(self.expect_uids.iter().copied());
+        if others {
+            opts.rendezvous_dir_mode(0o711)
+        } else {
+            opts
+        }
+    }
 }
 
 impl ConnFlags {
     /// The library options these flags ask for.
     pub fn options(&self) -> shmlink::Options {
-        crate::pong_args::conn_options(
+        self.users.apply(crate::pong_args::conn_options(
             self.shared_dir,
             self.cert.as_deref(),
             self.key.as_deref(),
             self.ca.as_deref(),
-        )
+        ))
     }
 }
 
@@ -291,6 +347,43 @@ mod tests {
         let e = parse(["shmlink", "send", "--cert", "c.pem", "tls:h:1"]).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::MissingRequiredArgument);
         assert!(e.to_string().contains("--key"), "{e}");
+    }
+
+    #[test]
+    fn users_are_repeatable_and_comma_lists() {
+        #[derive(Parser, Debug)]
+        struct T {
+            #[command(flatten)]
+            conn: ConnFlags,
+        }
+        let t = T::try_parse_from([
+            "t",
+            "--allow-uid",
+            "65534,1000",
+            "--allow-uid=7",
+            "--allow-gid",
+            "100",
+            "--expect-uid",
+            "0",
+        ])
+        .unwrap();
+        let u = &t.conn.users;
+        assert_eq!(u.allow_uids, [65534, 1000, 7]);
+        assert_eq!(u.allow_gids, [100]);
+        assert_eq!(u.expect_uids, [0]);
+        let e = T::try_parse_from(["t", "--allow-uid", "nobody"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        assert!(e.to_string().contains("--allow-uid"), "{e}");
+        // recv, pub and pong take them.
+        for cmd in ["recv", "pub", "pong"] {
+            let mut argv = vec!["shmlink", cmd, "--allow-uid", "65534"];
+            if cmd == "pong" {
+                argv.push("--server");
+            }
+            argv.push("shm:x");
+            let r = parse(argv.clone());
+            assert!(r.is_ok(), "{argv:?}: {r:?}");
+        }
     }
 
     #[test]

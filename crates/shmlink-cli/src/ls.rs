@@ -21,7 +21,10 @@ Every socket (*.sock) in DIR is asked over the socket itself; nothing else of a
 connection can be found by name. The kernel tells the listening process's PID and UID
 (SO_PEERCRED) even when it does not answer. The table has a line per listener: its
 address, transport (shm, or auto/tcp and auto/tls for auto: listeners, found through
-their upgrade sockets), PID, UID, age and number of connections, or its state:
+their upgrade sockets), PID, UID, age and number of connections, or its state. A
+registration of transparent mode (`shmlink run`) is named by its program, PID and the
+TCP address it listens on, e.g. \"redis-server (pid 123) 127.0.0.1:6379\", transport
+\"preload\"; its connections are the TCP connections moved to shared memory. States:
 
   not answering  a process listens but did not answer within the timeout: a listener
                  answers only while its process is in accept() or polls the listener
@@ -55,7 +58,8 @@ listed under \"(no listener)\". With --json: {\"region\", \"size\", \"ring\", \"
 client_pid, server_pid, client_alive, server_alive, c2s_bytes, s2c_bytes}]}.
 
 With --json: one JSON object {\"dir\", \"listeners\": [...], \"topics\": [...]}; each
-listener with path, state (answered, not_answering, stale, permission_denied, error),
+listener with path, transparent (the TCP address of a transparent-mode registration,
+else null), program (its process's name, else null), state (answered, not_answering, stale, permission_denied, error),
 reason, pid, uid, gid, address, transport, over, started_unix_ms, age_ms, truncated and
 connections [{transport, peer_pid, peer_uid, peer_gid, peer_addr, accepted_unix_ms,
 age_ms, msgs_in, msgs_out, bytes_in, bytes_out}] (null where unknown); each topic with
@@ -469,6 +473,31 @@ fn policy_text(p: shmlink::Policy) -> &'static str {
     }
 }
 
+/// The name of process `pid` (`/proc/PID/comm`), if it is visible.
+fn program_name(pid: u32) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    let comm = comm.trim_end_matches('\n');
+    // Another user's process may name itself anything: no control characters.
+    (!comm.is_empty()).then(|| {
+        comm.chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect()
+    })
+}
+
+/// How the table names a transparent-mode registration: `redis-server (pid 123)
+/// 127.0.0.1:6379` (the program and the address it listens on) instead of its file.
+fn transparent_label(r: &SocketReport) -> Option<String> {
+    let reg = shmlink::transparent_registration(&r.path)?;
+    Some(match r.listener {
+        Some(c) => match program_name(c.pid) {
+            Some(p) => format!("{p} (pid {}) {reg}", c.pid),
+            None => format!("pid {} {reg}", c.pid),
+        },
+        None => reg.to_string(),
+    })
+}
+
 /// The listeners: a line per listener, its connections indented below it.
 fn listener_table(reports: &[&SocketReport], now: SystemTime, out: &mut String) {
     let header = ["ADDRESS", "TRANSPORT", "PID", "UID", "AGE", "CONNS"];
@@ -478,10 +507,15 @@ fn listener_table(reports: &[&SocketReport], now: SystemTime, out: &mut String) 
             Some(c) => (c.pid.to_string(), c.uid.to_string()),
             None => ("-".into(), "-".into()),
         };
+        let label = transparent_label(r);
         listeners.push(match &r.state {
             SocketState::Answered(s) => vec![
-                s.address.clone(),
-                transport_text(s),
+                label.unwrap_or_else(|| s.address.clone()),
+                if shmlink::transparent_registration(&r.path).is_some() {
+                    "preload".into()
+                } else {
+                    transport_text(s)
+                },
                 pid,
                 uid,
                 format_age(age(now, s.started)),
@@ -492,7 +526,7 @@ fn listener_table(reports: &[&SocketReport], now: SystemTime, out: &mut String) 
                 ),
             ],
             other => vec![
-                r.path.display().to_string(),
+                label.unwrap_or_else(|| r.path.display().to_string()),
                 "-".into(),
                 pid,
                 uid,
@@ -584,8 +618,11 @@ pub fn to_json(args: &LsArgs, reports: &[SocketReport], now: SystemTime) -> Valu
                     })
                 })
                 .collect();
+            let transparent = shmlink::transparent_registration(&r.path);
             json!({
                 "path": r.path.display().to_string(),
+                "transparent": transparent.map(|t| t.to_string()),
+                "program": transparent.and(r.listener).and_then(|c| program_name(c.pid)),
                 "state": state,
                 "reason": reason,
                 "pid": r.listener.map(|c| c.pid),

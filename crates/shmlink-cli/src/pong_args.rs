@@ -63,6 +63,8 @@ pub struct PongArgs {
     pub spin_us: Option<u64>,
     /// `--shared-dir`: the rendezvous directory is shared on purpose.
     pub shared_dir: bool,
+    /// `--allow-uid`, `--allow-gid`, `--expect-uid`: other users admitted or trusted.
+    pub users: crate::args::UserFlags,
     /// `tls:` PEM files: this end's certificate chain and key, the CA it trusts.
     pub cert: Option<String>,
     pub key: Option<String>,
@@ -90,6 +92,7 @@ impl PongArgs {
             self.key.as_deref(),
             self.ca.as_deref(),
         );
+        opts = self.users.apply(opts);
         if let Some(ring) = self.ring_size {
             opts = opts.ring_size(ring);
         }

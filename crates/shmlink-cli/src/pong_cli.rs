@@ -229,6 +229,7 @@ impl PongCli {
             ring_size: self.ring_size,
             spin_us: self.spin_us,
             shared_dir: self.conn.shared_dir,
+            users: self.conn.users,
             cert: self.conn.cert,
             key: self.conn.key,
             ca: self.conn.ca,

@@ -21,6 +21,8 @@ pub const PRELOAD_LIB: &str = "libshmlink_preload.so";
                   over the kernel as before. See docs/transparent.md.",
     after_help = "Examples:\n  shmlink run -- redis-server --port 6379\n  \
                   shmlink run -- redis-benchmark -t get\n  \
+                  SHMLINK_DIR=/run/shmlink shmlink run --allow-uid 65534 -- SERVER   (admit nobody's clients)\n  \
+                  SHMLINK_DIR=/run/shmlink shmlink run --expect-uid 65534 -- CLIENT  (trust a server running as nobody)\n  \
                   LD_PRELOAD=$(shmlink run --print-path) CMD   (the same by hand)"
 )]
 pub struct RunCli {
@@ -33,9 +35,15 @@ pub struct RunCli {
     /// Ring size per direction in bytes, a power of two (SHMLINK_RING_SIZE).
     #[arg(long, value_name = "BYTES")]
     pub ring_size: Option<usize>,
-    /// Log each decision on stderr (SHMLINK_LOG=debug).
-    #[arg(long)]
+    /// Log each decision on stderr (SHMLINK_LOG=debug), refusals with their reason.
+    #[arg(long, short = 'v')]
     pub debug: bool,
+    /// Other users over shared memory: --allow-uid/--allow-gid on the server's side
+    /// (SHMLINK_ALLOW_UIDS, SHMLINK_ALLOW_GIDS), --expect-uid on the client's
+    /// (SHMLINK_EXPECT_UIDS). Both sides need the same rendezvous directory
+    /// (SHMLINK_DIR); see docs/transparent.md, "Across users".
+    #[command(flatten)]
+    pub users: crate::args::UserFlags,
     /// The program and its arguments.
     #[arg(value_name = "CMD", trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
     pub cmd: Vec<OsString>,
@@ -87,6 +95,16 @@ pub fn run(args: &RunCli) -> ExitCode {
     }
     if args.debug {
         cmd.env("SHMLINK_LOG", "debug");
+    }
+    let list = |ids: &[u32]| ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    for (var, ids) in [
+        ("SHMLINK_ALLOW_UIDS", &args.users.allow_uids),
+        ("SHMLINK_ALLOW_GIDS", &args.users.allow_gids),
+        ("SHMLINK_EXPECT_UIDS", &args.users.expect_uids),
+    ] {
+        if !ids.is_empty() {
+            cmd.env(var, list(ids));
+        }
     }
     let e = cmd.exec();
     eprintln!("shmlink run: {}: {e}", PathBuf::from(program).display());

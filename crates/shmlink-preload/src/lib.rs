@@ -27,6 +27,7 @@ mod exec;
 mod hooks;
 mod peer;
 mod real;
+mod refusals;
 mod sock;
 mod stats;
 mod table;
@@ -87,6 +88,57 @@ pub(crate) struct Config {
     /// `SHMLINK_WAIT_TOKENS=off`: every shm member of a wait announces its own count and
     /// every answered connection rings (`wake`; on by default).
     pub wait_tokens: bool,
+    /// The cross-uid policy (docs/transparent.md, "Across users").
+    pub policy: UidPolicy,
+}
+
+/// Which other users a preloaded process deals with over shared memory, besides its own
+/// uid and root (the default: none). Read from the environment `shmlink run` sets.
+#[derive(Default)]
+pub(crate) struct UidPolicy {
+    /// `SHMLINK_ALLOW_UIDS`: client uids this process's registrations admit.
+    pub allow_uids: Vec<u32>,
+    /// `SHMLINK_ALLOW_GIDS`: client primary gids its registrations admit.
+    pub allow_gids: Vec<u32>,
+    /// `SHMLINK_EXPECT_UIDS`: server uids this process trusts as a client (the uid that
+    /// bound a registration, and the owner of the rendezvous directory).
+    pub expect_uids: Vec<u32>,
+    /// Entries of those variables that are not ids, to report once.
+    pub bad: Vec<String>,
+}
+
+impl UidPolicy {
+    /// Reads the three variables (ids separated by commas or spaces).
+    fn from_env(var: impl Fn(&str) -> Option<String>) -> UidPolicy {
+        let mut bad = Vec::new();
+        let mut ids = |k: &str| -> Vec<u32> {
+            let Some(v) = var(k) else {
+                return Vec::new();
+            };
+            let mut out = Vec::new();
+            for t in v.split([',', ' ']).filter(|t| !t.is_empty()) {
+                match t.parse::<u32>() {
+                    Ok(id) if id != u32::MAX => out.push(id),
+                    _ => bad.push(format!("{k}: {t:?} is not a uid or gid")),
+                }
+            }
+            out
+        };
+        let allow_uids = ids("SHMLINK_ALLOW_UIDS");
+        let allow_gids = ids("SHMLINK_ALLOW_GIDS");
+        let expect_uids = ids("SHMLINK_EXPECT_UIDS");
+        UidPolicy {
+            allow_uids,
+            allow_gids,
+            expect_uids,
+            bad,
+        }
+    }
+
+    /// Whether registrations admit any other user.
+    pub(crate) fn allows_others(&self) -> bool {
+        !self.allow_uids.is_empty() || !self.allow_gids.is_empty()
+    }
 }
 
 /// The default spin budget of a blocking wait before it sleeps on the kernel.
@@ -120,6 +172,7 @@ pub(crate) fn config() -> &'static Config {
         let stats = matches!(var("SHMLINK_STATS").as_deref(), Some("1" | "on"));
         let wait_tokens = !matches!(var("SHMLINK_WAIT_TOKENS").as_deref(), Some("off" | "0"));
         Config {
+            policy: UidPolicy::from_env(var),
             stats,
             wait_tokens,
             enabled,
@@ -134,6 +187,14 @@ pub(crate) fn config() -> &'static Config {
     });
     if fresh && c.stats {
         stats::install();
+    }
+    if fresh && c.debug {
+        refusals::install();
+    }
+    if fresh {
+        for why in &c.policy.bad {
+            log(format_args!("ignored {why}"));
+        }
     }
     c
 }

@@ -198,12 +198,58 @@ fn options() -> Options {
     // inherits), which only the kernel path's shared memory and socket carry. Nothing made
     // ahead either: a segment kept between connections is a descriptor the program does
     // not know of, and may close (sockcheck's scenario 14 closes every fd it did not open).
-    Options::default()
+    let policy = &config().policy;
+    let opts = Options::default()
         .in_process(false)
         .prepare_ahead(false)
         .ring_size(config().ring_size)
         .connect_timeout(Duration::from_secs(1))
         .handshake_timeout(Duration::from_secs(1))
+        // The cross-uid policy (docs/transparent.md, "Across users"): a registration
+        // admits these client uids and gids (its socket file is then 0666 and
+        // SO_PEERCRED the gate); a client trusts registrations bound by these uids.
+        .allow_uids(policy.allow_uids.iter().copied())
+        .allow_gids(policy.allow_gids.iter().copied())
+        .expect_uids(policy.expect_uids.iter().copied());
+    if policy.allows_others() {
+        // A directory this process makes lets the allowed users reach the socket files
+        // they know the names of (not list or write it).
+        opts.rendezvous_dir_mode(0o711)
+    } else {
+        opts
+    }
+}
+
+/// Why a registration's rendezvous directory keeps the users this process allows out
+/// (they need search permission on it), if it does.
+fn unreachable_dir(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = path.parent()?;
+    let m = std::fs::metadata(dir).ok()?;
+    let policy = &config().policy;
+    let reachable = |uid: u32| {
+        uid == 0
+            || (uid == m.uid() && m.mode() & 0o100 != 0)
+            || m.mode() & 0o001 != 0
+            || (policy.allow_gids.contains(&m.gid()) && m.mode() & 0o010 != 0)
+    };
+    let out: Vec<String> = policy
+        .allow_uids
+        .iter()
+        .filter(|&&u| !reachable(u))
+        .map(u32::to_string)
+        .collect();
+    (!out.is_empty()).then(|| {
+        format!(
+            "the rendezvous directory {} (mode {:#o}, uid {}) keeps uids {} out: give \
+             them search permission (chmod o+x), or use a directory the preload makes \
+             (SHMLINK_DIR)",
+            dir.display(),
+            m.mode() & 0o7777,
+            m.uid(),
+            out.join(", ")
+        )
+    })
 }
 
 /// A registered listening socket.
@@ -570,6 +616,16 @@ pub(crate) fn register(fd: RawFd) -> Option<Arc<Registration>> {
         return None;
     }
     debug!("listen {bound}: registered at {}", path.display());
+    let policy = &config().policy;
+    if policy.allows_others() {
+        debug!(
+            "listen {bound}: admits uids {:?} and gids {:?} besides its own and root",
+            policy.allow_uids, policy.allow_gids
+        );
+        if let Some(why) = unreachable_dir(&path) {
+            debug!("listen {bound}: {why}");
+        }
+    }
     Some(reg)
 }
 
@@ -668,14 +724,28 @@ fn handle_claim(token: InFlight, mut conn: Connection) {
     if msg.is_empty() {
         return;
     }
+    let claimant = peer_uid(conn.as_raw_fd());
     if let Some((key, name)) = decode_query(&msg) {
         // Not a claim: another process accepted a TCP connection on the shared socket.
         drop(token);
+        // Only the registering uid's own processes (forked workers) ask; an allowed
+        // client of another uid may not send connections elsewhere.
+        if !claimant.is_some_and(|u| u == reg.uid || u == 0) {
+            debug!(
+                "registration {}: a query from uid {claimant:?}, not uid {}: no",
+                reg.bound, reg.uid
+            );
+            let _ = conn.send(&[NO]);
+            return;
+        }
         let yes = reg.serves(&key.0) && reg.answer_query(key, &name);
         let _ = conn.send(&[if yes { YES } else { NO }]);
         return;
     }
     match decode_claim(&msg) {
+        Some(key) if !claim_is_theirs(&reg, claimant, &key) => {
+            let _ = conn.send(&[NO]);
+        }
         Some(key) => reg.answer(key, conn),
         None => {
             debug!(
@@ -686,6 +756,83 @@ fn handle_claim(token: InFlight, mut conn: Connection) {
             let _ = conn.send(&[NO]);
         }
     }
+}
+
+/// The uid of the process at the other end of a claim connection (`SO_PEERCRED`).
+fn peer_uid(fd: RawFd) -> Option<u32> {
+    // SAFETY: ucred is plain data; all zeroes is a valid value.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as socklen_t;
+    // SAFETY: a valid out-parameter of the size given.
+    let rc = unsafe {
+        real::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(cred.uid)
+}
+
+/// Whether the claimant may claim TCP connection `key`. A claimant of this process's
+/// uid or root may (the default policy admits no one else). A client of another uid,
+/// admitted by `--allow-uid`/`--allow-gid`, may claim only a connection whose client
+/// socket its own uid owns (the kernel's table, `/proc/net/tcp{,6}`): otherwise it
+/// could claim another client's connection by its four addresses, and the server
+/// program would talk to it in that client's place.
+fn claim_is_theirs(reg: &Registration, claimant: Option<u32>, key: &Key) -> bool {
+    let Some(uid) = claimant else {
+        debug!("claim {} <- {}: no peer credentials: no", key.0, key.1);
+        return false;
+    };
+    if uid == 0 || uid == reg.uid || uid == shmlink_euid() {
+        return true;
+    }
+    match tcp_socket_uid(&key.1, &key.0) {
+        Some(owner) if owner == uid => true,
+        owner => {
+            debug!(
+                "claim {} <- {}: from uid {uid}, but the connection's socket belongs to \
+                 {owner:?}: no",
+                key.0, key.1
+            );
+            false
+        }
+    }
+}
+
+/// The uid that owns the TCP socket from `local` to `remote` in this network namespace,
+/// from `/proc/net/tcp` and `/proc/net/tcp6` (addresses as the kernel prints them: each
+/// 32-bit word in host byte order, in hex).
+fn tcp_socket_uid(local: &Endpoint, remote: &Endpoint) -> Option<u32> {
+    let hex = |ep: &Endpoint, v6: bool| -> String {
+        let words: &[u8] = if v6 { &ep.ip } else { &ep.ip[12..] };
+        let mut s: String = words
+            .chunks(4)
+            .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
+            .collect();
+        s.push_str(&format!(":{:04X}", ep.port));
+        s
+    };
+    for (file, v6) in [("/proc/net/tcp", false), ("/proc/net/tcp6", true)] {
+        let both_v4 = local.is_v4() && remote.is_v4();
+        if !v6 && !both_v4 {
+            continue; // an IPv6 connection is only in tcp6
+        }
+        let (l, r) = (hex(local, v6), hex(remote, v6));
+        let Ok(table) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        for line in table.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 7 && f[1] == l && f[2] == r {
+                return f[7].parse().ok();
+            }
+        }
+    }
+    None
 }
 
 /// A query: the claim's encoding under [`QMAGIC`], then the name where the accepting
@@ -752,10 +899,32 @@ fn candidates(server: &Endpoint) -> Vec<String> {
         ip: [0; 16],
         port: server.port,
     });
+    let mut said = false;
     eps.iter()
-        .filter(|ep| std::fs::symlink_metadata(reg_path(ep)).is_ok())
+        .filter(|ep| match std::fs::symlink_metadata(reg_path(ep)) {
+            Ok(_) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && !said => {
+                // Not silent: a server of another uid made the directory for itself.
+                said = true;
+                debug!(
+                    "connect {server}: cannot look for a registration in {} ({e}): a \
+                     server of another uid must allow uid {} with `shmlink run --allow-uid` \
+                     (docs/transparent.md, \"Across users\"); plain TCP",
+                    shmlink::rendezvous_dir().display(),
+                    shmlink_euid()
+                );
+                false
+            }
+            Err(_) => false,
+        })
         .map(|ep| format!("shm:{}", reg_name(ep)))
         .collect()
+}
+
+/// This process's effective uid, for messages.
+fn shmlink_euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
 }
 
 /// The destination of a `connect` call, if it is an IPv4/IPv6 address.
@@ -791,6 +960,13 @@ pub(crate) fn open(server: &Endpoint) -> Option<Connection> {
                 debug!("connect {server}: registration {addr} did not get ready");
                 return None;
             }
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => debug!(
+                "connect {server}: registration {addr} refused ({e}); plain TCP. Across \
+                 users, the server's side allows this uid ({}) with `shmlink run \
+                 --allow-uid`, this side trusts the server's uid with `--expect-uid` \
+                 (docs/transparent.md, \"Across users\")",
+                shmlink_euid()
+            ),
             Err(e) => debug!("connect {server}: registration {addr} unusable ({e})"),
         }
     }

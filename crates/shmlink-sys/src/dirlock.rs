@@ -3,7 +3,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -24,7 +24,17 @@ impl DirLock {
         // SAFETY: `c` is a NUL-terminated path that lives across the call.
         let fd = syscall!(open(c.as_ptr(), flags))?;
         // SAFETY: `open` just returned this descriptor; nothing else owns it.
-        let fd = unsafe { owned(fd) };
+        DirLock::lock_fd(unsafe { owned(fd) })
+    }
+
+    /// The locked directory's descriptor.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self._fd.as_fd()
+    }
+
+    /// Locks the directory open at `fd` (one already opened and checked: no path is
+    /// looked up again), as [`DirLock::lock`].
+    pub fn lock_fd(fd: OwnedFd) -> io::Result<DirLock> {
         loop {
             // SAFETY: `fd` is an open descriptor owned above.
             match syscall!(flock(fd.as_raw_fd(), libc::LOCK_EX)) {

@@ -32,6 +32,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
+pub mod dir;
 pub mod dirlock;
 mod event;
 pub mod file;

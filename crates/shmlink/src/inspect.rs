@@ -72,6 +72,85 @@ pub struct SocketReport {
     pub state: SocketState,
 }
 
+/// What the socket file of a transparent-mode registration (`libshmlink_preload.so`,
+/// docs/transparent.md) stands for, read from its name.
+///
+/// `Send`, `Sync`, `Copy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransparentRegistration {
+    /// `tcp-NETNS-ADDRESS-PORT.sock`: a preloaded program's listening TCP socket, in
+    /// network namespace `netns` (the inode of its `/proc/PID/ns/net`).
+    Listen {
+        /// The address and port the program listens on (possibly a wildcard).
+        addr: std::net::SocketAddr,
+        /// The network namespace.
+        netns: u64,
+    },
+    /// `tcpw-NETNS-PID-N.sock`: where a forked worker (or another process of an
+    /// `SO_REUSEPORT` group) takes the connections it accepted on a shared socket.
+    Worker {
+        /// The worker's pid, as it named the socket.
+        pid: u32,
+        /// The network namespace.
+        netns: u64,
+    },
+}
+
+impl std::fmt::Display for TransparentRegistration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TransparentRegistration::Listen { addr, .. } => write!(f, "{addr}"),
+            TransparentRegistration::Worker { pid, .. } => write!(f, "worker {pid}"),
+        }
+    }
+}
+
+/// Decodes the name of socket file `path` if the preload library made it (the names
+/// `shmlink ls` shows as a program and a port); `None` for any other file.
+///
+/// ```
+/// use std::path::Path;
+/// let r = shmlink::transparent_registration(Path::new(
+///     "/tmp/shmlink-0/tcp-effffff9-00000000000000000000ffff7f000001-6379.sock",
+/// ));
+/// assert_eq!(r.unwrap().to_string(), "127.0.0.1:6379");
+/// ```
+pub fn transparent_registration(path: &Path) -> Option<TransparentRegistration> {
+    let name = path.file_name()?.to_str()?.strip_suffix(".sock")?;
+    let hex =
+        |t: &str| (!t.is_empty() && t.len() <= 16).then(|| u64::from_str_radix(t, 16).ok())?;
+    if let Some(rest) = name.strip_prefix("tcpw-") {
+        let mut parts = rest.split('-');
+        let (netns, pid, nanos) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() || hex(nanos).is_none() {
+            return None;
+        }
+        return Some(TransparentRegistration::Worker {
+            netns: hex(netns)?,
+            pid: pid.parse().ok()?,
+        });
+    }
+    let mut parts = name.strip_prefix("tcp-")?.split('-');
+    let (netns, ip, port) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || ip.len() != 32 || !ip.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut octets = [0u8; 16];
+    for (i, o) in octets.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&ip[2 * i..2 * i + 2], 16).ok()?;
+    }
+    let v6 = std::net::Ipv6Addr::from(octets);
+    let ip = match v6.to_ipv4_mapped() {
+        Some(v4) => std::net::IpAddr::V4(v4),
+        None => std::net::IpAddr::V6(v6),
+    };
+    Some(TransparentRegistration::Listen {
+        addr: std::net::SocketAddr::new(ip, port.parse().ok()?),
+        netns: hex(netns)?,
+    })
+}
+
 /// Asks every listener with a socket (`*.sock`) in `dir` what it serves, waiting at most
 /// `timeout` in all for the answers; returns one report per socket, sorted by path.
 ///
@@ -200,5 +279,42 @@ fn answer(sock: &OwnedFd, buf: &mut [u8], deadline: Instant) -> SocketState {
         Ok(Packet::Refuse(_, reason)) => SocketState::Failed(format!("refused: {reason}")),
         Ok(other) => SocketState::Failed(format!("answered the query with {other:?}")),
         Err(e) => SocketState::Failed(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transparent_registrations_are_named_by_address_and_port() {
+        let r = |n: &str| transparent_registration(Path::new(n)).map(|r| r.to_string());
+        assert_eq!(
+            r("tcp-effffff9-00000000000000000000ffff7f000001-6379.sock").as_deref(),
+            Some("127.0.0.1:6379")
+        );
+        assert_eq!(
+            r("d/tcp-1-00000000000000000000ffff00000000-80.sock").as_deref(),
+            Some("0.0.0.0:80")
+        );
+        assert_eq!(
+            r("tcp-1-00000000000000000000000000000001-443.sock").as_deref(),
+            Some("[::1]:443")
+        );
+        assert_eq!(
+            r("tcpw-effffff9-1234-3b9ac9ff.sock").as_deref(),
+            Some("worker 1234")
+        );
+        for other in [
+            "tcp-1-00-80.sock",
+            "tcp-1-00000000000000000000ffff7f000001-99999.sock",
+            "tcp-1-00000000000000000000ffff7f000001-80",
+            "tcp-zz-00000000000000000000ffff7f000001-80.sock",
+            "tcp-1-00000000000000000000ffff7f000001-80-x.sock",
+            "redis.sock",
+            "tcpw-1-x-1.sock",
+        ] {
+            assert_eq!(r(other), None, "{other}");
+        }
     }
 }

@@ -129,7 +129,10 @@ struct ReadmeDoctests;
 pub use addr::{rendezvous_dir, Address, Transport, UnixName};
 pub use conn::{Batch, Connection, Incoming, Listener, RecvBuf, SendBuf};
 pub use error::{Error, ErrorKind, Result};
-pub use inspect::{inspect, SocketReport, SocketState, DEFAULT_INSPECT_TIMEOUT};
+pub use inspect::{
+    inspect, transparent_registration, SocketReport, SocketState, TransparentRegistration,
+    DEFAULT_INSPECT_TIMEOUT,
+};
 pub use options::{
     Options, Pem, TlsOptions, WaitPolicy, MAX_MSG_SIZE_LIMIT, MAX_RING_SIZE, MIN_RING_SIZE,
 };

@@ -6,7 +6,7 @@
 
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -40,26 +40,47 @@ pub(crate) fn bind_rendezvous(addr: &Address, opts: &Options) -> Result<(OwnedFd
         UnixName::Path(path) => prepare_path(addr, path, opts)?,
         UnixName::Abstract(_) => None,
     };
-    let listen = socket::listen(name, 128).map_err(|e| {
+    // Bind and chmod in the directory that was checked and locked, through its
+    // descriptor, not by its path again: a link swapped in at the directory's name
+    // meanwhile is not followed.
+    let at = match (name, &_takeover) {
+        (UnixName::Path(p), Some(lock)) if addr.in_rendezvous_dir() => {
+            through_fd(lock, p).map(UnixName::Path)
+        }
+        _ => None,
+    };
+    let at = at.as_ref().unwrap_or(name);
+    let listen = socket::listen(at, 128).map_err(|e| {
         if e.kind() == io::ErrorKind::AddrInUse {
             Error::new(ErrorKind::AddrInUse, format!("{addr} is already bound"))
         } else {
             Error::io("bind rendezvous socket", e)
         }
     })?;
-    let file = match name {
-        UnixName::Path(p) => {
+    let file = match (name, at) {
+        (UnixName::Path(p), UnixName::Path(bound)) => {
             // Connecting needs write permission on the socket file: the owner only, unless
             // the options allow others (then the credential check is the gate).
             let others = !opts.allow_uids.is_empty() || !opts.allow_gids.is_empty();
             let mode = if others { 0o666 } else { 0o600 };
-            let (dev, ino) = socket::chmod_socket_file(p, mode)
+            let (dev, ino) = socket::chmod_socket_file(bound, mode)
                 .map_err(|e| Error::io("set the rendezvous socket's mode", e))?;
             Some((p.clone(), dev, ino))
         }
-        UnixName::Abstract(_) => None,
+        _ => None,
     };
     Ok((listen, file))
+}
+
+/// `/proc/self/fd/N/FILE`: the socket file `path` reached through the locked directory's
+/// descriptor `N` (the kernel resolves it to that very directory). `None` without
+/// `/proc`, or when the name would not fit a socket address.
+fn through_fd(lock: &DirLock, path: &std::path::Path) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    let file = path.file_name()?;
+    let dir = PathBuf::from(format!("/proc/self/fd/{}", lock.fd().as_raw_fd()));
+    let p = dir.join(file);
+    (p.as_os_str().len() < 100 && dir.is_dir()).then_some(p)
 }
 
 /// Removes a socket file `bind_rendezvous` created, if it is still the same file.
@@ -85,21 +106,18 @@ pub(crate) fn remove_socket_file(file: &SocketFile) {
 /// opened or locked (no read permission, a file system without `flock`), the takeover
 /// runs unlocked as before.
 fn prepare_path(addr: &Address, path: &std::path::Path, opts: &Options) -> Result<Option<DirLock>> {
+    let mut opened = None;
     if addr.in_rendezvous_dir() {
-        if let Some(dir) = path.parent().filter(|d| !d.exists()) {
-            let ctx = |e| Error::io(format!("create rendezvous directory {}", dir.display()), e);
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(opts.dir_mode)
-                .create(dir)
-                .map_err(ctx)?;
-            // The mode exactly, whatever the umask.
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(opts.dir_mode))
-                .map_err(ctx)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            opened = open_rendezvous_dir(dir, opts)?;
         }
     }
     trust::check_addr_dir(addr, opts)?;
-    let lock = lock_parent(path);
+    // The lock on the very directory checked above, else (a path of the caller's) by path.
+    let lock = match opened {
+        Some(dir) => DirLock::lock_fd(dir.into_fd()).ok(),
+        None => lock_parent(path),
+    };
     if std::fs::symlink_metadata(path).is_ok() {
         let probe = socket::connect(
             &UnixName::Path(path.to_path_buf()),
@@ -120,6 +138,40 @@ fn prepare_path(addr: &Address, path: &std::path::Path, opts: &Options) -> Resul
         }
     }
     Ok(lock)
+}
+
+/// Creates (mode `opts.dir_mode`, parents as needed) or opens the rendezvous directory
+/// `dir` through descriptors and checks the directory it opened (`fstat`): no path is
+/// followed twice, so a symbolic link swapped in at any name it creates is refused, and
+/// only a directory it made itself gets its mode set (`fchmod`). See
+/// [`crate::sys::dir::create_dir_all`].
+/// `None` for an existing directory this user may use but not open (no read
+/// permission): it is then checked and locked by path, as before.
+fn open_rendezvous_dir(
+    dir: &std::path::Path,
+    opts: &Options,
+) -> Result<Option<crate::sys::dir::Dir>> {
+    let d = match crate::sys::dir::create_dir_all(dir, opts.dir_mode) {
+        Ok((d, _made)) => d,
+        Err(e) => {
+            // A symbolic link or another file in its place: the path check says so.
+            trust::check_dir(dir, opts)?;
+            let unreadable = e.kind() == io::ErrorKind::PermissionDenied
+                && std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir());
+            if unreadable {
+                return Ok(None);
+            }
+            return Err(Error::io(
+                format!("create rendezvous directory {}", dir.display()),
+                e,
+            ));
+        }
+    };
+    let st = d
+        .stat()
+        .map_err(|e| Error::io(format!("stat rendezvous directory {}", dir.display()), e))?;
+    trust::check_dir_owner(dir, st.uid, st.mode, opts)?;
+    Ok(Some(d))
 }
 
 /// Locks the directory that holds `path` (see [`prepare_path`]), if it can.

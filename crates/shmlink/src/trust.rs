@@ -43,7 +43,8 @@ pub(crate) fn check_client(opts: &Options, uid: u32, gid: u32) -> std::result::R
         allowed += &format!(", gids {}", list(&opts.allow_gids));
     }
     Err(format!(
-        "uid {uid} (gid {gid}) may not connect (allowed: {allowed})"
+        "uid {uid} (gid {gid}) may not connect (allowed: {allowed}); the listener admits \
+         it with Options::allow_uids (`--allow-uid {uid}` on shmlink's command line)"
     ))
 }
 
@@ -148,19 +149,30 @@ pub(crate) fn check_dir(dir: &Path, opts: &Options) -> Result<()> {
     if !m.is_dir() {
         return Err(refuse("is not a directory".into()));
     }
+    check_dir_owner(dir, m.uid(), m.permissions().mode() & 0o7777, opts)
+}
+
+/// Checks the owner and mode of rendezvous directory `dir` (what `fstat` of its open
+/// descriptor says, or `lstat` of its path), as [`check_dir`].
+pub(crate) fn check_dir_owner(dir: &Path, uid: u32, mode: u32, opts: &Options) -> Result<()> {
+    let refuse = |why: String| {
+        Error::new(
+            ErrorKind::PermissionDenied,
+            format!("rendezvous directory {}: {why}", dir.display()),
+        )
+    };
     if opts.shared_dir {
         return Ok(()); // declared shared: owner and mode are the deployment's business
     }
-    if !trusted(opts, m.uid()) {
+    if !trusted(opts, uid) {
         return Err(refuse(format!(
             "belongs to uid {}, not to a trusted uid ({}): its owner could replace the \
              sockets in it. Use a directory of your own, or declare a deliberately shared \
              one with Options::shared_rendezvous_dir(true)",
-            m.uid(),
+            uid,
             trusted_text(opts)
         )));
     }
-    let mode = m.permissions().mode() & 0o7777;
     if mode & 0o022 != 0 {
         return Err(refuse(format!(
             "has mode {mode:#o}: other users may write it, so they could replace the \

@@ -1,0 +1,672 @@
+//! Transparent mode across users (docs/transparent.md, "Across users"): root starts a C
+//! echo server under `shmlink run` that changes to `nobody` (65534), and clients of the
+//! same or another uid reach it under `shmlink run`. Only the policy the operator sets
+//! moves a connection of another user onto shared memory; without it the connection
+//! stays on TCP, with correct data, and the `--debug` output says why and which flag
+//! fixes it. Every connection is checked on both sides ("fd N on shared memory" once per
+//! connection), every echoed byte by the client. Needs root (to change uids), `cc` and
+//! the `shmlink` binary (`cargo build -p shmlink-cli`). Round-trip times are printed,
+//! never asserted.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+const NOBODY: u32 = 65534;
+/// Connections per client run, round trips per connection, bytes per round trip.
+const CONNS: usize = 3;
+const ROUNDS: &str = "2000";
+const SIZE: &str = "64";
+
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// A scratch directory every user can enter, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("shmlink-xuid-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("scratch dir");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What the test needs, or `None` after a skip line: root, `cc`, the `shmlink` binary
+/// and the preload library, both reachable by `nobody`.
+fn setup(scratch: &Scratch) -> Option<(PathBuf, PathBuf)> {
+    if std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|v| v.split_whitespace().nth(1) == Some("0"))
+        })
+        != Some(true)
+    {
+        shmlink::testing::skip("root", "changing uids needs root");
+        return None;
+    }
+    let shmlink = target_dir().join("shmlink");
+    let lib = target_dir().join("libshmlink_preload.so");
+    if !shmlink.is_file() || !lib.is_file() {
+        shmlink::testing::skip(
+            "cli",
+            format!(
+                "{} or {} is not built (cargo build -p shmlink-preload -p shmlink-cli)",
+                shmlink.display(),
+                lib.display()
+            ),
+        );
+        return None;
+    }
+    // `nobody` must reach the library and the program: copy both into the scratch dir.
+    let lib_copy = scratch.0.join("libshmlink_preload.so");
+    std::fs::copy(&lib, &lib_copy).expect("copy the preload library");
+    let shmlink_copy = scratch.0.join("shmlink");
+    std::fs::copy(&shmlink, &shmlink_copy).expect("copy shmlink");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/dropper.c");
+    let prog = scratch.0.join("dropper");
+    match Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+    {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!("cc failed: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => {
+            shmlink::testing::skip("cc", format!("no C compiler (cc: {e})"));
+            return None;
+        }
+    }
+    for p in [&lib_copy, &shmlink_copy, &prog] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    Some((shmlink_copy, prog))
+}
+
+/// `shmlink run --debug FLAGS -- PROG ARGS` with rendezvous directory `rdv`, as `uid`.
+fn under_run(
+    shmlink: &Path,
+    rdv: &Path,
+    uid: Option<u32>,
+    flags: &[&str],
+    prog: &Path,
+    args: &[&str],
+) -> Command {
+    let mut c = Command::new(shmlink);
+    c.arg("run")
+        .arg("--debug")
+        .args(flags)
+        .arg("--")
+        .arg(prog)
+        .args(args)
+        .env("SHMLINK_DIR", rdv)
+        .env(
+            "SHMLINK_PRELOAD_LIB",
+            shmlink.with_file_name("libshmlink_preload.so"),
+        )
+        .env_remove("LD_PRELOAD")
+        .env_remove("XDG_RUNTIME_DIR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(uid) = uid {
+        c.uid(uid).gid(uid);
+    }
+    c
+}
+
+/// Waits for `child` at most [`RUN_TIMEOUT`], killing it after.
+fn finish(mut child: Child, what: &str) -> Output {
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    loop {
+        match child.try_wait().expect("try_wait") {
+            Some(_) => return child.wait_with_output().expect("output"),
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("output");
+                panic!(
+                    "{what} did not finish in {RUN_TIMEOUT:?}; stderr:\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            None => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+/// What one server and client pair printed.
+struct Pair {
+    server_log: String,
+    client_log: String,
+    /// Nanoseconds per round trip, as the client measured them.
+    ns_per_rt: f64,
+}
+
+impl Pair {
+    /// Connections on shared memory: (server side, client side).
+    fn shm(&self) -> (usize, usize) {
+        let count = |log: &str| {
+            log.lines()
+                .filter(|l| l.ends_with("on shared memory"))
+                .count()
+        };
+        (count(&self.server_log), count(&self.client_log))
+    }
+}
+
+/// Starts the dropping server (`mode`: `server` drops after listen, `server-early`
+/// before), waits for its port, runs the client (as `client_uid`), checks both ended
+/// well and every byte came back.
+#[allow(clippy::too_many_arguments)]
+fn pair(
+    shmlink: &Path,
+    prog: &Path,
+    rdv: &Path,
+    mode: &str,
+    server_flags: &[&str],
+    client_uid: Option<u32>,
+    client_flags: &[&str],
+) -> Pair {
+    pair_as(
+        shmlink,
+        prog,
+        rdv,
+        (mode, NOBODY),
+        server_flags,
+        client_uid,
+        client_flags,
+    )
+}
+
+/// [`pair`] with the uid the server changes to.
+fn pair_as(
+    shmlink: &Path,
+    prog: &Path,
+    rdv: &Path,
+    (mode, server_uid): (&str, u32),
+    server_flags: &[&str],
+    client_uid: Option<u32>,
+    client_flags: &[&str],
+) -> Pair {
+    let uid = server_uid.to_string();
+    let conns = CONNS.to_string();
+    let mut server = under_run(
+        shmlink,
+        rdv,
+        None,
+        server_flags,
+        prog,
+        &[mode, &uid, &conns],
+    )
+    .spawn()
+    .expect("start the server");
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the server's port");
+    let port = line.trim().to_string();
+    assert!(!port.is_empty(), "the server printed no port");
+    let client = under_run(
+        shmlink,
+        rdv,
+        client_uid,
+        client_flags,
+        prog,
+        &["client", &port, &conns, ROUNDS, SIZE],
+    )
+    .spawn()
+    .expect("start the client");
+    let c = finish(client, "client");
+    let s = finish(server, "server");
+    let client_log = String::from_utf8_lossy(&c.stderr).into_owned();
+    let server_log = String::from_utf8_lossy(&s.stderr).into_owned();
+    let out = String::from_utf8_lossy(&c.stdout).into_owned();
+    assert!(
+        c.status.success() && out.starts_with("ok "),
+        "client failed: {out}\n{client_log}\nserver:\n{server_log}"
+    );
+    assert!(s.status.success(), "server failed:\n{server_log}");
+    assert!(
+        server_log.contains(&format!("serving as uid {server_uid}")),
+        "{server_log}"
+    );
+    let ns_per_rt = out
+        .split_whitespace()
+        .nth(3)
+        .and_then(|v| v.parse().ok())
+        .expect("ns per round trip");
+    Pair {
+        server_log,
+        client_log,
+        ns_per_rt,
+    }
+}
+
+fn report(what: &str, tcp: &Pair, shm: &Pair) {
+    eprintln!(
+        "{what}: {CONNS} x {ROUNDS} round trips of {SIZE} B: TCP {:.1} us, shared memory \
+         {:.1} us per round trip: {:.1}x (debug build; a loaded machine; not asserted)",
+        tcp.ns_per_rt / 1e3,
+        shm.ns_per_rt / 1e3,
+        tcp.ns_per_rt / shm.ns_per_rt
+    );
+}
+
+/// A client of another uid (nobody) reaches a server that root started (it listens as
+/// root, then changes to nobody) on shared memory only when the server's side allows
+/// the client's uid with `--allow-uid`; without, it stays on TCP and its `--debug`
+/// output names the flag.
+#[test]
+fn a_nobody_client_gets_shared_memory_only_with_allow_uid() {
+    let scratch = Scratch::new("allow");
+    let Some((shmlink, prog)) = setup(&scratch) else {
+        return;
+    };
+    let rdv = scratch.0.join("rdv");
+
+    let plain = pair(&shmlink, &prog, &rdv, "server", &[], Some(NOBODY), &[]);
+    assert_eq!(
+        plain.shm(),
+        (0, 0),
+        "without --allow-uid the connections stay on TCP:\n{}",
+        plain.client_log
+    );
+    let reason = format!("must allow uid {NOBODY} with `shmlink run --allow-uid`");
+    assert!(
+        plain.client_log.contains(&reason),
+        "the client's --debug output says why ({reason:?}):\n{}",
+        plain.client_log
+    );
+
+    // The directory the first server made (0700) keeps nobody out even with the flag:
+    // an existing directory keeps its mode, and the server's log says so.
+    let kept_out = pair(
+        &shmlink,
+        &prog,
+        &rdv,
+        "server",
+        &["--allow-uid", "65534"],
+        Some(NOBODY),
+        &[],
+    );
+    assert_eq!(kept_out.shm(), (0, 0), "{}", kept_out.client_log);
+    assert!(
+        kept_out
+            .server_log
+            .contains("(mode 0o700, uid 0) keeps uids 65534 out"),
+        "{}",
+        kept_out.server_log
+    );
+    // A fresh one is made 0711 for the allowed users.
+    std::fs::remove_dir_all(&rdv).unwrap();
+    let allowed = pair(
+        &shmlink,
+        &prog,
+        &rdv,
+        "server",
+        &["--allow-uid", "65534"],
+        Some(NOBODY),
+        &[],
+    );
+    assert_eq!(
+        allowed.shm(),
+        (CONNS, CONNS),
+        "with --allow-uid every connection is on shared memory, on both sides:\n\
+         server:\n{}\nclient:\n{}",
+        allowed.server_log,
+        allowed.client_log
+    );
+    assert!(
+        allowed
+            .server_log
+            .contains(&format!("admits uids [{NOBODY}]")),
+        "{}",
+        allowed.server_log
+    );
+    report("nobody client, --allow-uid 65534", &plain, &allowed);
+}
+
+/// The same server with a root client: the registration was bound while the server was
+/// root, so a root client trusts it; every connection is on shared memory without any
+/// flag.
+#[test]
+fn a_root_client_gets_shared_memory_from_a_server_that_drops_after_listen() {
+    let scratch = Scratch::new("root");
+    let Some((shmlink, prog)) = setup(&scratch) else {
+        return;
+    };
+    let rdv = scratch.0.join("rdv");
+    let shm = pair(
+        &shmlink,
+        &prog,
+        &rdv,
+        "server",
+        &["--allow-uid", "65534"],
+        None,
+        &[],
+    );
+    assert_eq!(shm.shm(), (CONNS, CONNS), "{}", shm.server_log);
+}
+
+/// A server that changes to nobody before it listens (as `memcached -u nobody` does)
+/// registers as nobody, in a directory nobody may write: a root client takes shared
+/// memory only when it trusts uid 65534 with `--expect-uid`; without, it stays on TCP
+/// and its `--debug` output says why.
+#[test]
+fn a_root_client_trusts_a_server_listening_as_nobody_only_with_expect_uid() {
+    let scratch = Scratch::new("expect");
+    let Some((shmlink, prog)) = setup(&scratch) else {
+        return;
+    };
+    // A parent every user may create in (as /tmp): the nobody server makes rdv in it.
+    let public = scratch.0.join("public");
+    std::fs::create_dir(&public).unwrap();
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let rdv = public.join("rdv");
+
+    let plain = pair(&shmlink, &prog, &rdv, "server-early", &[], None, &[]);
+    assert_eq!(plain.shm(), (0, 0), "{}", plain.client_log);
+    assert!(
+        plain
+            .client_log
+            .contains(&format!("belongs to uid {NOBODY}, not to a trusted uid"))
+            && plain.client_log.contains("--expect-uid"),
+        "the client's --debug output says why:\n{}",
+        plain.client_log
+    );
+
+    let trusted = pair(
+        &shmlink,
+        &prog,
+        &rdv,
+        "server-early",
+        &[],
+        None,
+        &["--expect-uid", "65534"],
+    );
+    assert_eq!(
+        trusted.shm(),
+        (CONNS, CONNS),
+        "server:\n{}\nclient:\n{}",
+        trusted.server_log,
+        trusted.client_log
+    );
+    report("root client, --expect-uid 65534", &plain, &trusted);
+}
+
+/// A client the registration refuses is named in the server's `--debug` output too,
+/// with the library's reason and the flag that would admit it: the server stays root
+/// and allows uid 1000, a client of uid 65534 comes.
+#[test]
+fn a_refused_client_is_named_in_the_servers_debug_output() {
+    let scratch = Scratch::new("refused");
+    let Some((shmlink, prog)) = setup(&scratch) else {
+        return;
+    };
+    let rdv = scratch.0.join("rdv");
+    let p = pair_as(
+        &shmlink,
+        &prog,
+        &rdv,
+        ("server", 0),
+        &["--allow-uid", "1000"],
+        Some(NOBODY),
+        &[],
+    );
+    assert_eq!(p.shm(), (0, 0), "{}", p.server_log);
+    for log in [&p.server_log, &p.client_log] {
+        assert!(
+            log.contains("uid 65534 (gid 65534) may not connect (allowed: root, uids 1000)")
+                && log.contains("`--allow-uid 65534`"),
+            "the reason and the flag:\n{log}"
+        );
+    }
+    assert!(p.server_log.contains("client refused"), "{}", p.server_log);
+}
+
+/// `memcached -u nobody` (Debian's, `scripts/apps.sh install`) changes to nobody before
+/// it listens, so it registers as nobody: a root client under `shmlink run` reaches it
+/// on shared memory only with `--expect-uid 65534`; without, it stays on TCP and says
+/// why. Every `get` answer is checked by the client.
+#[test]
+fn memcached_as_nobody_serves_a_root_client_on_shared_memory_with_expect_uid() {
+    let scratch = Scratch::new("memcached");
+    let Some((shmlink, prog)) = setup(&scratch) else {
+        return;
+    };
+    let Some(memcached) = ["/usr/bin/memcached", "/usr/local/bin/memcached"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.is_file())
+    else {
+        shmlink::testing::skip(
+            "memcached",
+            "memcached is not installed (scripts/apps.sh install)",
+        );
+        return;
+    };
+    let public = scratch.0.join("public");
+    std::fs::create_dir(&public).unwrap();
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let rdv = public.join("rdv");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port()
+        .to_string();
+    let server = under_run(
+        &shmlink,
+        &rdv,
+        None,
+        &[],
+        memcached,
+        &["-u", "nobody", "-l", "127.0.0.1", "-p", &port, "-U", "0"],
+    )
+    .spawn()
+    .expect("start memcached");
+    let mut server = Reaped(Some(server));
+    // Registered once its socket file is there.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let registered = || {
+        std::fs::read_dir(&rdv).is_ok_and(|d| {
+            d.filter_map(|e| e.ok()).any(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .ends_with(&format!("-{port}.sock"))
+            })
+        })
+    };
+    while !registered() {
+        assert!(Instant::now() < deadline, "memcached never registered");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = |flags: &[&str]| {
+        let c = under_run(&shmlink, &rdv, None, flags, &prog, &["memc", &port, ROUNDS])
+            .spawn()
+            .unwrap();
+        let out = finish(c, "memcached client");
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success() && stdout.starts_with("ok "),
+            "{stdout}\n{log}"
+        );
+        let ns: f64 = stdout.split_whitespace().nth(3).unwrap().parse().unwrap();
+        let shm = log
+            .lines()
+            .filter(|l| l.ends_with("on shared memory"))
+            .count();
+        (shm, ns, log)
+    };
+    let (plain_shm, plain_ns, plain_log) = client(&[]);
+    assert_eq!(plain_shm, 0, "{plain_log}");
+    assert!(
+        plain_log.contains("belongs to uid 65534, not to a trusted uid")
+            && plain_log.contains("--expect-uid"),
+        "{plain_log}"
+    );
+    let (shm, ns, log) = client(&["--expect-uid", "65534"]);
+    assert_eq!(shm, 1, "{log}");
+    let mut child = server.0.take().unwrap();
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let server_log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        server_log
+            .lines()
+            .filter(|l| l.ends_with("on shared memory"))
+            .count(),
+        1,
+        "memcached's side of the one connection:\n{server_log}"
+    );
+    eprintln!(
+        "memcached -u nobody, root client: {ROUNDS} gets: TCP {:.1} us, shared memory {:.1} us \
+         per round trip: {:.1}x (debug build; a loaded machine; not asserted)",
+        plain_ns / 1e3,
+        ns / 1e3,
+        plain_ns / ns
+    );
+}
+
+/// In the attacker's process (this test binary run again as nobody, see
+/// [`an_allowed_uid_cannot_claim_another_users_connection`]): connects to the
+/// registration named in `XUID_ATTACK` (`NAME SERVER_PORT CLIENT_PORT`, both on
+/// 127.0.0.1) and claims that TCP connection; prints the answer byte.
+#[test]
+fn attacker_helper() {
+    let Ok(spec) = std::env::var("XUID_ATTACK") else {
+        return; // not the attacker's process: nothing to do
+    };
+    let f: Vec<&str> = spec.split_whitespace().collect();
+    let (name, server, client) = (
+        f[0],
+        f[1].parse::<u16>().unwrap(),
+        f[2].parse::<u16>().unwrap(),
+    );
+    let opts = shmlink::Options::default()
+        .in_process(false)
+        .prepare_ahead(false)
+        .connect_timeout(Duration::from_secs(2));
+    let mut c = shmlink::Connection::connect(&format!("shm:{name}"), &opts).expect("connect");
+    assert_eq!(c.recv_vec().unwrap(), [2], "READY");
+    let mut claim = b"SLPC\x01".to_vec();
+    for port in [server, client] {
+        claim.extend_from_slice(&std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped().octets());
+        claim.extend_from_slice(&port.to_be_bytes());
+    }
+    c.send(&claim).unwrap();
+    let answer = c.recv_vec().unwrap();
+    println!("answer {}", answer.first().copied().unwrap_or(255));
+}
+
+/// A client of an allowed uid may claim only its own TCP connections: nobody, allowed
+/// by `--allow-uid 65534`, claims a connection root made to the same server (its four
+/// addresses are public in /proc/net/tcp) before the server accepted it. The claim is
+/// answered no, and root's connection stays a working TCP connection. Before the check,
+/// the answer was yes and the server program would have talked to nobody in root's place.
+#[test]
+fn an_allowed_uid_cannot_claim_another_users_connection() {
+    let scratch = Scratch::new("hijack");
+    let Some((shmlink, prog)) = setup(&scratch) else {
+        return;
+    };
+    let rdv = scratch.0.join("rdv");
+    // A server that stays root (setuid(0)), admitting nobody's clients, serving two
+    // connections one after the other.
+    let mut server = under_run(
+        &shmlink,
+        &rdv,
+        None,
+        &["--allow-uid", "65534"],
+        &prog,
+        &["server", "0", "2"],
+    )
+    .spawn()
+    .expect("start the server");
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the server's port");
+    let port: u16 = line.trim().parse().expect("a port");
+    let server = Reaped(Some(server));
+    use std::io::{Read, Write};
+    // The first connection keeps the server busy; the second waits in its backlog.
+    let mut first = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    first.write_all(b"x").unwrap();
+    let mut b = [0u8; 1];
+    first.read_exact(&mut b).unwrap();
+    let mut victim = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let victim_port = victim.local_addr().unwrap().port();
+    let name = std::fs::read_dir(&rdv)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("tcp-") && n.ends_with(".sock"))
+        .expect("the registration")
+        .trim_end_matches(".sock")
+        .to_string();
+    let exe = scratch.0.join("cross_uid_test");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(&exe)
+        .args([
+            "--exact",
+            "attacker_helper",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("XUID_ATTACK", format!("{name} {port} {victim_port}"))
+        .env("SHMLINK_DIR", &rdv)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("answer 0"),
+        "nobody's claim of root's connection is answered no:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Root's connection is intact once the server gets to it.
+    drop(first);
+    victim
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    victim.write_all(b"still mine").unwrap();
+    let mut echo = [0u8; 10];
+    victim.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"still mine");
+    drop(victim);
+    drop(server);
+}
+
+/// A child killed on drop.
+struct Reaped(Option<Child>);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
