@@ -33,7 +33,7 @@ pub const PEER_CMD: &str = "__bench-peer";
 /// #N is flipped), `scribble:N` (a byte in the middle of every data message from #N on
 /// is flipped). The data is damaged by its sender: the peer in latency mode, the driver
 /// in throughput mode; see [`Fault`].
-pub const FAULT_ENV: &str = "SHMLINK_BENCH_FAULT";
+pub use crate::fault::FAULT_ENV;
 
 /// One run, as the orchestrator asks for it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
