@@ -9,8 +9,9 @@
 //! ends). A preloaded client run counts only if every one of its connections really
 //! went over shared memory, on both sides ([`moved`]): the client's and the server's debug
 //! logs (`SHMLINK_LOG=debug`) must name the same connections as moved, at least as many
-//! as the run opens (50 per redis-benchmark test for `-c 50`, 64 for `wrk -c 64`, …;
-//! [`Case::connections`]), and neither may name a connection that stayed on TCP. A row
+//! as the run opens (50 per redis-benchmark test for `-c 50`, 64 for `wrk -c 64`, …)
+//! and, for redis and nginx, exactly as many as the server itself counts ([`accepted`]);
+//! neither may name a connection that stayed on TCP. A row
 //! whose runs failed is marked failed and the program exits 1; programs that are not
 //! installed are skipped with the reason (`scripts/apps.sh install` installs them).
 
@@ -294,30 +295,79 @@ impl Env {
         Ok((stdout, stderr))
     }
 
-    /// Runs the client `c` of a run with at least `conns` connections to `port`, whose
-    /// server logs to `server_logs`: its stdout. A preloaded run must have moved every
-    /// connection onto shared memory ([`moved`]).
+    /// Runs the client `c` of a run with at least `conns` connections to `server`'s port:
+    /// its stdout. A preloaded run must have moved every connection onto shared memory
+    /// ([`moved`]); where the server program counts the connections it accepts (redis,
+    /// nginx: [`accepted`]), exactly that many.
     fn run(
         &self,
         c: Command,
         pre: bool,
-        (port, conns): (u16, usize),
-        server_logs: &[PathBuf],
+        server: &ServerAt,
+        conns: usize,
         limit: Duration,
     ) -> Result<String, String> {
         let prog = c.get_program().to_string_lossy().into_owned();
-        let before: Vec<usize> = server_logs.iter().map(|p| read(p).len()).collect();
+        let before: Vec<usize> = server.logs.iter().map(|p| read(p).len()).collect();
+        let count = || accepted(&server.app, server.port).transpose();
+        let accepted_before = if pre { count()? } else { None };
         let (stdout, stderr) = self.client(c, limit)?;
         if pre {
-            let server: String = server_logs
+            // The counting connections are the bench's own (plain TCP): one per count.
+            let accepted = match (accepted_before, count()?) {
+                (Some(b), Some(a)) => Some(a.saturating_sub(b + 1) as usize),
+                _ => None,
+            };
+            let log: String = server
+                .logs
                 .iter()
                 .zip(before)
                 .map(|(p, at)| read(p).get(at..).unwrap_or_default().to_string())
                 .collect();
-            moved(&stderr, &server, port, conns).map_err(|e| format!("{prog}: {e}"))?;
+            moved(&stderr, &log, server.port, (conns, accepted))
+                .map_err(|e| format!("{prog}: {e}"))?;
         }
         Ok(stdout)
     }
+}
+
+/// A running server: its program (`redis`, `nginx`, …), port and the files its stderr
+/// goes to.
+struct ServerAt {
+    app: String,
+    port: u16,
+    logs: Vec<PathBuf>,
+}
+
+/// The connections the `app` server on `port` has accepted so far, by its own count,
+/// asked over a plain TCP connection of this process (counted too): redis's
+/// `total_connections_received` (`INFO stats`), nginx's `accepts` (`stub_status`); `None`
+/// for programs that do not count.
+fn accepted(app: &str, port: u16) -> Option<Result<u64, String>> {
+    let (request, key): (&[u8], &str) = match app {
+        "redis" => (b"INFO stats\r\nQUIT\r\n", "total_connections_received:"),
+        "nginx" => (
+            b"GET /shmlink-status HTTP/1.0\r\n\r\n",
+            "server accepts handled requests",
+        ),
+        _ => return None,
+    };
+    let ask = || -> Result<u64, String> {
+        use std::io::Write;
+        let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(|e| e.to_string())?;
+        s.write_all(request).map_err(|e| e.to_string())?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).map_err(|e| e.to_string())?;
+        let after = &text[text.find(key).ok_or(format!("no {key:?} in {text:?}"))? + key.len()..];
+        after
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .ok_or(format!("no count after {key:?} in {text:?}"))
+    };
+    Some(ask().map_err(|e| format!("count the {app} server's connections: {e}")))
 }
 
 /// A file's text ("" if unreadable).
@@ -328,9 +378,15 @@ fn read(path: &std::path::Path) -> String {
 /// Checks the preload's debug lines of one preloaded client run (`client`: its stderr;
 /// `server`: what its server logged meanwhile) against `port`: the client moved at
 /// least `conns` connections to `port` onto shared memory (`A -> B: fd N on shared
-/// memory`), the server moved exactly the same ones (`B <- A: …`), and neither logged a
-/// connection that stayed on TCP.
-fn moved(client: &str, server: &str, port: u16, conns: usize) -> Result<(), String> {
+/// memory`), and exactly `accepted`, the server's own count of the run's connections,
+/// where it has one; the server moved exactly the same ones (`B <- A: …`), and neither
+/// logged a connection that stayed on TCP.
+fn moved(
+    client: &str,
+    server: &str,
+    port: u16,
+    (conns, accepted): (usize, Option<usize>),
+) -> Result<(), String> {
     let to = format!(":{port}");
     // `shmlink-preload[PID]: WHAT`
     let what = |l: &str| l.split_once("]: ").map(|(_, w)| w.to_string());
@@ -372,6 +428,13 @@ fn moved(client: &str, server: &str, port: u16, conns: usize) -> Result<(), Stri
         return Err(format!(
             "{} of the run's {conns} connections moved to shared memory (the client's log; \
              SHMLINK_LOG=debug lines \"… on shared memory\")",
+            mine.len()
+        ));
+    }
+    if let Some(n) = accepted.filter(|&n| n != mine.len()) {
+        return Err(format!(
+            "the server accepted {n} connections in the run, {} of them moved to shared \
+             memory",
             mine.len()
         ));
     }
@@ -482,16 +545,16 @@ fn number_after(out: &str, key: &str) -> Option<f64> {
     })
 }
 
-/// One client run of `case` against the server at `port` (which logs to `logs`): its
-/// samples.
+/// One client run of `case` against `server`: its samples.
 fn run_case(
     env: &Env,
     case: &str,
-    (port, logs): (u16, &[PathBuf]),
+    server: &ServerAt,
     a: &Args,
     pre: bool,
 ) -> Result<Vec<Sample>, String> {
     let cpu = env.client_cpu;
+    let port = server.port;
     let limit = Duration::from_secs(u64::from(a.secs) * 4 + 60);
     let p = port.to_string();
     let secs = a.secs.to_string();
@@ -508,7 +571,7 @@ fn run_case(
                 50
             };
             // Each test (SET, GET) opens its own connections.
-            let out = env.run(c, pre, (port, 2 * conns), logs, limit)?;
+            let out = env.run(c, pre, server, 2 * conns, limit)?;
             let rows = redis_csv(&out);
             let mut v = Vec::new();
             for (test, rps, p50) in rows {
@@ -530,7 +593,7 @@ fn run_case(
             c.args(["-t", "1", "-c", conns, "-d"])
                 .arg(format!("{secs}s"))
                 .arg(format!("http://127.0.0.1:{p}/f4k"));
-            let out = env.run(c, pre, (port, conns.parse().unwrap_or(1)), logs, limit)?;
+            let out = env.run(c, pre, server, conns.parse().unwrap_or(1), limit)?;
             if out.contains("Socket errors") || out.contains("Non-2xx") {
                 return Err(format!("wrk reported errors: {}", out.trim()));
             }
@@ -541,7 +604,7 @@ fn run_case(
             let mut c = env.cmd("iperf3", cpu, pre);
             c.args(["-c", "127.0.0.1", "-p", &p, "-J", "-t", &secs]);
             // The control connection and one data stream.
-            let out = env.run(c, pre, (port, 2), logs, limit)?;
+            let out = env.run(c, pre, server, 2, limit)?;
             let j: serde_json::Value =
                 serde_json::from_str(&out).map_err(|e| format!("iperf3 -J: {e}"))?;
             let bps = j["end"]["sum_received"]["bits_per_second"]
@@ -569,7 +632,7 @@ fn run_case(
                 "-t",
             ])
             .arg(&secs);
-            let out = env.run(c, pre, (port, 1), logs, limit)?;
+            let out = env.run(c, pre, server, 1, limit)?;
             let p50 = number_after(&out, "percentile 50.000").ok_or("sockperf printed no p50")?;
             Ok(vec![("64 B p50 (half RTT)".into(), "us", false, p50)])
         }
@@ -587,7 +650,7 @@ fn run_case(
                 "-t",
             ])
             .arg(&secs);
-            let out = env.run(c, pre, (port, 1), logs, limit)?;
+            let out = env.run(c, pre, server, 1, limit)?;
             let r =
                 number_after(&out, "Message Rate is").ok_or("sockperf printed no message rate")?;
             Ok(vec![("64 B msg/s".into(), "msg/s", true, r)])
@@ -596,9 +659,8 @@ fn run_case(
     }
 }
 
-/// Starts the plain (`pre` false) or preloaded server of `app`; its port and the files
-/// its stderr goes to.
-fn start_server(env: &Env, app: &str, pre: bool) -> Result<(Server, u16, Vec<PathBuf>), String> {
+/// Starts the plain (`pre` false) or preloaded server of `app`.
+fn start_server(env: &Env, app: &str, pre: bool) -> Result<(Server, ServerAt), String> {
     let port = free_port()?;
     let cpu = env.server_cpu;
     let tag = if pre { "shm" } else { "tcp" };
@@ -631,7 +693,8 @@ fn start_server(env: &Env, app: &str, pre: bool) -> Result<(Server, u16, Vec<Pat
                  sendfile on;\n  client_body_temp_path {dd}/tmp;\n  proxy_temp_path {dd}/tmp;\n\
                  fastcgi_temp_path {dd}/tmp;\n  uwsgi_temp_path {dd}/tmp;\n\
                  scgi_temp_path {dd}/tmp;\n\
-                 server {{ listen 127.0.0.1:{port}; root {dd}/www; }}\n}}\n"
+                 server {{ listen 127.0.0.1:{port}; root {dd}/www;\n\
+                 location = /shmlink-status {{ stub_status; }} }}\n}}\n"
             );
             std::fs::write(d.join("nginx.conf"), conf).map_err(|e| e.to_string())?;
             let mut c = env.cmd("nginx", cpu, pre);
@@ -664,7 +727,14 @@ fn start_server(env: &Env, app: &str, pre: bool) -> Result<(Server, u16, Vec<Pat
         // Where nginx's stderr goes once it runs.
         logs.push(env.dir.join(format!("nginx-{tag}")).join("error.log"));
     }
-    Ok((s, port, logs))
+    Ok((
+        s,
+        ServerAt {
+            app: app.to_string(),
+            port,
+            logs,
+        },
+    ))
 }
 
 /// The client cases of `app` and the programs they need.
@@ -715,7 +785,7 @@ fn bench_app(env: &Env, app: &str, a: &Args) -> Vec<Row> {
         let s = start_server(env, app, true)?;
         Ok((t, s))
     });
-    let ((_tcp_server, tcp_port, tcp_logs), (_shm_server, shm_port, shm_logs)) = match servers {
+    let ((_tcp_server, tcp_at), (_shm_server, shm_at)) = match servers {
         Ok(s) => s,
         Err(e) => return list.iter().map(|c| row(c, None, Some(e.clone()))).collect(),
     };
@@ -731,11 +801,7 @@ fn bench_app(env: &Env, app: &str, a: &Args) -> Vec<Row> {
                     a.rounds,
                     if pre { "shmlink" } else { "TCP" }
                 );
-                let server = if pre {
-                    (shm_port, &shm_logs[..])
-                } else {
-                    (tcp_port, &tcp_logs[..])
-                };
+                let server = if pre { &shm_at } else { &tcp_at };
                 match run_case(env, case, server, a, pre) {
                     Ok(samples) => {
                         for (metric, unit, hib, v) in samples {
@@ -943,27 +1009,35 @@ mod tests {
     #[test]
     fn every_connection_must_move_on_both_sides() {
         let (c, s) = (lines(40000..40050, true), lines(40000..40050, false));
-        assert_eq!(moved(&c, &s, 7000, 50), Ok(()));
+        assert_eq!(moved(&c, &s, 7000, (50, None)), Ok(()));
         // One connection short of the run's 50 (it stayed on TCP without a word).
         let e = moved(
             &lines(40000..40049, true),
             &lines(40000..40049, false),
             7000,
-            50,
+            (50, None),
         );
         assert!(e.unwrap_err().contains("49 of the run's 50"));
         // The server did not take one of the client's.
-        let e = moved(&c, &lines(40001..40050, false), 7000, 50).unwrap_err();
+        let e = moved(&c, &lines(40001..40050, false), 7000, (50, None)).unwrap_err();
         assert!(e.contains("only the client's: [127.0.0.1:40000]"), "{e}");
         // Another port's connections do not count.
-        assert!(moved(&c, &s, 7001, 1).is_err());
+        assert!(moved(&c, &s, 7001, (1, None)).is_err());
         // A connection that stayed on TCP fails the run, whoever says it.
         let tcp = "shmlink-preload[9]: connect 127.0.0.1:7000: claim refused; plain TCP\n";
-        assert!(moved(&(c.clone() + tcp), &s, 7000, 50).is_err());
+        assert!(moved(&(c.clone() + tcp), &s, 7000, (50, None)).is_err());
         let no = "shmlink-preload[8]: claim 127.0.0.1:7000 <- 127.0.0.1:40077: no\n";
-        assert!(moved(&c, &(s.clone() + no), 7000, 50).is_err());
+        assert!(moved(&c, &(s.clone() + no), 7000, (50, None)).is_err());
+        // The server accepted 51 connections of the run (its own count): one more than
+        // the logs name, which went to TCP unseen.
+        let e = moved(&c, &s, 7000, (50, Some(51))).unwrap_err();
+        assert!(
+            e.contains("accepted 51 connections in the run, 50 of them"),
+            "{e}"
+        );
+        assert_eq!(moved(&c, &s, 7000, (50, Some(50))), Ok(()));
         // No preload (SHMLINK_PRELOAD=off): nothing logged.
-        assert!(moved("", "", 7000, 1)
+        assert!(moved("", "", 7000, (1, None))
             .unwrap_err()
             .contains("0 of the run's 1"));
     }
