@@ -17,7 +17,7 @@
 //!   receives and checks them all and answers once; messages per second over the whole.
 //!
 //! Every message is a data message of [`shmlink_measure::payload`] and is checked the
-//! way the point-to-point bench checks it, by the same code ([`Checker`]): its length and
+//! way the point-to-point bench checks it, by the same code ([`Checker`](shmlink_measure::verify::Checker)): its length and
 //! both copies of its sequence number always, every byte for the first laps and for a
 //! random one in 16 chosen from a seed the checking ends share
 //! ([`shmlink_measure::verify`]). `SHMLINK_BENCH_FAULT=corrupt:N|scribble:N` makes the
