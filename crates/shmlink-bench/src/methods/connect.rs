@@ -19,7 +19,7 @@
 //! copies of the sequence number, the checksum over every other byte): the server the
 //! message it received (a wrong one is said on its stderr, and the connection closed
 //! unanswered), the client the echo. A `shmlink-*` connection must be on shared memory
-//! ([`Transport::Shm`](shmlink::Transport::Shm); `auto:` must have upgraded). `SHMLINK_BENCH_FAULT=corrupt:N|
+//! ([`Transport::Shm`](::shmlink::Transport::Shm); `auto:` must have upgraded). `SHMLINK_BENCH_FAULT=corrupt:N|
 //! scribble:N` makes the client damage what it sends (for tests: the run must fail); the
 //! run then lasts until connection #N at least ([`measure`](crate::methods::connect::measure)).
 
