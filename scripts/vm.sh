@@ -217,7 +217,8 @@ cmd_accel() {
 cmd_viommu() {
   local accel=$1
   if [ -n "${SHMLINK_VM_VIOMMU:-}" ]; then echo "$SHMLINK_VM_VIOMMU"; return; fi
-  if [ -f "$work/viommu-$accel" ]; then cat "$work/viommu-$accel"; return; fi
+  # A cached 1 only (a 0 an older vm.sh cached is probed again).
+  if [ "$(cat "$work/viommu-$accel" 2>/dev/null)" = 1 ]; then echo 1; return; fi
   local ok=0 d; d=$(mktemp -d /tmp/shmlink-vm-probe.XXXXXX)
   guest_initrd "$d" a 'test -d /sys/class/iommu/dmar0 && test -e /sys/bus/pci/drivers/vfio-pci'
   truncate -s 16M "$d/region"
