@@ -15,13 +15,15 @@
 //!
 //! The message of connection #i (counted from 0 at both ends, warm-up included) is data
 //! message #i of [`shmlink_measure::payload`], and both ends check all of it as the
-//! point-to-point bench does, with the same code ([`payload::verify`](shmlink_measure::payload::verify): length, both
-//! copies of the sequence number, the checksum over every other byte): the server the
-//! message it received (a wrong one is said on its stderr, and the connection closed
-//! unanswered), the client the echo. A `shmlink-*` connection must be on shared memory
-//! ([`Transport::Shm`](::shmlink::Transport::Shm); `auto:` must have upgraded). `SHMLINK_BENCH_FAULT=corrupt:N|
-//! scribble:N` makes the client damage what it sends (for tests: the run must fail); the
-//! run then lasts until connection #N at least ([`measure`](crate::methods::connect::measure)).
+//! point-to-point bench does, with the same code
+//! ([`payload::verify`](shmlink_measure::payload::verify): length, both copies of the
+//! sequence number, the checksum over every other byte): the server the message it
+//! received (a wrong one is said on its stderr, and the connection closed unanswered),
+//! the client the echo. A `shmlink-*` connection must be on shared memory
+//! ([`Transport::Shm`](::shmlink::Transport::Shm): `auto:` must have upgraded).
+//! `SHMLINK_BENCH_FAULT=corrupt:N|scribble:N` makes the client damage what it sends (for
+//! tests: the run must fail); the run then lasts until connection #N at least
+//! ([`measure`](crate::methods::connect::measure)).
 
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
