@@ -2,8 +2,11 @@
 # The vm: transport between two QEMU guests and between a guest and the host (one boot,
 # TCG here, ~1-2 min): scripts/test.sh runs it. Every check is the shmlink CLI's own
 # verified pong runs (each message's sequence number and checksum are checked by the
-# server) read back from the guests' consoles. Where QEMU cannot run, every check is
-# reported as skipped (the skip log, category qemu), never as passed.
+# server) read back from the guests' consoles, and the exit status of `scripts/vm.sh run`
+# (every guest's and the host's command) counts as a check of its own. Where QEMU cannot
+# run, every check is reported as skipped (the skip log, category qemu), never as passed;
+# with SHMLINK_REQUIRE naming qemu (or all) every such skip, guest_rung_by_msix's (no
+# virtual IOMMU) included, is a failure.
 #
 #   scripts/vm-test.sh            ends with "vm guests: N passed, N failed[, N skipped]"
 #                                 and the same as a libtest "test result:" line
@@ -16,7 +19,7 @@ checks=(guest_ordered_100k guest_sizes_1b_16mib guest_latency guest_killed_proce
   guest_conform_echo guest_conform_flow_control guest_conform_nonblocking_poll
   guest_conform_graceful_close host_guest_conform_echo host_guest_conform_flow_control
   host_guest_conform_nonblocking_poll host_guest_conform_graceful_close guest_ls_vm
-  guest_rung_by_msix)
+  guest_rung_by_msix vm_run_exit_status)
 
 skip_all() {
   echo "vm-test: SKIPPED (qemu): $1"
@@ -135,9 +138,16 @@ if [ "$(scripts/vm.sh viommu)" = 1 ]; then
   echo "vm-test: guest b's vfio-msix[0] count after the spin-0 pong: ${irqs:-none}"
   check guest_rung_by_msix "$ok"
 else
-  line="SKIPPED scripts/test.sh::vm_guest_rung_by_msix: no virtual IOMMU for the guests (scripts/vm.sh viommu) [qemu]"
-  echo "$line" >&2
-  [ -z "${SHMLINK_SKIP_LOG:-}" ] || echo "$line" >>"$SHMLINK_SKIP_LOG"
+  why="no virtual IOMMU for the guests (scripts/vm.sh viommu)"
+  case ",${SHMLINK_REQUIRE:-}," in
+    *,qemu,* | *,all,*)
+      echo "vm-test: guest_rung_by_msix cannot run: $why, but SHMLINK_REQUIRE=$SHMLINK_REQUIRE"
+      check guest_rung_by_msix 1 ;;
+    *)
+      line="SKIPPED scripts/test.sh::vm_guest_rung_by_msix: $why [qemu]"
+      echo "$line" >&2
+      [ -z "${SHMLINK_SKIP_LOG:-}" ] || echo "$line" >>"$SHMLINK_SKIP_LOG" ;;
+  esac
 fi
 auto() { # size, transport: the client's JSON line and the server's verified run agree
   [ "$(has "$gb" "\"transport\":\"$2\",\"size\":$1,")" = 0 ] &&
@@ -163,7 +173,10 @@ done
 check guest_ls_vm $ok
 conform guest_conform "$cg" "$ga"
 conform host_guest_conform "$ch" "$host"
+# Every guest command and the host command ran to its end with status 0 (a guest that
+# timed out or a command that failed shows here even where the lines above were printed).
 [ "$rc" = 0 ] || echo "vm-test: scripts/vm.sh run exited $rc"
+check vm_run_exit_status "$rc"
 echo "vm guests: $pass passed, $fail failed"
 # The same in libtest's words, which scripts/test.sh's closing count reads.
 echo "test result: $([ "$fail" = 0 ] && echo ok || echo FAILED). $pass passed; $fail failed; 0 ignored; 0 measured; 0 filtered out (vm guests)"

@@ -12,7 +12,7 @@
 #                                  else tcg ($SHMLINK_VM_ACCEL overrides)
 #   scripts/vm.sh viommu           print 1 if guests boot on q35 with a virtual IOMMU
 #                                  (intel-iommu, so vfio-pci can deliver doorbells to
-#                                  guests; cached in target/vm/viommu-ACCEL), else 0
+#                                  guests; a success is cached in target/vm/viommu-ACCEL), else 0
 #                                  ($SHMLINK_VM_VIOMMU overrides)
 #   scripts/vm.sh run [options]    boot guests a and b (and run a host command), print each
 #                                  one's output, exit non-zero if any command failed
@@ -212,12 +212,13 @@ cmd_accel() {
 }
 
 # Whether guests boot on q35 with a virtual IOMMU under accel $1: a guest must boot and
-# see its IOMMU within 30 s (cached in target/vm/viommu-ACCEL; $SHMLINK_VM_VIOMMU=0|1
+# see its IOMMU within 30 s (a success is cached in target/vm/viommu-ACCEL; $SHMLINK_VM_VIOMMU=0|1
 # overrides). Else the old machine (i440fx, no IOMMU: guests are not rung, they poll).
 cmd_viommu() {
   local accel=$1
   if [ -n "${SHMLINK_VM_VIOMMU:-}" ]; then echo "$SHMLINK_VM_VIOMMU"; return; fi
-  if [ -f "$work/viommu-$accel" ]; then cat "$work/viommu-$accel"; return; fi
+  # A cached 1 only (a 0 an older vm.sh cached is probed again).
+  if [ "$(cat "$work/viommu-$accel" 2>/dev/null)" = 1 ]; then echo 1; return; fi
   local ok=0 d; d=$(mktemp -d /tmp/shmlink-vm-probe.XXXXXX)
   guest_initrd "$d" a 'test -d /sys/class/iommu/dmar0 && test -e /sys/bus/pci/drivers/vfio-pci'
   truncate -s 16M "$d/region"
@@ -229,7 +230,9 @@ cmd_viommu() {
       tail -5 "$d/log" "$d/out" 2>/dev/null; } >&2
   fi
   rm -rf "$d"
-  echo "$ok" >"$work/viommu-$accel"
+  # Only a success is cached: a probe that failed once (a slow boot, a busy machine) is
+  # tried again next time instead of turning the doorbell check off for good.
+  [ "$ok" = 0 ] || echo "$ok" >"$work/viommu-$accel"
   echo "$ok"
 }
 

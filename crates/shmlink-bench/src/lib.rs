@@ -8,8 +8,10 @@
 //! - [`suite`]: many runs, interleaved across methods in rounds, summarised;
 //!   [`report`]: the table, JSON and CSV; [`plot`]: the SVG/PNG charts.
 //! - [`brokers`]: Redis and RabbitMQ pub/sub clients, the brokers' addresses.
+//! - [`fault`]: `SHMLINK_BENCH_FAULT`, which pattern injects which fault.
 
 pub mod brokers;
+pub mod fault;
 pub mod method;
 pub mod methods;
 pub mod plot;

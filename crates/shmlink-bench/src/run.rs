@@ -33,7 +33,7 @@ pub const PEER_CMD: &str = "__bench-peer";
 /// #N is flipped), `scribble:N` (a byte in the middle of every data message from #N on
 /// is flipped). The data is damaged by its sender: the peer in latency mode, the driver
 /// in throughput mode; see [`Fault`].
-pub const FAULT_ENV: &str = "SHMLINK_BENCH_FAULT";
+pub use crate::fault::FAULT_ENV;
 
 /// One run, as the orchestrator asks for it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -133,11 +133,27 @@ pub(crate) fn inherit_and_die_with_parent(cmd: &mut Command, fds: Vec<RawFd>) {
     }
 }
 
+/// The CPUs this process could run on before [`pin`] narrowed them.
+static UNPINNED: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+
+/// Pins the calling thread (the process's main thread: its mask is the process's in
+/// `/proc/self/status`) to `cpu`, after noting the CPUs it had ([`unpinned_cpus`]).
 pub(crate) fn pin(cpu: Option<usize>) -> io::Result<()> {
     if let Some(cpu) = cpu {
+        UNPINNED.get_or_init(shmlink_measure::cpus::allowed_cpus);
         shmlink_measure::sys::pin_to_cpu(cpu)?;
     }
     Ok(())
+}
+
+/// The CPUs this process could run on before [`pin`] pinned it (all it may run on if it
+/// was not pinned): where a library's own threads run, like the unpinned processes of
+/// the library's own benchmark (ZeroMQ's I/O thread, see `methods::zmq`).
+pub(crate) fn unpinned_cpus() -> Vec<usize> {
+    UNPINNED
+        .get()
+        .cloned()
+        .unwrap_or_else(shmlink_measure::cpus::allowed_cpus)
 }
 
 /// Runs `spec` in this process (the driver) with a peer started from `exe`.

@@ -88,3 +88,26 @@ pub fn cstring(s: &str) -> io::Result<CString> {
 pub fn proc_sys(path: &str) -> Option<usize> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
+
+/// Runs `f` with the calling thread allowed on `cpus` (the threads `f` starts keep that
+/// mask: a library's helper threads, not pinned with the caller), then gives the thread
+/// its own mask back.
+pub(crate) fn with_cpus<T>(cpus: &[usize], f: impl FnOnce() -> T) -> io::Result<T> {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
+    let mut own: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `own` is a valid cpu_set_t of `size` bytes for the kernel to fill.
+    syscall!(sched_getaffinity(0, size, &mut own)).map_err(ctx("sched_getaffinity"))?;
+    // SAFETY: as above.
+    let mut wide: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+        // SAFETY: `cpu` is below CPU_SETSIZE (filtered above).
+        unsafe { libc::CPU_SET(cpu, &mut wide) };
+    }
+    // SAFETY: `wide` is a valid cpu_set_t of `size` bytes.
+    syscall!(sched_setaffinity(0, size, &wide)).map_err(ctx("sched_setaffinity (widen)"))?;
+    let out = f();
+    // SAFETY: `own` is a valid cpu_set_t of `size` bytes.
+    syscall!(sched_setaffinity(0, size, &own)).map_err(ctx("sched_setaffinity (restore)"))?;
+    Ok(out)
+}

@@ -543,6 +543,16 @@ pub enum Fault {
     Scribble(u64),
 }
 
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::Exit(n) => write!(f, "exit:{n}"),
+            Fault::Corrupt(n) => write!(f, "corrupt:{n}"),
+            Fault::Scribble(n) => write!(f, "scribble:{n}"),
+        }
+    }
+}
+
 impl Fault {
     /// Parses `exit:N`, `corrupt:N` or `scribble:N`.
     pub fn parse(text: &str) -> Option<Fault> {
@@ -556,8 +566,17 @@ impl Fault {
         }
     }
 
+    /// The first data message this fault damages (`None` for [`Fault::Exit`]): a run
+    /// with fewer messages never injects it.
+    pub fn first_damaged(self) -> Option<u64> {
+        match self {
+            Fault::Exit(_) => None,
+            Fault::Corrupt(n) | Fault::Scribble(n) => Some(n),
+        }
+    }
+
     /// Whether this fault damages data message `seq`.
-    fn hits(self, seq: u64) -> bool {
+    pub fn hits(self, seq: u64) -> bool {
         match self {
             Fault::Exit(_) => false,
             Fault::Corrupt(n) => seq == n,
@@ -565,8 +584,8 @@ impl Fault {
         }
     }
 
-    /// Damages `msg`, data message `seq`, if this fault hits it.
-    fn damage(self, msg: &mut [u8], seq: u64) {
+    /// Damages `msg`, data message `seq` ([`crate::payload`]), if this fault hits it.
+    pub fn damage(self, msg: &mut [u8], seq: u64) {
         if !self.hits(seq) || msg.is_empty() {
             return;
         }

@@ -33,6 +33,18 @@ def join(p, timeout=60):
 
 
 @pytest.fixture
+def sigint_raises():
+    """Python's own SIGINT handler (KeyboardInterrupt) for the test, restored after it. A
+    process started with SIGINT ignored (a background job of a non-interactive shell,
+    nohup, many CI runners) keeps it ignored, and Python then installs no handler: a test
+    that waits for its KeyboardInterrupt would wait for nothing."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    # None: the handler was not set from Python; the default is the closest there is.
+    signal.signal(signal.SIGINT, signal.SIG_DFL if old is None else old)
+
+
+@pytest.fixture
 def echo_server(addr):
     ready = ctx.Event()
     p = start(peers.echo_server, addr, ready)
@@ -309,7 +321,7 @@ def test_other_transports(tmp_path):
             server.close()
 
 
-def test_keyboardinterrupt_during_a_blocking_recv_returns_promptly(addr):
+def test_keyboardinterrupt_during_a_blocking_recv_returns_promptly(addr, sigint_raises):
     assert threading.current_thread() is threading.main_thread()
     with shmlink.listen(addr) as listener:
         client, server = peers.pair(listener, addr)
@@ -335,7 +347,7 @@ def test_keyboardinterrupt_during_a_blocking_recv_returns_promptly(addr):
         server.close()
 
 
-def test_keyboardinterrupt_from_a_child_process_during_accept(addr):
+def test_keyboardinterrupt_from_a_child_process_during_accept(addr, sigint_raises):
     import subprocess
     import sys
 
@@ -371,7 +383,7 @@ def test_send_and_recv_from_two_threads_at_once(addr):
         b.close()
 
 
-def test_keyboardinterrupt_during_a_send_to_a_full_ring(addr):
+def test_keyboardinterrupt_during_a_send_to_a_full_ring(addr, sigint_raises):
     with shmlink.listen(addr, ring_size=4096) as listener:
         client, server = peers.pair(listener, addr, ring_size=4096)
 

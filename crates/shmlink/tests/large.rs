@@ -212,9 +212,10 @@ fn sixty_four_mib_nonblocking_in_process() {
 
 /// The largest message a connection accepts (`max_msg_size` at its limit, 1 GiB), once,
 /// through the default ring into a caller's buffer. Ignored by default: it needs about
-/// 3 GiB of memory. `cargo test -p shmlink --test large -- --ignored`.
+/// 3 GiB of memory; `scripts/test.sh --long` runs it (`cargo test --release -p shmlink
+/// --test large -- --ignored`).
 #[test]
-#[ignore = "needs ~3 GiB of memory; run with --ignored"]
+#[ignore = "needs ~3 GiB of memory; scripts/test.sh --long runs it"]
 fn one_gib_at_the_largest_maximum() {
     within(Duration::from_secs(600), || {
         const GIB: usize = shmlink::MAX_MSG_SIZE_LIMIT;

@@ -12,14 +12,30 @@
 //! - `tcp`: a plain TCP socket on 127.0.0.1 (`std::net`), `TCP_NODELAY`.
 //!
 //! The server serves one connection at a time in one thread, like a plain accept loop.
+//!
+//! The message of connection #i (counted from 0 at both ends, warm-up included) is data
+//! message #i of [`shmlink_measure::payload`], and both ends check all of it as the
+//! point-to-point bench does, with the same code
+//! ([`payload::verify`](shmlink_measure::payload::verify): length, both copies of the
+//! sequence number, the checksum over every other byte): the server the message it
+//! received (a wrong one is said on its stderr, and the connection closed unanswered),
+//! the client the echo. A `shmlink-*` connection must be on shared memory
+//! ([`Transport::Shm`](::shmlink::Transport::Shm): `auto:` must have upgraded).
+//! `SHMLINK_BENCH_FAULT=corrupt:N|scribble:N` makes the client damage what it sends (for
+//! tests: the run must fail); the run then lasts until connection #N at least
+//! ([`measure`](crate::methods::connect::measure)).
 
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
-use shmlink::{Connection, Listener, Options};
+use shmlink::{Connection, Listener, Options, Transport};
+use shmlink_measure::payload;
+use shmlink_measure::protocol::Fault;
 
 /// Bytes of the one round trip per connection.
 pub const SIZE: usize = 64;
+/// How much longer than asked a run with a fault may last to reach the damaged message.
+pub const FAULT_GRACE: Duration = Duration::from_secs(60);
 
 /// A connect method: its name and what it is.
 pub struct ConnectMethod {
@@ -107,26 +123,39 @@ impl Server {
     }
 
     /// Serves connections one at a time until `stop` is set (checked after each
-    /// connection: the one who sets it connects once more to wake the accept).
+    /// connection: the one who sets it connects once more to wake the accept). The
+    /// message of the `i`th connection must be data message #i; a wrong one is said on
+    /// stderr and left unanswered (the client then fails).
     pub fn serve_until(&mut self, stop: &std::sync::atomic::AtomicBool) -> io::Result<()> {
         let mut buf = [0u8; SIZE];
+        let mut seq = 0u64;
         while !stop.load(std::sync::atomic::Ordering::Acquire) {
+            let check = |msg: &[u8]| {
+                payload::verify(msg, seq, SIZE).map_err(|e| {
+                    eprintln!("shmlink-bench: connect server: connection #{seq}: {e}");
+                    io::Error::other(e.to_string())
+                })
+            };
             // A client that fails half-way is its own problem: serve the next.
             let _ = match self {
                 Server::Shmlink(l) => l.accept().map_err(err).and_then(|mut c| {
                     let n = c.recv(&mut buf).map_err(err)?;
+                    check(&buf[..n])?;
                     c.send(&buf[..n]).map_err(err)
                 }),
                 Server::Uds(l, _) => l.accept().and_then(|(mut s, _)| {
                     s.read_exact(&mut buf)?;
+                    check(&buf)?;
                     s.write_all(&buf)
                 }),
                 Server::Tcp(l) => l.accept().and_then(|(mut s, _)| {
                     s.set_nodelay(true)?;
                     s.read_exact(&mut buf)?;
+                    check(&buf)?;
                     s.write_all(&buf)
                 }),
             };
+            seq += 1;
         }
         Ok(())
     }
@@ -140,44 +169,63 @@ impl Drop for Server {
     }
 }
 
-/// One connection: connect, one round trip of [`SIZE`] bytes, close.
-pub fn once(method: &str, addr: &str) -> io::Result<()> {
-    let msg = [0xa5u8; SIZE];
+/// Connection #`seq`: connect, one round trip of [`SIZE`] bytes (data message #`seq`,
+/// damaged as `fault` says), close.
+pub fn once(method: &str, addr: &str, seq: u64, fault: Option<Fault>) -> io::Result<()> {
+    let mut msg = [0u8; SIZE];
+    payload::write(&mut msg, seq);
+    if let Some(f) = fault {
+        f.damage(&mut msg, seq);
+    }
     let mut back = [0u8; SIZE];
-    match method {
+    let unanswered = |e: io::Error| {
+        io::Error::other(format!(
+            "connection #{seq}: no answer ({e}; the server's reason, if it gave one, is on \
+             stderr)"
+        ))
+    };
+    let n = match method {
         "shmlink-shm" | "shmlink-auto" | "shmlink-inproc" => {
             let mut c = Connection::connect(addr, &Options::default()).map_err(err)?;
-            c.send(&msg).map_err(err)?;
-            let n = c.recv(&mut back).map_err(err)?;
-            if n != SIZE {
-                return Err(io::Error::other(format!("echo of {n} bytes")));
+            if c.transport() != Transport::Shm {
+                return Err(io::Error::other(format!(
+                    "connection #{seq} to {addr} is not on shared memory: {:?}",
+                    c.transport()
+                )));
             }
+            c.send(&msg).map_err(err)?;
+            let n = c.recv(&mut back).map_err(|e| unanswered(err(e)))?;
             c.close().map_err(err)?;
+            n
         }
         "uds" => {
             let mut s = std::os::unix::net::UnixStream::connect(addr)?;
             s.write_all(&msg)?;
-            s.read_exact(&mut back)?;
+            s.read_exact(&mut back).map_err(unanswered)?;
+            SIZE
         }
         "tcp" => {
             let mut s = std::net::TcpStream::connect(addr)?;
             s.set_nodelay(true)?;
             s.write_all(&msg)?;
-            s.read_exact(&mut back)?;
+            s.read_exact(&mut back).map_err(unanswered)?;
+            SIZE
         }
         other => return Err(io::Error::other(format!("unknown connect method {other}"))),
-    }
-    if back != msg {
-        return Err(io::Error::other("echo differs"));
-    }
-    Ok(())
+    };
+    payload::verify(&back[..n], seq, SIZE)
+        .map_err(|e| io::Error::other(format!("connection #{seq}: echo: {e}")))
 }
 
 /// What a client run measured.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Row {
     pub method: &'static str,
+    /// Connections timed.
     pub connections: u64,
+    /// Connections made, warm-up included (the next one is #`made`).
+    #[serde(skip)]
+    pub made: u64,
     pub rounds: u32,
     pub per_s: f64,
     pub p50_us: f64,
@@ -186,11 +234,20 @@ pub struct Row {
     pub error: Option<String>,
 }
 
-/// Connects to `addr` over and over for `time` (after `warm` connections untimed).
-pub fn measure(method: &'static ConnectMethod, addr: &str, warm: u64, time: Duration) -> Row {
+/// Connects to `addr` over and over for `time` (after `warm` connections untimed). With a
+/// `fault`, for at least as long as it takes to reach the connection it damages (at most
+/// [`FAULT_GRACE`] longer): a run that ends before is an error.
+pub fn measure(
+    method: &'static ConnectMethod,
+    addr: &str,
+    warm: u64,
+    time: Duration,
+    fault: Option<Fault>,
+) -> Row {
     let mut row = Row {
         method: method.name,
         connections: 0,
+        made: 0,
         rounds: 1,
         per_s: 0.0,
         p50_us: 0.0,
@@ -198,23 +255,31 @@ pub fn measure(method: &'static ConnectMethod, addr: &str, warm: u64, time: Dura
         p99_us: 0.0,
         error: None,
     };
-    for _ in 0..warm {
-        if let Err(e) = once(method.name, addr) {
+    for seq in 0..warm {
+        row.made = seq + 1;
+        if let Err(e) = once(method.name, addr, seq, fault) {
             row.error = Some(format!("warm-up: {e}"));
             return row;
         }
     }
     let mut samples = Vec::new();
     let start = Instant::now();
-    while start.elapsed() < time {
+    let until = fault.and_then(Fault::first_damaged).map_or(0, |n| n + 1);
+    while start.elapsed() < time || (row.made < until && start.elapsed() < time + FAULT_GRACE) {
+        let seq = row.made;
+        row.made += 1;
         let t0 = Instant::now();
-        if let Err(e) = once(method.name, addr) {
+        if let Err(e) = once(method.name, addr, seq, fault) {
             row.error = Some(e.to_string());
             return row;
         }
         samples.push(t0.elapsed().as_nanos() as u64);
     }
     let total = start.elapsed();
+    if let Err(e) = crate::fault::reached(fault, row.made) {
+        row.error = Some(e);
+        return row;
+    }
     row.connections = samples.len() as u64;
     row.per_s = samples.len() as f64 / total.as_secs_f64();
     if let Some(p) = shmlink_measure::stats::Percentiles::of(&mut samples) {
@@ -239,5 +304,6 @@ pub fn median(rows: &[Row]) -> Row {
     out.p90_us = med(|r| r.p90_us);
     out.p99_us = med(|r| r.p99_us);
     out.connections = rows.iter().map(|r| r.connections).sum();
+    out.made = rows.iter().map(|r| r.made).sum();
     out
 }

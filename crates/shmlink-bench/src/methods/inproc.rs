@@ -9,11 +9,19 @@
 //! holds: the channels are bounded to `1 MiB / size` messages (1 to 1024), shmlink to
 //! 1 MiB in flight (and two messages of any size) and 1024 messages.
 //!
-//! - **Round trip**: the measuring thread sends, the echo thread sends it back; every
-//!   round trip is timed (`Instant`, two clock reads), p50 and p99 reported.
+//! - **Round trip**: the measuring thread sends, the echo thread checks the message and
+//!   sends it back, the measuring thread checks the echo; every round trip is timed
+//!   (`Instant`, two clock reads) but those whose messages were checksummed in full (see
+//!   below), p50 and p99 reported.
 //! - **Throughput**: the measuring thread sends `n` messages back to back, the other
-//!   receives them all (checking each message's sequence number) and answers once;
-//!   messages per second over the whole.
+//!   receives and checks them all and answers once; messages per second over the whole.
+//!
+//! Every message is a data message of [`shmlink_measure::payload`] and is checked the
+//! way the point-to-point bench checks it, by the same code ([`Checker`](shmlink_measure::verify::Checker)): its length and
+//! both copies of its sequence number always, every byte for the first laps and for a
+//! random one in 16 chosen from a seed the checking ends share
+//! ([`shmlink_measure::verify`]). `SHMLINK_BENCH_FAULT=corrupt:N|scribble:N` makes the
+//! measuring thread damage the message(s) it sends (for tests: the run must fail).
 //!
 //! The two threads are pinned to two different allowed CPUs (one CPU: both on it).
 
@@ -22,6 +30,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use shmlink::{Connection, Listener, Options};
+use shmlink_measure::payload;
+use shmlink_measure::protocol::Fault;
+use shmlink_measure::verify::{fresh_seed, Checker, Sampling};
 
 /// Ring bytes per direction (the same as the two-process `shm` rows).
 pub const RING: usize = 1 << 20;
@@ -274,20 +285,41 @@ fn pin(cpu: Option<usize>) {
     }
 }
 
-/// Writes `seq` into the message's first bytes.
-fn stamp(buf: &mut [u8], seq: u64) {
-    let n = buf.len().min(8);
-    buf[..n].copy_from_slice(&seq.to_le_bytes()[..n]);
+/// Writes data message `seq` into `buf`: in full if `checker` checksums it, else only
+/// what is checked of it (its sequence numbers), as the point-to-point throughput driver
+/// does; then damages it as `fault` says.
+fn write(buf: &mut [u8], seq: u64, checker: &Checker, fault: Option<Fault>) {
+    if checker.full(seq) {
+        payload::write(buf, seq);
+    } else {
+        payload::write_ends(buf, seq);
+    }
+    if let Some(f) = fault {
+        f.damage(buf, seq);
+    }
 }
 
-fn check(buf: &[u8], len: usize, want_len: usize, seq: u64) -> io::Result<()> {
-    let n = want_len.min(8);
-    if len != want_len || buf[..n] != seq.to_le_bytes()[..n] {
-        return Err(io::Error::other(format!(
-            "message {seq}: wrong length or out of order ({len} bytes)"
-        )));
-    }
-    Ok(())
+/// Checks that the `len` bytes received into `buf` are data message `seq`.
+fn check(checker: &mut Checker, buf: &[u8], len: usize, seq: u64) -> io::Result<()> {
+    let msg = buf
+        .get(..len)
+        .ok_or_else(|| io::Error::other(format!("message #{seq}: {len} bytes received")))?;
+    checker
+        .check(msg, seq)
+        .map_err(|e| io::Error::other(e.to_string()))
+}
+
+/// The checkers of both ends of a run: the same seed, so both checksum the same
+/// messages.
+fn checkers(size: usize) -> io::Result<(Checker, Checker)> {
+    let seed = fresh_seed()?;
+    let c = || Checker::new(size, Sampling::DEFAULT, seed, false);
+    Ok((c(), c()))
+}
+
+/// `Err` if `fault` would not be injected in a run of `total` messages.
+fn reached(fault: Option<Fault>, total: u64) -> io::Result<()> {
+    crate::fault::reached(fault, total).map_err(io::Error::other)
 }
 
 /// Runs `body` on a thread pinned to the measuring CPU, with the other end served by
@@ -316,54 +348,78 @@ fn with_threads<T: Send + 'static>(
     let served = peer
         .join()
         .map_err(|_| io::Error::other("peer thread panicked"))?;
-    let out = measured?;
-    served?;
-    Ok(out)
+    // The other end's failure first: it is the cause where both failed (a message it
+    // rejected, after which the measuring end found it gone).
+    served.map_err(|e| io::Error::other(format!("the other end: {e}")))?;
+    measured
 }
 
-/// Round trips of `size` bytes: `n` timed after `n / 10` (at least 100) untimed.
-pub fn round_trip(method: &'static InprocMethod, size: usize, n: u64) -> Row {
-    let echo = move |mut c: Box<dyn Chan>| -> io::Result<()> {
-        let mut buf = vec![0u8; size];
-        // Until the measuring end goes away.
-        while let Ok(len) = c.recv(&mut buf) {
-            c.send(&buf[..len])?;
-        }
-        Ok(())
-    };
-    let body = move |c: &mut dyn Chan| -> io::Result<(Vec<u64>, Duration)> {
-        let mut msg = vec![0x5au8; size];
-        let mut back = vec![0u8; size];
-        let warm = (n / 10).max(100);
-        let mut samples = Vec::with_capacity(n as usize);
-        let mut total = Duration::ZERO;
-        for seq in 0..warm + n {
-            stamp(&mut msg, seq);
-            let t0 = Instant::now();
-            c.send(&msg)?;
-            let len = c.recv(&mut back)?;
-            let dt = t0.elapsed();
-            check(&back, len, size, seq)?;
-            if seq >= warm {
-                samples.push(dt.as_nanos() as u64);
-                total += dt;
+/// Round trips of `size` bytes: `n` measured after `n / 10` (at least 100) untimed;
+/// `fault` damages what the measuring end sends (for tests).
+pub fn round_trip(method: &'static InprocMethod, size: usize, n: u64, fault: Option<Fault>) -> Row {
+    let warm = (n / 10).max(100);
+    let run = || -> io::Result<(Vec<u64>, Duration)> {
+        reached(fault, warm + n)?;
+        let (mut mine, mut theirs) = checkers(size)?;
+        let echo = move |mut c: Box<dyn Chan>| -> io::Result<()> {
+            let mut buf = vec![0u8; size];
+            let mut seq = 0;
+            // Until the measuring end goes away.
+            while let Ok(len) = c.recv(&mut buf) {
+                check(&mut theirs, &buf, len, seq)?;
+                c.send(&buf[..len])?;
+                seq += 1;
             }
-        }
-        Ok((samples, total))
+            Ok(())
+        };
+        let body = move |c: &mut dyn Chan| -> io::Result<(Vec<u64>, Duration)> {
+            let mut msg = vec![0u8; size];
+            let mut back = vec![0u8; size];
+            let mut samples = Vec::with_capacity(n as usize);
+            let mut total = Duration::ZERO;
+            for seq in 0..warm + n {
+                // Every byte: the echo is checked against it, and it is written before
+                // the clock starts.
+                payload::write(&mut msg, seq);
+                if let Some(f) = fault {
+                    f.damage(&mut msg, seq);
+                }
+                let t0 = Instant::now();
+                c.send(&msg)?;
+                let len = c.recv(&mut back)?;
+                let dt = t0.elapsed();
+                check(&mut mine, &back, len, seq)
+                    .map_err(|e| io::Error::other(format!("echo: {e}")))?;
+                // Round trips whose messages were checksummed in full are not timed.
+                if seq >= warm && mine.timed(seq) {
+                    samples.push(dt.as_nanos() as u64);
+                    total += dt;
+                }
+            }
+            Ok((samples, total))
+        };
+        with_threads(method, size, echo, body)
     };
-    match with_threads(method, size, echo, body) {
+    match run() {
         Ok((mut samples, total)) => {
-            let p = shmlink_measure::stats::Percentiles::of(&mut samples)
-                .expect("at least one round trip");
+            let timed = samples.len() as u64;
+            let Some(p) = shmlink_measure::stats::Percentiles::of(&mut samples) else {
+                return Row::failed(
+                    "round-trip",
+                    method.name,
+                    size,
+                    "no round trip timed".into(),
+                );
+            };
             Row {
                 kind: "round-trip",
                 method: method.name,
                 size,
-                count: n,
+                count: timed,
                 rounds: 1,
                 p50_us: p.p50 as f64 / 1e3,
                 p99_us: p.p99 as f64 / 1e3,
-                per_s: n as f64 / total.as_secs_f64(),
+                per_s: timed as f64 / total.as_secs_f64(),
                 error: None,
             }
         }
@@ -371,31 +427,37 @@ pub fn round_trip(method: &'static InprocMethod, size: usize, n: u64) -> Row {
     }
 }
 
-/// `n` messages of `size` bytes streamed one way, then one answer.
-pub fn throughput(method: &'static InprocMethod, size: usize, n: u64) -> Row {
-    let sink = move |mut c: Box<dyn Chan>| -> io::Result<()> {
-        let mut buf = vec![0u8; size];
-        for seq in 0..n {
-            let len = c.recv(&mut buf)?;
-            check(&buf, len, size, seq)?;
-        }
-        c.send(&[1])?;
-        // Until the measuring end goes away (it may still be receiving the answer).
-        let _ = c.recv(&mut buf);
-        Ok(())
+/// `n` messages of `size` bytes streamed one way, then one answer; `fault` damages what
+/// the measuring end sends (for tests).
+pub fn throughput(method: &'static InprocMethod, size: usize, n: u64, fault: Option<Fault>) -> Row {
+    let run = || -> io::Result<Duration> {
+        reached(fault, n)?;
+        let (sample, mut theirs) = checkers(size)?;
+        let sink = move |mut c: Box<dyn Chan>| -> io::Result<()> {
+            let mut buf = vec![0u8; size];
+            for seq in 0..n {
+                let len = c.recv(&mut buf)?;
+                check(&mut theirs, &buf, len, seq)?;
+            }
+            c.send(&[1])?;
+            // Until the measuring end goes away (it may still be receiving the answer).
+            let _ = c.recv(&mut buf);
+            Ok(())
+        };
+        let body = move |c: &mut dyn Chan| -> io::Result<Duration> {
+            let mut msg = vec![0u8; size];
+            let mut ack = vec![0u8; size.max(1)];
+            let t0 = Instant::now();
+            for seq in 0..n {
+                write(&mut msg, seq, &sample, fault);
+                c.send(&msg)?;
+            }
+            c.recv(&mut ack)?;
+            Ok(t0.elapsed())
+        };
+        with_threads(method, size, sink, body)
     };
-    let body = move |c: &mut dyn Chan| -> io::Result<Duration> {
-        let mut msg = vec![0x5au8; size];
-        let mut ack = vec![0u8; size.max(1)];
-        let t0 = Instant::now();
-        for seq in 0..n {
-            stamp(&mut msg, seq);
-            c.send(&msg)?;
-        }
-        c.recv(&mut ack)?;
-        Ok(t0.elapsed())
-    };
-    match with_threads(method, size, sink, body) {
+    match run() {
         Ok(t) => Row {
             kind: "throughput",
             method: method.name,
@@ -435,13 +497,32 @@ mod tests {
     fn every_method_runs() {
         for m in METHODS {
             for size in [64, 256 << 10] {
-                let r = round_trip(m, size, 50);
+                let r = round_trip(m, size, 50, None);
                 assert!(r.error.is_none(), "{} {size}: {:?}", m.name, r.error);
                 assert!(r.p50_us > 0.0 && r.p99_us >= r.p50_us, "{r:?}");
-                let t = throughput(m, size, 200);
+                let t = throughput(m, size, 200, None);
                 assert!(t.error.is_none(), "{} {size}: {:?}", m.name, t.error);
                 assert!(t.per_s > 0.0, "{t:?}");
             }
+        }
+    }
+
+    /// A damaged message fails every method's run, both kinds, with the verifier's
+    /// reason; a fault past the run's end fails it too (it was not injected).
+    #[test]
+    fn a_damaged_message_fails_the_run() {
+        for m in METHODS {
+            for fault in [Fault::Corrupt(40), Fault::Scribble(40)] {
+                let r = round_trip(m, 64, 500, Some(fault));
+                let e = r.error.unwrap_or_default();
+                assert!(e.contains("failed verification"), "{} {fault}: {e}", m.name);
+                let t = throughput(m, 64, 500, Some(fault));
+                let e = t.error.unwrap_or_default();
+                assert!(e.contains("failed verification"), "{} {fault}: {e}", m.name);
+            }
+            let t = throughput(m, 64, 500, Some(Fault::Corrupt(500)));
+            let e = t.error.unwrap_or_default();
+            assert!(e.contains("would not be injected"), "{}: {e}", m.name);
         }
     }
 }

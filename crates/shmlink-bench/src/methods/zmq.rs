@@ -9,6 +9,10 @@
 //! drivers' window is the only flow control, so neither the ping-pong nor a window of
 //! messages in flight ever waits on, or loses a message in, ZeroMQ's queues.
 //!
+//! libzmq's I/O thread is not pinned with the process: it runs on every CPU the process
+//! had before the run pinned it ([`crate::run::unpinned_cpus`]), as in libzmq's own perf
+//! tools, which pin nothing (it used to inherit the one CPU of the thread it serves).
+//!
 //! Built with the `zmq` cargo feature, on by default (the `zmq` crate compiles libzmq
 //! from the sources it ships). Without it both methods are listed and skipped, with the
 //! reason.
@@ -69,7 +73,8 @@ pub(crate) mod imp {
 
     use super::Transport;
     use crate::method::{arg, Ctx, Endpoint, Prepared};
-    use crate::sys::{ctx, err};
+    use crate::run::unpinned_cpus;
+    use crate::sys::{ctx, err, with_cpus};
 
     /// How long the driver waits for the peer's hello, in ms.
     const HELLO_TIMEOUT_MS: i32 = 10_000;
@@ -104,8 +109,13 @@ pub(crate) mod imp {
     /// bounded linger.
     pub(crate) fn socket(kind: zmq::SocketType, what: &str) -> io::Result<zmq::Socket> {
         // The socket keeps its context alive; one context (one I/O thread) per socket.
-        let s = zmq::Context::new()
-            .socket(kind)
+        // libzmq starts the context's I/O thread (and its reaper) in the first
+        // zmq_socket, with the calling thread's CPU mask: the CPUs the process had before
+        // the run pinned it, not the one CPU of the calling thread (the I/O thread would
+        // otherwise share it with the thread it serves). libzmq's own perf tools pin
+        // nothing; docs/benchmarks.md.
+        let s = with_cpus(&unpinned_cpus(), || zmq::Context::new().socket(kind))
+            .map_err(ctx(format!("start the I/O thread of {what}")))?
             .map_err(zerr(format!("zmq_socket({what})")))?;
         s.set_sndhwm(0).map_err(zerr("set ZMQ_SNDHWM"))?;
         s.set_rcvhwm(0).map_err(zerr("set ZMQ_RCVHWM"))?;
@@ -329,6 +339,73 @@ mod tests {
             let e = b.recv(&mut [0u8; 8]).unwrap_err();
             assert!(e.to_string().contains("4-byte message, expected 8"), "{e}");
         }
+    }
+
+    /// The tids of this process's threads named `name` (`comm`), but the caller's.
+    #[cfg(feature = "zmq")]
+    fn threads_named(name: &str) -> Vec<String> {
+        let own = std::fs::read_link("/proc/thread-self").unwrap();
+        let own = own.file_name().unwrap().to_string_lossy().into_owned();
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|e| {
+                let tid = e.ok()?.file_name().into_string().ok()?;
+                let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;
+                (comm.trim_end() == name && tid != own).then_some(tid)
+            })
+            .collect()
+    }
+
+    /// The CPUs thread `tid` of this process may run on.
+    #[cfg(feature = "zmq")]
+    fn cpus_of(tid: &str) -> Option<Vec<usize>> {
+        let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
+        let list = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+        shmlink_measure::cpus::parse_cpu_list(list.trim())
+    }
+
+    /// libzmq's threads (its I/O thread and reaper), started by a context's first socket,
+    /// are not pinned with the pinned thread that creates it: they get the CPUs the
+    /// process had. (They inherit the creating thread's name, here `zmq-affinity`.)
+    #[cfg(feature = "zmq")]
+    #[test]
+    fn the_io_thread_is_not_pinned_with_its_caller() {
+        let all = crate::run::unpinned_cpus();
+        if all.len() < 2 {
+            shmlink::testing::skip("cpus", "one CPU allowed: nothing to pin apart");
+            return;
+        }
+        const NAME: &str = "zmq-affinity";
+        std::thread::Builder::new()
+            .name(NAME.into())
+            .spawn(move || {
+                crate::run::pin(Some(all[0])).unwrap();
+                assert!(threads_named(NAME).is_empty());
+                let socket = imp::socket(zmq::PAIR, "ZMQ_PAIR").unwrap();
+                let started = threads_named(NAME);
+                assert!(!started.is_empty(), "libzmq started no thread");
+                for tid in started {
+                    assert_eq!(cpus_of(&tid).as_ref(), Some(&all), "libzmq's thread {tid}");
+                }
+                // The caller itself stays pinned.
+                assert_eq!(cpus_of_self(), Some(vec![all[0]]));
+                drop(socket);
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    /// The CPUs the calling thread may run on.
+    #[cfg(feature = "zmq")]
+    fn cpus_of_self() -> Option<Vec<usize>> {
+        let status = std::fs::read_to_string("/proc/thread-self/status").ok()?;
+        let list = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+        shmlink_measure::cpus::parse_cpu_list(list.trim())
     }
 
     #[cfg(feature = "zmq")]

@@ -17,6 +17,7 @@
 use std::time::Duration;
 
 use shmlink_measure::payload::{self, VerifyError};
+use shmlink_measure::protocol::Fault;
 
 /// Bytes of the timestamp in front of the payload.
 pub const STAMP: usize = 4;
@@ -55,6 +56,14 @@ pub fn thread_cpu() -> Duration {
 /// before publishing).
 pub fn fill(buf: &mut [u8], seq: u64) {
     payload::write(&mut buf[STAMP..], seq);
+}
+
+/// Damages the payload of message `seq` in `buf` as `fault` says, if it hits `seq` (for
+/// tests: every subscriber's [`verify`] must catch it).
+pub fn damage(buf: &mut [u8], seq: u64, fault: Option<Fault>) {
+    if let Some(f) = fault {
+        f.damage(&mut buf[STAMP..], seq);
+    }
 }
 
 /// Writes the current time into `buf[..STAMP]`.

@@ -32,7 +32,8 @@
 //!
 //! A failure anywhere (a subscriber that exits, a wrong message, an ack that does not
 //! come within [`ACK_TIMEOUT`]) fails the run with the reason on stderr; the orchestrator
-//! kills a run that exceeds its timeout and lets the method clean up.
+//! kills a run that exceeds its timeout and lets the method clean up. [`FAULT_ENV`]
+//! injects such failures for tests (see [`crate::fault`]).
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -45,6 +46,7 @@ use serde::{Deserialize, Serialize};
 
 use super::message::{self, MIN_SIZE};
 use super::{find, methods, Ctx, Publish};
+use crate::fault;
 use crate::run::{inherit_and_die_with_parent, pin, print_result, run_child, FAULT_ENV};
 use crate::sys::{ctx, err, inherited_fd, socketpair};
 use shmlink_measure::protocol::Fault;
@@ -54,8 +56,8 @@ use shmlink_measure::stats::Percentiles;
 pub const PUB_CMD: &str = "__bench-pub";
 /// The hidden subcommand that runs a subscriber.
 pub const SUB_CMD: &str = "__bench-sub";
-/// With [`FAULT_ENV`] (`exit:N`, `hang:N`): only the first subscriber of this method
-/// injects the fault (unset: of every method).
+/// With [`FAULT_ENV`]: only this method's runs inject the fault (unset: every method's);
+/// `exit:N`, `hang:N`: its first subscriber; `corrupt:N`, `scribble:N`: its publisher.
 pub const FAULT_METHOD_ENV: &str = "SHMLINK_BENCH_FAULT_METHOD";
 /// How long the publisher waits for the subscribers to subscribe.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -224,15 +226,21 @@ impl Mark {
     }
 }
 
-/// Publishes message `seq`; returns the wall time and this thread's CPU time spent in the
-/// method's calls.
-fn publish_one(p: &mut dyn Publish, buf: &mut [u8], seq: u64) -> io::Result<(Duration, Duration)> {
+/// Publishes message `seq`, damaged as `fault` says (for tests); returns the wall time and
+/// this thread's CPU time spent in the method's calls.
+fn publish_one(
+    p: &mut dyn Publish,
+    buf: &mut [u8],
+    seq: u64,
+    fault: Option<Fault>,
+) -> io::Result<(Duration, Duration)> {
     if let Some(zc) = p.in_place() {
         let mut marks: Option<(Mark, Mark)> = None;
         let m0 = Mark::start();
         zc.publish_in_place(buf.len(), &mut |b| {
             let loaned = Mark::end();
             message::fill(b, seq);
+            message::damage(b, seq, fault);
             let filled = Mark::start();
             message::stamp(b);
             marks = Some((loaned, filled));
@@ -243,6 +251,7 @@ fn publish_one(p: &mut dyn Publish, buf: &mut [u8], seq: u64) -> io::Result<(Dur
         return Ok((a.0 + b.0, a.1 + b.1));
     }
     message::fill(buf, seq);
+    message::damage(buf, seq, fault);
     let m0 = Mark::start();
     message::stamp(buf);
     p.publish(buf)?;
@@ -262,6 +271,9 @@ pub fn publish(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
     if spec.subscribers == 0 || spec.count == 0 {
         return Err(err("a run needs at least one subscriber and one message"));
     }
+    let total = spec.warmup.saturating_add(spec.count);
+    let fault = publisher_fault(&spec.method);
+    fault::reached(fault, total).map_err(err)?;
     pin(spec.cpus.map(|c| c.0))?;
     let same_core = spec.cpus.is_some_and(|(a, b)| a == b);
     let c = ctx_of(spec.size, spec.subscribers, same_core, &spec.tag);
@@ -303,7 +315,6 @@ pub fn publish(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
     }
     let mut publisher = (prepared.finish)(SETUP_TIMEOUT).map_err(ctx("wait for subscribers"))?;
 
-    let total = spec.warmup.saturating_add(spec.count);
     let mut buf = vec![0u8; spec.size];
     let mut in_publish = Duration::ZERO;
     let mut in_publish_cpu = Duration::ZERO;
@@ -320,7 +331,7 @@ pub fn publish(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
                 message::thread_cpu(),
             );
         }
-        let (wall, cpu) = publish_one(publisher.as_mut(), &mut buf, seq)
+        let (wall, cpu) = publish_one(publisher.as_mut(), &mut buf, seq, fault)
             .map_err(ctx(format!("publish #{seq}")))?;
         if seq >= spec.warmup {
             in_publish += wall;
@@ -396,8 +407,17 @@ enum SubFault {
     Hang(u64),
 }
 
+/// The data fault in [`FAULT_ENV`] (`corrupt:N`, `scribble:N`) the publisher of `method`
+/// injects: every subscriber must catch it. Only into the method in [`FAULT_METHOD_ENV`]
+/// if set.
+fn publisher_fault(method: &str) -> Option<Fault> {
+    let method_ok = std::env::var(FAULT_METHOD_ENV).map_or(true, |m| m == method);
+    fault::data_fault().filter(|_| method_ok)
+}
+
 /// Whether this subscriber injects the fault in [`FAULT_ENV`]: only the first
-/// subscriber, of the method in [`FAULT_METHOD_ENV`] if set.
+/// subscriber, of the method in [`FAULT_METHOD_ENV`] if set. (`corrupt:N` and
+/// `scribble:N` are the publisher's: [`publisher_fault`].)
 fn fault_for(spec: &SubSpec) -> Option<SubFault> {
     let text = std::env::var(FAULT_ENV).ok()?;
     let fault = match text.split_once(':') {

@@ -6,9 +6,14 @@
 //! ports; the clients run against them alternately (plain, preloaded, plain, … for
 //! `--rounds` rounds) and each cell is the median of its rounds. Servers are pinned to
 //! one allowed CPU and clients to another (as the point-to-point bench pins its two
-//! ends). A preloaded client run counts only if its debug log says that it really used
-//! shared memory. Programs that are not installed are skipped with the reason
-//! (`scripts/apps.sh install` installs them).
+//! ends). A preloaded client run counts only if every one of its connections really
+//! went over shared memory, on both sides ([`moved`]): the client's and the server's debug
+//! logs (`SHMLINK_LOG=debug`) must name the same connections as moved, at least as many
+//! as the run opens (50 per redis-benchmark test for `-c 50`, 64 for `wrk -c 64`, …)
+//! and, for redis and nginx, exactly as many as the server itself counts ([`accepted`]);
+//! neither may name a connection that stayed on TCP. A row
+//! whose runs failed is marked failed and the program exits 1; programs that are not
+//! installed are skipped with the reason (`scripts/apps.sh install` installs them).
 
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
@@ -150,8 +155,12 @@ struct Row {
     shmlink: Option<f64>,
     ratio: Option<f64>,
     rounds: u32,
-    /// Why the row has no numbers (program not installed, a run failed).
+    /// Why the row has no numbers: its programs are not installed.
     skipped: Option<String>,
+    /// Why the row has no numbers: a run failed (a server that did not start, a client
+    /// that failed, a preloaded run not wholly on shared memory).
+    #[serde(default)]
+    failed: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -242,9 +251,9 @@ impl Env {
         }
     }
 
-    /// Runs a client to completion (killed after `limit`): its stdout, or why not. A
-    /// preloaded run must have logged a connection on shared memory.
-    fn client(&self, mut c: Command, preloaded: bool, limit: Duration) -> Result<String, String> {
+    /// Runs a client to completion (killed after `limit`): its stdout and stderr, or why
+    /// not.
+    fn client(&self, mut c: Command, limit: Duration) -> Result<(String, String), String> {
         let prog = c.get_program().to_string_lossy().into_owned();
         let mut child = c
             .stdout(Stdio::piped())
@@ -283,11 +292,167 @@ impl Env {
             let tail: Vec<&str> = stderr.lines().rev().take(3).collect();
             return Err(format!("{prog} failed ({status}): {}", tail.join(" / ")));
         }
-        if preloaded && !stderr.contains("on shared memory") {
-            return Err(format!("{prog} preloaded did not use shared memory"));
+        Ok((stdout, stderr))
+    }
+
+    /// Runs the client `c` of a run with at least `conns` connections to `server`'s port:
+    /// its stdout. A preloaded run must have moved every connection onto shared memory
+    /// ([`moved`]); where the server program counts the connections it accepts (redis,
+    /// nginx: [`accepted`]), exactly that many.
+    fn run(
+        &self,
+        c: Command,
+        pre: bool,
+        server: &ServerAt,
+        conns: usize,
+        limit: Duration,
+    ) -> Result<String, String> {
+        let prog = c.get_program().to_string_lossy().into_owned();
+        let before: Vec<usize> = server.logs.iter().map(|p| read(p).len()).collect();
+        let count = || accepted(&server.app, server.port).transpose();
+        let accepted_before = if pre { count()? } else { None };
+        let (stdout, stderr) = self.client(c, limit)?;
+        if pre {
+            // The counting connections are the bench's own (plain TCP): one per count.
+            let accepted = match (accepted_before, count()?) {
+                (Some(b), Some(a)) => Some(a.saturating_sub(b + 1) as usize),
+                _ => None,
+            };
+            let log: String = server
+                .logs
+                .iter()
+                .zip(before)
+                .map(|(p, at)| read(p).get(at..).unwrap_or_default().to_string())
+                .collect();
+            moved(&stderr, &log, server.port, (conns, accepted))
+                .map_err(|e| format!("{prog}: {e}"))?;
         }
         Ok(stdout)
     }
+}
+
+/// A running server: its program (`redis`, `nginx`, …), port and the files its stderr
+/// goes to.
+struct ServerAt {
+    app: String,
+    port: u16,
+    logs: Vec<PathBuf>,
+}
+
+/// The connections the `app` server on `port` has accepted so far, by its own count,
+/// asked over a plain TCP connection of this process (counted too): redis's
+/// `total_connections_received` (`INFO stats`), nginx's `accepts` (`stub_status`); `None`
+/// for programs that do not count.
+fn accepted(app: &str, port: u16) -> Option<Result<u64, String>> {
+    let (request, key): (&[u8], &str) = match app {
+        "redis" => (b"INFO stats\r\nQUIT\r\n", "total_connections_received:"),
+        "nginx" => (
+            b"GET /shmlink-status HTTP/1.0\r\n\r\n",
+            "server accepts handled requests",
+        ),
+        _ => return None,
+    };
+    let ask = || -> Result<u64, String> {
+        use std::io::Write;
+        let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(|e| e.to_string())?;
+        s.write_all(request).map_err(|e| e.to_string())?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).map_err(|e| e.to_string())?;
+        let after = &text[text.find(key).ok_or(format!("no {key:?} in {text:?}"))? + key.len()..];
+        after
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .ok_or(format!("no count after {key:?} in {text:?}"))
+    };
+    Some(ask().map_err(|e| format!("count the {app} server's connections: {e}")))
+}
+
+/// A file's text ("" if unreadable).
+fn read(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// Checks the preload's debug lines of one preloaded client run (`client`: its stderr;
+/// `server`: what its server logged meanwhile) against `port`: the client moved at
+/// least `conns` connections to `port` onto shared memory (`A -> B: fd N on shared
+/// memory`), and exactly `accepted`, the server's own count of the run's connections,
+/// where it has one; the server moved exactly the same ones (`B <- A: …`), and neither
+/// logged a connection that stayed on TCP.
+fn moved(
+    client: &str,
+    server: &str,
+    port: u16,
+    (conns, accepted): (usize, Option<usize>),
+) -> Result<(), String> {
+    let to = format!(":{port}");
+    // `shmlink-preload[PID]: WHAT`
+    let what = |l: &str| l.split_once("]: ").map(|(_, w)| w.to_string());
+    let ends = |log: &str, arrow: &str| -> std::collections::BTreeSet<String> {
+        log.lines()
+            .filter_map(what)
+            .filter_map(|w| {
+                let pair = w.strip_suffix(" on shared memory")?.rsplit_once(": fd ")?.0;
+                let (a, b) = pair.split_once(arrow)?;
+                // The client's end, on the connection to our server's port.
+                match arrow {
+                    " -> " if b.ends_with(&to) => Some(a.to_string()),
+                    " <- " if a.ends_with(&to) => Some(b.to_string()),
+                    _ => None,
+                }
+            })
+            .collect()
+    };
+    let (mine, theirs) = (ends(client, " -> "), ends(server, " <- "));
+    let tcp: Vec<String> = client
+        .lines()
+        .chain(server.lines())
+        .filter_map(what)
+        .filter(|w| {
+            w.contains("plain TCP")
+                || w.contains("stays TCP")
+                || w.contains("; TCP")
+                || (w.starts_with("claim ") && w.contains(": no"))
+        })
+        .collect();
+    if !tcp.is_empty() {
+        return Err(format!(
+            "{} connection(s) stayed on TCP: {}",
+            tcp.len(),
+            tcp.join(" / ")
+        ));
+    }
+    if mine.len() < conns {
+        return Err(format!(
+            "{} of the run's {conns} connections moved to shared memory (the client's log; \
+             SHMLINK_LOG=debug lines \"… on shared memory\")",
+            mine.len()
+        ));
+    }
+    if let Some(n) = accepted.filter(|&n| n != mine.len()) {
+        return Err(format!(
+            "the server accepted {n} connections in the run, {} of them moved to shared \
+             memory",
+            mine.len()
+        ));
+    }
+    if mine != theirs {
+        let only = |a: &std::collections::BTreeSet<String>,
+                    b: &std::collections::BTreeSet<String>| {
+            a.difference(b).cloned().collect::<Vec<_>>().join(", ")
+        };
+        return Err(format!(
+            "the client moved {} connections, the server {}: only the client's: [{}], only \
+             the server's: [{}]",
+            mine.len(),
+            theirs.len(),
+            only(&mine, &theirs),
+            only(&theirs, &mine)
+        ));
+    }
+    Ok(())
 }
 
 /// A free loopback port (bound and released).
@@ -380,9 +545,16 @@ fn number_after(out: &str, key: &str) -> Option<f64> {
     })
 }
 
-/// One client run of `case` against the server at `port`: its samples.
-fn run_case(env: &Env, case: &str, port: u16, a: &Args, pre: bool) -> Result<Vec<Sample>, String> {
+/// One client run of `case` against `server`: its samples.
+fn run_case(
+    env: &Env,
+    case: &str,
+    server: &ServerAt,
+    a: &Args,
+    pre: bool,
+) -> Result<Vec<Sample>, String> {
     let cpu = env.client_cpu;
+    let port = server.port;
     let limit = Duration::from_secs(u64::from(a.secs) * 4 + 60);
     let p = port.to_string();
     let secs = a.secs.to_string();
@@ -390,13 +562,16 @@ fn run_case(env: &Env, case: &str, port: u16, a: &Args, pre: bool) -> Result<Vec
         "redis -c 1" | "redis -c 50 -P 16" => {
             let mut c = env.cmd("redis-benchmark", cpu, pre);
             c.args(["-h", "127.0.0.1", "-p", &p, "-t", "set,get", "--csv", "-n"]);
-            if case == "redis -c 1" {
+            let conns = if case == "redis -c 1" {
                 c.arg(a.requests.to_string()).args(["-c", "1"]);
+                1
             } else {
                 c.arg((a.requests * PIPELINED_FACTOR).to_string())
                     .args(["-c", "50", "-P", "16"]);
-            }
-            let out = env.client(c, pre, limit)?;
+                50
+            };
+            // Each test (SET, GET) opens its own connections.
+            let out = env.run(c, pre, server, 2 * conns, limit)?;
             let rows = redis_csv(&out);
             let mut v = Vec::new();
             for (test, rps, p50) in rows {
@@ -418,7 +593,7 @@ fn run_case(env: &Env, case: &str, port: u16, a: &Args, pre: bool) -> Result<Vec
             c.args(["-t", "1", "-c", conns, "-d"])
                 .arg(format!("{secs}s"))
                 .arg(format!("http://127.0.0.1:{p}/f4k"));
-            let out = env.client(c, pre, limit)?;
+            let out = env.run(c, pre, server, conns.parse().unwrap_or(1), limit)?;
             if out.contains("Socket errors") || out.contains("Non-2xx") {
                 return Err(format!("wrk reported errors: {}", out.trim()));
             }
@@ -428,7 +603,8 @@ fn run_case(env: &Env, case: &str, port: u16, a: &Args, pre: bool) -> Result<Vec
         "iperf3" => {
             let mut c = env.cmd("iperf3", cpu, pre);
             c.args(["-c", "127.0.0.1", "-p", &p, "-J", "-t", &secs]);
-            let out = env.client(c, pre, limit)?;
+            // The control connection and one data stream.
+            let out = env.run(c, pre, server, 2, limit)?;
             let j: serde_json::Value =
                 serde_json::from_str(&out).map_err(|e| format!("iperf3 -J: {e}"))?;
             let bps = j["end"]["sum_received"]["bits_per_second"]
@@ -456,7 +632,7 @@ fn run_case(env: &Env, case: &str, port: u16, a: &Args, pre: bool) -> Result<Vec
                 "-t",
             ])
             .arg(&secs);
-            let out = env.client(c, pre, limit)?;
+            let out = env.run(c, pre, server, 1, limit)?;
             let p50 = number_after(&out, "percentile 50.000").ok_or("sockperf printed no p50")?;
             Ok(vec![("64 B p50 (half RTT)".into(), "us", false, p50)])
         }
@@ -474,7 +650,7 @@ fn run_case(env: &Env, case: &str, port: u16, a: &Args, pre: bool) -> Result<Vec
                 "-t",
             ])
             .arg(&secs);
-            let out = env.client(c, pre, limit)?;
+            let out = env.run(c, pre, server, 1, limit)?;
             let r =
                 number_after(&out, "Message Rate is").ok_or("sockperf printed no message rate")?;
             Ok(vec![("64 B msg/s".into(), "msg/s", true, r)])
@@ -483,8 +659,8 @@ fn run_case(env: &Env, case: &str, port: u16, a: &Args, pre: bool) -> Result<Vec
     }
 }
 
-/// Starts the plain (`pre` false) or preloaded server of `app`; its port.
-fn start_server(env: &Env, app: &str, pre: bool) -> Result<(Server, u16), String> {
+/// Starts the plain (`pre` false) or preloaded server of `app`.
+fn start_server(env: &Env, app: &str, pre: bool) -> Result<(Server, ServerAt), String> {
     let port = free_port()?;
     let cpu = env.server_cpu;
     let tag = if pre { "shm" } else { "tcp" };
@@ -517,7 +693,8 @@ fn start_server(env: &Env, app: &str, pre: bool) -> Result<(Server, u16), String
                  sendfile on;\n  client_body_temp_path {dd}/tmp;\n  proxy_temp_path {dd}/tmp;\n\
                  fastcgi_temp_path {dd}/tmp;\n  uwsgi_temp_path {dd}/tmp;\n\
                  scgi_temp_path {dd}/tmp;\n\
-                 server {{ listen 127.0.0.1:{port}; root {dd}/www; }}\n}}\n"
+                 server {{ listen 127.0.0.1:{port}; root {dd}/www;\n\
+                 location = /shmlink-status {{ stub_status; }} }}\n}}\n"
             );
             std::fs::write(d.join("nginx.conf"), conf).map_err(|e| e.to_string())?;
             let mut c = env.cmd("nginx", cpu, pre);
@@ -543,8 +720,21 @@ fn start_server(env: &Env, app: &str, pre: bool) -> Result<(Server, u16), String
         }
         other => return Err(format!("unknown program {other}")),
     };
-    let s = env.server(c, port, &format!("{app}-{tag}.log"))?;
-    Ok((s, port))
+    let log = format!("{app}-{tag}.log");
+    let s = env.server(c, port, &log)?;
+    let mut logs = vec![env.dir.join(log)];
+    if app == "nginx" {
+        // Where nginx's stderr goes once it runs.
+        logs.push(env.dir.join(format!("nginx-{tag}")).join("error.log"));
+    }
+    Ok((
+        s,
+        ServerAt {
+            app: app.to_string(),
+            port,
+            logs,
+        },
+    ))
 }
 
 /// The client cases of `app` and the programs they need.
@@ -573,7 +763,7 @@ fn median(v: &[f64]) -> Option<f64> {
 /// Runs every case of `app`, plain and preloaded alternately for `rounds` rounds.
 fn bench_app(env: &Env, app: &str, a: &Args) -> Vec<Row> {
     let (list, progs) = cases(app);
-    let skipped = |case: &str, why: String| Row {
+    let row = |case: &str, skipped: Option<String>, failed: Option<String>| Row {
         program: case.to_string(),
         metric: "-".into(),
         unit: "",
@@ -582,18 +772,22 @@ fn bench_app(env: &Env, app: &str, a: &Args) -> Vec<Row> {
         shmlink: None,
         ratio: None,
         rounds: 0,
-        skipped: Some(why),
+        skipped,
+        failed,
     };
     if let Some(why) = missing(progs) {
-        return list.iter().map(|c| skipped(c, why.clone())).collect();
+        return list
+            .iter()
+            .map(|c| row(c, Some(why.clone()), None))
+            .collect();
     }
     let servers = start_server(env, app, false).and_then(|t| {
         let s = start_server(env, app, true)?;
         Ok((t, s))
     });
-    let ((_tcp_server, tcp_port), (_shm_server, shm_port)) = match servers {
+    let ((_tcp_server, tcp_at), (_shm_server, shm_at)) = match servers {
         Ok(s) => s,
-        Err(e) => return list.iter().map(|c| skipped(c, e.clone())).collect(),
+        Err(e) => return list.iter().map(|c| row(c, None, Some(e.clone()))).collect(),
     };
     let mut rows = Vec::new();
     for case in list {
@@ -607,8 +801,8 @@ fn bench_app(env: &Env, app: &str, a: &Args) -> Vec<Row> {
                     a.rounds,
                     if pre { "shmlink" } else { "TCP" }
                 );
-                let port = if pre { shm_port } else { tcp_port };
-                match run_case(env, case, port, a, pre) {
+                let server = if pre { &shm_at } else { &tcp_at };
+                match run_case(env, case, server, a, pre) {
                     Ok(samples) => {
                         for (metric, unit, hib, v) in samples {
                             let i = match cells.iter().position(|c| c.0 == metric) {
@@ -633,7 +827,7 @@ fn bench_app(env: &Env, app: &str, a: &Args) -> Vec<Row> {
             }
         }
         if let Some(e) = error {
-            rows.push(skipped(case, e));
+            rows.push(row(case, None, Some(e)));
             continue;
         }
         for (metric, unit, hib, t, s) in cells {
@@ -652,6 +846,7 @@ fn bench_app(env: &Env, app: &str, a: &Args) -> Vec<Row> {
                 ratio,
                 rounds: t.len().min(s.len()) as u32,
                 skipped: None,
+                failed: None,
             });
         }
     }
@@ -677,9 +872,10 @@ fn table(rows: &[Row]) -> String {
         "program", "metric", "TCP", "shmlink", "ratio"
     );
     for r in rows {
-        match &r.skipped {
-            Some(why) => s += &format!("{:<22} skipped: {why}\n", r.program),
-            None => {
+        match (&r.skipped, &r.failed) {
+            (_, Some(why)) => s += &format!("{:<22} failed: {why}\n", r.program),
+            (Some(why), None) => s += &format!("{:<22} skipped: {why}\n", r.program),
+            (None, None) => {
                 s += &format!(
                     "{:<22} {:<22} {:>12} {:>12} {:>6.2}x\n",
                     r.program,
@@ -741,6 +937,7 @@ pub fn main(argv: Vec<String>) -> ExitCode {
         results.extend(bench_app(&env, app, &a));
     }
     eprintln!();
+    let failed = results.iter().filter(|r| r.failed.is_some()).count();
     let _ = std::fs::remove_dir_all(&dir);
     print!("{}", table(&results));
     let report = Report {
@@ -765,6 +962,13 @@ pub fn main(argv: Vec<String>) -> ExitCode {
             }
         }
     }
+    if failed > 0 {
+        eprintln!(
+            "shmlink-bench: {failed} of {} rows failed",
+            report.results.len()
+        );
+        return ExitCode::from(1);
+    }
     ExitCode::SUCCESS
 }
 
@@ -787,6 +991,55 @@ mod tests {
         assert!(parse(args("--pattern apps --apps mysql")).is_err());
         assert!(parse(args("--pattern apps --window 4")).is_err());
         assert!(parse(args("--pattern apps --rounds 0")).is_err());
+    }
+
+    /// The preload's lines for connections from client ports `ports` to port 7000.
+    fn lines(ports: std::ops::Range<u16>, client: bool) -> String {
+        ports
+            .map(|p| {
+                if client {
+                    format!("shmlink-preload[9]: 127.0.0.1:{p} -> 127.0.0.1:7000: fd 5 on shared memory\n")
+                } else {
+                    format!("shmlink-preload[8]: 127.0.0.1:7000 <- 127.0.0.1:{p}: fd 9 on shared memory\n")
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_connection_must_move_on_both_sides() {
+        let (c, s) = (lines(40000..40050, true), lines(40000..40050, false));
+        assert_eq!(moved(&c, &s, 7000, (50, None)), Ok(()));
+        // One connection short of the run's 50 (it stayed on TCP without a word).
+        let e = moved(
+            &lines(40000..40049, true),
+            &lines(40000..40049, false),
+            7000,
+            (50, None),
+        );
+        assert!(e.unwrap_err().contains("49 of the run's 50"));
+        // The server did not take one of the client's.
+        let e = moved(&c, &lines(40001..40050, false), 7000, (50, None)).unwrap_err();
+        assert!(e.contains("only the client's: [127.0.0.1:40000]"), "{e}");
+        // Another port's connections do not count.
+        assert!(moved(&c, &s, 7001, (1, None)).is_err());
+        // A connection that stayed on TCP fails the run, whoever says it.
+        let tcp = "shmlink-preload[9]: connect 127.0.0.1:7000: claim refused; plain TCP\n";
+        assert!(moved(&(c.clone() + tcp), &s, 7000, (50, None)).is_err());
+        let no = "shmlink-preload[8]: claim 127.0.0.1:7000 <- 127.0.0.1:40077: no\n";
+        assert!(moved(&c, &(s.clone() + no), 7000, (50, None)).is_err());
+        // The server accepted 51 connections of the run (its own count): one more than
+        // the logs name, which went to TCP unseen.
+        let e = moved(&c, &s, 7000, (50, Some(51))).unwrap_err();
+        assert!(
+            e.contains("accepted 51 connections in the run, 50 of them"),
+            "{e}"
+        );
+        assert_eq!(moved(&c, &s, 7000, (50, Some(50))), Ok(()));
+        // No preload (SHMLINK_PRELOAD=off): nothing logged.
+        assert!(moved("", "", 7000, (1, None))
+            .unwrap_err()
+            .contains("0 of the run's 1"));
     }
 
     #[test]

@@ -14,6 +14,12 @@
 //!
 //! Methods are interleaved over the rounds (A B C A B C …), each run with its own
 //! warm-up; the table shows the median over the rounds of each figure.
+//!
+//! Every echo is compared with the message sent, byte for byte.
+//! `SHMLINK_BENCH_FAULT=corrupt:N|scribble:N` makes the client send message #N (and on,
+//! for scribble) damaged while it still expects the intact one back (for tests: the run
+//! must fail). Messages are numbered from 0 over the warm-up and the measured part; in a
+//! tonic run with C callers, caller k's call i is #(warm-up + i·C + k).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -27,6 +33,7 @@ use shmlink_grpc::echo::{EchoClient, EchoServer};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use crate::flags::{flag_value, method_list, positive, size_list, split_flag, usage, UsageError};
+use shmlink_measure::protocol::Fault;
 
 /// The hidden subcommand of the server process.
 pub const PEER_CMD: &str = "__async-peer";
@@ -516,6 +523,24 @@ fn message(i: u64, size: usize) -> Vec<u8> {
     m
 }
 
+/// What message `msg`, #`i`, goes out as: itself, or a damaged copy where `fault` hits it
+/// (the echo, compared with `msg`, then differs).
+fn outgoing(msg: &[u8], i: u64, fault: Option<Fault>) -> std::borrow::Cow<'_, [u8]> {
+    match fault {
+        Some(f) if f.hits(i) => {
+            let mut v = msg.to_vec();
+            f.damage(&mut v, i);
+            std::borrow::Cow::Owned(v)
+        }
+        _ => std::borrow::Cow::Borrowed(msg),
+    }
+}
+
+/// The corrupt:N or scribble:N in `SHMLINK_BENCH_FAULT` (main refused the others).
+fn fault() -> Option<Fault> {
+    shmlink_bench::fault::data_fault()
+}
+
 /// The environment variable that tells the server process which CPU to pin itself to.
 const PEER_CPU_ENV: &str = "SHMLINK_BENCH_ASYNC_PEER_CPU";
 
@@ -581,6 +606,10 @@ fn run_rtt(exe: &std::path::Path, method: &str, size: usize, n: u64, cpu: Option
         Err(e) => return failed("round-trip", method, size, 1, e),
     };
     let warm = (n / 10).max(200);
+    let fault = fault();
+    if let Err(e) = shmlink_bench::fault::reached(fault, warm + n) {
+        return failed("round-trip", method, size, 1, e);
+    }
     let res = current_thread().block_on(async {
         match method {
             "shmlink-async" | "shmlink-async-nospin" => {
@@ -595,8 +624,9 @@ fn run_rtt(exe: &std::path::Path, method: &str, size: usize, n: u64, cpu: Option
                         ns.clear();
                     }
                     let msg = message(i, size);
+                    let out = outgoing(&msg, i, fault);
                     let t = Instant::now();
-                    c.send(&msg).await.map_err(|e| e.to_string())?;
+                    c.send(&out).await.map_err(|e| e.to_string())?;
                     let k = c.recv(&mut buf).await.map_err(|e| e.to_string())?;
                     ns.push(t.elapsed().as_nanos() as u64);
                     if buf[..k] != msg[..] {
@@ -612,20 +642,41 @@ fn run_rtt(exe: &std::path::Path, method: &str, size: usize, n: u64, cpu: Option
                     .await
                     .map_err(|e| e.to_string())?;
                 let s = c.into_byte_stream();
-                codec_rtt(Framed::new(s, LengthDelimitedCodec::new()), size, warm, n).await
+                codec_rtt(
+                    Framed::new(s, LengthDelimitedCodec::new()),
+                    size,
+                    warm,
+                    n,
+                    fault,
+                )
+                .await
             }
             "tokio-uds" => {
                 let s = tokio::net::UnixStream::connect(&peer.addr)
                     .await
                     .map_err(|e| e.to_string())?;
-                codec_rtt(Framed::new(s, LengthDelimitedCodec::new()), size, warm, n).await
+                codec_rtt(
+                    Framed::new(s, LengthDelimitedCodec::new()),
+                    size,
+                    warm,
+                    n,
+                    fault,
+                )
+                .await
             }
             _ => {
                 let s = tokio::net::TcpStream::connect(&peer.addr)
                     .await
                     .map_err(|e| e.to_string())?;
                 s.set_nodelay(true).map_err(|e| e.to_string())?;
-                codec_rtt(Framed::new(s, LengthDelimitedCodec::new()), size, warm, n).await
+                codec_rtt(
+                    Framed::new(s, LengthDelimitedCodec::new()),
+                    size,
+                    warm,
+                    n,
+                    fault,
+                )
+                .await
             }
         }
     });
@@ -643,6 +694,7 @@ async fn codec_rtt<T>(
     size: usize,
     warm: u64,
     n: u64,
+    fault: Option<Fault>,
 ) -> Result<Vec<u64>, String>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -653,8 +705,9 @@ where
             ns.clear();
         }
         let msg = message(i, size);
+        let out = outgoing(&msg, i, fault).into_owned();
         let t = Instant::now();
-        f.send(bytes::Bytes::from(msg.clone()))
+        f.send(bytes::Bytes::from(out))
             .await
             .map_err(|e| e.to_string())?;
         let back = f
@@ -682,6 +735,11 @@ fn run_tonic(
         Ok(p) => p,
         Err(e) => return failed("tonic-unary", method, size, callers, e),
     };
+    let warm = (calls / 10).max(100);
+    let fault = fault();
+    if let Err(e) = shmlink_bench::fault::reached(fault, warm + calls * callers as u64) {
+        return failed("tonic-unary", method, size, callers, e);
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -720,8 +778,15 @@ fn run_tonic(
         // Warm-up.
         {
             let mut c = client.clone();
-            for i in 0..(calls / 10).max(100) {
-                c.unary(message(i, size)).await.map_err(|e| e.to_string())?;
+            for i in 0..warm {
+                let msg = message(i, size);
+                let back = c
+                    .unary(outgoing(&msg, i, fault).into_owned())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if back != msg {
+                    return Err(format!("warm-up call {i}: wrong echo"));
+                }
             }
         }
         let t0 = Instant::now();
@@ -731,12 +796,14 @@ fn run_tonic(
             tasks.push(tokio::spawn(async move {
                 let mut ns = Vec::with_capacity(calls as usize);
                 for i in 0..calls {
-                    let msg = message(i * 1000 + k as u64, size);
+                    let seq = warm + i * callers as u64 + k as u64;
+                    let msg = message(seq, size);
+                    let out = outgoing(&msg, seq, fault).into_owned();
                     let t = Instant::now();
-                    let back = c.unary(msg.clone()).await.map_err(|e| e.to_string())?;
+                    let back = c.unary(out).await.map_err(|e| e.to_string())?;
                     ns.push(t.elapsed().as_nanos() as u64);
                     if back != msg {
-                        return Err(format!("call {i}: wrong echo"));
+                        return Err(format!("caller {k}, call {i} (message #{seq}): wrong echo"));
                     }
                 }
                 Ok::<_, String>(ns)

@@ -10,6 +10,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::Duration;
 
 use shmlink_bench::methods::connect::{self, Row, METHODS};
+use shmlink_measure::protocol::Fault;
 
 use crate::flags::{flag_value, method_list, positive, split_flag, usage, UsageError};
 
@@ -154,8 +155,8 @@ fn run_in_process(
     m: &'static connect::ConnectMethod,
     tag: &str,
     time: Duration,
-    client: Option<usize>,
-    server: Option<usize>,
+    (client, server): (Option<usize>, Option<usize>),
+    fault: Option<Fault>,
 ) -> Result<Row, String> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
@@ -176,13 +177,14 @@ fn run_in_process(
         if let Some(cpu) = client {
             let _ = shmlink_sys::pin_to_cpu(cpu);
         }
-        connect::measure(m, &a, 50, time)
+        connect::measure(m, &a, 50, time, fault)
     })
     .join()
     .map_err(|_| "client panicked".to_string())?;
     stop.store(true, Ordering::Release);
-    // Wakes the accept, which then sees `stop`.
-    let _ = connect::once(m.name, &addr);
+    // Wakes the accept, which then sees `stop` (the next connection's message: the
+    // server checks it like any other).
+    let _ = connect::once(m.name, &addr, row.made, None);
     match serving.join() {
         Ok(Ok(())) => Ok(row),
         Ok(Err(e)) => Err(format!("server: {e}")),
@@ -190,10 +192,16 @@ fn run_in_process(
     }
 }
 
-fn run_one(m: &'static connect::ConnectMethod, seconds: f64, round: u32) -> Row {
+fn run_one(
+    m: &'static connect::ConnectMethod,
+    seconds: f64,
+    round: u32,
+    fault: Option<Fault>,
+) -> Row {
     let failed = |e: String| Row {
         method: m.name,
         connections: 0,
+        made: 0,
         rounds: 1,
         per_s: 0.0,
         p50_us: 0.0,
@@ -209,7 +217,8 @@ fn run_one(m: &'static connect::ConnectMethod, seconds: f64, round: u32) -> Row 
     };
     let tag = format!("shmlink-bench-connect-{}-{round}", std::process::id());
     if m.name == "shmlink-inproc" {
-        return run_in_process(m, &tag, time_of(seconds), client, server).unwrap_or_else(failed);
+        return run_in_process(m, &tag, time_of(seconds), (client, server), fault)
+            .unwrap_or_else(failed);
     }
     let (peer, addr) = match start_peer(m.name, &tag, server) {
         Ok(p) => p,
@@ -220,7 +229,7 @@ fn run_one(m: &'static connect::ConnectMethod, seconds: f64, round: u32) -> Row 
         if let Some(cpu) = client {
             let _ = shmlink_sys::pin_to_cpu(cpu);
         }
-        connect::measure(m, &addr, 50, time)
+        connect::measure(m, &addr, 50, time, fault)
     })
     .join()
     .unwrap_or_else(|_| failed("client panicked".into()));
@@ -236,11 +245,13 @@ pub fn main(argv: Vec<String>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // corrupt:N, scribble:N (main refused the other faults).
+    let fault = shmlink_bench::fault::data_fault();
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); a.methods.len()];
     for round in 0..a.rounds {
         eprintln!("round {} of {}", round + 1, a.rounds);
         for (i, m) in a.methods.iter().enumerate() {
-            runs[i].push(run_one(m, a.seconds, round));
+            runs[i].push(run_one(m, a.seconds, round, fault));
         }
     }
     let rows: Vec<Row> = runs.iter().map(|r| connect::median(r)).collect();

@@ -87,6 +87,8 @@ pub fn main(argv: Vec<String>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // corrupt:N, scribble:N (main refused the other faults).
+    let fault = shmlink_bench::fault::data_fault();
     let mut rtt: Vec<Vec<Row>> = Vec::new();
     let mut tput: Vec<Vec<Row>> = Vec::new();
     for _ in 0..a.sizes.len() * a.methods.len() {
@@ -102,8 +104,14 @@ pub fn main(argv: Vec<String>) -> ExitCode {
                     m,
                     size,
                     scaled(a.round_trips, size, 500),
+                    fault,
                 ));
-                tput[i].push(inproc::throughput(m, size, scaled(a.messages, size, 1000)));
+                tput[i].push(inproc::throughput(
+                    m,
+                    size,
+                    scaled(a.messages, size, 1000),
+                    fault,
+                ));
                 i += 1;
             }
         }

@@ -49,6 +49,11 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(e) => return usage_error(&e),
     };
+    // A fault for tests of failure handling is injected or refused, never ignored.
+    if let Err(e) = shmlink_bench::fault::check(pattern_of(&args)) {
+        eprintln!("shmlink-bench: {e}");
+        return ExitCode::from(2);
+    }
     if appsbench::wanted(&args) {
         return appsbench::main(args);
     }
@@ -80,4 +85,12 @@ fn main() -> ExitCode {
 fn usage_error(e: &flags::UsageError) -> ExitCode {
     eprintln!("shmlink-bench: {e}");
     ExitCode::from(2)
+}
+
+/// The pattern the command line asks for (`p2p` if none).
+fn pattern_of(args: &[String]) -> &'static str {
+    ["apps", "async", "inproc", "connect", "pubsub"]
+        .into_iter()
+        .find(|p| connectbench::pattern_is(args, p))
+        .unwrap_or("p2p")
 }
