@@ -54,7 +54,7 @@ b="sleep 2
 # auto: between the guests: with the shared region it upgrades to vm:; with another
 # region (a guest-local file: another id) or none it stays on TCP (virtio-net).
 SHMLINK_AUTO_VM=auto $p --json -n 2000 -m 65 auto:192.0.2.1:7000
-dd if=/dev/zero of=/tmp/other bs=1M count=0 seek=16 2>/dev/null
+dd if=/dev/zero of=/tmp/other bs=1M count=0 seek=16 2>/dev/null; chmod 600 /tmp/other
 SHMLINK_AUTO_VM=/tmp/other $p --json -n 2000 -m 66 auto:192.0.2.1:7000
 $p --json -n 2000 -m 67 auto:192.0.2.1:7000
 # shmlink ls --vm in guest b: guest a's and the host's listeners, read from the region.
