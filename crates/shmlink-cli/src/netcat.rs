@@ -30,8 +30,8 @@ Binds ADDR and takes the first peer that connects (the bound address is printed 
 the end of the stream (the sender closed) or after -n messages.";
 
 const COMMON_AFTER: &str = "\
-Addresses: shm:NAME, shm:/path.sock, shm:@name, ux:NAME, ux:/path, tcp:HOST:PORT,
-tls:HOST:PORT (with --cert/--key on the listening side, --ca on the connecting side),
+Addresses: shm:NAME (a bare NAME means shm:NAME), shm:/path.sock, shm:@name, ux:NAME,
+ux:/path, tcp:HOST:PORT, tls:HOST:PORT (with --cert/--key on the listening side, --ca on the connecting side),
 auto:HOST:PORT (TCP, or TLS with the same flags, upgraded to shm on the same kernel),
 vm:NAME[@REGION] (a region shared between QEMU guests and their host, docs/vms.md).
 

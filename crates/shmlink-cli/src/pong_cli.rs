@@ -21,8 +21,8 @@ separate process (this program re-executed with --server; it dies with this one)
 the client against it, and prints one row per ADDR.";
 
 const PONG_AFTER: &str = "\
-Addresses: shm:NAME, shm:/path.sock, shm:@name, ux:NAME, ux:/path, tcp:HOST:PORT,
-tls:HOST:PORT, auto:HOST:PORT (TCP, or TLS with --cert/--key/--ca, upgraded to shm when
+Addresses: shm:NAME (a bare NAME means shm:NAME), shm:/path.sock, shm:@name, ux:NAME,
+ux:/path, tcp:HOST:PORT, tls:HOST:PORT, auto:HOST:PORT (TCP, or TLS with --cert/--key/--ca, upgraded to shm when
 both ends share a kernel and the rendezvous directory; the transport column says which),
 vm:NAME[@REGION] (a region shared between QEMU guests and their host, docs/vms.md).
 Without ADDR both ends run on shm:pong-PID ux:pong-PID tcp:127.0.0.1:0 (port 0, also on

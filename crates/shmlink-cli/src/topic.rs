@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use shmlink::{ErrorKind, Policy, PubSubOptions, Publisher, Subscriber};
 
-use crate::args::{parse_msg_size, parse_positive, ConnFlags};
+use crate::args::{parse_addr, parse_msg_size, parse_positive, ConnFlags};
 use crate::netcat::{for_each_record, print_record};
 
 const PUB_LONG: &str = "\
@@ -76,7 +76,7 @@ pub struct PubCli {
     #[command(flatten)]
     conn: ConnFlags,
     /// The topic's address
-    #[arg(value_name = "TOPIC", value_parser = topic_addr)]
+    #[arg(value_name = "TOPIC", value_parser = parse_addr)]
     topic: String,
 }
 
@@ -104,20 +104,8 @@ pub struct SubCli {
     #[command(flatten)]
     conn: ConnFlags,
     /// The topic's address
-    #[arg(value_name = "TOPIC", value_parser = topic_addr)]
+    #[arg(value_name = "TOPIC", value_parser = parse_addr)]
     topic: String,
-}
-
-/// A topic address; a bare name (no `:`) is `shm:NAME`.
-fn topic_addr(text: &str) -> Result<String, String> {
-    let addr = if text.contains(':') {
-        text.to_string()
-    } else {
-        format!("shm:{text}")
-    };
-    shmlink::Address::parse(&addr)
-        .map(|_| addr)
-        .map_err(|e| e.to_string())
 }
 
 fn fail(cmd: &str, what: impl std::fmt::Display) -> ExitCode {
