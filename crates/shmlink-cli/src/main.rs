@@ -24,6 +24,7 @@ mod spawn;
 mod stop;
 mod topic;
 mod vm_host;
+mod wait;
 mod wire;
 
 use std::process::ExitCode;

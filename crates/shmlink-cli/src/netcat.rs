@@ -6,12 +6,13 @@
 use std::io::{self, BufRead, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
 use shmlink::{Connection, ErrorKind, Listener};
 
 use crate::args::{parse_addr, parse_msg_size, parse_positive, ConnFlags};
+use crate::wait::{WaitFlags, Waiting};
 
 const SEND_LONG: &str = "\
 Send messages on one connection to ADDR: each line of stdin becomes one message (its
@@ -93,9 +94,8 @@ struct Common {
     /// Largest message, on both ends (suffixes k, M, G) [default: the library's, 64MiB]
     #[arg(short = 'm', long = "max-size", value_name = "SIZE", value_parser = parse_msg_size)]
     max_size: Option<usize>,
-    /// How long to retry connecting while nobody listens yet, in seconds
-    #[arg(long, value_name = "SECS", default_value_t = 10)]
-    wait: u64,
+    #[command(flatten)]
+    wait: WaitFlags,
     #[command(flatten)]
     conn: ConnFlags,
 }
@@ -116,22 +116,25 @@ fn fail(cmd: &str, what: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(1)
 }
 
-/// Connects to `addr`, retrying while nobody listens yet (until `wait` has passed).
+/// Connects to `addr`, retrying while nobody listens yet (as `wait` says); the error
+/// names the address, and how long was waited when nobody listened.
 pub fn connect_retry(
+    cmd: &str,
     addr: &str,
     opts: &shmlink::Options,
-    wait: Duration,
-) -> shmlink::Result<Connection> {
-    let deadline = Instant::now() + wait;
+    wait: &WaitFlags,
+) -> Result<Connection, String> {
+    let mut waiting = Waiting::new(cmd, addr, wait.budget());
     loop {
         match Connection::connect(addr, opts) {
-            Err(e)
-                if matches!(e.kind(), ErrorKind::ConnectionRefused)
-                    && Instant::now() < deadline =>
-            {
+            Ok(c) => return Ok(c),
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+                if !waiting.again() {
+                    return Err(format!("{addr}: {e} {}", waiting.gave_up()));
+                }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            other => return other,
+            Err(e) => return Err(format!("{addr}: {e}")),
         }
     }
 }
@@ -143,13 +146,13 @@ fn accept_one(cmd: &str, addr: &str, opts: &shmlink::Options) -> shmlink::Result
     listener.accept()
 }
 
-/// The connection `send`/`recv` asked for.
-fn open(cmd: &str, listen: bool, addr: &str, common: &Common) -> shmlink::Result<Connection> {
+/// The connection `send`/`recv` asked for; the error names the address.
+fn open(cmd: &str, listen: bool, addr: &str, common: &Common) -> Result<Connection, String> {
     let opts = common.options();
     if listen {
-        accept_one(cmd, addr, &opts)
+        accept_one(cmd, addr, &opts).map_err(|e| format!("{addr}: {e}"))
     } else {
-        connect_retry(addr, &opts, Duration::from_secs(common.wait))
+        connect_retry(cmd, addr, &opts, &common.wait)
     }
 }
 
@@ -157,7 +160,7 @@ fn open(cmd: &str, listen: bool, addr: &str, common: &Common) -> shmlink::Result
 pub fn send(args: &SendCli) -> ExitCode {
     let mut conn = match open("send", args.listen, &args.addr, &args.common) {
         Ok(c) => c,
-        Err(e) => return fail("send", format_args!("{}: {e}", args.addr)),
+        Err(e) => return fail("send", e),
     };
     let mut sent = 0u64;
     let mut put = |msg: &[u8], what: &dyn std::fmt::Display| {
@@ -236,7 +239,7 @@ pub fn print_record(out: &mut impl Write, msg: &[u8], sep: u8) -> io::Result<boo
 pub fn recv(args: &RecvCli) -> ExitCode {
     let mut conn = match open("recv", !args.connect, &args.addr, &args.common) {
         Ok(c) => c,
-        Err(e) => return fail("recv", format_args!("{}: {e}", args.addr)),
+        Err(e) => return fail("recv", e),
     };
     let sep = if args.null { 0 } else { b'\n' };
     let mut out = io::stdout().lock();
@@ -301,7 +304,7 @@ mod tests {
         let Ok(Command::Recv(r)) = p("recv -c -n3 --wait 1 shm:x") else {
             panic!()
         };
-        assert!(r.connect && r.count == Some(3) && r.common.wait == 1);
+        assert!(r.connect && r.count == Some(3) && r.common.wait.wait == 1);
         assert!(p("recv").unwrap_err().contains("required arguments"));
         assert!(p("recv -n 0 shm:x").unwrap_err().contains("at least 1"));
         assert!(p("send foo:bar").unwrap_err().contains("unknown transport"));

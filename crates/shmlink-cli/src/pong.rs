@@ -3,7 +3,6 @@
 
 use std::io::Write;
 use std::os::fd::{AsRawFd, RawFd};
-use std::time::Instant;
 
 use shmlink::{ErrorKind, Listener, Options, MAX_MSG_SIZE_LIMIT};
 
@@ -18,6 +17,7 @@ use crate::report::{RunResult, Table};
 use crate::server;
 use crate::spawn::{connect_retry, die_with_parent, ServerProcess, START_TIMEOUT};
 use crate::stop::StopSignals;
+use crate::wait::Waiting;
 use crate::wire::{self, Hello};
 
 /// Runs the command.
@@ -207,8 +207,13 @@ fn run_one(args: &PongArgs, addr: &str) -> Result<RunResult> {
         .as_ref()
         .map_or(addr, |s| s.addr.as_str())
         .to_string();
-    let deadline = Instant::now() + START_TIMEOUT;
-    let conn = connect_retry(&target, &opts, deadline, || {
+    // Our own server listens already (it said so); one started by the user may not yet.
+    let budget = match server {
+        Some(_) => START_TIMEOUT,
+        None => args.wait,
+    };
+    let mut waiting = Waiting::new("pong", &target, budget);
+    let conn = connect_retry(&target, &opts, &mut waiting, || {
         server.as_mut().map_or(Ok(()), |s| s.check_alive())
     })
     .context(|| format!("connect to {target}"))?;

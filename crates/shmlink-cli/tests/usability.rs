@@ -30,3 +30,58 @@ fn a_bare_name_means_shm_name_in_every_command() {
     let man = String::from_utf8_lossy(&out.stdout);
     assert!(man.contains("means shm:NAME"), "{man}");
 }
+
+/// Runs `shmlink ARGS` to its end (stdin empty); returns the exit code, stderr and how
+/// long it took.
+fn run(d: &support::Dir, args: &[&str]) -> (Option<i32>, String, Duration) {
+    let start = Instant::now();
+    let mut p = spawn(d, args);
+    let status = p.finish();
+    (status.code(), p.err.clone(), start.elapsed())
+}
+
+#[test]
+fn no_wait_fails_at_once_and_names_the_address() {
+    let d = dir("usability", "nowait");
+    for args in [
+        &["send", "--no-wait", "typo"][..],
+        &["sub", "--no-wait", "typo"],
+        &["pong", "--client", "--no-wait", "typo"],
+        &["recv", "--connect", "--no-wait", "typo"],
+    ] {
+        let (code, err, took) = run(&d, args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(err.contains("shm:typo"), "{args:?}: {err}");
+        assert!(err.contains("--no-wait"), "{args:?}: {err}");
+        assert!(!err.contains("waiting for"), "{args:?}: {err}");
+        // Well before the default wait of 10 s (no tight timing).
+        assert!(took < Duration::from_secs(8), "{args:?}: {took:?}");
+    }
+    // --wait and --no-wait contradict each other.
+    let (code, err, _) = run(&d, &["send", "--wait", "3", "--no-wait", "typo"]);
+    assert_eq!(code, Some(2), "{err}");
+}
+
+#[test]
+fn a_waiting_client_says_so_then_fails_after_wait() {
+    let d = dir("usability", "wait");
+    for args in [
+        &["send", "--wait", "2", "typo"][..],
+        &["sub", "--wait", "2", "typo"],
+        &["pong", "--client", "--wait", "2", "typo"],
+    ] {
+        let (code, err, took) = run(&d, args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        let cmd = args[0];
+        let notice = err
+            .lines()
+            .find(|l| l.starts_with(&format!("shmlink {cmd}: waiting for shm:typo")))
+            .unwrap_or_else(|| panic!("{args:?}: no waiting line in {err:?}"));
+        assert!(notice.contains("up to 2 s"), "{notice}");
+        assert!(notice.contains("Ctrl-C"), "{notice}");
+        // The failure comes after the notice and says how long it waited.
+        let after = &err[err.find(notice).unwrap() + notice.len()..];
+        assert!(after.contains("waited 2 s"), "{args:?}: {err}");
+        assert!(took < Duration::from_secs(8), "{args:?}: {took:?}");
+    }
+}
