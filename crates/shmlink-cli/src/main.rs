@@ -45,7 +45,7 @@ fn main() -> ExitCode {
             match pong::run(&p) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("shmlink pong: {e}");
+                    eprintln!("shmlink pong: {}", error::in_cli_terms(&e.to_string()));
                     ExitCode::from(1)
                 }
             }

@@ -12,6 +12,7 @@ use clap::Args;
 use shmlink::{Connection, ErrorKind, Listener};
 
 use crate::args::{parse_addr, parse_msg_size, parse_positive, ConnFlags};
+use crate::error::in_cli_terms;
 use crate::wait::{WaitFlags, Waiting};
 
 const SEND_LONG: &str = "\
@@ -112,7 +113,7 @@ impl Common {
 
 /// Prints `what: e` as `shmlink CMD: …` and returns exit code 1.
 fn fail(cmd: &str, what: impl std::fmt::Display) -> ExitCode {
-    eprintln!("shmlink {cmd}: {what}");
+    eprintln!("shmlink {cmd}: {}", in_cli_terms(&what.to_string()));
     ExitCode::from(1)
 }
 

@@ -83,7 +83,10 @@ fn serve(args: &PongArgs) -> Result<()> {
                 continue;
             }
             Some(Err(e)) if !args.once && per_client(e.kind()) => {
-                eprintln!("shmlink pong: accept on {addr}: {e}");
+                eprintln!(
+                    "shmlink pong: accept on {addr}: {}",
+                    crate::error::in_cli_terms(&e.to_string())
+                );
                 continue;
             }
             Some(Err(e)) => return Err(e).context(|| format!("accept on {addr}")),
@@ -100,7 +103,10 @@ fn serve(args: &PongArgs) -> Result<()> {
                 h.size,
                 transport.as_str()
             ),
-            Err(e) => eprintln!("shmlink pong: client on {addr}: {e}"),
+            Err(e) => eprintln!(
+                "shmlink pong: client on {addr}: {}",
+                crate::error::in_cli_terms(&e.to_string())
+            ),
         }
     }
 }
@@ -152,7 +158,10 @@ fn run_clients(args: &PongArgs) -> Result<()> {
             Ok(r) if args.json => print(r.to_json())?,
             Ok(r) => print(table.next(&r))?,
             Err(e) => {
-                eprintln!("shmlink pong: {addr}: {e}");
+                eprintln!(
+                    "shmlink pong: {addr}: {}",
+                    crate::error::in_cli_terms(&e.to_string())
+                );
                 failed += 1;
             }
         }

@@ -9,6 +9,7 @@ use clap::{Args, ValueEnum};
 use shmlink::{ErrorKind, Policy, PubSubOptions, Publisher, Subscriber};
 
 use crate::args::{parse_addr, parse_msg_size, parse_positive, ConnFlags};
+use crate::error::in_cli_terms;
 use crate::netcat::{for_each_record, print_record};
 use crate::wait::{WaitFlags, Waiting};
 
@@ -109,7 +110,7 @@ pub struct SubCli {
 }
 
 fn fail(cmd: &str, what: impl std::fmt::Display) -> ExitCode {
-    eprintln!("shmlink {cmd}: {what}");
+    eprintln!("shmlink {cmd}: {}", in_cli_terms(&what.to_string()));
     ExitCode::from(1)
 }
 

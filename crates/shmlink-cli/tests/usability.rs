@@ -85,3 +85,42 @@ fn a_waiting_client_says_so_then_fails_after_wait() {
         assert!(took < Duration::from_secs(8), "{args:?}: {took:?}");
     }
 }
+
+#[test]
+fn errors_name_the_flags_not_the_library_calls() {
+    let d = dir("usability", "flags");
+    let pid = std::process::id();
+    // A directory other users may write: the way out is --shared-dir.
+    let open = d.0.join("open");
+    std::fs::create_dir(&open).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = shmlink(&d, &["send", "--no-wait", "x"])
+        .env("SHMLINK_DIR", &open)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--shared-dir"), "{err}");
+    assert!(!err.contains("Options::"), "{err}");
+
+    // `send` to a topic: subscribe with `shmlink sub`.
+    let topic = format!("flags-topic-{pid}");
+    let mut publisher = spawn(&d, &["pub", "--subscribers", "1", "--wait", "20", &topic]);
+    publisher.wait_stderr("shmlink pub: publishing on ");
+    let (code, err, _) = run(&d, &["send", "--no-wait", &topic]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("`shmlink sub`"), "{err}");
+    assert!(!err.contains("Subscriber::connect"), "{err}");
+    drop(publisher);
+
+    // `sub` to a plain listener: no packet kinds.
+    let plain = format!("flags-plain-{pid}");
+    let mut recv = spawn(&d, &["recv", &plain]);
+    recv.wait_stderr("shmlink recv: listening on ");
+    let (code, err, _) = run(&d, &["sub", "--no-wait", &plain]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("plain listener"), "{err}");
+    assert!(!err.contains("packet kind"), "{err}");
+}
