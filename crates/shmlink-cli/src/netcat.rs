@@ -95,6 +95,10 @@ struct Common {
     /// Largest message, on both ends (suffixes k, M, G) [default: the library's, 64MiB]
     #[arg(short = 'm', long = "max-size", value_name = "SIZE", value_parser = parse_msg_size)]
     max_size: Option<usize>,
+    /// Say on stderr which peer connected and the transport the connection really uses
+    /// (an auto: connection says whether it was upgraded to shm)
+    #[arg(short = 'v', long)]
+    verbose: bool,
     #[command(flatten)]
     wait: WaitFlags,
     #[command(flatten)]
@@ -150,10 +154,27 @@ fn accept_one(cmd: &str, addr: &str, opts: &shmlink::Options) -> shmlink::Result
 /// The connection `send`/`recv` asked for; the error names the address.
 fn open(cmd: &str, listen: bool, addr: &str, common: &Common) -> Result<Connection, String> {
     let opts = common.options();
-    if listen {
-        accept_one(cmd, addr, &opts).map_err(|e| format!("{addr}: {e}"))
+    let conn = if listen {
+        accept_one(cmd, addr, &opts).map_err(|e| format!("{addr}: {e}"))?
     } else {
-        connect_retry(cmd, addr, &opts, &common.wait)
+        connect_retry(cmd, addr, &opts, &common.wait)?
+    };
+    if common.verbose {
+        say_connected(cmd, listen, addr, &conn);
+    }
+    Ok(conn)
+}
+
+/// `-v`: which peer, over which transport (what an auto: address settled on).
+fn say_connected(cmd: &str, listen: bool, addr: &str, conn: &Connection) {
+    let transport = conn.transport();
+    if listen {
+        eprintln!(
+            "shmlink {cmd}: accepted {} over {transport}",
+            conn.peer_addr()
+        );
+    } else {
+        eprintln!("shmlink {cmd}: connected to {addr} over {transport}");
     }
 }
 

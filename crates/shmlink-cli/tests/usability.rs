@@ -124,3 +124,33 @@ fn errors_name_the_flags_not_the_library_calls() {
     assert!(err.contains("plain listener"), "{err}");
     assert!(!err.contains("packet kind"), "{err}");
 }
+
+#[test]
+fn verbose_says_the_transport_really_used() {
+    let d = dir("usability", "verbose");
+    // auto: between two processes of one kernel and one rendezvous directory: upgraded
+    // to shm. tcp: stays tcp.
+    for (addr, over) in [("auto:127.0.0.1:0", "shm"), ("tcp:127.0.0.1:0", "tcp")] {
+        let mut recv = spawn(&d, &["recv", "-v", addr]);
+        let bound = recv.wait_stderr("shmlink recv: listening on ");
+        let mut send = spawn(&d, &["send", "-v", &bound]);
+        send.write(b"m\n");
+        send.success();
+        assert_eq!(lines(&recv.success()), ["m"]);
+        let want = format!("shmlink send: connected to {bound} over {over}");
+        assert!(
+            send.err.lines().any(|l| l == want),
+            "{want:?} in {:?}",
+            send.err
+        );
+        let accepted = recv
+            .err
+            .lines()
+            .find(|l| l.starts_with("shmlink recv: accepted "))
+            .unwrap_or_else(|| panic!("{:?}", recv.err));
+        assert!(
+            accepted.ends_with(&format!(" over {over}")),
+            "{addr}: {accepted}"
+        );
+    }
+}
