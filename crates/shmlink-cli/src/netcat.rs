@@ -4,6 +4,7 @@
 //! the stream.
 
 use std::io::{self, BufRead, Read, Write};
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -13,6 +14,8 @@ use shmlink::{Connection, ErrorKind, Listener};
 
 use crate::args::{parse_addr, parse_msg_size, parse_positive, ConnFlags};
 use crate::error::in_cli_terms;
+use crate::pong::{per_client, wait_readable};
+use crate::stop::StopSignals;
 use crate::wait::{WaitFlags, Waiting};
 
 const SEND_LONG: &str = "\
@@ -29,7 +32,9 @@ by a NUL byte with the -0 option, for messages that may contain newlines (as `xa
 reads them).
 Binds ADDR and takes the first peer that connects (the bound address is printed on stderr:
 `recv tcp:127.0.0.1:0` picks a free port), or with --connect connects to ADDR. Exits 0 at
-the end of the stream (the sender closed) or after -n messages.";
+the end of the stream (the sender closed) or after -n messages. With --keep, serves one
+sender after another (the listener stays, `shmlink ls` shows it) until Ctrl-C, SIGTERM or
+-n messages in all.";
 
 const COMMON_AFTER: &str = "\
 Addresses: shm:NAME (a bare NAME means shm:NAME), shm:/path.sock, shm:@name, ux:NAME,
@@ -82,6 +87,10 @@ pub struct RecvCli {
     /// Stop after N messages
     #[arg(short = 'n', long = "count", value_name = "N", value_parser = parse_positive)]
     count: Option<u64>,
+    /// Keep listening after a connection ends: serve senders one after another until
+    /// Ctrl-C (SIGINT or SIGTERM, exit 0) or -n messages in all
+    #[arg(short = 'k', long, conflicts_with = "connect")]
+    keep: bool,
     #[command(flatten)]
     common: Common,
     /// The address to bind (or connect to, with --connect)
@@ -259,33 +268,109 @@ pub fn print_record(out: &mut impl Write, msg: &[u8], sep: u8) -> io::Result<boo
 
 /// Runs `shmlink recv`.
 pub fn recv(args: &RecvCli) -> ExitCode {
+    if args.keep {
+        return recv_keep(args);
+    }
     let mut conn = match open("recv", !args.connect, &args.addr, &args.common) {
         Ok(c) => c,
         Err(e) => return fail("recv", e),
     };
-    let sep = if args.null { 0 } else { b'\n' };
     let mut out = io::stdout().lock();
     let mut received = 0u64;
-    while !matches!(args.count, Some(n) if received >= n) {
+    let result = print_messages(args, &mut conn, &mut out, &mut received);
+    let _ = conn.close();
+    match result {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => fail("recv", e),
+    }
+}
+
+/// Prints the messages of `conn` until its end of stream, `-n` messages in all
+/// (counted in `received`) or a closed stdout; `Ok(false)` when nothing more is wanted.
+fn print_messages(
+    args: &RecvCli,
+    conn: &mut Connection,
+    out: &mut impl Write,
+    received: &mut u64,
+) -> Result<bool, String> {
+    let sep = if args.null { 0 } else { b'\n' };
+    loop {
+        if matches!(args.count, Some(n) if *received >= n) {
+            return Ok(false);
+        }
         let msg = match conn.recv_vec() {
             Ok(m) => m,
-            Err(e) if e.kind() == ErrorKind::EndOfStream => break,
-            Err(e) => {
-                return fail(
-                    "recv",
-                    format_args!("{} after {received} messages: {e}", args.addr),
-                )
-            }
+            Err(e) if e.kind() == ErrorKind::EndOfStream => return Ok(true),
+            Err(e) => return Err(format!("{} after {received} messages: {e}", args.addr)),
         };
-        received += 1;
-        match print_record(&mut out, &msg, sep) {
+        *received += 1;
+        match print_record(out, &msg, sep) {
             Ok(true) => {}
-            Ok(false) => break,
-            Err(e) => return fail("recv", format_args!("write stdout: {e}")),
+            Ok(false) => return Ok(false),
+            Err(e) => return Err(format!("write stdout: {e}")),
         }
     }
-    let _ = conn.close();
-    ExitCode::SUCCESS
+}
+
+/// `recv --keep`: one sender after another on one listener, until a signal (which
+/// removes the socket and exits 0) or `-n` messages.
+fn recv_keep(args: &RecvCli) -> ExitCode {
+    let stop = match StopSignals::block() {
+        Ok(s) => s,
+        Err(e) => return fail("recv", e),
+    };
+    let addr = &args.addr;
+    let mut listener = match Listener::bind(addr, &args.common.options()) {
+        Ok(l) => l,
+        Err(e) => return fail("recv", format_args!("{addr}: {e}")),
+    };
+    eprintln!("shmlink recv: listening on {}", listener.local_addr());
+    let fd = listener.as_raw_fd();
+    listener.set_nonblocking(true);
+    let listener = match stop.drop_on_signal(listener) {
+        Ok(l) => l,
+        Err(e) => return fail("recv", e),
+    };
+    let mut out = io::stdout().lock();
+    let mut received = 0u64;
+    loop {
+        let accepted = listener.lock().as_mut().map(|l| l.accept());
+        let mut conn = match accepted {
+            // Stopped by a signal: the signal thread exits the process.
+            None => loop {
+                std::thread::park();
+            },
+            Some(Ok(c)) => c,
+            Some(Err(e)) if e.kind() == ErrorKind::WouldBlock => {
+                wait_readable(fd);
+                continue;
+            }
+            Some(Err(e)) if per_client(e.kind()) => {
+                eprintln!(
+                    "shmlink recv: accept on {addr}: {}",
+                    in_cli_terms(&e.to_string())
+                );
+                continue;
+            }
+            Some(Err(e)) => return fail("recv", format_args!("accept on {addr}: {e}")),
+        };
+        if args.common.verbose {
+            say_connected("recv", true, addr, &conn);
+        }
+        // One sender failing is its own business: the next one is served.
+        let more = match print_messages(args, &mut conn, &mut out, &mut received) {
+            Ok(more) => more,
+            Err(e) if e.starts_with("write stdout") => return fail("recv", e),
+            Err(e) => {
+                eprintln!("shmlink recv: {}", in_cli_terms(&e));
+                true
+            }
+        };
+        let _ = conn.close();
+        if !more {
+            return ExitCode::SUCCESS;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -115,7 +115,7 @@ fn serve(args: &PongArgs) -> Result<()> {
 /// the signal thread), or a second passed: a blocking `accept` also woke at the
 /// handshake deadlines of clients that went silent, to drop them; a second bounds how
 /// long they wait for that here.
-fn wait_readable(fd: RawFd) {
+pub fn wait_readable(fd: RawFd) {
     let mut pfd = libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -127,7 +127,7 @@ fn wait_readable(fd: RawFd) {
 }
 
 /// Accept errors that concern one client, after which the listener serves on.
-fn per_client(kind: ErrorKind) -> bool {
+pub fn per_client(kind: ErrorKind) -> bool {
     matches!(
         kind,
         ErrorKind::ConnectionRefused

@@ -154,3 +154,33 @@ fn verbose_says_the_transport_really_used() {
         );
     }
 }
+
+#[test]
+fn recv_keep_serves_one_sender_after_another() {
+    let d = dir("usability", "keep");
+    let name = format!("keep-{}", std::process::id());
+    let mut recv = spawn(&d, &["recv", "--keep", &name]);
+    recv.wait_stderr("shmlink recv: listening on ");
+    for (i, text) in ["first\n", "second\nthird\n"].iter().enumerate() {
+        let mut send = spawn(&d, &["send", &name]);
+        send.write(text.as_bytes());
+        send.success();
+        let want = ["first", "second", "third"][..i * 2 + 1].join("\n") + "\n";
+        recv.wait_stdout(|out| out == want.as_bytes());
+    }
+    // Still listening after both: ls lists it.
+    assert!(recv.child.try_wait().unwrap().is_none(), "{}", recv.err);
+    let out = shmlink(&d, &["ls"]).output().unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains(&format!("shm:{name}")), "{table}");
+    // SIGTERM: exit 0, the socket removed.
+    let sock = d.0.join(format!("{name}.sock"));
+    assert!(sock.exists(), "{}", sock.display());
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &recv.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(recv.finish().success(), "{}", recv.err);
+    assert!(!sock.exists(), "{}", sock.display());
+}
