@@ -72,8 +72,15 @@ pub fn in_cli_terms(msg: &str) -> String {
         let start = end - digits;
         if digits > 0 && text[..start].ends_with("packet kind ") {
             let start = start - "packet kind ".len();
+            let mut stop = end + PLAIN.len();
+            // The subscriber's own guess, answered by the new text.
+            if let Some(rest) = text[stop..].strip_prefix(" (is ") {
+                if let Some(close) = rest.find(" a publisher?)") {
+                    stop += " (is ".len() + close + " a publisher?)".len();
+                }
+            }
             text.replace_range(
-                start..end + PLAIN.len(),
+                start..stop,
                 "this is a plain listener (recv, send --listen, pong --server), not a \
                  topic: `shmlink send` and `shmlink recv --connect` talk to it",
             );
@@ -128,6 +135,11 @@ mod tests {
             "{plain}"
         );
         assert!(plain.ends_with("talk to it (x)"), "{plain}");
+        let plain = in_cli_terms(
+            "refused: packet kind 17 is publish/subscribe, and this is a plain shm: peer \
+             (is shm:p a publisher?)",
+        );
+        assert!(plain.ends_with("talk to it"), "{plain}");
         assert!(!plain.contains("packet kind"), "{plain}");
         assert_eq!(in_cli_terms("nothing to change"), "nothing to change");
     }

@@ -285,6 +285,22 @@ pub fn recv(args: &RecvCli) -> ExitCode {
     }
 }
 
+/// Why [`print_messages`] stopped early.
+enum PrintError {
+    /// The connection failed (the next sender may do better).
+    Conn(String),
+    /// stdout failed: nothing more can be printed.
+    Stdout(String),
+}
+
+impl std::fmt::Display for PrintError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PrintError::Conn(e) | PrintError::Stdout(e) => f.write_str(e),
+        }
+    }
+}
+
 /// Prints the messages of `conn` until its end of stream, `-n` messages in all
 /// (counted in `received`) or a closed stdout; `Ok(false)` when nothing more is wanted.
 fn print_messages(
@@ -292,7 +308,7 @@ fn print_messages(
     conn: &mut Connection,
     out: &mut impl Write,
     received: &mut u64,
-) -> Result<bool, String> {
+) -> Result<bool, PrintError> {
     let sep = if args.null { 0 } else { b'\n' };
     loop {
         if matches!(args.count, Some(n) if *received >= n) {
@@ -301,13 +317,18 @@ fn print_messages(
         let msg = match conn.recv_vec() {
             Ok(m) => m,
             Err(e) if e.kind() == ErrorKind::EndOfStream => return Ok(true),
-            Err(e) => return Err(format!("{} after {received} messages: {e}", args.addr)),
+            Err(e) => {
+                return Err(PrintError::Conn(format!(
+                    "{} after {received} messages: {e}",
+                    args.addr
+                )))
+            }
         };
         *received += 1;
         match print_record(out, &msg, sep) {
             Ok(true) => {}
             Ok(false) => return Ok(false),
-            Err(e) => return Err(format!("write stdout: {e}")),
+            Err(e) => return Err(PrintError::Stdout(format!("write stdout: {e}"))),
         }
     }
 }
@@ -360,8 +381,8 @@ fn recv_keep(args: &RecvCli) -> ExitCode {
         // One sender failing is its own business: the next one is served.
         let more = match print_messages(args, &mut conn, &mut out, &mut received) {
             Ok(more) => more,
-            Err(e) if e.starts_with("write stdout") => return fail("recv", e),
-            Err(e) => {
+            Err(e @ PrintError::Stdout(_)) => return fail("recv", e),
+            Err(PrintError::Conn(e)) => {
                 eprintln!("shmlink recv: {}", in_cli_terms(&e));
                 true
             }
