@@ -38,6 +38,15 @@
 // falls behind loses the oldest messages and is told how many (`EOVERFLOW`).
 #define SHMLINK_POLICY_OVERWRITE 1
 
+// The major version of the shmlink.h this program was compiled with.
+#define SHMLINK_VERSION_MAJOR 0
+
+// The minor version of the shmlink.h this program was compiled with.
+#define SHMLINK_VERSION_MINOR 1
+
+// The patch version of the shmlink.h this program was compiled with.
+#define SHMLINK_VERSION_PATCH 0
+
 // Options for `shmlink_connect` and `shmlink_listen` (opaque). Make one with
 // `shmlink_options_new`, set what you need, pass it to any number of calls (they copy
 // what they need), free it with `shmlink_options_free`.
@@ -811,6 +820,14 @@ ssize_t shmlink_max_msg_size(const shmlink_socket *sock);
 // # Safety
 // `sock` is NULL or a live socket; `out` NULL or writable.
 int shmlink_get_counters(shmlink_socket *sock, shmlink_counters *out);
+
+// The version of the shmlink library in use, as "MAJOR.MINOR.PATCH" (say "0.1.0"):
+// compare it with the SHMLINK_VERSION_* macros to tell the header a program was
+// compiled with from the library it runs with. Never NULL; a static string, never to
+// be freed.
+//
+// Thread safety: any thread, any time.
+const char *shmlink_version(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -16,8 +16,10 @@ mod error;
 mod options;
 mod pubsub;
 mod socket;
+mod version;
 
 pub use error::{shmlink_last_error, shmlink_last_missed};
 pub use options::*;
 pub use pubsub::*;
 pub use socket::*;
+pub use version::*;

@@ -236,6 +236,11 @@ fn c_bad_arguments_are_einval_not_crashes() {
 }
 
 #[test]
+fn c_version_macros_match_the_library() {
+    run_c("tests/c/version.c", &[], Duration::from_secs(60));
+}
+
+#[test]
 fn c_pubsub_fan_out_to_4_processes() {
     run_c("tests/c/pubsub.c", &[], Duration::from_secs(240));
 }

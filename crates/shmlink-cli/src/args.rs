@@ -23,9 +23,10 @@ const TOP_ABOUT: &str = "Fast, reliable messaging between processes that share a
 
 const TOP_AFTER: &str = "\
 Addresses: shm:NAME, shm:/path.sock, shm:@name, ux:NAME, ux:/path, tcp:HOST:PORT,
-tls:HOST:PORT, auto:HOST:PORT. shm:NAME lives in the rendezvous directory: $SHMLINK_DIR,
-else $XDG_RUNTIME_DIR/shmlink, else /tmp/shmlink-UID. vm:NAME[@REGION]: a region shared
-between QEMU guests and their host (docs/vms.md).
+tls:HOST:PORT, auto:HOST:PORT; a bare NAME (no colon) means shm:NAME in every command.
+shm:NAME lives in the rendezvous directory: $SHMLINK_DIR, else $XDG_RUNTIME_DIR/shmlink,
+else /tmp/shmlink-UID. vm:NAME[@REGION]: a region shared between QEMU guests and their
+host (docs/vms.md).
 
 Exit status: 0 on success, 1 if the command failed, 2 on bad arguments.";
 
@@ -177,10 +178,16 @@ pub fn parse_positive(text: &str) -> Result<u64, String> {
     }
 }
 
-/// An address any transport parses.
+/// An address any transport parses, as every command takes it: a bare NAME (no `:`)
+/// means `shm:NAME`, the same for send, recv, pong, pub and sub.
 pub fn parse_addr(text: &str) -> Result<String, String> {
-    shmlink::Address::parse(text)
-        .map(|_| text.to_string())
+    let addr = if text.contains(':') {
+        text.to_string()
+    } else {
+        format!("shm:{text}")
+    };
+    shmlink::Address::parse(&addr)
+        .map(|_| addr)
         .map_err(|e| e.to_string())
 }
 
@@ -340,6 +347,23 @@ mod tests {
         let text = e.render().to_string();
         assert!(text.contains("--server needs exactly one ADDR"), "{text}");
         assert!(text.contains("Usage: shmlink pong"), "{text}");
+    }
+
+    #[test]
+    fn a_bare_name_is_shm_name_for_every_command() {
+        for cmd in ["send", "recv", "pub", "sub"] {
+            assert!(parse(["shmlink", cmd, "cli2"]).is_ok(), "{cmd}");
+        }
+        let Command::Pong(p) = parse(["shmlink", "pong", "--client", "cli2"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        assert_eq!(p.into_args(&[0, 1]).unwrap().addrs, ["shm:cli2"]);
+        assert_eq!(parse_addr("cli2").unwrap(), "shm:cli2");
+        assert_eq!(parse_addr("tcp:127.0.0.1:1").unwrap(), "tcp:127.0.0.1:1");
+        assert!(parse_addr("foo:bar").is_err());
     }
 
     #[test]

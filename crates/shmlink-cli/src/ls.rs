@@ -100,6 +100,9 @@ pub struct LsCli {
 pub struct LsArgs {
     /// The directory to scan: DIR, else the rendezvous directory.
     pub dir: PathBuf,
+    /// DIR was given (a missing one is an error); else the default rendezvous directory,
+    /// which does not exist before the first listener: no listeners.
+    pub explicit_dir: bool,
     pub json: bool,
     /// How long to wait for the listeners' answers.
     pub timeout: Duration,
@@ -111,6 +114,7 @@ impl LsCli {
     /// The arguments with defaults applied.
     pub fn into_args(self) -> LsArgs {
         LsArgs {
+            explicit_dir: self.dir.is_some(),
             dir: self.dir.unwrap_or_else(shmlink::rendezvous_dir),
             json: self.json,
             timeout: Duration::from_millis(self.timeout),
@@ -128,6 +132,8 @@ pub fn run(args: &LsArgs) -> ExitCode {
     }
     let reports = match shmlink::inspect(&args.dir, args.timeout) {
         Ok(r) => r,
+        // No listener has made the rendezvous directory yet: nothing listens.
+        Err(_) if !args.explicit_dir && missing(&args.dir) => Vec::new(),
         Err(e) => {
             eprintln!("shmlink ls: {e}");
             return ExitCode::from(1);
@@ -145,6 +151,11 @@ pub fn run(args: &LsArgs) -> ExitCode {
     // A closed stdout (`| head`) is not worth an error.
     let _ = std::io::stdout().write_all(text.as_bytes());
     ExitCode::SUCCESS
+}
+
+/// Whether `dir` does not exist (and nothing else went wrong looking).
+fn missing(dir: &std::path::Path) -> bool {
+    std::fs::symlink_metadata(dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// `--vm`: the region's listeners and connections.

@@ -24,6 +24,7 @@ mod spawn;
 mod stop;
 mod topic;
 mod vm_host;
+mod wait;
 mod wire;
 
 use std::process::ExitCode;
@@ -44,7 +45,7 @@ fn main() -> ExitCode {
             match pong::run(&p) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("shmlink pong: {e}");
+                    eprintln!("shmlink pong: {}", error::in_cli_terms(&e.to_string()));
                     ExitCode::from(1)
                 }
             }

@@ -4,14 +4,19 @@
 //! the stream.
 
 use std::io::{self, BufRead, Read, Write};
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
 use shmlink::{Connection, ErrorKind, Listener};
 
 use crate::args::{parse_addr, parse_msg_size, parse_positive, ConnFlags};
+use crate::error::in_cli_terms;
+use crate::pong::{per_client, wait_readable};
+use crate::stop::StopSignals;
+use crate::wait::{WaitFlags, Waiting};
 
 const SEND_LONG: &str = "\
 Send messages on one connection to ADDR: each line of stdin becomes one message (its
@@ -27,11 +32,13 @@ by a NUL byte with the -0 option, for messages that may contain newlines (as `xa
 reads them).
 Binds ADDR and takes the first peer that connects (the bound address is printed on stderr:
 `recv tcp:127.0.0.1:0` picks a free port), or with --connect connects to ADDR. Exits 0 at
-the end of the stream (the sender closed) or after -n messages.";
+the end of the stream (the sender closed) or after -n messages. With --keep, serves one
+sender after another (the listener stays, `shmlink ls` shows it) until Ctrl-C, SIGTERM or
+-n messages in all.";
 
 const COMMON_AFTER: &str = "\
-Addresses: shm:NAME, shm:/path.sock, shm:@name, ux:NAME, ux:/path, tcp:HOST:PORT,
-tls:HOST:PORT (with --cert/--key on the listening side, --ca on the connecting side),
+Addresses: shm:NAME (a bare NAME means shm:NAME), shm:/path.sock, shm:@name, ux:NAME,
+ux:/path, tcp:HOST:PORT, tls:HOST:PORT (with --cert/--key on the listening side, --ca on the connecting side),
 auto:HOST:PORT (TCP, or TLS with the same flags, upgraded to shm on the same kernel),
 vm:NAME[@REGION] (a region shared between QEMU guests and their host, docs/vms.md).
 
@@ -80,6 +87,10 @@ pub struct RecvCli {
     /// Stop after N messages
     #[arg(short = 'n', long = "count", value_name = "N", value_parser = parse_positive)]
     count: Option<u64>,
+    /// Keep listening after a connection ends: serve senders one after another until
+    /// Ctrl-C (SIGINT or SIGTERM, exit 0) or -n messages in all
+    #[arg(short = 'k', long, conflicts_with = "connect")]
+    keep: bool,
     #[command(flatten)]
     common: Common,
     /// The address to bind (or connect to, with --connect)
@@ -93,9 +104,12 @@ struct Common {
     /// Largest message, on both ends (suffixes k, M, G) [default: the library's, 64MiB]
     #[arg(short = 'm', long = "max-size", value_name = "SIZE", value_parser = parse_msg_size)]
     max_size: Option<usize>,
-    /// How long to retry connecting while nobody listens yet, in seconds
-    #[arg(long, value_name = "SECS", default_value_t = 10)]
-    wait: u64,
+    /// Say on stderr which peer connected and the transport the connection really uses
+    /// (an auto: connection says whether it was upgraded to shm)
+    #[arg(short = 'v', long)]
+    verbose: bool,
+    #[command(flatten)]
+    wait: WaitFlags,
     #[command(flatten)]
     conn: ConnFlags,
 }
@@ -112,26 +126,29 @@ impl Common {
 
 /// Prints `what: e` as `shmlink CMD: …` and returns exit code 1.
 fn fail(cmd: &str, what: impl std::fmt::Display) -> ExitCode {
-    eprintln!("shmlink {cmd}: {what}");
+    eprintln!("shmlink {cmd}: {}", in_cli_terms(&what.to_string()));
     ExitCode::from(1)
 }
 
-/// Connects to `addr`, retrying while nobody listens yet (until `wait` has passed).
+/// Connects to `addr`, retrying while nobody listens yet (as `wait` says); the error
+/// names the address, and how long was waited when nobody listened.
 pub fn connect_retry(
+    cmd: &str,
     addr: &str,
     opts: &shmlink::Options,
-    wait: Duration,
-) -> shmlink::Result<Connection> {
-    let deadline = Instant::now() + wait;
+    wait: &WaitFlags,
+) -> Result<Connection, String> {
+    let mut waiting = Waiting::new(cmd, addr, wait.budget());
     loop {
         match Connection::connect(addr, opts) {
-            Err(e)
-                if matches!(e.kind(), ErrorKind::ConnectionRefused)
-                    && Instant::now() < deadline =>
-            {
+            Ok(c) => return Ok(c),
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+                if !waiting.again() {
+                    return Err(format!("{addr}: {e} {}", waiting.gave_up()));
+                }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            other => return other,
+            Err(e) => return Err(format!("{addr}: {e}")),
         }
     }
 }
@@ -143,13 +160,30 @@ fn accept_one(cmd: &str, addr: &str, opts: &shmlink::Options) -> shmlink::Result
     listener.accept()
 }
 
-/// The connection `send`/`recv` asked for.
-fn open(cmd: &str, listen: bool, addr: &str, common: &Common) -> shmlink::Result<Connection> {
+/// The connection `send`/`recv` asked for; the error names the address.
+fn open(cmd: &str, listen: bool, addr: &str, common: &Common) -> Result<Connection, String> {
     let opts = common.options();
-    if listen {
-        accept_one(cmd, addr, &opts)
+    let conn = if listen {
+        accept_one(cmd, addr, &opts).map_err(|e| format!("{addr}: {e}"))?
     } else {
-        connect_retry(addr, &opts, Duration::from_secs(common.wait))
+        connect_retry(cmd, addr, &opts, &common.wait)?
+    };
+    if common.verbose {
+        say_connected(cmd, listen, addr, &conn);
+    }
+    Ok(conn)
+}
+
+/// `-v`: which peer, over which transport (what an auto: address settled on).
+fn say_connected(cmd: &str, listen: bool, addr: &str, conn: &Connection) {
+    let transport = conn.transport();
+    if listen {
+        eprintln!(
+            "shmlink {cmd}: accepted {} over {transport}",
+            conn.peer_addr()
+        );
+    } else {
+        eprintln!("shmlink {cmd}: connected to {addr} over {transport}");
     }
 }
 
@@ -157,7 +191,7 @@ fn open(cmd: &str, listen: bool, addr: &str, common: &Common) -> shmlink::Result
 pub fn send(args: &SendCli) -> ExitCode {
     let mut conn = match open("send", args.listen, &args.addr, &args.common) {
         Ok(c) => c,
-        Err(e) => return fail("send", format_args!("{}: {e}", args.addr)),
+        Err(e) => return fail("send", e),
     };
     let mut sent = 0u64;
     let mut put = |msg: &[u8], what: &dyn std::fmt::Display| {
@@ -234,33 +268,130 @@ pub fn print_record(out: &mut impl Write, msg: &[u8], sep: u8) -> io::Result<boo
 
 /// Runs `shmlink recv`.
 pub fn recv(args: &RecvCli) -> ExitCode {
+    if args.keep {
+        return recv_keep(args);
+    }
     let mut conn = match open("recv", !args.connect, &args.addr, &args.common) {
         Ok(c) => c,
-        Err(e) => return fail("recv", format_args!("{}: {e}", args.addr)),
+        Err(e) => return fail("recv", e),
     };
-    let sep = if args.null { 0 } else { b'\n' };
     let mut out = io::stdout().lock();
     let mut received = 0u64;
-    while !matches!(args.count, Some(n) if received >= n) {
-        let msg = match conn.recv_vec() {
-            Ok(m) => m,
-            Err(e) if e.kind() == ErrorKind::EndOfStream => break,
-            Err(e) => {
-                return fail(
-                    "recv",
-                    format_args!("{} after {received} messages: {e}", args.addr),
-                )
-            }
-        };
-        received += 1;
-        match print_record(&mut out, &msg, sep) {
-            Ok(true) => {}
-            Ok(false) => break,
-            Err(e) => return fail("recv", format_args!("write stdout: {e}")),
+    let result = print_messages(args, &mut conn, &mut out, &mut received);
+    let _ = conn.close();
+    match result {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => fail("recv", e),
+    }
+}
+
+/// Why [`print_messages`] stopped early.
+enum PrintError {
+    /// The connection failed (the next sender may do better).
+    Conn(String),
+    /// stdout failed: nothing more can be printed.
+    Stdout(String),
+}
+
+impl std::fmt::Display for PrintError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PrintError::Conn(e) | PrintError::Stdout(e) => f.write_str(e),
         }
     }
-    let _ = conn.close();
-    ExitCode::SUCCESS
+}
+
+/// Prints the messages of `conn` until its end of stream, `-n` messages in all
+/// (counted in `received`) or a closed stdout; `Ok(false)` when nothing more is wanted.
+fn print_messages(
+    args: &RecvCli,
+    conn: &mut Connection,
+    out: &mut impl Write,
+    received: &mut u64,
+) -> Result<bool, PrintError> {
+    let sep = if args.null { 0 } else { b'\n' };
+    loop {
+        if matches!(args.count, Some(n) if *received >= n) {
+            return Ok(false);
+        }
+        let msg = match conn.recv_vec() {
+            Ok(m) => m,
+            Err(e) if e.kind() == ErrorKind::EndOfStream => return Ok(true),
+            Err(e) => {
+                return Err(PrintError::Conn(format!(
+                    "{} after {received} messages: {e}",
+                    args.addr
+                )))
+            }
+        };
+        *received += 1;
+        match print_record(out, &msg, sep) {
+            Ok(true) => {}
+            Ok(false) => return Ok(false),
+            Err(e) => return Err(PrintError::Stdout(format!("write stdout: {e}"))),
+        }
+    }
+}
+
+/// `recv --keep`: one sender after another on one listener, until a signal (which
+/// removes the socket and exits 0) or `-n` messages.
+fn recv_keep(args: &RecvCli) -> ExitCode {
+    let stop = match StopSignals::block() {
+        Ok(s) => s,
+        Err(e) => return fail("recv", e),
+    };
+    let addr = &args.addr;
+    let mut listener = match Listener::bind(addr, &args.common.options()) {
+        Ok(l) => l,
+        Err(e) => return fail("recv", format_args!("{addr}: {e}")),
+    };
+    eprintln!("shmlink recv: listening on {}", listener.local_addr());
+    let fd = listener.as_raw_fd();
+    listener.set_nonblocking(true);
+    let listener = match stop.drop_on_signal(listener) {
+        Ok(l) => l,
+        Err(e) => return fail("recv", e),
+    };
+    let mut out = io::stdout().lock();
+    let mut received = 0u64;
+    loop {
+        let accepted = listener.lock().as_mut().map(|l| l.accept());
+        let mut conn = match accepted {
+            // Stopped by a signal: the signal thread exits the process.
+            None => loop {
+                std::thread::park();
+            },
+            Some(Ok(c)) => c,
+            Some(Err(e)) if e.kind() == ErrorKind::WouldBlock => {
+                wait_readable(fd);
+                continue;
+            }
+            Some(Err(e)) if per_client(e.kind()) => {
+                eprintln!(
+                    "shmlink recv: accept on {addr}: {}",
+                    in_cli_terms(&e.to_string())
+                );
+                continue;
+            }
+            Some(Err(e)) => return fail("recv", format_args!("accept on {addr}: {e}")),
+        };
+        if args.common.verbose {
+            say_connected("recv", true, addr, &conn);
+        }
+        // One sender failing is its own business: the next one is served.
+        let more = match print_messages(args, &mut conn, &mut out, &mut received) {
+            Ok(more) => more,
+            Err(e @ PrintError::Stdout(_)) => return fail("recv", e),
+            Err(PrintError::Conn(e)) => {
+                eprintln!("shmlink recv: {}", in_cli_terms(&e));
+                true
+            }
+        };
+        let _ = conn.close();
+        if !more {
+            return ExitCode::SUCCESS;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -301,7 +432,7 @@ mod tests {
         let Ok(Command::Recv(r)) = p("recv -c -n3 --wait 1 shm:x") else {
             panic!()
         };
-        assert!(r.connect && r.count == Some(3) && r.common.wait == 1);
+        assert!(r.connect && r.count == Some(3) && r.common.wait.wait == 1);
         assert!(p("recv").unwrap_err().contains("required arguments"));
         assert!(p("recv -n 0 shm:x").unwrap_err().contains("at least 1"));
         assert!(p("send foo:bar").unwrap_err().contains("unknown transport"));

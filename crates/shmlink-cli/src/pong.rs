@@ -3,7 +3,6 @@
 
 use std::io::Write;
 use std::os::fd::{AsRawFd, RawFd};
-use std::time::Instant;
 
 use shmlink::{ErrorKind, Listener, Options, MAX_MSG_SIZE_LIMIT};
 
@@ -18,6 +17,7 @@ use crate::report::{RunResult, Table};
 use crate::server;
 use crate::spawn::{connect_retry, die_with_parent, ServerProcess, START_TIMEOUT};
 use crate::stop::StopSignals;
+use crate::wait::Waiting;
 use crate::wire::{self, Hello};
 
 /// Runs the command.
@@ -83,7 +83,10 @@ fn serve(args: &PongArgs) -> Result<()> {
                 continue;
             }
             Some(Err(e)) if !args.once && per_client(e.kind()) => {
-                eprintln!("shmlink pong: accept on {addr}: {e}");
+                eprintln!(
+                    "shmlink pong: accept on {addr}: {}",
+                    crate::error::in_cli_terms(&e.to_string())
+                );
                 continue;
             }
             Some(Err(e)) => return Err(e).context(|| format!("accept on {addr}")),
@@ -100,7 +103,10 @@ fn serve(args: &PongArgs) -> Result<()> {
                 h.size,
                 transport.as_str()
             ),
-            Err(e) => eprintln!("shmlink pong: client on {addr}: {e}"),
+            Err(e) => eprintln!(
+                "shmlink pong: client on {addr}: {}",
+                crate::error::in_cli_terms(&e.to_string())
+            ),
         }
     }
 }
@@ -109,7 +115,7 @@ fn serve(args: &PongArgs) -> Result<()> {
 /// the signal thread), or a second passed: a blocking `accept` also woke at the
 /// handshake deadlines of clients that went silent, to drop them; a second bounds how
 /// long they wait for that here.
-fn wait_readable(fd: RawFd) {
+pub fn wait_readable(fd: RawFd) {
     let mut pfd = libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -121,7 +127,7 @@ fn wait_readable(fd: RawFd) {
 }
 
 /// Accept errors that concern one client, after which the listener serves on.
-fn per_client(kind: ErrorKind) -> bool {
+pub fn per_client(kind: ErrorKind) -> bool {
     matches!(
         kind,
         ErrorKind::ConnectionRefused
@@ -152,7 +158,10 @@ fn run_clients(args: &PongArgs) -> Result<()> {
             Ok(r) if args.json => print(r.to_json())?,
             Ok(r) => print(table.next(&r))?,
             Err(e) => {
-                eprintln!("shmlink pong: {addr}: {e}");
+                eprintln!(
+                    "shmlink pong: {addr}: {}",
+                    crate::error::in_cli_terms(&e.to_string())
+                );
                 failed += 1;
             }
         }
@@ -207,8 +216,13 @@ fn run_one(args: &PongArgs, addr: &str) -> Result<RunResult> {
         .as_ref()
         .map_or(addr, |s| s.addr.as_str())
         .to_string();
-    let deadline = Instant::now() + START_TIMEOUT;
-    let conn = connect_retry(&target, &opts, deadline, || {
+    // Our own server listens already (it said so); one started by the user may not yet.
+    let budget = match server {
+        Some(_) => START_TIMEOUT,
+        None => args.wait,
+    };
+    let mut waiting = Waiting::new("pong", &target, budget);
+    let conn = connect_retry(&target, &opts, &mut waiting, || {
         server.as_mut().map_or(Ok(()), |s| s.check_alive())
     })
     .context(|| format!("connect to {target}"))?;

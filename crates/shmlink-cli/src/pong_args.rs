@@ -72,6 +72,8 @@ pub struct PongArgs {
     /// Addresses, in order; never empty (without ADDR, both ends run on
     /// [`default_addrs`]; a server has exactly one).
     pub addrs: Vec<String>,
+    /// `--client`: how long to wait for each server to listen (`--wait`, `--no-wait`).
+    pub wait: std::time::Duration,
     /// Internal (`--once`): serve one client, print the bound address on stdout first.
     pub once: bool,
     /// Internal (`--parent-pid`): die with this process.

@@ -21,8 +21,8 @@ separate process (this program re-executed with --server; it dies with this one)
 the client against it, and prints one row per ADDR.";
 
 const PONG_AFTER: &str = "\
-Addresses: shm:NAME, shm:/path.sock, shm:@name, ux:NAME, ux:/path, tcp:HOST:PORT,
-tls:HOST:PORT, auto:HOST:PORT (TCP, or TLS with --cert/--key/--ca, upgraded to shm when
+Addresses: shm:NAME (a bare NAME means shm:NAME), shm:/path.sock, shm:@name, ux:NAME,
+ux:/path, tcp:HOST:PORT, tls:HOST:PORT, auto:HOST:PORT (TCP, or TLS with --cert/--key/--ca, upgraded to shm when
 both ends share a kernel and the rendezvous directory; the transport column says which),
 vm:NAME[@REGION] (a region shared between QEMU guests and their host, docs/vms.md).
 Without ADDR both ends run on shm:pong-PID ux:pong-PID tcp:127.0.0.1:0 (port 0, also on
@@ -56,10 +56,12 @@ pub struct PongCli {
     /// file and exits 0
     #[arg(long, conflicts_with = "client", help_heading = "Roles")]
     server: bool,
-    /// Run against servers already listening on each ADDR (connecting is retried for
-    /// 10 s while nobody listens yet)
+    /// Run against servers already listening on each ADDR (connecting is retried while
+    /// nobody listens yet: --wait, --no-wait)
     #[arg(long, help_heading = "Roles")]
     client: bool,
+    #[command(flatten)]
+    wait: crate::wait::WaitFlags,
 
     /// One message in flight: the client sends, the server answers with a message of the
     /// same size; prints round-trip percentiles (p50, p90, p99, p99.9, max) over COUNT
@@ -234,6 +236,7 @@ impl PongCli {
             key: self.conn.key,
             ca: self.conn.ca,
             addrs,
+            wait: self.wait.budget(),
             once: self.once,
             parent_pid: self.parent_pid,
         })

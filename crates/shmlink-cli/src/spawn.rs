@@ -10,6 +10,7 @@ use shmlink::{Address, Connection, ErrorKind, Options};
 
 use crate::error::{Context, Result, RunError};
 use crate::pong_args::PongArgs;
+use crate::wait::Waiting;
 
 /// How long a server may take to start listening, and a client to get connected.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -156,17 +157,21 @@ impl Drop for ServerProcess {
 }
 
 /// Connects to `addr`, retrying while nobody listens there yet (`ConnectionRefused`)
-/// until `deadline`; `alive` is asked between attempts whether waiting still makes sense.
+/// as `waiting` allows; `alive` is asked between attempts whether waiting still makes
+/// sense.
 pub fn connect_retry(
     addr: &str,
     opts: &Options,
-    deadline: Instant,
+    waiting: &mut Waiting<'_>,
     mut alive: impl FnMut() -> Result<()>,
 ) -> Result<Connection> {
     loop {
         match Connection::connect(addr, opts) {
             Ok(conn) => return Ok(conn),
-            Err(e) if e.kind() == ErrorKind::ConnectionRefused && Instant::now() < deadline => {
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+                if !waiting.again() {
+                    return Err(RunError::new(format!("{e} {}", waiting.gave_up())));
+                }
                 alive()?;
                 std::thread::sleep(RETRY_PAUSE);
             }

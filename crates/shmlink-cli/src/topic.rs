@@ -3,13 +3,15 @@
 
 use std::io;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use shmlink::{ErrorKind, Policy, PubSubOptions, Publisher, Subscriber};
 
-use crate::args::{parse_msg_size, parse_positive, ConnFlags};
+use crate::args::{parse_addr, parse_msg_size, parse_positive, ConnFlags};
+use crate::error::in_cli_terms;
 use crate::netcat::{for_each_record, print_record};
+use crate::wait::{WaitFlags, Waiting};
 
 const PUB_LONG: &str = "\
 Publish each line of stdin (its newline stripped; with -0, each NUL-terminated record) as
@@ -76,7 +78,7 @@ pub struct PubCli {
     #[command(flatten)]
     conn: ConnFlags,
     /// The topic's address
-    #[arg(value_name = "TOPIC", value_parser = topic_addr)]
+    #[arg(value_name = "TOPIC", value_parser = parse_addr)]
     topic: String,
 }
 
@@ -98,30 +100,17 @@ pub struct SubCli {
     /// End each message with a NUL byte instead of a newline
     #[arg(short = '0', long = "null")]
     null: bool,
-    /// How long to retry subscribing while no publisher listens yet, in seconds
-    #[arg(long, value_name = "SECS", default_value_t = 10)]
-    wait: u64,
+    #[command(flatten)]
+    wait: WaitFlags,
     #[command(flatten)]
     conn: ConnFlags,
     /// The topic's address
-    #[arg(value_name = "TOPIC", value_parser = topic_addr)]
+    #[arg(value_name = "TOPIC", value_parser = parse_addr)]
     topic: String,
 }
 
-/// A topic address; a bare name (no `:`) is `shm:NAME`.
-fn topic_addr(text: &str) -> Result<String, String> {
-    let addr = if text.contains(':') {
-        text.to_string()
-    } else {
-        format!("shm:{text}")
-    };
-    shmlink::Address::parse(&addr)
-        .map(|_| addr)
-        .map_err(|e| e.to_string())
-}
-
 fn fail(cmd: &str, what: impl std::fmt::Display) -> ExitCode {
-    eprintln!("shmlink {cmd}: {what}");
+    eprintln!("shmlink {cmd}: {}", in_cli_terms(&what.to_string()));
     ExitCode::from(1)
 }
 
@@ -169,15 +158,20 @@ pub fn publish(args: &PubCli) -> ExitCode {
     }
 }
 
-/// Subscribes, retrying while no publisher listens yet (until `wait` has passed).
-fn subscribe(addr: &str, opts: &PubSubOptions, wait: Duration) -> shmlink::Result<Subscriber> {
-    let deadline = Instant::now() + wait;
+/// Subscribes, retrying while no publisher listens yet (as `wait` says); the error names
+/// the topic, and how long was waited when nobody listened.
+fn subscribe(addr: &str, opts: &PubSubOptions, wait: &WaitFlags) -> Result<Subscriber, String> {
+    let mut waiting = Waiting::new("sub", addr, wait.budget());
     loop {
         match Subscriber::connect(addr, opts) {
-            Err(e) if e.kind() == ErrorKind::ConnectionRefused && Instant::now() < deadline => {
+            Ok(s) => return Ok(s),
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+                if !waiting.again() {
+                    return Err(format!("{addr}: {e} {}", waiting.gave_up()));
+                }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            other => return other,
+            Err(e) => return Err(format!("{addr}: {e}")),
         }
     }
 }
@@ -189,9 +183,9 @@ pub fn subscribe_and_print(args: &SubCli) -> ExitCode {
         opts = opts.history(n);
     }
     let topic = &args.topic;
-    let mut sub = match subscribe(topic, &opts, Duration::from_secs(args.wait)) {
+    let mut sub = match subscribe(topic, &opts, &args.wait) {
         Ok(s) => s,
-        Err(e) => return fail("sub", format_args!("{topic}: {e}")),
+        Err(e) => return fail("sub", e),
     };
     let sep = if args.null { 0 } else { b'\n' };
     let mut out = io::stdout().lock();

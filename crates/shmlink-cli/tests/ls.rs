@@ -296,3 +296,26 @@ fn ls_exit_codes() {
         serde_json::from_str(&stdout(&ls(&["--json", empty.to_str().unwrap()]))).unwrap();
     assert_eq!(json["listeners"], Value::Array(vec![]));
 }
+
+#[test]
+fn ls_before_any_listener_made_the_rendezvous_directory() {
+    // The default directory ($SHMLINK_DIR here) does not exist until a listener makes it:
+    // nothing listens, which is no failure.
+    let missing = std::env::temp_dir().join(format!(
+        "shmlink-cli-ls-missing-{}/not-yet",
+        std::process::id()
+    ));
+    let run = |args: &[&str]| {
+        Command::new(BIN)
+            .arg("ls")
+            .args(args)
+            .env("SHMLINK_DIR", &missing)
+            .output()
+            .expect("run shmlink ls")
+    };
+    assert_eq!(stdout(&run(&[])), "no listeners\n");
+    let json: Value = serde_json::from_str(&stdout(&run(&["--json"]))).unwrap();
+    assert_eq!(json["listeners"], Value::Array(vec![]));
+    assert_eq!(json["topics"], Value::Array(vec![]));
+    assert!(!missing.exists(), "ls made {}", missing.display());
+}
