@@ -4,6 +4,8 @@
 //! the region itself) or, for death, a child process (this test binary run again as
 //! `--ignored --exact child_main`). Guests are tests/vm_guests.rs.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -20,20 +22,6 @@ const WAIT: Duration = Duration::from_secs(30);
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
-/// Creates a region file as `shmlink vm-host` does: owner-only (mode 0600), or the
-/// library refuses to map it.
-fn create_private(p: &std::path::Path) -> std::fs::File {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(p)
-        .unwrap()
-}
-
 /// A fresh region file of `mib` MiB in /dev/shm, removed on drop.
 struct RegionFile(PathBuf);
 
@@ -44,7 +32,7 @@ impl RegionFile {
             "/dev/shm/shmlink-vm-test-{}-{n}",
             std::process::id()
         ));
-        let f = create_private(&p);
+        let f = common::create_region_file(&p);
         f.set_len((mib << 20) as u64).unwrap();
         RegionFile(p)
     }

@@ -10,6 +10,8 @@
 //! from either side leave the other on TCP or with a clear error, and a third party on
 //! the region that presents a wrong or replayed token gets nothing.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -27,20 +29,6 @@ const ADDR: &str = "SHMLINK_VMAUTO_ADDR";
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
-/// Creates a region file as `shmlink vm-host` does: owner-only (mode 0600), or the
-/// library refuses to map it.
-fn create_private(p: &std::path::Path) -> std::fs::File {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(p)
-        .unwrap()
-}
-
 /// A fresh 16 MiB region file in /dev/shm, removed on drop.
 struct RegionFile(PathBuf);
 
@@ -51,7 +39,7 @@ impl RegionFile {
             "/dev/shm/shmlink-vmauto-test-{}-{n}",
             std::process::id()
         ));
-        let f = create_private(&p);
+        let f = common::create_region_file(&p);
         f.set_len(16 << 20).unwrap();
         RegionFile(p)
     }

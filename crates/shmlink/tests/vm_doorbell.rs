@@ -4,6 +4,8 @@
 //! host ↔ host connections whose waiters are woken by doorbells rung through the
 //! server's eventfds (spinning off: `SHMLINK_VM_SPINS=0`).
 
+mod common;
+
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -25,20 +27,6 @@ static SEQ: AtomicUsize = AtomicUsize::new(0);
 fn no_spin() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| std::env::set_var("SHMLINK_VM_SPINS", "0"));
-}
-
-/// Creates a region file as `shmlink vm-host` does: owner-only (mode 0600), or the
-/// library refuses to map it.
-fn create_private(p: &std::path::Path) -> std::fs::File {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(p)
-        .unwrap()
 }
 
 /// A region path in /dev/shm and its socket, both removed on drop.
@@ -422,7 +410,9 @@ fn a_hostile_server_gives_no_doorbell_and_vm_still_works_by_polling() {
         vec![0, 3, -7, 1, 2], // garbage
     ] {
         let p = Paths::new();
-        create_private(&p.region).set_len(16 * MIB).unwrap();
+        common::create_region_file(&p.region)
+            .set_len(16 * MIB)
+            .unwrap();
         let t = fake_server(&p.socket, msgs.clone());
         let (mut c, mut s, _l) = pair(&p, "hostile");
         assert_eq!(bell_stats(&p.region), None, "{msgs:?}");
@@ -439,7 +429,9 @@ fn a_server_flooding_descriptors_gives_no_doorbell() {
     // Version, id, memory, then 100 eventfds for one peer (no honest server sends more
     // than 64 vectors), then ours: refused at the 65th, no descriptor kept.
     let p = Paths::new();
-    create_private(&p.region).set_len(16 * MIB).unwrap();
+    common::create_region_file(&p.region)
+        .set_len(16 * MIB)
+        .unwrap();
     let l = UnixListener::bind(&p.socket).unwrap();
     let t = std::thread::spawn(move || {
         let (s, _) = l.accept().unwrap();

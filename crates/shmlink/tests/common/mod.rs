@@ -79,21 +79,27 @@ pub fn fresh_addr(transport: &str) -> String {
         // `vm:` in a region file of its own (16 MiB: 64 KiB rings, owner-only as the
         // library requires), in the test directory, removed when the test process exits.
         "vm" => {
-            use std::os::unix::fs::OpenOptionsExt;
             let region = test_dir().join(format!("v{n}.region"));
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&region)
-                .unwrap();
-            f.set_len(16 << 20).unwrap();
+            create_region_file(&region).set_len(16 << 20).unwrap();
             remove_at_exit(region.clone());
             format!("vm:t{n}@{}", region.display())
         }
         other => panic!("unknown transport {other}"),
     }
+}
+
+/// Creates (or empties) a `vm:` region file as `shmlink vm-host` does: owner-only (mode
+/// 0600), or the library refuses to map it.
+pub fn create_region_file(p: &std::path::Path) -> std::fs::File {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(p)
+        .unwrap()
 }
 
 /// Files removed when the test process exits (`vm:` regions: both ends of a test's
