@@ -6,22 +6,14 @@
 
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+mod common;
+use common::{preload_lib, Scratch};
 
-fn preload_lib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let lib = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .join("libshmlink_preload.so");
-    assert!(lib.is_file(), "{} is missing", lib.display());
-    lib
-}
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn have(program: &str) -> bool {
     Command::new(program)
@@ -49,24 +41,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port()
-}
-
-/// A scratch directory, removed on drop (also when a test fails).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("shmlink-preload-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("scratch dir");
-        Scratch(d)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A child killed and reaped on drop.

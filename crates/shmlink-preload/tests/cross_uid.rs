@@ -12,42 +12,17 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+mod common;
+use common::{finish, target_dir, Scratch};
+
 const NOBODY: u32 = 65534;
 /// Connections per client run, round trips per connection, bytes per round trip.
 const CONNS: usize = 3;
 const ROUNDS: &str = "2000";
 const SIZE: &str = "64";
-
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
-/// A scratch directory every user can enter, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("shmlink-xuid-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("scratch dir");
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
-        Scratch(d)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// What the test needs, or `None` after a skip line: root, `cc`, the `shmlink` binary
 /// and the preload library, both reachable by `nobody`.
@@ -132,25 +107,6 @@ fn under_run(
         c.uid(uid).gid(uid);
     }
     c
-}
-
-/// Waits for `child` at most [`RUN_TIMEOUT`], killing it after.
-fn finish(mut child: Child, what: &str) -> Output {
-    let deadline = Instant::now() + RUN_TIMEOUT;
-    loop {
-        match child.try_wait().expect("try_wait") {
-            Some(_) => return child.wait_with_output().expect("output"),
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("output");
-                panic!(
-                    "{what} did not finish in {RUN_TIMEOUT:?}; stderr:\n{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            None => std::thread::sleep(Duration::from_millis(10)),
-        }
-    }
 }
 
 /// What one server and client pair printed.

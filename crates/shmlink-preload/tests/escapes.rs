@@ -13,94 +13,12 @@
 //!   fd, it closes the connection and the number's next file is the program's;
 //! - `dup2` onto one of the library's fds: refused with `EBUSY`, the connection goes on.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Every child is killed after this; a run takes well under a second (a failing one up
-/// to the program's own 5 s read timeouts).
-const RUN_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// `target/debug` (or the profile's directory), where cargo puts the preload library.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
-fn preload_lib() -> PathBuf {
-    let lib = target_dir().join("libshmlink_preload.so");
-    assert!(
-        lib.is_file(),
-        "{} is missing: `cargo build -p shmlink-preload` builds it",
-        lib.display()
-    );
-    lib
-}
-
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        // Short: the rendezvous socket's path must fit a Unix socket address.
-        let d = std::env::temp_dir().join(format!("slesc-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("scratch dir");
-        Scratch(d)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Compiles `escapes.c` into `dir`; `None` (after a skip line) without `cc`.
-fn compile(dir: &Path) -> Option<PathBuf> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/escapes.c");
-    let out = dir.join("escapes");
-    let r = Command::new("cc")
-        .args(["-O1", "-Wall", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .output();
-    match r {
-        Ok(o) if o.status.success() => Some(out),
-        Ok(o) => panic!(
-            "cc failed on {}:\n{}",
-            src.display(),
-            String::from_utf8_lossy(&o.stderr)
-        ),
-        Err(e) => {
-            shmlink::testing::skip("cc", format!("no C compiler (cc: {e})"));
-            None
-        }
-    }
-}
-
-/// Waits for `child` at most [`RUN_TIMEOUT`], killing it after.
-fn finish(mut child: Child, what: &str) -> Output {
-    let deadline = Instant::now() + RUN_TIMEOUT;
-    loop {
-        match child.try_wait().expect("try_wait") {
-            Some(_) => return child.wait_with_output().expect("output"),
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("output");
-                panic!(
-                    "{what} did not finish in {RUN_TIMEOUT:?}; stdout:\n{}\nstderr:\n{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            None => std::thread::sleep(Duration::from_millis(10)),
-        }
-    }
-}
+mod common;
+use common::{compile, finish, preload_lib, Scratch};
 
 /// What both sides printed (stdout) and logged (stderr, `SHMLINK_LOG=debug`).
 struct Run {
@@ -208,7 +126,9 @@ fn run_n(prog: &Path, dir: &Path, mode: &str, conns: usize) -> Run {
 #[test]
 fn a_connection_passed_with_scm_rights_continues_over_tcp() {
     let dir = Scratch::new("rights");
-    let Some(prog) = compile(&dir.0) else { return };
+    let Some(prog) = compile(&dir.0, "escapes") else {
+        return;
+    };
     let r = run(&prog, &dir.0, "rights");
     r.expect("client: passed the fd");
     r.expect("child: wrote 21 bytes");
@@ -231,7 +151,9 @@ fn a_connection_passed_with_scm_rights_continues_over_tcp() {
 #[test]
 fn a_connection_whose_peer_is_gone_passes_only_with_nothing_unread() {
     let dir = Scratch::new("gone");
-    let Some(prog) = compile(&dir.0) else { return };
+    let Some(prog) = compile(&dir.0, "escapes") else {
+        return;
+    };
     let r = run_n(&prog, &dir.0, "rights-gone", 2);
     let client: Vec<&str> = r.client.lines().collect();
     let want = [
@@ -261,7 +183,9 @@ fn a_connection_whose_peer_is_gone_passes_only_with_nothing_unread() {
 #[test]
 fn raw_writes_on_a_moved_fd_reset_both_ends() {
     let dir = Scratch::new("raw");
-    let Some(prog) = compile(&dir.0) else { return };
+    let Some(prog) = compile(&dir.0, "escapes") else {
+        return;
+    };
     for n in [19, 4096, 70_000] {
         let r = run(&prog, &dir.0, &format!("raw{n}"));
         r.expect("client: raw write: all taken");
@@ -306,7 +230,9 @@ fn expect_reset_at_both_ends(r: &Run, what: &str) {
 #[test]
 fn stdio_writes_on_a_moved_fd_reset_both_ends() {
     let dir = Scratch::new("stdio");
-    let Some(prog) = compile(&dir.0) else { return };
+    let Some(prog) = compile(&dir.0, "escapes") else {
+        return;
+    };
     let r = run(&prog, &dir.0, "stdio");
     r.expect("client: fflush: ok");
     expect_reset_at_both_ends(&r, "stdio");
@@ -325,7 +251,9 @@ fn stdio_writes_on_a_moved_fd_reset_both_ends() {
 #[test]
 fn close_range_leaves_the_librarys_fds_and_new_files_alone() {
     let dir = Scratch::new("cr");
-    let Some(prog) = compile(&dir.0) else { return };
+    let Some(prog) = compile(&dir.0, "escapes") else {
+        return;
+    };
     let r = run(&prog, &dir.0, "closerange");
     r.expect("client: fds above the connection's before close_range: some");
     r.expect("client: pong2: 5 bytes");
@@ -346,7 +274,9 @@ fn close_range_leaves_the_librarys_fds_and_new_files_alone() {
 #[test]
 fn dup2_onto_a_library_fd_is_refused() {
     let dir = Scratch::new("dup2");
-    let Some(prog) = compile(&dir.0) else { return };
+    let Some(prog) = compile(&dir.0, "escapes") else {
+        return;
+    };
     let r = run(&prog, &dir.0, "dup2onto");
     r.expect("client: dup2 onto the library's fd: EBUSY");
     r.expect("client: pong2: 5 bytes");
@@ -363,7 +293,9 @@ fn dup2_onto_a_library_fd_is_refused() {
 #[test]
 fn close_range_over_the_connections_own_fd_closes_it() {
     let dir = Scratch::new("own");
-    let Some(prog) = compile(&dir.0) else { return };
+    let Some(prog) = compile(&dir.0, "escapes") else {
+        return;
+    };
     let r = run(&prog, &dir.0, "closerange-own");
     r.expect("client: the pair took the connection's number: yes");
     r.expect("client: the pair got it: yes");

@@ -12,88 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// Every child is killed after this; a run takes well under a second.
-const RUN_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// `target/debug` (or the profile's directory), where cargo puts the preload library.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
-fn preload_lib() -> PathBuf {
-    let lib = target_dir().join("libshmlink_preload.so");
-    assert!(
-        lib.is_file(),
-        "{} is missing: cargo builds it with this package's tests",
-        lib.display()
-    );
-    lib
-}
-
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("shmlink-preload-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("scratch dir");
-        Scratch(d)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Compiles the C check program into `dir`; `None` (after a skip line) without `cc`.
-fn compile(dir: &Path) -> Option<PathBuf> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/sockcheck.c");
-    let out = dir.join("sockcheck");
-    let r = Command::new("cc")
-        .args(["-O1", "-Wall", "-pthread", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .output();
-    match r {
-        Ok(o) if o.status.success() => Some(out),
-        Ok(o) => panic!(
-            "cc failed on {}:\n{}",
-            src.display(),
-            String::from_utf8_lossy(&o.stderr)
-        ),
-        Err(e) => {
-            shmlink::testing::skip("cc", format!("no C compiler (cc: {e})"));
-            None
-        }
-    }
-}
-
-/// Waits for `child` at most [`RUN_TIMEOUT`], killing it after.
-fn finish(mut child: Child, what: &str) -> Output {
-    let deadline = Instant::now() + RUN_TIMEOUT;
-    loop {
-        match child.try_wait().expect("try_wait") {
-            Some(_) => return child.wait_with_output().expect("output"),
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("output");
-                panic!(
-                    "{what} did not finish in {RUN_TIMEOUT:?}; stdout:\n{}\nstderr:\n{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            None => std::thread::sleep(Duration::from_millis(10)),
-        }
-    }
-}
+mod common;
+use common::{compile, finish, preload_lib, target_dir, Scratch};
 
 /// The port a server wrote to `port_file` (waits up to 10 s for it).
 fn wait_port(port_file: &Path) -> String {
@@ -187,7 +107,7 @@ fn shm_connections(log: &str) -> usize {
 #[test]
 fn every_pairing_observes_what_plain_tcp_gives() {
     let scratch = Scratch::new("semantics");
-    let Some(prog) = compile(&scratch.0) else {
+    let Some(prog) = compile(&scratch.0, "sockcheck") else {
         return;
     };
     let src =
@@ -240,7 +160,7 @@ fn every_pairing_observes_what_plain_tcp_gives() {
 #[test]
 fn switched_off_it_stays_on_tcp() {
     let scratch = Scratch::new("off");
-    let Some(prog) = compile(&scratch.0) else {
+    let Some(prog) = compile(&scratch.0, "sockcheck") else {
         return;
     };
     let (plain_s, plain_c) = run_pair(&prog, &scratch.0, false, false, &[]);
@@ -287,7 +207,7 @@ fn expect_line(rx: &std::sync::mpsc::Receiver<String>, want: &str) {
 #[test]
 fn a_killed_peer_ends_the_stream_as_over_tcp() {
     let scratch = Scratch::new("kill");
-    let Some(prog) = compile(&scratch.0) else {
+    let Some(prog) = compile(&scratch.0, "sockcheck") else {
         return;
     };
     let rdv = scratch.0.join("rdv");
@@ -362,7 +282,7 @@ fn a_killed_peer_ends_the_stream_as_over_tcp() {
 #[test]
 fn a_killed_peer_gives_a_fin_or_a_reset_as_tcp_does() {
     let scratch = Scratch::new("reset");
-    let Some(prog) = compile(&scratch.0) else {
+    let Some(prog) = compile(&scratch.0, "sockcheck") else {
         return;
     };
     let rdv = scratch.0.join("rdv");
@@ -491,7 +411,7 @@ fn run_exec_pair(
 #[test]
 fn exec_continues_a_connection_over_tcp() {
     let scratch = Scratch::new("exec");
-    let Some(prog) = compile(&scratch.0) else {
+    let Some(prog) = compile(&scratch.0, "sockcheck") else {
         return;
     };
     let cases: [(&str, &[&str], &str); 10] = [
@@ -577,7 +497,7 @@ fn exec_continues_a_connection_over_tcp() {
 #[test]
 fn prefork_and_reuseport_servers_take_claims_in_whichever_process_accepts() {
     let scratch = Scratch::new("prefork");
-    let Some(prog) = compile(&scratch.0) else {
+    let Some(prog) = compile(&scratch.0, "sockcheck") else {
         return;
     };
     for mode in ["pserver0", "pserver1"] {
@@ -696,7 +616,7 @@ fn shmlink_run_preloads_the_command() {
     assert_eq!(missing.status.code(), Some(127));
 
     let scratch = Scratch::new("run");
-    let Some(prog) = compile(&scratch.0) else {
+    let Some(prog) = compile(&scratch.0, "sockcheck") else {
         return;
     };
     let port_file = scratch.0.join("port");
@@ -739,7 +659,7 @@ fn a_client_the_listener_does_not_admit_stays_on_tcp() {
     // The program and its directory must be reachable by `nobody`.
     use std::os::unix::fs::PermissionsExt;
     let _ = std::fs::set_permissions(&scratch.0, std::fs::Permissions::from_mode(0o755));
-    let Some(prog) = compile(&scratch.0) else {
+    let Some(prog) = compile(&scratch.0, "sockcheck") else {
         return;
     };
     let (plain_s, plain_c) = run_pair(&prog, &scratch.0, false, false, &[]);
