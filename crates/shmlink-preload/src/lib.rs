@@ -29,8 +29,12 @@ mod peer;
 mod real;
 mod refusals;
 mod sock;
+mod state;
 mod stats;
+mod stream;
+mod switch;
 mod table;
+mod tcp;
 mod wait;
 mod wake;
 

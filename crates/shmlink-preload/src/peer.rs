@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use libc::{c_int, sockaddr_storage, socklen_t};
 use shmlink::{Connection, ErrorKind, Listener, Options};
 
-use crate::sock::FORKS;
+use crate::state::{self, FORKS};
 use crate::{config, debug, real, Guard};
 
 /// A claim: magic, version, then the server's and the client's address (16-byte IPv6,
@@ -587,7 +587,7 @@ pub(crate) fn register(fd: RawFd) -> Option<Arc<Registration>> {
     let mut refusals = [-1; 2];
     // SAFETY: a valid array of two fds.
     if unsafe { libc::pipe2(refusals.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } == 0 {
-        crate::table::set_internal(&refusals, true);
+        state::set_internal(&refusals, true);
     } else {
         refusals = [-1, -1];
     }
@@ -688,14 +688,14 @@ fn serve(mut listener: Listener, reg: Arc<Registration>) {
     for end in &reg.refusals {
         let fd = end.swap(-1, Ordering::Relaxed);
         if fd >= 0 {
-            crate::table::set_internal(&[fd], false);
+            state::set_internal(&[fd], false);
             // SAFETY: our own pipe end, swapped out: no one uses it after.
             unsafe { real::close(fd) };
         }
     }
     let wake = reg.wake.swap(-1, Ordering::Relaxed);
     if wake >= 0 {
-        crate::table::set_internal(&[wake], false);
+        state::set_internal(&[wake], false);
         // SAFETY: our own eventfd, swapped out under the lock: no one writes it after.
         unsafe { real::close(wake) };
     }
@@ -709,7 +709,7 @@ fn new_wake_fd() -> RawFd {
     // SAFETY: plain eventfd creation.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
     if fd >= 0 {
-        crate::table::set_internal(&[fd], true);
+        state::set_internal(&[fd], true);
     }
     fd
 }

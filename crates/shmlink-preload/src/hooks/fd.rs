@@ -11,8 +11,10 @@ use std::sync::Arc;
 
 use libc::{c_int, c_ulong};
 
-use super::{hook, owner, shm};
-use crate::sock::{self, Entry};
+use super::{hook, shm};
+use crate::sock::Entry;
+use crate::state::{self, owner};
+use crate::stream;
 use crate::table::{self, Removed};
 use crate::{debug, errno, fail, inside, real, set_errno, wait, Guard};
 
@@ -88,7 +90,7 @@ fn close_range_hooked(first: libc::c_uint, last: libc::c_uint, flags: c_int) -> 
         }
         return r;
     }
-    let keep: Vec<c_int> = table::internal_fds().into_iter().filter(in_range).collect();
+    let keep: Vec<c_int> = state::internal_fds().into_iter().filter(in_range).collect();
     let removed: Vec<Removed> = {
         let _g = Guard::enter();
         table::tracked_fds()
@@ -350,7 +352,7 @@ hook! {
                 if arg == 0 {
                     return fail(libc::EFAULT);
                 }
-                let n = sock::available(&e).min(c_int::MAX as usize) as c_int;
+                let n = stream::available(&e).min(c_int::MAX as usize) as c_int;
                 // SAFETY: FIONREAD's argument points to an int.
                 unsafe { *(arg as *mut c_int) = n };
                 0

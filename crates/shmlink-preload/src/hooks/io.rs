@@ -6,8 +6,11 @@
 
 use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
 
-use super::{hook, owner, shm, sigpipe};
-use crate::sock::{self, Entry, ReadFlags};
+use super::{hook, shm, sigpipe};
+use crate::sock::Entry;
+use crate::state::owner;
+use crate::stream::{self, ReadFlags};
+use crate::switch::CHUNK;
 use crate::{fail, inside, table, Guard};
 
 /// A read on a shm connection into `buf[..n]`.
@@ -21,7 +24,7 @@ unsafe fn shm_read(e: &Entry, buf: *mut c_void, n: size_t, flags: ReadFlags) -> 
     }
     // SAFETY: the caller gives `n` writable bytes at `buf`, as read(2) requires.
     let dst = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
-    match sock::read(e, dst, flags) {
+    match stream::read(e, dst, flags) {
         Ok(n) => n as ssize_t,
         Err(errno) => fail(errno),
     }
@@ -38,7 +41,7 @@ unsafe fn shm_write(e: &Entry, buf: *const c_void, n: size_t, flags: c_int) -> s
     }
     // SAFETY: the caller gives `n` readable bytes at `buf`, as write(2) requires.
     let src = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
-    match sock::write(e, src, flags & libc::MSG_DONTWAIT != 0) {
+    match stream::write(e, src, flags & libc::MSG_DONTWAIT != 0) {
         Ok(n) => n as ssize_t,
         Err(errno) => {
             if errno == libc::EPIPE && flags & libc::MSG_NOSIGNAL == 0 {
@@ -87,7 +90,7 @@ unsafe fn shm_readv(e: &Entry, iov: *const iovec, cnt: c_int, flags: ReadFlags) 
         return 0;
     }
     let mut tmp = vec![0u8; total.min(1 << 20)];
-    let n = match sock::read(e, &mut tmp, flags) {
+    let n = match stream::read(e, &mut tmp, flags) {
         Ok(n) => n,
         Err(errno) => return fail(errno),
     };
@@ -116,7 +119,7 @@ unsafe fn shm_writev(e: &Entry, iov: *const iovec, cnt: c_int, flags: c_int) -> 
         return 0;
     }
     let mut done = 0usize;
-    let mut chunk: Vec<u8> = Vec::with_capacity(total.min(sock::CHUNK * 4));
+    let mut chunk: Vec<u8> = Vec::with_capacity(total.min(CHUNK * 4));
     let mut it = v.iter().filter(|i| i.iov_len > 0);
     let mut cur: Option<(&iovec, usize)> = it.next().map(|i| (i, 0));
     while cur.is_some() {
@@ -136,7 +139,7 @@ unsafe fn shm_writev(e: &Entry, iov: *const iovec, cnt: c_int, flags: c_int) -> 
                 Some((i, off + k))
             };
         }
-        match sock::write(e, &chunk, flags & libc::MSG_DONTWAIT != 0) {
+        match stream::write(e, &chunk, flags & libc::MSG_DONTWAIT != 0) {
             Ok(n) => {
                 done += n;
                 if n < chunk.len() {

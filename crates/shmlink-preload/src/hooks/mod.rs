@@ -1,6 +1,6 @@
 //! The exported C functions that take the place of the C library's, one file per family
 //! of calls, and what they share: [`hook!`] (the "ours, else the real call" shape), the
-//! lookup of the shm connection behind an fd, and who owns the fd table across `fork`.
+//! lookup of the shm connection behind an fd, and the `fork` handlers.
 //!
 //! Each hook passes straight to the C library unless the fd is one this library looks
 //! after (a shm connection, a registered listener, an epoll set with shm members) and the
@@ -27,12 +27,13 @@ mod sockopt;
 mod spawn;
 mod zerocopy;
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Once};
 
 use libc::c_int;
 
-use crate::sock::{Entry, FORKS};
+use crate::sock::Entry;
+use crate::state::{self, FORKS};
 use crate::{inside, table};
 
 /// Defines the exported C function `$name`, which does what its body says when the call
@@ -105,29 +106,17 @@ fn shm(fd: c_int) -> Option<Arc<Entry>> {
 
 extern "C" fn before_fork() {
     FORKS.fetch_add(1, Ordering::Relaxed);
-    table::fork_prepare();
+    state::fork_prepare();
 }
 
 extern "C" fn after_fork() {
-    table::fork_done();
+    state::fork_done();
 }
 
 extern "C" fn after_fork_child() {
-    OWNER.store(std::process::id(), Ordering::Relaxed);
+    state::own();
     crate::wake::after_fork_child();
-    table::fork_done();
-}
-
-/// The process whose fd table this library's table describes: set at the first
-/// connection or registration, and in a `fork` child by the atfork handler. A `vfork`
-/// child (no atfork handlers run) shares the parent's memory but not its fds: there the
-/// table must not change (closing fds before exec would end the parent's connections).
-static OWNER: AtomicU32 = AtomicU32::new(0);
-
-/// Whether this process owns the table (false in a `vfork` child).
-fn owner() -> bool {
-    let o = OWNER.load(Ordering::Relaxed);
-    o == 0 || o == std::process::id()
+    state::fork_done();
 }
 
 /// Counts forks, and keeps the fd table's lock out of them, from the first connection
@@ -135,7 +124,7 @@ fn owner() -> bool {
 fn watch_forks() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        OWNER.store(std::process::id(), Ordering::Relaxed);
+        state::own();
         // SAFETY: registers handlers that only touch atomics and the table's lock.
         unsafe {
             libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork_child))

@@ -13,7 +13,10 @@ use shmlink::Connection;
 
 use super::{hook, shm, watch_forks};
 use crate::peer;
-use crate::sock::{self, Entry, ReadEnd, Sock, FORKS};
+use crate::sock::{self, Entry, Gone, ReadEnd, Sock};
+use crate::state::{self, FORKS};
+use crate::stream;
+use crate::switch::CHUNK;
 use crate::{config, debug, errno, fail, inside, real, set_errno, table, Guard};
 
 /// The lowest fd number the hidden TCP sockets use, away from the numbers a program
@@ -41,7 +44,7 @@ fn install(
     first: Option<Vec<u8>>,
     name: String,
 ) -> bool {
-    if first.as_ref().is_some_and(|v| v.len() > sock::CHUNK) {
+    if first.as_ref().is_some_and(|v| v.len() > CHUNK) {
         // The client exec'd before we accepted: it went on over TCP, having read
         // nothing of ours (its switch message is its first): so do we.
         debug!("{name}: the client moved to TCP (exec) before the accept; stays TCP");
@@ -76,7 +79,7 @@ fn install(
         wr_shut: false,
         fin_sent: false,
         broken: false,
-        gone: crate::sock::Gone::No,
+        gone: Gone::No,
         unread_at_hup: None,
         tx_full: false,
         armed: false,
@@ -111,7 +114,7 @@ fn install(
         sock: Mutex::new(s),
         nonblocking: AtomicBool::new(nonblocking),
     });
-    table::set_internal(&[ctl, hidden], true);
+    state::set_internal(&[ctl, hidden], true);
     drop(table::insert_sock(fd, entry));
     table::set_app_cloexec(fd, cloexec);
     debug!("{name}: fd {fd} on shared memory");
@@ -282,7 +285,7 @@ hook! {
     fn shutdown(fd: c_int, how: c_int) -> c_int;
     if let Some(e) = shm(fd) => {
         let _g = Guard::enter();
-        match sock::shutdown(&e, how) {
+        match stream::shutdown(&e, how) {
             Ok(()) => 0,
             Err(errno) => fail(errno),
         }

@@ -6,7 +6,8 @@
 
 use libc::c_int;
 
-use super::{hook, owner};
+use super::hook;
+use crate::state::owner;
 use crate::{inside, table};
 
 /// Before an exec: each shm connection the new image may inherit continues over the TCP

@@ -5,7 +5,8 @@
 use libc::{c_int, size_t, ssize_t};
 
 use super::{hook, shm, sigpipe};
-use crate::sock::{self, Entry, ReadFlags};
+use crate::sock::Entry;
+use crate::stream::{self, ReadFlags};
 use crate::{debug, errno, fail, real, table, Guard};
 
 /// sendfile into a shm connection: the file's bytes copied into the ring.
@@ -26,7 +27,7 @@ unsafe fn shm_sendfile(e: &Entry, inp: c_int, off: *mut i64, count: size_t) -> s
         return n;
     }
     let n = n as usize;
-    match sock::write(e, &buf[..n], false) {
+    match stream::write(e, &buf[..n], false) {
         Ok(sent) => {
             if off.is_null() {
                 if sent < n {
@@ -84,7 +85,7 @@ unsafe fn shm_splice(
             dontwait: nonblocking,
             ..ReadFlags::default()
         };
-        match sock::read(&e, &mut buf, flags) {
+        match stream::read(&e, &mut buf, flags) {
             Ok(n) => n,
             Err(errno) => return fail(errno),
         }
@@ -107,7 +108,7 @@ unsafe fn shm_splice(
     }
     let mut done = 0;
     if let Some(e) = table::sock(fd_out) {
-        match sock::write(&e, &buf[..n], false) {
+        match stream::write(&e, &buf[..n], false) {
             Ok(k) => done = k,
             Err(errno) => {
                 if errno == libc::EPIPE {
