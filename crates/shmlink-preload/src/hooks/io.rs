@@ -1,7 +1,7 @@
 //! The byte-moving calls: `read`, `recv`, `recvfrom`, `readv`, `recvmsg`, `recvmmsg` (and
 //! the fortified `__*_chk` forms), `write`, `send`, `sendto`, `writev`, `sendmsg`,
-//! `sendmmsg`. On a shm connection the bytes go through the rings (`sock::read`,
-//! `sock::write`); elsewhere to the C library, except that a `sendmsg` passing a shm fd
+//! `sendmmsg`. On a shm connection the bytes go through the rings (`stream::read`,
+//! `stream::write`); elsewhere to the C library, except that a `sendmsg` passing a shm fd
 //! in `SCM_RIGHTS` first moves that connection onto TCP (`exec::prepare_pass`).
 
 use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
