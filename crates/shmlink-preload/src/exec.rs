@@ -8,12 +8,12 @@
 //!    consumed C bytes of your stream, I wrote W bytes to you, and here are the bytes of
 //!    yours I had taken from the ring but my program had not read" (what the library
 //!    buffered, at most a message or two). It is longer than any data message
-//!    ([`CHUNK`]), which is how the peer tells it from data;
+//!    (`switch::CHUNK`), which is how the peer tells it from data;
 //! 2. puts the TCP socket onto each of the connection's fd numbers (`dup3`, `FD_CLOEXEC`
 //!    as the program set it, `O_NONBLOCK` as the program set it, epoll registrations
 //!    moved over), and closes the shm connection.
 //!
-//! The peer ([`peer_switched`]) meets the switch message in order, after all the data
+//! The peer (`Sock::peer_switched`) meets the switch message in order, after all the data
 //! the exec'ing side wrote (its program reads those first, from the ring), checks W,
 //! sends again over TCP what the exec'ing program had not read: the bytes returned in
 //! the switch message, then those of its own messages still in its send ring (the ring
@@ -29,70 +29,14 @@ use std::time::{Duration, Instant};
 
 use libc::c_int;
 
-use crate::sock::{Entry, Gone, ReadEnd, ReadFlags, Sock, CHUNK};
+use crate::sock::{inode, Entry, Gone, Sock};
+use crate::switch::{self, MAX_RETURNED};
 use crate::table::{self, Removed};
+use crate::tcp::{self, set_nonblocking};
 use crate::{debug, real, Guard};
 
-const MAGIC: &[u8; 16] = b"SHMLINK-EXEC-TCP";
-/// Longer than any data message, so never taken for data.
-const SWITCH_LEN: usize = CHUNK + 64;
 /// How long the exec'ing side waits for ring room for its switch message.
 const ROOM_WAIT: Duration = Duration::from_secs(1);
-/// How long the peer may take to send its unconsumed bytes again over TCP.
-const RESEND_WAIT: Duration = Duration::from_secs(5);
-
-/// The switch message's header: magic, consumed, wrote, the returned bytes' length.
-const SWITCH_HEADER: usize = 64;
-/// The most bytes a switch message returns: it must fit one record of the smallest ring
-/// (64 KiB: records of up to 32 KiB), so that sending it is all or nothing.
-const MAX_RETURNED: usize = 2 * CHUNK - 2 * SWITCH_HEADER;
-
-fn encode(consumed: u64, wrote: u64, returned: &[u8]) -> Vec<u8> {
-    let mut v = vec![0u8; SWITCH_LEN.max(SWITCH_HEADER + returned.len())];
-    v[..16].copy_from_slice(MAGIC);
-    v[16..24].copy_from_slice(&consumed.to_le_bytes());
-    v[24..32].copy_from_slice(&wrote.to_le_bytes());
-    v[32..40].copy_from_slice(&(returned.len() as u64).to_le_bytes());
-    v[SWITCH_HEADER..SWITCH_HEADER + returned.len()].copy_from_slice(returned);
-    v
-}
-
-/// (consumed, wrote, returned bytes) of a switch message.
-fn decode(msg: &[u8]) -> Option<(u64, u64, &[u8])> {
-    if msg.len() < SWITCH_LEN || &msg[..16] != MAGIC {
-        return None;
-    }
-    let word = |i: usize| u64::from_le_bytes(msg[i..i + 8].try_into().expect("8 bytes"));
-    let returned = usize::try_from(word(32)).ok()?;
-    let end = SWITCH_HEADER.checked_add(returned)?;
-    Some((word(16), word(24), msg.get(SWITCH_HEADER..end)?))
-}
-
-/// The inode of the socket behind `fd` (0 if none): dups of one socket share it.
-fn inode(fd: RawFd) -> u64 {
-    // SAFETY: stat is plain data; all zeroes is a valid value.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid out-parameter.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return 0;
-    }
-    st.st_ino
-}
-
-/// Sets or clears O_NONBLOCK on the file behind `fd`.
-fn set_nonblocking(fd: RawFd, on: bool) {
-    // SAFETY: fcntl on an fd of ours.
-    let fl = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
-    if fl >= 0 {
-        let new = if on {
-            fl | libc::O_NONBLOCK
-        } else {
-            fl & !libc::O_NONBLOCK
-        };
-        // SAFETY: as above.
-        unsafe { real::fcntl(fd, libc::F_SETFL, new as usize) };
-    }
-}
 
 /// Puts TCP socket `tcp` onto the program's fd numbers `fds` (all naming one shm
 /// connection): epoll registrations follow, FD_CLOEXEC as the program set it. Returns
@@ -203,6 +147,9 @@ pub(crate) fn prepare_pass(fd: c_int) -> Result<(), c_int> {
         // The peer is gone (or exec'd: then `read_ahead` meets its switch message).
         if !s.broken && !s.switched {
             s.read_ahead();
+            if s.retarget_due && s.buffered() == 0 {
+                retarget_now(&mut s);
+            }
         }
         if !s.switched && s.conn.is_some() {
             s.notice_gone(true);
@@ -222,7 +169,7 @@ pub(crate) fn prepare_pass(fd: c_int) -> Result<(), c_int> {
             return Ok(());
         }
         let tcp = s.tcp.as_raw_fd();
-        shut_like(&s, tcp);
+        tcp::shut_like(tcp, s.rd_shut, s.wr_shut);
         set_nonblocking(tcp, entry.nonblocking.load(Ordering::Relaxed));
         let removed = retarget(&fds, tcp);
         s.switched = true;
@@ -265,7 +212,7 @@ fn switch_out(entry: &Entry, fds: &[c_int]) {
         );
         return;
     }
-    let msg = encode(consumed, s.tx_total, &s.rbuf[s.rpos..]);
+    let msg = switch::encode(consumed, s.tx_total, &s.rbuf[s.rpos..]);
     let deadline = Instant::now() + ROOM_WAIT;
     loop {
         let Some(conn) = s.conn.as_mut() else { return };
@@ -284,7 +231,7 @@ fn switch_out(entry: &Entry, fds: &[c_int]) {
         }
     }
     let tcp = s.tcp.as_raw_fd();
-    shut_like(&s, tcp);
+    tcp::shut_like(tcp, s.rd_shut, s.wr_shut);
     set_nonblocking(tcp, entry.nonblocking.load(Ordering::Relaxed));
     let removed = retarget(fds, tcp);
     s.switched = true;
@@ -295,44 +242,6 @@ fn switch_out(entry: &Entry, fds: &[c_int]) {
     drop(s);
     // Closes the shm connection (the peer reads the switch first) and the hidden fds.
     drop(removed);
-}
-
-/// The peer's switch message arrived (in order, after all it wrote): sends again over
-/// TCP what it had not consumed and moves our fds onto TCP. On any inconsistency the
-/// connection is broken (the program sees the end of the stream or a reset).
-pub(crate) fn peer_switched(s: &mut Sock, msg: &[u8]) {
-    let _g = Guard::enter();
-    let fail = |s: &mut Sock, why: &str| {
-        debug!("{}: peer's exec switch unusable ({why})", s.name);
-        s.notice_gone(true);
-        s.read_end = ReadEnd::Eof;
-    };
-    let Some((consumed, wrote, returned)) = decode(msg) else {
-        return fail(s, "malformed");
-    };
-    if wrote != s.rx_total {
-        return fail(s, "byte counts differ");
-    }
-    let tcp = s.tcp.as_raw_fd();
-    // Our bytes it had not consumed, over TCP first.
-    let unsent = match resend(s, consumed, returned) {
-        Ok(n) => n,
-        Err(why) => return fail(s, &why),
-    };
-    shut_like(s, tcp);
-    s.switched = true;
-    debug!(
-        "{}: peer exec'd: continues over TCP ({unsent} bytes sent again, {} read ahead)",
-        s.name,
-        s.buffered()
-    );
-    if s.buffered() > 0 {
-        // Bytes it sent before the switch wait in `rbuf`: the fds move once they are
-        // read (`retarget_now`), reads take them first, writes go to TCP already.
-        s.retarget_due = true;
-    } else {
-        retarget_now(s);
-    }
 }
 
 /// Moves the program's fds of a switched connection onto its TCP socket.
@@ -350,143 +259,4 @@ pub(crate) fn retarget_now(s: &mut Sock) {
     debug!("{}: fds {fds:?} on TCP", s.name);
     // The callers hold their own reference: these are not the last.
     drop(removed);
-}
-
-/// Gives the TCP socket the shutdowns the program made on the shm connection (its
-/// FIN, after the bytes sent again).
-fn shut_like(s: &Sock, tcp: RawFd) {
-    let how = match (s.rd_shut, s.wr_shut) {
-        (true, true) => libc::SHUT_RDWR,
-        (false, true) => libc::SHUT_WR,
-        (true, false) => libc::SHUT_RD,
-        (false, false) => return,
-    };
-    // SAFETY: shutdown on our TCP socket.
-    unsafe { real::shutdown(tcp, how) };
-}
-
-/// Sends all of `buf` on TCP socket `fd` before `deadline` (waiting for room).
-fn send_all(fd: RawFd, mut buf: &[u8], deadline: Instant) -> Result<(), c_int> {
-    while !buf.is_empty() {
-        // SAFETY: `buf` is valid for its length.
-        let r = unsafe {
-            real::send(
-                fd,
-                buf.as_ptr().cast(),
-                buf.len(),
-                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-            )
-        };
-        if r > 0 {
-            buf = &buf[r as usize..];
-            continue;
-        }
-        let e = crate::errno();
-        if r < 0 && (e == libc::EAGAIN || e == libc::EINTR) && Instant::now() < deadline {
-            real::poll_one(fd, libc::POLLOUT, 50);
-            continue;
-        }
-        return Err(if r < 0 { e } else { libc::EPIPE });
-    }
-    Ok(())
-}
-
-/// A read on a connection the peer moved to TCP: the kernel's, with the call's flags.
-pub(crate) fn tcp_recv(fd: RawFd, dst: &mut [u8], flags: ReadFlags) -> Result<usize, c_int> {
-    let mut f = 0;
-    if flags.peek {
-        f |= libc::MSG_PEEK;
-    }
-    if flags.dontwait {
-        f |= libc::MSG_DONTWAIT;
-    }
-    if flags.waitall {
-        f |= libc::MSG_WAITALL;
-    }
-    loop {
-        // SAFETY: `dst` is valid for its length.
-        let r = unsafe { real::recv(fd, dst.as_mut_ptr().cast(), dst.len(), f) };
-        if r >= 0 {
-            return Ok(r as usize);
-        }
-        let e = crate::errno();
-        if e != libc::EINTR {
-            return Err(e);
-        }
-    }
-}
-
-/// A write on a connection the peer moved to TCP (`flags`: MSG_DONTWAIT or 0). SIGPIPE
-/// is the caller's (it raises it on EPIPE as for a shm connection).
-pub(crate) fn tcp_send_fd(fd: RawFd, src: &[u8], flags: c_int) -> Result<usize, c_int> {
-    loop {
-        // SAFETY: `src` is valid for its length.
-        let r = unsafe {
-            real::send(
-                fd,
-                src.as_ptr().cast(),
-                src.len(),
-                flags | libc::MSG_NOSIGNAL,
-            )
-        };
-        if r >= 0 {
-            return Ok(r as usize);
-        }
-        let e = crate::errno();
-        if e != libc::EINTR {
-            return Err(e);
-        }
-    }
-}
-
-/// A non-blocking send attempt from inside the shm write path after a switch (the
-/// blocking wait, if any, is `sock::write`'s, which sees `switched` on its next turn).
-pub(crate) fn tcp_send(s: &mut Sock, src: &[u8]) -> Result<usize, c_int> {
-    match tcp_send_fd(s.tcp.as_raw_fd(), src, libc::MSG_DONTWAIT) {
-        Err(libc::EAGAIN) => Ok(0),
-        r => r,
-    }
-}
-
-/// Sends over TCP, to a peer that exec'd, our bytes from stream offset `consumed` on,
-/// which its program had not read: `returned` (what its library had taken from the ring,
-/// sent back in the switch message), then the rest of what our send ring still holds.
-/// Returns how many bytes went, or why it could not.
-fn resend(s: &mut Sock, consumed: u64, returned: &[u8]) -> Result<usize, String> {
-    let Some(ring) = s.conn.as_mut().and_then(|c| c.unconsumed_sent()) else {
-        return Err("our send ring is unreadable".into());
-    };
-    // The ring holds our stream from `held` on; the peer took it up to `taken`.
-    let held = s.tx_total - ring.len() as u64;
-    let taken = consumed.checked_add(returned.len() as u64);
-    let skip = match taken {
-        Some(t) if (held..=s.tx_total).contains(&t) => (t - held) as usize,
-        _ => return Err("byte counts differ".into()),
-    };
-    let deadline = Instant::now() + RESEND_WAIT;
-    let fd = s.tcp.as_raw_fd();
-    send_all(fd, returned, deadline).map_err(|e| format!("resend: errno {e}"))?;
-    send_all(fd, &ring[skip..], deadline).map_err(|e| format!("resend: errno {e}"))?;
-    Ok(returned.len() + ring.len() - skip)
-}
-
-/// The peer's switch message, found as our program closes the connection: sends again
-/// over TCP what it had not consumed (our TCP socket then closes with the `Sock`).
-pub(crate) fn peer_switched_at_close(s: &mut Sock, msg: &[u8]) {
-    let _g = Guard::enter();
-    let Some((consumed, _wrote, returned)) = decode(msg) else {
-        return;
-    };
-    let unsent = match resend(s, consumed, returned) {
-        Ok(n) => n,
-        Err(why) => {
-            debug!("{}: peer exec'd before our close: {why}", s.name);
-            return;
-        }
-    };
-    s.switched = true;
-    debug!(
-        "{}: peer exec'd before our close: {unsent} bytes sent again over TCP",
-        s.name
-    );
 }

@@ -16,9 +16,9 @@
 //!   shmlink connection's control socket, which the kernel makes readable on doorbells and
 //!   on the peer's death, so `epoll`, `poll` and `select` keep working on it; the real TCP
 //!   socket stays open underneath (for `getsockname`, `getpeername`, socket options).
-//! - Calls on such an fd go through `sock::Sock`: bytes travel as messages in the
-//!   rings, a partly read message waits in a buffer, a zero-length message is the FIN of
-//!   `shutdown(SHUT_WR)`.
+//! - Calls on such an fd go through `stream` (the blocking calls) to `sock::Sock`: bytes
+//!   travel as messages in the rings, a partly read message waits in a buffer, a
+//!   zero-length message is the FIN of `shutdown(SHUT_WR)`.
 //!
 //! Calls this library makes itself reach the C library directly (`real`, guarded per
 //! thread by `Guard`), so it never recurses into its own hooks.
@@ -29,8 +29,12 @@ mod peer;
 mod real;
 mod refusals;
 mod sock;
+mod state;
 mod stats;
+mod stream;
+mod switch;
 mod table;
+mod tcp;
 mod wait;
 mod wake;
 
@@ -79,7 +83,7 @@ pub(crate) struct Config {
     /// `SHMLINK_SPIN_US`: how long a blocking call polls the ring before sleeping.
     pub spin: Duration,
     /// `SHMLINK_SPIN_MAX_US`: how far a thread whose sleeps keep ending soon may stretch
-    /// its spin (`sock::spin`); never below `spin`.
+    /// its spin (`stream::spin`); never below `spin`.
     pub spin_max: Duration,
     /// `SHMLINK_RING_SIZE`: each direction's ring, in bytes.
     pub ring_size: usize,

@@ -1,4 +1,5 @@
-//! One TCP connection moved onto shared memory: a byte stream over shmlink messages.
+//! One TCP connection moved onto shared memory: a byte stream over shmlink messages,
+//! one non-blocking step at a time (the blocking calls around them are `stream`'s).
 //!
 //! Each `write` sends its bytes as messages of at most [`CHUNK`] bytes (each one fits a
 //! ring record, so a non-blocking send is all or nothing per chunk); a read takes a
@@ -6,29 +7,26 @@
 //! where later reads take the rest. A zero-length message is the FIN of
 //! `shutdown(SHUT_WR)`; a closed connection is the end of the stream too.
 //!
-//! The connection is always in non-blocking mode; blocking calls wait here (a bounded
-//! spin, then `poll` on the control socket, which the peer's doorbells make readable)
-//! with the [`Entry`] lock released, so one thread may read while another writes.
+//! The peer's exec switch message (`switch`) is met in order, after its data: then our
+//! bytes it had not consumed go again over the TCP socket underneath, and the
+//! connection continues there (`crate::exec` says how; moving the program's fds is
+//! left to the callers, which know the fd table: [`Sock::retarget_due`]).
 
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use libc::c_int;
 use shmlink::{Connection, ErrorKind};
 
-use crate::stats::Stat;
-use crate::{config, real};
+use crate::state::{self, FORKS};
+use crate::switch::{self, CHUNK};
+use crate::{debug, real, tcp, Guard};
 
-/// The largest message one write puts into the ring (a quarter of the smallest ring we
-/// configure, so it always fits one record).
-pub(crate) const CHUNK: usize = 16 * 1024;
-
-/// Bumped in the parent before every `fork`: a connection created before it may be held
-/// by two processes, so closing it in one must not end it for the other.
-pub(crate) static FORKS: AtomicU64 = AtomicU64::new(0);
+/// How long the peer may take to send its unconsumed bytes again over TCP.
+const RESEND_WAIT: Duration = Duration::from_secs(5);
 
 /// The read side's state.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -151,15 +149,15 @@ impl Entry {
 
 impl Drop for Sock {
     fn drop(&mut self) {
-        let _g = crate::Guard::enter();
-        crate::table::set_internal(&[self.ctl, self.tcp.as_raw_fd()], false);
+        let _g = Guard::enter();
+        state::set_internal(&[self.ctl, self.tcp.as_raw_fd()], false);
         self.end();
         if inode(self.tcp.as_raw_fd()) == self.tcp_ino {
             // SAFETY: dropped once, here; nothing uses `tcp` after.
             unsafe { ManuallyDrop::drop(&mut self.tcp) };
         } else {
             // Not our TCP socket any more: the number belongs to someone else now.
-            crate::debug!(
+            debug!(
                 "{}: the TCP socket's number was reused; left open",
                 self.name
             );
@@ -174,7 +172,7 @@ impl Sock {
         if inode(self.ctl) != self.ctl_ino {
             // Our control socket was closed past the library and its number reused: do
             // not close the new file (the connection's mapping is leaked instead).
-            crate::debug!(
+            debug!(
                 "{}: the control socket's number was reused; left open",
                 self.name
             );
@@ -219,12 +217,12 @@ impl Sock {
             // readable for the peer, then it reads end-of-stream.
             drop(conn);
         }
-        crate::debug!("closed shm connection {}", self.name);
+        debug!("closed shm connection {}", self.name);
     }
 }
 
 impl Sock {
-    fn conn(&mut self) -> &mut Connection {
+    pub(crate) fn conn(&mut self) -> &mut Connection {
         self.conn.as_mut().expect("a live Sock has its connection")
     }
 
@@ -253,7 +251,7 @@ impl Sock {
             }
             Ok(v) if v.len() > CHUNK => {
                 // Not data (data messages are at most CHUNK bytes): the peer's exec.
-                crate::exec::peer_switched(self, &v);
+                self.peer_switched(&v);
                 Fill::Eof
             }
             Ok(v) => {
@@ -276,7 +274,7 @@ impl Sock {
                 // (the dead process's kernel sends a FIN), or a reset when the peer
                 // died with data of ours unread.
                 if e.kind() != ErrorKind::EndOfStream {
-                    crate::debug!("{}: {e}; the stream ends", self.name);
+                    debug!("{}: {e}; the stream ends", self.name);
                 }
                 self.notice_gone(e.kind() != ErrorKind::EndOfStream);
                 self.read_end = ReadEnd::Eof;
@@ -311,7 +309,7 @@ impl Sock {
             Gone::Fin { wrote: false }
         };
         let how = if died { "died" } else { "closed" };
-        crate::debug!("{}: peer {how}, as a TCP {:?}", self.name, self.gone);
+        debug!("{}: peer {how}, as a TCP {:?}", self.name, self.gone);
     }
 
     /// Bytes that are not the library's came in on the control socket: the peer's
@@ -331,8 +329,8 @@ impl Sock {
             return;
         }
         self.reset_sent = true;
-        crate::debug!("{}: reset: {why}", self.name);
-        let _g = crate::Guard::enter();
+        debug!("{}: reset: {why}", self.name);
+        let _g = Guard::enter();
         // SAFETY: a valid buffer; `ctl` is our control socket (MSG_DONTWAIT: a full
         // socket only loses the packet, the hang-up below still tells).
         unsafe {
@@ -376,7 +374,7 @@ impl Sock {
 
     /// Receives straight into `dst` when the next message fits (no intermediate copy).
     /// `None`: nothing done, use [`fill`](Self::fill).
-    fn recv_direct(&mut self, dst: &mut [u8]) -> Option<usize> {
+    pub(crate) fn recv_direct(&mut self, dst: &mut [u8]) -> Option<usize> {
         if self.buffered() > 0 || self.rd_shut || self.read_end == ReadEnd::Eof || self.switched {
             return None;
         }
@@ -393,7 +391,7 @@ impl Sock {
                 // Not data: the peer's exec (see `fill`). `dst` past the bytes this
                 // read returns is scratch, as read(2) allows.
                 let msg = dst[..n].to_vec();
-                crate::exec::peer_switched(self, &msg);
+                self.peer_switched(&msg);
                 Some(0)
             }
             Ok(n) => {
@@ -410,7 +408,7 @@ impl Sock {
     }
 
     /// Copies buffered bytes out; `peek` leaves them.
-    fn take(&mut self, dst: &mut [u8], peek: bool) -> usize {
+    pub(crate) fn take(&mut self, dst: &mut [u8], peek: bool) -> usize {
         let n = dst.len().min(self.buffered());
         dst[..n].copy_from_slice(&self.rbuf[self.rpos..self.rpos + n]);
         if !peek {
@@ -438,7 +436,7 @@ impl Sock {
             };
             match conn.recv_vec() {
                 Ok(v) if v.len() > CHUNK => {
-                    crate::exec::peer_switched(self, &v);
+                    self.peer_switched(&v);
                     return;
                 }
                 Ok(v) if v.is_empty() => {
@@ -482,9 +480,9 @@ impl Sock {
             match conn.recv_vec() {
                 Ok(v) if v.len() > CHUNK => {
                     if closing {
-                        crate::exec::peer_switched_at_close(self, &v);
+                        self.peer_switched_at_close(&v);
                     } else {
-                        crate::exec::peer_switched(self, &v);
+                        self.peer_switched(&v);
                     }
                     return;
                 }
@@ -517,7 +515,7 @@ impl Sock {
     /// The rest of a send after the peer switched to TCP (it exec'd): `done` bytes went
     /// into the ring before, the rest goes over TCP.
     fn send_switched(&mut self, rest: &[u8], done: usize) -> Result<usize, c_int> {
-        match crate::exec::tcp_send(self, rest) {
+        match self.tcp_send(rest) {
             Ok(n) => Ok(done + n),
             Err(_) if done > 0 => Ok(done),
             Err(e) => Err(e),
@@ -525,9 +523,9 @@ impl Sock {
     }
 
     /// One non-blocking attempt to send `src`: bytes taken (possibly fewer), or errno.
-    fn send_some(&mut self, src: &[u8]) -> Result<usize, c_int> {
+    pub(crate) fn send_some(&mut self, src: &[u8]) -> Result<usize, c_int> {
         if self.switched {
-            return crate::exec::tcp_send(self, src);
+            return self.tcp_send(src);
         }
         if self.wr_shut {
             return Err(libc::EPIPE);
@@ -580,7 +578,7 @@ impl Sock {
                     if self.switched {
                         return self.send_switched(&src[done..], done);
                     }
-                    crate::debug!("{}: send: {e}", self.name);
+                    debug!("{}: send: {e}", self.name);
                     self.notice_gone(true);
                     if done == 0 {
                         return self.write_gone(src.len());
@@ -596,24 +594,6 @@ impl Sock {
     }
 }
 
-/// Flags of one read call.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct ReadFlags {
-    pub peek: bool,
-    pub dontwait: bool,
-    pub waitall: bool,
-}
-
-impl ReadFlags {
-    pub(crate) fn from_msg(flags: c_int) -> ReadFlags {
-        ReadFlags {
-            peek: flags & libc::MSG_PEEK != 0,
-            dontwait: flags & libc::MSG_DONTWAIT != 0,
-            waitall: flags & libc::MSG_WAITALL != 0,
-        }
-    }
-}
-
 /// What [`Sock::reset_both`] sends the peer: longer than a doorbell (one byte), so the
 /// peer's library takes it for what it is, a broken connection.
 const RESET_PACKET: &[u8] = b"shmlink-preload: connection reset";
@@ -621,7 +601,7 @@ const RESET_PACKET: &[u8] = b"shmlink-preload: connection reset";
 /// Once the peer is gone: takes what is left on the control socket; the length of the
 /// first packet that is no doorbell (one byte, 1 or 2), if any.
 fn foreign_packet(ctl: RawFd) -> Option<usize> {
-    let _g = crate::Guard::enter();
+    let _g = Guard::enter();
     let mut buf = [0u8; 16];
     // Bounded: the socket's queue holds at most a few hundred packets.
     for _ in 0..4096 {
@@ -643,653 +623,92 @@ fn foreign_packet(ctl: RawFd) -> Option<usize> {
     None
 }
 
-/// Sleeps until the control socket is readable (a doorbell, the peer's end), 100 ms or
-/// the deadline.
-fn sleep_on(ctl: RawFd, deadline: Option<Instant>) {
-    // A doorbell ends the sleep; 100 ms bounds it whatever happens (a doorbell another
-    // thread took, a room doorbell when we wait for data).
-    let mut ms = 100;
-    if let Some(d) = deadline {
-        let left = d.saturating_duration_since(Instant::now());
-        ms = ms.min(left.as_millis() as c_int + 1);
-    }
-    real::poll_one(ctl, libc::POLLIN, ms);
-}
-
-/// `read`/`recv` on a shm connection: bytes read, 0 at end of stream, or errno.
-pub(crate) fn read(entry: &Entry, dst: &mut [u8], flags: ReadFlags) -> Result<usize, c_int> {
-    if dst.is_empty() {
-        return Ok(0);
-    }
-    let nonblocking = flags.dontwait || entry.nonblocking.load(Ordering::Relaxed);
-    let mut got = 0;
-    let mut deadline = None;
-    let mut backoff = Backoff::default();
-    let mut spun = false;
-    'outer: loop {
-        let mut s = entry.lock();
-        if s.switched && s.buffered() == 0 {
-            // The peer exec'd: the connection goes on over TCP.
-            if s.retarget_due {
-                crate::exec::retarget_now(&mut s);
-            }
-            if got > 0 {
-                return Ok(got);
-            }
-            let fd = s.tcp.as_raw_fd();
-            drop(s);
-            let flags = ReadFlags {
-                dontwait: nonblocking,
-                ..flags
-            };
-            return crate::exec::tcp_recv(fd, dst, flags);
-        }
-        s.flush_fin();
-        if deadline.is_none() {
-            deadline = s.rcv_timeout.map(|t| Instant::now() + t);
-        }
-        // A blocking read with nothing there spins (bounded) before it announces the
-        // wait: a peer that answers within the spin rings no doorbell.
-        if !nonblocking && !spun {
-            let hint = s.buffered() > 0
-                || s.rd_shut
-                || s.read_end == ReadEnd::Eof
-                || s.conn().recv_ready().unwrap_or(true);
-            if !hint {
-                spun = true;
-                let same_cpu = s.conn().shares_cpu_with_peer();
-                drop(s);
-                if !same_cpu {
-                    spin(|| read_hint(entry));
-                }
-                continue;
-            }
-        }
-        // Take everything there is, up to the buffer's size, as TCP's read does: a
-        // short read then means "nothing more now" (and the wait is announced, so the
-        // next message rings a doorbell), which edge-triggered programs rely on.
-        let mut more = false;
-        loop {
-            if got == dst.len() {
-                return Ok(got);
-            }
-            if !flags.peek && s.buffered() == 0 {
-                if let Some(n) = s.recv_direct(&mut dst[got..]) {
-                    if n == 0 && s.switched {
-                        continue 'outer;
-                    }
-                    if n == 0 {
-                        return Ok(got);
-                    }
-                    got += n;
-                    more = true;
-                    continue;
-                }
-            }
-            // Nothing in the ring: stop without announcing a wait (poll and epoll
-            // announce before they sleep; a blocking read does below).
-            let empty = s.buffered() == 0
-                && !s.rd_shut
-                && s.read_end == ReadEnd::Open
-                && s.conn().recv_ready() == Some(false);
-            match if empty { Fill::Empty } else { s.fill() } {
-                Fill::Data if flags.peek => {
-                    // Only the current message: peeking cannot consume it to go on.
-                    return Ok(got + s.take(&mut dst[got..], true));
-                }
-                Fill::Data => {
-                    got += s.take(&mut dst[got..], false);
-                    more = true;
-                }
-                Fill::Eof if s.switched => continue 'outer,
-                Fill::Eof if got == 0 && !flags.peek => {
-                    // After a reset, the first read past the data reports it.
-                    return match s.take_reset() {
-                        Some(e) => Err(e),
-                        None => Ok(0),
-                    };
-                }
-                Fill::Eof => return Ok(got),
-                Fill::Empty => break,
-            }
-        }
-        if more {
-            backoff.reset();
-        }
-        // Drained: the next message is a new edge for an edge-triggered epoll.
-        s.et_drained = true;
-        if got > 0 && !flags.waitall {
-            return Ok(got);
-        }
-        if nonblocking {
-            return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return if got > 0 { Ok(got) } else { Err(libc::EAGAIN) };
-        }
-        // Announce the wait before sleeping (what arrived meanwhile is taken instead).
-        s.sleepers += 1;
-        if s.fill() != Fill::Empty {
-            s.sleepers -= 1;
-            continue;
-        }
-        let ctl = s.ctl;
-        drop(s);
-        backoff.wait();
-        sleep_on(ctl, deadline);
-        entry.lock().sleepers -= 1;
-    }
-}
-
-/// `write`/`send` on a shm connection: bytes written (all of them when blocking), or errno.
-pub(crate) fn write(entry: &Entry, src: &[u8], dontwait: bool) -> Result<usize, c_int> {
-    let nonblocking = dontwait || entry.nonblocking.load(Ordering::Relaxed);
-    let mut done = 0;
-    let mut deadline = None;
-    let mut backoff = Backoff::default();
-    loop {
-        let mut s = entry.lock();
-        if s.switched {
-            // The peer exec'd: the connection goes on over TCP (the kernel blocks or
-            // not as the program set O_NONBLOCK, which the switch gave the TCP socket).
-            let fd = s.tcp.as_raw_fd();
-            drop(s);
-            let flags = if nonblocking { libc::MSG_DONTWAIT } else { 0 };
-            return match crate::exec::tcp_send_fd(fd, &src[done..], flags) {
-                Ok(n) => Ok(done + n),
-                Err(_) if done > 0 => Ok(done),
-                Err(e) => Err(e),
-            };
-        }
-        if deadline.is_none() {
-            deadline = s.snd_timeout.map(|t| Instant::now() + t);
-        }
-        match s.send_some(&src[done..]) {
-            Ok(n) => done += n,
-            Err(e) => return if done > 0 { Ok(done) } else { Err(e) },
-        }
-        if done == src.len() {
-            return Ok(done);
-        }
-        if nonblocking {
-            return if done > 0 {
-                Ok(done)
-            } else {
-                Err(libc::EAGAIN)
-            };
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return if done > 0 {
-                Ok(done)
-            } else {
-                Err(libc::EAGAIN)
-            };
-        }
-        // A data doorbell would keep the control socket readable while we wait for room:
-        // take the waiting message into the buffer (which also drains its doorbell).
-        s.sleepers += 1;
-        if s.buffered() == 0 {
-            s.fill();
-        }
-        let ctl = s.ctl;
-        drop(s);
-        backoff.wait();
-        sleep_on(ctl, deadline);
-        entry.lock().sleepers -= 1;
-    }
-}
-
-/// Growing pauses between retries that found the control socket readable but made no
-/// progress (a doorbell meant for the other direction), so such a wait cannot spin hot.
-#[derive(Default)]
-struct Backoff {
-    rounds: u32,
-}
-
-impl Backoff {
-    fn reset(&mut self) {
-        self.rounds = 0;
-    }
-
-    fn wait(&mut self) {
-        if self.rounds > 2 {
-            let us = 10u64 << (self.rounds - 2).min(7);
-            std::thread::sleep(Duration::from_micros(us));
-        }
-        self.rounds += 1;
-    }
-}
-
-/// What `poll` would say of a shm connection for `events` (POLLIN/POLLOUT/…), without
-/// blocking. Reading readiness takes a waiting message into the buffer.
-///
-/// `announce`: when nothing is there to read, announce the wait (a doorbell will come;
-/// costs a system call to drain stale ones). Without it, the read side is looked at in
-/// shared memory only and nothing is announced.
-pub(crate) fn readiness(entry: &Entry, events: i16, announce: bool) -> i16 {
-    let mut s = entry.lock();
-    let mut r = 0;
-    let hint = s.buffered() > 0
-        || s.rd_shut
-        || s.read_end == ReadEnd::Eof
-        || s.conn().recv_ready().unwrap_or(true);
-    let fill = if announce || hint {
-        // Within a wait's announcement pass, its token (one doorbell per sleep).
-        let token = if announce && !s.switched && s.conn.is_some() {
-            crate::wake::current()
-        } else {
-            None
+impl Sock {
+    /// The peer's switch message arrived (in order, after all it wrote): sends again over
+    /// TCP what it had not consumed and marks our fds as due to move onto TCP. On any
+    /// inconsistency the connection is broken (the program sees the end of the stream or
+    /// a reset).
+    pub(crate) fn peer_switched(&mut self, msg: &[u8]) {
+        let _g = Guard::enter();
+        let fail = |s: &mut Sock, why: &str| {
+            debug!("{}: peer's exec switch unusable ({why})", s.name);
+            s.notice_gone(true);
+            s.read_end = ReadEnd::Eof;
         };
-        if token.is_some() {
-            s.conn().set_wait_token(token);
+        let Some((consumed, wrote, returned)) = switch::decode(msg) else {
+            return fail(self, "malformed");
+        };
+        if wrote != self.rx_total {
+            return fail(self, "byte counts differ");
         }
-        let fill = s.fill();
-        if token.is_some() {
-            s.conn().set_wait_token(None);
-        }
-        fill
-    } else {
-        Fill::Empty
-    };
-    if s.switched {
-        // The peer exec'd: the kernel's answer for the TCP socket (and what was read
-        // ahead of the switch, first). Once that is read, the fds (and their epoll
-        // registrations, on the hung-up control socket until then) move to TCP.
-        if s.retarget_due && s.buffered() == 0 {
-            crate::exec::retarget_now(&mut s);
-        }
-        let r = real::poll_one(s.tcp.as_raw_fd(), events, 0);
-        let mut r = if r > 0 { r as i16 } else { 0 };
-        if s.buffered() > 0 {
-            r |= events & (libc::POLLIN | libc::POLLRDNORM);
-        }
-        return r;
-    }
-    if fill != Fill::Empty {
-        r |= events & (libc::POLLIN | libc::POLLRDNORM);
-    }
-    if fill == Fill::Eof && s.read_end == ReadEnd::Eof {
-        r |= events & libc::POLLRDHUP;
-        if s.broken {
-            r |= libc::POLLHUP;
-        }
-        if s.gone == (Gone::Reset { reported: false }) {
-            r |= libc::POLLERR;
-        }
-    }
-    s.flush_fin();
-    if !s.tx_full || s.broken {
-        r |= events & (libc::POLLOUT | libc::POLLWRNORM);
-    }
-    if s.broken && s.wr_shut {
-        r |= libc::POLLHUP;
-    }
-    r
-}
-
-/// A `poll`/`epoll_wait` call's wait on its shm members. [`begin`](Waiting::begin)
-/// counts the thread as a sleeper on each before it announces anything, so another
-/// thread's end of wait cannot withdraw an announcement this one relies on. When the call
-/// returns (drop), where no other thread still waits, the announcement a receive left
-/// standing is withdrawn: the peer then rings no doorbell that nobody sleeps for (an event
-/// loop over many connections otherwise takes one per idle connection after each wake-up).
-/// The next wait announces again.
-#[derive(Default)]
-pub(crate) struct Waiting(Option<Vec<Arc<Entry>>>);
-
-impl Waiting {
-    /// Counts this thread as a sleeper on `entries`, once per call.
-    pub(crate) fn begin<'a>(&mut self, entries: impl IntoIterator<Item = &'a Arc<Entry>>) {
-        if self.0.is_none() {
-            let v: Vec<Arc<Entry>> = entries.into_iter().cloned().collect();
-            for e in &v {
-                e.lock().sleepers += 1;
-            }
-            self.0 = Some(v);
-        }
-    }
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        for e in self.0.take().unwrap_or_default() {
-            let mut s = e.lock();
-            s.sleepers -= 1;
-            if s.sleepers == 0 && s.armed {
-                s.armed = false;
-                s.conn().withdraw_wait();
-            }
-        }
-    }
-}
-
-/// Whether a read would find something at once, from shared memory alone (no system
-/// call): what a bounded spin checks.
-pub(crate) fn read_hint(entry: &Entry) -> bool {
-    let mut s = entry.lock();
-    if s.buffered() > 0 || s.rd_shut || s.read_end == ReadEnd::Eof || s.switched {
-        return true;
-    }
-    s.conn().recv_ready().unwrap_or(true)
-}
-
-/// For an edge-triggered member: whether a new edge is due (a read drained the
-/// connection and something arrived since, seen in shared memory); `take` consumes it.
-pub(crate) fn et_edge(entry: &Entry, take: bool) -> bool {
-    let mut s = entry.lock();
-    if !s.et_drained {
-        return false;
-    }
-    let due = s.buffered() > 0
-        || s.rd_shut
-        || s.read_end == ReadEnd::Eof
-        || s.conn().recv_ready().unwrap_or(true);
-    if due && take {
-        s.et_drained = false;
-    }
-    due
-}
-
-/// An edge-triggered event was reported: the next edge needs another drain.
-pub(crate) fn clear_et(entry: &Entry) {
-    entry.lock().et_drained = false;
-}
-
-/// An edge is due again with the next message (or now, if one waits): an edge taken by
-/// [`et_edge`] was not reported (the caller's array was full), or the program added or
-/// modified an edge-triggered registration.
-pub(crate) fn restore_et(entry: &Entry) {
-    entry.lock().et_drained = true;
-}
-
-/// Whether a write would take bytes now, as far as this side knows (no system call).
-pub(crate) fn write_hint(entry: &Entry) -> bool {
-    let s = entry.lock();
-    !s.tx_full || s.broken || s.switched
-}
-
-/// A thread's spin budget. It spins `SHMLINK_SPIN_US` per wait; when a kernel sleep
-/// that followed a spun-out wait ended soon enough that `SHMLINK_SPIN_MAX_US` of spinning
-/// would have covered it ([`spin_woke`]), the next wait tries spinning that long (a
-/// probe). A probe that sees data keeps the long budget for as long as spins keep seeing
-/// data; the first long spin that runs out goes back to the short one. A probe that runs
-/// out is not tried again for 64 sleeps, doubling with each failure up to 4096: where
-/// spinning cannot help (the peer waits for this very CPU, or answers later than the
-/// ceiling) the probes cost next to nothing. So a program whose peer answers within the
-/// ceiling (redis-benchmark's connections, refilled in bursts by one server) stops
-/// sleeping, and the peer stops paying a doorbell (a cross-CPU wake-up, ~12 µs of its
-/// CPU here) per sleep; an idle program still sleeps after at most one long spin.
-#[derive(Clone, Copy)]
-struct SpinState {
-    /// Spins get `spin_max`: the last probe or long spin saw data.
-    long: bool,
-    /// When the last wait's spin ran out (its kernel sleep began).
-    missed_at: Option<Instant>,
-    /// That sleep ended, with a shm member ready, within `spin_max` of spinning.
-    soon: bool,
-    /// Probes that ran out in a row.
-    fails: u32,
-    /// Sleeps to go before the next probe.
-    countdown: u32,
-}
-
-impl SpinState {
-    const NEW: SpinState = SpinState {
-        long: false,
-        missed_at: None,
-        soon: false,
-        fails: 0,
-        countdown: 0,
-    };
-
-    /// The next spin's budget, and whether it is a probe.
-    fn budget(&self, base: Duration, max: Duration) -> (Duration, bool) {
-        let probe = !self.long && self.soon && self.countdown == 0 && max > base;
-        (if self.long || probe { max } else { base }, probe)
+        // Our bytes it had not consumed, over TCP first.
+        let unsent = match self.resend(consumed, returned) {
+            Ok(n) => n,
+            Err(why) => return fail(self, &why),
+        };
+        tcp::shut_like(self.tcp.as_raw_fd(), self.rd_shut, self.wr_shut);
+        self.switched = true;
+        debug!(
+            "{}: peer exec'd: continues over TCP ({unsent} bytes sent again, {} read ahead)",
+            self.name,
+            self.buffered()
+        );
+        // Bytes it sent before the switch may wait in `rbuf`: the fds move once they are
+        // read (`exec::retarget_now`), reads take them first, writes go to TCP already.
+        self.retarget_due = true;
     }
 
-    /// A spin (a probe or not) ended at `end`: `hit` if it saw something ready.
-    fn spun(&mut self, probe: bool, hit: bool, end: Instant) {
-        self.soon = false;
-        if hit {
-            if probe {
-                self.long = true;
-                self.fails = 0;
-            }
+    /// The peer's switch message, found as our program closes the connection: sends
+    /// again over TCP what it had not consumed (our TCP socket then closes with the
+    /// `Sock`).
+    pub(crate) fn peer_switched_at_close(&mut self, msg: &[u8]) {
+        let _g = Guard::enter();
+        let Some((consumed, _wrote, returned)) = switch::decode(msg) else {
             return;
-        }
-        if probe {
-            self.fails = (self.fails + 1).min(MAX_FAILS);
-            self.countdown = PROBE_EVERY << self.fails;
-        } else {
-            self.countdown = self.countdown.saturating_sub(1);
-        }
-        self.long = false;
-        self.missed_at = Some(end);
-    }
-
-    /// A kernel sleep ended at `now` with a shm member ready.
-    fn woke(&mut self, now: Instant, base: Duration, max: Duration) {
-        if let Some(t) = self.missed_at.take() {
-            self.soon = base + now.saturating_duration_since(t) <= max;
-        }
-    }
-}
-
-thread_local! {
-    static SPIN: std::cell::Cell<SpinState> = const { std::cell::Cell::new(SpinState::NEW) };
-}
-
-/// Sleeps between failed probes: this many, doubled per failure in a row...
-const PROBE_EVERY: u32 = 32;
-/// ...up to `PROBE_EVERY << MAX_FAILS` (4096).
-const MAX_FAILS: u32 = 7;
-
-/// Spins up to this thread's budget (see [`SpinState`]) until `ready`; whether it was.
-pub(crate) fn spin(mut ready: impl FnMut() -> bool) -> bool {
-    let cfg = config();
-    if cfg.spin.is_zero() {
-        return false;
-    }
-    let mut st = SPIN.with(|c| c.get());
-    let (budget, probe) = st.budget(cfg.spin, cfg.spin_max);
-    let start = Instant::now();
-    let until = start + budget;
-    let hit = loop {
-        if ready() {
-            break true;
-        }
-        if Instant::now() >= until {
-            break false;
-        }
-        // Burn, do not yield: `sched_yield` hands the CPU to any other runnable thread
-        // for its whole time slice (milliseconds), and on a busy machine every wait then
-        // cost that (preloaded nginx under `wrk -c 1` fell to 266 requests/s against
-        // TCP's 6 600 with a build running). A bounded burn costs at most the budget
-        // when the peer waits for this very CPU (`SHMLINK_SPIN_US=0` turns it off).
-        std::hint::spin_loop();
-    };
-    let end = Instant::now();
-    st.spun(probe, hit, end);
-    SPIN.with(|c| c.set(st));
-    crate::stats::add(if hit { Stat::SpinHit } else { Stat::SpinMiss }, 1);
-    crate::stats::add(Stat::SpinNs, (end - start).as_nanos() as u64);
-    hit
-}
-
-/// Whether the peer of any of `entries` last waited on the CPU this thread runs on
-/// (`Connection::shares_cpu_with_peer`, which also tells each peer where we wait): then
-/// a spin would only keep that peer from running, and the wait sleeps at once. Found
-/// for redis-benchmark `-c 1` with both ends on one CPU: every request cost two whole
-/// spins, 21 000 requests/s against TCP's 115 000.
-pub(crate) fn shares_cpu<'a>(entries: impl IntoIterator<Item = &'a Arc<Entry>>) -> bool {
-    entries.into_iter().fold(false, |any, e| {
-        let mut s = e.lock();
-        let shared = s.conn.is_some() && !s.switched && s.conn().shares_cpu_with_peer();
-        any | shared
-    })
-}
-
-/// A kernel sleep ended with a shm member ready (not a timeout, not a plain fd alone):
-/// if it followed a spun-out wait and came soon enough, the next wait may probe.
-pub(crate) fn spin_woke() {
-    let cfg = config();
-    SPIN.with(|c| {
-        let mut st = c.get();
-        st.woke(Instant::now(), cfg.spin, cfg.spin_max);
-        c.set(st);
-    });
-}
-
-/// After a room doorbell (or a timeout) the sender may try again: POLLOUT is reported.
-/// The kernel woke a wait on the control socket: a doorbell (room, data), or with `hup`
-/// the peer's end. The end is noted at once, while what the peer left unread is still
-/// what it left when it went (later writes of ours must not count as unread by it).
-pub(crate) fn kernel_woke(entry: &Entry, hup: bool) {
-    let mut s = entry.lock();
-    s.tx_full = false;
-    if hup && s.unread_at_hup.is_none() {
-        let unread = s.conn().peer_unread().unwrap_or(false);
-        s.unread_at_hup = Some(unread);
-    }
-}
-
-/// `shutdown` on a shm connection.
-pub(crate) fn shutdown(entry: &Entry, how: c_int) -> Result<(), c_int> {
-    let mut s = entry.lock();
-    if s.switched {
-        // The peer exec'd: the TCP socket carries the connection now.
-        // SAFETY: shutdown on our TCP socket.
-        if unsafe { real::shutdown(s.tcp.as_raw_fd(), how) } != 0 {
-            return Err(crate::errno());
-        }
-    }
-    match how {
-        libc::SHUT_RD => s.rd_shut = true,
-        libc::SHUT_WR => s.wr_shut = true,
-        libc::SHUT_RDWR => {
-            s.rd_shut = true;
-            s.wr_shut = true;
-        }
-        _ => return Err(libc::EINVAL),
-    }
-    if !s.switched {
-        s.flush_fin();
-    }
-    Ok(())
-}
-
-/// FIONREAD: bytes that a read returns at once (the current message's rest).
-pub(crate) fn available(entry: &Entry) -> usize {
-    let mut s = entry.lock();
-    s.fill();
-    if s.switched && s.buffered() == 0 {
-        let mut n: c_int = 0;
-        // SAFETY: FIONREAD into a valid int on our TCP socket.
-        unsafe {
-            real::ioctl(
-                s.tcp.as_raw_fd(),
-                libc::FIONREAD as _,
-                &mut n as *mut c_int as usize,
-            )
         };
-        return n.max(0) as usize;
-    }
-    s.buffered()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const BASE: Duration = Duration::from_micros(20);
-    const MAX: Duration = Duration::from_micros(200);
-
-    /// A spin that ran out, then a kernel sleep of `sleep` that a member's data ended.
-    fn miss_then_sleep(st: &mut SpinState, t: &mut Instant, sleep: Duration) {
-        let (budget, probe) = st.budget(BASE, MAX);
-        *t += budget;
-        st.spun(probe, false, *t);
-        *t += sleep;
-        st.woke(*t, BASE, MAX);
-    }
-
-    #[test]
-    fn a_short_sleep_makes_the_next_spin_a_probe_and_a_hit_keeps_it_long() {
-        let mut st = SpinState::NEW;
-        let mut t = Instant::now();
-        assert_eq!(
-            st.budget(BASE, MAX),
-            (BASE, false),
-            "a new thread spins the base"
-        );
-        miss_then_sleep(&mut st, &mut t, Duration::from_micros(100));
-        assert_eq!(
-            st.budget(BASE, MAX),
-            (MAX, true),
-            "120 us of waiting: probe"
-        );
-        st.spun(true, true, t);
-        for _ in 0..3 {
-            assert_eq!(
-                st.budget(BASE, MAX),
-                (MAX, false),
-                "kept while spins see data"
-            );
-            st.spun(false, true, t);
-        }
-        // The first long spin that runs out goes back to the base at once.
-        miss_then_sleep(&mut st, &mut t, Duration::from_secs(1));
-        assert_eq!(
-            st.budget(BASE, MAX),
-            (BASE, false),
-            "an idle spell: the base"
-        );
-    }
-
-    #[test]
-    fn a_long_sleep_never_probes() {
-        let mut st = SpinState::NEW;
-        let mut t = Instant::now();
-        for _ in 0..10 {
-            miss_then_sleep(&mut st, &mut t, Duration::from_micros(181));
-            assert_eq!(st.budget(BASE, MAX), (BASE, false));
-        }
-    }
-
-    #[test]
-    fn failed_probes_back_off_exponentially() {
-        let mut st = SpinState::NEW;
-        let mut t = Instant::now();
-        let short = Duration::from_micros(5);
-        let mut gaps = Vec::new();
-        // Where spinning cannot help (the peer waits for this CPU): every sleep is short
-        // and every probe runs out.
-        let mut since = 0;
-        for _ in 0..20_000 {
-            let (_, probe) = st.budget(BASE, MAX);
-            if probe {
-                gaps.push(since);
-                since = 0;
+        let unsent = match self.resend(consumed, returned) {
+            Ok(n) => n,
+            Err(why) => {
+                debug!("{}: peer exec'd before our close: {why}", self.name);
+                return;
             }
-            since += 1;
-            miss_then_sleep(&mut st, &mut t, short);
-        }
-        // Waits between probes (the probe itself counted): the first sleep makes the
-        // second wait a probe; then 64 sleeps, doubling, up to 4096.
-        assert_eq!(
-            gaps[..8],
-            [1, 65, 129, 257, 513, 1025, 2049, 4097],
-            "{gaps:?}"
+        };
+        self.switched = true;
+        debug!(
+            "{}: peer exec'd before our close: {unsent} bytes sent again over TCP",
+            self.name
         );
-        assert!(gaps[8..].iter().all(|&g| g == 4097), "{gaps:?}");
     }
 
-    #[test]
-    fn no_stretch_when_the_ceiling_is_the_base() {
-        let mut st = SpinState::NEW;
-        let mut t = Instant::now();
-        miss_then_sleep(&mut st, &mut t, Duration::ZERO);
-        assert_eq!(st.budget(BASE, BASE), (BASE, false));
+    /// Sends over TCP, to a peer that exec'd, our bytes from stream offset `consumed`
+    /// on, which its program had not read: `returned` (what its library had taken from
+    /// the ring, sent back in the switch message), then the rest of what our send ring
+    /// still holds. Returns how many bytes went, or why it could not.
+    fn resend(&mut self, consumed: u64, returned: &[u8]) -> Result<usize, String> {
+        let Some(ring) = self.conn.as_mut().and_then(|c| c.unconsumed_sent()) else {
+            return Err("our send ring is unreadable".into());
+        };
+        // The ring holds our stream from `held` on; the peer took it up to `taken`.
+        let held = self.tx_total - ring.len() as u64;
+        let taken = consumed.checked_add(returned.len() as u64);
+        let skip = match taken {
+            Some(t) if (held..=self.tx_total).contains(&t) => (t - held) as usize,
+            _ => return Err("byte counts differ".into()),
+        };
+        let deadline = Instant::now() + RESEND_WAIT;
+        let fd = self.tcp.as_raw_fd();
+        tcp::send_all(fd, returned, deadline).map_err(|e| format!("resend: errno {e}"))?;
+        tcp::send_all(fd, &ring[skip..], deadline).map_err(|e| format!("resend: errno {e}"))?;
+        Ok(returned.len() + ring.len() - skip)
+    }
+
+    /// A non-blocking send attempt from inside the shm write path after a switch (the
+    /// blocking wait, if any, is `stream::write`'s, which sees `switched` on its next
+    /// turn).
+    fn tcp_send(&mut self, src: &[u8]) -> Result<usize, c_int> {
+        match tcp::send(self.tcp.as_raw_fd(), src, libc::MSG_DONTWAIT) {
+            Err(libc::EAGAIN) => Ok(0),
+            r => r,
+        }
     }
 }

@@ -3,20 +3,17 @@
 //! program's view of FD_CLOEXEC on shm fds.
 //!
 //! Lookups are what every hooked call on a plain fd pays, so an empty table costs one
-//! atomic load. One small lock guards it all, held only for map operations (never while
-//! the library runs, which may call hooks), and `fork` takes it in the parent before the
-//! fork and releases it on both sides after ([`fork_prepare`], [`fork_done`]): a child
-//! never inherits it held by a thread that does not exist there.
+//! atomic load. The library's one lock (`state`, which `fork` holds) guards it all.
 
-use std::cell::UnsafeCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use libc::c_int;
 
 use crate::peer::Registration;
 use crate::sock::Entry;
+use crate::state::{self, Shared};
 
 /// One shm connection in one epoll set, as the application registered it.
 #[derive(Clone, Copy, Debug)]
@@ -74,85 +71,25 @@ struct Tables {
     /// FD_CLOEXEC: a shm connection cannot cross `exec` (the new image would get the
     /// control socket), so there it closes instead (see docs/transparent.md).
     cloexec: Option<HashMap<c_int, bool>>,
-    /// The library's own fds behind shm connections (control sockets, the TCP sockets
-    /// underneath): the program never opened them, so its `close` of such a number gets
-    /// what it would get without the library (EBADF), and cannot pull a connection's
-    /// socket away (a later doorbell would go to whatever reuses the number).
-    internal: Option<std::collections::HashSet<c_int>>,
     /// Per epoll fd, the snapshot built from `epolls` and `socks` as they were; cleared
     /// whenever either changes. It holds entries: a closed fd's snapshot is dropped
     /// with it (outside the lock), so the cache never keeps a connection open.
     snapshots: Option<HashMap<c_int, Arc<EpollSnapshot>>>,
 }
 
-/// A spin lock (short critical sections only) that `fork` can take and release.
-struct Locked {
-    busy: AtomicBool,
-    tables: UnsafeCell<Tables>,
-}
-
-// SAFETY: `tables` is only reached through `with`, which holds `busy`.
-unsafe impl Sync for Locked {}
-
-static TABLES: Locked = Locked {
-    busy: AtomicBool::new(false),
-    tables: UnsafeCell::new(Tables {
-        socks: None,
-        listeners: None,
-        epolls: None,
-        cloexec: None,
-        internal: None,
-        snapshots: None,
-    }),
-};
+static TABLES: Shared<Tables> = Shared::new(Tables {
+    socks: None,
+    listeners: None,
+    epolls: None,
+    cloexec: None,
+    snapshots: None,
+});
 
 /// Number of fds in the socket and listener maps: 0 makes every lookup free.
 static TRACKED: AtomicUsize = AtomicUsize::new(0);
 
-fn acquire() {
-    let mut spins = 0u32;
-    // SYNC POINT: Acquire here pairs with the Release in `release`: the holder's map
-    // updates are visible to the next holder.
-    while TABLES
-        .busy
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        spins += 1;
-        if spins < 64 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
-    }
-}
-
-fn release() {
-    // SYNC POINT: pairs with the Acquire in `acquire`.
-    TABLES.busy.store(false, Ordering::Release);
-}
-
 fn with<R>(f: impl FnOnce(&mut Tables) -> R) -> R {
-    struct Unlock;
-    impl Drop for Unlock {
-        fn drop(&mut self) {
-            release();
-        }
-    }
-    acquire();
-    let _unlock = Unlock;
-    // SAFETY: `busy` is held: no other reference to the tables exists until `release`.
-    f(unsafe { &mut *TABLES.tables.get() })
-}
-
-/// `pthread_atfork` prepare: holds the lock across `fork`.
-pub(crate) fn fork_prepare() {
-    acquire();
-}
-
-/// `pthread_atfork` parent and child: releases it.
-pub(crate) fn fork_done() {
-    release();
+    TABLES.with(f)
 }
 
 /// Whether anything is tracked at all (cheap pre-check for hooks).
@@ -319,31 +256,9 @@ pub(crate) fn epoll_snapshot(epfd: c_int) -> Arc<EpollSnapshot> {
     })
 }
 
-/// Marks (`on`) or unmarks the library's own fds.
-pub(crate) fn set_internal(fds: &[c_int], on: bool) {
-    with(|t| {
-        let set = t.internal.get_or_insert_with(Default::default);
-        for fd in fds {
-            if on {
-                set.insert(*fd);
-            } else {
-                set.remove(fd);
-            }
-        }
-    });
-}
-
-/// Whether `fd` is one of the library's own fds.
+/// Whether `fd` is one of the library's own fds (`state::set_internal`).
 pub(crate) fn is_internal(fd: c_int) -> bool {
-    any() && with(|t| t.internal.as_ref().is_some_and(|s| s.contains(&fd)))
-}
-
-/// The library's own fds (see [`Tables::internal`]), in increasing order.
-pub(crate) fn internal_fds() -> Vec<c_int> {
-    let mut v: Vec<c_int> =
-        with(|t| t.internal.as_ref().map(|s| s.iter().copied().collect())).unwrap_or_default();
-    v.sort_unstable();
-    v
+    any() && state::is_internal(fd)
 }
 
 /// Every fd number the table knows: shm connections, listeners, epoll instances.

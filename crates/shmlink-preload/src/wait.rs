@@ -4,7 +4,7 @@
 //! doorbell or the peer's end; a doorbell only comes after the connection announced that
 //! it waits (a receive that found nothing). Bytes already in the ring or in the read
 //! buffer have no doorbell, so each wait first asks every shm connection
-//! ([`sock::readiness`]) and only sleeps in the kernel when none is ready. Plain fds in
+//! ([`stream::readiness`]) and only sleeps in the kernel when none is ready. Plain fds in
 //! the same set are the kernel's, untouched. Kernel sleeps are capped at 100 ms as a
 //! safety net; a wake-up that brought nothing backs off, so no wait can spin hot.
 
@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use libc::{c_int, epoll_event, pollfd, sigset_t};
 
-use crate::sock::{self, Entry};
+use crate::sock::Entry;
 use crate::stats::{self, Stat};
+use crate::stream;
 use crate::table::{self, EpollReg};
 use crate::wake;
 use crate::{real, set_errno};
@@ -76,7 +77,7 @@ pub(crate) fn poll(
     let mut backoff = Backoff(0);
     let mut kfds: Vec<pollfd> = fds.to_vec();
     let mut spun = false;
-    let mut waiting = sock::Waiting::default();
+    let mut waiting = stream::Waiting::default();
     loop {
         // Ready members seen from shared memory; then (once) a bounded spin; then the
         // wait is announced on each (their doorbells wake the kernel poll below).
@@ -89,7 +90,7 @@ pub(crate) fn poll(
             // One token for the members of this sleep (`wake`).
             let _pass = announce.then(wake::Announcing::new);
             for (k, (i, e)) in shm.iter().enumerate() {
-                user[k] = sock::readiness(e, fds[*i].events, announce);
+                user[k] = stream::readiness(e, fds[*i].events, announce);
                 any |= user[k] != 0;
             }
             if any {
@@ -97,14 +98,14 @@ pub(crate) fn poll(
             }
             if !announce && timeout_ms != 0 && !spun {
                 spun = true;
-                if !sock::shares_cpu(shm.iter().map(|(_, e)| e))
-                    && sock::spin(|| shm.iter().any(|(_, e)| sock::read_hint(e)))
+                if !stream::shares_cpu(shm.iter().map(|(_, e)| e))
+                    && stream::spin(|| shm.iter().any(|(_, e)| stream::read_hint(e)))
                 {
                     break;
                 }
             }
         }
-        if !any && spun && shm.iter().any(|(_, e)| sock::read_hint(e)) {
+        if !any && spun && shm.iter().any(|(_, e)| stream::read_hint(e)) {
             continue;
         }
         for (k, p) in kfds.iter_mut().enumerate() {
@@ -140,10 +141,10 @@ pub(crate) fn poll(
                 if p.revents != 0 {
                     // A doorbell: room for a blocked sender, or data, or the end.
                     if t != 0 {
-                        sock::spin_woke();
+                        stream::spin_woke();
                     }
-                    sock::kernel_woke(e, p.revents & libc::POLLHUP != 0);
-                    r |= sock::readiness(e, fds[i].events, true);
+                    stream::kernel_woke(e, p.revents & libc::POLLHUP != 0);
+                    r |= stream::readiness(e, fds[i].events, true);
                 }
                 fds[i].revents = r;
                 k += 1;
@@ -328,7 +329,7 @@ pub(crate) fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: *mut epoll_event)
         // As the kernel does for an edge-triggered ADD or MOD: a member that is ready
         // now reports once.
         if let Some(e) = table::sock(fd) {
-            sock::restore_et(&e);
+            stream::restore_et(&e);
         }
     }
     table::with_epolls(|m| {
@@ -363,7 +364,7 @@ fn set_disabled(epfd: c_int, fd: c_int) {
 /// the ones epoll always reports. Finding nothing announces the wait (a doorbell comes).
 fn epoll_mask(e: &Entry, reg: &EpollReg, announce: bool) -> u32 {
     let want = reg.events as i16 as u16 as i16;
-    let r = sock::readiness(e, want | libc::POLLIN | libc::POLLRDHUP, announce) as u16 as u32;
+    let r = stream::readiness(e, want | libc::POLLIN | libc::POLLRDHUP, announce) as u16 as u32;
     let always = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
     r & (reg.events | always)
 }
@@ -371,8 +372,8 @@ fn epoll_mask(e: &Entry, reg: &EpollReg, announce: bool) -> u32 {
 /// Whether a level-triggered member may be ready, from shared memory alone (no system
 /// call, no announcement).
 fn epoll_hint(e: &Entry, reg: &EpollReg) -> bool {
-    (reg.events & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0 && sock::read_hint(e))
-        || (reg.events & libc::EPOLLOUT as u32 != 0 && sock::write_hint(e))
+    (reg.events & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0 && stream::read_hint(e))
+        || (reg.events & libc::EPOLLOUT as u32 != 0 && stream::write_hint(e))
 }
 
 thread_local! {
@@ -408,9 +409,9 @@ pub(crate) unsafe fn epoll_wait(
     // no doorbell, so they are asked directly.
     let members = &snap.level;
     // Edge-triggered members: an edge is due once a read drained the connection and a
-    // message arrived since (`sock::et_edge`), seen in shared memory like the others.
+    // message arrived since (`stream::et_edge`), seen in shared memory like the others.
     let edged = &snap.edge;
-    let mut waiting = sock::Waiting::default();
+    let mut waiting = stream::Waiting::default();
     stats::add(Stat::Waits, 1);
     let mut first = true;
     loop {
@@ -425,7 +426,8 @@ pub(crate) unsafe fn epoll_wait(
             }
         }
         for (fd, reg, e) in edged {
-            if reg.events & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0 && sock::et_edge(e, true)
+            if reg.events & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0
+                && stream::et_edge(e, true)
             {
                 let mask = epoll_mask(e, reg, false);
                 if mask != 0 {
@@ -442,10 +444,10 @@ pub(crate) unsafe fn epoll_wait(
         if ready.is_empty() && timeout_ms != 0 && !spun {
             spun = true;
             let all = members.iter().chain(edged).map(|(_, _, e)| e);
-            if !sock::shares_cpu(all)
-                && sock::spin(|| {
+            if !stream::shares_cpu(all)
+                && stream::spin(|| {
                     members.iter().any(|(_, reg, e)| epoll_hint(e, reg))
-                        || edged.iter().any(|(_, _, e)| sock::et_edge(e, false))
+                        || edged.iter().any(|(_, _, e)| stream::et_edge(e, false))
                 })
             {
                 continue;
@@ -471,7 +473,8 @@ pub(crate) unsafe fn epoll_wait(
                 // Announce (a doorbell for the next message); a message that slipped in
                 // since the drain is an edge now.
                 let mask = epoll_mask(e, reg, true);
-                if mask & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0 && sock::et_edge(e, true) {
+                if mask & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0 && stream::et_edge(e, true)
+                {
                     ready.push((*fd, *reg, mask));
                 }
             }
@@ -536,12 +539,12 @@ pub(crate) unsafe fn epoll_wait(
             stats::add(Stat::KernelWokeShm, 1);
             if slept {
                 // Once per sleep: `spin_woke` forgets the spin it follows.
-                sock::spin_woke();
+                stream::spin_woke();
             }
             if reg.events & libc::EPOLLONESHOT as u32 != 0 {
                 set_disabled(epfd, fd);
             }
-            sock::kernel_woke(e, kev.events & libc::EPOLLHUP as u32 != 0);
+            stream::kernel_woke(e, kev.events & libc::EPOLLHUP as u32 != 0);
             let mask = epoll_mask(e, &reg, true);
             if reg.events & libc::EPOLLET as u32 != 0
                 && mask & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0
@@ -553,7 +556,7 @@ pub(crate) unsafe fn epoll_wait(
                 // with the wait's announcement withdrawn when it returned, no doorbell
                 // came for it either: the connection hung (the "slow mode" of
                 // `wrk -c 1` against nginx, which registers EPOLLIN|EPOLLOUT|EPOLLET).
-                sock::clear_et(e);
+                stream::clear_et(e);
             }
             seen.push(fd);
             if mask != 0 {
@@ -569,7 +572,7 @@ pub(crate) unsafe fn epoll_wait(
                 // Not reported after all: an edge taken for it stays due.
                 if reg.events & libc::EPOLLET as u32 != 0 {
                     if let Some(e) = table::sock(fd) {
-                        sock::restore_et(&e);
+                        stream::restore_et(&e);
                     }
                 }
                 continue;
