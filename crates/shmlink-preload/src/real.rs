@@ -149,3 +149,19 @@ pub unsafe fn popen(command: *const c_char, mode: *const c_char) -> *mut libc::F
     // SAFETY: the caller upholds popen's contract.
     unsafe { f(command, mode) }
 }
+
+/// Sets errno and returns -1 in the given integer type.
+pub(crate) fn fail<T: From<i8>>(errno: libc::c_int) -> T {
+    set_errno(errno);
+    T::from(-1)
+}
+
+pub(crate) fn set_errno(errno: libc::c_int) {
+    // SAFETY: errno is this thread's.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+pub(crate) fn errno() -> libc::c_int {
+    // SAFETY: errno is this thread's.
+    unsafe { *libc::__errno_location() }
+}

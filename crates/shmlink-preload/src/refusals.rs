@@ -1,7 +1,7 @@
 //! The library's refusals in the `SHMLINK_LOG=debug` output: a registration that refuses
 //! a client (another uid, not allowed) says so in the server's log with the library's
 //! reason, not only in the client's. A minimal `tracing` subscriber, installed when
-//! debugging is on, that writes the library's "… refused" events through [`crate::log`].
+//! debugging is on, that writes the library's "… refused" events through `log::write_line`.
 
 use std::fmt::Write as _;
 
@@ -53,8 +53,7 @@ impl Subscriber for Refusals {
         let mut line = Line::default();
         event.record(&mut line);
         if line.message.ends_with("refused") {
-            let _g = crate::Guard::enter();
-            crate::log(format_args!("{} ({})", line.message, line.fields));
+            crate::log::write_line(format_args!("{} ({})", line.message, line.fields));
         }
     }
 

@@ -3,9 +3,10 @@
 //! kernel sleep), printed to stderr when the process exits. Off by default: a disabled
 //! counter costs one load of the configuration.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::{config, real, Guard};
+use crate::guard::Guard;
+use crate::real;
 
 /// One counter per way a wait can go.
 #[derive(Clone, Copy)]
@@ -55,13 +56,18 @@ static COUNTS: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 /// Adds `n` to `s` when `SHMLINK_STATS` is on.
 #[inline]
 pub(crate) fn add(s: Stat, n: u64) {
-    if config().stats {
+    if ON.load(Ordering::Relaxed) {
         COUNTS[s as usize].fetch_add(n, Ordering::Relaxed);
     }
 }
 
-/// Registers the exit report (called once, when the configuration is read).
+/// Set by [`install`]: counting is on.
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// Turns counting on and registers the exit report (called once, when the settings are
+/// read with `SHMLINK_STATS` on).
 pub(crate) fn install() {
+    ON.store(true, Ordering::Relaxed);
     extern "C" fn report() {
         let _g = Guard::enter();
         let mut line = format!("shmlink-preload[{}]: stats", std::process::id());
