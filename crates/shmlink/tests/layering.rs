@@ -810,10 +810,17 @@ fn no_import_circles_in_any_crate() {
     for root in &roots {
         let krate = read_crate(root);
         for c in circles(&krate, &edges(&krate)) {
-            let _ = writeln!(report, "{}:\n{c}", root.strip_prefix(workspace_dir()).unwrap().display());
+            let _ = writeln!(
+                report,
+                "{}:\n{c}",
+                root.strip_prefix(workspace_dir()).unwrap().display()
+            );
         }
     }
-    assert!(report.is_empty(), "import circles (rule: see tests/layering.rs):\n{report}");
+    assert!(
+        report.is_empty(),
+        "import circles (rule: see tests/layering.rs):\n{report}"
+    );
 }
 
 /// The checker sees what it must: a few dependencies the library is known to have, and a
