@@ -7,6 +7,7 @@ use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use shmlink::ErrorKind;
+use shmlink_sys::process::set_errno;
 
 /// An error on its way to C: the errno it becomes and the message behind it.
 #[derive(Debug)]
@@ -91,11 +92,6 @@ thread_local! {
     static MISSED: Cell<u64> = const { Cell::new(0) };
 }
 
-fn set_errno(e: i32) {
-    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
-    unsafe { *libc::__errno_location() = e };
-}
-
 fn record(f: Fail) {
     let text = CString::new(f.msg.replace('\0', "\\0")).unwrap_or_default();
     // `try_with`: a call during thread teardown still sets errno.
@@ -173,8 +169,7 @@ mod tests {
     fn a_panic_becomes_eio_with_a_message() {
         let r = call(-1, || -> Res<i32> { panic!("boom") });
         assert_eq!(r, -1);
-        // SAFETY: this thread's errno slot.
-        assert_eq!(unsafe { *libc::__errno_location() }, libc::EIO);
+        assert_eq!(shmlink_sys::process::errno(), libc::EIO);
         // SAFETY: the pointer is a valid NUL-terminated string until the next failure.
         let msg = unsafe { std::ffi::CStr::from_ptr(shmlink_last_error()) };
         assert!(msg.to_str().unwrap().contains("boom"), "{msg:?}");

@@ -8,11 +8,13 @@
 //! The client opens one connection per scenario and names the scenario in its first
 //! message; the server (`--server`) serves connections one at a time, forever.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use shmlink::{Connection, ErrorKind, Listener, Options, MAX_MSG_SIZE_LIMIT};
+
+use shmlink_sys::{poll_fd, Interest};
 
 use crate::error::{Context, Result, RunError};
 
@@ -99,14 +101,12 @@ fn check(got: &[u8], seq: u64, len: usize, what: &str) -> Result<()> {
 /// Waits until `conn`'s fd is readable — for a connection, "worth calling again", also
 /// after a send's `WouldBlock` — or the timeout passes; true if it is.
 fn wait_fd(conn: &Connection, timeout: Duration) -> bool {
-    let mut p = libc::pollfd {
-        fd: conn.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd that lives across the call.
-    let n = unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32) };
-    n == 1
+    poll_fd(
+        conn.as_fd(),
+        Interest::READABLE,
+        Some(Instant::now() + timeout),
+    )
+    .unwrap_or(false)
 }
 
 fn close_size(seq: u64) -> usize {
@@ -205,13 +205,11 @@ fn client(addr: &str, name: &str) -> Result<()> {
                                 "{what}: {seq} of {POLL_COUNT} came"
                             )));
                         }
-                        let mut p = libc::pollfd {
-                            fd: c.as_raw_fd(),
-                            events: libc::POLLIN,
-                            revents: 0,
-                        };
-                        // SAFETY: one valid pollfd that lives across the call.
-                        unsafe { libc::poll(&mut p, 1, 1000) };
+                        let _ = poll_fd(
+                            c.as_fd(),
+                            Interest::READABLE,
+                            Some(Instant::now() + Duration::from_secs(1)),
+                        );
                         polls += 1;
                     }
                     Err(e) => return Err(RunError::new(format!("{what}: recv {seq}: {e}"))),

@@ -701,8 +701,8 @@ mod tests {
     /// `shmlink ls ARGS`, or clap's message.
     fn ls(args: &str) -> Result<LsArgs, String> {
         let argv = ["shmlink", "ls"].into_iter().chain(args.split_whitespace());
-        match crate::args::parse(argv).map_err(|e| e.to_string())?.command {
-            crate::args::Command::Ls(l) => Ok(l.into_args()),
+        match crate::cli::parse(argv).map_err(|e| e.to_string())?.command {
+            crate::cli::Command::Ls(l) => Ok(l.into_args()),
             other => panic!("not an ls command: {other:?}"),
         }
     }

@@ -7,40 +7,35 @@
 //! shell completions and the manual page.
 
 mod args;
-mod client;
+mod cli;
 mod conform;
 mod delegate;
 mod error;
+mod listen;
 mod ls;
 mod manual;
 mod netcat;
 mod pong;
-mod pong_args;
-mod pong_cli;
-mod report;
 mod run;
-mod server;
-mod spawn;
 mod stop;
 mod topic;
 mod vm_host;
 mod wait;
-mod wire;
 
 use std::process::ExitCode;
 
-use args::Command;
+use cli::Command;
 
 fn main() -> ExitCode {
-    let cli = match args::parse(std::env::args_os()) {
+    let cli = match cli::parse(std::env::args_os()) {
         Ok(cli) => cli,
-        Err(e) => return args::report(&e),
+        Err(e) => return cli::report(&e),
     };
     match cli.command {
         Command::Pong(p) => {
             let p = match p.into_args(&shmlink_measure::cpus::allowed_cpus()) {
                 Ok(p) => p,
-                Err(e) => return args::report(&e),
+                Err(msg) => return cli::report(&cli::usage_error("pong", msg)),
             };
             match pong::run(&p) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::CommandFactory;
 
-use crate::args::{usage_error, Cli, CompletionsCli, ManCli};
+use crate::cli::{usage_error, Cli, CompletionsCli, ManCli};
 
 /// Writes the completion script for the shell on `out`.
 pub fn completions(args: &CompletionsCli, out: &mut impl Write) {
@@ -53,7 +53,7 @@ pub fn run_man(args: &ManCli) -> ExitCode {
             eprintln!("shmlink man: {e}");
             ExitCode::from(1)
         }
-        Err(e) => crate::args::report(&e),
+        Err(e) => crate::cli::report(&e),
     }
 }
 

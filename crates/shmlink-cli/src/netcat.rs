@@ -14,7 +14,7 @@ use shmlink::{Connection, ErrorKind, Listener};
 
 use crate::args::{parse_addr, parse_msg_size, parse_positive, ConnFlags};
 use crate::error::in_cli_terms;
-use crate::pong::{per_client, wait_readable};
+use crate::listen::{per_client, wait_readable};
 use crate::stop::StopSignals;
 use crate::wait::{WaitFlags, Waiting};
 
@@ -397,7 +397,7 @@ fn recv_keep(args: &RecvCli) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::{parse, Command};
+    use crate::cli::{parse, Command};
 
     fn records(input: &[u8], sep: u8) -> Vec<Vec<u8>> {
         let mut out = Vec::new();

@@ -10,32 +10,21 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use shmlink_sys::process::{signal_name, Signals};
+
 use crate::error::{Result, RunError};
 
 /// SIGTERM and SIGINT, blocked in the calling thread; see [`StopSignals::block`].
 pub struct StopSignals {
-    set: libc::sigset_t,
+    set: Signals,
 }
 
 impl StopSignals {
     /// Blocks SIGTERM and SIGINT in the calling thread (and the threads it starts from
     /// now on): they stay pending until [`StopSignals::drop_on_signal`] takes them.
     pub fn block() -> Result<StopSignals> {
-        // SAFETY: an all-zero sigset_t is a valid value to hand to sigemptyset.
-        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `set` is a valid sigset_t; SIGTERM and SIGINT are valid signals.
-        let rc = unsafe {
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGTERM);
-            libc::sigaddset(&mut set, libc::SIGINT);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut())
-        };
-        if rc != 0 {
-            return Err(RunError::new(format!(
-                "block SIGTERM and SIGINT: {}",
-                std::io::Error::from_raw_os_error(rc)
-            )));
-        }
+        let set = Signals::block_stop()
+            .map_err(|e| RunError::new(format!("block SIGTERM and SIGINT: {e}")))?;
         Ok(StopSignals { set })
     }
 
@@ -46,10 +35,7 @@ impl StopSignals {
         std::thread::Builder::new()
             .name("shmlink-stop".into())
             .spawn(move || {
-                let mut sig = 0;
-                // SAFETY: `set` is an initialised sigset_t whose signals are blocked in
-                // this thread, and `sig` a valid out pointer.
-                while unsafe { libc::sigwait(&set, &mut sig) } != 0 {}
+                set.wait();
                 stop.store(true, Ordering::Relaxed);
             })
             .map(drop)
@@ -65,22 +51,10 @@ impl StopSignals {
         std::thread::Builder::new()
             .name("shmlink-stop".into())
             .spawn(move || {
-                let sig = loop {
-                    let mut sig = 0;
-                    // SAFETY: `set` is an initialised sigset_t and `sig` a valid out
-                    // pointer, both living across the call.
-                    if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
-                        break sig;
-                    }
-                };
+                let sig = set.wait();
                 let held = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
                 drop(held);
-                let name = if sig == libc::SIGTERM {
-                    "SIGTERM"
-                } else {
-                    "SIGINT"
-                };
-                eprintln!("shmlink pong: stopped by {name}");
+                eprintln!("shmlink pong: stopped by {}", signal_name(sig));
                 std::process::exit(0);
             })
             .map(|_| holder)

@@ -219,7 +219,7 @@ pub fn subscribe_and_print(args: &SubCli) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::{parse, Command};
+    use crate::cli::{parse, Command};
 
     #[test]
     fn arguments() {

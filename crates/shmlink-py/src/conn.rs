@@ -11,7 +11,8 @@ use shmlink::{Connection, ErrorKind, Listener};
 use crate::buffer::{Msg, Target};
 use crate::errors::{closed, to_py, Op};
 use crate::options;
-use crate::wait::{self, Mode, Spin};
+use crate::options::Spin;
+use crate::wait::{self, Mode};
 
 /// Pushes out, without waiting, what a non-blocking send left (`WouldBlock` while some
 /// is left): a reservation of zero bytes flushes first, then is dropped uncommitted.

@@ -7,7 +7,14 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use shmlink::{Options, Pem, Policy, PubSubOptions, TlsOptions, WaitPolicy};
 
-use crate::wait::Spin;
+/// How long to keep retrying before sleeping: the connection's wait policy.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Spin {
+    /// Retries with the CPU's pause hint in between.
+    pub(crate) spin: Duration,
+    /// Then retries with `sched_yield` in between.
+    pub(crate) yield_: Duration,
+}
 
 /// A duration given in seconds as a Python number.
 pub(crate) fn seconds(name: &str, value: f64) -> PyResult<Duration> {

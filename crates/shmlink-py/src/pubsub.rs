@@ -12,7 +12,8 @@ use crate::buffer::Msg;
 use crate::conn::lock;
 use crate::errors::{closed, to_py, Op};
 use crate::options;
-use crate::wait::{self, Mode, Spin};
+use crate::options::Spin;
+use crate::wait::{self, Mode};
 
 /// The state both pub/sub classes share: the object, its fd, how calls wait.
 struct Handle<T> {

@@ -11,12 +11,15 @@
 //! `recv()` within that time.
 
 use std::hint::spin_loop;
-use std::os::fd::RawFd;
+use std::os::fd::{BorrowedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;
 use shmlink::{Error, ErrorKind};
+use shmlink_sys::{poll_fd_once, Interest};
+
+use crate::options::Spin;
 
 /// Longest sleep between two looks at Python's pending signals.
 const SLICE: Duration = Duration::from_millis(50);
@@ -52,15 +55,6 @@ impl Mode {
     }
 }
 
-/// How long to keep retrying before sleeping: the connection's wait policy.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Spin {
-    /// Retries with the CPU's pause hint in between.
-    pub(crate) spin: Duration,
-    /// Then retries with `sched_yield` in between.
-    pub(crate) yield_: Duration,
-}
-
 /// Whether a result says "try again later".
 fn would_block<T>(r: &shmlink::Result<T>) -> bool {
     matches!(r, Err(e) if e.kind() == ErrorKind::WouldBlock)
@@ -76,24 +70,14 @@ enum Polled {
 
 /// Sleeps until `fd` is readable, `until` passes, or a signal arrives.
 fn poll_readable(fd: RawFd, until: Instant) -> std::io::Result<Polled> {
-    let left = until.saturating_duration_since(Instant::now());
-    // Round up so that a sub-millisecond remainder still sleeps.
-    let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: `pfd` is a valid pollfd for the duration of the call and the count is 1.
-    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-    if rc < 0 {
-        let err = std::io::Error::last_os_error();
-        if err.kind() == std::io::ErrorKind::Interrupted {
-            return Ok(Polled::Interrupted);
-        }
-        return Err(err);
+    // SAFETY: the fd of a connection or subscriber the caller holds (and keeps open
+    // across the call); it is only polled.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    match poll_fd_once(fd, Interest::READABLE, Some(until)) {
+        Ok(_) => Ok(Polled::Retry),
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(Polled::Interrupted),
+        Err(e) => Err(e),
     }
-    Ok(Polled::Retry)
 }
 
 /// Finishes a call whose first, non-blocking try (`first`, made by the caller with the

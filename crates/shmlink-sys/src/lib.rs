@@ -38,6 +38,7 @@ mod event;
 pub mod file;
 pub mod memfd;
 pub mod pipe;
+pub mod process;
 pub mod socket;
 pub mod stream;
 pub mod vfio;
@@ -141,19 +142,30 @@ pub fn poll_fd(
     deadline: Option<Instant>,
 ) -> io::Result<bool> {
     loop {
-        let mut pfd = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: interest.poll_events(),
-            revents: 0,
-        };
-        // SAFETY: `pfd` is one valid pollfd that lives across the call.
-        match syscall!(poll(&mut pfd, 1, poll_timeout(deadline))) {
-            Ok(0) if deadline.is_some_and(|d| Instant::now() < d) => continue,
-            Ok(_) => return Ok(pfd.revents != 0),
+        match poll_fd_once(fd, interest, deadline) {
+            Ok(false) if deadline.is_some_and(|d| Instant::now() < d) => continue,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+            r => return r,
         }
     }
+}
+
+/// One `poll` of `fd` for `interest` until `deadline`: [`poll_fd`] without its retries,
+/// for a caller that must look at signals between two waits (Python's). Returns whether
+/// `fd` became ready; a signal ends the wait with [`io::ErrorKind::Interrupted`], and the
+/// kernel may end it a little early.
+pub fn poll_fd_once(
+    fd: BorrowedFd<'_>,
+    interest: Interest,
+    deadline: Option<Instant>,
+) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: interest.poll_events(),
+        revents: 0,
+    };
+    // SAFETY: `pfd` is one valid pollfd that lives across the call.
+    syscall!(poll(&mut pfd, 1, poll_timeout(deadline))).map(|_| pfd.revents != 0)
 }
 
 /// The CPU the calling thread runs on (`u32::MAX - 1` if the kernel cannot tell).

@@ -63,6 +63,7 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
+//! | `tls` | on | `tls:` addresses and TLS on `auto:` ([`TlsOptions`]), with rustls and its *ring* provider. A build without it (`default-features = false`) compiles no TLS, and every request for TLS fails with [`ErrorKind::InvalidInput`] naming the feature, so nothing meant for TLS is ever sent in the clear. |
 //! | `tracing` | off | events through the [`tracing`](https://docs.rs/tracing) crate (target `shmlink`): a listener's accepts and refusals with the reason (a refused client is otherwise invisible on the listener's side), peer death, pub/sub subscribers joining, leaving, being detached, and lag. Off, the calls compile to nothing. |
 //! | `tokio` | off | [`shmlink::tokio`](crate::tokio) (built only with the feature): async listeners, connections (and owned halves), publishers and subscribers on tokio's `AsyncFd` without a thread per connection, streams of connections and messages, and a byte-stream adapter (`AsyncRead + AsyncWrite`) for hyper and tonic. See `docs/async.md`. |
 //! | `testing` | off | `shmlink::testing`: raw-protocol clients, hostile peers and fuzz entry points for this workspace's tests, fuzz targets and benchmarks. Not part of the API: it changes without notice. |

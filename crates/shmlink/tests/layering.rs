@@ -92,6 +92,11 @@ fn src_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
+/// The workspace's root directory (file names in messages are relative to it).
+fn workspace_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 /// Source text with comments, string and char literals blanked (newlines kept, so lines
 /// still count).
 fn strip(src: &str) -> String {
@@ -341,7 +346,7 @@ fn cfg_test(before: &[Tok]) -> bool {
 fn read_file(krate: &mut Crate, file: &Path, module: &ModPath) {
     let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{file:?}: {e}"));
     let toks = tokenize(&strip(&text));
-    let rel = file.strip_prefix(src_dir().parent().unwrap()).unwrap();
+    let rel = file.strip_prefix(workspace_dir()).unwrap_or(file);
     krate.children.entry(module.clone()).or_default();
     // Inline modules open at a brace depth; the stack says which module a token is in.
     let mut stack: Vec<(ModPath, usize)> = vec![(module.clone(), 0)];
@@ -491,7 +496,9 @@ fn resolve(krate: &Crate, p: &[String], hops: usize) -> Option<ModPath> {
 fn read_tree(krate: &mut Crate, file: &Path, module: &ModPath) {
     read_file(krate, file, module);
     let children: Vec<String> = krate.children[module].iter().cloned().collect();
-    let dir = if file.ends_with("lib.rs") || file.ends_with("mod.rs") {
+    let dir = if module.is_empty() && (file.ends_with("lib.rs") || file.ends_with("main.rs"))
+        || file.ends_with("mod.rs")
+    {
         file.parent().unwrap().to_path_buf()
     } else {
         file.with_extension("")
@@ -735,9 +742,48 @@ fn strongly_connected(
 }
 
 fn library() -> Crate {
+    read_crate(&src_dir().join("lib.rs"))
+}
+
+/// The module tree of the crate whose root file is `root`.
+fn read_crate(root: &Path) -> Crate {
     let mut krate = Crate::default();
-    read_tree(&mut krate, &src_dir().join("lib.rs"), &Vec::new());
+    read_tree(&mut krate, root, &Vec::new());
     krate
+}
+
+/// Every crate root of the workspace's members: `src/lib.rs`, `src/main.rs`,
+/// `src/bin/NAME.rs` and `src/bin/NAME/main.rs`.
+fn workspace_crate_roots() -> Vec<PathBuf> {
+    let crates = workspace_dir().join("crates");
+    let mut roots = Vec::new();
+    let mut members: Vec<PathBuf> = std::fs::read_dir(&crates)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("Cargo.toml").exists())
+        .collect();
+    members.sort();
+    for member in members {
+        let src = member.join("src");
+        for root in ["lib.rs", "main.rs"] {
+            if src.join(root).exists() {
+                roots.push(src.join(root));
+            }
+        }
+        let Ok(bins) = std::fs::read_dir(src.join("bin")) else {
+            continue;
+        };
+        let mut bins: Vec<PathBuf> = bins.map(|e| e.unwrap().path()).collect();
+        bins.sort();
+        for bin in bins {
+            if bin.extension().is_some_and(|e| e == "rs") {
+                roots.push(bin);
+            } else if bin.join("main.rs").exists() {
+                roots.push(bin.join("main.rs"));
+            }
+        }
+    }
+    roots
 }
 
 #[test]
@@ -750,6 +796,30 @@ fn no_import_circles() {
         "{} import circle(s) in the library (rule: see tests/layering.rs):\n{}",
         found.len(),
         found.concat()
+    );
+}
+
+/// The same rule in every crate of the workspace (its library and each binary), not only
+/// the library: the preload, the benchmark, the CLI, the C and Python bindings each keep
+/// their modules in layers too.
+#[test]
+fn no_import_circles_in_any_crate() {
+    let roots = workspace_crate_roots();
+    assert!(roots.len() >= 10, "found only {roots:?}");
+    let mut report = String::new();
+    for root in &roots {
+        let krate = read_crate(root);
+        for c in circles(&krate, &edges(&krate)) {
+            let _ = writeln!(
+                report,
+                "{}:\n{c}",
+                root.strip_prefix(workspace_dir()).unwrap().display()
+            );
+        }
+    }
+    assert!(
+        report.is_empty(),
+        "import circles (rule: see tests/layering.rs):\n{report}"
     );
 }
 

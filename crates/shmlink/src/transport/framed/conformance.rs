@@ -19,10 +19,10 @@ use crate::{Connection, Listener};
 /// Default options for a listener or client at `addr`: on `tls:`, with the test
 /// certificates (both ends share one identity and require each other's: mutual TLS).
 pub(crate) fn opts_for(addr: &str) -> Options {
-    if addr.starts_with("tls:") {
-        Options::default().tls(crate::transport::tls::test_tls())
-    } else {
-        Options::default()
+    match addr.starts_with("tls:") {
+        #[cfg(feature = "tls")]
+        true => Options::default().tls(crate::transport::tls::test_tls()),
+        _ => Options::default(),
     }
 }
 

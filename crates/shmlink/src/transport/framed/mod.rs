@@ -66,7 +66,7 @@ mod listener;
 pub(crate) use conn::close_threads;
 pub(crate) use conn::FramedConn;
 pub(crate) use hello::{client_handshake, HELLO_LEN};
-#[cfg(test)]
+#[cfg(all(test, feature = "tls"))]
 pub(crate) use listener::ServerHandshake;
 pub(crate) use listener::{Acceptor, FramedListener};
 

@@ -419,7 +419,7 @@ pub(crate) fn connect_stream(
 /// handshake first when `tls` is given, then the hello; drive it with
 /// [`ServerHandshake::advance`] (it never blocks) and finish it with
 /// [`ServerHandshake::finish`]. `local` is the listener's address as clients see it.
-#[cfg(test)]
+#[cfg(all(test, feature = "tls"))]
 pub(crate) fn accept_stream(
     stream: TcpStream,
     tls: Option<&ServerTls>,

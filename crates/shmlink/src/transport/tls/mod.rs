@@ -70,7 +70,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
 /// TLS options for both ends of a test connection: the test listener certificate (for
 /// localhost, 127.0.0.1 and ::1), its key, and the test CA — so a listener requires client
 /// certificates and a client presents the same one.
-#[cfg(test)]
+#[cfg(all(test, feature = "tls"))]
 pub(crate) fn test_tls() -> crate::options::TlsOptions {
     use crate::options::{Pem, TlsOptions};
     let pki = test_pki::pki();
@@ -80,7 +80,7 @@ pub(crate) fn test_tls() -> crate::options::TlsOptions {
         .ca(Pem::text(&pki.ca))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "tls"))]
 mod test_pki;
-#[cfg(test)]
+#[cfg(all(test, feature = "tls"))]
 mod tests;

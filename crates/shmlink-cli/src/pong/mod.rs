@@ -1,8 +1,16 @@
 //! `shmlink pong`: runs the server, the client, or both as separate processes, one address
 //! after another, and prints a result per address.
 
+pub mod args;
+pub mod cli;
+mod client;
+mod report;
+mod server;
+pub mod spawn;
+mod wire;
+
 use std::io::Write;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 
 use shmlink::{ErrorKind, Listener, Options, MAX_MSG_SIZE_LIMIT};
 
@@ -10,15 +18,14 @@ use shmlink_measure::size;
 use shmlink_measure::sys::pin_to_cpu;
 use shmlink_measure::Mode;
 
-use crate::client;
+use self::args::{Pinning, PongArgs, Role};
+use self::report::{RunResult, Table};
+use self::spawn::{connect_retry, die_with_parent, ServerProcess, START_TIMEOUT};
+use self::wire::Hello;
 use crate::error::{Context, Result, RunError};
-use crate::pong_args::{Pinning, PongArgs, Role};
-use crate::report::{RunResult, Table};
-use crate::server;
-use crate::spawn::{connect_retry, die_with_parent, ServerProcess, START_TIMEOUT};
+use crate::listen::{per_client, wait_readable};
 use crate::stop::StopSignals;
 use crate::wait::Waiting;
-use crate::wire::{self, Hello};
 
 /// Runs the command.
 pub fn run(args: &PongArgs) -> Result<()> {
@@ -109,34 +116,6 @@ fn serve(args: &PongArgs) -> Result<()> {
             ),
         }
     }
-}
-
-/// Waits until the listener's `fd` is readable (or reports an error, or was closed by
-/// the signal thread), or a second passed: a blocking `accept` also woke at the
-/// handshake deadlines of clients that went silent, to drop them; a second bounds how
-/// long they wait for that here.
-pub fn wait_readable(fd: RawFd) {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: `pfd` is one valid pollfd that lives across the call; a closed `fd` only
-    // makes poll report POLLNVAL.
-    let _ = unsafe { libc::poll(&mut pfd, 1, 1000) };
-}
-
-/// Accept errors that concern one client, after which the listener serves on.
-pub fn per_client(kind: ErrorKind) -> bool {
-    matches!(
-        kind,
-        ErrorKind::ConnectionRefused
-            | ErrorKind::ConnectionReset
-            | ErrorKind::TimedOut
-            | ErrorKind::ProtocolViolation
-            | ErrorKind::VersionMismatch
-            | ErrorKind::PermissionDenied
-    )
 }
 
 /// The client (and, without `--client`, the servers): one run per address.

@@ -6,8 +6,8 @@ use shmlink_measure::link::{failure_notice, Access, ShmlinkEndpoint};
 use shmlink_measure::protocol;
 use shmlink_measure::verify::Sampling;
 
+use super::wire::{self, Hello};
 use crate::error::{Context, Result, RunError};
-use crate::wire::{self, Hello};
 
 /// Serves one run on `conn`; returns the hello it served. On failure the client is sent
 /// the reason (a failure notice) before the error is returned.

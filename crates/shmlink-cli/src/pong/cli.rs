@@ -3,8 +3,8 @@
 
 use clap::Args;
 
-use crate::args::{parse_addr, parse_msg_size, parse_positive, parse_size, usage_error, ConnFlags};
-use crate::pong_args::{default_addrs, default_count, Pinning, PongArgs, Role};
+use super::args::{default_addrs, default_count, Pinning, PongArgs, Role};
+use crate::args::{parse_addr, parse_msg_size, parse_positive, parse_size, ConnFlags};
 use shmlink_measure::cpus::format_cpu_list;
 use shmlink_measure::Mode;
 
@@ -144,8 +144,8 @@ fn parse_ring_size(text: &str) -> Result<usize, String> {
 impl PongCli {
     /// The run's arguments with defaults applied; `cpus` are the CPUs this process may
     /// run on. Checks what clap cannot: which options go with which role and mode.
-    pub fn into_args(self, cpus: &[usize]) -> Result<PongArgs, clap::Error> {
-        let usage = |msg: String| Err(usage_error("pong", msg));
+    pub fn into_args(self, cpus: &[usize]) -> Result<PongArgs, String> {
+        let usage = |msg: String| Err(msg);
         let role = match (self.server, self.client) {
             (true, _) => Role::Server,
             (false, true) => Role::Client,
@@ -246,7 +246,7 @@ impl PongCli {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::{parse, Command};
+    use crate::cli::{parse, Command};
 
     /// `shmlink pong ARGS` on a machine with CPUs 0-3.
     fn pong(args: &str) -> Result<PongArgs, String> {

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use shmlink::{Address, Connection, ErrorKind, Options};
 
+use super::args::PongArgs;
 use crate::error::{Context, Result, RunError};
-use crate::pong_args::PongArgs;
 use crate::wait::Waiting;
 
 /// How long a server may take to start listening, and a client to get connected.
@@ -183,23 +183,8 @@ pub fn connect_retry(
 /// Makes the kernel kill this process when its parent dies (`PR_SET_PDEATHSIG`), and
 /// exits at once if the parent `parent` is already gone.
 pub fn die_with_parent(parent: u32) -> Result<()> {
-    // SAFETY: PR_SET_PDEATHSIG takes a signal number and no pointers; the unused
-    // arguments are zero as prctl(2) asks.
-    let rc = unsafe {
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-        )
-    };
-    if rc != 0 {
-        return Err(RunError::new(format!(
-            "prctl(PR_SET_PDEATHSIG): {}",
-            std::io::Error::last_os_error()
-        )));
-    }
+    shmlink_sys::process::kill_with_parent()
+        .map_err(|e| RunError::new(format!("prctl(PR_SET_PDEATHSIG): {e}")))?;
     // The parent may have died before the prctl: then we were re-parented already.
     if std::os::unix::process::parent_id() != parent {
         std::process::exit(1);

@@ -88,7 +88,7 @@ impl PongArgs {
 
     /// The options both ends use for their connections.
     pub fn options(&self) -> shmlink::Options {
-        let mut opts = conn_options(
+        let mut opts = crate::args::conn_options(
             self.shared_dir,
             self.cert.as_deref(),
             self.key.as_deref(),
@@ -104,29 +104,6 @@ impl PongArgs {
         }
         opts
     }
-}
-
-/// The connection options every command's flags ask for: the shared rendezvous directory
-/// and the TLS files (PEM) of `tls:` and `auto:` addresses.
-pub fn conn_options(
-    shared_dir: bool,
-    cert: Option<&str>,
-    key: Option<&str>,
-    ca: Option<&str>,
-) -> shmlink::Options {
-    let mut tls = shmlink::TlsOptions::new();
-    if let Some(cert) = cert {
-        tls = tls.cert(shmlink::Pem::file(cert));
-    }
-    if let Some(key) = key {
-        tls = tls.key(shmlink::Pem::file(key));
-    }
-    if let Some(ca) = ca {
-        tls = tls.ca(shmlink::Pem::file(ca));
-    }
-    shmlink::Options::default()
-        .shared_rendezvous_dir(shared_dir)
-        .tls(tls)
 }
 
 /// The default measured count for `mode` and `size`: seconds, not minutes, per run.

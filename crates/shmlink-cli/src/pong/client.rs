@@ -8,9 +8,9 @@ use shmlink_measure::stats::Percentiles;
 use shmlink_measure::verify::Sampling;
 use shmlink_measure::Mode;
 
+use super::report::{CpuPerMsg, RunResult};
+use super::wire::{self, Hello};
 use crate::error::{Context, Result, RunError};
-use crate::report::{CpuPerMsg, RunResult};
-use crate::wire::{self, Hello};
 
 /// Runs `hello` on `conn`, closes it, and returns the result.
 pub fn run(conn: Connection, hello: Hello) -> Result<RunResult> {

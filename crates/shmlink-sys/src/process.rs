@@ -1,0 +1,116 @@
+//! The calling process and thread: stop signals taken synchronously (blocked, then
+//! waited for by one thread), dying with the parent, and this thread's `errno` (for the C
+//! API, which reports errors through it).
+
+use std::io;
+
+/// A set of signals blocked in the thread that made it (and in the threads it starts
+/// afterwards), waited for with [`Signals::wait`].
+#[derive(Clone, Copy)]
+pub struct Signals {
+    set: libc::sigset_t,
+}
+
+// SAFETY: a sigset_t is plain data (a bit mask); the set is only read after creation.
+unsafe impl Send for Signals {}
+
+impl Signals {
+    /// Blocks SIGTERM and SIGINT in the calling thread, so they stay pending until
+    /// [`Signals::wait`] takes them.
+    pub fn block_stop() -> io::Result<Signals> {
+        // SAFETY: an all-zero sigset_t is a valid value to hand to sigemptyset.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is a valid sigset_t; SIGTERM and SIGINT are valid signals; a
+        // null old-set pointer is allowed.
+        let rc = unsafe {
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut())
+        };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        Ok(Signals { set })
+    }
+
+    /// Waits until one of the signals is pending and takes it; returns its number.
+    pub fn wait(&self) -> i32 {
+        loop {
+            let mut sig = 0;
+            // SAFETY: `set` is an initialised sigset_t and `sig` a valid out pointer,
+            // both living across the call.
+            if unsafe { libc::sigwait(&self.set, &mut sig) } == 0 {
+                return sig;
+            }
+        }
+    }
+}
+
+/// The name of a stop signal ("SIGTERM", "SIGINT"), or "signal N".
+pub fn signal_name(sig: i32) -> String {
+    match sig {
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGINT => "SIGINT".into(),
+        n => format!("signal {n}"),
+    }
+}
+
+/// Makes the kernel send SIGKILL to this process when the thread that forked it exits
+/// (`PR_SET_PDEATHSIG`).
+pub fn kill_with_parent() -> io::Result<()> {
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number and no pointers; the unused
+    // arguments are zero as prctl(2) asks.
+    crate::syscall!(prctl(
+        libc::PR_SET_PDEATHSIG,
+        libc::SIGKILL as libc::c_ulong,
+        0 as libc::c_ulong,
+        0 as libc::c_ulong,
+        0 as libc::c_ulong,
+    ))
+    .map(drop)
+}
+
+/// Sets this thread's `errno`.
+pub fn set_errno(e: i32) {
+    // SAFETY: errno is this thread's own variable.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// This thread's `errno`.
+pub fn errno() -> i32 {
+    // SAFETY: errno is this thread's own variable.
+    unsafe { *libc::__errno_location() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errno_round_trips_per_thread() {
+        set_errno(libc::EIO);
+        assert_eq!(errno(), libc::EIO);
+        std::thread::spawn(|| {
+            set_errno(libc::EINVAL);
+            assert_eq!(errno(), libc::EINVAL);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(errno(), libc::EIO);
+    }
+
+    #[test]
+    fn a_blocked_stop_signal_is_taken_by_wait() {
+        // In a thread of its own, so the test harness's other threads keep their masks.
+        std::thread::spawn(|| {
+            let s = Signals::block_stop().unwrap();
+            // SAFETY: raising a signal at this thread, where it is blocked: it pends.
+            unsafe { libc::pthread_kill(libc::pthread_self(), libc::SIGINT) };
+            assert_eq!(s.wait(), libc::SIGINT);
+            assert_eq!(signal_name(libc::SIGINT), "SIGINT");
+        })
+        .join()
+        .unwrap();
+    }
+}
