@@ -923,3 +923,149 @@ fn pubsub_names_of_transport_only_net_and_the_shm_packet_codec() {
         wrong.join("\n")
     );
 }
+
+/// Every `.rs` file under `dir`, sorted.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(rust_files(&p));
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The tokens of `file` outside `#[cfg(test)]` modules (comments and strings blanked).
+fn product_tokens(file: &Path) -> Vec<Tok> {
+    let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{file:?}: {e}"));
+    let toks = tokenize(&strip(&text));
+    let mut out = Vec::with_capacity(toks.len());
+    let mut i = 0;
+    while i < toks.len() {
+        let test_mod = toks[i].text == "mod"
+            && toks.get(i + 2).is_some_and(|t| t.text == "{")
+            && cfg_test(&toks[..i]);
+        if test_mod {
+            // Skip to the brace that closes the module.
+            let mut depth = 0usize;
+            i += 2;
+            while i < toks.len() {
+                match toks[i].text.as_str() {
+                    "{" => depth += 1,
+                    "}" => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        } else {
+            out.push(toks[i].clone());
+        }
+        i += 1;
+    }
+    out
+}
+
+/// System calls go through `shmlink-sys`, the one crate whose unsafe code speaks to the
+/// kernel and the C library. Outside it, no product code calls a `libc::` function
+/// (constants and types, such as errno values for the C and Python errors, are fine).
+/// The exceptions, each a room of its own: the preload, which *is* an interposer of the
+/// C library (its hooks and the real calls behind them); the benchmark's kernel methods
+/// (`methods/`: pipes, message queues, futexes measured as they are); and the test kit,
+/// whose hostile peers make the raw calls a well-behaved program never would. Tests and
+/// `#[cfg(test)]` modules are not product code.
+#[test]
+fn libc_calls_only_in_sys() {
+    let exempt = [
+        "crates/shmlink-sys/",
+        "crates/shmlink-preload/",
+        "crates/shmlink-bench/src/methods/",
+        "crates/shmlink-bench/src/pubsub/methods/",
+        "crates/shmlink-testkit/",
+    ];
+    let root = workspace_dir().canonicalize().unwrap();
+    let mut found = Vec::new();
+    for file in rust_files(&root.join("crates")) {
+        let rel = file.strip_prefix(&root).unwrap().display().to_string();
+        if !rel.contains("/src/") || exempt.iter().any(|e| rel.starts_with(e)) {
+            continue;
+        }
+        let toks = product_tokens(&file);
+        for w in toks.windows(4) {
+            let call = w[0].text == "libc"
+                && w[1].text == "::"
+                && w[2].text.starts_with(|c: char| c.is_ascii_lowercase())
+                && w[3].text == "(";
+            if call {
+                found.push(format!("{rel}:{} calls libc::{}", w[0].line, w[2].text));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "libc calls outside shmlink-sys (add a safe wrapper there; rule: see \
+         tests/layering.rs):\n{}",
+        found.join("\n")
+    );
+}
+
+/// Memory another process can write is read with `shmlink_sys::copy_shared` (or the
+/// ring's readers built on it), which names the race and cannot be miscompiled into
+/// reading a value twice; a plain `copy_nonoverlapping` out of it can. In the library and
+/// the ring, a plain copy therefore only ever copies *from this process's own memory*
+/// (into a ring, a region or a lent buffer), and its `// SAFETY:` comment says so in
+/// those words ("own memory"), which this test reads. Zero-copy reads (`recv_ref`, a
+/// subscriber's lent message) hand out slices over the peer's pages on purpose; they are
+/// documented where they are made and are not copies.
+#[test]
+fn no_plain_copies_from_shared_memory() {
+    let root = workspace_dir().canonicalize().unwrap();
+    let mut found = Vec::new();
+    for dir in ["crates/shmlink/src", "crates/shmlink-ring/src"] {
+        for file in rust_files(&root.join(dir)) {
+            let rel = file.strip_prefix(&root).unwrap().display().to_string();
+            let lines: Vec<String> = std::fs::read_to_string(&file)
+                .unwrap()
+                .lines()
+                .map(String::from)
+                .collect();
+            let toks = product_tokens(&file);
+            for (k, t) in toks.iter().enumerate() {
+                let copy = (t.text == "copy_nonoverlapping" || t.text == "copy")
+                    && k >= 2
+                    && toks[k - 1].text == "::"
+                    && toks[k - 2].text == "ptr"
+                    && toks.get(k + 1).is_some_and(|t| t.text == "(");
+                if !copy {
+                    continue;
+                }
+                // The comment block above the statement (up to eight lines up).
+                let at = t.line - 1;
+                let said = lines[at.saturating_sub(8)..=at]
+                    .iter()
+                    .any(|l| l.contains("own memory"));
+                if !said {
+                    found.push(format!("{rel}:{}", t.line));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "plain copies not stated to read this process's own memory (read shared memory \
+         with shmlink_sys::copy_shared, or say \"own memory\" in the SAFETY comment; \
+         rule: see tests/layering.rs):\n{}",
+        found.join("\n")
+    );
+}
