@@ -18,13 +18,11 @@
 //! wake-up costs a system call only when the other side is known to sleep. The waker
 //! clears the bits it acts on, so each announcement brings at most one wake-up.
 
+use crate::sync::{AtomicU64, AtomicU8, Ordering};
 use std::cell::UnsafeCell;
 use std::collections::{HashMap, VecDeque};
 use std::mem;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::AtomicU8;
-
-use crate::sync::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::{self, Thread, ThreadId};
 
@@ -183,6 +181,9 @@ impl Side {
     /// progress with a sequentially consistent operation before).
     #[inline(always)]
     fn wake(&self, bits: u8) {
+        // SYNC POINT (inproc wake): SeqCst load pairs with the sleeper's SeqCst `fetch_or`
+        // in `announce`: our position RMW (`publish`/`consume`) came first, so either we
+        // see its bit or its re-check sees our position.
         if self.wait.0.load(Ordering::SeqCst) & bits != 0 {
             self.wake_slow(bits);
         }
@@ -191,6 +192,8 @@ impl Side {
     #[cold]
     #[inline(never)]
     fn wake_slow(&self, bits: u8) {
+        // SYNC POINT (inproc wake): SeqCst RMW clears the bits we act on; pairs with
+        // `announce`/`retract` on the sleeping side (one wake-up per announcement).
         let hit = self.wait.0.fetch_and(!bits, Ordering::SeqCst) & bits;
         if hit & (DATA_PARK | ROOM_PARK) != 0 {
             self.unpark();
@@ -292,7 +295,12 @@ impl InprocConn {
             return true;
         }
         let h = &self.tx().head.0;
+        // SYNC POINT (inproc room): SeqCst load pairs with the consumer's SeqCst swap of
+        // `msgs` in `consume` (and, for the no-lost-wake-up, with its load of our wait bits
+        // after it).
         let msgs = h.msgs.load(Ordering::SeqCst);
+        // SYNC POINT (inproc room): Acquire pairs with the consumer's Release store of
+        // `bytes` in `consume`, made before its swap of `msgs`.
         let bytes = h.bytes.load(Ordering::Acquire);
         self.seen_head = msgs;
         self.seen_consumed = bytes;
@@ -305,6 +313,9 @@ impl InprocConn {
         if self.seen_tail != self.head {
             return true;
         }
+        // SYNC POINT (inproc data): SeqCst load pairs with the producer's SeqCst swap of
+        // `tail` in `publish`: the slot's message is visible (and, after `announce`, no
+        // wake-up is lost).
         self.seen_tail = self.rx().tail.0.load(Ordering::SeqCst);
         self.seen_tail != self.head
     }
@@ -320,10 +331,14 @@ impl InprocConn {
 
     /// Announces `bit` in our wait bits; `ready` then re-checks the condition.
     fn announce(&self, bit: u8) {
+        // SYNC POINT (inproc wake): SeqCst RMW pairs with the waker's SeqCst load in
+        // `Side::wake`, after its position RMW: whichever comes second sees the other.
         self.own().wait.0.fetch_or(bit, Ordering::SeqCst);
     }
 
     fn retract(&self, bit: u8) {
+        // SYNC POINT (inproc wake): SeqCst RMW withdraws our announcement; pairs with
+        // `Side::wake_slow`'s `fetch_and`.
         self.own().wait.0.fetch_and(!bit, Ordering::SeqCst);
     }
 
@@ -351,6 +366,8 @@ impl InprocConn {
         } else {
             self.rx_waiting && self.has_data()
         };
+        // SYNC POINT (inproc end): SeqCst load pairs with the SeqCst store in `finish`: a
+        // gone peer keeps our fd readable.
         if other_ready || self.peer().end.load(Ordering::SeqCst) != LIVE {
             self.own().signal();
         }
@@ -362,6 +379,8 @@ impl InprocConn {
         self.register_thread();
         loop {
             self.announce(bit);
+            // SYNC POINT (inproc end): SeqCst load pairs with the SeqCst store in `finish`,
+            // after our `announce` (`finish` clears every bit and unparks after it).
             if ready(self) || self.peer().end.load(Ordering::SeqCst) != LIVE {
                 self.retract(bit);
                 return;
@@ -384,6 +403,7 @@ impl InprocConn {
     #[cold]
     #[inline(never)]
     fn wait_room(&mut self, len: usize, blocking: bool) -> Result<bool> {
+        // SYNC POINT (inproc end): Acquire pairs with the SeqCst store in `finish`.
         if self.peer().end.load(Ordering::Acquire) != LIVE {
             return Err(self.peer_gone());
         }
@@ -412,6 +432,9 @@ impl InprocConn {
     fn publish(&mut self, len: usize) {
         self.tail += 1;
         self.sent_bytes += len as u64;
+        // SYNC POINT (inproc data): SeqCst swap publishes the slot's message: pairs with
+        // the consumer's SeqCst load of `tail` in `has_data`, and orders before our load of
+        // its wait bits in `wake`.
         self.tx().tail.0.swap(self.tail, Ordering::SeqCst);
         self.peer().wake(DATA);
     }
@@ -444,7 +467,12 @@ impl InprocConn {
         self.head += 1;
         self.consumed += len as u64;
         let h = &self.rx().head.0;
+        // SYNC POINT (inproc room): Release pairs with the producer's Acquire load of
+        // `bytes` in `has_room`.
         h.bytes.store(self.consumed, Ordering::Release);
+        // SYNC POINT (inproc room): SeqCst swap hands the slot back: pairs with the
+        // producer's SeqCst load in `has_room`, and orders before our load of its wait bits
+        // in `wake`.
         h.msgs.swap(self.head, Ordering::SeqCst);
         self.peer().wake(ROOM);
     }
@@ -461,6 +489,9 @@ impl InprocConn {
     fn wait_data(&mut self, blocking: bool) -> Result<usize> {
         loop {
             // The end first: seeing it guarantees seeing every message before it.
+            // SYNC POINT (inproc end): SeqCst load before the data check pairs with
+            // `finish`'s SeqCst store after the peer's last `publish`: seeing the end means
+            // seeing every message before it.
             let end = self.peer().end.load(Ordering::SeqCst);
             if self.has_data() {
                 self.rx_waiting = false;
@@ -472,6 +503,8 @@ impl InprocConn {
                 _ => return Err(self.peer_gone()),
             }
             if !blocking {
+                // SYNC POINT (inproc end): SeqCst load pairs with the SeqCst store in
+                // `finish`.
                 if self.nonblocking_wait(DATA_FD) || self.peer().end.load(Ordering::SeqCst) != LIVE
                 {
                     continue;
@@ -488,8 +521,13 @@ impl InprocConn {
 
     /// Marks our end and wakes the peer whatever it waits for (its fd stays readable).
     fn finish(&mut self, how: u8) {
+        // SYNC POINT (inproc end): SeqCst store pairs with the peer's SeqCst loads of `end`
+        // (`wait_data`, `park`, `nonblocking_wait`): after our last `publish`, so every
+        // message is seen first.
         self.own().end.store(how, Ordering::SeqCst);
         let peer = self.peer();
+        // SYNC POINT (inproc wake): SeqCst RMW clears every bit the peer announced (it is
+        // woken for all of them): pairs with its `announce`.
         peer.wait.0.fetch_and(0, Ordering::SeqCst);
         peer.unpark();
         peer.signal();

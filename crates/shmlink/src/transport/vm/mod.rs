@@ -96,15 +96,19 @@ fn nonce() -> Result<u64> {
 /// The name in listener entry `i`, if it is live: (name, nonce).
 fn listener_entry(region: &Region, i: usize) -> Option<(Vec<u8>, u64)> {
     let b = Region::listener(i);
+    // SYNC POINT (bind): Acquire pairs with the Release store of L_LIVE in `bind`: a live
+    // entry's name and nonce are complete.
     if region.u32_at(b + slot::L_STATE).load(Ordering::Acquire) != slot::L_LIVE {
         return None;
     }
+    // SYNC POINT (bind): Acquire, after the state (peer-written: bounds-checked next).
     let n = region.u32_at(b + slot::L_NAME_LEN).load(Ordering::Acquire) as usize;
     if n == 0 || n > slot::L_NAME_MAX {
         return None;
     }
     let mut name = vec![0u8; n];
     region.read_bytes(b + slot::L_NAME, &mut name);
+    // SYNC POINT (bind): Acquire, after the state, as the name length.
     let nonce = region.u64_at(b + slot::L_NONCE).load(Ordering::Acquire);
     Some((name, nonce))
 }
@@ -136,22 +140,40 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     region.clear_ring_start(2 * si + 1);
     region
         .u32_at(b + slot::LISTENER)
+        // SYNC POINT (handshake): Relaxed: a request field, published by the Release store
+        // of REQUEST below, which the listener loads with Acquire
+        // (`ListenShared::pending`).
         .store(li as u32, Ordering::Relaxed);
     region
         .u64_at(b + slot::LISTENER_NONCE)
+        // SYNC POINT (handshake): Relaxed: a request field, published by the Release store
+        // of REQUEST below, which the listener loads with Acquire
+        // (`ListenShared::pending`).
         .store(lnonce, Ordering::Relaxed);
     let ours = max_of(opts);
     region
         .u64_at(b + slot::CLIENT_MAX)
+        // SYNC POINT (handshake): Relaxed: a request field, published by the Release store
+        // of REQUEST below, which the listener loads with Acquire
+        // (`ListenShared::pending`).
         .store(ours as u64, Ordering::Relaxed);
     region
         .u64_at(b + slot::SERVER_MAX)
+        // SYNC POINT (handshake): Relaxed: a request field, published by the Release store
+        // of REQUEST below, which the listener loads with Acquire
+        // (`ListenShared::pending`).
         .store(0, Ordering::Relaxed);
     region
         .u32_at(b + slot::CLIENT_PID)
+        // SYNC POINT (handshake): Relaxed: a request field, published by the Release store
+        // of REQUEST below, which the listener loads with Acquire
+        // (`ListenShared::pending`).
         .store(std::process::id(), Ordering::Relaxed);
     region
         .u32_at(b + slot::SERVER_PID)
+        // SYNC POINT (handshake): Relaxed: a request field, published by the Release store
+        // of REQUEST below, which the listener loads with Acquire
+        // (`ListenShared::pending`).
         .store(0, Ordering::Relaxed);
     let shared = ConnShared::new(region.clone(), si, true)?;
     let st = region.u32_at(b + slot::STATE);
@@ -164,11 +186,15 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     // The listener's heartbeat: a listener whose process died leaves a LIVE entry that
     // nobody serves; refuse once it stands still as long as a dead peer's would.
     let lhb = region.u64_at(Region::listener(li) + slot::L_HB);
+    // SYNC POINT (heartbeat): Acquire pairs with the listener's Release `fetch_add` in
+    // `ListenShared::tick`; only a change is looked at.
     let (mut last_hb, mut hb_since) = (lhb.load(Ordering::Acquire), Instant::now());
     let stale_after = region::dead_after() + region::TICK * region::DEAD_TICKS;
     let refuse = |why: String| {
         // Withdraw the request; if the listener accepted it meanwhile, this fails and
         // the slot is left to the listener's side (which sees us never beat: reset).
+        // SYNC POINT (handshake): AcqRel CAS (withdraw): pairs with the listener's AcqRel
+        // CAS REQUEST → ACCEPTED/REFUSED in `take_requests`; exactly one of the two wins.
         if st
             .compare_exchange(
                 State::Request as u32,
@@ -178,6 +204,8 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
             )
             .is_err()
         {
+            // SYNC POINT (handshake): AcqRel CAS REFUSED → FREE: the listener's AcqRel CAS
+            // to REFUSED is the other half; the slot is ours to free.
             let _ = st.compare_exchange(
                 State::Refused as u32,
                 State::Free as u32,
@@ -188,6 +216,8 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         why
     };
     loop {
+        // SYNC POINT (handshake): Acquire pairs with the listener's AcqRel CAS to ACCEPTED
+        // (or REFUSED) in `take_requests`: its maximum (SERVER_MAX) is visible.
         let s = st.load(Ordering::Acquire);
         if s == State::Accepted as u32 {
             break;
@@ -205,6 +235,8 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
             let why = refuse(format!("vm: the listener {name:?} went away"));
             return Err(Error::new(ErrorKind::ConnectionRefused, why));
         }
+        // SYNC POINT (heartbeat): Acquire pairs with the listener's Release `fetch_add` in
+        // `ListenShared::tick`.
         let hb = lhb.load(Ordering::Acquire);
         if hb != last_hb {
             (last_hb, hb_since) = (hb, Instant::now());
@@ -219,6 +251,8 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
                 "vm: the listener {name:?} did not accept within {:?}",
                 opts.connect_timeout
             ));
+            // SYNC POINT (handshake): Acquire, as the state load in the loop: an accept
+            // that raced our withdrawal.
             if st.load(Ordering::Acquire) == State::Accepted as u32 {
                 break;
             }
@@ -226,8 +260,12 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         }
         backoff.snooze(shared.flag(), || {});
     }
+    // SYNC POINT (handshake): Acquire, after the state load that saw ACCEPTED (the listener
+    // stored SERVER_MAX before its AcqRel CAS).
     let theirs = region.u64_at(b + slot::SERVER_MAX).load(Ordering::Acquire);
     if theirs == 0 || theirs > MAX_MSG_SIZE_LIMIT as u64 {
+        // SYNC POINT (handshake): AcqRel CAS ACCEPTED → ONE_GONE: pairs with the listener
+        // side's state loads/CAS in conn.rs when it leaves.
         let _ = st.compare_exchange(
             State::Accepted as u32,
             State::OneGone as u32,
@@ -254,6 +292,8 @@ fn claim_slot(region: &Region) -> Result<usize> {
     let take = |i: usize, from: u32| {
         region
             .u32_at(Region::slot(i) + slot::STATE)
+            // SYNC POINT (claim): AcqRel CAS to CLAIMED: one client wins a free (or stale)
+            // slot; pairs with the Release/AcqRel stores that freed it.
             .compare_exchange(
                 from,
                 State::Claimed as u32,
@@ -271,6 +311,8 @@ fn claim_slot(region: &Region) -> Result<usize> {
         .map(|i| {
             region
                 .u32_at(Region::slot(i) + slot::STATE)
+                // SYNC POINT (claim): Acquire: a snapshot of the states for reclaiming; the
+                // CAS in `take` decides.
                 .load(Ordering::Acquire)
         })
         .collect();
@@ -317,15 +359,21 @@ impl ListenShared {
     fn pending(&self) -> Option<usize> {
         (0..SLOTS).find(|&i| {
             let b = Region::slot(i);
+            // SYNC POINT (handshake): Acquire pairs with the client's Release store of
+            // REQUEST in `connect`: the request fields read next are complete.
             self.region.u32_at(b + slot::STATE).load(Ordering::Acquire) == State::Request as u32
                 && self
                     .region
                     .u32_at(b + slot::LISTENER)
+                    // SYNC POINT (handshake): Acquire, after the state (the client wrote it
+                    // before REQUEST).
                     .load(Ordering::Acquire)
                     == self.index as u32
                 && self
                     .region
                     .u64_at(b + slot::LISTENER_NONCE)
+                    // SYNC POINT (handshake): Acquire, after the state, as the listener
+                    // index.
                     .load(Ordering::Acquire)
                     == self.nonce
         })
@@ -353,8 +401,12 @@ impl ListenShared {
             let theirs = self
                 .region
                 .u64_at(b + slot::CLIENT_MAX)
+                // SYNC POINT (handshake): Acquire, after `pending` loaded REQUEST with
+                // Acquire; peer-written: checked next.
                 .load(Ordering::Acquire);
             if theirs == 0 || theirs > MAX_MSG_SIZE_LIMIT as u64 {
+                // SYNC POINT (handshake): AcqRel CAS REQUEST → REFUSED: pairs with the
+                // client's Acquire state load and its CAS REFUSED → FREE.
                 let _ = st.compare_exchange(
                     State::Request as u32,
                     State::Refused as u32,
@@ -365,9 +417,13 @@ impl ListenShared {
             }
             self.region
                 .u64_at(b + slot::SERVER_MAX)
+                // SYNC POINT (handshake): Relaxed: published by the AcqRel CAS to ACCEPTED
+                // below, which the client loads with Acquire.
                 .store(self.max as u64, Ordering::Relaxed);
             self.region
                 .u32_at(b + slot::SERVER_PID)
+                // SYNC POINT (handshake): Relaxed, published by the CAS to ACCEPTED, as
+                // SERVER_MAX.
                 .store(std::process::id(), Ordering::Relaxed);
             let Ok(shared) = ConnShared::new(self.region.clone(), si, false) else {
                 break; // out of descriptors: the client times out or we retry next tick
@@ -393,6 +449,8 @@ impl ListenShared {
 
 impl Tick for ListenShared {
     fn tick(&self, _now: Instant) {
+        // SYNC POINT (heartbeat): Release pairs with the Acquire samples of `region::stale`
+        // and `connect`'s listener heartbeat loads.
         self.hb().fetch_add(1, Ordering::Release);
         self.take_requests();
         let b = self.backlog();
@@ -418,6 +476,8 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     let state = |i: usize| region.u32_at(Region::listener(i) + slot::L_STATE);
     let busy = |i: usize, from: u32| {
         state(i)
+            // SYNC POINT (bind): AcqRel CAS to BUSY: one binder wins a free (or stale)
+            // listener entry; pairs with the Release stores that freed it.
             .compare_exchange(from, slot::L_BUSY, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     };
@@ -451,6 +511,8 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
                 // A full table: take an entry whose listener stopped beating (all sampled
                 // over one wait of the death bound).
                 let states: Vec<u32> = (0..LISTENERS)
+                    // SYNC POINT (bind): Acquire: a snapshot of the entries' states for
+                    // reclaiming; the CAS in `busy` decides.
                     .map(|i| state(i).load(Ordering::Acquire))
                     .collect();
                 let beats: Vec<&AtomicU64> = (0..LISTENERS)
@@ -473,12 +535,16 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     let nonce = nonce()?;
     region
         .u64_at(b + slot::L_NONCE)
+        // SYNC POINT (bind): Relaxed: published by the Release store of L_LIVE below
+        // (loaded with Acquire in `listener_entry`).
         .store(nonce, Ordering::Relaxed);
     region
         .u32_at(b + slot::L_NAME_LEN)
+        // SYNC POINT (bind): Relaxed, published by the Release store of L_LIVE below.
         .store(name.len() as u32, Ordering::Relaxed);
     region
         .u32_at(b + slot::L_PID)
+        // SYNC POINT (bind): Relaxed, published by the Release store of L_LIVE below.
         .store(std::process::id(), Ordering::Relaxed);
     region.write_bytes(b + slot::L_NAME, name.as_bytes());
     // SYNC POINT (bind): Release pairs with the Acquire load of the state in
@@ -486,6 +552,8 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     state(index).store(slot::L_LIVE, Ordering::Release);
     // Two listeners that bound the same name at once: the lower entry keeps it.
     if (0..index).any(|i| listener_entry(&region, i).is_some_and(|(n, _)| n == name.as_bytes())) {
+        // SYNC POINT (bind): Release pairs with the Acquire load of the state in
+        // `listener_entry` and the AcqRel CAS in `busy`: the entry is free again.
         state(index).store(slot::L_FREE, Ordering::Release);
         return Err(in_use());
     }
@@ -556,7 +624,11 @@ impl Drop for VmListener {
     fn drop(&mut self) {
         let s = &self.shared;
         let b = Region::listener(s.index);
+        // SYNC POINT (bind): Acquire pairs with the Relaxed nonce store in `bind`,
+        // published by its Release store of L_LIVE: the entry is still ours.
         if s.region.u64_at(b + slot::L_NONCE).load(Ordering::Acquire) == s.nonce {
+            // SYNC POINT (bind): AcqRel CAS L_LIVE → L_FREE: pairs with a later binder's
+            // AcqRel CAS in `busy` and the Acquire load in `listener_entry`.
             let _ = s.region.u32_at(b + slot::L_STATE).compare_exchange(
                 slot::L_LIVE,
                 slot::L_FREE,
