@@ -83,6 +83,8 @@ pub mod broadcast;
 mod error;
 #[cfg(all(test, loom))]
 mod loom_doorbell;
+pub mod pipe;
+pub mod slot;
 pub mod spsc;
 pub mod sync;
 

@@ -14,3 +14,36 @@ pub use std::sync::atomic::compiler_fence;
 pub use std::sync::atomic::{
     fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
+
+/// A cell for data the protocols hand between threads by their atomics: loom's under
+/// `--cfg loom` (which reports any access not ordered by them), in a normal build a
+/// plain `UnsafeCell` with the same closure interface.
+#[cfg(loom)]
+pub use loom::cell::UnsafeCell;
+
+/// A cell for data the protocols hand between threads by their atomics: loom's under
+/// `--cfg loom` (which reports any access not ordered by them), in a normal build a
+/// plain `UnsafeCell` with the same closure interface.
+#[cfg(not(loom))]
+#[derive(Debug, Default)]
+pub struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    /// A cell holding `value`.
+    pub const fn new(value: T) -> UnsafeCell<T> {
+        UnsafeCell(std::cell::UnsafeCell::new(value))
+    }
+
+    /// Calls `f` with a pointer to the contents, for reading.
+    #[inline(always)]
+    pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    /// Calls `f` with a pointer to the contents, for writing.
+    #[inline(always)]
+    pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}

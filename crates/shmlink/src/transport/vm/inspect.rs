@@ -85,13 +85,8 @@ pub fn inspect_vm(region: Option<&Path>) -> Result<VmRegionReport> {
     let entries: Vec<Option<(Vec<u8>, u64)>> =
         (0..LISTENERS).map(|i| listener_entry(&r, i)).collect();
     let states: Vec<u32> = (0..SLOTS)
-        .map(|i| {
-            r.u32_at(Region::slot(i) + slot::STATE)
-                // SYNC POINT (handshake): Acquire pairs with the Release/AcqRel state
-                // changes in vm/mod.rs (`connect`'s REQUEST, `take_requests`' ACCEPTED); a
-                // snapshot for `shmlink ls`.
-                .load(Ordering::Acquire)
-        })
+        // A snapshot for `shmlink ls` (`Slot::load`: Acquire).
+        .map(|i| slot::Slot::new(r.u32_at(Region::slot(i) + slot::STATE)).load())
         .collect();
     // Every heartbeat of interest, sampled over one wait.
     let mut beats: Vec<&AtomicU64> = Vec::new();
@@ -118,7 +113,7 @@ pub fn inspect_vm(region: Option<&Path>) -> Result<VmRegionReport> {
                 pid: r
                     .u32_at(Region::listener(i) + slot::L_PID)
                     // SYNC POINT (bind): Relaxed: the pid is informative; the Release store
-                    // of L_LIVE in `bind` (loaded in `listener_entry`) published it.
+                    // of LIVE in `bind` (`Entry::publish`) (loaded in `listener_entry`) published it.
                     .load(Ordering::Relaxed),
                 alive: !still.next().unwrap_or(true),
             });

@@ -34,7 +34,7 @@ pub(crate) mod slot;
 
 use conn::{ConnShared, VmConn};
 use region::{Backoff, Region, Tick, LISTENERS, SLOTS};
-use slot::State;
+use slot::{Entry, Slot, State};
 
 /// The `vm:` entry of the transport table.
 pub(crate) static TRANSPORT: Transport = Transport {
@@ -96,9 +96,9 @@ fn nonce() -> Result<u64> {
 /// The name in listener entry `i`, if it is live: (name, nonce).
 fn listener_entry(region: &Region, i: usize) -> Option<(Vec<u8>, u64)> {
     let b = Region::listener(i);
-    // SYNC POINT (bind): Acquire pairs with the Release store of L_LIVE in `bind`: a live
-    // entry's name and nonce are complete.
-    if region.u32_at(b + slot::L_STATE).load(Ordering::Acquire) != slot::L_LIVE {
+    // `Entry::load` is the Acquire half of `Entry::publish`: a live entry's name and
+    // nonce are complete.
+    if Entry::new(region.u32_at(b + slot::L_STATE)).load() != Entry::LIVE {
         return None;
     }
     // SYNC POINT (bind): Acquire, after the state (peer-written: bounds-checked next).
@@ -176,10 +176,9 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         // (`ListenShared::pending`).
         .store(0, Ordering::Relaxed);
     let shared = ConnShared::new(region.clone(), si, true)?;
-    let st = region.u32_at(b + slot::STATE);
-    // SYNC POINT (handshake): Release pairs with the listener's Acquire load of the
-    // state: it sees the zeroed blocks and our request fields.
-    st.store(State::Request as u32, Ordering::Release);
+    let st = Slot::new(region.u32_at(b + slot::STATE));
+    // Publishes the zeroed blocks and our request fields (`Slot::request`).
+    st.request();
 
     let deadline = Instant::now() + opts.connect_timeout;
     let mut backoff = Backoff::new();
@@ -193,32 +192,12 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     let refuse = |why: String| {
         // Withdraw the request; if the listener accepted it meanwhile, this fails and
         // the slot is left to the listener's side (which sees us never beat: reset).
-        // SYNC POINT (handshake): AcqRel CAS (withdraw): pairs with the listener's AcqRel
-        // CAS REQUEST → ACCEPTED/REFUSED in `take_requests`; exactly one of the two wins.
-        if st
-            .compare_exchange(
-                State::Request as u32,
-                State::Free as u32,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_err()
-        {
-            // SYNC POINT (handshake): AcqRel CAS REFUSED → FREE: the listener's AcqRel CAS
-            // to REFUSED is the other half; the slot is ours to free.
-            let _ = st.compare_exchange(
-                State::Refused as u32,
-                State::Free as u32,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
-        }
+        st.withdraw();
         why
     };
     loop {
-        // SYNC POINT (handshake): Acquire pairs with the listener's AcqRel CAS to ACCEPTED
-        // (or REFUSED) in `take_requests`: its maximum (SERVER_MAX) is visible.
-        let s = st.load(Ordering::Acquire);
+        // Seeing ACCEPTED makes the listener's maximum visible (`Slot::accept`).
+        let s = st.load();
         if s == State::Accepted as u32 {
             break;
         }
@@ -251,9 +230,8 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
                 "vm: the listener {name:?} did not accept within {:?}",
                 opts.connect_timeout
             ));
-            // SYNC POINT (handshake): Acquire, as the state load in the loop: an accept
-            // that raced our withdrawal.
-            if st.load(Ordering::Acquire) == State::Accepted as u32 {
+            // An accept that raced our withdrawal.
+            if st.load() == State::Accepted as u32 {
                 break;
             }
             return Err(Error::new(ErrorKind::TimedOut, why));
@@ -264,14 +242,7 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     // stored SERVER_MAX before its AcqRel CAS).
     let theirs = region.u64_at(b + slot::SERVER_MAX).load(Ordering::Acquire);
     if theirs == 0 || theirs > MAX_MSG_SIZE_LIMIT as u64 {
-        // SYNC POINT (handshake): AcqRel CAS ACCEPTED → ONE_GONE: pairs with the listener
-        // side's state loads/CAS in conn.rs when it leaves.
-        let _ = st.compare_exchange(
-            State::Accepted as u32,
-            State::OneGone as u32,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
+        st.abandon(State::Accepted as u32);
         return Err(Error::violation(format!(
             "vm: the listener's maximum message size {theirs} is out of range"
         )));
@@ -289,32 +260,16 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
 
 /// Takes a free slot, reclaiming one whose users both stopped beating if none is free.
 fn claim_slot(region: &Region) -> Result<usize> {
-    let take = |i: usize, from: u32| {
-        region
-            .u32_at(Region::slot(i) + slot::STATE)
-            // SYNC POINT (claim): AcqRel CAS to CLAIMED: one client wins a free (or stale)
-            // slot; pairs with the Release/AcqRel stores that freed it.
-            .compare_exchange(
-                from,
-                State::Claimed as u32,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_ok()
-    };
+    let take =
+        |i: usize, from: u32| Slot::new(region.u32_at(Region::slot(i) + slot::STATE)).claim(from);
     if let Some(i) = (0..SLOTS).find(|&i| take(i, State::Free as u32)) {
         return Ok(i);
     }
     // No free slot: one whose two users both stopped beating is reclaimed (sampled all
     // at once: one wait of the death bound).
+    // A snapshot of the states; the CAS in `take` decides.
     let states: Vec<u32> = (0..SLOTS)
-        .map(|i| {
-            region
-                .u32_at(Region::slot(i) + slot::STATE)
-                // SYNC POINT (claim): Acquire: a snapshot of the states for reclaiming; the
-                // CAS in `take` decides.
-                .load(Ordering::Acquire)
-        })
+        .map(|i| Slot::new(region.u32_at(Region::slot(i) + slot::STATE)).load())
         .collect();
     let beats: Vec<&AtomicU64> = (0..SLOTS)
         .flat_map(|i| {
@@ -359,9 +314,8 @@ impl ListenShared {
     fn pending(&self) -> Option<usize> {
         (0..SLOTS).find(|&i| {
             let b = Region::slot(i);
-            // SYNC POINT (handshake): Acquire pairs with the client's Release store of
-            // REQUEST in `connect`: the request fields read next are complete.
-            self.region.u32_at(b + slot::STATE).load(Ordering::Acquire) == State::Request as u32
+            // Seeing REQUEST makes the request fields visible (`Slot::request`).
+            Slot::new(self.region.u32_at(b + slot::STATE)).load() == State::Request as u32
                 && self
                     .region
                     .u32_at(b + slot::LISTENER)
@@ -397,7 +351,7 @@ impl ListenShared {
                 break;
             }
             let b = Region::slot(si);
-            let st = self.region.u32_at(b + slot::STATE);
+            let st = Slot::new(self.region.u32_at(b + slot::STATE));
             let theirs = self
                 .region
                 .u64_at(b + slot::CLIENT_MAX)
@@ -405,14 +359,7 @@ impl ListenShared {
                 // Acquire; peer-written: checked next.
                 .load(Ordering::Acquire);
             if theirs == 0 || theirs > MAX_MSG_SIZE_LIMIT as u64 {
-                // SYNC POINT (handshake): AcqRel CAS REQUEST → REFUSED: pairs with the
-                // client's Acquire state load and its CAS REFUSED → FREE.
-                let _ = st.compare_exchange(
-                    State::Request as u32,
-                    State::Refused as u32,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
+                st.refuse();
                 continue;
             }
             self.region
@@ -428,17 +375,8 @@ impl ListenShared {
             let Ok(shared) = ConnShared::new(self.region.clone(), si, false) else {
                 break; // out of descriptors: the client times out or we retry next tick
             };
-            // SYNC POINT (handshake): AcqRel: the client, loading ACCEPTED with Acquire,
-            // sees our maximum; we saw its request fields when we loaded REQUEST.
-            if st
-                .compare_exchange(
-                    State::Request as u32,
-                    State::Accepted as u32,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_ok()
-            {
+            // Publishes our maximum to the client (`Slot::accept`).
+            if st.accept() {
                 self.backlog().push_back((shared, theirs as usize));
                 any = true;
             }
@@ -473,14 +411,8 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         ));
     }
     let region = Region::open(&path, &file::Policy::of(opts))?;
-    let state = |i: usize| region.u32_at(Region::listener(i) + slot::L_STATE);
-    let busy = |i: usize, from: u32| {
-        state(i)
-            // SYNC POINT (bind): AcqRel CAS to BUSY: one binder wins a free (or stale)
-            // listener entry; pairs with the Release stores that freed it.
-            .compare_exchange(from, slot::L_BUSY, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    };
+    let state = |i: usize| Entry::new(region.u32_at(Region::listener(i) + slot::L_STATE));
+    let busy = |i: usize, from: u32| state(i).take(from);
     let in_use = || {
         Error::new(
             ErrorKind::AddrInUse,
@@ -495,7 +427,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
                 if !region::is_stale(region.u64_at(Region::listener(i) + slot::L_HB)) {
                     return Err(in_use());
                 }
-                if busy(i, slot::L_LIVE) {
+                if busy(i, Entry::LIVE) {
                     index = Some(i);
                     break;
                 }
@@ -506,15 +438,11 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     let index = match index {
         Some(i) => i,
         None => (0..LISTENERS)
-            .find(|&i| busy(i, slot::L_FREE))
+            .find(|&i| busy(i, Entry::FREE))
             .or_else(|| {
                 // A full table: take an entry whose listener stopped beating (all sampled
                 // over one wait of the death bound).
-                let states: Vec<u32> = (0..LISTENERS)
-                    // SYNC POINT (bind): Acquire: a snapshot of the entries' states for
-                    // reclaiming; the CAS in `busy` decides.
-                    .map(|i| state(i).load(Ordering::Acquire))
-                    .collect();
+                let states: Vec<u32> = (0..LISTENERS).map(|i| state(i).load()).collect();
                 let beats: Vec<&AtomicU64> = (0..LISTENERS)
                     .map(|i| region.u64_at(Region::listener(i) + slot::L_HB))
                     .collect();
@@ -535,26 +463,23 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     let nonce = nonce()?;
     region
         .u64_at(b + slot::L_NONCE)
-        // SYNC POINT (bind): Relaxed: published by the Release store of L_LIVE below
+        // SYNC POINT (bind): Relaxed: published by the `Entry::publish` below
         // (loaded with Acquire in `listener_entry`).
         .store(nonce, Ordering::Relaxed);
     region
         .u32_at(b + slot::L_NAME_LEN)
-        // SYNC POINT (bind): Relaxed, published by the Release store of L_LIVE below.
+        // SYNC POINT (bind): Relaxed, published by the `Entry::publish` below.
         .store(name.len() as u32, Ordering::Relaxed);
     region
         .u32_at(b + slot::L_PID)
-        // SYNC POINT (bind): Relaxed, published by the Release store of L_LIVE below.
+        // SYNC POINT (bind): Relaxed, published by the `Entry::publish` below.
         .store(std::process::id(), Ordering::Relaxed);
     region.write_bytes(b + slot::L_NAME, name.as_bytes());
-    // SYNC POINT (bind): Release pairs with the Acquire load of the state in
-    // `listener_entry`: a client that sees LIVE sees the name and nonce.
-    state(index).store(slot::L_LIVE, Ordering::Release);
+    // Publishes the name and nonce: a client that sees LIVE sees them (`Entry::publish`).
+    state(index).publish();
     // Two listeners that bound the same name at once: the lower entry keeps it.
     if (0..index).any(|i| listener_entry(&region, i).is_some_and(|(n, _)| n == name.as_bytes())) {
-        // SYNC POINT (bind): Release pairs with the Acquire load of the state in
-        // `listener_entry` and the AcqRel CAS in `busy`: the entry is free again.
-        state(index).store(slot::L_FREE, Ordering::Release);
+        state(index).release();
         return Err(in_use());
     }
     let flag = EventFlag::new().map_err(|e| Error::io("vm: eventfd", e))?;
@@ -625,16 +550,9 @@ impl Drop for VmListener {
         let s = &self.shared;
         let b = Region::listener(s.index);
         // SYNC POINT (bind): Acquire pairs with the Relaxed nonce store in `bind`,
-        // published by its Release store of L_LIVE: the entry is still ours.
+        // published by its `Entry::publish`: the entry is still ours.
         if s.region.u64_at(b + slot::L_NONCE).load(Ordering::Acquire) == s.nonce {
-            // SYNC POINT (bind): AcqRel CAS L_LIVE → L_FREE: pairs with a later binder's
-            // AcqRel CAS in `busy` and the Acquire load in `listener_entry`.
-            let _ = s.region.u32_at(b + slot::L_STATE).compare_exchange(
-                slot::L_LIVE,
-                slot::L_FREE,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
+            Entry::new(s.region.u32_at(b + slot::L_STATE)).unpublish();
         }
     }
 }

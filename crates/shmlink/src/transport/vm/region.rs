@@ -32,6 +32,7 @@ use crate::sys::memfd::Mapping;
 use crate::sys::stream::EventFlag;
 
 use super::file::Policy;
+use super::slot::Once;
 
 /// "SHMLVM01", little endian.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SHMLVM01");
@@ -41,9 +42,6 @@ const ID_STATE: usize = 8;
 const ID_AT: usize = 16;
 /// Bytes of the region id.
 pub(crate) const ID_LEN: usize = 16;
-const ID_NONE: u32 = 0;
-const ID_WRITING: u32 = 1;
-const ID_SET: u32 = 2;
 /// Listener entries in a region.
 pub(crate) const LISTENERS: usize = 32;
 /// Connection slots in a region: at most this many connections at once.
@@ -215,22 +213,15 @@ impl Region {
     /// Writes the region id if nobody has yet (the first opener wins the CAS
     /// none → writing, writes 128 random bits, then publishes them).
     fn ensure_id(&self) {
-        let st = self.u32_at(ID_STATE);
-        if st
-            // SYNC POINT (region id): the CAS none → writing elects one writer; the
-            // publication is the Release store of ID_SET below.
-            .compare_exchange(ID_NONE, ID_WRITING, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
+        let st = Once::new(self.u32_at(ID_STATE));
+        if st.begin() {
             match crate::transport::local::random_token() {
                 Ok(id) => {
                     self.write_bytes(ID_AT, &id);
-                    // SYNC POINT (region id): Release pairs with the Acquire load in `id`.
-                    st.store(ID_SET, Ordering::Release);
+                    // Publishes the id bytes to `id` (`Once::set`).
+                    st.set();
                 }
-                // SYNC POINT (region id): Release back to none (no random bits): pairs with
-                // the next opener's CAS above.
-                Err(_) => st.store(ID_NONE, Ordering::Release),
+                Err(_) => st.abandon(),
             }
         }
     }
@@ -243,15 +234,14 @@ impl Region {
     pub(crate) fn id(&self, patience: Duration) -> Option<[u8; ID_LEN]> {
         let start = Instant::now();
         loop {
-            // SYNC POINT (region id): Acquire pairs with the Release store of ID_SET in
-            // `ensure_id`: the id bytes read next are complete.
-            match self.u32_at(ID_STATE).load(Ordering::Acquire) {
-                ID_SET => {
+            // Seeing SET makes the id bytes read next complete (`Once::set`).
+            match Once::new(self.u32_at(ID_STATE)).load() {
+                Once::SET => {
                     let mut id = [0u8; ID_LEN];
                     self.read_bytes(ID_AT, &mut id);
                     return Some(id);
                 }
-                ID_WRITING if start.elapsed() < patience => {
+                Once::WRITING if start.elapsed() < patience => {
                     std::thread::sleep(Duration::from_millis(1))
                 }
                 _ => return None,
