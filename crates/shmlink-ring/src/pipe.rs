@@ -47,6 +47,9 @@ const MIN_KEEP: usize = 2048;
 #[inline(always)]
 fn seqcst_point() {
     #[cfg(loom)]
+    // SYNC POINT (inproc wake, loom): the SeqCst fence loom can model, standing for the
+    // SeqCst order of the RMW just before it (see the module docs); pairs with the same
+    // fence on the other side.
     crate::sync::fence(Ordering::SeqCst);
 }
 

@@ -155,6 +155,8 @@ impl<'a> Slot<'a> {
     }
 
     fn cas(&self, from: u32, to: u32) -> bool {
+        // SYNC POINT (handshake, claim): AcqRel on success, Acquire on failure: the
+        // ordering of every transition above; each caller's tag names its pairing.
         self.word
             .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()

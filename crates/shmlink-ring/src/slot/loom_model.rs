@@ -52,6 +52,7 @@ fn loom_slot_handshake_carries_both_sides_fields() {
                 7,
                 "request without its field"
             );
+            // SYNC POINT (model): Relaxed, as the region's fields: `accept` publishes it.
             l.server_max.store(9, Ordering::Relaxed);
             assert!(slot.accept());
         });
