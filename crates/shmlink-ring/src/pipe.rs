@@ -22,7 +22,7 @@
 //!
 //! Loom treats sequentially consistent accesses as acquire/release (it models SeqCst
 //! fences only), so under `--cfg loom` a SeqCst fence follows each read-modify-write the
-//! no-lost-wake-up argument rests on ([`seqcst_point`]); the C++ model gives the SeqCst
+//! no-lost-wake-up argument rests on (`seqcst_point`); the C++ model gives the SeqCst
 //! accesses of a normal build at least that order.
 
 use std::sync::Mutex;
