@@ -6,13 +6,17 @@
 //!   an asymmetric fence whose heavy half is `membarrier`).
 //! - [`broadcast`]: one publisher writes each message once into a slot (a seqlock); any
 //!   number of subscribers read it in place with their own cursors; lossless or lossy.
+//! - [`pipe`]: the in-process pipe, a ring of message buffers between two threads of one
+//!   process, with the same announce-then-look-again wake-up bits.
+//! - [`slot`]: the handshake state machines of a region shared without a socket (`vm:`'s
+//!   connection slots, listener entries and once-written values), one atomic word each.
 //!
-//! Both are pure algorithms on raw memory: the caller maps the memory (a sealed memfd
+//! The rings are pure algorithms on raw memory: the caller maps the memory (a sealed memfd
 //! for another process, or any allocation within one) and moves doorbells (a socket
 //! byte, an eventfd). Everything the other side may write is read once, validated, and a
 //! value no correct peer writes becomes a [`Violation`] rather than a wild access.
 //!
-//! The atomics come from [`sync`], which loom replaces: the loom models of both rings run
+//! The atomics come from [`sync`], which loom replaces: the loom models of all four run
 //! with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p shmlink-ring
 //! --release loom`.
 //!
@@ -83,6 +87,8 @@ pub mod broadcast;
 mod error;
 #[cfg(all(test, loom))]
 mod loom_doorbell;
+pub mod pipe;
+pub mod slot;
 pub mod spsc;
 pub mod sync;
 

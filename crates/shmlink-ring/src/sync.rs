@@ -1,52 +1,49 @@
 //! The atomics the lock-free protocols use, from one place so that loom can replace them
 //! (`RUSTFLAGS="--cfg loom" cargo test -p shmlink-ring --release loom`): std's in a normal
-//! build, loom's under `--cfg loom`. The rings and the shmlink library take their
-//! protocol atomics only from here (a test checks both crates' sources).
+//! build, loom's under `--cfg loom`. The rings and the shmlink library take every atomic
+//! type and fence only from here (crossbeam's `primitive` module habit), so the loom build
+//! models all of them: `crates/shmlink/tests/layering.rs` checks both crates' sources.
 
 #[cfg(loom)]
-pub use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+pub use loom::sync::atomic::{
+    fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 // A compiler-only barrier has no memory-model effect for loom to track.
 pub use std::sync::atomic::compiler_fence;
 #[cfg(not(loom))]
-pub use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+pub use std::sync::atomic::{
+    fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 
-#[cfg(all(test, not(loom)))]
-mod tests {
-    /// The rest of the ring crate and the shmlink library take their atomics from here,
-    /// so the loom build models all of them (crossbeam's `primitive` module habit).
-    #[test]
-    fn atomics_come_only_from_this_module() {
-        let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let library = here.join("../shmlink/src");
-        assert!(
-            library.is_dir(),
-            "the check covers the library too, at {}",
-            library.display()
-        );
-        let mut stack = vec![here.join("src"), library];
-        let mut checked = 0;
-        while let Some(dir) = stack.pop() {
-            for entry in std::fs::read_dir(dir).unwrap() {
-                let path = entry.unwrap().path();
-                if path.is_dir() {
-                    stack.push(path);
-                } else if path != here.join("src/sync.rs") {
-                    let text = std::fs::read_to_string(&path).unwrap();
-                    let direct = text.lines().any(|l| {
-                        l.contains(concat!("std::sync::", "atomic"))
-                            && ["AtomicU32", "AtomicU64", "fence"]
-                                .iter()
-                                .any(|t| l.contains(t))
-                    });
-                    assert!(
-                        !direct,
-                        "{} uses std's protocol atomics directly; import them from crate::sync",
-                        path.display()
-                    );
-                    checked += 1;
-                }
-            }
-        }
-        assert!(checked > 10, "only {checked} files found");
+/// A cell for data the protocols hand between threads by their atomics: loom's under
+/// `--cfg loom` (which reports any access not ordered by them), in a normal build a
+/// plain `UnsafeCell` with the same closure interface.
+#[cfg(loom)]
+pub use loom::cell::UnsafeCell;
+
+/// A cell for data the protocols hand between threads by their atomics: loom's under
+/// `--cfg loom` (which reports any access not ordered by them), in a normal build a
+/// plain `UnsafeCell` with the same closure interface.
+#[cfg(not(loom))]
+#[derive(Debug, Default)]
+pub struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    /// A cell holding `value`.
+    pub const fn new(value: T) -> UnsafeCell<T> {
+        UnsafeCell(std::cell::UnsafeCell::new(value))
+    }
+
+    /// Calls `f` with a pointer to the contents, for reading.
+    #[inline(always)]
+    pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    /// Calls `f` with a pointer to the contents, for writing.
+    #[inline(always)]
+    pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
     }
 }

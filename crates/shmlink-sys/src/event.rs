@@ -108,6 +108,15 @@ impl fmt::Debug for Interest {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Token(pub u64);
 
+// `Event::from_poll` keeps `poll`'s bits as they are: Linux gives them epoll's values.
+const _: () = assert!(
+    libc::POLLIN as i32 == libc::EPOLLIN
+        && libc::POLLOUT as i32 == libc::EPOLLOUT
+        && libc::POLLERR as i32 == libc::EPOLLERR
+        && libc::POLLHUP as i32 == libc::EPOLLHUP
+        && libc::POLLRDHUP as i32 == libc::EPOLLRDHUP
+);
+
 /// One readiness report from [`Epoll::wait`](crate::Epoll::wait).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Event {
@@ -118,6 +127,19 @@ pub struct Event {
 impl Event {
     pub(crate) fn from_epoll(token: Token, events: u32) -> Event {
         Event { token, events }
+    }
+
+    /// From `poll`'s `revents`, whose bits Linux defines equal to epoll's.
+    pub(crate) fn from_poll(token: Token, revents: libc::c_short) -> Event {
+        Event {
+            token,
+            events: revents as u16 as u32,
+        }
+    }
+
+    /// Anything at all was reported: readiness, an error or a hang-up.
+    pub fn is_ready(&self) -> bool {
+        self.events != 0
     }
 
     /// The token the descriptor was registered with.

@@ -34,7 +34,9 @@ use std::time::{Duration, Instant};
 
 pub mod dir;
 pub mod dirlock;
+pub mod errno;
 mod event;
+pub mod eventfd;
 pub mod file;
 pub mod memfd;
 pub mod pipe;
@@ -166,6 +168,66 @@ pub fn poll_fd_once(
     };
     // SAFETY: `pfd` is one valid pollfd that lives across the call.
     syscall!(poll(&mut pfd, 1, poll_timeout(deadline))).map(|_| pfd.revents != 0)
+}
+
+/// Waits on several descriptors at once, each for `interest`, until one is ready (or
+/// reports an error or hang-up) or `timeout` passes (`None`: forever; a timeout is kept to
+/// the nanosecond, `ppoll`). Returns one [`Event`] per descriptor, in order, its token the
+/// descriptor's index; all of them empty ([`Event::is_ready`] false) on timeout. One call:
+/// `EINTR` is returned as an `Interrupted` error, for the caller to look again.
+pub fn poll_many(
+    fds: &[BorrowedFd<'_>],
+    interest: Interest,
+    timeout: Option<Duration>,
+) -> io::Result<Vec<Event>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: interest.poll_events(),
+            revents: 0,
+        })
+        .collect();
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `pfds` is a valid array of pollfd of the length given, `ts_ptr` null or a
+    // live timespec; no signal mask.
+    syscall!(ppoll(
+        pfds.as_mut_ptr(),
+        pfds.len() as libc::nfds_t,
+        ts_ptr,
+        std::ptr::null()
+    ))?;
+    Ok(pfds
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Event::from_poll(Token(i as u64), p.revents))
+        .collect())
+}
+
+/// Waits once until `fd` is ready for `interest` (or reports an error or hang-up) or
+/// `timeout` passes, to the nanosecond: whether it became ready. An interrupted wait
+/// returns the `Interrupted` error; callers that only sleep until they look again may
+/// ignore every error.
+pub fn poll_for(fd: BorrowedFd<'_>, interest: Interest, timeout: Duration) -> io::Result<bool> {
+    Ok(poll_many(&[fd], interest, Some(timeout))?[0].is_ready())
+}
+
+/// Whether the page holding `addr` is resident in memory (`mincore`). An address this
+/// process has not mapped is an error (`ENOMEM`), not undefined behaviour.
+pub fn page_resident(addr: *const u8) -> io::Result<bool> {
+    let page = page_size();
+    let start = (addr as usize & !(page - 1)) as *mut libc::c_void;
+    let mut vec = [0u8; 1];
+    // SAFETY: the kernel checks that `start..start + page` is mapped (ENOMEM if not);
+    // `vec` has room for the one page's byte.
+    syscall!(mincore(start, page, vec.as_mut_ptr()))?;
+    Ok(vec[0] & 1 != 0)
 }
 
 /// The CPU the calling thread runs on (`u32::MAX - 1` if the kernel cannot tell).
@@ -417,6 +479,29 @@ mod tests {
             x = std::hint::black_box(x.wrapping_add(1));
         }
         assert!(cpu_time() > t0, "30 ms of spinning used no CPU time");
+    }
+
+    #[test]
+    fn poll_many_reports_each_descriptor_in_order() {
+        use std::os::fd::AsFd;
+        let (a, b) = socket::seqpacket_pair().unwrap();
+        let (c, d) = socket::seqpacket_pair().unwrap();
+        let short = Some(Duration::from_millis(5));
+        let none = poll_many(&[b.as_fd(), d.as_fd()], Interest::READABLE, short).unwrap();
+        assert!(none.iter().all(|e| !e.is_ready()), "nothing sent yet");
+        socket::send(c.as_fd(), b"x").unwrap();
+        let ev = poll_many(&[b.as_fd(), d.as_fd()], Interest::READABLE, None).unwrap();
+        assert!(!ev[0].is_ready() && ev[1].is_readable());
+        assert_eq!(ev[1].token(), Token(1));
+        drop(a);
+        assert!(poll_for(b.as_fd(), Interest::READABLE, Duration::from_secs(1)).unwrap());
+    }
+
+    #[test]
+    fn a_touched_page_is_resident_and_an_unmapped_one_an_error() {
+        let v = vec![1u8; 3 * page_size()];
+        assert!(page_resident(v[page_size()..].as_ptr()).unwrap());
+        assert!(page_resident(std::ptr::null()).is_err());
     }
 
     #[test]

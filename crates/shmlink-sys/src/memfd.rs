@@ -19,6 +19,34 @@ pub const SEAL_FUTURE_WRITE: libc::c_int = libc::F_SEAL_FUTURE_WRITE;
 /// after the creator's own writable mapping.
 pub const OWNER_SEALS: libc::c_int = SEALS | SEAL_FUTURE_WRITE;
 
+/// The seal that forbids every write, even through existing writable mappings (what a
+/// genuine segment never carries: tests add it to show the kernel refuses it).
+pub const SEAL_WRITE: libc::c_int = libc::F_SEAL_WRITE;
+
+/// Writes `buf` at `offset` of the file (`pwrite`): how many bytes the kernel took. A
+/// sealed segment refuses (`EPERM`): tests check that.
+pub fn write_at(fd: BorrowedFd<'_>, offset: u64, buf: &[u8]) -> io::Result<usize> {
+    let offset = libc::off_t::try_from(offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset out of range"))?;
+    // SAFETY: `buf` is readable for its length; the kernel only reads it.
+    let n = syscall!(pwrite(
+        fd.as_raw_fd(),
+        buf.as_ptr().cast(),
+        buf.len(),
+        offset
+    ))?;
+    Ok(n as usize)
+}
+
+/// Sets the file's size (`ftruncate`). A sealed segment refuses to shrink or grow.
+pub fn truncate(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
+    let len = libc::off_t::try_from(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "length out of range"))?;
+    // SAFETY: plain integer arguments on a descriptor the caller holds.
+    syscall!(ftruncate(fd.as_raw_fd(), len))?;
+    Ok(())
+}
+
 /// Creates an anonymous memfd of `size` bytes, zero-filled, and seals it.
 pub fn create_sealed(name: &str, size: usize) -> io::Result<OwnedFd> {
     let fd = create_unsealed(name, size)?;
@@ -317,6 +345,20 @@ impl Region {
     /// Start of the mapping (page-aligned).
     pub fn base(&self) -> NonNull<u8> {
         self.base
+    }
+
+    /// Asks the kernel to make the whole mapping writable (`mprotect`): refused
+    /// (`EACCES`) for a read-only mapping of a file sealed with [`SEAL_FUTURE_WRITE`],
+    /// which tests check.
+    pub fn make_writable(&self) -> io::Result<()> {
+        // SAFETY: base/len describe exactly our own live mapping; more permission on it
+        // invalidates no reference.
+        syscall!(mprotect(
+            self.base.as_ptr().cast(),
+            self.len,
+            libc::PROT_READ | libc::PROT_WRITE
+        ))?;
+        Ok(())
     }
 }
 

@@ -11,7 +11,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::Instant;
 
-use crate::{owned, poll_fd, syscall, Interest};
+use crate::{poll_fd, syscall, Interest};
 
 fn dontwait(blocking: bool) -> libc::c_int {
     if blocking {
@@ -251,34 +251,19 @@ pub struct EventFlag {
 impl EventFlag {
     /// A new, clear flag.
     pub fn new() -> io::Result<EventFlag> {
-        // SAFETY: no pointers; valid flags.
-        let fd = syscall!(eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))?;
-        // SAFETY: eventfd returned a fresh descriptor.
-        let fd = unsafe { owned(fd) };
-        Ok(EventFlag { fd })
+        Ok(EventFlag {
+            fd: crate::eventfd::create()?,
+        })
     }
 
     /// Sets the flag (the descriptor becomes readable).
     pub fn set(&self) -> io::Result<()> {
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: `one` is a readable 8-byte buffer, the size an eventfd write takes.
-        syscall!(write(self.fd.as_raw_fd(), one.as_ptr().cast(), one.len()))?;
-        Ok(())
+        crate::eventfd::ring(self.fd.as_fd())
     }
 
     /// Clears the flag.
     pub fn clear(&self) -> io::Result<()> {
-        let mut count = [0u8; 8];
-        // SAFETY: `count` is a writable 8-byte buffer, the size an eventfd read returns.
-        match syscall!(read(
-            self.fd.as_raw_fd(),
-            count.as_mut_ptr().cast(),
-            count.len()
-        )) {
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-            Err(e) => Err(e),
-        }
+        crate::eventfd::drain(self.fd.as_fd()).map(drop)
     }
 
     /// The descriptor.

@@ -232,7 +232,7 @@ mod tests {
     fn io_errors_keep_their_kind_and_context() {
         let e = Error::io(
             "connect shm:x",
-            io::Error::from_raw_os_error(libc::ECONNREFUSED),
+            io::Error::from_raw_os_error(crate::sys::errno::ECONNREFUSED),
         );
         assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
         assert!(e.to_string().starts_with("connect shm:x: "));

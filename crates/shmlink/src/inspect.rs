@@ -238,7 +238,7 @@ fn ask(path: PathBuf, deadline: Instant) -> Asked {
                 io::ErrorKind::PermissionDenied => SocketState::PermissionDenied(e.to_string()),
                 // Its backlog stayed full: someone listens, and does not accept.
                 io::ErrorKind::TimedOut => SocketState::NotAnswering,
-                _ if e.raw_os_error() == Some(libc::EPROTOTYPE) => {
+                _ if e.raw_os_error() == Some(crate::sys::errno::EPROTOTYPE) => {
                     SocketState::Failed("not a shmlink socket (not SOCK_SEQPACKET)".to_string())
                 }
                 _ => SocketState::Failed(format!("connect: {e}")),

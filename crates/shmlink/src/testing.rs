@@ -264,26 +264,12 @@ pub fn attack_read_only(fd: BorrowedFd<'_>, len: usize) -> Vec<(&'static str, io
     };
     let mut out = Vec::new();
     out.push(("mmap read-write", Region::map(fd, len, true).map(drop)));
-    let mprotect = Region::map(fd, len, false).and_then(|ro| {
-        // SAFETY: asks to change the protection of our own mapping, which stays mapped
-        // (and unused) for the call.
-        let r = unsafe {
-            libc::mprotect(
-                ro.base().as_ptr().cast(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-            )
-        };
-        check(r == 0)
-    });
+    let mprotect = Region::map(fd, len, false).and_then(|ro| ro.make_writable());
     out.push(("mprotect read-only mapping to read-write", mprotect));
-    // SAFETY: writes 8 bytes from a local buffer at offset 128 of the file.
-    let w = unsafe { libc::pwrite(fd.as_raw_fd(), [0xffu8; 8].as_ptr().cast(), 8, 128) };
-    out.push(("pwrite", check(w == 8)));
-    // SAFETY: plain integer arguments on a descriptor we hold.
-    let t = unsafe { libc::ftruncate(fd.as_raw_fd(), 4096) };
-    out.push(("ftruncate", check(t == 0)));
-    out.push(("add F_SEAL_WRITE", memfd::add_seals(fd, libc::F_SEAL_WRITE)));
+    let w = memfd::write_at(fd, 128, &[0xffu8; 8]);
+    out.push(("pwrite", w.and_then(|n| check(n == 8))));
+    out.push(("ftruncate", memfd::truncate(fd, 4096)));
+    out.push(("add F_SEAL_WRITE", memfd::add_seals(fd, memfd::SEAL_WRITE)));
     // Reopening through /proc gives a new open file on the same sealed inode.
     let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
     let reopen = std::fs::OpenOptions::new()
@@ -360,7 +346,7 @@ pub fn segment_memfd_with(
     server: bool,
     ring_size: usize,
     pokes: &[(usize, u64)],
-    seals: libc::c_int,
+    seals: std::ffi::c_int,
 ) -> Result<OwnedFd> {
     let side = if server { Side::Server } else { Side::Client };
     let (half, fd) = Half::create_unsealed(side, ring_size)?;
@@ -691,43 +677,20 @@ impl HostileSubscriber {
             "mmap read-write",
             Region::map(fd, self.topic_len, true).map(drop),
         ));
-        let mprotect = Region::map(fd, self.topic_len, false).and_then(|ro| {
-            // SAFETY: asks to change the protection of our own mapping, which stays
-            // mapped (and unused) for the call.
-            let r = unsafe {
-                libc::mprotect(
-                    ro.base().as_ptr().cast(),
-                    self.topic_len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                )
-            };
-            if r == 0 {
-                Ok(())
-            } else {
-                Err(io::Error::last_os_error())
-            }
-        });
+        let mprotect = Region::map(fd, self.topic_len, false).and_then(|ro| ro.make_writable());
         out.push(("mprotect read-only mapping to read-write", mprotect));
-        // SAFETY: writes 8 bytes from a local buffer at offset 4096 of the file.
-        let w = unsafe { libc::pwrite(fd.as_raw_fd(), [0xffu8; 8].as_ptr().cast(), 8, 4096) };
+        let w = memfd::write_at(fd, 4096, &[0xffu8; 8]);
         out.push((
             "pwrite",
-            if w == 8 {
-                Ok(())
-            } else {
-                Err(io::Error::last_os_error())
-            },
+            w.and_then(|n| {
+                if n == 8 {
+                    Ok(())
+                } else {
+                    Err(io::Error::new(io::ErrorKind::WriteZero, "short write"))
+                }
+            }),
         ));
-        // SAFETY: plain integer arguments on a descriptor we hold.
-        let t = unsafe { libc::ftruncate(fd.as_raw_fd(), 4096) };
-        out.push((
-            "ftruncate",
-            if t == 0 {
-                Ok(())
-            } else {
-                Err(io::Error::last_os_error())
-            },
-        ));
+        out.push(("ftruncate", memfd::truncate(fd, 4096)));
         // Reopening through /proc gives a new open file on the same sealed inode.
         let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
         let reopen = std::fs::OpenOptions::new()

@@ -1069,3 +1069,51 @@ fn no_plain_copies_from_shared_memory() {
         found.join("\n")
     );
 }
+
+/// Every atomic type and fence in the library and the ring crate comes from the one shim,
+/// `shmlink_ring::sync` (the library's `crate::sync`), so that the loom build replaces
+/// all of them: no `std::sync::atomic` or `core::sync::atomic` path in code, whatever
+/// the type (`AtomicU8`, `AtomicBool` and `AtomicUsize` as much as `AtomicU64` or
+/// `fence`), and whatever the import's shape, outside the shim itself.
+#[test]
+fn atomics_come_only_from_the_sync_shim() {
+    let ring = src_dir().join("../../shmlink-ring/src");
+    let shim = ring.join("sync.rs");
+    assert!(shim.is_file(), "the shim at {}", shim.display());
+    let mut stack = vec![src_dir(), ring];
+    let (mut checked, mut bad) = (0, Vec::new());
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension() != Some("rs".as_ref()) || path == shim {
+                continue;
+            }
+            let code = strip(&std::fs::read_to_string(&path).unwrap());
+            // Whitespace out, loom's own atomics (the loom models' helpers) aside.
+            let flat: String = code.split_whitespace().collect();
+            let flat = flat.replace("loom::sync::atomic", "");
+            if flat.contains("sync::atomic") {
+                bad.push(format!("{}: sync::atomic", path.display()));
+            }
+            let mut rest = flat.as_str();
+            while let Some(i) = rest.find("sync::{") {
+                rest = &rest[i + "sync::{".len()..];
+                let group = &rest[..rest.find('}').unwrap_or(rest.len())];
+                if group.split(',').any(|item| item.starts_with("atomic")) {
+                    bad.push(format!("{}: sync::{{atomic…}}", path.display()));
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 50, "only {checked} files found");
+    assert!(
+        bad.is_empty(),
+        "atomics taken around the shim (import them from crate::sync / shmlink_ring::sync):\n{}",
+        bad.join("\n")
+    );
+}

@@ -102,7 +102,7 @@ fn seal_topic(fd: BorrowedFd<'_>, allow_writable: bool) -> Result<()> {
     #[cfg(not(test))]
     let unsupported = false;
     let future_write = if unsupported {
-        Err(io::Error::from_raw_os_error(libc::EINVAL))
+        Err(io::Error::from_raw_os_error(crate::sys::errno::EINVAL))
     } else {
         memfd::add_seals(fd, memfd::OWNER_SEALS)
     };

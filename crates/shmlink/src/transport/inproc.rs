@@ -7,26 +7,21 @@
 //! both ends of the connection itself and leaves the listener's end in the inbox, whose
 //! eventfd sits in the listener's epoll set. No memfd, no socket, no handshake packets.
 //!
-//! Each direction is a [`Pipe`]: a single-producer single-consumer ring of message slots
-//! (each a `Vec<u8>` kept between messages, so a steady stream allocates nothing), with
-//! flow control in bytes (at most the smaller of both sides' ring sizes in flight, or one
-//! messages of any size when fewer are in flight, so that one is written while the other is read). A side that must wait spins and yields
-//! per its wait policy, then announces itself in its own `wait` bits and parks its thread
-//! (blocking mode) or returns `WouldBlock` with its eventfd armed (non-blocking mode). The
-//! other side publishes its progress with a sequentially consistent read-modify-write and
-//! then reads those bits: whichever comes second sees the other (no lost wake-up), and a
-//! wake-up costs a system call only when the other side is known to sleep. The waker
-//! clears the bits it acts on, so each announcement brings at most one wake-up.
+//! Each direction is a [`Pipe`] of `shmlink_ring::pipe`, the lock-free part (message slots,
+//! flow control in bytes, the wake-up bits and the no-lost-wake-up argument, with its
+//! loom model): at most the smaller of both sides' ring sizes in flight, or two messages
+//! of any size. This module is how a side waits: it spins and yields per its wait
+//! policy, then announces itself in its own [`Waiters`] and parks its thread (blocking
+//! mode) or returns `WouldBlock` with its eventfd armed (non-blocking mode); the other
+//! side, after its progress, unparks it or sets its eventfd for the bits it announced.
 
-use std::cell::UnsafeCell;
 use std::collections::{HashMap, VecDeque};
 use std::mem;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::AtomicU8;
-
-use crate::sync::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::{self, Thread, ThreadId};
+
+use shmlink_ring::pipe::{End, Pipe, Rx, Tx, Waiters};
 
 use crate::error::{Error, Result};
 use crate::notify::spin_then_yield;
@@ -36,125 +31,24 @@ use crate::transport::ConnOps;
 use crate::view::SharedBytes;
 
 /// Wait bits a side sets in its own [`Side::wait`]: what it waits for and how to wake it.
-const DATA_PARK: u8 = 1;
-const ROOM_PARK: u8 = 2;
-const DATA_FD: u8 = 4;
-const ROOM_FD: u8 = 8;
-const DATA: u8 = DATA_PARK | DATA_FD;
-const ROOM: u8 = ROOM_PARK | ROOM_FD;
+const DATA_PARK: u8 = Waiters::DATA_PARK;
+const ROOM_PARK: u8 = Waiters::ROOM_PARK;
+const DATA_FD: u8 = Waiters::DATA_FD;
+const ROOM_FD: u8 = Waiters::ROOM_FD;
+const DATA: u8 = Waiters::DATA;
+const ROOM: u8 = Waiters::ROOM;
 
 /// [`Side::end`]: the side is live, closed gracefully, or dropped without closing.
-const LIVE: u8 = 0;
-const CLOSED: u8 = 1;
-const RESET: u8 = 2;
-
-/// Slots per pipe: one per this many bytes of the ring size, within the bounds below.
-const BYTES_PER_SLOT: usize = 256;
-const MIN_SLOTS: usize = 16;
-const MAX_SLOTS: usize = 1024;
-/// A consumed message's buffer stays in its slot up to this capacity, or four times the
-/// ring's bytes per slot if more; a larger one goes to the pipe's free list (a mutex:
-/// worth it only where the copy dwarfs it), whose top is the warmest.
-const MIN_KEEP: usize = 2048;
-
-/// Keeps what it holds on a cache line (pair) of its own.
-#[repr(align(128))]
-struct Padded<T>(T);
-
-/// One direction: a ring of message slots.
-struct Pipe {
-    slots: Box<[UnsafeCell<Vec<u8>>]>,
-    mask: u64,
-    /// Bytes that may be in flight; besides, two messages of any size may always be
-    /// (so that one is written while the other is read).
-    cap: u64,
-    /// Messages published (the producer's position).
-    tail: Padded<AtomicU64>,
-    /// Messages consumed and their bytes (the consumer's position).
-    head: Padded<Consumed>,
-    /// Capacity a slot keeps after its message is consumed.
-    keep: usize,
-    /// Large buffers of consumed messages, for the next large ones (last in, first out:
-    /// the warmest first), at most `cap` bytes of them (or two buffers).
-    free: Mutex<FreeList>,
-}
-
-/// A pipe's kept buffers and their total capacity.
-#[derive(Default)]
-struct FreeList {
-    bufs: Vec<Vec<u8>>,
-    bytes: usize,
-}
-
-struct Consumed {
-    msgs: AtomicU64,
-    bytes: AtomicU64,
-}
-
-// SAFETY: slot `i` is touched only by the producer while `head <= i < head + slots`
-// does not hold for it as a published message, and only by the consumer between the
-// producer's publication of it (`tail`, release) and the consumer's release of it
-// (`head`, release): the positions hand each slot from one thread to the other.
-unsafe impl Sync for Pipe {}
-
-impl Pipe {
-    fn new(ring: usize) -> Pipe {
-        let n = (ring / BYTES_PER_SLOT)
-            .clamp(MIN_SLOTS, MAX_SLOTS)
-            .next_power_of_two();
-        Pipe {
-            slots: (0..n).map(|_| UnsafeCell::new(Vec::new())).collect(),
-            mask: n as u64 - 1,
-            cap: ring as u64,
-            keep: (4 * ring / n).max(MIN_KEEP),
-            free: Mutex::new(FreeList::default()),
-            tail: Padded(AtomicU64::new(0)),
-            head: Padded(Consumed {
-                msgs: AtomicU64::new(0),
-                bytes: AtomicU64::new(0),
-            }),
-        }
-    }
-
-    /// Keeps the buffer of a consumed message for a later one.
-    fn give(&self, buf: Vec<u8>) {
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        if free.bufs.len() < 2 || (free.bytes + buf.capacity()) as u64 <= self.cap {
-            free.bytes += buf.capacity();
-            free.bufs.push(buf);
-        }
-    }
-
-    /// A kept buffer for a message of `len` bytes: the warmest that is large enough
-    /// (looking at the last few only: the list is a stack, its top the warmest).
-    fn take(&self, len: usize) -> Option<Vec<u8>> {
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        let n = free.bufs.len();
-        let i = (n.saturating_sub(4)..n)
-            .rev()
-            .find(|&i| free.bufs[i].capacity() >= len)?;
-        let buf = free.bufs.remove(i);
-        free.bytes -= buf.capacity();
-        Some(buf)
-    }
-
-    /// The slot of message `pos`.
-    ///
-    /// # Safety
-    /// The caller owns that slot now (see the `Sync` impl).
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn slot(&self, pos: u64) -> &mut Vec<u8> {
-        // SAFETY: the caller owns the slot; the index is masked into the array.
-        unsafe { &mut *self.slots[(pos & self.mask) as usize].get() }
-    }
-}
+const LIVE: u8 = End::LIVE;
+const CLOSED: u8 = End::CLOSED;
+const RESET: u8 = End::RESET;
 
 /// What one end shares with the other: how it waits and whether it is still there.
 struct Side {
     /// What this side waits for (`DATA_*`, `ROOM_*`); set by it, cleared by the waker.
-    wait: Padded<AtomicU8>,
+    wait: Waiters,
     /// [`LIVE`], [`CLOSED`] or [`RESET`].
-    end: AtomicU8,
+    end: End,
     /// The thread to unpark for `*_PARK`.
     thread: Mutex<Option<Thread>>,
     /// This side's fd: readable when a non-blocking call is worth making again.
@@ -166,8 +60,8 @@ impl Side {
         Ok(Side {
             // A new end starts announced for data on its fd, like a new `shm:` consumer:
             // an event loop may watch the fd before its first receive.
-            wait: Padded(AtomicU8::new(DATA_FD)),
-            end: AtomicU8::new(LIVE),
+            wait: Waiters::new(DATA_FD),
+            end: End::new(),
             thread: Mutex::new(None),
             flag: EventFlag::new().map_err(|e| Error::io("eventfd", e))?,
         })
@@ -180,18 +74,18 @@ impl Side {
     }
 
     /// Wakes this side for the `bits` it waits on, if it does (the caller published its
-    /// progress with a sequentially consistent operation before).
+    /// progress with `Tx::publish` or `Rx::consume` before).
     #[inline(always)]
     fn wake(&self, bits: u8) {
-        if self.wait.0.load(Ordering::SeqCst) & bits != 0 {
-            self.wake_slow(bits);
+        let hit = self.wait.take(bits);
+        if hit != 0 {
+            self.wake_slow(hit);
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn wake_slow(&self, bits: u8) {
-        let hit = self.wait.0.fetch_and(!bits, Ordering::SeqCst) & bits;
+    fn wake_slow(&self, hit: u8) {
         if hit & (DATA_PARK | ROOM_PARK) != 0 {
             self.unpark();
         }
@@ -223,14 +117,9 @@ pub(crate) struct InprocConn {
     shared: Arc<Shared>,
     me: usize,
     /// Our producer position and what we last read of the consumer's.
-    tail: u64,
-    sent_bytes: u64,
-    seen_head: u64,
-    seen_consumed: u64,
+    tx: Tx,
     /// Our consumer position and what we last read of the producer's.
-    head: u64,
-    consumed: u64,
-    seen_tail: u64,
+    rx: Rx,
     current: Current,
     /// Bytes reserved in the slot at `tail`.
     reserved: Option<usize>,
@@ -250,12 +139,12 @@ pub(crate) struct InprocConn {
 
 impl InprocConn {
     #[inline(always)]
-    fn tx(&self) -> &Pipe {
+    fn tx_pipe(&self) -> &Pipe {
         &self.shared.pipes[self.me]
     }
 
     #[inline(always)]
-    fn rx(&self) -> &Pipe {
+    fn rx_pipe(&self) -> &Pipe {
         &self.shared.pipes[1 - self.me]
     }
 
@@ -276,37 +165,17 @@ impl InprocConn {
         ))
     }
 
-    /// Whether a message of `len` bytes fits, with what we last read of the consumer.
-    #[inline(always)]
-    fn fits(&self, len: usize) -> bool {
-        let pipe = self.tx();
-        let in_flight = self.sent_bytes - self.seen_consumed;
-        let msgs = self.tail - self.seen_head;
-        msgs <= pipe.mask && (msgs < 2 || in_flight + len as u64 <= pipe.cap)
-    }
-
-    /// Whether a message of `len` bytes fits, reading the consumer's position again.
+    /// Whether a message of `len` bytes fits, reading the consumer's position again if
+    /// needed.
     #[inline]
     fn has_room(&mut self, len: usize) -> bool {
-        if self.fits(len) {
-            return true;
-        }
-        let h = &self.tx().head.0;
-        let msgs = h.msgs.load(Ordering::SeqCst);
-        let bytes = h.bytes.load(Ordering::Acquire);
-        self.seen_head = msgs;
-        self.seen_consumed = bytes;
-        self.fits(len)
+        self.tx.has_room(&self.shared.pipes[self.me], len)
     }
 
     /// Whether a message waits, reading the producer's position again if needed.
     #[inline]
     fn has_data(&mut self) -> bool {
-        if self.seen_tail != self.head {
-            return true;
-        }
-        self.seen_tail = self.rx().tail.0.load(Ordering::SeqCst);
-        self.seen_tail != self.head
+        self.rx.has_data(&self.shared.pipes[1 - self.me])
     }
 
     /// Registers the calling thread as the one to unpark (only when it changed).
@@ -320,11 +189,11 @@ impl InprocConn {
 
     /// Announces `bit` in our wait bits; `ready` then re-checks the condition.
     fn announce(&self, bit: u8) {
-        self.own().wait.0.fetch_or(bit, Ordering::SeqCst);
+        self.own().wait.announce(bit);
     }
 
     fn retract(&self, bit: u8) {
-        self.own().wait.0.fetch_and(!bit, Ordering::SeqCst);
+        self.own().wait.retract(bit);
     }
 
     /// A non-blocking call's wait for `bit` (`DATA_FD` or `ROOM_FD`): clears the fd of
@@ -351,7 +220,8 @@ impl InprocConn {
         } else {
             self.rx_waiting && self.has_data()
         };
-        if other_ready || self.peer().end.load(Ordering::SeqCst) != LIVE {
+        // A gone peer keeps our fd readable (`End::load`).
+        if other_ready || self.peer().end.load() != LIVE {
             self.own().signal();
         }
         ready
@@ -362,7 +232,9 @@ impl InprocConn {
         self.register_thread();
         loop {
             self.announce(bit);
-            if ready(self) || self.peer().end.load(Ordering::SeqCst) != LIVE {
+            // After our `announce`: `finish` sets the end, then clears every bit and
+            // unparks (`End::load`).
+            if ready(self) || self.peer().end.load() != LIVE {
                 self.retract(bit);
                 return;
             }
@@ -384,7 +256,7 @@ impl InprocConn {
     #[cold]
     #[inline(never)]
     fn wait_room(&mut self, len: usize, blocking: bool) -> Result<bool> {
-        if self.peer().end.load(Ordering::Acquire) != LIVE {
+        if self.peer().end.load_acquire() != LIVE {
             return Err(self.peer_gone());
         }
         if !blocking {
@@ -407,45 +279,26 @@ impl InprocConn {
         Err(self.peer_gone())
     }
 
-    /// Publishes the message in the slot at `tail` (`len` bytes).
+    /// Publishes the message in the slot at `tail` (`len` bytes) and wakes the peer if it
+    /// waits for data.
     #[inline(always)]
     fn publish(&mut self, len: usize) {
-        self.tail += 1;
-        self.sent_bytes += len as u64;
-        self.tx().tail.0.swap(self.tail, Ordering::SeqCst);
+        self.tx.publish(&self.shared.pipes[self.me], len);
         self.peer().wake(DATA);
     }
 
-    /// The slot at `tail`, for a message of `len` bytes: its own buffer, or a kept one
-    /// if that is too small (so a stream of large messages reuses a few warm buffers
-    /// instead of allocating, and faulting in, one per message).
+    /// The slot at `tail`, for a message of `len` bytes (`Tx::slot`).
     #[inline(always)]
     fn tx_slot(&mut self, len: usize) -> &mut Vec<u8> {
-        let pipe = self.tx();
-        // SAFETY: `room` said the slot at `tail` is free: ours until `publish`.
-        let v = unsafe { pipe.slot(self.tail) };
-        if v.capacity() < len && len > pipe.keep {
-            if let Some(buf) = pipe.take(len) {
-                *v = buf;
-            }
-        }
-        v
+        // SAFETY: `room` said the slot at `tail` is free: ours until `publish`, and
+        // `&mut self` makes this the only reference to it.
+        unsafe { self.tx.slot(&self.shared.pipes[self.me], len) }
     }
 
-    /// Consumes the message at `head`.
+    /// Consumes the message at `head` and wakes the peer if it waits for room.
     #[inline(always)]
     fn consume(&mut self, len: usize) {
-        let pipe = self.rx();
-        // SAFETY: the slot at `head` holds a published message: ours until `head` moves.
-        let v = unsafe { pipe.slot(self.head) };
-        if v.capacity() > pipe.keep {
-            pipe.give(mem::take(v));
-        }
-        self.head += 1;
-        self.consumed += len as u64;
-        let h = &self.rx().head.0;
-        h.bytes.store(self.consumed, Ordering::Release);
-        h.msgs.swap(self.head, Ordering::SeqCst);
+        self.rx.consume(&self.shared.pipes[1 - self.me], len);
         self.peer().wake(ROOM);
     }
 
@@ -453,7 +306,7 @@ impl InprocConn {
     #[inline(always)]
     fn head_len(&self) -> usize {
         // SAFETY: published and not consumed: ours to read.
-        unsafe { self.rx().slot(self.head).len() }
+        unsafe { self.rx.current(self.rx_pipe()).len() }
     }
 
     #[cold]
@@ -461,7 +314,7 @@ impl InprocConn {
     fn wait_data(&mut self, blocking: bool) -> Result<usize> {
         loop {
             // The end first: seeing it guarantees seeing every message before it.
-            let end = self.peer().end.load(Ordering::SeqCst);
+            let end = self.peer().end.load();
             if self.has_data() {
                 self.rx_waiting = false;
                 return Ok(self.head_len());
@@ -472,8 +325,7 @@ impl InprocConn {
                 _ => return Err(self.peer_gone()),
             }
             if !blocking {
-                if self.nonblocking_wait(DATA_FD) || self.peer().end.load(Ordering::SeqCst) != LIVE
-                {
+                if self.nonblocking_wait(DATA_FD) || self.peer().end.load() != LIVE {
                     continue;
                 }
                 self.rx_waiting = true;
@@ -488,9 +340,10 @@ impl InprocConn {
 
     /// Marks our end and wakes the peer whatever it waits for (its fd stays readable).
     fn finish(&mut self, how: u8) {
-        self.own().end.store(how, Ordering::SeqCst);
+        // After our last `publish`: the peer sees every message before the end.
+        self.own().end.set(how);
         let peer = self.peer();
-        peer.wait.0.fetch_and(0, Ordering::SeqCst);
+        peer.wait.take_all();
         peer.unpark();
         peer.signal();
     }
@@ -529,7 +382,7 @@ impl ConnOps for InprocConn {
     fn reserved(&self) -> &[u8] {
         match self.reserved {
             // SAFETY: `reserve` made the slot at `tail` ours and `n` bytes long.
-            Some(n) => unsafe { &self.tx().slot(self.tail)[..n] },
+            Some(n) => unsafe { &self.tx.reserved(self.tx_pipe())[..n] },
             None => &[],
         }
     }
@@ -538,7 +391,7 @@ impl ConnOps for InprocConn {
     fn reserved_mut(&mut self) -> &mut [u8] {
         match self.reserved {
             // SAFETY: as in `reserved`; `&mut self` makes this the only reference.
-            Some(n) => unsafe { &mut self.tx().slot(self.tail)[..n] },
+            Some(n) => unsafe { &mut self.tx.reserved(&self.shared.pipes[self.me])[..n] },
             None => &mut [],
         }
     }
@@ -576,7 +429,7 @@ impl ConnOps for InprocConn {
         match self.current {
             // SAFETY: the current message is published and not consumed: ours to read
             // until `release`, which takes `&mut self`.
-            Some(_) => SharedBytes::local(unsafe { self.rx().slot(self.head) }),
+            Some(_) => SharedBytes::local(unsafe { self.rx.current(self.rx_pipe()) }),
             None => SharedBytes::local(&[]),
         }
     }
@@ -592,7 +445,7 @@ impl ConnOps for InprocConn {
         match self.current.take() {
             Some(n) => {
                 // SAFETY: as in `current`; the slot gets an empty buffer back.
-                let v = mem::take(unsafe { self.rx().slot(self.head) });
+                let v = mem::take(unsafe { self.rx.current(self.rx_pipe()) });
                 self.consume(n);
                 v
             }
@@ -657,13 +510,8 @@ fn pair(addr: &str, client: &Options, server: &Options) -> Result<(InprocConn, I
     let end = |me, wait| InprocConn {
         shared: shared.clone(),
         me,
-        tail: 0,
-        sent_bytes: 0,
-        seen_head: 0,
-        seen_consumed: 0,
-        head: 0,
-        consumed: 0,
-        seen_tail: 0,
+        tx: Tx::default(),
+        rx: Rx::default(),
         current: None,
         reserved: None,
         tx_waiting: false,

@@ -341,10 +341,10 @@ impl Acceptor for UxAcceptor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::{AtomicUsize, Ordering};
     use crate::sys::stream::Ready;
     use crate::transport::framed::conformance::{self, soon, RawPeer, PATIENCE};
     use crate::Listener;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::thread;
 
     fn unique() -> String {

@@ -2,9 +2,9 @@
 //! queue a non-blocking send leaves), receiving through the [`Wire`], the readiness of its
 //! epoll set, and the close that never blocks (see the [parent module](super)).
 
+use crate::sync::{AtomicUsize, Ordering};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use super::{recycle, Frame, Incoming, Link, Wire};

@@ -425,13 +425,7 @@ mod tests {
 
     /// Whether the page holding `addr` is resident (`mincore`).
     fn resident(addr: *const u8) -> bool {
-        let page = page_size();
-        let start = (addr as usize & !(page - 1)) as *mut libc::c_void;
-        let mut vec = [0u8; 1];
-        // SAFETY: one page of a live mapping of ours, and a one-byte result vector.
-        let r = unsafe { libc::mincore(start, page, vec.as_mut_ptr()) };
-        assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
-        vec[0] & 1 != 0
+        crate::sys::page_resident(addr).expect("mincore")
     }
 
     #[test]

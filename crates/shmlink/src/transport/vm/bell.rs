@@ -50,16 +50,16 @@
 use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use crate::sys::stream::EventFlag;
+use crate::sys::Interest;
 
 use super::file::Policy;
 
@@ -79,28 +79,16 @@ pub const MAX_VECTORS: u32 = 64;
 /// How long the server waits for a peer to take a message before dropping it.
 const SEND_TIMEOUT: Duration = Duration::from_secs(1);
 
-fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: plain syscall; a valid result is a new descriptor we own.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
+use crate::sys::eventfd::create as eventfd;
 
 /// Writes 1 to an eventfd (a ring). Errors are ignored: a full counter is still set.
 fn ring_fd(fd: BorrowedFd<'_>) {
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from a live u64.
-    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    let _ = crate::sys::eventfd::ring(fd);
 }
 
 /// Reads an eventfd's counter (non-blocking): whether it was set.
 fn drain_fd(fd: BorrowedFd<'_>) -> bool {
-    let mut v: u64 = 0;
-    // SAFETY: reads 8 bytes into a live u64.
-    unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) == 8 }
+    crate::sys::eventfd::drain(fd).is_ok_and(|n| n > 0)
 }
 
 /// Sends one protocol message (with at most one descriptor), waiting at most
@@ -122,23 +110,16 @@ fn send_msg(sock: BorrowedFd<'_>, v: i64, fd: Option<RawFd>) -> io::Result<()> {
                         "the peer takes no messages",
                     ));
                 }
-                poll_one(sock, libc::POLLOUT, Duration::from_millis(10));
+                poll_one(sock, Interest::WRITABLE, Duration::from_millis(10));
             }
             Err(e) => return Err(e),
         }
     }
 }
 
-/// Waits until `fd` has `events` or `timeout` passes.
-fn poll_one(fd: BorrowedFd<'_>, events: libc::c_short, timeout: Duration) -> bool {
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    let n = unsafe { libc::poll(&mut p, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
-    n > 0
+/// Waits until `fd` is ready for `interest` or `timeout` passes.
+fn poll_one(fd: BorrowedFd<'_>, interest: Interest, timeout: Duration) -> bool {
+    crate::sys::poll_for(fd, interest, timeout).unwrap_or(false)
 }
 
 /// Reads protocol messages from a stream socket: whole 8-byte messages, each with the
@@ -350,6 +331,8 @@ impl VmHost {
     /// Serves until `stop` is set (checked at least every 100 ms), reporting each event
     /// to `log`.
     pub fn serve(&mut self, stop: &AtomicBool, mut log: impl FnMut(&HostEvent)) -> Result<()> {
+        // SYNC POINT (host stop): Relaxed: the caller's stop flag orders no data; its store
+        // is the other half, seen within one step.
         while !stop.load(Ordering::Relaxed) {
             for e in self.step(Duration::from_millis(100))? {
                 log(&e);
@@ -361,34 +344,19 @@ impl VmHost {
     /// Waits up to `timeout` for something to do and does it: accepts new peers,
     /// notices departures and misbehaving peers.
     pub fn step(&mut self, timeout: Duration) -> Result<Vec<HostEvent>> {
-        let mut fds: Vec<libc::pollfd> = std::iter::once(self.listener.as_raw_fd())
-            .chain(self.peers.iter().map(|p| p.sock.as_raw_fd()))
-            .map(|fd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            })
+        let watched: Vec<BorrowedFd<'_>> = std::iter::once(self.listener.as_fd())
+            .chain(self.peers.iter().map(|p| p.sock.as_fd()))
             .collect();
-        // SAFETY: `fds` is a valid array of pollfd of the length given.
-        let n = unsafe {
-            libc::poll(
-                fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
-                timeout.as_millis().min(i32::MAX as u128) as i32,
-            )
-        };
         let mut events = Vec::new();
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                return Ok(events);
-            }
-            return Err(Error::io("vm-host: poll", e));
-        }
+        let fds = match crate::sys::poll_many(&watched, Interest::READABLE, Some(timeout)) {
+            Ok(fds) => fds,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(events),
+            Err(e) => return Err(Error::io("vm-host: poll", e)),
+        };
         // Peers first (their indexes are those of this poll), then new ones.
         let mut gone: Vec<(u16, Option<String>)> = Vec::new();
         for (i, p) in fds.iter().enumerate().skip(1) {
-            if p.revents == 0 {
+            if !p.is_ready() {
                 continue;
             }
             let peer = &self.peers[i - 1];
@@ -410,7 +378,7 @@ impl VmHost {
                     ));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if p.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+                    if p.is_read_closed() || p.is_error() {
                         gone.push((peer.id, None));
                     }
                 }
@@ -425,7 +393,7 @@ impl VmHost {
                 Some(w) => HostEvent::Dropped(id, w),
             });
         }
-        if fds[0].revents != 0 {
+        if fds[0].is_ready() {
             loop {
                 match self.listener.accept() {
                     Ok((sock, _)) => self.admit(sock, &mut events),
@@ -575,7 +543,7 @@ enum Kind {
     /// A guest: the Doorbell register of BAR0, mapped through sysfs; and MSI-X vector 0
     /// as an eventfd if this process owns the device through VFIO.
     Guest {
-        regs: *mut u32,
+        regs: crate::sys::memfd::Region,
         irq: Option<crate::sys::vfio::MsixIrq>,
     },
 }
@@ -589,12 +557,8 @@ pub(crate) struct Bell {
     wakes: AtomicU64,
 }
 
-// SAFETY: `regs` points at a shared device mapping that lives as long as the bell (never
-// unmapped: bells live for the process) and is only written with volatile stores.
-unsafe impl Send for Bell {}
-// SAFETY: as above; every other field is Sync.
-unsafe impl Sync for Bell {}
-
+/// Bytes of BAR0 (ivshmem's registers) that a guest maps.
+const REGS_LEN: usize = 256;
 /// Byte offsets of the ivshmem registers in BAR0.
 const IV_POSITION: usize = 8;
 const DOORBELL: usize = 12;
@@ -602,6 +566,8 @@ const DOORBELL: usize = 12;
 impl Bell {
     /// Our bell word for a slot.
     pub(crate) fn word(&self) -> u32 {
+        // SYNC POINT (bell alive): Acquire pairs with the Release stores of `false` in
+        // `run`/`run_guest`: a dead bell is never offered in a new slot's bell word.
         if !self.alive.load(Ordering::Acquire) {
             return 0;
         }
@@ -616,12 +582,15 @@ impl Bell {
     pub(crate) fn can_be_rung(&self) -> bool {
         matches!(
             self.kind,
-            Kind::Host { .. } | Kind::Guest { irq: Some(_), .. }
+            Kind::Host { .. } | Kind::Guest { irq: Some(_), .. } // SYNC POINT (bell alive): Acquire pairs with the Release stores of `false` in
+                                                                 // `run`/`run_guest`, as in `word`.
         ) && self.alive.load(Ordering::Acquire)
     }
 
     /// Rings peer `id` on vector 0.
     pub(crate) fn ring(&self, id: u16) {
+        // SYNC POINT (bell alive): Relaxed: a ring of a bell that just died is only a
+        // spurious wake-up; the Release stores in `run`/`run_guest` are the other half.
         if !self.alive.load(Ordering::Relaxed) {
             return;
         }
@@ -632,12 +601,18 @@ impl Bell {
                     ring_fd(f);
                 }
             }
-            // SAFETY: DOORBELL is inside the mapped BAR0 (checked at mapping); a device
-            // register is written with one volatile 32-bit store.
+            // SAFETY: DOORBELL is inside the mapped BAR0 (REGS_LEN bytes, mapped as long
+            // as the bell lives); a device register is written with one volatile 32-bit
+            // store.
             Kind::Guest { regs, .. } => unsafe {
-                regs.add(DOORBELL / 4).write_volatile((id as u32) << 16)
+                regs.base()
+                    .cast::<u32>()
+                    .add(DOORBELL / 4)
+                    .write_volatile((id as u32) << 16)
             },
         }
+        // SYNC POINT (bell counters): Relaxed: a statistic; `stats` reads it, no data
+        // depends on it.
         self.rings.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -646,6 +621,8 @@ impl Bell {
         BellStats {
             id: self.id,
             can_be_rung: self.can_be_rung(),
+            // SYNC POINT (bell counters): Relaxed loads of the statistics `ring` and the
+            // doorbell threads add to.
             rings: self.rings.load(Ordering::Relaxed),
             wakes: self.wakes.load(Ordering::Relaxed),
         }
@@ -683,7 +660,7 @@ impl Bell {
                 if left.is_zero() {
                     return Err(io::Error::new(io::ErrorKind::TimedOut, "setup incomplete"));
                 }
-                poll_one(sock.as_fd(), libc::POLLIN, left);
+                poll_one(sock.as_fd(), Interest::READABLE, left);
             }
         };
         let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
@@ -749,28 +726,18 @@ impl Bell {
             return;
         };
         loop {
-            let mut fds = [
-                libc::pollfd {
-                    fd: own.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: sock.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            // SAFETY: two valid pollfds.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-            if n < 0 {
+            let Ok(fds) =
+                crate::sys::poll_many(&[own.as_fd(), sock.as_fd()], Interest::READABLE, None)
+            else {
                 continue; // EINTR
-            }
-            if fds[0].revents != 0 && drain_fd(own.as_fd()) {
+            };
+            if fds[0].is_ready() && drain_fd(own.as_fd()) {
+                // SYNC POINT (bell counters): Relaxed: a statistic `stats` reads; the wake
+                // itself is `poke_all`.
                 self.wakes.fetch_add(1, Ordering::Relaxed);
                 super::region::poke_all();
             }
-            if fds[1].revents != 0 {
+            if fds[1].is_ready() {
                 loop {
                     match r.read(sock.as_fd()) {
                         Ok(None) => break,
@@ -790,6 +757,9 @@ impl Bell {
                                 // server and close every descriptor it gave.
                                 *t = Known::default();
                                 drop(t);
+                                // SYNC POINT (bell alive): Release pairs with the Acquire
+                                // loads in `word`, `can_be_rung` and `for_region`: whoever
+                                // sees the bell dead sees the peer table cleared.
                                 self.alive.store(false, Ordering::Release);
                                 super::region::poke_all();
                                 return;
@@ -799,6 +769,8 @@ impl Bell {
                         // Out of range or a broken socket: the server is gone or
                         // confused; stop trusting it.
                         _ => {
+                            // SYNC POINT (bell alive): Release pairs with the Acquire loads
+                            // in `word`, `can_be_rung` and `for_region`.
                             self.alive.store(false, Ordering::Release);
                             super::region::poke_all();
                             return;
@@ -820,29 +792,17 @@ impl Bell {
             .read(true)
             .write(true)
             .open(dir.join("resource0"))?;
-        let len = 256usize;
-        // SAFETY: maps 256 bytes of BAR0 (ivshmem's register BAR is 256 bytes) shared;
-        // the result is checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let regs = p.cast::<u32>();
+        // ivshmem's register BAR is 256 bytes, mapped shared.
+        let regs = crate::sys::memfd::Region::map(f.as_fd(), REGS_LEN, true)?;
         // SAFETY: IV_POSITION is inside the mapping; a register read is volatile.
-        let pos = unsafe { regs.add(IV_POSITION / 4).read_volatile() } as i32;
+        let pos = unsafe {
+            regs.base()
+                .cast::<u32>()
+                .add(IV_POSITION / 4)
+                .read_volatile()
+        } as i32;
         if !(0..MAX_ID as i32).contains(&pos) {
-            // SAFETY: unmaps what we mapped above.
-            unsafe { libc::munmap(p, len) };
-            return Ok(None);
+            return Ok(None); // dropping `regs` unmaps it
         }
         let irq = match crate::sys::vfio::MsixIrq::open(dir, 0) {
             Ok(irq) => Some(irq),
@@ -883,24 +843,20 @@ impl Bell {
             return;
         };
         loop {
-            let mut p = libc::pollfd {
-                fd: irq.eventfd().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            let n = unsafe { libc::poll(&mut p, 1, -1) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
+            let ready = match crate::sys::poll_many(&[irq.eventfd()], Interest::READABLE, None) {
+                Ok(fds) => fds[0].is_ready(),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    // The eventfd broke: stop trusting it, waiters poll again.
+                    // SYNC POINT (bell alive): Release pairs with the Acquire loads in
+                    // `word`, `can_be_rung` and `for_region`.
+                    self.alive.store(false, Ordering::Release);
+                    super::region::poke_all();
+                    return;
                 }
-                // The eventfd broke: stop trusting it, waiters poll again.
-                self.alive.store(false, Ordering::Release);
-                super::region::poke_all();
-                return;
-            }
-            if p.revents != 0 && drain_fd(irq.eventfd()) {
+            };
+            if ready && drain_fd(irq.eventfd()) {
+                // SYNC POINT (bell counters): Relaxed: a statistic `stats` reads.
                 self.wakes.fetch_add(1, Ordering::Relaxed);
                 super::region::poke_all();
             }
@@ -997,6 +953,8 @@ pub(crate) fn for_region(path: &Path, policy: &Policy) -> Option<Arc<Bell>> {
     let mut t = bells().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(b) = t.get(path) {
         match b {
+            // SYNC POINT (bell alive): Acquire pairs with the Release stores of `false` in
+            // `run`/`run_guest`: a dead bell is replaced.
             Some(b) if !b.alive.load(Ordering::Acquire) => {}
             other => return other.clone(),
         }
@@ -1039,7 +997,7 @@ pub fn read_msg(sock: BorrowedFd<'_>, timeout: Duration) -> io::Result<(i64, Opt
         // Stream sockets here are non-blocking or polled first.
         if poll_one(
             sock,
-            libc::POLLIN,
+            Interest::READABLE,
             deadline.saturating_duration_since(Instant::now()),
         ) {
             if let Some(m) = r.read(sock)? {
@@ -1125,18 +1083,8 @@ impl Wait {
             self.pause = (self.pause * 2).min(super::region::MAX_PAUSE);
             t
         };
-        let ts = libc::timespec {
-            tv_sec: t.as_secs() as libc::time_t,
-            tv_nsec: t.subsec_nanos() as libc::c_long,
-        };
-        let mut p = libc::pollfd {
-            fd: flag.fd().as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd and a valid timespec; no signal mask. Any result is
-        // fine: the caller checks again.
-        unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+        // Any result is fine: the caller checks again.
+        let _ = crate::sys::poll_for(flag.fd(), Interest::READABLE, t);
     }
 }
 

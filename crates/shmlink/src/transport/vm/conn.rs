@@ -3,9 +3,8 @@
 use std::any::Any;
 use std::os::fd::BorrowedFd;
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicBool;
 
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 

@@ -85,10 +85,8 @@ pub fn inspect_vm(region: Option<&Path>) -> Result<VmRegionReport> {
     let entries: Vec<Option<(Vec<u8>, u64)>> =
         (0..LISTENERS).map(|i| listener_entry(&r, i)).collect();
     let states: Vec<u32> = (0..SLOTS)
-        .map(|i| {
-            r.u32_at(Region::slot(i) + slot::STATE)
-                .load(Ordering::Acquire)
-        })
+        // A snapshot for `shmlink ls` (`Slot::load`: Acquire).
+        .map(|i| slot::Slot::new(r.u32_at(Region::slot(i) + slot::STATE)).load())
         .collect();
     // Every heartbeat of interest, sampled over one wait.
     let mut beats: Vec<&AtomicU64> = Vec::new();
@@ -114,6 +112,8 @@ pub fn inspect_vm(region: Option<&Path>) -> Result<VmRegionReport> {
                 name: String::from_utf8_lossy(name).into_owned(),
                 pid: r
                     .u32_at(Region::listener(i) + slot::L_PID)
+                    // SYNC POINT (bind): Relaxed: the pid is informative; the Release store
+                    // of LIVE in `bind` (`Entry::publish`) (loaded in `listener_entry`) published it.
                     .load(Ordering::Relaxed),
                 alive: !still.next().unwrap_or(true),
             });
@@ -129,19 +129,27 @@ pub fn inspect_vm(region: Option<&Path>) -> Result<VmRegionReport> {
             s if s == State::Refused as u32 => "refused",
             _ => "invalid",
         };
+        // SYNC POINT (handshake): Acquire, as the state load above (the client wrote these
+        // before its Release store of REQUEST).
         let li = r.u32_at(b + slot::LISTENER).load(Ordering::Acquire) as usize;
+        // SYNC POINT (handshake): Acquire, as for the listener index.
         let nonce = r.u64_at(b + slot::LISTENER_NONCE).load(Ordering::Acquire);
         let listener = entries
             .get(li)
             .and_then(|e| e.as_ref())
             .filter(|(_, n)| *n == nonce)
             .map(|(name, _)| String::from_utf8_lossy(name).into_owned());
+        // SYNC POINT (data): Acquire pairs with the ring's Release store of `tail`
+        // (`Producer::publish`); only a count is shown.
         let tail = |off: usize| r.u64_at(b + off + TAIL_OFFSET).load(Ordering::Acquire);
         connections.push(VmConnectionStatus {
             slot: i,
             state,
             listener,
+            // SYNC POINT (handshake): Relaxed: informative pids, published by the state
+            // changes loaded above.
             client_pid: r.u32_at(b + slot::CLIENT_PID).load(Ordering::Relaxed),
+            // SYNC POINT (handshake): Relaxed, as the client's pid.
             server_pid: r.u32_at(b + slot::SERVER_PID).load(Ordering::Relaxed),
             client_alive: !still.next().unwrap_or(true),
             server_alive: !still.next().unwrap_or(true),

@@ -34,7 +34,7 @@ pub(crate) mod slot;
 
 use conn::{ConnShared, VmConn};
 use region::{Backoff, Region, Tick, LISTENERS, SLOTS};
-use slot::State;
+use slot::{Entry, Slot, State};
 
 /// The `vm:` entry of the transport table.
 pub(crate) static TRANSPORT: Transport = Transport {
@@ -96,15 +96,19 @@ fn nonce() -> Result<u64> {
 /// The name in listener entry `i`, if it is live: (name, nonce).
 fn listener_entry(region: &Region, i: usize) -> Option<(Vec<u8>, u64)> {
     let b = Region::listener(i);
-    if region.u32_at(b + slot::L_STATE).load(Ordering::Acquire) != slot::L_LIVE {
+    // `Entry::load` is the Acquire half of `Entry::publish`: a live entry's name and
+    // nonce are complete.
+    if Entry::new(region.u32_at(b + slot::L_STATE)).load() != Entry::LIVE {
         return None;
     }
+    // SYNC POINT (bind): Acquire, after the state (peer-written: bounds-checked next).
     let n = region.u32_at(b + slot::L_NAME_LEN).load(Ordering::Acquire) as usize;
     if n == 0 || n > slot::L_NAME_MAX {
         return None;
     }
     let mut name = vec![0u8; n];
     region.read_bytes(b + slot::L_NAME, &mut name);
+    // SYNC POINT (bind): Acquire, after the state, as the name length.
     let nonce = region.u64_at(b + slot::L_NONCE).load(Ordering::Acquire);
     Some((name, nonce))
 }
@@ -136,59 +140,64 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     region.clear_ring_start(2 * si + 1);
     region
         .u32_at(b + slot::LISTENER)
+        // SYNC POINT (handshake): Relaxed: a request field, published by the Release store
+        // of REQUEST below, which the listener loads with Acquire
+        // (`ListenShared::pending`).
         .store(li as u32, Ordering::Relaxed);
     region
         .u64_at(b + slot::LISTENER_NONCE)
+        // SYNC POINT (handshake): Relaxed: a request field, published by the Release store
+        // of REQUEST below, which the listener loads with Acquire
+        // (`ListenShared::pending`).
         .store(lnonce, Ordering::Relaxed);
     let ours = max_of(opts);
     region
         .u64_at(b + slot::CLIENT_MAX)
+        // SYNC POINT (handshake): Relaxed: a request field, published by the Release store
+        // of REQUEST below, which the listener loads with Acquire
+        // (`ListenShared::pending`).
         .store(ours as u64, Ordering::Relaxed);
     region
         .u64_at(b + slot::SERVER_MAX)
+        // SYNC POINT (handshake): Relaxed: a request field, published by the Release store
+        // of REQUEST below, which the listener loads with Acquire
+        // (`ListenShared::pending`).
         .store(0, Ordering::Relaxed);
     region
         .u32_at(b + slot::CLIENT_PID)
+        // SYNC POINT (handshake): Relaxed: a request field, published by the Release store
+        // of REQUEST below, which the listener loads with Acquire
+        // (`ListenShared::pending`).
         .store(std::process::id(), Ordering::Relaxed);
     region
         .u32_at(b + slot::SERVER_PID)
+        // SYNC POINT (handshake): Relaxed: a request field, published by the Release store
+        // of REQUEST below, which the listener loads with Acquire
+        // (`ListenShared::pending`).
         .store(0, Ordering::Relaxed);
     let shared = ConnShared::new(region.clone(), si, true)?;
-    let st = region.u32_at(b + slot::STATE);
-    // SYNC POINT (handshake): Release pairs with the listener's Acquire load of the
-    // state: it sees the zeroed blocks and our request fields.
-    st.store(State::Request as u32, Ordering::Release);
+    let st = Slot::new(region.u32_at(b + slot::STATE));
+    // Publishes the zeroed blocks and our request fields (`Slot::request`).
+    st.request();
 
     let deadline = Instant::now() + opts.connect_timeout;
     let mut backoff = Backoff::new();
     // The listener's heartbeat: a listener whose process died leaves a LIVE entry that
     // nobody serves; refuse once it stands still as long as a dead peer's would.
     let lhb = region.u64_at(Region::listener(li) + slot::L_HB);
+    // SYNC POINT (heartbeat): Acquire pairs with the listener's Release `fetch_add` in
+    // `ListenShared::tick`; only a change is looked at.
     let (mut last_hb, mut hb_since) = (lhb.load(Ordering::Acquire), Instant::now());
     let stale_after = region::dead_after() + region::TICK * region::DEAD_TICKS;
     let refuse = |why: String| {
         // Withdraw the request; if the listener accepted it meanwhile, this fails and
         // the slot is left to the listener's side (which sees us never beat: reset).
-        if st
-            .compare_exchange(
-                State::Request as u32,
-                State::Free as u32,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_err()
-        {
-            let _ = st.compare_exchange(
-                State::Refused as u32,
-                State::Free as u32,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
-        }
+        st.withdraw();
         why
     };
     loop {
-        let s = st.load(Ordering::Acquire);
+        // Seeing ACCEPTED makes the listener's maximum visible (`Slot::accept`).
+        let s = st.load();
         if s == State::Accepted as u32 {
             break;
         }
@@ -205,6 +214,8 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
             let why = refuse(format!("vm: the listener {name:?} went away"));
             return Err(Error::new(ErrorKind::ConnectionRefused, why));
         }
+        // SYNC POINT (heartbeat): Acquire pairs with the listener's Release `fetch_add` in
+        // `ListenShared::tick`.
         let hb = lhb.load(Ordering::Acquire);
         if hb != last_hb {
             (last_hb, hb_since) = (hb, Instant::now());
@@ -219,21 +230,19 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
                 "vm: the listener {name:?} did not accept within {:?}",
                 opts.connect_timeout
             ));
-            if st.load(Ordering::Acquire) == State::Accepted as u32 {
+            // An accept that raced our withdrawal.
+            if st.load() == State::Accepted as u32 {
                 break;
             }
             return Err(Error::new(ErrorKind::TimedOut, why));
         }
         backoff.snooze(shared.flag(), || {});
     }
+    // SYNC POINT (handshake): Acquire, after the state load that saw ACCEPTED (the listener
+    // stored SERVER_MAX before its AcqRel CAS).
     let theirs = region.u64_at(b + slot::SERVER_MAX).load(Ordering::Acquire);
     if theirs == 0 || theirs > MAX_MSG_SIZE_LIMIT as u64 {
-        let _ = st.compare_exchange(
-            State::Accepted as u32,
-            State::OneGone as u32,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
+        st.abandon(State::Accepted as u32);
         return Err(Error::violation(format!(
             "vm: the listener's maximum message size {theirs} is out of range"
         )));
@@ -251,28 +260,16 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
 
 /// Takes a free slot, reclaiming one whose users both stopped beating if none is free.
 fn claim_slot(region: &Region) -> Result<usize> {
-    let take = |i: usize, from: u32| {
-        region
-            .u32_at(Region::slot(i) + slot::STATE)
-            .compare_exchange(
-                from,
-                State::Claimed as u32,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_ok()
-    };
+    let take =
+        |i: usize, from: u32| Slot::new(region.u32_at(Region::slot(i) + slot::STATE)).claim(from);
     if let Some(i) = (0..SLOTS).find(|&i| take(i, State::Free as u32)) {
         return Ok(i);
     }
     // No free slot: one whose two users both stopped beating is reclaimed (sampled all
     // at once: one wait of the death bound).
+    // A snapshot of the states; the CAS in `take` decides.
     let states: Vec<u32> = (0..SLOTS)
-        .map(|i| {
-            region
-                .u32_at(Region::slot(i) + slot::STATE)
-                .load(Ordering::Acquire)
-        })
+        .map(|i| Slot::new(region.u32_at(Region::slot(i) + slot::STATE)).load())
         .collect();
     let beats: Vec<&AtomicU64> = (0..SLOTS)
         .flat_map(|i| {
@@ -317,15 +314,20 @@ impl ListenShared {
     fn pending(&self) -> Option<usize> {
         (0..SLOTS).find(|&i| {
             let b = Region::slot(i);
-            self.region.u32_at(b + slot::STATE).load(Ordering::Acquire) == State::Request as u32
+            // Seeing REQUEST makes the request fields visible (`Slot::request`).
+            Slot::new(self.region.u32_at(b + slot::STATE)).load() == State::Request as u32
                 && self
                     .region
                     .u32_at(b + slot::LISTENER)
+                    // SYNC POINT (handshake): Acquire, after the state (the client wrote it
+                    // before REQUEST).
                     .load(Ordering::Acquire)
                     == self.index as u32
                 && self
                     .region
                     .u64_at(b + slot::LISTENER_NONCE)
+                    // SYNC POINT (handshake): Acquire, after the state, as the listener
+                    // index.
                     .load(Ordering::Acquire)
                     == self.nonce
         })
@@ -349,40 +351,32 @@ impl ListenShared {
                 break;
             }
             let b = Region::slot(si);
-            let st = self.region.u32_at(b + slot::STATE);
+            let st = Slot::new(self.region.u32_at(b + slot::STATE));
             let theirs = self
                 .region
                 .u64_at(b + slot::CLIENT_MAX)
+                // SYNC POINT (handshake): Acquire, after `pending` loaded REQUEST with
+                // Acquire; peer-written: checked next.
                 .load(Ordering::Acquire);
             if theirs == 0 || theirs > MAX_MSG_SIZE_LIMIT as u64 {
-                let _ = st.compare_exchange(
-                    State::Request as u32,
-                    State::Refused as u32,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
+                st.refuse();
                 continue;
             }
             self.region
                 .u64_at(b + slot::SERVER_MAX)
+                // SYNC POINT (handshake): Relaxed: published by the AcqRel CAS to ACCEPTED
+                // below, which the client loads with Acquire.
                 .store(self.max as u64, Ordering::Relaxed);
             self.region
                 .u32_at(b + slot::SERVER_PID)
+                // SYNC POINT (handshake): Relaxed, published by the CAS to ACCEPTED, as
+                // SERVER_MAX.
                 .store(std::process::id(), Ordering::Relaxed);
             let Ok(shared) = ConnShared::new(self.region.clone(), si, false) else {
                 break; // out of descriptors: the client times out or we retry next tick
             };
-            // SYNC POINT (handshake): AcqRel: the client, loading ACCEPTED with Acquire,
-            // sees our maximum; we saw its request fields when we loaded REQUEST.
-            if st
-                .compare_exchange(
-                    State::Request as u32,
-                    State::Accepted as u32,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_ok()
-            {
+            // Publishes our maximum to the client (`Slot::accept`).
+            if st.accept() {
                 self.backlog().push_back((shared, theirs as usize));
                 any = true;
             }
@@ -393,6 +387,8 @@ impl ListenShared {
 
 impl Tick for ListenShared {
     fn tick(&self, _now: Instant) {
+        // SYNC POINT (heartbeat): Release pairs with the Acquire samples of `region::stale`
+        // and `connect`'s listener heartbeat loads.
         self.hb().fetch_add(1, Ordering::Release);
         self.take_requests();
         let b = self.backlog();
@@ -415,12 +411,8 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         ));
     }
     let region = Region::open(&path, &file::Policy::of(opts))?;
-    let state = |i: usize| region.u32_at(Region::listener(i) + slot::L_STATE);
-    let busy = |i: usize, from: u32| {
-        state(i)
-            .compare_exchange(from, slot::L_BUSY, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    };
+    let state = |i: usize| Entry::new(region.u32_at(Region::listener(i) + slot::L_STATE));
+    let busy = |i: usize, from: u32| state(i).take(from);
     let in_use = || {
         Error::new(
             ErrorKind::AddrInUse,
@@ -435,7 +427,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
                 if !region::is_stale(region.u64_at(Region::listener(i) + slot::L_HB)) {
                     return Err(in_use());
                 }
-                if busy(i, slot::L_LIVE) {
+                if busy(i, Entry::LIVE) {
                     index = Some(i);
                     break;
                 }
@@ -446,13 +438,11 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     let index = match index {
         Some(i) => i,
         None => (0..LISTENERS)
-            .find(|&i| busy(i, slot::L_FREE))
+            .find(|&i| busy(i, Entry::FREE))
             .or_else(|| {
                 // A full table: take an entry whose listener stopped beating (all sampled
                 // over one wait of the death bound).
-                let states: Vec<u32> = (0..LISTENERS)
-                    .map(|i| state(i).load(Ordering::Acquire))
-                    .collect();
+                let states: Vec<u32> = (0..LISTENERS).map(|i| state(i).load()).collect();
                 let beats: Vec<&AtomicU64> = (0..LISTENERS)
                     .map(|i| region.u64_at(Region::listener(i) + slot::L_HB))
                     .collect();
@@ -473,20 +463,23 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     let nonce = nonce()?;
     region
         .u64_at(b + slot::L_NONCE)
+        // SYNC POINT (bind): Relaxed: published by the `Entry::publish` below
+        // (loaded with Acquire in `listener_entry`).
         .store(nonce, Ordering::Relaxed);
     region
         .u32_at(b + slot::L_NAME_LEN)
+        // SYNC POINT (bind): Relaxed, published by the `Entry::publish` below.
         .store(name.len() as u32, Ordering::Relaxed);
     region
         .u32_at(b + slot::L_PID)
+        // SYNC POINT (bind): Relaxed, published by the `Entry::publish` below.
         .store(std::process::id(), Ordering::Relaxed);
     region.write_bytes(b + slot::L_NAME, name.as_bytes());
-    // SYNC POINT (bind): Release pairs with the Acquire load of the state in
-    // `listener_entry`: a client that sees LIVE sees the name and nonce.
-    state(index).store(slot::L_LIVE, Ordering::Release);
+    // Publishes the name and nonce: a client that sees LIVE sees them (`Entry::publish`).
+    state(index).publish();
     // Two listeners that bound the same name at once: the lower entry keeps it.
     if (0..index).any(|i| listener_entry(&region, i).is_some_and(|(n, _)| n == name.as_bytes())) {
-        state(index).store(slot::L_FREE, Ordering::Release);
+        state(index).release();
         return Err(in_use());
     }
     let flag = EventFlag::new().map_err(|e| Error::io("vm: eventfd", e))?;
@@ -556,13 +549,10 @@ impl Drop for VmListener {
     fn drop(&mut self) {
         let s = &self.shared;
         let b = Region::listener(s.index);
+        // SYNC POINT (bind): Acquire pairs with the Relaxed nonce store in `bind`,
+        // published by its `Entry::publish`: the entry is still ours.
         if s.region.u64_at(b + slot::L_NONCE).load(Ordering::Acquire) == s.nonce {
-            let _ = s.region.u32_at(b + slot::L_STATE).compare_exchange(
-                slot::L_LIVE,
-                slot::L_FREE,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
+            Entry::new(s.region.u32_at(b + slot::L_STATE)).unpublish();
         }
     }
 }

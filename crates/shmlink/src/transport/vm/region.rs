@@ -19,13 +19,11 @@
 //! and checked before it decides anything, and only the mapping's own geometry (computed
 //! locally from the size) bounds memory accesses.
 
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicBool;
-
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -34,6 +32,7 @@ use crate::sys::memfd::Mapping;
 use crate::sys::stream::EventFlag;
 
 use super::file::Policy;
+use super::slot::Once;
 
 /// "SHMLVM01", little endian.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SHMLVM01");
@@ -43,9 +42,6 @@ const ID_STATE: usize = 8;
 const ID_AT: usize = 16;
 /// Bytes of the region id.
 pub(crate) const ID_LEN: usize = 16;
-const ID_NONE: u32 = 0;
-const ID_WRITING: u32 = 1;
-const ID_SET: u32 = 2;
 /// Listener entries in a region.
 pub(crate) const LISTENERS: usize = 32;
 /// Connection slots in a region: at most this many connections at once.
@@ -184,12 +180,16 @@ impl Region {
             policy: policy.clone(),
         };
         let magic = region.u64_at(0);
+        // SYNC POINT (region magic): Acquire pairs with the AcqRel CAS 0 → MAGIC below, in
+        // whichever process wrote the magic first.
         if !format && magic.load(Ordering::Acquire) == 0 {
             return Err(Error::new(
                 ErrorKind::InvalidInput,
                 format!("{}: nobody has used it yet (no magic)", ctx("region")),
             ));
         }
+        // SYNC POINT (region magic): AcqRel CAS: the first opener's write of the magic
+        // pairs with every later opener's Acquire failure (or the load above).
         match magic.compare_exchange(0, MAGIC, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => {}
             Err(m) if m == MAGIC => {}
@@ -213,18 +213,15 @@ impl Region {
     /// Writes the region id if nobody has yet (the first opener wins the CAS
     /// none → writing, writes 128 random bits, then publishes them).
     fn ensure_id(&self) {
-        let st = self.u32_at(ID_STATE);
-        if st
-            .compare_exchange(ID_NONE, ID_WRITING, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
+        let st = Once::new(self.u32_at(ID_STATE));
+        if st.begin() {
             match crate::transport::local::random_token() {
                 Ok(id) => {
                     self.write_bytes(ID_AT, &id);
-                    // SYNC POINT (region id): Release pairs with the Acquire load in `id`.
-                    st.store(ID_SET, Ordering::Release);
+                    // Publishes the id bytes to `id` (`Once::set`).
+                    st.set();
                 }
-                Err(_) => st.store(ID_NONE, Ordering::Release),
+                Err(_) => st.abandon(),
             }
         }
     }
@@ -237,13 +234,14 @@ impl Region {
     pub(crate) fn id(&self, patience: Duration) -> Option<[u8; ID_LEN]> {
         let start = Instant::now();
         loop {
-            match self.u32_at(ID_STATE).load(Ordering::Acquire) {
-                ID_SET => {
+            // Seeing SET makes the id bytes read next complete (`Once::set`).
+            match Once::new(self.u32_at(ID_STATE)).load() {
+                Once::SET => {
                     let mut id = [0u8; ID_LEN];
                     self.read_bytes(ID_AT, &mut id);
                     return Some(id);
                 }
-                ID_WRITING if start.elapsed() < patience => {
+                Once::WRITING if start.elapsed() < patience => {
                     std::thread::sleep(Duration::from_millis(1))
                 }
                 _ => return None,
@@ -317,17 +315,18 @@ impl Region {
         // mapping, which lives as long as `self`; shared memory is only ever accessed
         // through atomics or volatile copies.
         let first = unsafe { self.data(i).cast::<AtomicU64>().as_ref() };
+        // SYNC POINT (handshake): Relaxed: published with the slot by the client's Release
+        // store of REQUEST in `connect`, which the listener loads with Acquire.
         first.store(0, Ordering::Relaxed);
     }
 
-    /// Copies `len` bytes from the header area at `off` (volatile: another guest may be
-    /// writing them).
+    /// Copies `out.len()` bytes from the header area at `off` (with `copy_shared`:
+    /// another guest may be writing them; the caller validates what it got).
     pub(crate) fn read_bytes(&self, off: usize, out: &mut [u8]) {
-        debug_assert!(off + out.len() <= HEADER_LEN);
-        for (i, b) in out.iter_mut().enumerate() {
-            // SAFETY: inside the header area; a byte read cannot tear.
-            *b = unsafe { self.at(off + i).as_ptr().read_volatile() };
-        }
+        assert!(off + out.len() <= HEADER_LEN, "read past the header area");
+        // SAFETY: `off..off + out.len()` is inside the header area, which the mapping
+        // covers while `self` lives; `out` is a distinct, writable local buffer.
+        unsafe { crate::sys::copy_shared(out.as_mut_ptr(), self.at(off).as_ptr(), out.len()) };
     }
 
     /// Writes bytes into the header area at `off`.
@@ -416,27 +415,36 @@ impl Liveness {
     /// Starts watching afresh from `seen` (when the connection is established).
     pub(crate) fn restart(&self, seen: u64) {
         let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        // SYNC POINT (liveness): Relaxed: `last` and `still_ticks` are only touched under
+        // the `since` lock (here and in `observe`): the mutex orders them.
         self.last.store(seen, Ordering::Relaxed);
         *since = Instant::now();
+        // SYNC POINT (liveness): Relaxed, under the `since` lock, as above.
         self.still_ticks.store(0, Ordering::Relaxed);
     }
 
     /// One observation of the peer's counter (from the ticker).
     pub(crate) fn observe(&self, value: u64, now: Instant) {
         let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        // SYNC POINT (liveness): Relaxed, under the `since` lock (pairs with `restart`
+        // through the mutex).
         if value != self.last.swap(value, Ordering::Relaxed) {
             *since = now;
+            // SYNC POINT (liveness): Relaxed, under the `since` lock.
             self.still_ticks.store(0, Ordering::Relaxed);
             return;
         }
+        // SYNC POINT (liveness): Relaxed, under the `since` lock.
         let ticks = self.still_ticks.fetch_add(1, Ordering::Relaxed) + 1;
         if ticks >= DEAD_TICKS && now.duration_since(*since) >= dead_after() {
+            // SYNC POINT (liveness): Release pairs with the Acquire load in `dead`.
             self.dead.store(true, Ordering::Release);
         }
     }
 
     /// Whether the peer was found dead.
     pub(crate) fn dead(&self) -> bool {
+        // SYNC POINT (liveness): Acquire pairs with the Release store in `observe`.
         self.dead.load(Ordering::Acquire)
     }
 }
@@ -450,6 +458,9 @@ pub(crate) fn is_stale(counter: &AtomicU64) -> bool {
 /// Which of `counters` stand still for the death bound, all sampled over the same
 /// interval (one wait, however many entries a full table makes us look at).
 pub(crate) fn stale(counters: &[&AtomicU64]) -> Vec<bool> {
+    // SYNC POINT (heartbeat): Acquire pairs with the Release `fetch_add` of the beating
+    // side (`ListenShared::tick`, the connection's beat in conn.rs); only a change is
+    // looked at.
     let first: Vec<u64> = counters.iter().map(|c| c.load(Ordering::Acquire)).collect();
     let mut moved = vec![false; counters.len()];
     let start = Instant::now();
@@ -457,6 +468,7 @@ pub(crate) fn stale(counters: &[&AtomicU64]) -> Vec<bool> {
     while start.elapsed() < bound && !moved.iter().all(|&m| m) {
         std::thread::sleep(TICK);
         for (i, c) in counters.iter().enumerate() {
+            // SYNC POINT (heartbeat): Acquire, as the first sample above.
             moved[i] |= c.load(Ordering::Acquire) != first[i];
         }
     }
@@ -498,18 +510,8 @@ impl Backoff {
             return;
         }
         arm();
-        let ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: self.pause.as_nanos() as libc::c_long,
-        };
-        let mut p = libc::pollfd {
-            fd: flag.fd().as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd and a valid timespec (below one second); no signal
-        // mask. Any result is fine: the caller re-checks its condition.
-        unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+        // Any result is fine: the caller re-checks its condition.
+        let _ = crate::sys::poll_for(flag.fd(), crate::sys::Interest::READABLE, self.pause);
         self.pause = (self.pause * 2).min(MAX_PAUSE);
     }
 }

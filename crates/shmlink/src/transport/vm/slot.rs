@@ -1,26 +1,11 @@
-//! The layout of a connection slot and of a listener entry (offsets inside each), and
-//! their state values. Every value is read from shared memory and compared against these
-//! constants; an unknown one is never trusted.
+//! The layout of a connection slot and of a listener entry (offsets inside each). Their
+//! state words change only through the handshake state machines of `shmlink_ring::slot`
+//! ([`Slot`], [`Entry`], [`Once`], re-exported here). Every value is read from shared
+//! memory and compared against the known ones; an unknown one is never trusted.
 
-/// Slot states (the `STATE` word).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub(crate) enum State {
-    /// Nobody uses the slot.
-    Free = 0,
-    /// A client took it and is writing its request.
-    Claimed = 1,
-    /// The request is complete: a listener may accept it.
-    Request = 2,
-    /// Accepted: the connection is live.
-    Accepted = 3,
-    /// One side has left; the other frees the slot when it leaves.
-    OneGone = 4,
-    /// The listener refused the request; the client frees the slot.
-    Refused = 5,
-}
+pub(crate) use shmlink_ring::slot::{Entry, Once, Slot, State};
 
-/// Slot: the state word (u32).
+/// Slot: the state word (u32, [`Slot`]).
 pub(crate) const STATE: usize = 0;
 /// Slot: the listener entry the request is for (u32).
 pub(crate) const LISTENER: usize = 4;
@@ -55,14 +40,7 @@ pub(crate) const S2C_CONS: usize = 1408;
 /// Slot: end of the ring blocks.
 pub(crate) const CTL_END: usize = 1664;
 
-/// Listener states.
-pub(crate) const L_FREE: u32 = 0;
-/// Being written by a binding listener.
-pub(crate) const L_BUSY: u32 = 1;
-/// Serving.
-pub(crate) const L_LIVE: u32 = 2;
-
-/// Listener: state (u32).
+/// Listener: state (u32, [`Entry`]).
 pub(crate) const L_STATE: usize = 0;
 /// Listener: name length (u32).
 pub(crate) const L_NAME_LEN: usize = 4;
