@@ -53,8 +53,8 @@
 //!
 //! # Files
 //!
-//! - `message.rs`: the record format (header word, flags, [`Record`]) and the fragments
-//!   of a split message.
+//! - `message.rs`: the record format (header word, flags, [`Record`]) and the one wire
+//!   format of a split message: [`Fragment`] writes it, [`Reassembly`] checks it.
 //! - `layout.rs`: the control blocks, their offsets, [`RingRef`].
 //! - `notify.rs`: the wake-up protocol's announcements and fences, [`WakeGroup`].
 //! - `producer.rs`, `consumer.rs`: the two ends.
@@ -78,7 +78,8 @@ pub use layout::{
     PRODUCER_WAITING_OFFSET, TAIL_OFFSET,
 };
 pub use message::{
-    header_word, record_size, Record, ALIGN, FLAG_FIRST, FLAG_MORE, FLAG_SKIP, HEADER, RESTART_MIN,
+    first_total, header_word, record_size, split_size, Fragment, Piece, Reassembler, Reassembly,
+    Record, ALIGN, FLAG_FIRST, FLAG_MORE, FLAG_SKIP, HEADER, RESTART_MIN, TOTAL_LEN,
 };
 pub use notify::{FenceMode, WakeGroup, SHARED_TOKEN, WITHDRAWN};
 pub use producer::Producer;

@@ -15,14 +15,12 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::notify::spin_then_yield;
 use crate::options::{WaitPolicy, MIN_RING_SIZE};
 use crate::ring::{
-    record_size, Consumer, FenceMode, Producer, Record, WakeGroup, FLAG_FIRST, FLAG_MORE, HEADER,
+    first_total, record_size, split_size, Consumer, FenceMode, Fragment, Producer, Reassembler,
+    Reassembly, Record, WakeGroup, HEADER, TOTAL_LEN,
 };
 use crate::sys::{self, pipe, poll_fd, socket};
 use crate::transport::{ConnOps, CLOSE_LINGER};
 use crate::view::SharedBytes;
-
-/// Length of the total-size prefix in the first fragment of a split message.
-const TOTAL_LEN: usize = 8;
 
 /// Largest fragment (record) of a split message: a quarter ring, at most this. Small
 /// enough that the receiver copies one while the sender writes the next (docs/design.md
@@ -38,14 +36,6 @@ const SPLIT_MIN: usize = MIN_RING_SIZE / 4 - HEADER;
 #[inline]
 fn fragment_payload(ring: &crate::ring::RingRef) -> usize {
     (ring.max_record() / 2).min(FRAGMENT_MAX) - HEADER
-}
-
-/// Ring bytes of a `len`-byte message split by `write_fragments` into fragments of
-/// `frag` payload bytes (the first starts with the total length).
-fn split_size(len: usize, frag: usize) -> usize {
-    let payload = len + TOTAL_LEN;
-    let last = payload % frag;
-    payload / frag * record_size(frag) + if last > 0 { record_size(last) } else { 0 }
 }
 
 /// A doorbell's byte: which of the receiver's two directions may progress. Both share
@@ -115,9 +105,8 @@ pub(crate) struct ShmConn {
     max_send: usize,
     max_recv: usize,
     current: Current,
-    /// Reassembly buffer and the expected total while a split message arrives.
-    reasm: Vec<u8>,
-    reasm_total: Option<usize>,
+    /// A split message as it arrives, and once complete (`Current::Reassembled`).
+    reasm: Reassembler,
     reservation: Reservation,
     stage: Vec<u8>,
     /// The unsent rest of a split message accepted in non-blocking mode.
@@ -224,8 +213,7 @@ impl ShmConn {
             max_send: s.max_send,
             max_recv: s.max_recv,
             current: Current::None,
-            reasm: Vec::new(),
-            reasm_total: None,
+            reasm: Reassembler::new(),
             reservation: Reservation::None,
             stage: Vec::new(),
             pending: Vec::new(),
@@ -523,25 +511,16 @@ impl ShmConn {
         }
     }
 
-    /// Writes one record: `prefix` (total length of a split message, if any) then `body`.
+    /// Writes one whole message as a record (no flag) at `dst`, reserved by `room`.
     #[inline]
-    fn write_record(&mut self, dst: NonNull<u8>, prefix: Option<u64>, body: &[u8], flags: u32) {
-        let mut at = dst;
-        if let Some(total) = prefix {
-            // SAFETY: `room` reserved TOTAL_LEN + body.len() bytes at `dst`.
-            unsafe {
-                at.as_ptr()
-                    .copy_from_nonoverlapping(total.to_le_bytes().as_ptr(), TOTAL_LEN);
-                at = at.add(TOTAL_LEN);
-            }
-        }
-        // SAFETY: the rest of the reserved bytes hold `body`; the ring never overlaps it.
+    fn write_record(&mut self, dst: NonNull<u8>, body: &[u8]) {
+        // SAFETY: `room` reserved `body.len()` bytes at `dst`, in our own segment (the peer
+        // maps it read-only); the ring never overlaps `body`.
         unsafe {
-            at.as_ptr()
+            dst.as_ptr()
                 .copy_from_nonoverlapping(body.as_ptr(), body.len())
         };
-        let len = body.len() + prefix.map_or(0, |_| TOTAL_LEN);
-        self.commit_record(len, flags);
+        self.commit_record(body.len(), 0);
     }
 
     /// Publishes the record just written, or only writes its header inside a batch.
@@ -591,22 +570,15 @@ impl ShmConn {
         let frag_payload = fragment_payload(self.tx.ring());
         let mut pos = 0;
         while pos < data.len() {
-            let prefix = if total.is_some() { TOTAL_LEN } else { 0 };
-            let chunk = (frag_payload - prefix).min(data.len() - pos);
-            let Some(dst) = self.room(prefix + chunk, blocking)? else {
+            let frag = Fragment::next(total.is_some(), data.len() - pos, frag_payload);
+            let Some(dst) = self.room(frag.len(), blocking)? else {
                 return Ok(pos);
             };
-            let mut flags = if pos + chunk < data.len() {
-                FLAG_MORE
-            } else {
-                0
-            };
-            let prefix = total.take().map(|t| {
-                flags |= FLAG_FIRST;
-                t as u64
-            });
-            self.write_record(dst, prefix, &data[pos..pos + chunk], flags);
-            pos += chunk;
+            // SAFETY: `room` reserved `frag.len()` bytes at `dst`, in our own segment (the
+            // peer maps it read-only, and reads the record only once it is committed).
+            unsafe { frag.write(dst, total.take().unwrap_or(0), &data[pos..pos + frag.chunk]) };
+            self.commit_record(frag.len(), frag.flags);
+            pos += frag.chunk;
         }
         Ok(pos)
     }
@@ -630,7 +602,7 @@ impl ShmConn {
         let Some(dst) = self.room(msg.len(), blocking)? else {
             return Err(Error::would_block());
         };
-        self.write_record(dst, None, msg, 0);
+        self.write_record(dst, msg);
         Ok(())
     }
 
@@ -730,68 +702,18 @@ impl ShmConn {
     /// Takes one fragment of a split message; returns the message length once complete.
     /// The bytes are copied out of the ring once, straight into the reassembly buffer
     /// (the peer may be writing them: only lengths and flags the ring validated, and the
-    /// copied total, decide anything).
+    /// copied total, decide anything; the checks are the ring's, `Reassembly`).
     fn take_fragment(&mut self, rec: Record) -> Result<Option<usize>> {
-        let bad = |why: String| Err(Error::violation(why));
-        let mut body = rec.ptr.as_ptr();
-        let mut len = rec.len;
-        match (self.reasm_total, rec.flags) {
-            (None, f) if f == FLAG_FIRST | FLAG_MORE => {
-                if len < TOTAL_LEN {
-                    return bad(format!("first fragment of {len} bytes has no length"));
-                }
-                let mut total = [0u8; TOTAL_LEN];
-                // SAFETY: `peek` validated the payload (at least TOTAL_LEN bytes) inside
-                // the mapping; `total` is a distinct local buffer.
-                unsafe { sys::copy_shared(total.as_mut_ptr(), body, TOTAL_LEN) };
-                let total = u64::from_le_bytes(total);
-                // SAFETY: TOTAL_LEN <= len: still inside the payload.
-                body = unsafe { body.add(TOTAL_LEN) };
-                len -= TOTAL_LEN;
-                if total > self.max_recv as u64 || total <= len as u64 {
-                    return bad(format!(
-                        "split message claims {total} bytes (first fragment {len}, maximum {})",
-                        self.max_recv
-                    ));
-                }
-                self.reasm.clear();
-                self.reasm.reserve(total as usize);
-                self.reasm_total = Some(total as usize);
-            }
-            (Some(total), f) if f == FLAG_MORE || f == 0 => {
-                let have = self.reasm.len() + len;
-                if have > total || (f == 0 && have != total) {
-                    return bad(format!(
-                        "fragments add up to {have} bytes of a {total}-byte message"
-                    ));
-                }
-            }
-            (state, f) => {
-                return bad(format!(
-                    "fragment flags {f:#x} unexpected ({} a split message)",
-                    if state.is_some() { "inside" } else { "outside" }
-                ))
-            }
-        }
-        // The reassembled total fits what was reserved for it (checked above).
-        let at = self.reasm.len();
-        self.reasm.reserve(len);
-        // SAFETY: `body..body + len` lies in the validated payload; the vector has room
-        // for `len` more bytes, which `copy_shared` initialises before `set_len`.
-        unsafe {
-            sys::copy_shared(self.reasm.as_mut_ptr().add(at), body, len);
-            self.reasm.set_len(at + len);
-        }
+        // SAFETY: `peek` returned `rec` and it is not consumed.
+        let done = unsafe { self.reasm.take(&rec, self.max_recv) }?;
         if self.rx.consume(rec.size()) {
             self.doorbell(Bell::Room);
         }
-        if rec.flags == 0 {
+        if done.is_some() {
             self.flush_rx_after_split();
-            self.reasm_total = None;
             self.current = Current::Reassembled;
-            return Ok(Some(self.reasm.len()));
         }
-        Ok(None)
+        Ok(done)
     }
 
     /// Waits until the receive ring has a record; reports end-of-stream or reset once the
@@ -911,7 +833,7 @@ impl ShmConn {
         if self.rx.has_data()? {
             return Ok(());
         }
-        Err(if closed && self.reasm_total.is_none() {
+        Err(if closed && !self.reasm.in_progress() {
             Error::eos()
         } else {
             self.peer_gone()
@@ -926,7 +848,7 @@ impl ShmConn {
         self.check_broken()?;
         match self.current {
             Current::InPlace { len, .. } => return Ok(len),
-            Current::Reassembled => return Ok(self.reasm.len()),
+            Current::Reassembled => return Ok(self.reasm.message().len()),
             Current::None => {}
         }
         // A split message accepted in non-blocking mode moves on whenever we are called.
@@ -955,7 +877,7 @@ impl ShmConn {
                 }
                 continue;
             }
-            if self.reasm_total.is_none() && rec.flags == 0 {
+            if !self.reasm.in_progress() && rec.flags == 0 {
                 if rec.len > self.max_recv {
                     let e = Error::violation(format!(
                         "{}: message of {} bytes exceeds our maximum of {}",
@@ -1004,50 +926,43 @@ impl ShmConn {
             }
             Err(e) => return Err(self.fail(e)),
         };
-        if first.flags != FLAG_FIRST | FLAG_MORE || first.len < TOTAL_LEN {
+        // SAFETY: `peek` returned `first` and it is not consumed.
+        let Some(total) = (unsafe { first_total(&first) }) else {
             return Ok(None); // not a split message, or one `take_fragment` reports
-        }
-        let mut total = [0u8; TOTAL_LEN];
-        // SAFETY: `peek` validated the payload (at least TOTAL_LEN bytes) inside the
-        // mapping; `total` is a distinct local buffer.
-        unsafe { sys::copy_shared(total.as_mut_ptr(), first.ptr.as_ptr(), TOTAL_LEN) };
-        let total = u64::from_le_bytes(total);
+        };
         let first_len = (first.len - TOTAL_LEN) as u64;
         if total > self.max_recv as u64 || total <= first_len || total > buf.len() as u64 {
             return Ok(None); // `recv_next` reports it, or reassembles it for `recv_vec`
         }
-        let total = total as usize;
         self.rx_waiting = false;
-        let mut at = 0;
+        // The checks of the sequence are the ring's; with `buf`'s length as the maximum,
+        // every piece lies in `buf` whatever the peer writes meanwhile (`accept` reads the
+        // total again and checks it anew).
+        let max = self.max_recv.min(buf.len());
+        let mut state = Reassembly::new();
         let mut rec = first;
         loop {
-            let (body, len) = if at == 0 {
-                // SAFETY: TOTAL_LEN <= rec.len: still inside the payload.
-                (
-                    unsafe { rec.ptr.as_ptr().add(TOTAL_LEN) },
-                    rec.len - TOTAL_LEN,
-                )
-            } else {
-                (rec.ptr.as_ptr(), rec.len)
+            // SAFETY: `peek` returned `rec` and it is not consumed.
+            let piece = match unsafe { state.accept(&rec, max) } {
+                Ok(piece) => piece,
+                Err(e) => return Err(self.fail(e)),
             };
-            let last = rec.flags == 0;
-            if at + len > total || (last && at + len != total) {
-                let e = Error::violation(format!(
-                    "fragments add up to {} bytes of a {total}-byte message",
-                    at + len
-                ));
-                return Err(self.fail(e));
-            }
-            // SAFETY: `body..body + len` lies in the validated payload and
-            // `buf[at..at + len]` in the caller's buffer (at + len <= total <= buf.len()).
-            unsafe { sys::copy_shared(buf.as_mut_ptr().add(at), body, len) };
-            at += len;
+            // SAFETY: `src..src + len` lies in the validated payload and
+            // `buf[at..at + len]` in the caller's buffer (at + len <= total <= max <=
+            // buf.len()).
+            unsafe {
+                sys::copy_shared(
+                    buf.as_mut_ptr().add(piece.at),
+                    piece.src.as_ptr(),
+                    piece.len,
+                )
+            };
             if self.rx.consume(rec.size()) {
                 self.doorbell(Bell::Room);
             }
-            if last {
+            if piece.last {
                 self.flush_rx_after_split();
-                return Ok(Some(total));
+                return Ok(Some(piece.total));
             }
             // The next fragment (passing over skip records), waiting for it.
             rec = loop {
@@ -1057,14 +972,8 @@ impl ShmConn {
                             self.doorbell(Bell::Room);
                         }
                     }
-                    Ok(Some(r)) if r.flags == FLAG_MORE || r.flags == 0 => break r,
-                    Ok(Some(r)) => {
-                        let e = Error::violation(format!(
-                            "fragment flags {:#x} unexpected (inside a split message)",
-                            r.flags
-                        ));
-                        return Err(self.fail(e));
-                    }
+                    // `accept` checks its flags.
+                    Ok(Some(r)) => break r,
                     Ok(None) => {
                         // A peer gone mid-message is a reset (`end_of_data`), never EOS.
                         if let Err(e) = self.wait_data(true) {
@@ -1093,7 +1002,7 @@ impl ConnOps for ShmConn {
         if !blocking
             || self.broken.is_some()
             || !matches!(self.current, Current::None)
-            || self.reasm_total.is_some()
+            || self.reasm.in_progress()
             || buf.len() < SPLIT_MIN
         {
             return Ok(None);
@@ -1189,10 +1098,10 @@ impl ConnOps for ShmConn {
     #[inline]
     fn recv_next(&mut self, blocking: bool) -> Result<usize> {
         // Fast path: a whole record waiting, nothing unusual going on.
-        if let (None, Current::None, None, true) = (
+        if let (None, Current::None, false, true) = (
             &self.broken,
             &self.current,
-            self.reasm_total,
+            self.reasm.in_progress(),
             self.pending.is_empty(),
         ) {
             if let Ok(Some(rec)) = self.rx.peek() {
@@ -1215,7 +1124,7 @@ impl ConnOps for ShmConn {
             // SAFETY: `peek` validated the record inside the mapping, which lives as long
             // as `self`. The peer may still write it: SharedBytes only copies it out.
             Current::InPlace { ptr, len } => unsafe { SharedBytes::shared(ptr, len) },
-            Current::Reassembled => SharedBytes::local(&self.reasm),
+            Current::Reassembled => SharedBytes::local(self.reasm.message()),
             Current::None => SharedBytes::local(&[]),
         }
     }
@@ -1237,7 +1146,7 @@ impl ConnOps for ShmConn {
         match self.current {
             Current::Reassembled => {
                 self.current = Current::None;
-                mem::take(&mut self.reasm)
+                self.reasm.take_message()
             }
             _ => {
                 let v = self.current().to_vec();
