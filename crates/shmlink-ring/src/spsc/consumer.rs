@@ -7,6 +7,8 @@ use super::message::{
     record_size, stamped, Record, ALIGN, FLAGS_MASK, FLAG_SKIP, HEADER, KNOWN_FLAGS,
 };
 use super::notify::{announce, announce_token, take_waiter, withdraw, FenceMode};
+#[cfg(doc)]
+use super::{WakeGroup, SHARED_TOKEN};
 use crate::error::{Result, Violation};
 use crate::sync::Ordering;
 
@@ -289,7 +291,7 @@ impl Consumer {
 
     /// [`arm`](Consumer::arm) with a shared wait token (a value the caller's process never
     /// used before, with the same token on every ring one wait sleeps on; see
-    /// [`WakeGroup`](super::WakeGroup)): the announcement is the token, with [`SHARED_TOKEN`](super::SHARED_TOKEN), when it is
+    /// [`WakeGroup`]): the announcement is the token, with [`SHARED_TOKEN`], when it is
     /// above this ring's last announcement, else the next count.
     pub fn arm_token(&mut self, token: u64) -> Result<bool> {
         debug_assert!(

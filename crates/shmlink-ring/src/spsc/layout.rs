@@ -6,6 +6,8 @@
 use std::ptr::NonNull;
 
 use super::message::ALIGN;
+#[cfg(doc)]
+use super::{Consumer, Producer};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::Line;
 
@@ -128,8 +130,8 @@ impl RingRef {
     /// # Safety
     /// `prod` must point to a `ProducerCtl` and `cons` to a `ConsumerCtl` (or zeroed
     /// memory of their sizes), 128-aligned, and `data` to `2 * cap` readable bytes,
-    /// 8-aligned, whose second half mirrors the first. A [`Producer`](super::Producer) built from this
-    /// RingRef writes `prod` and `data`, a [`Consumer`](super::Consumer) writes `cons`: those must be
+    /// 8-aligned, whose second half mirrors the first. A [`Producer`] built from this
+    /// RingRef writes `prod` and `data`, a [`Consumer`] writes `cons`: those must be
     /// writable for the side that builds one, the rest need only be readable (the other
     /// side's memory, mapped read-only; the ring only loads from it). All must stay valid
     /// as long as any Producer or Consumer built from this RingRef lives. `cap` must be a

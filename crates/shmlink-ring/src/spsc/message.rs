@@ -10,6 +10,8 @@
 
 use std::ptr::NonNull;
 
+#[cfg(doc)]
+use super::{Consumer, Producer};
 use crate::error::{Result, Violation};
 
 /// Size of a record header.
@@ -72,7 +74,7 @@ pub struct Record {
 
 impl Record {
     /// Whether this is a skip record ([`FLAG_SKIP`]): pass over it with
-    /// [`Consumer::advance`](super::Consumer::advance)`(size())`, its payload is padding.
+    /// [`Consumer::advance`]`(size())`, its payload is padding.
     pub fn is_skip(&self) -> bool {
         self.flags == FLAG_SKIP
     }
@@ -144,7 +146,7 @@ impl Fragment {
     ///
     /// # Safety
     /// `dst` has room for [`len`](Fragment::len) bytes (the payload of a record reserved
-    /// with [`Producer::try_reserve`](super::Producer::try_reserve) for that length) that
+    /// with [`Producer::try_reserve`] for that length) that
     /// no one else writes or reads while this runs, and does not overlap `body`.
     #[inline]
     pub unsafe fn write(&self, dst: NonNull<u8>, total: usize, body: &[u8]) {
@@ -200,7 +202,7 @@ pub fn split_size(len: usize, max: usize) -> usize {
 /// checks it.
 ///
 /// # Safety
-/// `rec` was returned by [`Consumer::peek`](super::Consumer::peek) of a ring that is
+/// `rec` was returned by [`Consumer::peek`] of a ring that is
 /// still mapped, and not consumed since.
 #[inline]
 pub unsafe fn first_total(rec: &Record) -> Option<u64> {
@@ -268,7 +270,7 @@ impl Reassembly {
     /// state is unchanged; the connection is broken anyway.
     ///
     /// # Safety
-    /// As for [`first_total`]: `rec` came from [`Consumer::peek`](super::Consumer::peek)
+    /// As for [`first_total`]: `rec` came from [`Consumer::peek`]
     /// of a ring that is still mapped, and was not consumed since.
     pub unsafe fn accept(&mut self, rec: &Record, max: usize) -> Result<Piece> {
         match (self.total, rec.flags) {

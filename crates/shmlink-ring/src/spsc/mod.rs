@@ -48,7 +48,7 @@
 //! cannot write ours: the kernel refuses it a writable mapping). Every position and record
 //! header it wrote is read once into a local, validated against what this side
 //! knows (monotonicity, alignment, capacity, bytes available), and a bad value becomes a
-//! [`Violation`](crate::Violation). Reads and writes stay within the doubly-mapped `2 * cap` bytes whatever
+//! [`Violation`]. Reads and writes stay within the doubly-mapped `2 * cap` bytes whatever
 //! the peer does.
 //!
 //! # Files
@@ -59,6 +59,8 @@
 //! - `notify.rs`: the wake-up protocol's announcements and fences, [`WakeGroup`].
 //! - `producer.rs`, `consumer.rs`: the two ends.
 
+#[cfg(doc)]
+use crate::Violation;
 mod consumer;
 mod layout;
 mod message;

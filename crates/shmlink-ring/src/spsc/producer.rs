@@ -8,6 +8,8 @@ use super::message::{
     header_word, record_size, stamped, ALIGN, FLAGS_MASK, FLAG_SKIP, HEADER, RESTART_MIN,
 };
 use super::notify::{announce, take_waiter, withdraw, FenceMode};
+#[cfg(doc)]
+use super::WakeGroup;
 use crate::error::{Result, Violation};
 use crate::sync::Ordering;
 
@@ -271,7 +273,7 @@ impl Producer {
 
     /// The consumer announcement this producer last decided to wake (what
     /// [`commit`](Producer::commit)/[`publish`](Producer::publish)/[`close`](Producer::close)
-    /// returning `true` was for): the value a [`WakeGroup`](super::WakeGroup) decides on.
+    /// returning `true` was for): the value a [`WakeGroup`] decides on.
     pub fn woken(&self) -> u64 {
         self.woken
     }
