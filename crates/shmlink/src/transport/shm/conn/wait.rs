@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::{Bell, ShmConn};
 use crate::error::{Error, Result};
+use crate::notify::{self, Doorbell};
 use crate::options::WaitPolicy;
 use crate::sys::{self, pipe, poll_fd, socket};
 use crate::transport::shm::segment::{Place, Wait};
@@ -49,17 +50,15 @@ impl ShmConn {
     /// Takes one doorbell off the control socket, noticing EOF; `Ok(false)` if none was
     /// there. With `wait`, sleeps until one comes (or the peer is gone).
     fn take_doorbell(&mut self, wait: bool) -> Result<bool> {
-        let mut buf = [0u8; 16];
         let sock = self.sock.as_fd();
-        let got = if wait {
-            socket::recv_wait(sock, &mut buf)
-        } else {
-            socket::recv(sock, &mut buf)
-        };
-        match got {
-            Ok(0) => self.peer_eof = true,
-            Ok(1) if buf[0] == Bell::Data as u8 || buf[0] == Bell::Room as u8 => return Ok(true),
-            Ok(n) => {
+        match notify::take_doorbell(sock, wait) {
+            Ok(Doorbell::Gone) => self.peer_eof = true,
+            Ok(Doorbell::Packet { len: 1, first })
+                if first == Bell::Data as u8 || first == Bell::Room as u8 =>
+            {
+                return Ok(true)
+            }
+            Ok(Doorbell::Packet { len: n, .. }) => {
                 // Not a doorbell (`recv` says a packet's real length): bytes written to
                 // the peer's end of this socket past its library (transparent mode: a
                 // raw `write` on a moved fd), or a peer's deliberate reset. Dropping
@@ -72,20 +71,12 @@ impl ShmConn {
                 return Err(self.fail(e));
             }
             // Only without `wait`, or if the socket could not be made blocking.
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && wait => {
+            Ok(Doorbell::None) if wait => {
                 poll_fd(sock, sys::Interest::READABLE, None)
                     .map_err(|e| Error::io(format!("{}: poll", self.peer), e))?;
                 return self.take_doorbell(false);
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
-                ) =>
-            {
-                self.peer_eof = true
-            }
+            Ok(Doorbell::None) => {}
             Err(e) => return Err(Error::io(format!("{}: control socket", self.peer), e)),
         }
         Ok(false)
@@ -101,16 +92,13 @@ impl ShmConn {
             Bell::Data => self.tx_waiting,
             Bell::Room => self.rx_waiting,
         };
-        // Bounded: a peer that keeps ringing cannot keep us here.
-        for _ in 0..64 {
+        // Bounded by `notify::drain`: a peer that keeps ringing cannot keep us here.
+        notify::drain(|| {
             if other_waits && !self.may_take_next_doorbell(own) {
-                break;
+                return Ok(false);
             }
-            if !self.take_doorbell(false)? {
-                break;
-            }
-        }
-        Ok(())
+            self.take_doorbell(false)
+        })
     }
 
     /// Whether the first packet on the control socket may be taken by a drain for `own`:
