@@ -1,9 +1,13 @@
 //! Waiting: spin, then yield, then park (docs/design.md §4.1).
 //!
 //! [`spin_then_yield`] is the first two phases; parking is the transport's (it sleeps on
-//! its connection fd, which also reports the peer's death).
+//! its connection fd, which also reports the peer's death). [`take_doorbell`] and
+//! [`drain`] are the doorbell socket's side of parking, shared by the `shm:` connection
+//! and the shared-memory subscriber.
 
 use std::hint::spin_loop;
+use std::io;
+use std::os::fd::BorrowedFd;
 use std::time::Instant;
 
 use crate::error::Result;
@@ -39,6 +43,59 @@ pub(crate) fn spin_then_yield(
             sys::yield_now();
         }
     }
+}
+
+/// What one look at a doorbell socket found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Doorbell {
+    /// A packet of `len` bytes (its real length: a doorbell is one byte) starting with
+    /// `first`.
+    Packet { len: usize, first: u8 },
+    /// Nothing waiting.
+    None,
+    /// End-of-file or a reset: the peer is gone.
+    Gone,
+}
+
+/// Takes one packet off a doorbell socket (with `wait`, a blocking receive: the socket
+/// must be blocking for it to wait). Errors other than "nothing there" and the peer's end
+/// are the caller's to report.
+pub(crate) fn take_doorbell(sock: BorrowedFd<'_>, wait: bool) -> io::Result<Doorbell> {
+    let mut buf = [0u8; 16];
+    let got = if wait {
+        sys::socket::recv_wait(sock, &mut buf)
+    } else {
+        sys::socket::recv(sock, &mut buf)
+    };
+    match got {
+        Ok(0) => Ok(Doorbell::Gone),
+        Ok(len) => Ok(Doorbell::Packet { len, first: buf[0] }),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Doorbell::None),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+            ) =>
+        {
+            Ok(Doorbell::Gone)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The most doorbells one [`drain`] takes: a peer that keeps ringing cannot keep the
+/// caller there.
+const DRAIN_MAX: usize = 64;
+
+/// Drains waiting doorbells, so that the fd stops being readable for them: calls `take`
+/// (take one, say whether there was one) until it finds none, at most [`DRAIN_MAX`] times.
+pub(crate) fn drain(mut take: impl FnMut() -> Result<bool>) -> Result<()> {
+    for _ in 0..DRAIN_MAX {
+        if !take()? {
+            break;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

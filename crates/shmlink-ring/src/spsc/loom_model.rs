@@ -29,7 +29,11 @@ use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
 
-use super::*;
+use super::consumer::*;
+use super::layout::*;
+use super::message::*;
+use super::notify::*;
+use super::producer::*;
 use crate::loom_doorbell::{Doorbell, PLACES};
 
 /// Ring memory shared by the two threads: the producer's block and data area, the

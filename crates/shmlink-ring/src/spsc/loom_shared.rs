@@ -17,8 +17,9 @@
 use loom::sync::Arc;
 use loom::thread;
 
-use super::*;
+use super::notify::*;
 use crate::loom_doorbell::Doorbell;
+use crate::sync::{fence, AtomicU64, Ordering};
 
 /// Two rings as the wake-up protocol sees them: the producers' `tail` words, the
 /// consumer's announcement words, the producer process's group, the waiter's one wait.

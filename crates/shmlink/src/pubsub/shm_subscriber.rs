@@ -15,7 +15,7 @@ use super::segment::{BellSegment, CursorSegment, TopicSegment};
 use super::stats::SubscriberStats;
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
-use crate::notify::spin_then_yield;
+use crate::notify::{self, spin_then_yield, Doorbell};
 use crate::options::WaitPolicy;
 use crate::rendezvous::socket_of;
 use crate::sys::{self, poll_fd, socket};
@@ -508,19 +508,10 @@ impl ShmSubscriber {
 
     /// Takes one doorbell off the socket, noticing EOF; `Ok(false)` if none was there.
     fn take_doorbell(&mut self) -> Result<bool> {
-        let mut buf = [0u8; 16];
-        match socket::recv(self.sock.as_fd(), &mut buf) {
-            Ok(0) => self.peer_eof = true,
-            Ok(_) => return Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
-                ) =>
-            {
-                self.peer_eof = true
-            }
+        match notify::take_doorbell(self.sock.as_fd(), false) {
+            Ok(Doorbell::Packet { .. }) => return Ok(true),
+            Ok(Doorbell::None) => {}
+            Ok(Doorbell::Gone) => self.peer_eof = true,
             Err(e) => return Err(Error::io(format!("{}: socket", self.addr), e)),
         }
         Ok(false)
@@ -528,12 +519,7 @@ impl ShmSubscriber {
 
     /// Drains pending doorbells (bounded), so the fd stops being readable for them.
     fn drain(&mut self) -> Result<()> {
-        for _ in 0..64 {
-            if !self.take_doorbell()? {
-                break;
-            }
-        }
-        Ok(())
+        notify::drain(|| self.take_doorbell())
     }
 
     /// Waits until the slot at the cursor changes (a message, or an overwrite), or

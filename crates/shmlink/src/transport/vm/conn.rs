@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use shmlink_ring::spsc::{
-    Consumer, ConsumerCtl, FenceMode, Producer, ProducerCtl, RingRef, CLOSED_OFFSET, FLAG_FIRST,
-    FLAG_MORE, HEADER, HEAD_OFFSET, TAIL_OFFSET,
+    Consumer, ConsumerCtl, FenceMode, Fragment, Producer, ProducerCtl, Reassembler, RingRef,
+    CLOSED_OFFSET, HEADER, HEAD_OFFSET, TAIL_OFFSET,
 };
 
 use super::bell::{self, Bell, Wait, CAN_BE_RUNG, CAN_RING};
@@ -55,8 +55,12 @@ impl ConnShared {
         // Our bell word, before the handshake publishes the slot (the client's REQUEST
         // and the listener's ACCEPTED are Release); the client clears the listener's,
         // which the listener writes before it accepts.
+        // SYNC POINT (handshake): Relaxed; published to the peer by the handshake's Release
+        // store (or AcqRel exchange) of the slot state in vm/mod.rs, which the peer loads with
+        // Acquire before it reads our bell word.
         s.my_bell().store(s.bell_word(), Ordering::Relaxed);
         if client {
+            // SYNC POINT (handshake): Relaxed, published with our REQUEST as the store above.
             s.peer_bell().store(0, Ordering::Relaxed);
         }
         let t: Arc<dyn Tick> = s.clone();
@@ -114,6 +118,9 @@ impl ConnShared {
     /// rings some id in vain.
     pub(super) fn ring_peer(&self) {
         let Some(b) = &self.bell else { return };
+        // SYNC POINT (bell word): Relaxed: the word only names whom to ring, after the ring's
+        // fence (`take_waiter`) decided to; a stale or forged one rings some id in vain, and the
+        // sleeper's wait is bounded (`RUNG_SLEEP`), so nothing is ordered by it.
         let w = self.peer_bell().load(Ordering::Relaxed);
         if w & CAN_BE_RUNG != 0 {
             b.ring(w as u16);
@@ -123,6 +130,8 @@ impl ConnShared {
     /// Whether a sleep of ours ends by a ring: we can be rung and the peer rings.
     fn rung(&self) -> bool {
         self.bell.as_ref().is_some_and(|b| b.can_be_rung())
+            // SYNC POINT (bell word): Relaxed, a hint as in `ring_peer`: a stale value changes
+            // only how long a sleep lasts (`RUNG_SLEEP` or the backed-off pause).
             && self.peer_bell().load(Ordering::Relaxed) & CAN_RING != 0
     }
 
@@ -149,9 +158,13 @@ impl ConnShared {
         let (inp, outc) = self.watch();
         (
             self.region
+                // SYNC POINT (data): Acquire pairs with the peer producer's Release store of `tail`
+                // (`Producer::publish`); here only compared with the armed snapshot.
                 .u64_at(inp + TAIL_OFFSET)
                 .load(Ordering::Acquire),
             self.region
+                // SYNC POINT (data): Acquire pairs with the peer consumer's Release store of `head`
+                // (`Consumer::advance`), compared likewise.
                 .u64_at(outc + HEAD_OFFSET)
                 .load(Ordering::Acquire),
         )
@@ -159,12 +172,18 @@ impl ConnShared {
 
     fn state(&self) -> u32 {
         self.region
+            // SYNC POINT (slot state): Acquire pairs with the peer's Release/AcqRel stores of the
+            // state (the handshake in vm/mod.rs, `depart`): a peer seen gone (ONE_GONE) had closed
+            // its ring before, and its close mark is visible.
             .u32_at(self.base() + slot::STATE)
             .load(Ordering::Acquire)
     }
 
     pub(super) fn establish(&self) {
+        // SYNC POINT (heartbeat): Acquire pairs with the peer's Release `fetch_add` in `tick`.
         self.peer.restart(self.peer_hb().load(Ordering::Acquire));
+        // SYNC POINT (established): Release pairs with the Acquire loads in `tick` and `poke`:
+        // the ticker sees the restarted liveness before it observes the peer.
         self.established.store(true, Ordering::Release);
     }
 
@@ -172,21 +191,29 @@ impl ConnShared {
     fn arm(&self) {
         let _ = self.flag.clear();
         *self.snap.lock().unwrap_or_else(|p| p.into_inner()) = self.snapshot();
+        // SYNC POINT (armed): Release pairs with the Acquire load in `check`: the ticker that
+        // sees `armed` sees the cleared flag and the snapshot (also under the mutex).
         self.armed.store(true, Ordering::Release);
     }
 }
 
 impl Tick for ConnShared {
     fn tick(&self, now: Instant) {
+        // SYNC POINT (heartbeat): Release pairs with the peer's Acquire loads of our heartbeat
+        // (`establish`, `tick`).
         self.my_hb().fetch_add(1, Ordering::Release);
+        // SYNC POINT (established): Acquire pairs with the Release in `establish`.
         if !self.established.load(Ordering::Acquire) {
             return;
         }
         self.peer
+            // SYNC POINT (heartbeat): Acquire pairs with the peer's Release `fetch_add` in `tick`.
             .observe(self.peer_hb().load(Ordering::Acquire), now);
         // A bell that died (its server went) leaves our word stale: the peer would ring
         // an id nobody answers to. Rewrite it (0 then: we poll again).
         let w = self.bell_word();
+        // SYNC POINT (bell word): Relaxed: only we write our word, and the peer reads it as a
+        // hint (`ring_peer`).
         if self.my_bell().load(Ordering::Relaxed) != w {
             self.my_bell().store(w, Ordering::Relaxed);
         }
@@ -194,6 +221,7 @@ impl Tick for ConnShared {
     }
 
     fn poke(&self) {
+        // SYNC POINT (established): Acquire pairs with the Release in `establish`.
         if self.established.load(Ordering::Acquire) {
             self.check();
         }
@@ -203,6 +231,7 @@ impl Tick for ConnShared {
 impl ConnShared {
     /// Sets the descriptor if it is armed and what it waits on changed.
     fn check(&self) {
+        // SYNC POINT (armed): Acquire pairs with the Release stores in `arm` and `VmConn::new`.
         if !self.armed.load(Ordering::Acquire) {
             return;
         }
@@ -210,6 +239,7 @@ impl ConnShared {
         let (inp, _) = self.watch();
         let closed = self
             .region
+            // SYNC POINT (close): Acquire pairs with the Release in the peer's `Producer::close`.
             .u32_at(inp + CLOSED_OFFSET)
             .load(Ordering::Acquire)
             != 0;
@@ -218,6 +248,8 @@ impl ConnShared {
             || self.peer.dead()
             || self.state() != State::Accepted as u32
         {
+            // SYNC POINT (armed): Release, as in `arm`; disarming orders nothing the flag carries
+            // (setting the flag twice, from two racing checks, is harmless: it is level-triggered).
             self.armed.store(false, Ordering::Release);
             let _ = self.flag.set();
         }
@@ -270,7 +302,8 @@ pub(crate) struct VmConn {
     max_send: usize,
     max_recv: usize,
     current: Current,
-    assembling: Option<(Vec<u8>, usize)>,
+    /// A split message as it arrives (the wire format and its checks are the ring's).
+    reasm: Reassembler,
     pending: Option<Pending>,
     reserved: Reserved,
     /// The buffer of the last reservation, kept for the next one (no allocation per
@@ -324,6 +357,8 @@ impl VmConn {
         // readable when the first message arrives, before any call would have blocked
         // (an event loop registers a new connection and waits for it).
         *shared.snap.lock().unwrap_or_else(|p| p.into_inner()) = (0, 0);
+        // SYNC POINT (armed): Release pairs with the Acquire load in `check`: the ticker sees
+        // the snapshot stored above.
         shared.armed.store(true, Ordering::Release);
         let mut rx = Consumer::new(inb, FenceMode::Symmetric);
         // Announced from the start too, so that a peer with a doorbell rings for the first
@@ -337,7 +372,7 @@ impl VmConn {
             max_send,
             max_recv,
             current: Current::None,
-            assembling: None,
+            reasm: Reassembler::new(),
             pending: None,
             reserved: Reserved::None,
             scratch: Vec::new(),
@@ -425,20 +460,6 @@ impl VmConn {
         self.violation(e.to_string())
     }
 
-    /// Copies `len` bytes out of the ring at `src`.
-    fn copy_out(src: NonNull<u8>, len: usize, out: &mut Vec<u8>) {
-        let at = out.len();
-        out.reserve(len);
-        // SAFETY: `src..src+len` is a record payload the ring validated inside its
-        // mapping; `out` has `len` spare bytes, which do not overlap the mapping. The peer
-        // may scribble on the bytes while we copy: `copy_shared` reads them without a data
-        // race; we get some bytes, never an access outside the mapping.
-        unsafe {
-            crate::sys::copy_shared(out.as_mut_ptr().add(at), src.as_ptr(), len);
-            out.set_len(at + len);
-        }
-    }
-
     /// Takes records until a message is complete (made current) or the ring is empty.
     fn try_recv(&mut self) -> Result<Option<usize>> {
         loop {
@@ -454,71 +475,34 @@ impl VmConn {
                 }
                 continue;
             }
-            let first = rec.flags == FLAG_FIRST | FLAG_MORE;
-            let more = rec.flags == FLAG_MORE;
-            let last = rec.flags == 0;
-            match self.assembling.take() {
-                None if last => {
-                    if rec.len > self.max_recv {
-                        return Err(self.violation(format!(
-                            "message of {} bytes, larger than the {} agreed",
-                            rec.len, self.max_recv
-                        )));
-                    }
-                    self.current = Current::InPlace {
-                        ptr: rec.ptr,
-                        len: rec.len,
-                        size: rec.size(),
-                    };
-                    return Ok(Some(rec.len));
-                }
-                None if first && rec.len >= 8 => {
-                    let mut t = Vec::with_capacity(8);
-                    Self::copy_out(rec.ptr, 8, &mut t);
-                    let total = u64::from_le_bytes(t[..8].try_into().expect("8 bytes"));
-                    let part = rec.len - 8;
-                    if total > self.max_recv as u64 || total <= part as u64 {
-                        return Err(self.violation(format!(
-                            "split message of {total} bytes (first part {part}, maximum {})",
-                            self.max_recv
-                        )));
-                    }
-                    let mut buf = Vec::with_capacity(total as usize);
-                    // SAFETY: 8 is within the record's validated `len`.
-                    Self::copy_out(unsafe { rec.ptr.add(8) }, part, &mut buf);
-                    if self.rx.advance(rec.size()) {
-                        self.shared.ring_peer();
-                    }
-                    self.assembling = Some((buf, total as usize));
-                }
-                Some((mut buf, total)) if more || last => {
-                    let got = buf.len() + rec.len;
-                    if (more && got >= total) || (last && got != total) {
-                        return Err(self.violation(format!(
-                            "fragment of {} bytes overruns or ends early a {total}-byte message ({} so far)",
-                            rec.len,
-                            buf.len()
-                        )));
-                    }
-                    Self::copy_out(rec.ptr, rec.len, &mut buf);
-                    if self.rx.advance(rec.size()) {
-                        self.shared.ring_peer();
-                    }
-                    if last {
-                        self.current = Current::Owned(buf);
-                        return Ok(Some(total));
-                    }
-                    self.assembling = Some((buf, total));
-                }
-                state => {
-                    let inside = state.is_some();
+            if !self.reasm.in_progress() && rec.flags == 0 {
+                if rec.len > self.max_recv {
                     return Err(self.violation(format!(
-                        "record flags {:#x} (length {}) {} a split message",
-                        rec.flags,
-                        rec.len,
-                        if inside { "inside" } else { "outside" }
+                        "message of {} bytes, larger than the {} agreed",
+                        rec.len, self.max_recv
                     )));
                 }
+                self.current = Current::InPlace {
+                    ptr: rec.ptr,
+                    len: rec.len,
+                    size: rec.size(),
+                };
+                return Ok(Some(rec.len));
+            }
+            // A fragment: checked and copied out (with `copy_shared`: any guest may be
+            // writing the bytes) by the ring's reassembly.
+            // SAFETY: `peek` returned `rec` and it is not consumed; the region stays
+            // mapped (kept by `shared`).
+            let done = match unsafe { self.reasm.take(&rec, self.max_recv) } {
+                Ok(done) => done,
+                Err(e) => return Err(self.ring_err(e)),
+            };
+            if self.rx.advance(rec.size()) {
+                self.shared.ring_peer();
+            }
+            if let Some(total) = done {
+                self.current = Current::Owned(self.reasm.take_message());
+                return Ok(Some(total));
             }
         }
     }
@@ -543,12 +527,8 @@ impl VmConn {
         while let Some(p) = &self.pending {
             let total = p.msg.len();
             let off = p.off;
-            let (head, chunk) = if off == 0 {
-                (8, maxp - 8)
-            } else {
-                (0, (total - off).min(maxp))
-            };
-            let payload = head + chunk;
+            let frag = Fragment::next(off == 0, total - off, maxp);
+            let payload = frag.len();
             let Some(dst) = self.try_room(payload)? else {
                 self.peer_check()?;
                 if !blocking {
@@ -565,33 +545,14 @@ impl VmConn {
             };
             wait = Wait::new();
             let p = self.pending.as_mut().expect("checked above");
-            // SAFETY: `dst` has room for `payload` bytes (try_reserve); the source ranges
-            // are inside `p.msg`.
-            unsafe {
-                if head == 8 {
-                    std::ptr::copy_nonoverlapping(
-                        (total as u64).to_le_bytes().as_ptr(),
-                        dst.as_ptr(),
-                        8,
-                    );
-                }
-                std::ptr::copy_nonoverlapping(
-                    p.msg.as_ptr().add(off),
-                    dst.as_ptr().add(head),
-                    chunk,
-                );
-            }
-            let flags = if off == 0 {
-                FLAG_FIRST | FLAG_MORE
-            } else if off + chunk < total {
-                FLAG_MORE
-            } else {
-                0
-            };
-            if self.tx.commit(payload, flags) {
+            // SAFETY: `dst` has room for `payload` = `frag.len()` bytes (try_reserve),
+            // inside the region's mapping (kept by `shared`); any guest may write them, so
+            // the copy is `copy_shared`'s. The source range is inside `p.msg`.
+            unsafe { frag.write_shared(dst, total, &p.msg[off..off + frag.chunk]) };
+            if self.tx.commit(payload, frag.flags) {
                 self.shared.ring_peer();
             }
-            p.off += chunk;
+            p.off += frag.chunk;
             if p.off >= total {
                 self.pending = None;
             }
@@ -608,6 +569,8 @@ impl VmConn {
         self.departed = true;
         let st = self.shared.region.u32_at(self.shared.base() + slot::STATE);
         let dead = self.shared.peer.dead();
+        // SYNC POINT (slot state): Acquire pairs with the peer's AcqRel exchanges below
+        // (and the handshake's): we see whether it left first.
         let cur = st.load(Ordering::Acquire);
         if cur == State::Accepted as u32
             && !dead
@@ -615,6 +578,9 @@ impl VmConn {
                 .compare_exchange(
                     cur,
                     State::OneGone as u32,
+                    // SYNC POINT (slot state): AcqRel: the peer that finds ONE_GONE
+                    // (Acquire) sees our ring's close mark, stored before; on failure,
+                    // Acquire as above.
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 )
@@ -622,8 +588,12 @@ impl VmConn {
         {
             return;
         }
+        // SYNC POINT (slot state): Acquire, as above: the departed peer's writes come
+        // before.
         let cur = st.load(Ordering::Acquire);
         if cur == State::OneGone as u32 || cur == State::Accepted as u32 {
+            // SYNC POINT (slot state): AcqRel: a later owner of the freed slot (which loads
+            // the state with Acquire when it binds or connects) sees what we wrote in it.
             let _ =
                 st.compare_exchange(cur, State::Free as u32, Ordering::AcqRel, Ordering::Acquire);
         }
@@ -658,8 +628,10 @@ impl ConnOps for VmConn {
         let mut wait = Wait::new();
         loop {
             if let Some(dst) = self.try_room(msg.len())? {
-                // SAFETY: room for `msg.len()` bytes at `dst`.
-                unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), dst.as_ptr(), msg.len()) };
+                // SAFETY: room for `msg.len()` bytes at `dst` (try_reserve), inside the
+                // region's mapping; any guest may write them, so the copy is
+                // `copy_shared`'s, and `msg` is ours.
+                unsafe { crate::sys::copy_shared(dst.as_ptr(), msg.as_ptr(), msg.len()) };
                 if self.tx.commit(msg.len(), 0) {
                     self.shared.ring_peer();
                 }
@@ -737,8 +709,9 @@ impl ConnOps for VmConn {
             Reserved::Ring { ptr, buf } => {
                 // SAFETY: `try_reserve` gave room for `buf.len()` bytes at `ptr`, inside
                 // our ring's data area, which the mapping (kept by `shared`) covers and
-                // the consumer does not read before the commit below; `buf` is ours.
-                unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), ptr.as_ptr(), buf.len()) };
+                // the consumer does not read before the commit below; any guest may write
+                // it, so the copy is `copy_shared`'s; `buf` is ours.
+                unsafe { crate::sys::copy_shared(ptr.as_ptr(), buf.as_ptr(), buf.len()) };
                 let len = buf.len();
                 self.scratch = buf;
                 if self.tx.commit(len, 0) {
@@ -779,7 +752,7 @@ impl ConnOps for VmConn {
                 if let Some(n) = self.try_recv()? {
                     return Ok(n);
                 }
-                if self.assembling.is_some() {
+                if self.reasm.in_progress() {
                     return Err(self.violation("stream closed inside a split message".into()));
                 }
                 return Err(Error::eos());

@@ -1,0 +1,487 @@
+//! One `shm:` connection: two segments (ours, the peer's) holding the two rings, the
+//! Unix socket that carries doorbells and reports the peer's death, and, when both sides
+//! have them, the doorbell pipes a blocking wait sleeps on (docs/design.md §4.4).
+//!
+//! This file holds the connection's state ([`ShmConn`], what it made current or
+//! reserved), its setup and the [`ConnOps`] table that dispatches to the three concerns:
+//! `send.rs` (records, fragments and the pending rest of a split message), `recv.rs`
+//! (records in place, split messages, waiting for data) and `wait.rs` (doorbells,
+//! draining them, sleeping). The split format itself is the ring's
+//! (`shmlink_ring::spsc::Fragment`, `Reassembly`).
+
+mod recv;
+mod send;
+mod wait;
+
+use std::mem;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use super::bell::PipeBell;
+use super::segment::{Segment, Wait};
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::{WaitPolicy, MIN_RING_SIZE};
+use crate::ring::{record_size, Consumer, FenceMode, Producer, Reassembler, WakeGroup, HEADER};
+use crate::sys;
+use crate::transport::ConnOps;
+use crate::view::SharedBytes;
+
+/// Largest fragment (record) of a split message: a quarter ring, at most this. Small
+/// enough that the receiver copies one while the sender writes the next (docs/design.md
+/// §3.2).
+const FRAGMENT_MAX: usize = 128 << 10;
+
+/// Below this length no ring splits a message that fits one record: the fragment
+/// payload of the smallest ring.
+const SPLIT_MIN: usize = MIN_RING_SIZE / 4 - HEADER;
+
+/// Payload bytes of a full fragment through `ring`. A message of at most this many bytes
+/// is never split by us (and so, from a peer running this code, never arrives split).
+#[inline]
+fn fragment_payload(ring: &crate::ring::RingRef) -> usize {
+    (ring.max_record() / 2).min(FRAGMENT_MAX) - HEADER
+}
+
+/// A doorbell's byte: which of the receiver's two directions may progress. Both share
+/// one control socket (the connection's fd), so a drain must know whose cue it takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Bell {
+    /// Your receive ring has records (or the end-of-stream mark).
+    Data = 1,
+    /// Your send ring has room.
+    Room = 2,
+}
+
+impl Bell {
+    /// The receiver's wait this doorbell ends.
+    fn wait(self) -> Wait {
+        match self {
+            Bell::Data => Wait::Data,
+            Bell::Room => Wait::Room,
+        }
+    }
+
+    fn other(self) -> Bell {
+        match self {
+            Bell::Data => Bell::Room,
+            Bell::Room => Bell::Data,
+        }
+    }
+}
+
+/// The message `recv_next` made current.
+enum Current {
+    None,
+    /// A single record, read in place in the ring.
+    InPlace {
+        ptr: NonNull<u8>,
+        len: usize,
+    },
+    /// A split message, reassembled in `reasm`.
+    Reassembled,
+}
+
+/// What `reserve` set aside.
+enum Reservation {
+    None,
+    /// Payload space of a record in the ring.
+    InPlace {
+        ptr: NonNull<u8>,
+        len: usize,
+    },
+    /// A message of `len` bytes, too large for one record, staged in `stage[..len]`.
+    Staged {
+        len: usize,
+        blocking: bool,
+    },
+}
+
+/// The two directions and how one side of a connection uses them.
+pub(crate) struct ShmConn {
+    tx: Producer,
+    rx: Consumer,
+    /// Keeps the rings mapped; `tx`/`rx` point into it.
+    seg: Segment,
+    /// Control socket: doorbells in both directions, EOF when the peer is gone.
+    sock: OwnedFd,
+    wait: WaitPolicy,
+    max_send: usize,
+    max_recv: usize,
+    current: Current,
+    /// A split message as it arrives, and once complete (`Current::Reassembled`).
+    reasm: Reassembler,
+    reservation: Reservation,
+    stage: Vec<u8>,
+    /// The unsent rest of a split message accepted in non-blocking mode.
+    pending: Vec<u8>,
+    pending_pos: usize,
+    /// The control socket reported end-of-file or a reset: the peer is gone.
+    peer_eof: bool,
+    /// An announcement found work at once and was left for the peer to clear, so a
+    /// doorbell may arrive that nobody sleeps for: drain before the next sleep.
+    stale_doorbell: bool,
+    /// The last receive returned `WouldBlock` (or none was made yet: a new consumer
+    /// starts announced): a data doorbell is the caller's cue, which only a receive may
+    /// drain.
+    rx_waiting: bool,
+    /// The last send returned `WouldBlock` or left the rest of a message pending: a room
+    /// doorbell is the caller's cue, which only a call that retries the send may drain.
+    tx_waiting: bool,
+    /// The consumer's position when the last wait for data began: what was taken since
+    /// says how large the messages are ([`large_message_patience`]).
+    rx_mark: u64,
+    /// Set after a protocol violation: the connection is dead.
+    broken: Option<String>,
+    /// Inside a batch ([`ConnOps::begin_batch`]): records are written, and published
+    /// (one `tail` store, one fence) before any wait and when the batch ends.
+    batching: bool,
+    closed: bool,
+    local: String,
+    peer: String,
+    /// The doorbell pipes, if both sides have them: a blocking wait sleeps on its pipe
+    /// and says so in its segment ([`Place`]); the peer rings where it sleeps. (Last:
+    /// only wake-ups use it, and the fields above keep their places.)
+    bell: Option<PipeBell>,
+    /// The shared wait token the next non-blocking wait for data announces instead of a
+    /// count ([`ShmConn::set_wait_token`]).
+    wait_token: Option<u64>,
+    /// The peer process's group: a data doorbell for a shared token the group already
+    /// rang for is skipped ([`ShmConn::set_wake_group`]).
+    wake_group: Option<Arc<WakeGroup>>,
+}
+
+// SAFETY: the raw pointers in `current`, `reservation` and the rings point into `seg`,
+// which the connection owns and moves with it; nothing else in the process refers to them.
+unsafe impl Send for ShmConn {}
+
+/// What a side needs to build its half of a connection.
+pub(crate) struct Setup {
+    pub seg: Segment,
+    pub fence: FenceMode,
+    pub sock: OwnedFd,
+    pub bell: Option<PipeBell>,
+    pub wait: WaitPolicy,
+    pub max_send: usize,
+    pub max_recv: usize,
+    pub local: String,
+    pub peer: String,
+}
+
+/// The receiving end of a connection's ring. While it follows a producer that publishes
+/// in batches it publishes its position once per 4 KiB taken (at most an eighth of the
+/// ring) and before it waits; otherwise once per record (`Consumer::consume`):
+/// docs/benchmarks.md, round 3.
+fn lazy_consumer(ring: crate::ring::RingRef, fence: FenceMode) -> Consumer {
+    let lazy = (ring.max_record() / 4).min(LAZY_HEAD);
+    let mut rx = Consumer::new(ring, fence);
+    rx.set_lazy_head(lazy);
+    rx
+}
+
+/// Bytes a batch-following consumer takes before it publishes its position.
+const LAZY_HEAD: usize = 4 << 10;
+
+impl ShmConn {
+    pub(crate) fn new(s: Setup) -> ShmConn {
+        // Sleeping is a blocking `recv` on the control socket; every other call on it says
+        // MSG_DONTWAIT. (If this fails, `take_doorbell` falls back to `poll`.)
+        let _ = sys::stream::set_blocking(s.sock.as_fd());
+        ShmConn {
+            tx: Producer::new(s.seg.tx(), s.fence),
+            rx: lazy_consumer(s.seg.rx(), s.fence),
+            seg: s.seg,
+            sock: s.sock,
+            wait: s.wait,
+            max_send: s.max_send,
+            max_recv: s.max_recv,
+            current: Current::None,
+            reasm: Reassembler::new(),
+            reservation: Reservation::None,
+            stage: Vec::new(),
+            pending: Vec::new(),
+            pending_pos: 0,
+            peer_eof: false,
+            stale_doorbell: false,
+            rx_waiting: true,
+            tx_waiting: false,
+            rx_mark: 0,
+            broken: None,
+            batching: false,
+            closed: false,
+            local: s.local,
+            peer: s.peer,
+            bell: s.bell,
+            wait_token: None,
+            wake_group: None,
+        }
+    }
+
+    /// Non-blocking waits for data announce `token` (a value this process never announced
+    /// before, the same on every connection one sleep waits on) instead of a count, until
+    /// set to `None` (`shmlink_ring::spsc::Consumer::arm_token`). Blocking waits keep counts.
+    pub(crate) fn set_wait_token(&mut self, token: Option<u64>) {
+        self.wait_token = token;
+    }
+
+    /// The group of connections to the peer's process whose data doorbells for one
+    /// shared token ring once (`shmlink_ring::spsc::WakeGroup`).
+    pub(crate) fn set_wake_group(&mut self, group: Option<Arc<WakeGroup>>) {
+        self.wake_group = group;
+    }
+
+    /// Remembers a protocol violation; every later call fails with it.
+    #[cold]
+    fn fail(&mut self, e: impl Into<Error>) -> Error {
+        let e = e.into();
+        if e.kind() == ErrorKind::ProtocolViolation && self.broken.is_none() {
+            self.broken = Some(e.message().to_string());
+        }
+        e
+    }
+
+    fn check_broken(&self) -> Result<()> {
+        match &self.broken {
+            Some(msg) => Err(Error::violation(format!(
+                "{}: connection broken earlier: {msg}",
+                self.peer
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn peer_gone(&self) -> Error {
+        Error::reset(format!(
+            "{}: peer has closed or lost the connection",
+            self.peer
+        ))
+    }
+
+    /// See [`crate::Connection::shares_cpu_with_peer`].
+    pub(crate) fn shares_cpu_with_peer(&self) -> bool {
+        self.seg.note_cpu(sys::current_cpu())
+    }
+}
+
+impl ConnOps for ShmConn {
+    #[inline]
+    fn recv_into(&mut self, buf: &mut [u8], blocking: bool) -> Result<Option<usize>> {
+        // Only a split message in blocking mode with nothing unusual going on, into a
+        // buffer that can hold one (a message of at most a fragment is never split: the
+        // buffer's length is compared with the smallest ring's fragment here, with this
+        // ring's there); anything else is `recv_next`'s.
+        if !blocking
+            || self.broken.is_some()
+            || !matches!(self.current, Current::None)
+            || self.reasm.in_progress()
+            || buf.len() < SPLIT_MIN
+        {
+            return Ok(None);
+        }
+        self.recv_split_into(buf)
+    }
+
+    #[inline]
+    fn send(&mut self, msg: &[u8], blocking: bool) -> Result<()> {
+        self.check_broken()?;
+        self.flush_pending(blocking)?;
+        self.send_message(msg, blocking)
+    }
+
+    fn writable(&mut self) -> Result<bool> {
+        self.check_broken()?;
+        match self.flush_pending(false) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    #[inline]
+    fn reserve(&mut self, n: usize, blocking: bool) -> Result<()> {
+        self.check_broken()?;
+        self.flush_pending(blocking)?;
+        self.reservation = if record_size(n) <= self.tx.ring().max_record() {
+            let Some(ptr) = self.room(n, blocking)? else {
+                return Err(Error::would_block());
+            };
+            Reservation::InPlace { ptr, len: n }
+        } else {
+            // Grow only: the bytes are the caller's to overwrite (like a ring slot's), so
+            // there is no need to clear them for every message.
+            if self.stage.len() < n {
+                self.stage.resize(n, 0);
+            }
+            Reservation::Staged { len: n, blocking }
+        };
+        Ok(())
+    }
+
+    #[inline]
+    fn reserved(&self) -> &[u8] {
+        match self.reservation {
+            // SAFETY: `room` reserved `len` payload bytes at `ptr` in our own segment,
+            // which only this process can write (the peer maps it read-only, sealed
+            // F_SEAL_FUTURE_WRITE; docs/design.md), and which the peer does not read as
+            // a record until `commit` publishes it.
+            Reservation::InPlace { ptr, len } => unsafe {
+                std::slice::from_raw_parts(ptr.as_ptr(), len)
+            },
+            Reservation::Staged { len, .. } => &self.stage[..len],
+            Reservation::None => &[],
+        }
+    }
+
+    #[inline]
+    fn reserved_mut(&mut self) -> &mut [u8] {
+        match self.reservation {
+            // SAFETY: as in `reserved`; `&mut self` makes this the only reference.
+            Reservation::InPlace { ptr, len } => unsafe {
+                std::slice::from_raw_parts_mut(ptr.as_ptr(), len)
+            },
+            Reservation::Staged { len, .. } => &mut self.stage[..len],
+            Reservation::None => &mut [],
+        }
+    }
+
+    #[inline]
+    fn commit(&mut self) -> Result<()> {
+        match mem::replace(&mut self.reservation, Reservation::None) {
+            Reservation::InPlace { len, .. } => {
+                self.commit_record(len, 0);
+                Ok(())
+            }
+            Reservation::Staged { len, blocking } => {
+                let stage = mem::take(&mut self.stage);
+                let r = self.send_message(&stage[..len], blocking);
+                self.stage = stage;
+                r
+            }
+            Reservation::None => Ok(()),
+        }
+    }
+
+    #[inline]
+    fn abort_reserve(&mut self) {
+        self.reservation = Reservation::None;
+    }
+
+    #[inline]
+    fn recv_next(&mut self, blocking: bool) -> Result<usize> {
+        // Fast path: a whole record waiting, nothing unusual going on.
+        if let (None, Current::None, false, true) = (
+            &self.broken,
+            &self.current,
+            self.reasm.in_progress(),
+            self.pending.is_empty(),
+        ) {
+            if let Ok(Some(rec)) = self.rx.peek() {
+                if rec.flags == 0 && rec.len <= self.max_recv {
+                    self.rx_waiting = false;
+                    self.current = Current::InPlace {
+                        ptr: rec.ptr,
+                        len: rec.len,
+                    };
+                    return Ok(rec.len);
+                }
+            }
+        }
+        self.recv_next_slow(blocking)
+    }
+
+    #[inline]
+    fn current(&self) -> SharedBytes<'_> {
+        match self.current {
+            // SAFETY: `peek` validated the record inside the mapping, which lives as long
+            // as `self`. The peer may still write it: SharedBytes only copies it out.
+            Current::InPlace { ptr, len } => unsafe { SharedBytes::shared(ptr, len) },
+            Current::Reassembled => SharedBytes::local(self.reasm.message()),
+            Current::None => SharedBytes::local(&[]),
+        }
+    }
+
+    #[inline]
+    fn release(&mut self) {
+        match mem::replace(&mut self.current, Current::None) {
+            Current::InPlace { len, .. } => {
+                if self.rx.consume(record_size(len)) {
+                    self.doorbell(Bell::Room);
+                }
+            }
+            Current::Reassembled => self.reasm.clear(),
+            Current::None => {}
+        }
+    }
+
+    fn take_current(&mut self) -> Vec<u8> {
+        match self.current {
+            Current::Reassembled => {
+                self.current = Current::None;
+                self.reasm.take_message()
+            }
+            _ => {
+                let v = self.current().to_vec();
+                self.release();
+                v
+            }
+        }
+    }
+
+    fn max_send_size(&self) -> usize {
+        self.max_send
+    }
+
+    #[inline]
+    fn begin_batch(&mut self) {
+        self.batching = true;
+    }
+
+    #[inline]
+    fn end_batch(&mut self) {
+        self.batching = false;
+        self.publish_tx();
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
+    fn close(&mut self, wait: bool) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        // Only the rest of a split message accepted in non-blocking mode can be pending;
+        // everything else already sits in the ring, which outlives this process. Dropping
+        // (`!wait`) writes what fits now and never blocks; `close` lingers, bounded.
+        let flushed = if self.broken.is_some() || self.peer_eof {
+            Ok(())
+        } else if wait {
+            self.linger()
+        } else {
+            self.flush_pending(false)
+        };
+        self.flush_rx();
+        if self.tx.close() {
+            self.doorbell(Bell::Data);
+        }
+        flushed
+    }
+
+    fn local_addr(&self) -> String {
+        self.local.clone()
+    }
+
+    fn peer_addr(&self) -> String {
+        self.peer.clone()
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
+}
