@@ -11,6 +11,7 @@
 //! - [`fault`]: `SHMLINK_BENCH_FAULT`, which pattern injects which fault.
 
 pub mod brokers;
+pub mod cli;
 pub mod fault;
 pub mod method;
 pub mod methods;

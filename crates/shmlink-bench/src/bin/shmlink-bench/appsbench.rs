@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::flags::{flag_value, split_flag, usage, UsageError};
+use shmlink_bench::cli::{usage, within, Cli, UsageError};
 
 /// The programs, in table order.
 const APPS: &[&str] = &["redis", "nginx", "iperf3", "sockperf"];
@@ -49,97 +49,64 @@ struct Args {
 /// requests over whole milliseconds).
 const PIPELINED_FACTOR: u64 = 10;
 
-fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
+/// The options `--pattern apps` takes.
+const FLAGS: &[&str] = &[
+    "apps",
+    "methods",
+    "rounds",
+    "duration",
+    "requests",
+    "quick",
+    "json",
+    "preload-lib",
+];
+
+fn config(cli: &Cli) -> Result<Args, UsageError> {
+    if let Some(flag) = cli.not_in(FLAGS) {
+        return usage(format!(
+            "{flag:?} does not apply to --pattern apps (its options: --apps LIST, \
+             --rounds N, --duration SECONDS, --requests N, --quick, --json FILE, \
+             --preload-lib PATH)"
+        ));
+    }
     let mut a = Args {
         apps: APPS.iter().map(|s| s.to_string()).collect(),
         rounds: 3,
         secs: 2,
         requests: 100_000,
-        json: None,
-        lib: None,
+        json: cli.json.clone(),
+        lib: cli.preload_lib.clone(),
     };
-    let mut quick = false;
-    let mut rounds = None;
-    let mut args = argv.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = split_flag(&arg);
-        let mut value = |what: &str| flag_value(&flag, &inline, &mut args, what);
-        match flag.as_str() {
-            "--pattern" => {
-                value("apps")?;
-            }
-            "--quick" => quick = true,
-            "--apps" | "--methods" => {
-                let text = value("LIST")?;
-                if text != "all" {
-                    a.apps = Vec::new();
-                    for m in text.split(',') {
-                        if !APPS.contains(&m) {
-                            return usage(format!(
-                                "unknown program {m:?} (valid with --pattern apps: all, {})",
-                                APPS.join(", ")
-                            ));
-                        }
-                        a.apps.push(m.to_string());
-                    }
+    // `--methods` is another name of `--apps`.
+    if let Some(text) = cli.apps.as_ref().or(cli.methods.as_ref()) {
+        if text != "all" {
+            a.apps = Vec::new();
+            for m in text.split(',') {
+                if !APPS.contains(&m) {
+                    return usage(format!(
+                        "unknown program {m:?} (valid with --pattern apps: all, {})",
+                        APPS.join(", ")
+                    ));
                 }
-            }
-            "--rounds" => {
-                let v = value("N")?;
-                rounds = Some(
-                    v.parse::<u32>()
-                        .ok()
-                        .filter(|n| (1..=50).contains(n))
-                        .ok_or_else(|| UsageError(format!("invalid --rounds {v:?} (1 to 50)")))?,
-                );
-            }
-            "--duration" => {
-                let v = value("SECONDS")?;
-                a.secs = v
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| (1..=60).contains(n))
-                    .ok_or_else(|| UsageError(format!("invalid --duration {v:?} (1 to 60)")))?;
-            }
-            "--requests" => {
-                let v = value("N")?;
-                a.requests = v
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|n| (100..=10_000_000).contains(n))
-                    .ok_or_else(|| {
-                        UsageError(format!("invalid --requests {v:?} (100 to 10000000)"))
-                    })?;
-            }
-            "--json" => a.json = Some(PathBuf::from(value("FILE")?)),
-            "--preload-lib" => a.lib = Some(PathBuf::from(value("PATH")?)),
-            other => {
-                return usage(format!(
-                    "{other:?} does not apply to --pattern apps (its options: --apps LIST, \
-                     --rounds N, --duration SECONDS, --requests N, --quick, --json FILE, \
-                     --preload-lib PATH)"
-                ))
+                a.apps.push(m.to_string());
             }
         }
     }
-    if quick {
+    if let Some(text) = &cli.duration {
+        a.secs = within("--duration", text, 1..=60)?;
+    }
+    if let Some(text) = &cli.requests {
+        a.requests = within("--requests", text, 100..=10_000_000)?;
+    }
+    if cli.quick {
         a.rounds = 1;
         a.secs = 1;
         a.requests = 20_000;
     }
-    if let Some(r) = rounds {
-        a.rounds = r;
+    if let Some(text) = &cli.rounds {
+        a.rounds = within("--rounds", text, 1..=50)?;
     }
     Ok(a)
-}
-
-/// Whether the command line asks for `--pattern apps`.
-pub fn wanted(args: &[String]) -> bool {
-    args.iter()
-        .zip(args.iter().skip(1).map(Some).chain([None]))
-        .any(|(a, next)| {
-            a == "--pattern=apps" || (a == "--pattern" && next.map(String::as_str) == Some("apps"))
-        })
 }
 
 /// One line of the table.
@@ -891,8 +858,8 @@ fn table(rows: &[Row]) -> String {
 }
 
 /// `shmlink-bench --pattern apps ...`.
-pub fn main(argv: Vec<String>) -> ExitCode {
-    let a = match parse(argv) {
+pub fn main(cli: &Cli) -> ExitCode {
+    let a = match config(cli) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("shmlink-bench: {e}");
@@ -976,21 +943,21 @@ pub fn main(argv: Vec<String>) -> ExitCode {
 mod tests {
     use super::*;
 
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(String::from).collect()
+    fn parse(s: &str) -> Result<Args, UsageError> {
+        let argv = std::iter::once("shmlink-bench").chain(s.split_whitespace());
+        let cli = Cli::parse_from(argv, String::new()).map_err(|e| UsageError(e.to_string()))?;
+        config(&cli)
     }
 
     #[test]
     fn options_and_detection() {
-        assert!(wanted(&args("--pattern apps --quick")));
-        assert!(wanted(&args("--pattern=apps")));
-        assert!(!wanted(&args("--pattern async")));
-        let a = parse(args("--pattern apps --quick --apps redis,iperf3")).unwrap();
+        assert_eq!(parse("--pattern=apps").unwrap().apps, APPS);
+        let a = parse("--pattern apps --quick --apps redis,iperf3").unwrap();
         assert_eq!((a.rounds, a.secs, a.requests), (1, 1, 20_000));
         assert_eq!(a.apps, ["redis", "iperf3"]);
-        assert!(parse(args("--pattern apps --apps mysql")).is_err());
-        assert!(parse(args("--pattern apps --window 4")).is_err());
-        assert!(parse(args("--pattern apps --rounds 0")).is_err());
+        assert!(parse("--pattern apps --apps mysql").is_err());
+        assert!(parse("--pattern apps --window 4").is_err());
+        assert!(parse("--pattern apps --rounds 0").is_err());
     }
 
     /// The preload's lines for connections from client ports `ports` to port 7000.

@@ -32,7 +32,7 @@ use shmlink::{Options, WaitPolicy};
 use shmlink_grpc::echo::{EchoClient, EchoServer};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
-use crate::flags::{flag_value, method_list, positive, size_list, split_flag, usage, UsageError};
+use shmlink_bench::cli::{method_list, positive, size_list, usage, Cli, UsageError};
 use shmlink_measure::protocol::Fault;
 
 /// The hidden subcommand of the server process.
@@ -84,7 +84,24 @@ struct Args {
     json: Option<PathBuf>,
 }
 
-fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
+/// The options `--pattern async` takes.
+const FLAGS: &[&str] = &[
+    "methods",
+    "sizes",
+    "callers",
+    "iterations",
+    "rounds",
+    "quick",
+    "json",
+];
+
+fn config(cli: &Cli) -> Result<Args, UsageError> {
+    if let Some(flag) = cli.not_in(FLAGS) {
+        return usage(format!(
+            "{flag:?} does not apply to --pattern async (its options: --methods, \
+             --sizes, --callers, --iterations, --rounds, --quick, --json)"
+        ));
+    }
     let mut a = Args {
         methods: RTT_METHODS
             .iter()
@@ -96,78 +113,46 @@ fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
         calls: 4_000,
         callers: vec![1, 16],
         rounds: 3,
-        json: None,
+        json: cli.json.clone(),
     };
-    let mut quick = false;
-    let mut rounds = None;
-    let mut iterations = None;
-    let mut args = argv.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = split_flag(&arg);
-        let mut value = |what: &str| flag_value(&flag, &inline, &mut args, what);
-        match flag.as_str() {
-            "--pattern" => {
-                value("async")?;
-            }
-            "--quick" => quick = true,
-            "--methods" => {
-                let all: Vec<&str> = RTT_METHODS
-                    .iter()
-                    .chain(TONIC_METHODS)
-                    .map(|m| m.0)
-                    .collect();
-                let find = |m: &str| all.contains(&m).then(|| m.to_string());
-                if let Some(ms) = method_list(&value("LIST")?, "async", &all, find)? {
-                    a.methods = ms;
-                }
-            }
-            "--sizes" => {
-                a.sizes = size_list(&value("LIST")?, "async", 1..=(1 << 20), "1 B to 1 MiB")?
-            }
-            "--callers" => {
-                let mut v = Vec::new();
-                for s in value("LIST")?.split(',') {
-                    match s.trim().parse::<usize>() {
-                        Ok(n) if (1..=256).contains(&n) => v.push(n),
-                        _ => return usage(format!("invalid caller count {s:?} (1 to 256)")),
-                    }
-                }
-                a.callers = v;
-            }
-            "--iterations" => iterations = Some(positive(&value("N")?, "--iterations")?),
-            "--rounds" => rounds = Some(positive(&value("N")?, "--rounds")?),
-            "--json" => a.json = Some(PathBuf::from(value("FILE")?)),
-            other => {
-                return usage(format!(
-                    "{other:?} does not apply to --pattern async (its options: --methods, \
-                     --sizes, --callers, --iterations, --rounds, --quick, --json)"
-                ))
-            }
+    if let Some(text) = &cli.methods {
+        let all: Vec<&str> = RTT_METHODS
+            .iter()
+            .chain(TONIC_METHODS)
+            .map(|m| m.0)
+            .collect();
+        let find = |m: &str| all.contains(&m).then(|| m.to_string());
+        if let Some(ms) = method_list(text, "async", &all, find)? {
+            a.methods = ms;
         }
     }
-    if quick {
+    if let Some(text) = &cli.sizes {
+        a.sizes = size_list(text, "async", 1..=(1 << 20), "1 B to 1 MiB")?;
+    }
+    if let Some(text) = &cli.callers {
+        let mut v = Vec::new();
+        for s in text.split(',') {
+            match s.trim().parse::<usize>() {
+                Ok(n) if (1..=256).contains(&n) => v.push(n),
+                _ => return usage(format!("invalid caller count {s:?} (1 to 256)")),
+            }
+        }
+        a.callers = v;
+    }
+    if cli.quick {
         a.round_trips = 3_000;
         a.calls = 800;
         a.rounds = 1;
     }
-    if let Some(n) = iterations {
+    if let Some(text) = &cli.iterations {
+        let n = positive(text, "--iterations")?;
         a.round_trips = n;
         a.calls = n;
     }
-    if let Some(r) = rounds {
-        a.rounds = r;
+    if let Some(text) = &cli.rounds {
+        a.rounds = positive(text, "--rounds")?;
     }
     Ok(a)
-}
-
-/// Whether the command line asks for `--pattern async`.
-pub fn wanted(args: &[String]) -> bool {
-    args.iter()
-        .zip(args.iter().skip(1).map(Some).chain([None]))
-        .any(|(a, next)| {
-            a == "--pattern=async"
-                || (a == "--pattern" && next.map(String::as_str) == Some("async"))
-        })
 }
 
 #[derive(Serialize, Clone, Debug)]
@@ -197,8 +182,8 @@ struct Report {
 }
 
 /// `shmlink-bench --pattern async ...`.
-pub fn main(argv: Vec<String>) -> ExitCode {
-    let a = match parse(argv) {
+pub fn main(cli: &Cli) -> ExitCode {
+    let a = match config(cli) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("shmlink-bench: {e}");

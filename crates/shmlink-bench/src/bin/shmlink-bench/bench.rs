@@ -13,28 +13,16 @@ use shmlink_bench::plot;
 use shmlink_bench::pubsub;
 use shmlink_bench::report::{self, Machine, Report};
 use shmlink_bench::suite::{self, Status, SuiteConfig};
-use shmlink_measure::cpus::{different_cores, format_cpu_list};
 use shmlink_measure::protocol::{Stop, MIN_SIZE};
 use shmlink_measure::size;
 use shmlink_measure::verify::Sampling;
 use shmlink_measure::Mode;
 
-pub use crate::flags::usage;
-use crate::flags::{flag_value, split_flag, UsageError};
 use crate::pubsub as bench_pubsub;
+use shmlink_bench::cli::{self, usage, Cli, UsageError};
 
 /// Largest message size the suite runs.
 pub const MAX_SIZE: usize = 16 << 20;
-
-/// What the command line asks for.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Parsed {
-    /// `--help`: print the help and exit 0.
-    Help,
-    /// `--version`.
-    Version,
-    Bench(Box<BenchArgs>),
-}
 
 /// `shmlink-bench`'s arguments, with defaults applied.
 #[derive(Debug, PartialEq, Eq)]
@@ -51,73 +39,14 @@ pub struct BenchArgs {
     pub list: bool,
 }
 
-/// Parses `300ms`, `1s`, `0.5` (seconds), `2m` into milliseconds.
-fn parse_millis(flag: &str, text: &str) -> Result<u64, UsageError> {
-    let (num, scale) = if let Some(n) = text.strip_suffix("ms") {
-        (n, 1.0)
-    } else if let Some(n) = text.strip_suffix('s') {
-        (n, 1000.0)
-    } else if let Some(n) = text.strip_suffix('m') {
-        (n, 60_000.0)
-    } else {
-        (text, 1000.0)
-    };
-    match num.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 && v * scale <= 3.6e6 => Ok((v * scale).round() as u64),
-        _ => usage(format!(
-            "invalid value {text:?} for {flag} (expected a time such as 300ms, 1s, 0.5)"
-        )),
-    }
-}
-
-fn parse_count(flag: &str, text: &str) -> Result<u64, UsageError> {
-    match text.parse::<u64>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => usage(format!(
-            "invalid value {text:?} for {flag} (expected a positive integer)"
-        )),
-    }
-}
-
 fn parse_methods(text: &str) -> Result<Vec<String>, UsageError> {
     let all: Vec<&str> = METHODS.iter().map(|m| m.name()).collect();
-    parse_method_list(text, &all, |name| {
+    cli::unique_method_list(text, &all, |name| {
         format!(
             "unknown method {name:?} (valid methods: all, {})",
             methods::names()
         )
     })
-}
-
-/// `--methods LIST`: `all` (every name of `all`, in order), or names of `all`,
-/// comma-separated, each once; `unknown` words the error for a name not in `all`.
-pub(crate) fn parse_method_list(
-    text: &str,
-    all: &[&str],
-    unknown: impl Fn(&str) -> String,
-) -> Result<Vec<String>, UsageError> {
-    if text == "all" {
-        return Ok(all.iter().map(|n| n.to_string()).collect());
-    }
-    let mut out: Vec<String> = Vec::new();
-    for name in text.split(',').map(str::trim) {
-        if !all.contains(&name) {
-            return usage(unknown(name));
-        }
-        if !out.iter().any(|n| n == name) {
-            out.push(name.to_string());
-        }
-    }
-    Ok(out)
-}
-
-/// What `shmlink-bench` measures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Pattern {
-    /// Two processes: ping-pong latency and streaming throughput (the default).
-    PointToPoint,
-    /// One publisher process, N subscriber processes.
-    PubSub,
 }
 
 /// `--sizes all`: the seeds' size series, 64 B to 1 MiB (about 7 minutes with every
@@ -146,171 +75,129 @@ fn parse_sizes(text: &str) -> Result<Vec<usize>, UsageError> {
     Ok(out)
 }
 
-/// Where the ends run: `--cpus A,B`, `--cpus none`, `--same-core`, or the default.
-fn placement(
-    cpus_arg: Option<&str>,
-    same_core: bool,
-    allowed: &[usize],
-) -> Result<Option<(usize, usize)>, UsageError> {
-    let valid = || {
-        format!(
-            "valid CPUs: {} (A,B with A = B for the same core, --same-core, or none)",
-            format_cpu_list(allowed)
-        )
+/// The options of the point-to-point pattern.
+const P2P_FLAGS: &[&str] = &[
+    "methods",
+    "sizes",
+    "mode",
+    "duration",
+    "iterations",
+    "warmup",
+    "rounds",
+    "window",
+    "cpus",
+    "same-core",
+    "quick",
+    "list",
+    "json",
+    "csv",
+    "plot",
+];
+
+/// The options of the pub/sub pattern.
+const PUBSUB_FLAGS: &[&str] = &[
+    "methods",
+    "sizes",
+    "subscribers",
+    "iterations",
+    "rounds",
+    "cpus",
+    "same-core",
+    "quick",
+    "list",
+    "json",
+    "csv",
+    "plot",
+];
+
+/// `shmlink-bench`'s options for `--pattern p2p` or `pubsub`; `allowed` are the CPUs this
+/// process may use.
+pub fn config(cli: &Cli, allowed: &[usize]) -> Result<BenchArgs, UsageError> {
+    let pubsub_pattern = match cli.pattern() {
+        "p2p" | "point-to-point" => false,
+        "pubsub" => true,
+        other => {
+            return usage(format!(
+                "invalid --pattern {other:?} (valid: p2p, pubsub, async, inproc, connect, apps)"
+            ))
+        }
     };
-    match (cpus_arg, same_core) {
-        (Some(_), true) => usage("--cpus and --same-core exclude each other"),
-        (None, true) => match allowed.first() {
-            Some(&a) => Ok(Some((a, a))),
-            None => Ok(None),
+    if pubsub_pattern {
+        if let Some(flag) = cli.not_in(PUBSUB_FLAGS) {
+            return usage(format!(
+                "{flag} does not apply to --pattern pubsub (its messages are paced one at \
+                 a time; --iterations sets the measured messages per run)"
+            ));
+        }
+    } else if let Some(flag) = cli.not_in(P2P_FLAGS) {
+        if flag == "--subscribers" {
+            return usage("--subscribers needs --pattern pubsub");
+        }
+        return usage(format!(
+            "{flag:?} does not apply to --pattern p2p (try 'shmlink-bench --help')"
+        ));
+    }
+    if let Some(path) = &cli.plot {
+        if let Err(e) = plot::Format::of(path) {
+            return usage(format!("--plot: {e}"));
+        }
+    }
+    let sizes = cli.sizes.as_deref().map(parse_sizes).transpose()?;
+    let rounds = match &cli.rounds {
+        Some(t) => Some(cli::count("--rounds", t)? as u32),
+        None => None,
+    };
+    let stop = match (&cli.duration, &cli.iterations) {
+        (Some(_), Some(_)) => return usage("--duration and --iterations exclude each other"),
+        (Some(t), None) => match cli::millis("--duration", t)? {
+            0 => return usage("--duration must be more than 0"),
+            ms => Some(Stop::Millis(ms)),
         },
-        (Some("none"), false) => Ok(None),
-        (Some(text), false) => {
-            let parsed = text
-                .split_once(',')
-                .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
-            let Some((a, b)) = parsed else {
-                return usage(format!("invalid value {text:?} for --cpus; {}", valid()));
-            };
-            if let Some(cpu) = [a, b].into_iter().find(|c| !allowed.contains(c)) {
-                return usage(format!(
-                    "--cpus {text}: CPU {cpu} is not available; {}",
-                    valid()
-                ));
-            }
-            Ok(Some((a, b)))
+        (None, Some(t)) => Some(Stop::Count(cli::count("--iterations", t)?)),
+        (None, None) => None,
+    };
+    let cpus = cli::placement(cli.cpus.as_deref(), cli.same_core, allowed)?;
+    let quick = cli.quick;
+    let pubsub = if pubsub_pattern {
+        let subscribers = cli
+            .subscribers
+            .as_deref()
+            .map(bench_pubsub::parse_subscribers)
+            .transpose()?;
+        Some(bench_pubsub::config(
+            cli.methods.as_deref(),
+            sizes.clone(),
+            subscribers,
+            rounds,
+            stop,
+            quick,
+            cpus,
+        )?)
+    } else {
+        None
+    };
+    let methods = match (&cli.methods, pubsub_pattern) {
+        (Some(t), false) => Some(parse_methods(t)?),
+        _ => None,
+    };
+    let modes = match cli.mode.as_deref() {
+        None => None,
+        Some("latency") => Some(vec![Mode::Latency]),
+        Some("throughput") => Some(vec![Mode::Throughput]),
+        Some("both") => Some(vec![Mode::Latency, Mode::Throughput]),
+        Some(other) => {
+            return usage(format!(
+                "invalid --mode {other:?} (valid: latency, throughput, both)"
+            ))
         }
-        (None, false) => Ok(different_cores(allowed).or(allowed.first().map(|&a| (a, a)))),
-    }
-}
-
-/// Parses `shmlink-bench`'s arguments; `allowed` are the CPUs this process may use.
-pub fn parse(argv: Vec<String>, allowed: &[usize]) -> Result<Parsed, UsageError> {
-    let mut methods = None;
-    let mut sizes = None;
-    let mut modes = None;
-    let mut stop = None;
-    let mut warmup = None;
-    let mut rounds = None;
-    let mut window = None;
-    let mut cpus: Option<String> = None;
-    let mut same_core = false;
-    let mut quick = false;
-    let mut list = false;
-    let mut json = None;
-    let mut csv = None;
-    let mut plot_file = None;
-    let mut pattern = Pattern::PointToPoint;
-    let mut subscribers = None;
-    let mut methods_text: Option<String> = None;
-    // Options of the point-to-point pattern only, as given (for the error message).
-    let mut p2p_only: Vec<String> = Vec::new();
-
-    let mut args = argv.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = split_flag(&arg);
-        let mut value = |what: &str| flag_value(&flag, &inline, &mut args, what);
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Parsed::Help),
-            "-V" | "--version" => return Ok(Parsed::Version),
-            "--quick" => quick = true,
-            "--list" => list = true,
-            "--same-core" => same_core = true,
-            "--methods" => methods_text = Some(value("LIST")?),
-            "--pattern" => {
-                pattern = match value("p2p|pubsub")?.as_str() {
-                    "p2p" | "point-to-point" => Pattern::PointToPoint,
-                    "pubsub" => Pattern::PubSub,
-                    other => {
-                        return usage(format!("invalid --pattern {other:?} (valid: p2p, pubsub)"))
-                    }
-                }
-            }
-            "--subscribers" => {
-                subscribers = Some(bench_pubsub::parse_subscribers(&value("LIST")?)?)
-            }
-            "--sizes" => sizes = Some(parse_sizes(&value("LIST")?)?),
-            "--mode" => {
-                p2p_only.push(flag.clone());
-                modes = Some(match value("latency|throughput|both")?.as_str() {
-                    "latency" => vec![Mode::Latency],
-                    "throughput" => vec![Mode::Throughput],
-                    "both" => vec![Mode::Latency, Mode::Throughput],
-                    other => {
-                        return usage(format!(
-                            "invalid --mode {other:?} (valid: latency, throughput, both)"
-                        ))
-                    }
-                })
-            }
-            "--duration" => {
-                p2p_only.push(flag.clone());
-                if matches!(stop, Some(Stop::Count(_))) {
-                    return usage("--duration and --iterations exclude each other");
-                }
-                match parse_millis(&flag, &value("TIME")?)? {
-                    0 => return usage("--duration must be more than 0"),
-                    ms => stop = Some(Stop::Millis(ms)),
-                }
-            }
-            "--iterations" => {
-                if matches!(stop, Some(Stop::Millis(_))) {
-                    return usage("--duration and --iterations exclude each other");
-                }
-                stop = Some(Stop::Count(parse_count(&flag, &value("N")?)?));
-            }
-            "--warmup" => {
-                p2p_only.push(flag.clone());
-                warmup = Some(parse_millis(&flag, &value("TIME")?)?)
-            }
-            "--rounds" => rounds = Some(parse_count(&flag, &value("N")?)? as u32),
-            "--window" => {
-                p2p_only.push(flag.clone());
-                window = Some(parse_count(&flag, &value("N")?)?)
-            }
-            "--cpus" => cpus = Some(value("A,B or none")?),
-            "--json" => json = Some(PathBuf::from(value("FILE")?)),
-            "--csv" => csv = Some(PathBuf::from(value("FILE")?)),
-            "--plot" => {
-                let path = PathBuf::from(value("FILE.svg or FILE.png")?);
-                if let Err(e) = plot::Format::of(&path) {
-                    return usage(format!("--plot: {e}"));
-                }
-                plot_file = Some(path);
-            }
-            _ => {
-                return usage(format!(
-                    "unknown option {flag:?} (try 'shmlink-bench --help')"
-                ))
-            }
-        }
-    }
-    let cpus = placement(cpus.as_deref(), same_core, allowed)?;
-    let pubsub = match pattern {
-        Pattern::PointToPoint => {
-            if subscribers.is_some() {
-                return usage("--subscribers needs --pattern pubsub");
-            }
-            methods = methods_text.as_deref().map(parse_methods).transpose()?;
-            None
-        }
-        Pattern::PubSub => {
-            if let Some(flag) = p2p_only.first() {
-                return usage(format!(
-                    "{flag} does not apply to --pattern pubsub (its messages are paced one at \
-                     a time; --iterations sets the measured messages per run)"
-                ));
-            }
-            Some(bench_pubsub::config(
-                methods_text.as_deref(),
-                sizes.clone(),
-                subscribers,
-                rounds,
-                stop,
-                quick,
-                cpus,
-            )?)
-        }
+    };
+    let warmup = match &cli.warmup {
+        Some(t) => Some(cli::millis("--warmup", t)?),
+        None => None,
+    };
+    let window = match &cli.window {
+        Some(t) => Some(cli::count("--window", t)?),
+        None => None,
     };
     let default_sizes = if quick {
         vec![64, 64 << 10]
@@ -328,14 +215,14 @@ pub fn parse(argv: Vec<String>, allowed: &[usize]) -> Result<Parsed, UsageError>
         cpus,
         sampling: Sampling::DEFAULT,
     };
-    Ok(Parsed::Bench(Box::new(BenchArgs {
+    Ok(BenchArgs {
         config,
         pubsub,
-        json,
-        csv,
-        plot: plot_file,
-        list,
-    })))
+        json: cli.json.clone(),
+        csv: cli.csv.clone(),
+        plot: cli.plot.clone(),
+        list: cli.list,
+    })
 }
 
 /// Where the default run writes: `bench-results/<timestamp>/` under the current directory.
@@ -677,11 +564,9 @@ mod tests {
     use super::*;
 
     fn bench(args: &str) -> Result<BenchArgs, UsageError> {
-        let argv = args.split_whitespace().map(String::from).collect();
-        match parse(argv, &[0, 1])? {
-            Parsed::Bench(b) => Ok(*b),
-            other => panic!("not a bench command: {other:?}"),
-        }
+        let argv = std::iter::once("shmlink-bench").chain(args.split_whitespace());
+        let cli = Cli::parse_from(argv, String::new()).map_err(|e| UsageError(e.to_string()))?;
+        config(&cli, &[0, 1])
     }
 
     #[test]

@@ -12,27 +12,12 @@ use std::time::Duration;
 use shmlink_bench::methods::connect::{self, Row, METHODS};
 use shmlink_measure::protocol::Fault;
 
-use crate::flags::{flag_value, method_list, positive, split_flag, usage, UsageError};
+use shmlink_bench::cli::{method_list, positive, usage, Cli, UsageError};
 
 /// The hidden subcommand of the server process: `PEER_CMD METHOD TAG`.
 pub const PEER_CMD: &str = "__connect-peer";
 /// The environment variable that tells the server which CPU to pin itself to.
 const PEER_CPU_ENV: &str = "SHMLINK_BENCH_CONNECT_PEER_CPU";
-
-/// Whether `args` say `--pattern NAME` (or `--pattern=NAME`).
-pub fn pattern_is(args: &[String], name: &str) -> bool {
-    args.iter()
-        .zip(args.iter().skip(1).map(Some).chain([None]))
-        .any(|(a, next)| {
-            *a == format!("--pattern={name}")
-                || (a == "--pattern" && next.map(String::as_str) == Some(name))
-        })
-}
-
-/// Whether the command line asks for `--pattern connect`.
-pub fn wanted(args: &[String]) -> bool {
-    pattern_is(args, "connect")
-}
 
 struct Args {
     methods: Vec<&'static connect::ConnectMethod>,
@@ -41,44 +26,40 @@ struct Args {
     json: Option<PathBuf>,
 }
 
-fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
+/// The options `--pattern connect` takes.
+const FLAGS: &[&str] = &["methods", "seconds", "rounds", "quick", "json"];
+
+fn config(cli: &Cli) -> Result<Args, UsageError> {
+    if let Some(flag) = cli.not_in(FLAGS) {
+        return usage(format!(
+            "{flag:?} does not apply to --pattern connect (its options: --methods, \
+             --seconds, --rounds, --quick, --json)"
+        ));
+    }
     let mut a = Args {
         methods: METHODS.iter().collect(),
         seconds: 2.0,
         rounds: 3,
-        json: None,
+        json: cli.json.clone(),
     };
-    let mut args = argv.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = split_flag(&arg);
-        let mut value = |what: &str| flag_value(&flag, &inline, &mut args, what);
-        match flag.as_str() {
-            "--pattern" => {
-                value("connect")?;
-            }
-            "--quick" => {
-                a.seconds = 0.5;
-                a.rounds = 1;
-            }
-            "--methods" => {
-                let names: Vec<&str> = METHODS.iter().map(|m| m.name).collect();
-                if let Some(ms) = method_list(&value("LIST")?, "connect", &names, connect::find)? {
-                    a.methods = ms;
-                }
-            }
-            "--seconds" => match value("S")?.parse::<f64>() {
-                Ok(s) if s > 0.0 && s <= 600.0 => a.seconds = s,
-                _ => return usage("--seconds needs a duration in seconds (0 to 600)"),
-            },
-            "--rounds" => a.rounds = positive(&value("N")?, "--rounds")?,
-            "--json" => a.json = Some(PathBuf::from(value("FILE")?)),
-            other => {
-                return usage(format!(
-                    "{other:?} does not apply to --pattern connect (its options: --methods, \
-                     --seconds, --rounds, --quick, --json)"
-                ))
-            }
+    if cli.quick {
+        a.seconds = 0.5;
+        a.rounds = 1;
+    }
+    if let Some(text) = &cli.methods {
+        let names: Vec<&str> = METHODS.iter().map(|m| m.name).collect();
+        if let Some(ms) = method_list(text, "connect", &names, connect::find)? {
+            a.methods = ms;
         }
+    }
+    if let Some(text) = &cli.seconds {
+        match text.parse::<f64>() {
+            Ok(s) if s > 0.0 && s <= 600.0 => a.seconds = s,
+            _ => return usage("--seconds needs a duration in seconds (0 to 600)"),
+        }
+    }
+    if let Some(text) = &cli.rounds {
+        a.rounds = positive(text, "--rounds")?;
     }
     Ok(a)
 }
@@ -237,8 +218,8 @@ fn run_one(
     row
 }
 
-pub fn main(argv: Vec<String>) -> ExitCode {
-    let a = match parse(argv) {
+pub fn main(cli: &Cli) -> ExitCode {
+    let a = match config(cli) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("shmlink-bench: {e}");

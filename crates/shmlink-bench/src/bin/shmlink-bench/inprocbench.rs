@@ -7,12 +7,7 @@ use std::process::ExitCode;
 
 use shmlink_bench::methods::inproc::{self, Row, METHODS};
 
-use crate::flags::{flag_value, method_list, positive, size_list, split_flag, usage, UsageError};
-
-/// Whether the command line asks for `--pattern inproc`.
-pub fn wanted(args: &[String]) -> bool {
-    crate::connectbench::pattern_is(args, "inproc")
-}
+use shmlink_bench::cli::{method_list, positive, size_list, usage, Cli, UsageError};
 
 struct Args {
     methods: Vec<&'static inproc::InprocMethod>,
@@ -23,51 +18,45 @@ struct Args {
     json: Option<PathBuf>,
 }
 
-fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
+/// The options `--pattern inproc` takes.
+const FLAGS: &[&str] = &["methods", "sizes", "iterations", "rounds", "quick", "json"];
+
+fn config(cli: &Cli) -> Result<Args, UsageError> {
+    if let Some(flag) = cli.not_in(FLAGS) {
+        return usage(format!(
+            "{flag:?} does not apply to --pattern inproc (its options: --methods, --sizes, \
+             --iterations, --rounds, --quick, --json)"
+        ));
+    }
     let mut a = Args {
         methods: METHODS.iter().collect(),
         sizes: vec![64, 1024, 16 << 10, 64 << 10, 1 << 20],
         round_trips: 100_000,
         messages: 2_000_000,
         rounds: 3,
-        json: None,
+        json: cli.json.clone(),
     };
-    let mut args = argv.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = split_flag(&arg);
-        let mut value = |what: &str| flag_value(&flag, &inline, &mut args, what);
-        match flag.as_str() {
-            "--pattern" => {
-                value("inproc")?;
-            }
-            "--quick" => {
-                a.round_trips = 10_000;
-                a.messages = 200_000;
-                a.rounds = 1;
-            }
-            "--methods" => {
-                let names: Vec<&str> = METHODS.iter().map(|m| m.name).collect();
-                if let Some(ms) = method_list(&value("LIST")?, "inproc", &names, inproc::find)? {
-                    a.methods = ms;
-                }
-            }
-            "--sizes" => {
-                a.sizes = size_list(&value("LIST")?, "inproc", 8..=(16 << 20), "8 B to 16 MiB")?
-            }
-            "--iterations" => {
-                let n: u64 = positive(&value("N")?, "--iterations")?;
-                a.round_trips = n;
-                a.messages = 20 * n;
-            }
-            "--rounds" => a.rounds = positive(&value("N")?, "--rounds")?,
-            "--json" => a.json = Some(PathBuf::from(value("FILE")?)),
-            other => {
-                return usage(format!(
-                    "{other:?} does not apply to --pattern inproc (its options: --methods, \
-                     --sizes, --iterations, --rounds, --quick, --json)"
-                ))
-            }
+    if cli.quick {
+        a.round_trips = 10_000;
+        a.messages = 200_000;
+        a.rounds = 1;
+    }
+    if let Some(text) = &cli.methods {
+        let names: Vec<&str> = METHODS.iter().map(|m| m.name).collect();
+        if let Some(ms) = method_list(text, "inproc", &names, inproc::find)? {
+            a.methods = ms;
         }
+    }
+    if let Some(text) = &cli.sizes {
+        a.sizes = size_list(text, "inproc", 8..=(16 << 20), "8 B to 16 MiB")?;
+    }
+    if let Some(text) = &cli.iterations {
+        let n: u64 = positive(text, "--iterations")?;
+        a.round_trips = n;
+        a.messages = 20 * n;
+    }
+    if let Some(text) = &cli.rounds {
+        a.rounds = positive(text, "--rounds")?;
     }
     Ok(a)
 }
@@ -79,8 +68,8 @@ fn scaled(n: u64, size: usize, floor: u64) -> u64 {
     (n / factor).max(floor)
 }
 
-pub fn main(argv: Vec<String>) -> ExitCode {
-    let a = match parse(argv) {
+pub fn main(cli: &Cli) -> ExitCode {
+    let a = match config(cli) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("shmlink-bench: {e}");

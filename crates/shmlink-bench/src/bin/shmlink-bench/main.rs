@@ -8,14 +8,13 @@ mod appsbench;
 mod asyncbench;
 mod bench;
 mod connectbench;
-mod flags;
 mod help;
 mod inprocbench;
 mod pubsub;
 
 use std::process::ExitCode;
 
-use bench::Parsed;
+use shmlink_bench::cli::{Cli, UsageError};
 use shmlink_bench::pubsub::run::{PUB_CMD, SUB_CMD};
 use shmlink_bench::run::{DRIVER_CMD, PEER_CMD};
 
@@ -38,59 +37,29 @@ fn main() -> ExitCode {
             return connectbench::peer_main(method, addr);
         }
     }
-    let args = match std::env::args_os()
-        .skip(1)
-        .map(|a| {
-            a.into_string()
-                .map_err(|a| flags::UsageError(format!("argument {a:?} is not UTF-8")))
-        })
-        .collect::<Result<Vec<String>, _>>()
-    {
-        Ok(args) => args,
-        Err(e) => return usage_error(&e),
+    let cli = match Cli::parse_from(std::env::args_os(), help::PATTERNS_HELP.to_string()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
     };
     // A fault for tests of failure handling is injected or refused, never ignored.
-    if let Err(e) = shmlink_bench::fault::check(pattern_of(&args)) {
+    if let Err(e) = shmlink_bench::fault::check(cli.pattern()) {
         eprintln!("shmlink-bench: {e}");
         return ExitCode::from(2);
     }
-    if appsbench::wanted(&args) {
-        return appsbench::main(args);
-    }
-    if asyncbench::wanted(&args) {
-        return asyncbench::main(args);
-    }
-    if inprocbench::wanted(&args) {
-        return inprocbench::main(args);
-    }
-    if connectbench::wanted(&args) {
-        return connectbench::main(args);
-    }
-    match bench::parse(args, &shmlink_measure::cpus::allowed_cpus()) {
-        Ok(Parsed::Help) => {
-            // A closed stdout (`| head`) is not worth an error.
-            let _ = std::io::Write::write_all(&mut std::io::stdout(), help::BENCH_HELP.as_bytes());
-            ExitCode::SUCCESS
-        }
-        Ok(Parsed::Version) => {
-            println!("shmlink-bench {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
-        }
-        Ok(Parsed::Bench(b)) => bench::run(&b),
-        Err(e) => usage_error(&e),
+    match cli.pattern() {
+        "apps" => appsbench::main(&cli),
+        "async" => asyncbench::main(&cli),
+        "inproc" => inprocbench::main(&cli),
+        "connect" => connectbench::main(&cli),
+        _ => match bench::config(&cli, &shmlink_measure::cpus::allowed_cpus()) {
+            Ok(b) => bench::run(&b),
+            Err(e) => usage_error(&e),
+        },
     }
 }
 
 /// Bad arguments: the reason on stderr, exit status 2.
-fn usage_error(e: &flags::UsageError) -> ExitCode {
+fn usage_error(e: &UsageError) -> ExitCode {
     eprintln!("shmlink-bench: {e}");
     ExitCode::from(2)
-}
-
-/// The pattern the command line asks for (`p2p` if none).
-fn pattern_of(args: &[String]) -> &'static str {
-    ["apps", "async", "inproc", "connect", "pubsub"]
-        .into_iter()
-        .find(|p| connectbench::pattern_is(args, p))
-        .unwrap_or("p2p")
 }

@@ -13,11 +13,12 @@ use shmlink_bench::suite::Status;
 use shmlink_measure::protocol::Stop;
 use shmlink_measure::size;
 
+use shmlink_bench::cli::{unique_method_list, usage, UsageError};
+
 use crate::bench::{
-    bar_line, command_line, exit_status, on_cpu, parse_method_list, print_method, unix_now, usage,
-    write_files, BenchArgs, Outputs, ProgressOut,
+    bar_line, command_line, exit_status, on_cpu, print_method, unix_now, write_files, BenchArgs,
+    Outputs, ProgressOut,
 };
-use crate::flags::UsageError;
 
 /// Measured messages per pub/sub run unless `--iterations` says otherwise.
 pub const PUBSUB_MESSAGES: u64 = 1000;
@@ -49,7 +50,7 @@ pub fn parse_subscribers(text: &str) -> Result<Vec<usize>, UsageError> {
 /// `--methods` with `--pattern pubsub`: the pub/sub methods.
 fn parse_methods(text: &str) -> Result<Vec<String>, UsageError> {
     let all: Vec<&str> = pubsub::METHODS.iter().map(|m| m.name()).collect();
-    parse_method_list(text, &all, |name| {
+    unique_method_list(text, &all, |name| {
         format!(
             "unknown pubsub method {name:?} (valid with --pattern pubsub: all, {})",
             pubsub::names()
