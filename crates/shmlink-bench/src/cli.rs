@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser};
 use shmlink_measure::cpus::{different_cores, format_cpu_list};
+use shmlink_measure::protocol::{Stop, MIN_SIZE};
 
 /// `shmlink-bench`'s options, as given (each pattern validates the ones it takes).
 #[derive(Parser, Debug, Default, Clone, PartialEq, Eq)]
@@ -414,4 +415,74 @@ pub fn placement(
         }
         (None, false) => Ok(different_cores(allowed).or(allowed.first().map(|&a| (a, a)))),
     }
+}
+
+/// Largest message size the point-to-point and pub/sub suites run.
+pub const MAX_SIZE: usize = 16 << 20;
+
+/// `--sizes all`: the seeds' size series, 64 B to 1 MiB (about 7 minutes with every
+/// method; the default run takes four of them).
+pub const ALL_SIZES: [usize; 7] = [64, 128, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 1 << 20];
+
+/// `--sizes` of the point-to-point and pub/sub suites: 8 B to 16 MiB, each once, or all.
+pub fn suite_sizes(text: &str) -> Result<Vec<usize>, UsageError> {
+    if text.trim() == "all" {
+        return Ok(ALL_SIZES.to_vec());
+    }
+    let mut out = Vec::new();
+    for s in text.split(',').map(str::trim) {
+        let valid =
+            "valid sizes: 8 B to 16 MiB with binary suffixes, e.g. 64,128,1k,4k,16k,64k,1M,16M, or all";
+        let n = match shmlink_measure::size::parse(s) {
+            Ok(n) => n,
+            Err(e) => return usage(format!("--sizes: {e}; {valid}")),
+        };
+        if !(MIN_SIZE..=MAX_SIZE).contains(&n) {
+            return usage(format!("--sizes: {s} is out of range; {valid}"));
+        }
+        if !out.contains(&n) {
+            out.push(n);
+        }
+    }
+    Ok(out)
+}
+
+/// When a run of the point-to-point or pub/sub suite stops: `--duration` or
+/// `--iterations` (not both), if given.
+pub fn suite_stop(cli: &Cli) -> Result<Option<Stop>, UsageError> {
+    match (&cli.duration, &cli.iterations) {
+        (Some(_), Some(_)) => usage("--duration and --iterations exclude each other"),
+        (Some(t), None) => match millis("--duration", t)? {
+            0 => usage("--duration must be more than 0"),
+            ms => Ok(Some(Stop::Millis(ms))),
+        },
+        (None, Some(t)) => Ok(Some(Stop::Count(count("--iterations", t)?))),
+        (None, None) => Ok(None),
+    }
+}
+
+/// `--rounds` of the point-to-point and pub/sub suites, if given.
+pub fn suite_rounds(cli: &Cli) -> Result<Option<u32>, UsageError> {
+    match &cli.rounds {
+        Some(t) => Ok(Some(count("--rounds", t)? as u32)),
+        None => Ok(None),
+    }
+}
+
+/// `--plot FILE`, if given, with an extension the plot can be written in.
+pub fn plot_file(cli: &Cli) -> Result<(), UsageError> {
+    match &cli.plot {
+        Some(path) => crate::plot::Format::of(path)
+            .map(|_| ())
+            .map_err(|e| UsageError(format!("--plot: {e}"))),
+        None => Ok(()),
+    }
+}
+
+/// `shmlink-bench ARGS` (split at white space) parsed, for the patterns' tests; clap's
+/// errors as usage errors.
+#[cfg(test)]
+pub(crate) fn parse_test(args: &str) -> Result<Cli, UsageError> {
+    let argv = std::iter::once("shmlink-bench").chain(args.split_whitespace());
+    Cli::parse_from(argv, String::new()).map_err(|e| UsageError(e.to_string()))
 }

@@ -1,6 +1,6 @@
 //! `shmlink-bench --pattern connect`: connections per second (connect + one 64-byte round
 //! trip + close), shmlink `shm:` and `auto:` against plain Unix and TCP sockets (see
-//! `shmlink_bench::methods::connect`). The server is this program re-executed (hidden
+//! `crate::methods::connect`). The server is this program re-executed (hidden
 //! subcommand [`PEER_CMD`]), pinned to the second allowed CPU, the client to the first.
 //! Methods are interleaved over the rounds; the table shows each figure's median.
 
@@ -9,10 +9,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::Duration;
 
-use shmlink_bench::methods::connect::{self, Row, METHODS};
+use crate::methods::connect::{self, Row, METHODS};
 use shmlink_measure::protocol::Fault;
 
-use shmlink_bench::cli::{method_list, positive, usage, Cli, UsageError};
+use crate::cli::{method_list, positive, usage, Cli, UsageError};
+use crate::pattern::Pattern;
 
 /// The hidden subcommand of the server process: `PEER_CMD METHOD TAG`.
 pub const PEER_CMD: &str = "__connect-peer";
@@ -26,16 +27,40 @@ struct Args {
     json: Option<PathBuf>,
 }
 
+/// `--pattern connect`.
+pub struct Connect;
+
+impl Pattern for Connect {
+    fn name(&self) -> &'static str {
+        "connect"
+    }
+
+    fn help(&self) -> &'static str {
+        "connect + one 64 B round trip + close, per second (shm, auto, in-process, uds,
+tcp); the server is this program re-executed. Options: --methods, --seconds,
+--rounds, --quick, --json FILE."
+    }
+
+    fn flags(&self) -> &'static [&'static str] {
+        FLAGS
+    }
+
+    fn child(&self, argv: &[String]) -> Option<ExitCode> {
+        match argv {
+            [cmd, method, tag] if cmd == PEER_CMD => Some(peer_main(method, tag)),
+            _ => None,
+        }
+    }
+
+    fn run(&self, cli: &Cli) -> Result<ExitCode, UsageError> {
+        Ok(run(config(cli)?))
+    }
+}
+
 /// The options `--pattern connect` takes.
 const FLAGS: &[&str] = &["methods", "seconds", "rounds", "quick", "json"];
 
 fn config(cli: &Cli) -> Result<Args, UsageError> {
-    if let Some(flag) = cli.not_in(FLAGS) {
-        return usage(format!(
-            "{flag:?} does not apply to --pattern connect (its options: --methods, \
-             --seconds, --rounds, --quick, --json)"
-        ));
-    }
     let mut a = Args {
         methods: METHODS.iter().collect(),
         seconds: 2.0,
@@ -218,16 +243,9 @@ fn run_one(
     row
 }
 
-pub fn main(cli: &Cli) -> ExitCode {
-    let a = match config(cli) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("shmlink-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
+fn run(a: Args) -> ExitCode {
     // corrupt:N, scribble:N (main refused the other faults).
-    let fault = shmlink_bench::fault::data_fault();
+    let fault = crate::fault::data_fault();
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); a.methods.len()];
     for round in 0..a.rounds {
         eprintln!("round {} of {}", round + 1, a.rounds);

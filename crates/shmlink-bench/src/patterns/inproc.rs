@@ -1,13 +1,14 @@
 //! `shmlink-bench --pattern inproc`: in-process shmlink against the thread channels, round
-//! trip and throughput, 64 B to 1 MiB (see `shmlink_bench::methods::inproc`). Methods are
+//! trip and throughput, 64 B to 1 MiB (see `crate::methods::inproc`). Methods are
 //! interleaved over the rounds (A B C A B C …); the table shows each figure's median.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use shmlink_bench::methods::inproc::{self, Row, METHODS};
+use crate::methods::inproc::{self, Row, METHODS};
 
-use shmlink_bench::cli::{method_list, positive, size_list, usage, Cli, UsageError};
+use crate::cli::{method_list, positive, size_list, Cli, UsageError};
+use crate::pattern::Pattern;
 
 struct Args {
     methods: Vec<&'static inproc::InprocMethod>,
@@ -18,16 +19,34 @@ struct Args {
     json: Option<PathBuf>,
 }
 
+/// `--pattern inproc`.
+pub struct Inproc;
+
+impl Pattern for Inproc {
+    fn name(&self) -> &'static str {
+        "inproc"
+    }
+
+    fn help(&self) -> &'static str {
+        "both ends in one process (threads): shmlink's in-process connection against
+std mpsc, crossbeam-channel, flume and tokio mpsc; round trip and throughput, 64 B to
+1 MiB. Options: --methods, --sizes, --iterations (round trips; 20 x as many streamed
+messages), --rounds, --quick, --json FILE."
+    }
+
+    fn flags(&self) -> &'static [&'static str] {
+        FLAGS
+    }
+
+    fn run(&self, cli: &Cli) -> Result<ExitCode, UsageError> {
+        Ok(run(config(cli)?))
+    }
+}
+
 /// The options `--pattern inproc` takes.
 const FLAGS: &[&str] = &["methods", "sizes", "iterations", "rounds", "quick", "json"];
 
 fn config(cli: &Cli) -> Result<Args, UsageError> {
-    if let Some(flag) = cli.not_in(FLAGS) {
-        return usage(format!(
-            "{flag:?} does not apply to --pattern inproc (its options: --methods, --sizes, \
-             --iterations, --rounds, --quick, --json)"
-        ));
-    }
     let mut a = Args {
         methods: METHODS.iter().collect(),
         sizes: vec![64, 1024, 16 << 10, 64 << 10, 1 << 20],
@@ -68,16 +87,9 @@ fn scaled(n: u64, size: usize, floor: u64) -> u64 {
     (n / factor).max(floor)
 }
 
-pub fn main(cli: &Cli) -> ExitCode {
-    let a = match config(cli) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("shmlink-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
+fn run(a: Args) -> ExitCode {
     // corrupt:N, scribble:N (main refused the other faults).
-    let fault = shmlink_bench::fault::data_fault();
+    let fault = crate::fault::data_fault();
     let mut rtt: Vec<Vec<Row>> = Vec::new();
     let mut tput: Vec<Vec<Row>> = Vec::new();
     for _ in 0..a.sizes.len() * a.methods.len() {
