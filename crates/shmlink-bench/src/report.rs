@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::method::Mode;
@@ -39,10 +40,19 @@ impl Machine {
     }
 }
 
-/// The whole report (the `--json` file).
+/// The point-to-point suite's report.
+pub type Report = SuiteReport<SuiteConfig, Cell>;
+
+/// The whole report of a suite (the `--json` file), with the suite's configuration `C`
+/// and its cells `R`: [`Report`] for point-to-point, [`crate::pubsub::report::Report`]
+/// for pub/sub.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Report {
+pub struct SuiteReport<C, R> {
     pub schema: u32,
+    /// The pattern (`pubsub`); empty, and not written, for point-to-point, whose report
+    /// has no such field.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pattern: String,
     pub shmlink_version: String,
     /// The command line that produced it.
     pub command: String,
@@ -51,18 +61,18 @@ pub struct Report {
     /// Wall time of the whole suite.
     pub wall_s: f64,
     pub machine: Machine,
-    pub config: SuiteConfig,
-    pub results: Vec<Cell>,
+    pub config: C,
+    pub results: Vec<R>,
 }
 
-impl Report {
+impl<C: Serialize + DeserializeOwned, R: Serialize + DeserializeOwned> SuiteReport<C, R> {
     /// Pretty JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a Report serialises")
     }
 
-    /// Parses a report written by [`Report::to_json`].
-    pub fn from_json(text: &str) -> serde_json::Result<Report> {
+    /// Parses a report written by [`SuiteReport::to_json`].
+    pub fn from_json(text: &str) -> serde_json::Result<SuiteReport<C, R>> {
         serde_json::from_str(text)
     }
 }
@@ -371,6 +381,7 @@ mod tests {
     fn json_round_trips() {
         let report = Report {
             schema: SCHEMA,
+            pattern: String::new(),
             shmlink_version: "0.1.0".into(),
             command: "shmlink-bench --quick".into(),
             started_unix: 1_700_000_000,

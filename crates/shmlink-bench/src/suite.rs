@@ -206,25 +206,77 @@ fn window(config: &SuiteConfig, cell: &Cell) -> u64 {
     }
 }
 
-/// Runs the suite with driver and peer processes started from `exe` (the `shmlink`
-/// binary). A failed run marks its cell failed and the suite goes on.
-pub fn run(exe: &Path, config: &SuiteConfig, mut progress: impl FnMut(Progress)) -> Vec<Cell> {
-    let mut cells = plan(config);
-    let runnable = cells.iter().filter(|c| c.status == Status::Ok).count();
-    let total = runnable * config.rounds as usize;
+/// What [`interleave`] needs of a cell of a suite: its status and note, and to fail it.
+pub trait SuiteCell {
+    /// How the cell stands.
+    fn status(&self) -> Status;
+    /// Why it is not ok, if it is not.
+    fn note(&self) -> Option<&str>;
+    /// Marks it failed, saying why.
+    fn fail(&mut self, note: String);
+}
+
+impl SuiteCell for Cell {
+    fn status(&self) -> Status {
+        self.status
+    }
+
+    fn note(&self) -> Option<&str> {
+        self.note.as_deref()
+    }
+
+    fn fail(&mut self, note: String) {
+        self.status = Status::Failed;
+        self.note = Some(note);
+    }
+}
+
+/// Runs the runnable `cells` (status ok) interleaved over `rounds` rounds, each round
+/// every cell once in order (A B C A B C …): `run(cell, serial)` makes one run (`serial`
+/// counts the runs of the suite from 1) and keeps its output, or returns why it failed,
+/// which fails the cell for the rounds left (the suite goes on); `progress(done, total,
+/// round, cell)` follows every run, a failed cell's skipped runs counted as done.
+pub fn interleave<C: SuiteCell>(
+    cells: &mut [C],
+    rounds: u32,
+    mut run: impl FnMut(&mut C, u64) -> Result<(), String>,
+    mut progress: impl FnMut(usize, usize, u32, &C),
+) {
+    let runnable = cells.iter().filter(|c| c.status() == Status::Ok).count();
+    let total = runnable * rounds as usize;
     let mut done = 0;
-    let pid = std::process::id();
     let mut serial = 0u64;
-    for round in 0..config.rounds {
+    for round in 0..rounds {
         for cell in cells.iter_mut() {
-            if cell.status != Status::Ok {
-                if cell.status == Status::Failed && cell.note.is_some() && round > 0 {
+            if cell.status() != Status::Ok {
+                let failed_in_a_run = cell.status() == Status::Failed
+                    && cell.note().is_some_and(|n| n.starts_with("round "));
+                if failed_in_a_run {
                     // Failed in an earlier round: count its remaining runs as done.
                     done += 1;
                 }
                 continue;
             }
             serial += 1;
+            let t = Instant::now();
+            if let Err(e) = run(cell, serial) {
+                cell.fail(failed_run_note(round, rounds, t.elapsed(), &e));
+            }
+            done += 1;
+            progress(done.min(total), total, round, cell);
+        }
+    }
+}
+
+/// Runs the suite with driver and peer processes started from `exe` (the `shmlink`
+/// binary). A failed run marks its cell failed and the suite goes on.
+pub fn run(exe: &Path, config: &SuiteConfig, mut progress: impl FnMut(Progress)) -> Vec<Cell> {
+    let mut cells = plan(config);
+    let pid = std::process::id();
+    interleave(
+        &mut cells,
+        config.rounds,
+        |cell, serial| {
             let spec = RunSpec {
                 method: cell.method.clone(),
                 size: cell.size,
@@ -236,23 +288,18 @@ pub fn run(exe: &Path, config: &SuiteConfig, mut progress: impl FnMut(Progress))
                 cpus: config.cpus,
                 tag: format!("shmlink-bench-{pid}-{serial}"),
             };
-            let t = Instant::now();
-            match run_isolated(exe, &spec, timeout(config)) {
-                Ok(out) => cell.runs.push(out),
-                Err(e) => {
-                    cell.status = Status::Failed;
-                    cell.note = Some(failed_run_note(round, config.rounds, t.elapsed(), &e));
-                }
-            }
-            done += 1;
+            cell.runs.push(run_isolated(exe, &spec, timeout(config))?);
+            Ok(())
+        },
+        |done, total, round, cell| {
             progress(Progress {
-                done: done.min(total),
+                done,
                 total,
                 round,
                 cell,
-            });
-        }
-    }
+            })
+        },
+    );
     for cell in &mut cells {
         cell.summary = summarize(cell);
     }

@@ -4,46 +4,18 @@
 
 use std::fmt::Write as _;
 
-use serde::{Deserialize, Serialize};
-
 use super::suite::{Cell, Config};
 use super::REFERENCE;
-use crate::report::{self, csv_field, ratio, status_name, us, Machine};
+use crate::report::{self, csv_field, ratio, status_name, us};
 use crate::suite::Status;
 use shmlink_measure::size;
 
 /// Version of the pub/sub JSON and CSV layout.
 pub const SCHEMA: u32 = 1;
 
-/// The whole report (the `--json` file).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Report {
-    pub schema: u32,
-    /// Always `pubsub` (the point-to-point report has no such field).
-    pub pattern: String,
-    pub shmlink_version: String,
-    /// The command line that produced it.
-    pub command: String,
-    /// Seconds since the Unix epoch at the start.
-    pub started_unix: u64,
-    /// Wall time of the whole suite.
-    pub wall_s: f64,
-    pub machine: Machine,
-    pub config: Config,
-    pub results: Vec<Cell>,
-}
-
-impl Report {
-    /// Pretty JSON.
-    pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).expect("a Report serialises")
-    }
-
-    /// Parses a report written by [`Report::to_json`].
-    pub fn from_json(text: &str) -> serde_json::Result<Report> {
-        serde_json::from_str(text)
-    }
-}
+/// The whole report (the `--json` file): the suite's report with the pub/sub
+/// configuration and cells, `pattern` always `pubsub`.
+pub type Report = report::SuiteReport<Config, Cell>;
 
 /// The CSV header line.
 pub const CSV_HEADER: &str = "method,size,subscribers,status,p50_ns,p90_ns,p99_ns,p999_ns,\
@@ -257,6 +229,7 @@ mod tests {
     use super::*;
     use crate::pubsub::run::RunOutput;
     use crate::pubsub::suite::Summary;
+    use crate::report::Machine;
     use shmlink_measure::stats::Percentiles;
 
     fn p(v: u64) -> Percentiles {

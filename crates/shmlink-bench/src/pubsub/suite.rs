@@ -3,13 +3,13 @@
 //! cell's median across rounds.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::find;
 use super::run::{run_isolated, RunOutput, RunSpec};
-use crate::suite::{failed_run_note, planned_status, Status};
+use crate::suite::{interleave, planned_status, Status, SuiteCell};
 use shmlink_measure::stats::{median_f64, spread_pct, Percentiles};
 
 /// What to run.
@@ -132,30 +132,30 @@ pub fn timeout(config: &Config, subscribers: usize) -> Duration {
     Duration::from_secs(30).saturating_add(Duration::from_millis(ms))
 }
 
+impl SuiteCell for Cell {
+    fn status(&self) -> Status {
+        self.status
+    }
+
+    fn note(&self) -> Option<&str> {
+        self.note.as_deref()
+    }
+
+    fn fail(&mut self, note: String) {
+        self.status = Status::Failed;
+        self.note = Some(note);
+    }
+}
+
 /// Runs the suite with publisher and subscriber processes started from `exe` (the
 /// `shmlink-bench` binary). A failed run marks its cell failed and the suite goes on.
 pub fn run(exe: &Path, config: &Config, mut progress: impl FnMut(Progress)) -> Vec<Cell> {
     let mut cells = plan(config);
-    let runnable = cells.iter().filter(|c| c.status == Status::Ok).count();
-    let total = runnable * config.rounds as usize;
-    let mut done = 0;
     let pid = std::process::id();
-    let mut serial = 0u64;
-    for round in 0..config.rounds {
-        for cell in cells.iter_mut() {
-            if cell.status != Status::Ok {
-                let failed_in_a_run = cell.status == Status::Failed
-                    && cell
-                        .note
-                        .as_deref()
-                        .is_some_and(|n| n.starts_with("round "));
-                if failed_in_a_run {
-                    // Failed in an earlier round: count its remaining runs as done.
-                    done += 1;
-                }
-                continue;
-            }
-            serial += 1;
+    interleave(
+        &mut cells,
+        config.rounds,
+        |cell, serial| {
             let spec = RunSpec {
                 method: cell.method.clone(),
                 size: cell.size,
@@ -165,23 +165,19 @@ pub fn run(exe: &Path, config: &Config, mut progress: impl FnMut(Progress)) -> V
                 cpus: config.cpus,
                 tag: format!("shmlink-bench-pub-{pid}-{serial}"),
             };
-            let t = Instant::now();
-            match run_isolated(exe, &spec, timeout(config, cell.subscribers)) {
-                Ok(out) => cell.runs.push(out),
-                Err(e) => {
-                    cell.status = Status::Failed;
-                    cell.note = Some(failed_run_note(round, config.rounds, t.elapsed(), &e));
-                }
-            }
-            done += 1;
+            cell.runs
+                .push(run_isolated(exe, &spec, timeout(config, cell.subscribers))?);
+            Ok(())
+        },
+        |done, total, round, cell| {
             progress(Progress {
-                done: done.min(total),
+                done,
                 total,
                 round,
                 cell,
-            });
-        }
-    }
+            })
+        },
+    );
     for cell in &mut cells {
         cell.summary = summarize(cell);
     }

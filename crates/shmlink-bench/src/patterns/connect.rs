@@ -1,6 +1,6 @@
 //! `shmlink-bench --pattern connect`: connections per second (connect + one 64-byte round
 //! trip + close), shmlink `shm:` and `auto:` against plain Unix and TCP sockets (see
-//! `shmlink_bench::methods::connect`). The server is this program re-executed (hidden
+//! `crate::methods::connect`). The server is this program re-executed (hidden
 //! subcommand [`PEER_CMD`]), pinned to the second allowed CPU, the client to the first.
 //! Methods are interleaved over the rounds; the table shows each figure's median.
 
@@ -9,30 +9,16 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::Duration;
 
-use shmlink_bench::methods::connect::{self, Row, METHODS};
+use crate::methods::connect::{self, Row, METHODS};
 use shmlink_measure::protocol::Fault;
 
-use crate::flags::{flag_value, method_list, positive, split_flag, usage, UsageError};
+use crate::cli::{method_list, positive, usage, Cli, UsageError};
+use crate::pattern::Pattern;
 
 /// The hidden subcommand of the server process: `PEER_CMD METHOD TAG`.
 pub const PEER_CMD: &str = "__connect-peer";
 /// The environment variable that tells the server which CPU to pin itself to.
 const PEER_CPU_ENV: &str = "SHMLINK_BENCH_CONNECT_PEER_CPU";
-
-/// Whether `args` say `--pattern NAME` (or `--pattern=NAME`).
-pub fn pattern_is(args: &[String], name: &str) -> bool {
-    args.iter()
-        .zip(args.iter().skip(1).map(Some).chain([None]))
-        .any(|(a, next)| {
-            *a == format!("--pattern={name}")
-                || (a == "--pattern" && next.map(String::as_str) == Some(name))
-        })
-}
-
-/// Whether the command line asks for `--pattern connect`.
-pub fn wanted(args: &[String]) -> bool {
-    pattern_is(args, "connect")
-}
 
 struct Args {
     methods: Vec<&'static connect::ConnectMethod>,
@@ -41,44 +27,64 @@ struct Args {
     json: Option<PathBuf>,
 }
 
-fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
+/// `--pattern connect`.
+pub struct Connect;
+
+impl Pattern for Connect {
+    fn name(&self) -> &'static str {
+        "connect"
+    }
+
+    fn help(&self) -> &'static str {
+        "connect + one 64 B round trip + close, per second (shm, auto, in-process, uds,
+tcp); the server is this program re-executed. Options: --methods, --seconds,
+--rounds, --quick, --json FILE."
+    }
+
+    fn flags(&self) -> &'static [&'static str] {
+        FLAGS
+    }
+
+    fn child(&self, argv: &[String]) -> Option<ExitCode> {
+        match argv {
+            [cmd, method, tag] if cmd == PEER_CMD => Some(peer_main(method, tag)),
+            _ => None,
+        }
+    }
+
+    fn run(&self, cli: &Cli) -> Result<ExitCode, UsageError> {
+        Ok(run(config(cli)?))
+    }
+}
+
+/// The options `--pattern connect` takes.
+const FLAGS: &[&str] = &["methods", "seconds", "rounds", "quick", "json"];
+
+fn config(cli: &Cli) -> Result<Args, UsageError> {
     let mut a = Args {
         methods: METHODS.iter().collect(),
         seconds: 2.0,
         rounds: 3,
-        json: None,
+        json: cli.json.clone(),
     };
-    let mut args = argv.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = split_flag(&arg);
-        let mut value = |what: &str| flag_value(&flag, &inline, &mut args, what);
-        match flag.as_str() {
-            "--pattern" => {
-                value("connect")?;
-            }
-            "--quick" => {
-                a.seconds = 0.5;
-                a.rounds = 1;
-            }
-            "--methods" => {
-                let names: Vec<&str> = METHODS.iter().map(|m| m.name).collect();
-                if let Some(ms) = method_list(&value("LIST")?, "connect", &names, connect::find)? {
-                    a.methods = ms;
-                }
-            }
-            "--seconds" => match value("S")?.parse::<f64>() {
-                Ok(s) if s > 0.0 && s <= 600.0 => a.seconds = s,
-                _ => return usage("--seconds needs a duration in seconds (0 to 600)"),
-            },
-            "--rounds" => a.rounds = positive(&value("N")?, "--rounds")?,
-            "--json" => a.json = Some(PathBuf::from(value("FILE")?)),
-            other => {
-                return usage(format!(
-                    "{other:?} does not apply to --pattern connect (its options: --methods, \
-                     --seconds, --rounds, --quick, --json)"
-                ))
-            }
+    if cli.quick {
+        a.seconds = 0.5;
+        a.rounds = 1;
+    }
+    if let Some(text) = &cli.methods {
+        let names: Vec<&str> = METHODS.iter().map(|m| m.name).collect();
+        if let Some(ms) = method_list(text, "connect", &names, connect::find)? {
+            a.methods = ms;
         }
+    }
+    if let Some(text) = &cli.seconds {
+        match text.parse::<f64>() {
+            Ok(s) if s > 0.0 && s <= 600.0 => a.seconds = s,
+            _ => return usage("--seconds needs a duration in seconds (0 to 600)"),
+        }
+    }
+    if let Some(text) = &cli.rounds {
+        a.rounds = positive(text, "--rounds")?;
     }
     Ok(a)
 }
@@ -237,16 +243,9 @@ fn run_one(
     row
 }
 
-pub fn main(argv: Vec<String>) -> ExitCode {
-    let a = match parse(argv) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("shmlink-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
+fn run(a: Args) -> ExitCode {
     // corrupt:N, scribble:N (main refused the other faults).
-    let fault = shmlink_bench::fault::data_fault();
+    let fault = crate::fault::data_fault();
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); a.methods.len()];
     for round in 0..a.rounds {
         eprintln!("round {} of {}", round + 1, a.rounds);

@@ -1,185 +1,26 @@
-//! `shmlink-bench --pattern apps`: real programs from the distribution, each run over
-//! plain TCP on loopback and under transparent mode (`libshmlink_preload.so`, issue 16,
-//! docs/transparent.md), in one table: program, metric, TCP, shmlink, ratio.
-//!
-//! Each program gets two private servers (one plain, one preloaded) on free loopback
-//! ports; the clients run against them alternately (plain, preloaded, plain, … for
-//! `--rounds` rounds) and each cell is the median of its rounds. Servers are pinned to
-//! one allowed CPU and clients to another (as the point-to-point bench pins its two
-//! ends). A preloaded client run counts only if every one of its connections really
-//! went over shared memory, on both sides ([`moved`]): the client's and the server's debug
-//! logs (`SHMLINK_LOG=debug`) must name the same connections as moved, at least as many
-//! as the run opens (50 per redis-benchmark test for `-c 50`, 64 for `wrk -c 64`, …)
-//! and, for redis and nginx, exactly as many as the server itself counts ([`accepted`]);
-//! neither may name a connection that stayed on TCP. A row
-//! whose runs failed is marked failed and the program exits 1; programs that are not
-//! installed are skipped with the reason (`scripts/apps.sh install` installs them).
+//! The programs of `--pattern apps`: starting a plain or preloaded server on a free
+//! loopback port, running a client case against it and reading its numbers, and checking
+//! from the preload's debug logs that every connection of a preloaded run moved to
+//! shared memory ([`moved`]), as many as the server counts ([`accepted`]).
 
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-use serde::Serialize;
-
-use crate::flags::{flag_value, split_flag, usage, UsageError};
-
-/// The programs, in table order.
-const APPS: &[&str] = &["redis", "nginx", "iperf3", "sockperf"];
-
-/// `--pattern apps`'s options.
-#[derive(Debug)]
-struct Args {
-    apps: Vec<String>,
-    rounds: u32,
-    /// Seconds per timed client run (wrk, iperf3, sockperf).
-    secs: u32,
-    /// Requests per `redis-benchmark -c 1` run; the pipelined runs (`-c 50 -P 16`) take
-    /// [`PIPELINED_FACTOR`] times as many.
-    requests: u64,
-    json: Option<PathBuf>,
-    lib: Option<PathBuf>,
-}
 
 /// How many more requests a pipelined redis run makes than a `-c 1` run: at 2–3 M
 /// requests/s, 100 000 of them last 40–60 ms, and the rate printed then moved by 10 %
 /// and more from run to run (the start of 50 connections is in it; the printed rate is
 /// requests over whole milliseconds).
-const PIPELINED_FACTOR: u64 = 10;
-
-fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
-    let mut a = Args {
-        apps: APPS.iter().map(|s| s.to_string()).collect(),
-        rounds: 3,
-        secs: 2,
-        requests: 100_000,
-        json: None,
-        lib: None,
-    };
-    let mut quick = false;
-    let mut rounds = None;
-    let mut args = argv.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = split_flag(&arg);
-        let mut value = |what: &str| flag_value(&flag, &inline, &mut args, what);
-        match flag.as_str() {
-            "--pattern" => {
-                value("apps")?;
-            }
-            "--quick" => quick = true,
-            "--apps" | "--methods" => {
-                let text = value("LIST")?;
-                if text != "all" {
-                    a.apps = Vec::new();
-                    for m in text.split(',') {
-                        if !APPS.contains(&m) {
-                            return usage(format!(
-                                "unknown program {m:?} (valid with --pattern apps: all, {})",
-                                APPS.join(", ")
-                            ));
-                        }
-                        a.apps.push(m.to_string());
-                    }
-                }
-            }
-            "--rounds" => {
-                let v = value("N")?;
-                rounds = Some(
-                    v.parse::<u32>()
-                        .ok()
-                        .filter(|n| (1..=50).contains(n))
-                        .ok_or_else(|| UsageError(format!("invalid --rounds {v:?} (1 to 50)")))?,
-                );
-            }
-            "--duration" => {
-                let v = value("SECONDS")?;
-                a.secs = v
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| (1..=60).contains(n))
-                    .ok_or_else(|| UsageError(format!("invalid --duration {v:?} (1 to 60)")))?;
-            }
-            "--requests" => {
-                let v = value("N")?;
-                a.requests = v
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|n| (100..=10_000_000).contains(n))
-                    .ok_or_else(|| {
-                        UsageError(format!("invalid --requests {v:?} (100 to 10000000)"))
-                    })?;
-            }
-            "--json" => a.json = Some(PathBuf::from(value("FILE")?)),
-            "--preload-lib" => a.lib = Some(PathBuf::from(value("PATH")?)),
-            other => {
-                return usage(format!(
-                    "{other:?} does not apply to --pattern apps (its options: --apps LIST, \
-                     --rounds N, --duration SECONDS, --requests N, --quick, --json FILE, \
-                     --preload-lib PATH)"
-                ))
-            }
-        }
-    }
-    if quick {
-        a.rounds = 1;
-        a.secs = 1;
-        a.requests = 20_000;
-    }
-    if let Some(r) = rounds {
-        a.rounds = r;
-    }
-    Ok(a)
-}
-
-/// Whether the command line asks for `--pattern apps`.
-pub fn wanted(args: &[String]) -> bool {
-    args.iter()
-        .zip(args.iter().skip(1).map(Some).chain([None]))
-        .any(|(a, next)| {
-            a == "--pattern=apps" || (a == "--pattern" && next.map(String::as_str) == Some("apps"))
-        })
-}
-
-/// One line of the table.
-#[derive(Serialize, Clone, Debug)]
-struct Row {
-    program: String,
-    metric: String,
-    unit: &'static str,
-    /// Whether a higher value is better (the ratio is then shmlink / TCP, else TCP /
-    /// shmlink: above 1 means shmlink is better either way).
-    higher_is_better: bool,
-    tcp: Option<f64>,
-    shmlink: Option<f64>,
-    ratio: Option<f64>,
-    rounds: u32,
-    /// Why the row has no numbers: its programs are not installed.
-    skipped: Option<String>,
-    /// Why the row has no numbers: a run failed (a server that did not start, a client
-    /// that failed, a preloaded run not wholly on shared memory).
-    #[serde(default)]
-    failed: Option<String>,
-}
-
-#[derive(Serialize)]
-struct Report {
-    schema: &'static str,
-    pattern: &'static str,
-    shmlink_version: &'static str,
-    command: String,
-    machine: shmlink_bench::report::Machine,
-    server_cpu: Option<usize>,
-    client_cpu: Option<usize>,
-    results: Vec<Row>,
-}
+pub(super) const PIPELINED_FACTOR: u64 = 10;
 
 /// One measurement of a client run: (metric, unit, higher is better, value).
-type Sample = (String, &'static str, bool, f64);
+pub(super) type Sample = (String, &'static str, bool, f64);
 
 /// A server process, killed and reaped when dropped.
-struct Server(Child);
+pub(super) struct Server(Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -189,11 +30,13 @@ impl Drop for Server {
 }
 
 /// Where the programs run: scratch directory, preload library, CPUs.
-struct Env {
-    dir: PathBuf,
-    lib: PathBuf,
-    server_cpu: Option<usize>,
-    client_cpu: Option<usize>,
+pub(super) struct Env {
+    /// The scratch directory (logs, configurations).
+    pub(super) dir: PathBuf,
+    /// The preload library.
+    pub(super) lib: PathBuf,
+    pub(super) server_cpu: Option<usize>,
+    pub(super) client_cpu: Option<usize>,
 }
 
 impl Env {
@@ -333,7 +176,7 @@ impl Env {
 
 /// A running server: its program (`redis`, `nginx`, …), port and the files its stderr
 /// goes to.
-struct ServerAt {
+pub(super) struct ServerAt {
     app: String,
     port: u16,
     logs: Vec<PathBuf>,
@@ -343,7 +186,7 @@ struct ServerAt {
 /// asked over a plain TCP connection of this process (counted too): redis's
 /// `total_connections_received` (`INFO stats`), nginx's `accepts` (`stub_status`); `None`
 /// for programs that do not count.
-fn accepted(app: &str, port: u16) -> Option<Result<u64, String>> {
+pub(super) fn accepted(app: &str, port: u16) -> Option<Result<u64, String>> {
     let (request, key): (&[u8], &str) = match app {
         "redis" => (b"INFO stats\r\nQUIT\r\n", "total_connections_received:"),
         "nginx" => (
@@ -381,7 +224,7 @@ fn read(path: &std::path::Path) -> String {
 /// memory`), and exactly `accepted`, the server's own count of the run's connections,
 /// where it has one; the server moved exactly the same ones (`B <- A: …`), and neither
 /// logged a connection that stayed on TCP.
-fn moved(
+pub(super) fn moved(
     client: &str,
     server: &str,
     port: u16,
@@ -465,7 +308,7 @@ fn free_port() -> Result<u16, String> {
 
 /// Where `prog` is: on `PATH`, else in `/usr/sbin` or `/sbin` (nginx lives there and
 /// a user's `PATH` may lack them).
-fn which(prog: &str) -> Option<PathBuf> {
+pub(super) fn which(prog: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
@@ -473,12 +316,12 @@ fn which(prog: &str) -> Option<PathBuf> {
         .find(|f| f.is_file())
 }
 
-fn installed(prog: &str) -> bool {
+pub(super) fn installed(prog: &str) -> bool {
     which(prog).is_some()
 }
 
 /// The first missing program of `progs`, as a skip reason.
-fn missing(progs: &[&str]) -> Option<String> {
+pub(super) fn missing(progs: &[&str]) -> Option<String> {
     progs
         .iter()
         .find(|p| !installed(p))
@@ -486,7 +329,7 @@ fn missing(progs: &[&str]) -> Option<String> {
 }
 
 /// The preload library: `--preload-lib`, `$SHMLINK_PRELOAD_LIB`, or next to this program.
-fn find_lib(given: Option<PathBuf>) -> Result<PathBuf, String> {
+pub(super) fn find_lib(given: Option<PathBuf>) -> Result<PathBuf, String> {
     let candidate = given
         .or_else(|| std::env::var_os("SHMLINK_PRELOAD_LIB").map(PathBuf::from))
         .or_else(|| {
@@ -506,7 +349,7 @@ fn find_lib(given: Option<PathBuf>) -> Result<PathBuf, String> {
 }
 
 /// The redis-benchmark `--csv` rows: (test, requests/s, p50 ms).
-fn redis_csv(out: &str) -> Vec<(String, f64, Option<f64>)> {
+pub(super) fn redis_csv(out: &str) -> Vec<(String, f64, Option<f64>)> {
     let mut header: Vec<String> = Vec::new();
     let mut rows = Vec::new();
     for line in out.lines() {
@@ -534,7 +377,7 @@ fn redis_csv(out: &str) -> Vec<(String, f64, Option<f64>)> {
 }
 
 /// The first number after `key` on a line containing it.
-fn number_after(out: &str, key: &str) -> Option<f64> {
+pub(super) fn number_after(out: &str, key: &str) -> Option<f64> {
     out.lines().find_map(|l| {
         let rest = &l[l.find(key)? + key.len()..];
         let t = rest.trim_start_matches([' ', '=', ':']);
@@ -545,28 +388,29 @@ fn number_after(out: &str, key: &str) -> Option<f64> {
     })
 }
 
-/// One client run of `case` against `server`: its samples.
-fn run_case(
+/// One client run of `case` against `server` (`run_secs` per timed run, `requests` per
+/// `redis-benchmark -c 1` run): its samples.
+pub(super) fn run_case(
     env: &Env,
     case: &str,
     server: &ServerAt,
-    a: &Args,
+    (run_secs, requests): (u32, u64),
     pre: bool,
 ) -> Result<Vec<Sample>, String> {
     let cpu = env.client_cpu;
     let port = server.port;
-    let limit = Duration::from_secs(u64::from(a.secs) * 4 + 60);
+    let limit = Duration::from_secs(u64::from(run_secs) * 4 + 60);
     let p = port.to_string();
-    let secs = a.secs.to_string();
+    let secs = run_secs.to_string();
     match case {
         "redis -c 1" | "redis -c 50 -P 16" => {
             let mut c = env.cmd("redis-benchmark", cpu, pre);
             c.args(["-h", "127.0.0.1", "-p", &p, "-t", "set,get", "--csv", "-n"]);
             let conns = if case == "redis -c 1" {
-                c.arg(a.requests.to_string()).args(["-c", "1"]);
+                c.arg(requests.to_string()).args(["-c", "1"]);
                 1
             } else {
-                c.arg((a.requests * PIPELINED_FACTOR).to_string())
+                c.arg((requests * PIPELINED_FACTOR).to_string())
                     .args(["-c", "50", "-P", "16"]);
                 50
             };
@@ -660,7 +504,7 @@ fn run_case(
 }
 
 /// Starts the plain (`pre` false) or preloaded server of `app`.
-fn start_server(env: &Env, app: &str, pre: bool) -> Result<(Server, ServerAt), String> {
+pub(super) fn start_server(env: &Env, app: &str, pre: bool) -> Result<(Server, ServerAt), String> {
     let port = free_port()?;
     let cpu = env.server_cpu;
     let tag = if pre { "shm" } else { "tcp" };
@@ -738,7 +582,7 @@ fn start_server(env: &Env, app: &str, pre: bool) -> Result<(Server, ServerAt), S
 }
 
 /// The client cases of `app` and the programs they need.
-fn cases(app: &str) -> (&'static [&'static str], &'static [&'static str]) {
+pub(super) fn cases(app: &str) -> (&'static [&'static str], &'static [&'static str]) {
     match app {
         "redis" => (
             &["redis -c 1", "redis -c 50 -P 16"],
@@ -750,323 +594,5 @@ fn cases(app: &str) -> (&'static [&'static str], &'static [&'static str]) {
             &["sockperf ping-pong", "sockperf throughput"],
             &["sockperf"],
         ),
-    }
-}
-
-/// The median of `v` (sorted copy).
-fn median(v: &[f64]) -> Option<f64> {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied()
-}
-
-/// Runs every case of `app`, plain and preloaded alternately for `rounds` rounds.
-fn bench_app(env: &Env, app: &str, a: &Args) -> Vec<Row> {
-    let (list, progs) = cases(app);
-    let row = |case: &str, skipped: Option<String>, failed: Option<String>| Row {
-        program: case.to_string(),
-        metric: "-".into(),
-        unit: "",
-        higher_is_better: true,
-        tcp: None,
-        shmlink: None,
-        ratio: None,
-        rounds: 0,
-        skipped,
-        failed,
-    };
-    if let Some(why) = missing(progs) {
-        return list
-            .iter()
-            .map(|c| row(c, Some(why.clone()), None))
-            .collect();
-    }
-    let servers = start_server(env, app, false).and_then(|t| {
-        let s = start_server(env, app, true)?;
-        Ok((t, s))
-    });
-    let ((_tcp_server, tcp_at), (_shm_server, shm_at)) = match servers {
-        Ok(s) => s,
-        Err(e) => return list.iter().map(|c| row(c, None, Some(e.clone()))).collect(),
-    };
-    let mut rows = Vec::new();
-    for case in list {
-        let mut cells: Vec<Cell> = Vec::new();
-        let mut error = None;
-        'rounds: for round in 0..a.rounds {
-            for pre in [false, true] {
-                eprint!(
-                    "\r# round {}/{}: {case} {}          ",
-                    round + 1,
-                    a.rounds,
-                    if pre { "shmlink" } else { "TCP" }
-                );
-                let server = if pre { &shm_at } else { &tcp_at };
-                match run_case(env, case, server, a, pre) {
-                    Ok(samples) => {
-                        for (metric, unit, hib, v) in samples {
-                            let i = match cells.iter().position(|c| c.0 == metric) {
-                                Some(i) => i,
-                                None => {
-                                    cells.push((metric, unit, hib, Vec::new(), Vec::new()));
-                                    cells.len() - 1
-                                }
-                            };
-                            if pre {
-                                cells[i].4.push(v);
-                            } else {
-                                cells[i].3.push(v);
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        error = Some(format!("{} run: {e}", if pre { "shmlink" } else { "TCP" }));
-                        break 'rounds;
-                    }
-                }
-            }
-        }
-        if let Some(e) = error {
-            rows.push(row(case, None, Some(e)));
-            continue;
-        }
-        for (metric, unit, hib, t, s) in cells {
-            let (tcp, shm) = (median(&t), median(&s));
-            let ratio = match (tcp, shm) {
-                (Some(t), Some(s)) if t > 0.0 && s > 0.0 => Some(if hib { s / t } else { t / s }),
-                _ => None,
-            };
-            rows.push(Row {
-                program: case.to_string(),
-                metric,
-                unit,
-                higher_is_better: hib,
-                tcp,
-                shmlink: shm,
-                ratio,
-                rounds: t.len().min(s.len()) as u32,
-                skipped: None,
-                failed: None,
-            });
-        }
-    }
-    rows
-}
-
-/// Per metric: (name, unit, higher is better, TCP samples, shmlink samples).
-type Cell = (String, &'static str, bool, Vec<f64>, Vec<f64>);
-
-/// A number for the table: integers for large values, three significant-ish digits for
-/// small ones.
-fn num(v: Option<f64>) -> String {
-    match v {
-        None => "-".into(),
-        Some(v) if v >= 100.0 => format!("{v:.0}"),
-        Some(v) => format!("{v:.3}"),
-    }
-}
-
-fn table(rows: &[Row]) -> String {
-    let mut s = format!(
-        "{:<22} {:<22} {:>12} {:>12} {:>7}\n",
-        "program", "metric", "TCP", "shmlink", "ratio"
-    );
-    for r in rows {
-        match (&r.skipped, &r.failed) {
-            (_, Some(why)) => s += &format!("{:<22} failed: {why}\n", r.program),
-            (Some(why), None) => s += &format!("{:<22} skipped: {why}\n", r.program),
-            (None, None) => {
-                s += &format!(
-                    "{:<22} {:<22} {:>12} {:>12} {:>6.2}x\n",
-                    r.program,
-                    format!("{} ({})", r.metric, r.unit),
-                    num(r.tcp),
-                    num(r.shmlink),
-                    r.ratio.unwrap_or(f64::NAN)
-                )
-            }
-        }
-    }
-    s
-}
-
-/// `shmlink-bench --pattern apps ...`.
-pub fn main(argv: Vec<String>) -> ExitCode {
-    let a = match parse(argv) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("shmlink-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let lib = match find_lib(a.lib.clone()) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("shmlink-bench: --pattern apps: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let dir = std::env::temp_dir().join(format!("shmlink-apps-bench-{}", std::process::id()));
-    if let Err(e) = std::fs::create_dir_all(&dir) {
-        eprintln!("shmlink-bench: {}: {e}", dir.display());
-        return ExitCode::from(1);
-    }
-    let cpus = shmlink_measure::cpus::allowed_cpus();
-    let (server_cpu, client_cpu) = match cpus[..] {
-        [s, c, ..] => (Some(s), Some(c)),
-        _ => (None, None),
-    };
-    let env = Env {
-        dir: dir.clone(),
-        lib,
-        server_cpu,
-        client_cpu,
-    };
-    println!(
-        "# shmlink-bench --pattern apps: each program plain (TCP loopback) and preloaded \
-         (shmlink run), alternating, median of {} rounds; {}; ratio > 1: shmlink better \
-         (shmlink/TCP for rates, TCP/shmlink for latencies)",
-        a.rounds,
-        match (server_cpu, client_cpu) {
-            (Some(s), Some(c)) => format!("servers on CPU {s}, clients on CPU {c}"),
-            _ => "not pinned (one CPU allowed)".to_string(),
-        }
-    );
-    let mut results = Vec::new();
-    for app in &a.apps {
-        results.extend(bench_app(&env, app, &a));
-    }
-    eprintln!();
-    let failed = results.iter().filter(|r| r.failed.is_some()).count();
-    let _ = std::fs::remove_dir_all(&dir);
-    print!("{}", table(&results));
-    let report = Report {
-        schema: "shmlink-bench/apps-1",
-        pattern: "apps",
-        shmlink_version: env!("CARGO_PKG_VERSION"),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-        machine: shmlink_bench::report::Machine::this(),
-        server_cpu,
-        client_cpu,
-        results,
-    };
-    if let Some(path) = &a.json {
-        match serde_json::to_string_pretty(&report)
-            .map_err(std::io::Error::other)
-            .and_then(|j| std::fs::write(path, j + "\n"))
-        {
-            Ok(()) => println!("# wrote {}", path.display()),
-            Err(e) => {
-                eprintln!("shmlink-bench: write {}: {e}", path.display());
-                return ExitCode::from(1);
-            }
-        }
-    }
-    if failed > 0 {
-        eprintln!(
-            "shmlink-bench: {failed} of {} rows failed",
-            report.results.len()
-        );
-        return ExitCode::from(1);
-    }
-    ExitCode::SUCCESS
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(String::from).collect()
-    }
-
-    #[test]
-    fn options_and_detection() {
-        assert!(wanted(&args("--pattern apps --quick")));
-        assert!(wanted(&args("--pattern=apps")));
-        assert!(!wanted(&args("--pattern async")));
-        let a = parse(args("--pattern apps --quick --apps redis,iperf3")).unwrap();
-        assert_eq!((a.rounds, a.secs, a.requests), (1, 1, 20_000));
-        assert_eq!(a.apps, ["redis", "iperf3"]);
-        assert!(parse(args("--pattern apps --apps mysql")).is_err());
-        assert!(parse(args("--pattern apps --window 4")).is_err());
-        assert!(parse(args("--pattern apps --rounds 0")).is_err());
-    }
-
-    /// The preload's lines for connections from client ports `ports` to port 7000.
-    fn lines(ports: std::ops::Range<u16>, client: bool) -> String {
-        ports
-            .map(|p| {
-                if client {
-                    format!("shmlink-preload[9]: 127.0.0.1:{p} -> 127.0.0.1:7000: fd 5 on shared memory\n")
-                } else {
-                    format!("shmlink-preload[8]: 127.0.0.1:7000 <- 127.0.0.1:{p}: fd 9 on shared memory\n")
-                }
-            })
-            .collect()
-    }
-
-    #[test]
-    fn every_connection_must_move_on_both_sides() {
-        let (c, s) = (lines(40000..40050, true), lines(40000..40050, false));
-        assert_eq!(moved(&c, &s, 7000, (50, None)), Ok(()));
-        // One connection short of the run's 50 (it stayed on TCP without a word).
-        let e = moved(
-            &lines(40000..40049, true),
-            &lines(40000..40049, false),
-            7000,
-            (50, None),
-        );
-        assert!(e.unwrap_err().contains("49 of the run's 50"));
-        // The server did not take one of the client's.
-        let e = moved(&c, &lines(40001..40050, false), 7000, (50, None)).unwrap_err();
-        assert!(e.contains("only the client's: [127.0.0.1:40000]"), "{e}");
-        // Another port's connections do not count.
-        assert!(moved(&c, &s, 7001, (1, None)).is_err());
-        // A connection that stayed on TCP fails the run, whoever says it.
-        let tcp = "shmlink-preload[9]: connect 127.0.0.1:7000: claim refused; plain TCP\n";
-        assert!(moved(&(c.clone() + tcp), &s, 7000, (50, None)).is_err());
-        let no = "shmlink-preload[8]: claim 127.0.0.1:7000 <- 127.0.0.1:40077: no\n";
-        assert!(moved(&c, &(s.clone() + no), 7000, (50, None)).is_err());
-        // The server accepted 51 connections of the run (its own count): one more than
-        // the logs name, which went to TCP unseen.
-        let e = moved(&c, &s, 7000, (50, Some(51))).unwrap_err();
-        assert!(
-            e.contains("accepted 51 connections in the run, 50 of them"),
-            "{e}"
-        );
-        assert_eq!(moved(&c, &s, 7000, (50, Some(50))), Ok(()));
-        // No preload (SHMLINK_PRELOAD=off): nothing logged.
-        assert!(moved("", "", 7000, (1, None))
-            .unwrap_err()
-            .contains("0 of the run's 1"));
-    }
-
-    #[test]
-    fn parses_the_programs_output() {
-        let csv = "\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\",\"p50_latency_ms\"\n\
-                   \"SET\",\"50000.00\",\"0.020\",\"0.008\",\"0.015\"\n\
-                   \"GET\",\"62500.00\",\"0.018\",\"0.008\",\"0.012\"\n";
-        let rows = redis_csv(csv);
-        assert_eq!(rows.len(), 2);
-        assert_eq!(rows[1], ("GET".to_string(), 62500.0, Some(0.012)));
-        assert_eq!(
-            number_after("  Latency 1ms\nRequests/sec:  31291.55\n", "Requests/sec:"),
-            Some(31291.55)
-        );
-        assert_eq!(
-            number_after(
-                "sockperf: ---> percentile 50.000 =    2.318\n",
-                "percentile 50.000"
-            ),
-            Some(2.318)
-        );
-        assert_eq!(
-            number_after(
-                "sockperf: Summary: Message Rate is 874343 [msg/sec]",
-                "Message Rate is"
-            ),
-            Some(874343.0)
-        );
     }
 }

@@ -1,393 +1,36 @@
-//! `shmlink-bench --pattern async`: async Rust on tokio, in one run.
-//!
-//! - **Round trip**, 64 B (or `--sizes`): `shmlink::tokio::Connection` with the spin
-//!   budget (20 µs) and with spinning off, against tokio's `UnixStream` and `TcpStream`
-//!   with tokio-util's length-prefix codec (`LengthDelimitedCodec`). Each end is a
-//!   current-thread runtime in its own process (the server is this program re-executed),
-//!   pinned like the point-to-point bench: the client to the first allowed CPU, the
-//!   server to the second (cross-core; one CPU only: both on it).
-//! - **tonic unary**, 64 B echo (`shmlink.echo.Echo/Unary` of `shmlink-grpc`) over
-//!   `shm:`, over a Unix socket and over TCP, with 1 and 16 concurrent callers on one
-//!   channel: requests/s, p50, p99. Server and client are current-thread runtimes in two
-//!   processes, pinned like the round trips (a multi-threaded runtime adds cross-worker
-//!   wake-ups, which on this class of VM cost tens of µs each and drown the transport).
-//!
-//! Methods are interleaved over the rounds (A B C A B C …), each run with its own
-//! warm-up; the table shows the median over the rounds of each figure.
-//!
-//! Every echo is compared with the message sent, byte for byte.
-//! `SHMLINK_BENCH_FAULT=corrupt:N|scribble:N` makes the client send message #N (and on,
-//! for scribble) damaged while it still expects the intact one back (for tests: the run
-//! must fail). Messages are numbered from 0 over the warm-up and the measured part; in a
-//! tonic run with C callers, caller k's call i is #(warm-up + i·C + k).
-
-use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::time::{Duration, Instant};
+//! The two ends of `--pattern async`'s runs: the client (this process, pinned; round
+//! trips and tonic calls, every echo compared with what was sent) and the server process
+//! (this program re-executed, [`PEER_CMD`]), and what they share: addresses,
+//! options, runtimes, the messages and the injected fault.
 
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
 use shmlink::{Options, WaitPolicy};
 use shmlink_grpc::echo::{EchoClient, EchoServer};
-use tokio_util::codec::{Framed, LengthDelimitedCodec};
-
-use crate::flags::{flag_value, method_list, positive, size_list, split_flag, usage, UsageError};
 use shmlink_measure::protocol::Fault;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 /// The hidden subcommand of the server process.
 pub const PEER_CMD: &str = "__async-peer";
 
-/// The round-trip methods.
-const RTT_METHODS: &[(&str, &str)] = &[
-    (
-        "shmlink-async",
-        "shmlink::tokio::Connection on shm:, 20 us spin budget before awaiting the reactor",
-    ),
-    (
-        "shmlink-async-nospin",
-        "shmlink::tokio::Connection on shm:, no spin (every wait through the reactor)",
-    ),
-    (
-        "shmlink-async-stream",
-        "shmlink::tokio::ByteStream (AsyncRead + AsyncWrite, what hyper/tonic use) on shm: + LengthDelimitedCodec",
-    ),
-    (
-        "tokio-uds",
-        "tokio UnixStream (stream socket) + tokio-util LengthDelimitedCodec",
-    ),
-    (
-        "tokio-tcp",
-        "tokio TcpStream on 127.0.0.1, TCP_NODELAY + LengthDelimitedCodec",
-    ),
-];
-
-/// The tonic transports.
-const TONIC_METHODS: &[(&str, &str)] = &[
-    ("tonic-shm", "tonic over shmlink shm: (shmlink-grpc)"),
-    ("tonic-uds", "tonic over a tokio UnixListener / UnixStream"),
-    (
-        "tonic-tcp",
-        "tonic over TCP (tonic's own server and Endpoint)",
-    ),
-];
-
-/// `--pattern async`'s options.
-#[derive(Debug)]
-struct Args {
-    methods: Vec<String>,
-    sizes: Vec<usize>,
-    round_trips: u64,
-    calls: u64,
-    callers: Vec<usize>,
-    rounds: u32,
-    json: Option<PathBuf>,
-}
-
-fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
-    let mut a = Args {
-        methods: RTT_METHODS
-            .iter()
-            .chain(TONIC_METHODS)
-            .map(|m| m.0.to_string())
-            .collect(),
-        sizes: vec![64],
-        round_trips: 20_000,
-        calls: 4_000,
-        callers: vec![1, 16],
-        rounds: 3,
-        json: None,
-    };
-    let mut quick = false;
-    let mut rounds = None;
-    let mut iterations = None;
-    let mut args = argv.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = split_flag(&arg);
-        let mut value = |what: &str| flag_value(&flag, &inline, &mut args, what);
-        match flag.as_str() {
-            "--pattern" => {
-                value("async")?;
-            }
-            "--quick" => quick = true,
-            "--methods" => {
-                let all: Vec<&str> = RTT_METHODS
-                    .iter()
-                    .chain(TONIC_METHODS)
-                    .map(|m| m.0)
-                    .collect();
-                let find = |m: &str| all.contains(&m).then(|| m.to_string());
-                if let Some(ms) = method_list(&value("LIST")?, "async", &all, find)? {
-                    a.methods = ms;
-                }
-            }
-            "--sizes" => {
-                a.sizes = size_list(&value("LIST")?, "async", 1..=(1 << 20), "1 B to 1 MiB")?
-            }
-            "--callers" => {
-                let mut v = Vec::new();
-                for s in value("LIST")?.split(',') {
-                    match s.trim().parse::<usize>() {
-                        Ok(n) if (1..=256).contains(&n) => v.push(n),
-                        _ => return usage(format!("invalid caller count {s:?} (1 to 256)")),
-                    }
-                }
-                a.callers = v;
-            }
-            "--iterations" => iterations = Some(positive(&value("N")?, "--iterations")?),
-            "--rounds" => rounds = Some(positive(&value("N")?, "--rounds")?),
-            "--json" => a.json = Some(PathBuf::from(value("FILE")?)),
-            other => {
-                return usage(format!(
-                    "{other:?} does not apply to --pattern async (its options: --methods, \
-                     --sizes, --callers, --iterations, --rounds, --quick, --json)"
-                ))
-            }
-        }
-    }
-    if quick {
-        a.round_trips = 3_000;
-        a.calls = 800;
-        a.rounds = 1;
-    }
-    if let Some(n) = iterations {
-        a.round_trips = n;
-        a.calls = n;
-    }
-    if let Some(r) = rounds {
-        a.rounds = r;
-    }
-    Ok(a)
-}
-
-/// Whether the command line asks for `--pattern async`.
-pub fn wanted(args: &[String]) -> bool {
-    args.iter()
-        .zip(args.iter().skip(1).map(Some).chain([None]))
-        .any(|(a, next)| {
-            a == "--pattern=async"
-                || (a == "--pattern" && next.map(String::as_str) == Some("async"))
-        })
-}
-
 #[derive(Serialize, Clone, Debug)]
-struct Row {
-    kind: &'static str,
-    method: String,
-    size: usize,
-    callers: usize,
+pub(super) struct Row {
+    pub(super) kind: &'static str,
+    pub(super) method: String,
+    pub(super) size: usize,
+    pub(super) callers: usize,
     /// Round trips or calls measured per round.
-    count: u64,
-    rounds: u32,
-    p50_us: f64,
-    p99_us: f64,
-    mean_us: f64,
-    per_s: f64,
-    error: Option<String>,
-}
-
-#[derive(Serialize)]
-struct Report {
-    schema: &'static str,
-    pattern: &'static str,
-    shmlink_version: &'static str,
-    command: String,
-    machine: shmlink_bench::report::Machine,
-    results: Vec<Row>,
-}
-
-/// `shmlink-bench --pattern async ...`.
-pub fn main(argv: Vec<String>) -> ExitCode {
-    let a = match parse(argv) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("shmlink-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("shmlink-bench: find this program: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    println!(
-        "# shmlink-bench --pattern async: {} round trips per run, {} tonic calls per caller \
-         count and run, {} rounds (methods interleaved); each end its own process",
-        a.round_trips, a.calls, a.rounds
-    );
-    let rtt: Vec<&str> = RTT_METHODS
-        .iter()
-        .map(|m| m.0)
-        .filter(|m| a.methods.iter().any(|x| x == m))
-        .collect();
-    let tonic: Vec<&str> = TONIC_METHODS
-        .iter()
-        .map(|m| m.0)
-        .filter(|m| a.methods.iter().any(|x| x == m))
-        .collect();
-    // Per cell, the samples of every round.
-    let mut cells: Vec<(Row, Vec<Row>)> = Vec::new();
-    for round in 0..a.rounds {
-        for &size in &a.sizes {
-            for m in &rtt {
-                eprint!(
-                    "\r# round {}/{}: {m} {size} B          ",
-                    round + 1,
-                    a.rounds
-                );
-                let r = run_rtt_pinned(&exe, m, size, a.round_trips);
-                push(&mut cells, r);
-            }
-            for m in &tonic {
-                for &callers in &a.callers {
-                    eprint!(
-                        "\r# round {}/{}: {m} {size} B x{callers}          ",
-                        round + 1,
-                        a.rounds
-                    );
-                    let r = run_tonic_pinned(&exe, m, size, callers, a.calls);
-                    push(&mut cells, r);
-                }
-            }
-        }
-    }
-    eprintln!();
-    let results: Vec<Row> = cells.into_iter().map(|(_, v)| median(v)).collect();
-    print!("{}", table(&results));
-    let failed = results.iter().filter(|r| r.error.is_some()).count();
-    let report = Report {
-        schema: "shmlink-bench/async-1",
-        pattern: "async",
-        shmlink_version: env!("CARGO_PKG_VERSION"),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-        machine: shmlink_bench::report::Machine::this(),
-        results,
-    };
-    if let Some(path) = &a.json {
-        match serde_json::to_string_pretty(&report)
-            .map_err(std::io::Error::other)
-            .and_then(|j| std::fs::write(path, j + "\n"))
-        {
-            Ok(()) => println!("# wrote {}", path.display()),
-            Err(e) => {
-                eprintln!("shmlink-bench: write {}: {e}", path.display());
-                return ExitCode::from(1);
-            }
-        }
-    }
-    if failed > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    }
-}
-
-fn push(cells: &mut Vec<(Row, Vec<Row>)>, r: Row) {
-    match cells
-        .iter_mut()
-        .find(|(k, _)| k.method == r.method && k.size == r.size && k.callers == r.callers)
-    {
-        Some((_, v)) => v.push(r),
-        None => cells.push((r.clone(), vec![r])),
-    }
-}
-
-/// The median of each figure over the rounds (an error in any round marks the cell).
-fn median(mut v: Vec<Row>) -> Row {
-    let mut out = v[0].clone();
-    if let Some(e) = v.iter().find_map(|r| r.error.clone()) {
-        out.error = Some(e);
-        return out;
-    }
-    out.rounds = v.len() as u32;
-    let med = |v: &mut Vec<Row>, f: fn(&Row) -> f64| {
-        let mut xs: Vec<f64> = v.iter().map(f).collect();
-        xs.sort_by(f64::total_cmp);
-        xs[xs.len() / 2]
-    };
-    out.p50_us = med(&mut v, |r| r.p50_us);
-    out.p99_us = med(&mut v, |r| r.p99_us);
-    out.mean_us = med(&mut v, |r| r.mean_us);
-    out.per_s = med(&mut v, |r| r.per_s);
-    out
-}
-
-fn table(rows: &[Row]) -> String {
-    let mut s = String::new();
-    let rtt: Vec<&Row> = rows.iter().filter(|r| r.kind == "round-trip").collect();
-    for size in rtt
-        .iter()
-        .map(|r| r.size)
-        .collect::<std::collections::BTreeSet<_>>()
-    {
-        let base = rtt
-            .iter()
-            .find(|r| r.method == "tokio-tcp" && r.size == size && r.error.is_none())
-            .map(|r| r.p50_us);
-        s += &format!(
-            "\n## async round trip, {size} B (p50/p99 over the rounds' medians)\n{:<22} {:>9} {:>9} {:>9} {:>12} {:>14}\n",
-            "method", "p50 us", "p99 us", "mean us", "round trips/s", "p50 vs tcp"
-        );
-        let mut mine: Vec<&&Row> = rtt.iter().filter(|r| r.size == size).collect();
-        mine.sort_by(|a, b| a.p50_us.total_cmp(&b.p50_us));
-        for r in mine {
-            match &r.error {
-                Some(e) => s += &format!("{:<22} failed: {e}\n", r.method),
-                None => {
-                    s += &format!(
-                        "{:<22} {:>9.2} {:>9.2} {:>9.2} {:>12.0} {:>13.1}x\n",
-                        r.method,
-                        r.p50_us,
-                        r.p99_us,
-                        r.mean_us,
-                        r.per_s,
-                        base.map_or(f64::NAN, |b| b / r.p50_us)
-                    )
-                }
-            }
-        }
-    }
-    let tonic: Vec<&Row> = rows.iter().filter(|r| r.kind == "tonic-unary").collect();
-    let keys: std::collections::BTreeSet<(usize, usize)> =
-        tonic.iter().map(|r| (r.size, r.callers)).collect();
-    for (size, callers) in keys {
-        let base = tonic
-            .iter()
-            .find(|r| {
-                r.method == "tonic-tcp"
-                    && r.size == size
-                    && r.callers == callers
-                    && r.error.is_none()
-            })
-            .map(|r| r.per_s);
-        s += &format!(
-            "\n## tonic unary echo, {size} B, {callers} concurrent caller(s) on one channel\n{:<22} {:>10} {:>9} {:>9} {:>14}\n",
-            "method", "req/s", "p50 us", "p99 us", "req/s vs tcp"
-        );
-        let mut mine: Vec<&&Row> = tonic
-            .iter()
-            .filter(|r| r.size == size && r.callers == callers)
-            .collect();
-        mine.sort_by(|a, b| b.per_s.total_cmp(&a.per_s));
-        for r in mine {
-            match &r.error {
-                Some(e) => s += &format!("{:<22} failed: {e}\n", r.method),
-                None => {
-                    s += &format!(
-                        "{:<22} {:>10.0} {:>9.1} {:>9.1} {:>13.2}x\n",
-                        r.method,
-                        r.per_s,
-                        r.p50_us,
-                        r.p99_us,
-                        base.map_or(f64::NAN, |b| r.per_s / b)
-                    )
-                }
-            }
-        }
-    }
-    s
+    pub(super) count: u64,
+    pub(super) rounds: u32,
+    pub(super) p50_us: f64,
+    pub(super) p99_us: f64,
+    pub(super) mean_us: f64,
+    pub(super) per_s: f64,
+    pub(super) error: Option<String>,
 }
 
 fn stats(
@@ -416,7 +59,13 @@ fn stats(
     }
 }
 
-fn failed(kind: &'static str, method: &str, size: usize, callers: usize, e: String) -> Row {
+pub(super) fn failed(
+    kind: &'static str,
+    method: &str,
+    size: usize,
+    callers: usize,
+    e: String,
+) -> Row {
     Row {
         kind,
         method: method.to_string(),
@@ -434,7 +83,7 @@ fn failed(kind: &'static str, method: &str, size: usize, callers: usize, e: Stri
 
 /// A server process: started with its method and address, it prints `ready ADDR` once
 /// it listens; it exits when its stdin closes (or with the bench).
-struct Peer {
+pub(super) struct Peer {
     child: Child,
     addr: String,
 }
@@ -514,7 +163,7 @@ fn current_thread() -> tokio::runtime::Runtime {
 }
 
 /// The payload of message `i`: `size` bytes starting with `i`.
-fn message(i: u64, size: usize) -> Vec<u8> {
+pub(super) fn message(i: u64, size: usize) -> Vec<u8> {
     let mut m: Vec<u8> = (0..size)
         .map(|k| (k as u64).wrapping_add(i) as u8)
         .collect();
@@ -538,14 +187,14 @@ fn outgoing(msg: &[u8], i: u64, fault: Option<Fault>) -> std::borrow::Cow<'_, [u
 
 /// The corrupt:N or scribble:N in `SHMLINK_BENCH_FAULT` (main refused the others).
 fn fault() -> Option<Fault> {
-    shmlink_bench::fault::data_fault()
+    crate::fault::data_fault()
 }
 
 /// The environment variable that tells the server process which CPU to pin itself to.
 const PEER_CPU_ENV: &str = "SHMLINK_BENCH_ASYNC_PEER_CPU";
 
 /// [`run_rtt`] on a thread pinned to the first allowed CPU, with the server on the second.
-fn run_rtt_pinned(exe: &std::path::Path, method: &str, size: usize, n: u64) -> Row {
+pub(super) fn run_rtt_pinned(exe: &std::path::Path, method: &str, size: usize, n: u64) -> Row {
     let exe = exe.to_path_buf();
     pinned("round-trip", method, size, 1, move |m, cpu| {
         run_rtt(&exe, m, size, n, cpu)
@@ -553,7 +202,7 @@ fn run_rtt_pinned(exe: &std::path::Path, method: &str, size: usize, n: u64) -> R
 }
 
 /// [`run_tonic`] pinned like [`run_rtt_pinned`].
-fn run_tonic_pinned(
+pub(super) fn run_tonic_pinned(
     exe: &std::path::Path,
     method: &str,
     size: usize,
@@ -568,7 +217,7 @@ fn run_tonic_pinned(
 
 /// Runs `run(method, server CPU)` on a thread pinned to the first allowed CPU; the server
 /// CPU is the second (the first when there is only one).
-fn pinned(
+pub(super) fn pinned(
     kind: &'static str,
     method: &str,
     size: usize,
@@ -607,7 +256,7 @@ fn run_rtt(exe: &std::path::Path, method: &str, size: usize, n: u64, cpu: Option
     };
     let warm = (n / 10).max(200);
     let fault = fault();
-    if let Err(e) = shmlink_bench::fault::reached(fault, warm + n) {
+    if let Err(e) = crate::fault::reached(fault, warm + n) {
         return failed("round-trip", method, size, 1, e);
     }
     let res = current_thread().block_on(async {
@@ -737,7 +386,7 @@ fn run_tonic(
     };
     let warm = (calls / 10).max(100);
     let fault = fault();
-    if let Err(e) = shmlink_bench::fault::reached(fault, warm + calls * callers as u64) {
+    if let Err(e) = crate::fault::reached(fault, warm + calls * callers as u64) {
         return failed("tonic-unary", method, size, callers, e);
     }
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -822,7 +471,7 @@ fn run_tonic(
 }
 
 /// The server process: `PEER_CMD METHOD ADDR`.
-pub fn peer_main(method: &str, addr: &str) -> ExitCode {
+pub(super) fn peer_main(method: &str, addr: &str) -> ExitCode {
     // Exit when the bench goes away (stdin closes).
     std::thread::spawn(|| {
         let mut s = String::new();

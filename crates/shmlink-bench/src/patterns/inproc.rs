@@ -1,18 +1,14 @@
 //! `shmlink-bench --pattern inproc`: in-process shmlink against the thread channels, round
-//! trip and throughput, 64 B to 1 MiB (see `shmlink_bench::methods::inproc`). Methods are
+//! trip and throughput, 64 B to 1 MiB (see `crate::methods::inproc`). Methods are
 //! interleaved over the rounds (A B C A B C …); the table shows each figure's median.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use shmlink_bench::methods::inproc::{self, Row, METHODS};
+use crate::methods::inproc::{self, Row, METHODS};
 
-use crate::flags::{flag_value, method_list, positive, size_list, split_flag, usage, UsageError};
-
-/// Whether the command line asks for `--pattern inproc`.
-pub fn wanted(args: &[String]) -> bool {
-    crate::connectbench::pattern_is(args, "inproc")
-}
+use crate::cli::{method_list, positive, size_list, Cli, UsageError};
+use crate::pattern::Pattern;
 
 struct Args {
     methods: Vec<&'static inproc::InprocMethod>,
@@ -23,51 +19,63 @@ struct Args {
     json: Option<PathBuf>,
 }
 
-fn parse(argv: Vec<String>) -> Result<Args, UsageError> {
+/// `--pattern inproc`.
+pub struct Inproc;
+
+impl Pattern for Inproc {
+    fn name(&self) -> &'static str {
+        "inproc"
+    }
+
+    fn help(&self) -> &'static str {
+        "both ends in one process (threads): shmlink's in-process connection against
+std mpsc, crossbeam-channel, flume and tokio mpsc; round trip and throughput, 64 B to
+1 MiB. Options: --methods, --sizes, --iterations (round trips; 20 x as many streamed
+messages), --rounds, --quick, --json FILE."
+    }
+
+    fn flags(&self) -> &'static [&'static str] {
+        FLAGS
+    }
+
+    fn run(&self, cli: &Cli) -> Result<ExitCode, UsageError> {
+        Ok(run(config(cli)?))
+    }
+}
+
+/// The options `--pattern inproc` takes.
+const FLAGS: &[&str] = &["methods", "sizes", "iterations", "rounds", "quick", "json"];
+
+fn config(cli: &Cli) -> Result<Args, UsageError> {
     let mut a = Args {
         methods: METHODS.iter().collect(),
         sizes: vec![64, 1024, 16 << 10, 64 << 10, 1 << 20],
         round_trips: 100_000,
         messages: 2_000_000,
         rounds: 3,
-        json: None,
+        json: cli.json.clone(),
     };
-    let mut args = argv.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = split_flag(&arg);
-        let mut value = |what: &str| flag_value(&flag, &inline, &mut args, what);
-        match flag.as_str() {
-            "--pattern" => {
-                value("inproc")?;
-            }
-            "--quick" => {
-                a.round_trips = 10_000;
-                a.messages = 200_000;
-                a.rounds = 1;
-            }
-            "--methods" => {
-                let names: Vec<&str> = METHODS.iter().map(|m| m.name).collect();
-                if let Some(ms) = method_list(&value("LIST")?, "inproc", &names, inproc::find)? {
-                    a.methods = ms;
-                }
-            }
-            "--sizes" => {
-                a.sizes = size_list(&value("LIST")?, "inproc", 8..=(16 << 20), "8 B to 16 MiB")?
-            }
-            "--iterations" => {
-                let n: u64 = positive(&value("N")?, "--iterations")?;
-                a.round_trips = n;
-                a.messages = 20 * n;
-            }
-            "--rounds" => a.rounds = positive(&value("N")?, "--rounds")?,
-            "--json" => a.json = Some(PathBuf::from(value("FILE")?)),
-            other => {
-                return usage(format!(
-                    "{other:?} does not apply to --pattern inproc (its options: --methods, \
-                     --sizes, --iterations, --rounds, --quick, --json)"
-                ))
-            }
+    if cli.quick {
+        a.round_trips = 10_000;
+        a.messages = 200_000;
+        a.rounds = 1;
+    }
+    if let Some(text) = &cli.methods {
+        let names: Vec<&str> = METHODS.iter().map(|m| m.name).collect();
+        if let Some(ms) = method_list(text, "inproc", &names, inproc::find)? {
+            a.methods = ms;
         }
+    }
+    if let Some(text) = &cli.sizes {
+        a.sizes = size_list(text, "inproc", 8..=(16 << 20), "8 B to 16 MiB")?;
+    }
+    if let Some(text) = &cli.iterations {
+        let n: u64 = positive(text, "--iterations")?;
+        a.round_trips = n;
+        a.messages = 20 * n;
+    }
+    if let Some(text) = &cli.rounds {
+        a.rounds = positive(text, "--rounds")?;
     }
     Ok(a)
 }
@@ -79,16 +87,9 @@ fn scaled(n: u64, size: usize, floor: u64) -> u64 {
     (n / factor).max(floor)
 }
 
-pub fn main(argv: Vec<String>) -> ExitCode {
-    let a = match parse(argv) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("shmlink-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
+fn run(a: Args) -> ExitCode {
     // corrupt:N, scribble:N (main refused the other faults).
-    let fault = shmlink_bench::fault::data_fault();
+    let fault = crate::fault::data_fault();
     let mut rtt: Vec<Vec<Row>> = Vec::new();
     let mut tput: Vec<Vec<Row>> = Vec::new();
     for _ in 0..a.sizes.len() * a.methods.len() {
