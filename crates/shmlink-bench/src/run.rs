@@ -19,10 +19,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::method::{Ctx, Mode};
 use crate::methods::{self, block_signal};
-use crate::sys::err;
+use crate::sys::{err, pin};
 use shmlink_measure::protocol::{self, Fault, PeerReport, Plan, Stop, Warmup};
 use shmlink_measure::stats::Percentiles;
 use shmlink_measure::verify::{fresh_seed, Sampling};
+use shmlink_sys::process;
 
 /// The hidden subcommand that runs a driver.
 pub const DRIVER_CMD: &str = "__bench-run";
@@ -114,46 +115,12 @@ pub(crate) fn inherit_and_die_with_parent(cmd: &mut Command, fds: Vec<RawFd>) {
     unsafe {
         cmd.pre_exec(move || {
             for &fd in &fds {
-                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
-                    return Err(io::Error::last_os_error());
-                }
+                process::clear_cloexec(fd)?;
             }
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) == -1
-            {
-                return Err(io::Error::last_os_error());
-            }
+            process::kill_with_parent()?;
             Ok(())
         });
     }
-}
-
-/// The CPUs this process could run on before [`pin`] narrowed them.
-static UNPINNED: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
-
-/// Pins the calling thread (the process's main thread: its mask is the process's in
-/// `/proc/self/status`) to `cpu`, after noting the CPUs it had ([`unpinned_cpus`]).
-pub(crate) fn pin(cpu: Option<usize>) -> io::Result<()> {
-    if let Some(cpu) = cpu {
-        UNPINNED.get_or_init(shmlink_measure::cpus::allowed_cpus);
-        shmlink_measure::sys::pin_to_cpu(cpu)?;
-    }
-    Ok(())
-}
-
-/// The CPUs this process could run on before [`pin`] pinned it (all it may run on if it
-/// was not pinned): where a library's own threads run, like the unpinned processes of
-/// the library's own benchmark (ZeroMQ's I/O thread, see `methods::zmq`).
-pub(crate) fn unpinned_cpus() -> Vec<usize> {
-    UNPINNED
-        .get()
-        .cloned()
-        .unwrap_or_else(shmlink_measure::cpus::allowed_cpus)
 }
 
 /// Runs `spec` in this process (the driver) with a peer started from `exe`.
@@ -405,9 +372,8 @@ pub(crate) fn run_child(
     let status = match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
         Ok(s) => s.ok(),
         Err(_) => {
-            // SAFETY: kill takes plain integers; `pid` is our child, not yet reaped
-            // (the waiting thread has not returned).
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            // `pid` is our child, not yet reaped (the waiting thread has not returned).
+            let _ = process::kill(pid, process::SIGKILL);
             let _ = rx.recv();
             clean_up();
             let stderr = errs.join().unwrap_or_default();

@@ -92,6 +92,7 @@ pub fn proc_sys(path: &str) -> Option<usize> {
 /// Runs `f` with the calling thread allowed on `cpus` (the threads `f` starts keep that
 /// mask: a library's helper threads, not pinned with the caller), then gives the thread
 /// its own mask back.
+#[cfg_attr(not(feature = "zmq"), allow(dead_code))] // only ZeroMQ uses it
 pub(crate) fn with_cpus<T>(cpus: &[usize], f: impl FnOnce() -> T) -> io::Result<T> {
     let size = std::mem::size_of::<libc::cpu_set_t>();
     // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
@@ -110,4 +111,28 @@ pub(crate) fn with_cpus<T>(cpus: &[usize], f: impl FnOnce() -> T) -> io::Result<
     // SAFETY: `own` is a valid cpu_set_t of `size` bytes.
     syscall!(sched_setaffinity(0, size, &own)).map_err(ctx("sched_setaffinity (restore)"))?;
     Ok(out)
+}
+
+/// The CPUs this process could run on before [`pin`] narrowed them.
+static UNPINNED: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+
+/// Pins the calling thread (the process's main thread: its mask is the process's in
+/// `/proc/self/status`) to `cpu`, after noting the CPUs it had ([`unpinned_cpus`]).
+pub(crate) fn pin(cpu: Option<usize>) -> io::Result<()> {
+    if let Some(cpu) = cpu {
+        UNPINNED.get_or_init(shmlink_measure::cpus::allowed_cpus);
+        shmlink_measure::sys::pin_to_cpu(cpu)?;
+    }
+    Ok(())
+}
+
+/// The CPUs this process could run on before [`pin`] pinned it (all it may run on if it
+/// was not pinned): where a library's own threads run, like the unpinned processes of
+/// the library's own benchmark (ZeroMQ's I/O thread, see `methods::zmq`).
+#[cfg_attr(not(feature = "zmq"), allow(dead_code))] // only ZeroMQ uses it
+pub(crate) fn unpinned_cpus() -> Vec<usize> {
+    UNPINNED
+        .get()
+        .cloned()
+        .unwrap_or_else(shmlink_measure::cpus::allowed_cpus)
 }

@@ -1,8 +1,10 @@
 //! The calling process and thread: stop signals taken synchronously (blocked, then
-//! waited for by one thread), dying with the parent, and this thread's `errno` (for the C
-//! API, which reports errors through it).
+//! waited for by one thread), dying with the parent, signalling a child, what a child
+//! inherits, the clocks, and this thread's `errno` (for the C API, which reports errors
+//! through it).
 
 use std::io;
+use std::os::fd::RawFd;
 
 /// A set of signals blocked in the thread that made it (and in the threads it starts
 /// afterwards), waited for with [`Signals::wait`].
@@ -81,6 +83,50 @@ pub fn set_errno(e: i32) {
 pub fn errno() -> i32 {
     // SAFETY: errno is this thread's own variable.
     unsafe { *libc::__errno_location() }
+}
+
+/// Sends `sig` to process `pid`.
+pub fn kill(pid: u32, sig: i32) -> io::Result<()> {
+    // SAFETY: kill takes plain integers.
+    crate::syscall!(kill(pid as libc::pid_t, sig)).map(drop)
+}
+
+/// SIGKILL's number (for [`kill`]).
+pub const SIGKILL: i32 = libc::SIGKILL;
+
+/// Clears `fd`'s close-on-exec flag, so a program this process execs inherits it.
+/// Async-signal-safe (one `fcntl`): usable between `fork` and `exec`.
+pub fn clear_cloexec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl with F_SETFD takes an integer; an invalid fd is reported as EBADF.
+    crate::syscall!(fcntl(fd, libc::F_SETFD, 0)).map(drop)
+}
+
+/// A clock [`clock_ns`] reads.
+#[derive(Clone, Copy, Debug)]
+pub enum Clock {
+    /// `CLOCK_MONOTONIC`: the same clock in every process of the machine.
+    Monotonic,
+    /// `CLOCK_PROCESS_CPUTIME_ID`: CPU time of this process, all threads.
+    ProcessCpu,
+    /// `CLOCK_THREAD_CPUTIME_ID`: CPU time of the calling thread.
+    ThreadCpu,
+}
+
+/// `clock`'s reading in ns (a vDSO call for the monotonic clock).
+#[inline]
+pub fn clock_ns(clock: Clock) -> u64 {
+    let id = match clock {
+        Clock::Monotonic => libc::CLOCK_MONOTONIC,
+        Clock::ProcessCpu => libc::CLOCK_PROCESS_CPUTIME_ID,
+        Clock::ThreadCpu => libc::CLOCK_THREAD_CPUTIME_ID,
+    };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to fill in; these clock ids exist on every Linux.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 #[cfg(test)]

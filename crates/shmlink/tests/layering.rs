@@ -312,7 +312,12 @@ fn use_tree(toks: &[Tok], i: &mut usize, prefix: &[String], out: &mut Vec<(Vec<S
 /// Whether the item whose first token follows `before` is `#[cfg(doc)]` (built only for
 /// documentation: imports that exist for doc links).
 fn cfg_doc(before: &[Tok]) -> bool {
-    let text: Vec<&str> = before.iter().rev().take(7).map(|t| t.text.as_str()).collect();
+    let text: Vec<&str> = before
+        .iter()
+        .rev()
+        .take(7)
+        .map(|t| t.text.as_str())
+        .collect();
     text == ["]", ")", "doc", "(", "cfg", "[", "#"]
 }
 

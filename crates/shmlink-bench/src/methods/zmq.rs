@@ -10,7 +10,7 @@
 //! messages in flight ever waits on, or loses a message in, ZeroMQ's queues.
 //!
 //! libzmq's I/O thread is not pinned with the process: it runs on every CPU the process
-//! had before the run pinned it ([`crate::run::unpinned_cpus`]), as in libzmq's own perf
+//! had before the run pinned it ([`crate::sys::unpinned_cpus`]), as in libzmq's own perf
 //! tools, which pin nothing (it used to inherit the one CPU of the thread it serves).
 //!
 //! Built with the `zmq` cargo feature, on by default (the `zmq` crate compiles libzmq
@@ -21,11 +21,15 @@ use std::io;
 
 use crate::method::{Ctx, Endpoint, Method, Prepared};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Transport {
-    Ipc,
-    Tcp,
+/// The two transports, named by the parent and by the implementation below it.
+mod transport {
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(super) enum Transport {
+        Ipc,
+        Tcp,
+    }
 }
+use transport::Transport;
 
 pub struct Zmq {
     name: &'static str,
@@ -71,10 +75,9 @@ pub(crate) mod imp {
     use std::io;
     use std::path::PathBuf;
 
-    use super::Transport;
+    use super::transport::Transport;
     use crate::method::{arg, Ctx, Endpoint, Prepared};
-    use crate::run::unpinned_cpus;
-    use crate::sys::{ctx, err, with_cpus};
+    use crate::sys::{ctx, err, unpinned_cpus, with_cpus};
 
     /// How long the driver waits for the peer's hello, in ms.
     const HELLO_TIMEOUT_MS: i32 = 10_000;
@@ -236,7 +239,7 @@ pub(crate) mod imp {
 mod imp {
     use std::io;
 
-    use super::Transport;
+    use super::transport::Transport;
     use crate::method::{Ctx, Endpoint, Prepared};
     use crate::sys::err;
 
@@ -372,7 +375,7 @@ mod tests {
     #[cfg(feature = "zmq")]
     #[test]
     fn the_io_thread_is_not_pinned_with_its_caller() {
-        let all = crate::run::unpinned_cpus();
+        let all = crate::sys::unpinned_cpus();
         if all.len() < 2 {
             shmlink::testing::skip("cpus", "one CPU allowed: nothing to pin apart");
             return;
@@ -381,7 +384,7 @@ mod tests {
         std::thread::Builder::new()
             .name(NAME.into())
             .spawn(move || {
-                crate::run::pin(Some(all[0])).unwrap();
+                crate::sys::pin(Some(all[0])).unwrap();
                 assert!(threads_named(NAME).is_empty());
                 let socket = imp::socket(zmq::PAIR, "ZMQ_PAIR").unwrap();
                 let started = threads_named(NAME);

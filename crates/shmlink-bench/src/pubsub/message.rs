@@ -14,6 +14,7 @@
 //! (shorter messages are compared byte for byte: an 8-byte message carries the low 32
 //! bits of the sequence number).
 
+use shmlink_sys::process::{clock_ns, Clock};
 use std::time::Duration;
 
 use shmlink_measure::payload::{self, VerifyError};
@@ -24,32 +25,21 @@ pub const STAMP: usize = 4;
 /// Smallest message: the timestamp and 4 bytes of sequence number.
 pub const MIN_SIZE: usize = 8;
 
-fn clock(id: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec for clock_gettime to fill in; the clock ids used
-    // here exist on every Linux.
-    unsafe { libc::clock_gettime(id, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// `CLOCK_MONOTONIC` in ns (the same clock in every process of the machine).
 #[inline]
 pub fn now_ns() -> u64 {
-    clock(libc::CLOCK_MONOTONIC)
+    clock_ns(Clock::Monotonic)
 }
 
 /// CPU time of this process (all threads), `CLOCK_PROCESS_CPUTIME_ID`.
 pub fn process_cpu() -> Duration {
-    Duration::from_nanos(clock(libc::CLOCK_PROCESS_CPUTIME_ID))
+    Duration::from_nanos(clock_ns(Clock::ProcessCpu))
 }
 
 /// CPU time of the calling thread, `CLOCK_THREAD_CPUTIME_ID`.
 #[inline]
 pub fn thread_cpu() -> Duration {
-    Duration::from_nanos(clock(libc::CLOCK_THREAD_CPUTIME_ID))
+    Duration::from_nanos(clock_ns(Clock::ThreadCpu))
 }
 
 /// Writes the payload of message `seq` over `buf[STAMP..]` (the stamp comes last, just

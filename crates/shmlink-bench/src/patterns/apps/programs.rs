@@ -52,13 +52,12 @@ impl Env {
             c.env("LD_PRELOAD", &self.lib).env("SHMLINK_LOG", "debug");
         }
         if let Some(cpu) = cpu {
-            // SAFETY: between fork and exec only async-signal-safe calls:
-            // sched_setaffinity on a stack-allocated set.
+            // SAFETY: between fork and exec only async-signal-safe calls: pin_to_cpu is
+            // one sched_setaffinity on a stack-allocated set (it allocates only to report
+            // a CPU out of range, and the error is ignored here as before).
             unsafe {
                 c.pre_exec(move || {
-                    let mut set: libc::cpu_set_t = std::mem::zeroed();
-                    libc::CPU_SET(cpu, &mut set);
-                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                    let _ = shmlink_sys::pin_to_cpu(cpu);
                     Ok(())
                 });
             }
