@@ -92,6 +92,7 @@ mod notify;
 mod options;
 mod pubsub;
 mod rendezvous;
+pub mod shm;
 mod split;
 mod status;
 mod threads;
@@ -140,9 +141,7 @@ pub use pubsub::{
     Loan, Messages, Policy, PubSubOptions, Publisher, PublisherStats, Sample, Subscriber,
     SubscriberInfo, SubscriberStats, TopicStatus, TopicSubscriber, MAX_SUBSCRIBERS,
 };
-/// A group of connections to one peer process that ring one doorbell per shared wait
-/// token ([`Connection::set_wake_group`]).
-pub use shmlink_ring::spsc::WakeGroup;
+pub use shm::WakeGroup;
 pub use split::{RecvHalf, ReuniteError, SendHalf};
 pub use status::{ConnectionStatus, Counters, ListenerStatus, ProcessCred};
 pub use transport::vm::inspect::{
