@@ -104,8 +104,15 @@ mod transport;
 mod trust;
 mod view;
 
-/// `shmlink vm-host`: the server QEMU's `ivshmem-doorbell` devices and host processes
-/// connect to for `vm:` doorbells (docs/vms.md, "Waiting").
+// The engine of the `shmlink vm-host` daemon (the server QEMU's `ivshmem-doorbell`
+// devices and host processes connect to for `vm:` doorbells; docs/vms.md, "Waiting").
+// Not part of the API: a daemon, not something an application embeds. It is public only
+// because the CLI (`shmlink-cli`, its `vm-host` command) and the `vm:` tests run it, and
+// hidden from the docs; its code shares the doorbell protocol's framing, the region
+// file's trust policy and the eventfd helpers with the `vm:` transport
+// (transport/vm/bell.rs, file.rs), so it stays beside them until those sit in
+// shmlink-sys, when it can move into the CLI whole.
+#[doc(hidden)]
 pub mod vm_host {
     pub use crate::transport::vm::bell::{
         HostEvent, VmHost, DEFAULT_MAX_PEERS, MAX_VECTORS, PROTOCOL_VERSION,
