@@ -13,9 +13,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use shmlink::testing::HostilePeer;
 use shmlink::{Connection, ErrorKind, Options};
 use shmlink_ring::spsc::{header_word, record_size, FLAG_FIRST, FLAG_MORE, TAIL_OFFSET};
+use shmlink_testkit::HostilePeer;
 
 /// The default largest message.
 const BIG: usize = 64 << 20;

@@ -10,10 +10,10 @@ use std::sync::Once;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use shmlink::testing::{raw_handshake, AutoMsg, HandshakePacket, RefuseCode};
 use shmlink::{
     inspect, Connection, ErrorKind, Listener, ListenerStatus, Options, SocketReport, SocketState,
 };
+use shmlink_testkit::{raw_handshake, AutoMsg, HandshakePacket, RefuseCode};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 

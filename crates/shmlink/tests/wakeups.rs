@@ -280,7 +280,7 @@ fn shares_cpu_with_peer_compares_where_the_two_ends_wait() {
                 "the server last waited on {other}"
             );
         }
-        None => shmlink::testing::skip(
+        None => shmlink_testkit::skip(
             "cpus",
             "one CPU allowed: the two-CPU half of this test did not run",
         ),
