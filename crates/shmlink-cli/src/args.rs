@@ -17,7 +17,7 @@ use crate::pong_cli::PongCli;
 use crate::topic::{PubCli, SubCli};
 
 /// Largest message size `-m` accepts (the library's hard limit).
-pub const MAX_SIZE: usize = shmlink::MAX_MSG_SIZE_LIMIT;
+pub const MAX_SIZE: usize = shmlink::options::MAX_MSG_SIZE_LIMIT;
 
 const TOP_ABOUT: &str = "Fast, reliable messaging between processes that share a Linux kernel";
 

@@ -4,7 +4,8 @@
 use std::io::Write;
 use std::os::fd::{AsRawFd, RawFd};
 
-use shmlink::{ErrorKind, Listener, Options, MAX_MSG_SIZE_LIMIT};
+use shmlink::options::MAX_MSG_SIZE_LIMIT;
+use shmlink::{ErrorKind, Listener, Options};
 
 use shmlink_measure::size;
 use shmlink_measure::sys::pin_to_cpu;

@@ -29,8 +29,6 @@ use std::time::{Duration, Instant};
 
 use crate::addr::UnixName;
 use crate::error::{Error, ErrorKind, Result};
-use crate::pubsub::TopicStatus;
-use crate::status::{ListenerStatus, ProcessCred};
 use crate::sys::socket;
 use crate::transport::shm::handshake::{Packet, MAX_STATUS};
 
@@ -281,6 +279,12 @@ fn answer(sock: &OwnedFd, buf: &mut [u8], deadline: Instant) -> SocketState {
         Err(e) => SocketState::Failed(e.to_string()),
     }
 }
+
+pub use crate::pubsub::{SubscriberInfo, TopicStatus};
+pub use crate::status::{ConnectionStatus, ListenerStatus, ProcessCred};
+pub use crate::transport::vm::inspect::{
+    inspect_vm, VmConnectionStatus, VmListenerStatus, VmRegionReport,
+};
 
 #[cfg(test)]
 mod tests {

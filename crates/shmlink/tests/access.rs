@@ -183,10 +183,10 @@ fn child() {
                 .map(|r| {
                     let name = r.path.file_name().unwrap().to_string_lossy().into_owned();
                     match &r.state {
-                        shmlink::SocketState::Answered(s) => {
+                        shmlink::inspect::SocketState::Answered(s) => {
                             format!("{name}=answered:{}", s.address)
                         }
-                        shmlink::SocketState::PermissionDenied(why) => {
+                        shmlink::inspect::SocketState::PermissionDenied(why) => {
                             format!("{name}=denied:{why}")
                         }
                         other => format!("{name}={other:?}"),

@@ -9,7 +9,8 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use common::*;
-use shmlink::{Connection, ErrorKind, WakeGroup};
+use shmlink::shm::WakeGroup;
+use shmlink::{Connection, ErrorKind};
 
 /// Whether `fd` becomes readable within `ms` milliseconds.
 fn readable_within(fd: i32, ms: i32) -> bool {
