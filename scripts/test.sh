@@ -14,7 +14,7 @@ for arg in "$@"; do
   esac
 done
 log=$(mktemp)
-# Every skipped test appends a line here (shmlink::testing::skip); SHMLINK_REQUIRE (say
+# Every skipped test appends a line here (shmlink_testkit::skip); SHMLINK_REQUIRE (say
 # brokers,root,netns,nightly, as .ci/run sets it) turns the skips it names into failures.
 SHMLINK_SKIP_LOG=$(mktemp)
 export SHMLINK_SKIP_LOG

@@ -27,14 +27,14 @@ fn ready() -> bool {
             .is_ok_and(|o| o.status.success())
     };
     if !(have("redis-server") && have("redis-benchmark")) {
-        shmlink::testing::skip(
+        shmlink_testkit::skip(
             "apps",
             "redis-server or redis-benchmark is not installed (scripts/apps.sh install)",
         );
         return false;
     }
     if preload_lib().is_none() {
-        shmlink::testing::skip(
+        shmlink_testkit::skip(
             "apps",
             "no libshmlink_preload.so next to shmlink-bench (cargo build -p shmlink-preload)",
         );

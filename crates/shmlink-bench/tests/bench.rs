@@ -58,7 +58,7 @@ fn exercise(name: &str) {
             name.starts_with("zmq-") && !cfg!(feature = "zmq"),
             "{name} cannot run here: {reason}"
         );
-        shmlink::testing::skip("zmq", reason);
+        shmlink_testkit::skip("zmq", reason);
         return;
     }
     let big = method.size_limit().map_or(3 << 19, |l| l.max.min(3 << 19));

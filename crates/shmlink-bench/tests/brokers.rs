@@ -2,7 +2,7 @@
 //! servers that misbehave.
 //!
 //! A test that needs a broker that is not reachable is skipped with the reason
-//! (`shmlink::testing::skip`), or fails where `SHMLINK_REQUIRE` names `brokers` (CI). Every
+//! (`shmlink_testkit::skip`), or fails where `SHMLINK_REQUIRE` names `brokers` (CI). Every
 //! read has a deadline.
 
 use std::io::{self, Read, Write};
@@ -23,7 +23,7 @@ fn broker(addr: Result<SocketAddr, String>) -> Option<SocketAddr> {
     match addr {
         Ok(addr) => Some(addr),
         Err(reason) => {
-            shmlink::testing::skip("brokers", reason);
+            shmlink_testkit::skip("brokers", reason);
             None
         }
     }

@@ -6,7 +6,7 @@
 //! skipped with the reason. Timings are never asserted.
 //!
 //! The broker methods run against the brokers of `scripts/brokers.sh start` when they
-//! run; otherwise their tests are skipped with the reason (`shmlink::testing::skip`, a
+//! run; otherwise their tests are skipped with the reason (`shmlink_testkit::skip`, a
 //! failure where `SHMLINK_REQUIRE` names `brokers`). No other method may be missing,
 //! except ZeroMQ from a build without the `zmq` feature.
 
@@ -39,7 +39,7 @@ fn report(path: &std::path::Path) -> Report {
 }
 
 /// What method `name` needs from outside this workspace, where it may be missing: the
-/// requirement category of `shmlink::testing::skip`. shmlink's own methods need nothing.
+/// requirement category of `shmlink_testkit::skip`. shmlink's own methods need nothing.
 fn external_need(name: &str) -> Option<&'static str> {
     match name {
         "redis" | "rabbitmq" => Some("brokers"),
@@ -55,7 +55,7 @@ fn exercise(name: &str) {
     if let Some(reason) = method.unavailable() {
         let need =
             external_need(name).unwrap_or_else(|| panic!("{name} cannot run here: {reason}"));
-        shmlink::testing::skip(need, reason);
+        shmlink_testkit::skip(need, reason);
         return;
     }
     let big = method.size_limit().map_or(1 << 20, |l| l.max.min(1 << 20));

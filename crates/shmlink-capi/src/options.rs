@@ -533,10 +533,10 @@ pub unsafe extern "C" fn shmlink_pubsub_options_set_max_msg_size(
     // SAFETY: forwarded to the caller.
     unsafe {
         set_ps(opts, |o| {
-            if bytes == 0 || bytes > shmlink::MAX_MSG_SIZE_LIMIT {
+            if bytes == 0 || bytes > shmlink::options::MAX_MSG_SIZE_LIMIT {
                 return Err(Fail::inval(format!(
                     "option max_msg_size = {bytes}: must be in 1..={}",
-                    shmlink::MAX_MSG_SIZE_LIMIT
+                    shmlink::options::MAX_MSG_SIZE_LIMIT
                 )));
             }
             Ok(o.max_msg_size(bytes))
@@ -613,10 +613,10 @@ pub unsafe extern "C" fn shmlink_pubsub_options_set_max_subscribers(
     // SAFETY: forwarded to the caller.
     unsafe {
         set_ps(opts, |o| {
-            if !(1..=shmlink::MAX_SUBSCRIBERS).contains(&n) {
+            if !(1..=shmlink::options::MAX_SUBSCRIBERS).contains(&n) {
                 return Err(Fail::inval(format!(
                     "option max_subscribers = {n}: must be in 1..={}",
-                    shmlink::MAX_SUBSCRIBERS
+                    shmlink::options::MAX_SUBSCRIBERS
                 )));
             }
             Ok(o.max_subscribers(n))

@@ -5,7 +5,7 @@
 //! when it exits 0; every one has a watchdog, and this harness kills it after a timeout.
 //!
 //! Without a C compiler or pkg-config the tests are reported as skipped
-//! (`shmlink::testing::skip`, category `cc`), never as passed.
+//! (`shmlink_testkit::skip`, category `cc`), never as passed.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -105,7 +105,7 @@ fn compile_now(source: &str, static_lib: bool) -> Option<PathBuf> {
     let prefix = match prefix() {
         Ok(p) => p,
         Err(why) => {
-            shmlink::testing::skip("cc", why);
+            shmlink_testkit::skip("cc", why);
             return None;
         }
     };

@@ -4,7 +4,7 @@
 use clap::Args;
 
 /// Largest message size `-m` accepts (the library's hard limit).
-pub const MAX_SIZE: usize = shmlink::MAX_MSG_SIZE_LIMIT;
+pub const MAX_SIZE: usize = shmlink::options::MAX_MSG_SIZE_LIMIT;
 
 /// Sizes as the measurement core parses and prints them (`64`, `1k`, `1MiB`).
 pub use shmlink_measure::size::{exact as format_size, parse as parse_size};

@@ -12,7 +12,8 @@ use std::os::fd::AsFd;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use shmlink::{Connection, ErrorKind, Listener, Options, MAX_MSG_SIZE_LIMIT};
+use shmlink::options::MAX_MSG_SIZE_LIMIT;
+use shmlink::{Connection, ErrorKind, Listener, Options};
 
 use shmlink_sys::{poll_fd, Interest};
 

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
-use shmlink::{ConnectionStatus, ListenerStatus, SocketReport, SocketState};
+use shmlink::inspect::{ConnectionStatus, ListenerStatus, SocketReport, SocketState};
 
 /// Longest `--timeout` accepted (one minute).
 const MAX_TIMEOUT_MS: u64 = 60_000;
@@ -86,7 +86,7 @@ pub struct LsCli {
     #[arg(long)]
     json: bool,
     /// How long to wait for the listeners' answers, all asked at once, in milliseconds
-    #[arg(long, value_name = "MS", default_value_t = shmlink::DEFAULT_INSPECT_TIMEOUT.as_millis() as u64,
+    #[arg(long, value_name = "MS", default_value_t = shmlink::inspect::DEFAULT_INSPECT_TIMEOUT.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_MS))]
     timeout: u64,
     /// List a vm: region's listeners and connections instead [REGION default:
@@ -160,7 +160,7 @@ fn missing(dir: &std::path::Path) -> bool {
 
 /// `--vm`: the region's listeners and connections.
 fn run_vm(region: Option<&std::path::Path>, json: bool) -> ExitCode {
-    let report = match shmlink::inspect_vm(region) {
+    let report = match shmlink::inspect::inspect_vm(region) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("shmlink ls: {e}");
@@ -196,7 +196,7 @@ fn pid_text(pid: u32) -> String {
 }
 
 /// The `--vm` table: a line per listener, its connections below it.
-pub fn vm_table(r: &shmlink::VmRegionReport) -> String {
+pub fn vm_table(r: &shmlink::inspect::VmRegionReport) -> String {
     let mut out = format!(
         "vm: region {}: {}, rings {}, id {}\n",
         r.path.display(),
@@ -274,7 +274,7 @@ pub fn vm_table(r: &shmlink::VmRegionReport) -> String {
 }
 
 /// The `--vm --json` object.
-pub fn vm_json(r: &shmlink::VmRegionReport) -> Value {
+pub fn vm_json(r: &shmlink::inspect::VmRegionReport) -> Value {
     json!({
         "region": r.path.display().to_string(),
         "size": r.size,
@@ -499,7 +499,7 @@ fn program_name(pid: u32) -> Option<String> {
 /// How the table names a transparent-mode registration: `redis-server (pid 123)
 /// 127.0.0.1:6379` (the program and the address it listens on) instead of its file.
 fn transparent_label(r: &SocketReport) -> Option<String> {
-    let reg = shmlink::transparent_registration(&r.path)?;
+    let reg = shmlink::inspect::transparent_registration(&r.path)?;
     Some(match r.listener {
         Some(c) => match program_name(c.pid) {
             Some(p) => format!("{p} (pid {}) {reg}", c.pid),
@@ -522,7 +522,7 @@ fn listener_table(reports: &[&SocketReport], now: SystemTime, out: &mut String) 
         listeners.push(match &r.state {
             SocketState::Answered(s) => vec![
                 label.unwrap_or_else(|| s.address.clone()),
-                if shmlink::transparent_registration(&r.path).is_some() {
+                if shmlink::inspect::transparent_registration(&r.path).is_some() {
                     "preload".into()
                 } else {
                     transport_text(s)
@@ -629,7 +629,7 @@ pub fn to_json(args: &LsArgs, reports: &[SocketReport], now: SystemTime) -> Valu
                     })
                 })
                 .collect();
-            let transparent = shmlink::transparent_registration(&r.path);
+            let transparent = shmlink::inspect::transparent_registration(&r.path);
             json!({
                 "path": r.path.display().to_string(),
                 "transparent": transparent.map(|t| t.to_string()),

@@ -137,7 +137,7 @@ fn assert_refused(out: &Output, what: &str) {
 #[test]
 fn recv_pub_and_pong_server_admit_another_uid_only_with_allow_uid() {
     if !is_root() {
-        shmlink::testing::skip("root", "running a client as nobody needs root");
+        shmlink_testkit::skip("root", "running a client as nobody needs root");
         return;
     }
     let s = Scratch::new("serve");

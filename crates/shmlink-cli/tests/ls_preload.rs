@@ -33,7 +33,7 @@ impl Drop for Kill {
 fn ls_names_a_preloaded_program_and_its_port() {
     let lib = Path::new(BIN).with_file_name("libshmlink_preload.so");
     if !lib.is_file() {
-        shmlink::testing::skip(
+        shmlink_testkit::skip(
             "preload",
             format!(
                 "{} is not built (cargo build -p shmlink-preload)",

@@ -105,7 +105,9 @@ pub(crate) fn config() -> &'static Config {
         let spin_max = us("SHMLINK_SPIN_MAX_US", DEFAULT_SPIN_MAX_US).max(spin);
         let ring_size = var("SHMLINK_RING_SIZE")
             .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&n| (shmlink::MIN_RING_SIZE..=shmlink::MAX_RING_SIZE).contains(&n))
+            .filter(|&n| {
+                (shmlink::options::MIN_RING_SIZE..=shmlink::options::MAX_RING_SIZE).contains(&n)
+            })
             .unwrap_or(DEFAULT_RING_SIZE);
         let stats = matches!(var("SHMLINK_STATS").as_deref(), Some("1" | "on"));
         let wait_tokens = !matches!(var("SHMLINK_WAIT_TOKENS").as_deref(), Some("off" | "0"));
@@ -120,7 +122,7 @@ pub(crate) fn config() -> &'static Config {
             // At least 64 KiB: a write's 16 KiB messages then always fit one record.
             ring_size: ring_size
                 .next_power_of_two()
-                .clamp(64 * 1024, shmlink::MAX_RING_SIZE),
+                .clamp(64 * 1024, shmlink::options::MAX_RING_SIZE),
         }
     });
     if fresh && c.stats {

@@ -301,7 +301,7 @@ impl Sock {
         // closed with unread data sends a reset).
         let unread = match self.unread_at_hup {
             Some(u) => u,
-            None => self.conn().peer_unread().unwrap_or(false),
+            None => self.conn().shm().is_some_and(|mut c| c.peer_unread()),
         };
         self.gone = if unread {
             Gone::Reset { reported: false }
@@ -379,7 +379,7 @@ impl Sock {
             return None;
         }
         // Nothing in the ring: `fill` announces the wait (one announcement, not two).
-        if self.conn().recv_ready() == Some(false) {
+        if self.conn().shm().map(|mut c| c.recv_ready()) == Some(false) {
             return None;
         }
         match self.conn().recv(dst) {
@@ -685,7 +685,7 @@ impl Sock {
     /// the ring, sent back in the switch message), then the rest of what our send ring
     /// still holds. Returns how many bytes went, or why it could not.
     fn resend(&mut self, consumed: u64, returned: &[u8]) -> Result<usize, String> {
-        let Some(ring) = self.conn.as_mut().and_then(|c| c.unconsumed_sent()) else {
+        let Some(ring) = self.conn.as_mut().and_then(|c| c.shm()?.unconsumed_sent()) else {
             return Err("our send ring is unreadable".into());
         };
         // The ring holds our stream from `held` on; the peer took it up to `taken`.

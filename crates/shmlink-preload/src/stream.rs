@@ -112,10 +112,10 @@ pub(crate) fn read(entry: &Entry, dst: &mut [u8], flags: ReadFlags) -> Result<us
             let hint = s.buffered() > 0
                 || s.rd_shut
                 || s.read_end == ReadEnd::Eof
-                || s.conn().recv_ready().unwrap_or(true);
+                || s.conn().shm().map_or(true, |mut c| c.recv_ready());
             if !hint {
                 spun = true;
-                let same_cpu = s.conn().shares_cpu_with_peer();
+                let same_cpu = s.conn().shm().is_some_and(|mut c| c.shares_cpu_with_peer());
                 drop(s);
                 if !same_cpu {
                     spin(|| read_hint(entry));
@@ -149,7 +149,7 @@ pub(crate) fn read(entry: &Entry, dst: &mut [u8], flags: ReadFlags) -> Result<us
             let empty = s.buffered() == 0
                 && !s.rd_shut
                 && s.read_end == ReadEnd::Open
-                && s.conn().recv_ready() == Some(false);
+                && s.conn().shm().map(|mut c| c.recv_ready()) == Some(false);
             match if empty { Fill::Empty } else { s.fill() } {
                 Fill::Data if flags.peek => {
                     // Only the current message: peeking cannot consume it to go on.
@@ -293,7 +293,7 @@ pub(crate) fn readiness(entry: &Entry, events: i16, announce: bool) -> i16 {
     let hint = s.buffered() > 0
         || s.rd_shut
         || s.read_end == ReadEnd::Eof
-        || s.conn().recv_ready().unwrap_or(true);
+        || s.conn().shm().map_or(true, |mut c| c.recv_ready());
     let fill = if announce || hint {
         // Within a wait's announcement pass, its token (one doorbell per sleep).
         let token = if announce && !s.switched && s.conn.is_some() {
@@ -302,11 +302,15 @@ pub(crate) fn readiness(entry: &Entry, events: i16, announce: bool) -> i16 {
             None
         };
         if token.is_some() {
-            s.conn().set_wait_token(token);
+            if let Some(mut c) = s.conn().shm() {
+                c.set_wait_token(token);
+            }
         }
         let fill = s.fill();
         if token.is_some() {
-            s.conn().set_wait_token(None);
+            if let Some(mut c) = s.conn().shm() {
+                c.set_wait_token(None);
+            }
         }
         fill
     } else {
@@ -376,7 +380,9 @@ impl Drop for Waiting {
             s.sleepers -= 1;
             if s.sleepers == 0 && s.armed {
                 s.armed = false;
-                s.conn().withdraw_wait();
+                if let Some(mut c) = s.conn().shm() {
+                    c.withdraw_wait();
+                }
             }
         }
     }
@@ -389,7 +395,7 @@ pub(crate) fn read_hint(entry: &Entry) -> bool {
     if s.buffered() > 0 || s.rd_shut || s.read_end == ReadEnd::Eof || s.switched {
         return true;
     }
-    s.conn().recv_ready().unwrap_or(true)
+    s.conn().shm().map_or(true, |mut c| c.recv_ready())
 }
 
 /// For an edge-triggered member: whether a new edge is due (a read drained the
@@ -402,7 +408,7 @@ pub(crate) fn et_edge(entry: &Entry, take: bool) -> bool {
     let due = s.buffered() > 0
         || s.rd_shut
         || s.read_end == ReadEnd::Eof
-        || s.conn().recv_ready().unwrap_or(true);
+        || s.conn().shm().map_or(true, |mut c| c.recv_ready());
     if due && take {
         s.et_drained = false;
     }
@@ -544,7 +550,9 @@ pub(crate) fn spin(mut ready: impl FnMut() -> bool) -> bool {
 pub(crate) fn shares_cpu<'a>(entries: impl IntoIterator<Item = &'a Arc<Entry>>) -> bool {
     entries.into_iter().fold(false, |any, e| {
         let mut s = e.lock();
-        let shared = s.conn.is_some() && !s.switched && s.conn().shares_cpu_with_peer();
+        let shared = s.conn.is_some()
+            && !s.switched
+            && s.conn().shm().is_some_and(|mut c| c.shares_cpu_with_peer());
         any | shared
     })
 }
@@ -568,7 +576,7 @@ pub(crate) fn kernel_woke(entry: &Entry, hup: bool) {
     let mut s = entry.lock();
     s.tx_full = false;
     if hup && s.unread_at_hup.is_none() {
-        let unread = s.conn().peer_unread().unwrap_or(false);
+        let unread = s.conn().shm().is_some_and(|mut c| c.peer_unread());
         s.unread_at_hup = Some(unread);
     }
 }

@@ -1,10 +1,10 @@
 //! One doorbell per sleep, not one per connection (docs/transparent.md, "Performance").
 //!
 //! An `epoll_wait`/`poll` that sleeps on many shm connections announces one *wait token*
-//! on each ([`Announcing`], `shmlink::Connection::set_wait_token`); a process that
+//! on each ([`Announcing`], `shmlink::shm::ShmControl::set_wait_token`); a process that
 //! answers several of them while it sleeps rings one doorbell for the token, not one per
 //! connection, because its connections to that peer process share a
-//! `shmlink::WakeGroup` ([`group_for`]). Once woken, the wait looks at every member again
+//! `shmlink::shm::WakeGroup` ([`group_for`]). Once woken, the wait looks at every member again
 //! (from shared memory) before it sleeps again, with a new token: what the skipped
 //! doorbells would have said is found there.
 //!
@@ -21,7 +21,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use shmlink::WakeGroup;
+use shmlink::shm::WakeGroup;
 
 /// Bits of a token that hold the pid (Linux pids are below 2^22).
 const LANE_BITS: u32 = 22;

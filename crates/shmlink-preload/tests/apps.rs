@@ -125,7 +125,7 @@ fn shm_lines(log: &Path) -> usize {
 fn redis_installed() -> bool {
     let all = have("redis-server") && have("redis-benchmark") && have("redis-cli");
     if !all {
-        shmlink::testing::skip(
+        shmlink_testkit::skip(
             "apps",
             "redis-server, redis-cli or redis-benchmark is not installed (scripts/apps.sh install)",
         );
@@ -263,7 +263,7 @@ impl Drop for NginxMaster {
 
 fn nginx_check(master: bool) {
     if !have_path("nginx") || !have_path("wrk") || !have_path("curl") {
-        shmlink::testing::skip(
+        shmlink_testkit::skip(
             "apps",
             "nginx, wrk or curl is not installed (scripts/apps.sh install)",
         );
@@ -389,7 +389,7 @@ fn have_path(program: &str) -> bool {
 #[test]
 fn iperf3_streams_plain_and_preloaded() {
     if !have_path("iperf3") {
-        shmlink::testing::skip("apps", "iperf3 is not installed (scripts/apps.sh install)");
+        shmlink_testkit::skip("apps", "iperf3 is not installed (scripts/apps.sh install)");
         return;
     }
     let scratch = Scratch::new("iperf");
@@ -451,7 +451,7 @@ fn shm_registered(log: &Path) -> usize {
 #[test]
 fn sockperf_plain_and_preloaded() {
     if !have_path("sockperf") {
-        shmlink::testing::skip(
+        shmlink_testkit::skip(
             "apps",
             "sockperf is not installed (scripts/apps.sh install)",
         );
@@ -546,7 +546,7 @@ fn sockperf_plain_and_preloaded() {
 #[test]
 fn a_killed_redis_server_fails_the_client_as_over_tcp() {
     if !have("redis-server") || !have("redis-benchmark") {
-        shmlink::testing::skip(
+        shmlink_testkit::skip(
             "apps",
             "redis-server or redis-benchmark is not installed (scripts/apps.sh install)",
         );

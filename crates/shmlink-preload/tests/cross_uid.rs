@@ -36,13 +36,13 @@ fn setup(scratch: &Scratch) -> Option<(PathBuf, PathBuf)> {
         })
         != Some(true)
     {
-        shmlink::testing::skip("root", "changing uids needs root");
+        shmlink_testkit::skip("root", "changing uids needs root");
         return None;
     }
     let shmlink = target_dir().join("shmlink");
     let lib = target_dir().join("libshmlink_preload.so");
     if !shmlink.is_file() || !lib.is_file() {
-        shmlink::testing::skip(
+        shmlink_testkit::skip(
             "cli",
             format!(
                 "{} or {} is not built (cargo build -p shmlink-preload -p shmlink-cli)",
@@ -68,7 +68,7 @@ fn setup(scratch: &Scratch) -> Option<(PathBuf, PathBuf)> {
         Ok(o) if o.status.success() => {}
         Ok(o) => panic!("cc failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => {
-            shmlink::testing::skip("cc", format!("no C compiler (cc: {e})"));
+            shmlink_testkit::skip("cc", format!("no C compiler (cc: {e})"));
             return None;
         }
     }
@@ -414,7 +414,7 @@ fn memcached_as_nobody_serves_a_root_client_on_shared_memory_with_expect_uid() {
         .map(Path::new)
         .find(|p| p.is_file())
     else {
-        shmlink::testing::skip(
+        shmlink_testkit::skip(
             "memcached",
             "memcached is not installed (scripts/apps.sh install)",
         );

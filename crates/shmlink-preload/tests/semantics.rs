@@ -587,7 +587,7 @@ fn prefork_and_reuseport_servers_take_claims_in_whichever_process_accepts() {
 fn shmlink_run_preloads_the_command() {
     let shmlink = target_dir().join("shmlink");
     if !shmlink.is_file() {
-        shmlink::testing::skip(
+        shmlink_testkit::skip(
             "cli",
             format!(
                 "{} is not built (cargo build -p shmlink-cli)",
@@ -652,7 +652,7 @@ fn shmlink_run_preloads_the_command() {
 fn a_client_the_listener_does_not_admit_stays_on_tcp() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        shmlink::testing::skip("root", "running the client under another uid needs root");
+        shmlink_testkit::skip("root", "running the client under another uid needs root");
         return;
     }
     let scratch = Scratch::new("uid");

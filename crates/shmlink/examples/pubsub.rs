@@ -16,7 +16,7 @@
 //!
 //! Hostile (`hostile [COUNT]`, default 1,000,000): the publisher's wall time per 64-byte
 //! `overwrite` publish (CPU 0) alone, next to a subscriber (a thread on CPU 1, using
-//! `shmlink::testing::HostileSubscriber`) that announces sleep in a loop without reading,
+//! `shmlink_testkit::HostileSubscriber`) that announces sleep in a loop without reading,
 //! and next to one that also moves its cursor up to what was published, so that each
 //! announcement is owed a doorbell (what an honest subscriber sleeping between messages
 //! costs) — the cost the doorbell rule bounds (docs/threat-model.md).
@@ -294,7 +294,7 @@ fn hostile(count: u64) -> shmlink::Result<()> {
         let stop = Arc::new(AtomicBool::new(false));
         let published = Arc::new(AtomicU64::new(0));
         let attacker = hostile.then(|| {
-            let h = shmlink::testing::HostileSubscriber::connect(&addr).expect("subscribe");
+            let h = shmlink_testkit::HostileSubscriber::connect(&addr).expect("subscribe");
             let (stop, published) = (stop.clone(), published.clone());
             std::thread::spawn(move || {
                 shmlink_sys::pin_to_cpu(1).ok();

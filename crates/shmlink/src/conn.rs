@@ -445,92 +445,14 @@ impl Connection {
         }
     }
 
-    /// Whether a receive would return at once — a message, the end of the stream or an
-    /// error — found by reading shared memory only: no system call, no announcement, no
-    /// doorbell taken. `Some(true)`/`Some(false)` on `shm:`; `None` on the transports
-    /// that cannot tell without a system call. For callers that spin for a bounded time
-    /// before they sleep on the connection's fd (the preload library's `SHMLINK_SPIN_US`).
+    /// The controls only `shm:` connections have (spinning before a sleep, shared wait
+    /// tokens, doorbell groups, what the peer has yet to take): `Some` on `shm:` between
+    /// processes, `None` on every other transport and on in-process connections
+    /// ([`Options::in_process`]). See [`ShmControl`](crate::shm::ShmControl).
     #[inline]
-    pub fn recv_ready(&mut self) -> Option<bool> {
+    pub fn shm(&mut self) -> Option<crate::shm::ShmControl<'_>> {
         match &mut self.ops {
-            crate::transport::Conn::Shm(c) => Some(c.recv_hint()),
-            crate::transport::Conn::Dyn(_) => None,
-        }
-    }
-
-    /// The messages this end sent that the peer has not taken from the ring yet, their
-    /// bytes concatenated in order: for a peer that asked to have them sent again
-    /// another way (the preload library's `exec`, which continues a connection over
-    /// TCP). `None` on transports other than `shm:`, when a reservation is open, or when
-    /// one of those messages was split into fragments or is still partly queued here
-    /// (their boundaries would be lost), or when the peer's position is invalid.
-    pub fn unconsumed_sent(&mut self) -> Option<Vec<u8>> {
-        match &mut self.ops {
-            crate::transport::Conn::Shm(c) => c.unconsumed_sent(),
-            crate::transport::Conn::Dyn(_) => None,
-        }
-    }
-
-    /// Records that this end is about to wait on the CPU it runs on, and returns whether
-    /// the peer last waited on that same CPU: then spinning cannot help (the peer cannot
-    /// run until this end stops), so a caller that spins before it sleeps on the fd
-    /// should sleep at once. Also what the peer's own check reads. `false` on transports
-    /// other than `shm:`.
-    pub fn shares_cpu_with_peer(&mut self) -> bool {
-        match &mut self.ops {
-            crate::transport::Conn::Shm(c) => c.shares_cpu_with_peer(),
-            crate::transport::Conn::Dyn(_) => false,
-        }
-    }
-
-    /// Withdraws the wait that a non-blocking receive announced when it returned
-    /// `WouldBlock`, so the peer rings no doorbell for it: for an event loop that found
-    /// work elsewhere and will not sleep on this connection's fd before it receives (or
-    /// polls with a receive) again. After this the fd does not signal a new message until
-    /// a receive returns `WouldBlock` again. A doorbell already rung may still make the
-    /// fd readable once. A no-op on transports other than `shm:`.
-    pub fn withdraw_wait(&mut self) {
-        if let crate::transport::Conn::Shm(c) = &mut self.ops {
-            c.withdraw_wait();
-        }
-    }
-
-    /// Makes the non-blocking receives that find nothing announce `token` instead of a
-    /// count of this connection's own, until called with `None`: for an event loop that
-    /// sleeps on many connections' fds at once (the preload library's `epoll_wait`) and
-    /// announces the same token on each. A peer process that groups its connections to us
-    /// ([`Connection::set_wake_group`]) then rings one doorbell per token, not one per
-    /// connection that got a message while we slept. In exchange the caller must, once
-    /// woken, look at every connection it announced the token on before it sleeps again,
-    /// and use a new token for each sleep: a value this process never announced before
-    /// (the low 62 bits count; a token that is not above the connection's last
-    /// announcement is replaced by a count, which costs only the skip). Blocking receives
-    /// keep their own counts. A no-op on transports other than `shm:`.
-    pub fn set_wait_token(&mut self, token: Option<u64>) {
-        if let crate::transport::Conn::Shm(c) = &mut self.ops {
-            c.set_wait_token(token);
-        }
-    }
-
-    /// Puts the connection into `group`, one per peer process (`None`: no group, the
-    /// default): a message for a peer that sleeps with a shared wait token
-    /// ([`Connection::set_wait_token`]) rings its doorbell only if no connection of the
-    /// group rang for that token yet. The peer's token values decide only whether the
-    /// group's connections ring, so a group must not span processes that do not trust
-    /// each other. A no-op on transports other than `shm:`.
-    pub fn set_wake_group(&mut self, group: Option<Arc<crate::WakeGroup>>) {
-        if let crate::transport::Conn::Shm(c) = &mut self.ops {
-            c.set_wake_group(group);
-        }
-    }
-
-    /// Whether the peer has yet to take some of the messages sent to it, found by reading
-    /// shared memory only: `Some(..)` on `shm:`, `None` on the transports that cannot
-    /// tell. For callers that mirror TCP once the peer is gone (the preload library: a
-    /// peer that died with unread data is a reset, else an end of stream).
-    pub fn peer_unread(&mut self) -> Option<bool> {
-        match &mut self.ops {
-            crate::transport::Conn::Shm(c) => Some(c.peer_unread()),
+            crate::transport::Conn::Shm(c) => Some(crate::shm::ShmControl::new(c)),
             crate::transport::Conn::Dyn(_) => None,
         }
     }

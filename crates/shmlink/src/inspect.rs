@@ -29,8 +29,6 @@ use std::time::{Duration, Instant};
 
 use crate::addr::UnixName;
 use crate::error::{Error, ErrorKind, Result};
-use crate::pubsub::TopicStatus;
-use crate::status::{ListenerStatus, ProcessCred};
 use crate::sys::socket;
 use crate::transport::shm::handshake::{Packet, MAX_STATUS};
 
@@ -111,7 +109,7 @@ impl std::fmt::Display for TransparentRegistration {
 ///
 /// ```
 /// use std::path::Path;
-/// let r = shmlink::transparent_registration(Path::new(
+/// let r = shmlink::inspect::transparent_registration(Path::new(
 ///     "/tmp/shmlink-0/tcp-effffff9-00000000000000000000ffff7f000001-6379.sock",
 /// ));
 /// assert_eq!(r.unwrap().to_string(), "127.0.0.1:6379");
@@ -159,7 +157,8 @@ pub fn transparent_registration(path: &Path) -> Option<TransparentRegistration> 
 ///
 /// ```
 /// # std::env::set_var("SHMLINK_DIR", std::env::temp_dir().join(format!("shmlink-doc-ls-{}", std::process::id())));
-/// use shmlink::{Listener, Options, SocketState};
+/// use shmlink::inspect::{SocketState, DEFAULT_INSPECT_TIMEOUT};
+/// use shmlink::{Listener, Options};
 /// let mut listener = Listener::bind("shm:doc-ls", &Options::default())?;
 /// listener.set_nonblocking(true);
 /// // The listener answers while its process accepts: here, a thread that polls it.
@@ -171,7 +170,7 @@ pub fn transparent_registration(path: &Path) -> Option<TransparentRegistration> 
 ///         std::thread::sleep(std::time::Duration::from_millis(1));
 ///     }
 /// });
-/// let reports = shmlink::inspect(&shmlink::rendezvous_dir(), shmlink::DEFAULT_INSPECT_TIMEOUT)?;
+/// let reports = shmlink::inspect(&shmlink::rendezvous_dir(), DEFAULT_INSPECT_TIMEOUT)?;
 /// let SocketState::Answered(status) = &reports[0].state else { panic!("{reports:?}") };
 /// assert_eq!(status.address, "shm:doc-ls");
 /// assert_eq!(reports[0].listener.unwrap().pid, std::process::id());
@@ -281,6 +280,12 @@ fn answer(sock: &OwnedFd, buf: &mut [u8], deadline: Instant) -> SocketState {
         Err(e) => SocketState::Failed(e.to_string()),
     }
 }
+
+pub use crate::pubsub::{SubscriberInfo, TopicStatus};
+pub use crate::status::{ConnectionStatus, ListenerStatus, ProcessCred};
+pub use crate::transport::vm::inspect::{
+    inspect_vm, VmConnectionStatus, VmListenerStatus, VmRegionReport,
+};
 
 #[cfg(test)]
 mod tests {

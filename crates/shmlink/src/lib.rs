@@ -9,6 +9,11 @@
 //! | `ux:NAME` (abstract), `ux:/path` | Unix `SOCK_SEQPACKET` |
 //! | `tcp:HOST:PORT` | TCP, length-prefixed frames, `TCP_NODELAY` |
 //! | `tls:HOST:PORT` | `tcp:` inside TLS 1.3 (rustls); certificates in [`TlsOptions`] |
+//! | `auto:HOST:PORT` | `tcp:` (`tls:` when TLS options are set) that both ends upgrade to `shm:` when they share a kernel |
+//! | `vm:NAME`, `vm:NAME@REGION` | rings in a memory region shared between virtual machines and their host (QEMU `ivshmem`; docs/vms.md) |
+//!
+//! Within one process a `shm:` connection skips the kernel: rings between the two ends'
+//! threads, no memfd and no socket ([`Options::in_process`], on by default).
 //!
 //! [`Publisher`] and [`Subscriber`] add publish/subscribe over shared memory: one write
 //! per message whatever the number of subscribers, a lossless ([`Policy::Block`]) or
@@ -20,7 +25,8 @@
 //! calls happen only to sleep and to wake a sleeper. Every connection exposes one fd for
 //! event loops, and a peer's death is reported as [`ErrorKind::ConnectionReset`].
 //!
-//! [`inspect`](inspect()) lists the listeners with a socket in a rendezvous directory and the
+//! [`inspect`](inspect()) (module [`mod@inspect`]: its reports, and [`inspect::inspect_vm`]
+//! for `vm:` regions) lists the listeners with a socket in a rendezvous directory and the
 //! connections each one holds, with peers and counters (what `shmlink ls` shows); a
 //! listener answers while its process accepts or polls it.
 //!
@@ -66,7 +72,7 @@
 //! | `tls` | on | `tls:` addresses and TLS on `auto:` ([`TlsOptions`]), with rustls and its *ring* provider. A build without it (`default-features = false`) compiles no TLS, and every request for TLS fails with [`ErrorKind::InvalidInput`] naming the feature, so nothing meant for TLS is ever sent in the clear. |
 //! | `tracing` | off | events through the [`tracing`](https://docs.rs/tracing) crate (target `shmlink`): a listener's accepts and refusals with the reason (a refused client is otherwise invisible on the listener's side), peer death, pub/sub subscribers joining, leaving, being detached, and lag. Off, the calls compile to nothing. |
 //! | `tokio` | off | [`shmlink::tokio`](crate::tokio) (built only with the feature): async listeners, connections (and owned halves), publishers and subscribers on tokio's `AsyncFd` without a thread per connection, streams of connections and messages, and a byte-stream adapter (`AsyncRead + AsyncWrite`) for hyper and tonic. See `docs/async.md`. |
-//! | `testing` | off | `shmlink::testing`: raw-protocol clients, hostile peers and fuzz entry points for this workspace's tests, fuzz targets and benchmarks. Not part of the API: it changes without notice. |
+//! | `testing` | off | `shmlink::testing`: the hooks into the internals (handshake packets, raw segment layouts, fuzz entry points) for this workspace's test kit (`shmlink-testkit`), tests and fuzz targets. Not part of the API: it changes without notice. |
 //!
 //! # Platform
 //!
@@ -88,11 +94,12 @@ compile_error!(
 mod addr;
 mod conn;
 mod error;
-mod inspect;
+pub mod inspect;
 mod notify;
-mod options;
+pub mod options;
 mod pubsub;
 mod rendezvous;
+pub mod shm;
 mod split;
 mod status;
 mod threads;
@@ -104,8 +111,15 @@ mod transport;
 mod trust;
 mod view;
 
-/// `shmlink vm-host`: the server QEMU's `ivshmem-doorbell` devices and host processes
-/// connect to for `vm:` doorbells (docs/vms.md, "Waiting").
+// The engine of the `shmlink vm-host` daemon (the server QEMU's `ivshmem-doorbell`
+// devices and host processes connect to for `vm:` doorbells; docs/vms.md, "Waiting").
+// Not part of the API: a daemon, not something an application embeds. It is public only
+// because the CLI (`shmlink-cli`, its `vm-host` command) and the `vm:` tests run it, and
+// hidden from the docs; its code shares the doorbell protocol's framing, the region
+// file's trust policy and the eventfd helpers with the `vm:` transport
+// (transport/vm/bell.rs, file.rs), so it stays beside them until those sit in
+// shmlink-sys, when it can move into the CLI whole.
+#[doc(hidden)]
 pub mod vm_host {
     pub use crate::transport::vm::bell::{
         HostEvent, VmHost, DEFAULT_MAX_PEERS, MAX_VECTORS, PROTOCOL_VERSION,
@@ -130,23 +144,12 @@ struct ReadmeDoctests;
 pub use addr::{rendezvous_dir, Address, Transport, UnixName};
 pub use conn::{Batch, Connection, Incoming, Listener, RecvBuf, SendBuf};
 pub use error::{Error, ErrorKind, Result};
-pub use inspect::{
-    inspect, transparent_registration, SocketReport, SocketState, TransparentRegistration,
-    DEFAULT_INSPECT_TIMEOUT,
-};
-pub use options::{
-    Options, Pem, TlsOptions, WaitPolicy, MAX_MSG_SIZE_LIMIT, MAX_RING_SIZE, MIN_RING_SIZE,
-};
+pub use inspect::inspect;
+pub use options::{Options, Pem, TlsOptions, WaitPolicy};
 pub use pubsub::{
     Loan, Messages, Policy, PubSubOptions, Publisher, PublisherStats, Sample, Subscriber,
-    SubscriberInfo, SubscriberStats, TopicStatus, TopicSubscriber, MAX_SUBSCRIBERS,
+    SubscriberStats, TopicSubscriber,
 };
-/// A group of connections to one peer process that ring one doorbell per shared wait
-/// token ([`Connection::set_wake_group`]).
-pub use shmlink_ring::spsc::WakeGroup;
 pub use split::{RecvHalf, ReuniteError, SendHalf};
-pub use status::{ConnectionStatus, Counters, ListenerStatus, ProcessCred};
-pub use transport::vm::inspect::{
-    inspect_vm, VmConnectionStatus, VmListenerStatus, VmRegionReport,
-};
+pub use status::Counters;
 pub use view::SharedBytes;

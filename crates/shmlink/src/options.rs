@@ -393,7 +393,7 @@ impl Options {
     /// uid and root (the default trusts only those two). The listener's or publisher's
     /// uid is checked with `SO_PEERCRED` on the rendezvous socket of `shm:` and `ux:`
     /// addresses before anything is sent; another uid gets
-    /// [`ErrorKind::PermissionDenied`](crate::ErrorKind::PermissionDenied) naming both.
+    /// [`ErrorKind::PermissionDenied`] naming both.
     /// This is what stops another local user who bound an abstract name (`shm:@name`)
     /// or a socket in a shared directory first. The same uids may own the rendezvous
     /// directory. On `vm:` they may also own the region file and serve its doorbell
@@ -557,6 +557,9 @@ impl Options {
         self.tls.validate()
     }
 }
+
+/// Most subscribers a topic serves at once ([`PubSubOptions`](crate::PubSubOptions)).
+pub use crate::pubsub::MAX_SUBSCRIBERS;
 
 #[cfg(test)]
 mod tests {

@@ -2,6 +2,8 @@
 //! about `Send` and `Sync`: a change that makes a public type lose (or gain) one of them
 //! fails to build here instead of surprising a user.
 
+use crate::inspect::*;
+use crate::shm::*;
 use crate::*;
 
 /// Compiles only if `T: Send`.
@@ -41,6 +43,15 @@ assert_not!(Connection: Sync);
 assert_not!(Listener: Sync);
 assert_not!(Publisher: Sync);
 assert_not!(Subscriber: Sync);
+
+// A connection's `shm:` controls borrow it mutably, like any of its calls; the wake
+// group is shared between the connections (and threads) of one peer process.
+const _: () = {
+    send::<ShmControl<'static>>();
+    send::<WakeGroup>();
+    sync::<WakeGroup>();
+};
+assert_not!(ShmControl<'static>: Sync);
 
 // Slots lent in place in shared memory: they stay on the thread that borrowed them.
 assert_not!(Loan<'static>: Send);

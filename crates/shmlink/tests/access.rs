@@ -4,7 +4,7 @@
 //!
 //! The other user is `nobody` (65534): this test binary re-runs itself under that uid
 //! (the ignored test `child`), which needs root; without root the tests are skipped
-//! (`shmlink::testing::skip`, a failure where `SHMLINK_REQUIRE` names `root`).
+//! (`shmlink_testkit::skip`, a failure where `SHMLINK_REQUIRE` names `root`).
 
 mod common;
 
@@ -30,7 +30,7 @@ fn root() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
-        shmlink::testing::skip(
+        shmlink_testkit::skip(
             "root",
             format!("needs root to run a client as uid {NOBODY}"),
         );
@@ -97,7 +97,7 @@ fn child() {
                         let mut held = std::collections::VecDeque::new();
                         while !done.load(Ordering::Relaxed) && std::time::Instant::now() < deadline
                         {
-                            if let Ok(fd) = shmlink::testing::silent_client(&arg) {
+                            if let Ok(fd) = shmlink_testkit::silent_client(&arg) {
                                 held.push_back(fd);
                                 if held.len() > 64 {
                                     held.pop_front();
@@ -183,10 +183,10 @@ fn child() {
                 .map(|r| {
                     let name = r.path.file_name().unwrap().to_string_lossy().into_owned();
                     match &r.state {
-                        shmlink::SocketState::Answered(s) => {
+                        shmlink::inspect::SocketState::Answered(s) => {
                             format!("{name}=answered:{}", s.address)
                         }
-                        shmlink::SocketState::PermissionDenied(why) => {
+                        shmlink::inspect::SocketState::PermissionDenied(why) => {
                             format!("{name}=denied:{why}")
                         }
                         other => format!("{name}={other:?}"),

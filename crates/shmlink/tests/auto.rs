@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use shmlink::testing::{raw_handshake, AutoMsg, HandshakePacket, HandshakeParams};
 use shmlink::{Connection, ErrorKind, Listener, Options};
+use shmlink_testkit::{raw_handshake, AutoMsg, HandshakePacket, HandshakeParams};
 
 /// The upgrade socket of the `auto:` listener bound at `addr`.
 fn upgrade_socket(addr: &str) -> PathBuf {
@@ -77,7 +77,7 @@ fn offer_from(addr: &str) -> (Connection, [u8; 16], [u8; 16], String) {
     let tcp = addr.replacen("auto:", "tcp:", 1);
     let mut c = Connection::connect(&tcp, &Options::default()).unwrap();
     let hello = AutoMsg::Hello {
-        boot_id: shmlink::testing::boot_id(),
+        boot_id: shmlink_testkit::boot_id(),
     };
     c.send(&hello.encode()).unwrap();
     match AutoMsg::decode(&c.recv_vec().unwrap()).unwrap() {

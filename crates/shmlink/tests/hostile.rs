@@ -11,13 +11,13 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::*;
-use shmlink::testing::{
+use shmlink::{Connection, ErrorKind, Listener, Options};
+use shmlink_testkit::{
     fake_listener, memfd, raw_handshake, raw_handshake_with_fds, raw_segment_handshake,
     segment_memfd, segment_memfd_with, silent_client, AfterAnswer, HandshakePacket as Packet,
     HandshakeParams as Params, HostilePeer, RefuseCode, FEATURE_PIPE_BELL, SEGMENT_VERSION,
     VERSION,
 };
-use shmlink::{Connection, ErrorKind, Listener, Options};
 
 const RING: usize = 4096;
 /// The seals a genuine segment carries.

@@ -10,8 +10,8 @@ mod common;
 use std::time::Duration;
 
 use common::fresh_addr;
-use shmlink::testing::{fake_listener, FakeTopic};
 use shmlink::{ErrorKind, PubSubOptions, Subscriber};
+use shmlink_testkit::{fake_listener, FakeTopic};
 
 /// Subscribes to a fake publisher that answers with `topic` (and hangs up again).
 fn subscribe_to(topic: FakeTopic) -> shmlink::Result<()> {

@@ -13,9 +13,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use shmlink::testing::HostilePeer;
 use shmlink::{Connection, ErrorKind, Options};
 use shmlink_ring::spsc::{header_word, record_size, FLAG_FIRST, FLAG_MORE, TAIL_OFFSET};
+use shmlink_testkit::HostilePeer;
 
 /// The default largest message.
 const BIG: usize = 64 << 20;
@@ -218,7 +218,7 @@ fn sixty_four_mib_nonblocking_in_process() {
 #[ignore = "needs ~3 GiB of memory; scripts/test.sh --long runs it"]
 fn one_gib_at_the_largest_maximum() {
     within(Duration::from_secs(600), || {
-        const GIB: usize = shmlink::MAX_MSG_SIZE_LIMIT;
+        const GIB: usize = shmlink::options::MAX_MSG_SIZE_LIMIT;
         let opts = kernel_opts().max_msg_size(GIB);
         let (mut c, mut s) = pair_with("shm", &opts);
         let want = std::sync::Arc::new(message(1, GIB));

@@ -9,8 +9,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
-use shmlink::testing::{HostilePeer, HostileSubscriber};
 use shmlink::{Connection, ErrorKind, Options, Policy, PubSubOptions, Publisher, Subscriber};
+use shmlink_testkit::{HostilePeer, HostileSubscriber};
 
 const RING: usize = 4096;
 

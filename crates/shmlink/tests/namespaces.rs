@@ -12,7 +12,7 @@
 //!
 //! Root only (namespaces, mounts, `ip netns`): without root, without `unshare`, `mount` or
 //! `ip`, or where they are not allowed, every test is skipped with the reason
-//! (`shmlink::testing::skip`, a failure where `SHMLINK_REQUIRE` names `netns`).
+//! (`shmlink_testkit::skip`, a failure where `SHMLINK_REQUIRE` names `netns`).
 //!
 //! The peers are this test binary run again as `--ignored --exact peer_main` with its
 //! role in [`ROLE_VAR`], inside `unshare` (and `ip netns exec`): a shell there mounts the
@@ -218,7 +218,7 @@ impl Scenario {
 
     fn run(self) {
         if let Some(why) = unavailable() {
-            shmlink::testing::skip("netns", why);
+            shmlink_testkit::skip("netns", why);
             return;
         }
         let deadline = Instant::now() + TEST_DEADLINE;

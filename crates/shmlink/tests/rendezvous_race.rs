@@ -93,7 +93,7 @@ fn a_symlink_swapped_in_while_the_directory_is_made_never_leads_to_the_victim() 
     // own or root's before the last component is followed, as /var/run is), so this half
     // needs root to give it away.
     if euid() != 0 {
-        shmlink::testing::skip("root", "a link owned by another user needs root (lchown)");
+        shmlink_testkit::skip("root", "a link owned by another user needs root (lchown)");
         return;
     }
     let chain = base.join("chain");

@@ -10,10 +10,9 @@ use std::sync::Once;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use shmlink::testing::{raw_handshake, AutoMsg, HandshakePacket, RefuseCode};
-use shmlink::{
-    inspect, Connection, ErrorKind, Listener, ListenerStatus, Options, SocketReport, SocketState,
-};
+use shmlink::inspect::{ListenerStatus, SocketReport, SocketState};
+use shmlink::{inspect, Connection, ErrorKind, Listener, Options};
+use shmlink_testkit::{raw_handshake, AutoMsg, HandshakePacket, RefuseCode};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 

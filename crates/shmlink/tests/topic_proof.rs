@@ -8,7 +8,7 @@
 //!
 //! The other user is `nobody` (65534): this test binary re-runs itself under that uid (the
 //! ignored test `child`), which needs root; without root the tests that have such a part
-//! are skipped after the rest (`shmlink::testing::skip`, a failure where `SHMLINK_REQUIRE`
+//! are skipped after the rest (`shmlink_testkit::skip`, a failure where `SHMLINK_REQUIRE`
 //! names `root`).
 //! Every test here uses one rendezvous directory (`SHMLINK_DIR`, mode 0755, set once
 //! before any test goes on), so that `nobody` can reach the topic sockets and only the
@@ -22,8 +22,8 @@ use std::sync::mpsc;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use shmlink::testing::{fake_listener, raw_handshake, FakeTopic, TopicPacket, TopicSubscribe};
 use shmlink::{ErrorKind, Options, Pem, PubSubOptions, Publisher, Subscriber, TlsOptions};
+use shmlink_testkit::{fake_listener, raw_handshake, FakeTopic, TopicPacket, TopicSubscribe};
 
 const NOBODY: u32 = 65534;
 const ROLE: &str = "SHMLINK_PROOF_ROLE";
@@ -54,7 +54,7 @@ fn root() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
-        shmlink::testing::skip(
+        shmlink_testkit::skip(
             "root",
             format!("needs root to run a subscriber as uid {NOBODY}"),
         );

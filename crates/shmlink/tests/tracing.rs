@@ -148,7 +148,7 @@ fn shm_refusal_is_an_event_with_the_reason() {
     let mut listener = Listener::bind(&addr, &Options::default()).unwrap();
     let client_addr = addr.clone();
     let clients = thread::spawn(move || {
-        let (answer, _) = shmlink::testing::raw_handshake(&client_addr, b"not a hello").unwrap();
+        let (answer, _) = shmlink_testkit::raw_handshake(&client_addr, b"not a hello").unwrap();
         let conn = Connection::connect(&client_addr, &Options::default()).unwrap();
         (answer, conn)
     });
@@ -235,7 +235,7 @@ fn lag_is_an_event_with_the_count() {
 fn peer_reset_is_one_event() {
     let collector = Collector::new();
     let (mut listener, addr) = common::bind("shm", &Options::default().ring_size(4096));
-    let peer = thread::spawn(move || shmlink::testing::HostilePeer::connect(&addr, 4096).unwrap());
+    let peer = thread::spawn(move || shmlink_testkit::HostilePeer::connect(&addr, 4096).unwrap());
     let mut server = listener.accept().unwrap();
     drop(peer.join().unwrap());
     collecting(&collector, || {

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
-use shmlink::testing::AutoMsg;
 use shmlink::{Connection, ErrorKind, Listener, Options};
+use shmlink_testkit::AutoMsg;
 
 const WAIT: Duration = Duration::from_secs(30);
 const ROLE: &str = "SHMLINK_VMAUTO_ROLE";

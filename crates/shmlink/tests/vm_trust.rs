@@ -22,9 +22,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
-use shmlink::testing::bell_stats;
 use shmlink::vm_host::VmHost;
 use shmlink::{Connection, ErrorKind, Listener, Options};
+use shmlink_testkit::bell_stats;
 
 const NOBODY: u32 = 65534;
 const ROLE: &str = "SHMLINK_VMTRUST_ROLE";
@@ -50,7 +50,7 @@ fn root() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
-        shmlink::testing::skip("root", format!("needs root to play uid {NOBODY}"));
+        shmlink_testkit::skip("root", format!("needs root to play uid {NOBODY}"));
     }
     root
 }

@@ -9,7 +9,8 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use common::*;
-use shmlink::{Connection, ErrorKind, WakeGroup};
+use shmlink::shm::WakeGroup;
+use shmlink::{Connection, ErrorKind};
 
 /// Whether `fd` becomes readable within `ms` milliseconds.
 fn readable_within(fd: i32, ms: i32) -> bool {
@@ -26,9 +27,9 @@ fn readable_within(fd: i32, ms: i32) -> bool {
 /// `token`, on each connection.
 fn sleep_on(conns: &mut [&mut Connection], token: u64) {
     for c in conns.iter_mut() {
-        c.set_wait_token(Some(token));
+        c.shm().unwrap().set_wait_token(Some(token));
         assert_eq!(c.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
-        c.set_wait_token(None);
+        c.shm().unwrap().set_wait_token(None);
     }
 }
 
@@ -37,8 +38,8 @@ fn a_shared_token_rings_one_doorbell_per_sleep() {
     let (mut c1, mut s1) = pair_with("shm", &kernel_opts());
     let (mut c2, mut s2) = pair_with("shm", &kernel_opts());
     let group = Arc::new(WakeGroup::new());
-    c1.set_wake_group(Some(group.clone()));
-    c2.set_wake_group(Some(group));
+    c1.shm().unwrap().set_wake_group(Some(group.clone()));
+    c2.shm().unwrap().set_wake_group(Some(group));
     s1.set_nonblocking(true);
     s2.set_nonblocking(true);
 
@@ -80,8 +81,8 @@ fn a_shared_token_rings_one_doorbell_per_sleep() {
     assert_eq!(s1.recv_vec().unwrap(), b"five");
 
     // Without a group, every connection rings, as without tokens.
-    c1.set_wake_group(None);
-    c2.set_wake_group(None);
+    c1.shm().unwrap().set_wake_group(None);
+    c2.shm().unwrap().set_wake_group(None);
     sleep_on(&mut [&mut s1, &mut s2], 3 << 30);
     c1.send(b"six").unwrap();
     c2.send(b"seven").unwrap();

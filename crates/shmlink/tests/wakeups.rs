@@ -52,7 +52,7 @@ fn a_withdrawn_wait_rings_no_doorbell_and_the_next_one_does() {
     let (mut client, mut server) = pair_with("shm", &kernel_opts());
     server.set_nonblocking(true);
     assert_eq!(server.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
-    server.withdraw_wait();
+    server.shm().unwrap().withdraw_wait();
     client.send(b"one").unwrap();
     assert!(
         !readable_within(server.as_raw_fd(), 200),
@@ -261,27 +261,30 @@ fn shares_cpu_with_peer_compares_where_the_two_ends_wait() {
     let cpus = allowed_cpus();
     let here = cpus[0];
     pin(here);
-    client.shares_cpu_with_peer();
+    client.shm().unwrap().shares_cpu_with_peer();
     assert!(
-        server.shares_cpu_with_peer(),
+        server.shm().unwrap().shares_cpu_with_peer(),
         "both ends waited on CPU {here}"
     );
-    assert!(client.shares_cpu_with_peer());
+    assert!(client.shm().unwrap().shares_cpu_with_peer());
     match cpus.get(1) {
         Some(&other) => {
             pin(other);
-            assert!(!server.shares_cpu_with_peer(), "CPU {other} against {here}");
+            assert!(
+                !server.shm().unwrap().shares_cpu_with_peer(),
+                "CPU {other} against {here}"
+            );
             pin(here);
             assert!(
-                !client.shares_cpu_with_peer(),
+                !client.shm().unwrap().shares_cpu_with_peer(),
                 "the server last waited on {other}"
             );
         }
-        None => shmlink::testing::skip(
+        None => shmlink_testkit::skip(
             "cpus",
             "one CPU allowed: the two-CPU half of this test did not run",
         ),
     }
     let (mut a, _b) = pair("ux");
-    assert!(!a.shares_cpu_with_peer(), "not shm: false");
+    assert!(a.shm().is_none(), "not shm: no shm controls");
 }

@@ -377,7 +377,7 @@ mod tests {
     fn the_io_thread_is_not_pinned_with_its_caller() {
         let all = crate::sys::unpinned_cpus();
         if all.len() < 2 {
-            shmlink::testing::skip("cpus", "one CPU allowed: nothing to pin apart");
+            shmlink_testkit::skip("cpus", "one CPU allowed: nothing to pin apart");
             return;
         }
         const NAME: &str = "zmq-affinity";

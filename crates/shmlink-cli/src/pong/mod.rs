@@ -12,7 +12,8 @@ mod wire;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 
-use shmlink::{ErrorKind, Listener, Options, MAX_MSG_SIZE_LIMIT};
+use shmlink::options::MAX_MSG_SIZE_LIMIT;
+use shmlink::{ErrorKind, Listener, Options};
 
 use shmlink_measure::size;
 use shmlink_measure::sys::pin_to_cpu;

@@ -68,7 +68,9 @@ fn install(
     }
     conn.set_nonblocking(true);
     // Our doorbells for a peer that sleeps on many connections: one per sleep.
-    conn.set_wake_group(crate::wake::group_for(ctl));
+    if let Some(mut c) = conn.shm() {
+        c.set_wake_group(crate::wake::group_for(ctl));
+    }
     let mut s = Sock {
         conn: Some(conn),
         ctl,

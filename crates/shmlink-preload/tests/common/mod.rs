@@ -72,7 +72,7 @@ pub fn compile(dir: &Path, name: &str) -> Option<PathBuf> {
             String::from_utf8_lossy(&o.stderr)
         ),
         Err(e) => {
-            shmlink::testing::skip("cc", format!("no C compiler (cc: {e})"));
+            shmlink_testkit::skip("cc", format!("no C compiler (cc: {e})"));
             None
         }
     }

@@ -1,5 +1,5 @@
 //! A topic's answer to `shmlink ls`: the publisher's control thread answers the `shm:`
-//! `Query` packet ([`inspect`](crate::inspect) sends it to every socket in the rendezvous
+//! `Query` packet ([`inspect`](crate::inspect()) sends it to every socket in the rendezvous
 //! directory) with a `TopicStatus` packet of its own, framed like the subscribe handshake
 //! (`magic: u32 = "SHML"`, the publish/subscribe `version: u16`, `kind: u16 = 20`, little
 //! endian), every `str` a `len: u16` and that many bytes of UTF-8:
@@ -39,8 +39,8 @@ const MAX_TEXT: usize = 4096;
 /// Bytes of a subscriber record without its `remote` text.
 const SUB_FIXED: usize = 4 * 4 + 8 * 2 + 2;
 
-/// What a publisher reports about its topic to [`inspect`](crate::inspect)
-/// ([`SocketState::Topic`](crate::SocketState::Topic)).
+/// What a publisher reports about its topic to [`inspect`](crate::inspect())
+/// ([`SocketState::Topic`](crate::inspect::SocketState::Topic)).
 ///
 /// `Send`, `Sync`, `Clone`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,7 +80,7 @@ pub struct TopicSubscriber {
     /// Its process as the kernel told the publisher (`SO_PEERCRED`; pid 0 outside the
     /// publisher's PID namespace). For a network subscriber, the publisher's own process
     /// (its fan-out thread reads for it).
-    pub cred: crate::ProcessCred,
+    pub cred: crate::inspect::ProcessCred,
     /// Messages published that it has not read yet.
     pub lag: u64,
     /// Messages it lost to overwriting (`overwrite` policy), as it reports them.
@@ -321,7 +321,7 @@ fn decode(bytes: &[u8]) -> Result<TopicStatus> {
         }
         subscribers.push(TopicSubscriber {
             slot,
-            cred: crate::ProcessCred { pid, uid, gid },
+            cred: crate::inspect::ProcessCred { pid, uid, gid },
             lag,
             missed,
             remote: (!remote.is_empty()).then_some(remote),
@@ -370,7 +370,7 @@ mod tests {
             subscribers: (0..n)
                 .map(|i| TopicSubscriber {
                     slot: i as u32,
-                    cred: crate::ProcessCred {
+                    cred: crate::inspect::ProcessCred {
                         pid: 100 + i as u32,
                         uid: 1000,
                         gid: 1000,

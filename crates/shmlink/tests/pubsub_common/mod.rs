@@ -191,7 +191,7 @@ pub fn child_main() {
         // hostile member.
         "hostile" => {
             let subscribe = || {
-                shmlink::testing::HostileSubscriber::connect(&addr)
+                shmlink_testkit::HostileSubscriber::connect(&addr)
                     .unwrap_or_else(|e| panic!("child hostile: {e}"))
             };
             let mut h = subscribe();
