@@ -31,6 +31,9 @@ cargo test --workspace 2>&1 | tee -a "$log"
 # binary its exported read/write/... hooks replace the C library's for the harness too;
 # they pass calls on fds they do not track straight through, so the tests run).
 cargo test -p shmlink-preload --lib 2>&1 | tee -a "$log"
+# The library without its default `tls` feature (no rustls): its unit tests, among them
+# the one that asks for TLS and must be refused with an error naming the feature.
+cargo test -p shmlink --no-default-features --features testing --lib 2>&1 | tee -a "$log"
 
 echo "== the Python package: pip install ./crates/shmlink-py into target/py-venv, pytest"
 scripts/python.sh 2>&1 | tee -a "$log"
