@@ -17,7 +17,7 @@
 //! the exec'ing side wrote (its program reads those first, from the ring), checks W,
 //! sends again over TCP what the exec'ing program had not read: the bytes returned in
 //! the switch message, then those of its own messages still in its send ring (the ring
-//! keeps every message the reader has not taken, `Connection::unconsumed_sent`; no copy
+//! keeps every message the reader has not taken, `ShmControl::unconsumed_sent`; no copy
 //! of what is sent is kept), moves its own fds onto its TCP socket the same way, and from
 //! then on both directions are TCP: no byte lost, duplicated or reordered. If the exec
 //! fails, the exec'ing program goes on over TCP.

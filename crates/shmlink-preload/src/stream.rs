@@ -543,7 +543,7 @@ pub(crate) fn spin(mut ready: impl FnMut() -> bool) -> bool {
 }
 
 /// Whether the peer of any of `entries` last waited on the CPU this thread runs on
-/// (`Connection::shares_cpu_with_peer`, which also tells each peer where we wait): then
+/// (`ShmControl::shares_cpu_with_peer`, which also tells each peer where we wait): then
 /// a spin would only keep that peer from running, and the wait sleeps at once. Found
 /// for redis-benchmark `-c 1` with both ends on one CPU: every request cost two whole
 /// spins, 21 000 requests/s against TCP's 115 000.

@@ -115,10 +115,10 @@ mod view;
 // devices and host processes connect to for `vm:` doorbells; docs/vms.md, "Waiting").
 // Not part of the API: a daemon, not something an application embeds. It is public only
 // because the CLI (`shmlink-cli`, its `vm-host` command) and the `vm:` tests run it, and
-// hidden from the docs; its code shares the doorbell protocol's framing, the region
-// file's trust policy and the eventfd helpers with the `vm:` transport
-// (transport/vm/bell.rs, file.rs), so it stays beside them until those sit in
-// shmlink-sys, when it can move into the CLI whole.
+// hidden from the docs; its code shares the doorbell protocol's framing and the region
+// file's trust policy with the `vm:` transport (transport/vm/bell.rs, file.rs), and the
+// library's own `vm:` tests run it in-process, so it stays beside them until it gets a
+// crate of its own over narrow hooks for those two.
 #[doc(hidden)]
 pub mod vm_host {
     pub use crate::transport::vm::bell::{

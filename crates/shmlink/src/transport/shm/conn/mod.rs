@@ -258,7 +258,7 @@ impl ShmConn {
         ))
     }
 
-    /// See [`crate::Connection::shares_cpu_with_peer`].
+    /// See [`crate::shm::ShmControl::shares_cpu_with_peer`].
     pub(crate) fn shares_cpu_with_peer(&self) -> bool {
         self.seg.note_cpu(sys::current_cpu())
     }

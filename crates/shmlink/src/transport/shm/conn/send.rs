@@ -254,7 +254,7 @@ impl ShmConn {
         record_size(n) <= self.tx.ring().max_record()
     }
 
-    /// See [`crate::Connection::unconsumed_sent`].
+    /// See [`crate::shm::ShmControl::unconsumed_sent`].
     pub(crate) fn unconsumed_sent(&mut self) -> Option<Vec<u8>> {
         if !self.pending.is_empty() || !matches!(self.reservation, Reservation::None) {
             return None;
