@@ -1,6 +1,7 @@
 //! `shmlink pong`'s arguments once parsed, with defaults applied: what the pong run needs,
 //! whatever parses the command line.
 
+use shmlink_measure::verify::Sampling;
 use shmlink_measure::Mode;
 
 /// Which ends of the pong this process runs.
@@ -57,6 +58,8 @@ pub struct PongArgs {
     pub count: u64,
     /// Messages in flight (1 in latency mode).
     pub window: u64,
+    /// Which measured messages are checksummed in full (`--verify`).
+    pub verify: Sampling,
     pub pinning: Pinning,
     pub json: bool,
     pub ring_size: Option<usize>,

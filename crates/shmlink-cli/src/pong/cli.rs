@@ -1,11 +1,12 @@
 //! `shmlink pong`'s command line: the clap arguments and the checks between them, ending
 //! in a [`PongArgs`] with the defaults applied.
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use super::args::{default_addrs, default_count, Pinning, PongArgs, Role};
 use crate::args::{parse_addr, parse_msg_size, parse_positive, parse_size, ConnFlags};
 use shmlink_measure::cpus::format_cpu_list;
+use shmlink_measure::verify::Sampling;
 use shmlink_measure::Mode;
 
 /// Window in throughput mode when `-w` is not given.
@@ -33,10 +34,15 @@ Rendezvous directory (shm:NAME: $SHMLINK_DIR, else $XDG_RUNTIME_DIR/shmlink, els
 one or root, or other users may write it, because they could replace its sockets (unless
 the --shared-dir option says it is shared on purpose).
 
-Every message is verified: it carries its sequence number and a 64-bit checksum over the
-whole payload, which the receiver recomputes; messages under 16 bytes are compared byte
-for byte (a 1-byte message carries the low byte of the sequence number). A mismatch
-aborts the run. Round-trip times include writing and verifying every byte on both ends.
+Every message is verified: it carries its sequence number at both ends, which the
+receiver checks, and a 64-bit checksum over the whole payload; messages under 16 bytes are
+compared byte for byte (a 1-byte message carries the low byte of the sequence number). A
+mismatch aborts the run. With --verify sample (the default, as shmlink-bench) the receiver
+recomputes the checksum of the first messages (two laps of a 1 MiB ring) and of one
+measured message in 16 chosen at random (neither the transport nor the library can tell
+which); a round trip whose messages were checksummed is not timed, so the times are the
+transport's. With --verify all every byte of every message is checksummed and every round
+trip is timed with its checks.
 CPU per message is user + system time (getrusage) of each process over the measured
 part, divided by COUNT (per round trip in latency mode); the server reports its own.
 
@@ -102,6 +108,11 @@ pub struct PongCli {
     /// other way round; window is 1 in latency mode)
     #[arg(long, help_heading = "Measurement")]
     json: bool,
+    /// Which messages are checksummed in full (every message has its length and
+    /// sequence numbers checked): `sample` one measured message in 16, at random, and
+    /// those round trips are not timed; `all` every message, timed with the checks
+    #[arg(long, value_enum, default_value_t = Verify::Sample, help_heading = "Measurement")]
+    verify: Verify,
 
     #[command(flatten)]
     conn: ConnFlags,
@@ -116,6 +127,13 @@ pub struct PongCli {
     /// Addresses to measure, in order
     #[arg(value_name = "ADDR", value_parser = parse_addr)]
     addrs: Vec<String>,
+}
+
+/// `--verify`: which messages the receiver checksums in full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Verify {
+    Sample,
+    All,
 }
 
 /// Parses `--cpus A,B` or `--cpus none` (checked against the allowed CPUs later).
@@ -168,6 +186,7 @@ impl PongCli {
                     ("-n/--count", self.count.is_some()),
                     ("-w/--window", self.window.is_some()),
                     ("--json", self.json),
+                    ("--verify", self.verify != Verify::Sample),
                 ];
                 if let Some((name, _)) = client_only.iter().find(|(_, given)| *given) {
                     return usage(format!(
@@ -226,6 +245,10 @@ impl PongCli {
             size,
             count,
             window,
+            verify: match self.verify {
+                Verify::Sample => Sampling::DEFAULT,
+                Verify::All => Sampling::ALL,
+            },
             pinning,
             json: self.json,
             ring_size: self.ring_size,
@@ -270,6 +293,7 @@ mod tests {
         assert_eq!(p.role, Role::Both);
         assert_eq!(p.mode, Mode::Throughput);
         assert_eq!((p.size, p.window, p.count), (64, 64, 500_000));
+        assert_eq!(p.verify, Sampling::DEFAULT);
         assert_eq!(p.addrs.len(), 3);
         assert_eq!(
             p.pinning,
@@ -289,10 +313,11 @@ mod tests {
     #[test]
     fn every_option() {
         let p = pong(
-            "--client --latency --size=4k -n 10 --cpus 1,1 --json --ring-size 1M --spin-us 0 shm:a ux:b",
+            "--client --latency --size=4k -n 10 --cpus 1,1 --json --ring-size 1M --spin-us 0 --verify all shm:a ux:b",
         )
         .unwrap();
         assert_eq!(p.role, Role::Client);
+        assert_eq!(p.verify, Sampling::ALL);
         assert_eq!((p.size, p.count), (4096, 10));
         assert_eq!(
             p.pinning,

@@ -74,9 +74,12 @@ fn exchange(
         window: hello.window,
         warmup: Warmup::Count(hello.warmup),
         stop: Stop::Count(hello.count),
-        // Every byte of every message, every round trip timed with its checks.
-        sampling: Sampling::ALL,
-        seed: 0,
+        // Round trips whose messages are checksummed in full are not timed
+        // (shmlink_measure::verify); with `--verify all` every one is, checks included.
+        sampling: Sampling {
+            one_in: hello.one_in,
+        },
+        seed: hello.seed,
         fault: None,
     };
     let m = protocol::drive(ep, &plan)?;

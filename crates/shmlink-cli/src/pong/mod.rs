@@ -105,10 +105,15 @@ fn serve(args: &PongArgs) -> Result<()> {
             Ok(_) if args.once => return Ok(()),
             Err(e) if args.once => return Err(e).context(|| format!("serve on {addr}")),
             Ok(h) => eprintln!(
-                "shmlink pong: served a {} run: {} messages of {} bytes, all verified (over {})",
+                "shmlink pong: served a {} run: {} messages of {} bytes, verified ({}) (over {})",
                 h.mode.name(),
                 h.total(),
                 h.size,
+                if h.one_in == 1 {
+                    "every byte".to_string()
+                } else {
+                    format!("every byte of 1 in {}, ends of the rest", h.one_in)
+                },
                 transport.as_str()
             ),
             Err(e) => eprintln!(
@@ -213,6 +218,8 @@ fn run_one(args: &PongArgs, addr: &str) -> Result<RunResult> {
         count: args.count,
         warmup: args.warmup(),
         window: args.window,
+        one_in: args.verify.one_in,
+        seed: shmlink_measure::verify::fresh_seed().map_err(|e| RunError::new(e.to_string()))?,
     };
     let result = client::run(conn, hello)?;
     if let Some(server) = server {

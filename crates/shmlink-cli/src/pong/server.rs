@@ -42,7 +42,12 @@ pub fn serve(mut conn: Connection) -> Result<Hello> {
         size,
         hello.mode,
         hello.window,
-        (Sampling::ALL, 0),
+        (
+            Sampling {
+                one_in: hello.one_in,
+            },
+            hello.seed,
+        ),
         None,
     )?;
     let mut conn = ep.into_inner();

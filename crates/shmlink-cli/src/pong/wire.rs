@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! client                                   server
-//!   Hello {version, mode, size, count, warmup, window} ─▶
+//!   Hello {version, mode, size, count, warmup, window, one_in, seed} ─▶
 //!                                          ◀─ Ready            (or a failure notice)
 //!   the core's run: warm-up, MARK, measured part, STOP ─▶ (data echoed or acknowledged)
 //!                                          ◀─ Report {msgs, cpu_ns, verify_ns}
@@ -19,8 +19,9 @@ use shmlink_measure::protocol::PeerReport;
 use shmlink_measure::Mode;
 
 /// Version of this handshake, carried in the hello. 3: the run is the measurement
-/// core's (MARK, FLUSH and STOP control messages), the report the core's.
-pub const VERSION: u64 = 3;
+/// core's (MARK, FLUSH and STOP control messages), the report the core's. 4: the hello
+/// says which messages are checksummed in full (`one_in`, `seed`).
+pub const VERSION: u64 = 4;
 
 const HELLO: &[u8; 8] = b"PONGHELO";
 /// The server's answer to a hello it accepts.
@@ -41,6 +42,12 @@ pub struct Hello {
     pub warmup: u64,
     /// Most unacknowledged messages (1 in latency mode).
     pub window: u64,
+    /// One measured message in this many is checksummed in full (1: all of them), the
+    /// others have their length and sequence numbers checked
+    /// ([`shmlink_measure::verify`]).
+    pub one_in: u64,
+    /// Chooses the sample; drawn by the client for each run.
+    pub seed: u64,
 }
 
 /// The `version` field alone, read first so that a hello of another version is refused
@@ -92,8 +99,8 @@ impl Hello {
         }
         let h: Hello =
             serde_json::from_slice(json).map_err(|e| format!("unreadable hello: {e}"))?;
-        if h.count == 0 || h.window == 0 {
-            return Err("hello with count or window 0".into());
+        if h.count == 0 || h.window == 0 || h.one_in == 0 {
+            return Err("hello with count, window or one_in 0".into());
         }
         if h.mode == Mode::Latency && h.window != 1 {
             return Err(format!("latency hello with window {}", h.window));
@@ -125,6 +132,8 @@ mod tests {
             count: 10,
             warmup: 1,
             window: 64,
+            one_in: 16,
+            seed: 7,
         }
     }
 
@@ -155,7 +164,12 @@ mod tests {
             ..hello()
         };
         assert!(Hello::decode(&zero.encode()).is_err());
-        assert!(Hello::decode(b"PONGHELO{\"version\":3}")
+        let unsampled = Hello {
+            one_in: 0,
+            ..hello()
+        };
+        assert!(Hello::decode(&unsampled.encode()).is_err());
+        assert!(Hello::decode(b"PONGHELO{\"version\":4}")
             .unwrap_err()
             .contains("unreadable"));
         assert!(decode_report(&hello().encode()).is_err());
