@@ -42,7 +42,8 @@ scripts/vm.sh image >/dev/null 2>&1 || skip_all "building the guest image failed
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 bin=$PWD/target/release/shmlink
-p='shmlink pong --client --cpus none'
+# --verify all: the server checksums every byte of every message and says "all verified".
+p='shmlink pong --client --cpus none --verify all'
 # Guest a serves pong over vm:, pong over auto: (offering its region: SHMLINK_AUTO_VM=auto
 # finds the ivshmem device) and the conformance scenarios over vm:.
 a='shmlink pong --server vm:pong >/tmp/s 2>&1 & s1=$!

@@ -105,14 +105,14 @@ fn serve(args: &PongArgs) -> Result<()> {
             Ok(_) if args.once => return Ok(()),
             Err(e) if args.once => return Err(e).context(|| format!("serve on {addr}")),
             Ok(h) => eprintln!(
-                "shmlink pong: served a {} run: {} messages of {} bytes, verified ({}) (over {})",
+                "shmlink pong: served a {} run: {} messages of {} bytes, {} (over {})",
                 h.mode.name(),
                 h.total(),
                 h.size,
                 if h.one_in == 1 {
-                    "every byte".to_string()
+                    "all verified".to_string()
                 } else {
-                    format!("every byte of 1 in {}, ends of the rest", h.one_in)
+                    format!("verified (every byte of 1 in {}, the ends of all)", h.one_in)
                 },
                 transport.as_str()
             ),
