@@ -50,14 +50,14 @@ fn ring_len(size: usize) -> usize {
     (SLOTS_AT + stride * nslots).next_multiple_of(4096)
 }
 
-/// The shared memory of both rings; unmapped on drop.
-struct Map {
-    ptr: *mut u8,
+/// The shared memory of both rings (of `floor-line`'s two lines too); unmapped on drop.
+pub(super) struct Map {
+    pub(super) ptr: *mut u8,
     len: usize,
 }
 
 impl Map {
-    fn new(fd: &OwnedFd, len: usize) -> io::Result<Map> {
+    pub(super) fn new(fd: &OwnedFd, len: usize) -> io::Result<Map> {
         // SAFETY: a new shared mapping of an fd of at least `len` bytes; no existing
         // memory is affected.
         let ptr = unsafe {
@@ -85,6 +85,19 @@ impl Drop for Map {
         // SAFETY: `ptr` is a mapping of `len` bytes made in `new`, unmapped only here.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
+}
+
+/// A new memfd of `len` zero bytes, for the peer to inherit.
+pub(super) fn memfd(len: usize) -> io::Result<OwnedFd> {
+    let name = c"shmlink-bench-floor";
+    // SAFETY: `name` is a valid C string.
+    let fd = syscall!(memfd_create(name.as_ptr(), libc::MFD_CLOEXEC))
+        .map_err(ctx("memfd_create"))?;
+    // SAFETY: memfd_create returned a new fd that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ftruncate takes an fd and a length.
+    syscall!(ftruncate(fd.as_raw_fd(), len as libc::off_t)).map_err(ctx("ftruncate memfd"))?;
+    Ok(fd)
 }
 
 /// One end: sends on ring `me`, receives on the other.
@@ -168,15 +181,8 @@ impl Method for Floor {
     }
 
     fn prepare(&self, c: &Ctx) -> io::Result<Prepared> {
-        let name = c"shmlink-bench-floor";
-        // SAFETY: `name` is a valid C string.
-        let fd = syscall!(memfd_create(name.as_ptr(), libc::MFD_CLOEXEC))
-            .map_err(ctx("memfd_create"))?;
-        // SAFETY: memfd_create returned a new fd that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let len = 2 * ring_len(c.size);
-        // SAFETY: ftruncate takes an fd and a length.
-        syscall!(ftruncate(fd.as_raw_fd(), len as libc::off_t)).map_err(ctx("ftruncate memfd"))?;
+        let fd = memfd(len)?;
         let end = FloorC::new(Map::new(&fd, len)?, c.size, 0, c.same_core);
         Ok(Prepared::ready(
             vec![fd.as_raw_fd().to_string()],

@@ -6,6 +6,7 @@ pub mod connect;
 mod fdio;
 mod fifo;
 mod floor;
+mod floor_line;
 pub(crate) mod iceoryx2;
 mod inet;
 /// `--pattern inproc`: two threads of one process (its own runner, not a [`Method`]).
@@ -39,6 +40,7 @@ pub static METHODS: &[&dyn Method] = &[
     &shm::FUTEX,
     &shm::SPIN,
     &floor::Floor,
+    &floor_line::FloorLineMethod,
     &shmlink::SHM,
     &shmlink::SHM_ZC,
     &shmlink::SHM_BATCH,

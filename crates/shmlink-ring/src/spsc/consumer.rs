@@ -101,18 +101,37 @@ impl Consumer {
         }
         if tail > self.head && tail > self.cached_tail {
             self.by_tail = tail - self.head > BATCH_SEEN;
+        } else if self.head > tail + BATCH_SEEN {
+            // Records found by their headers run more than that ahead of the published
+            // `tail`: the producer publishes in batches too (a consumer that polls
+            // headers, `poll`, never sees `tail` jump).
+            self.by_tail = true;
         }
         self.cached_tail = tail;
         Ok(())
     }
 
     /// Whether a record is available, by the producer's `tail` (reloaded when the cached
-    /// one says empty): what a waiting consumer polls. It polls `tail`, not the next
-    /// header, on purpose: the header's line is the one the producer is filling, and a
-    /// consumer spinning on it would take it away from every store of the record.
+    /// one says empty): what a consumer checks before it sleeps. A busy-polling consumer
+    /// polls with [`Consumer::poll`] (the header while it follows headers).
     #[inline]
     pub fn has_data(&mut self) -> Result<bool> {
         self.has_data_by_tail()
+    }
+
+    /// Whether a record is available, for a consumer that busy-polls: the header at
+    /// `head` when it follows headers (the line it polls is the line the record arrives
+    /// in, so the record costs one line transfer, not a `tail` line and then the
+    /// record's), else `tail` as [`Consumer::has_data`]. A `false` here proves nothing
+    /// about `tail`: before it sleeps, a consumer checks with [`Consumer::arm`].
+    #[inline]
+    pub fn poll(&mut self) -> Result<bool> {
+        if self.following_tail() || self.head < self.cached_tail {
+            return self.has_data_by_tail();
+        }
+        // SYNC POINT (data): `load_header` is an Acquire load pairing with the Release
+        // store of the header in `Producer::commit` (as in `peek`).
+        Ok(stamped(self.ring.load_header(self.head), self.head))
     }
 
     /// Whether the producer's `tail` says a record is available (also the check after an

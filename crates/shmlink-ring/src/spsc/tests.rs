@@ -164,6 +164,44 @@ fn a_batched_producer_is_followed_by_tail() {
     assert!(c.peek().unwrap().is_none());
 }
 
+/// A busy-polling consumer watches the header at `head` (the record's own line), also
+/// of a record not yet published; once it has run more than a batch ahead of the
+/// published `tail`, it follows `tail` instead.
+#[test]
+fn a_polling_consumer_watches_headers_until_it_runs_ahead_of_a_batch() {
+    let mut h = HeapRing::new(4096);
+    let (mut p, mut c) = h.ends();
+    let write = |p: &mut Producer, i: u8| {
+        let dst = p.try_reserve(64).unwrap().unwrap();
+        // SAFETY: try_reserve returned room for 64 bytes.
+        unsafe { dst.as_ptr().write_bytes(i, 64) };
+        p.write(64, 0);
+    };
+    assert!(!c.poll().unwrap(), "nothing written");
+    write(&mut p, 0);
+    assert!(c.poll().unwrap(), "the header is stamped, tail still 0");
+    assert_eq!(h.prod.tail.0.load(Ordering::Relaxed), 0);
+    assert_eq!(pop(&mut c).unwrap(), [0; 64]);
+    assert!(!c.poll().unwrap());
+    // A batch written and not published: taken by the headers, 720 bytes ahead of tail.
+    for i in 1..=10 {
+        write(&mut p, i);
+    }
+    for i in 1..=10u8 {
+        assert!(c.poll().unwrap());
+        assert_eq!(pop(&mut c).unwrap(), [i; 64]);
+    }
+    assert!(c.peek().unwrap().is_none(), "the tail read finds head far ahead");
+    write(&mut p, 11);
+    assert!(
+        !c.poll().unwrap(),
+        "following tail now: the unpublished record waits for its publication"
+    );
+    assert!(!p.publish());
+    assert!(c.poll().unwrap());
+    assert_eq!(pop(&mut c).unwrap(), [11; 64]);
+}
+
 #[test]
 fn records_round_trip_and_fill_the_ring() {
     let mut h = HeapRing::new(256);

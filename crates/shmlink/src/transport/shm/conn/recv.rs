@@ -82,7 +82,7 @@ impl ShmConn {
             let mut policy = self.policy();
             policy.yield_ += large_message_patience(&policy, taken);
             let rx = &mut self.rx;
-            if spin_then_yield(&policy, || Ok(rx.has_data()?))? {
+            if spin_then_yield(&policy, || Ok(rx.poll()?))? {
                 return Ok(());
             }
         }
