@@ -1,0 +1,658 @@
+//! shmlink between real containers (podman with runc, rootful), each in the runtime's own
+//! pid, net, ipc, uts and mount namespaces (never `--ipc host` or `--pid host`), sharing
+//! only a bind-mounted rendezvous directory: the image of `scripts/image.sh build`,
+//!
+//! - `shm:` between two containers of different uids (`--allow-uid`/`--expect-uid`), the
+//!   p50 round trip printed with its ratio to two plain processes in the same run, a
+//!   third uid refused, and `shmlink ls` from a third container seeing the listener;
+//! - a container SIGKILLed mid-stream (`podman kill -s KILL`): its peer gets a reset at
+//!   once, `shmlink probe` in the volume fails, and a restarted container on the same
+//!   volume serves again; a killed client leaves the server serving the next one;
+//! - a topic: a publisher container and three subscriber containers (one of another
+//!   uid), `shmlink ls` from a fifth container listing the publisher and every subscriber.
+//!
+//! Skipped (requirement `podman`) where podman cannot run a container; CI runs
+//! scripts/containers.sh install first and requires it. Every container, and the
+//! directory, is removed at the end of each test, failed or not.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_shmlink");
+const IMAGE: &str = "localhost/shmlink:dev";
+/// The image's user, and the other uids the tests run containers as.
+const UID: u32 = 10001;
+const OTHER_UID: u32 = 10002;
+const STRANGER_UID: u32 = 10003;
+
+/// The repository root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `Ok(release shmlink)` once the image is built, `Err(reason)` when podman cannot run.
+static SETUP: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+/// One container test at a time: they measure, and the machine has few CPUs.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Takes the machine for one test: `None` (after reporting the skip) when podman cannot
+/// run containers here. Builds the image the first time (scripts/image.sh build, a
+/// release build; a failure there fails the test).
+fn setup() -> Option<(MutexGuard<'static, ()>, PathBuf)> {
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let r = SETUP.get_or_init(|| {
+        let check = Command::new(root().join("scripts/containers.sh"))
+            .arg("check")
+            .output();
+        match check {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                return Err(format!(
+                    "podman cannot run a container here (scripts/containers.sh install): {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ))
+            }
+            Err(e) => return Err(format!("scripts/containers.sh: {e}")),
+        }
+        let start = Instant::now();
+        // The release build as from a shell: without the variables `cargo test` sets for
+        // this process, which would make cargo rebuild (and rebuild again at the next
+        // build from a shell).
+        let mut image = Command::new(root().join("scripts/image.sh"));
+        image.env_clear().args(["build", IMAGE]);
+        for var in [
+            "PATH",
+            "HOME",
+            "USER",
+            "CARGO_HOME",
+            "RUSTUP_HOME",
+            "CARGO_TARGET_DIR",
+            "TMPDIR",
+        ] {
+            if let Some(v) = std::env::var_os(var) {
+                image.env(var, v);
+            }
+        }
+        let out = image.output().expect("run scripts/image.sh");
+        let listing = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "scripts/image.sh build failed:\n{listing}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!(
+            "image {IMAGE} ready in {:.1} s: {}",
+            start.elapsed().as_secs_f64(),
+            listing.lines().next().unwrap_or("")
+        );
+        Ok(root().join("target/release/shmlink"))
+    });
+    match r {
+        Ok(bin) => Some((guard, bin.clone())),
+        Err(why) => {
+            shmlink_testkit::skip("podman", why);
+            None
+        }
+    }
+}
+
+/// `podman ARGS`, bounded by `timeout` (coreutils), its output.
+fn podman_for(secs: u32, args: &[&str]) -> Output {
+    Command::new("timeout")
+        .arg(secs.to_string())
+        .arg("podman")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run podman")
+}
+
+fn podman(args: &[&str]) -> Output {
+    podman_for(180, args)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `podman ARGS` that must succeed; its stdout.
+fn podman_ok(args: &[&str]) -> String {
+    let out = podman(args);
+    assert!(
+        out.status.success(),
+        "podman {args:?}: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// A test's containers and rendezvous directories: removed on drop, whatever happened.
+struct Scope {
+    prefix: String,
+    containers: Mutex<Vec<String>>,
+    dirs: Vec<PathBuf>,
+}
+
+impl Scope {
+    fn new(test: &str) -> Scope {
+        Scope {
+            prefix: format!("shmlink-t{}-{test}", std::process::id()),
+            containers: Mutex::new(Vec::new()),
+            dirs: Vec::new(),
+        }
+    }
+
+    /// A host directory for a rendezvous volume, owned by `uid`, with `mode`.
+    fn dir(&mut self, name: &str, uid: u32, mode: u32) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("{}-{name}", self.prefix));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir(&d).unwrap();
+        std::os::unix::fs::chown(&d, Some(uid), Some(uid)).unwrap();
+        std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+        self.dirs.push(d.clone());
+        d
+    }
+
+    /// A container name of this test (removed on drop).
+    fn name(&self, role: &str) -> String {
+        let n = format!("{}-{role}", self.prefix);
+        self.containers.lock().unwrap().push(n.clone());
+        n
+    }
+
+    /// `podman run` arguments for a container of this test: its own namespaces (the
+    /// runtime's defaults), no network, read-only root, no capabilities, `uid`, the
+    /// directory `dir` at /run/shmlink.
+    fn run_args(&self, role: &str, uid: u32, dir: &Path) -> Vec<String> {
+        [
+            "run",
+            "--name",
+            &self.name(role),
+            "--network",
+            "none",
+            "--read-only",
+            "--cap-drop",
+            "all",
+            "--security-opt",
+            "no-new-privileges",
+            "--user",
+            &format!("{uid}:{uid}"),
+            "-v",
+            &format!("{}:/run/shmlink", dir.display()),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        let names = self
+            .containers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if !names.is_empty() {
+            // --ignore: some may be gone already (removed by the test itself).
+            let mut args = vec!["rm", "--force", "--ignore", "-t", "0"];
+            args.extend(names.iter().map(|s| s.as_str()));
+            let _ = podman(&args);
+        }
+        for d in &self.dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// Runs `podman ARGS IMAGE CMD…` to completion: its output.
+fn run(mut args: Vec<String>, cmd: &[&str]) -> Output {
+    args.push(IMAGE.to_string());
+    args.extend(cmd.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    podman(&refs)
+}
+
+/// Starts `podman run -d ARGS IMAGE CMD…`.
+fn start(mut args: Vec<String>, cmd: &[&str]) {
+    args.insert(1, "-d".to_string());
+    let out = run(args, cmd);
+    assert!(out.status.success(), "podman run -d: {}", text(&out.stderr));
+}
+
+/// Waits until `shmlink probe shm:NAME` in `dir` (run here, as root) passes.
+fn wait_listening(dir: &Path, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = Command::new(BIN)
+            .args(["probe", &format!("shm:{name}")])
+            .env("SHMLINK_DIR", dir)
+            .output()
+            .unwrap();
+        if out.status.success() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing listens at shm:{name} in {}: {}",
+            dir.display(),
+            text(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The p50 round trip (ns) of `pong --json` output.
+fn p50(out: &Output) -> f64 {
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "pong: {stdout}{}", text(&out.stderr));
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON row: {stdout}"));
+    let v: Value = serde_json::from_str(line).unwrap();
+    assert_eq!(v["transport"], "shm", "{line}");
+    v["rtt_ns"]["p50"].as_f64().unwrap()
+}
+
+/// The namespaces of a running container's first process (`/proc/PID/ns/KIND` links).
+fn namespaces(container: &str) -> Vec<String> {
+    let pid = podman_ok(&["inspect", "--format", "{{.State.Pid}}", container]);
+    ["pid", "net", "ipc", "uts", "mnt"]
+        .iter()
+        .map(|ns| {
+            std::fs::read_link(format!("/proc/{}/ns/{ns}", pid.trim()))
+                .map(|l| l.display().to_string())
+                .unwrap_or_else(|e| panic!("{container}: ns/{ns}: {e}"))
+        })
+        .collect()
+}
+
+const COUNT: &str = "20000";
+
+#[test]
+fn shm_between_containers_of_two_uids() {
+    let Some((_serial, release)) = setup() else {
+        return;
+    };
+    let mut scope = Scope::new("uids");
+    // Owned by the server's uid and writable by nobody else (the trust check), open for
+    // others to traverse: the client of another uid reaches the socket by path.
+    let dir = scope.dir("rdv", UID, 0o755);
+    let server = scope.run_args("server", UID, &dir);
+    let server_name = server[2].clone();
+    start(
+        server,
+        &[
+            "pong",
+            "--server",
+            "--cpus",
+            "none",
+            "--allow-uid",
+            &OTHER_UID.to_string(),
+            "shm:pong",
+        ],
+    );
+    wait_listening(&dir, "pong");
+
+    // The probe inside the container, as Kubernetes would exec it.
+    let probe = podman_ok(&["exec", &server_name, "shmlink", "probe", "shm:pong"]);
+    assert!(probe.contains("listening"), "{probe}");
+
+    // Best of three rounds each, alternating: two containers, then two plain processes
+    // (the same release binary, unpinned like the containers).
+    let plain_dir = scope.dir("plain", 0, 0o700);
+    let (mut best_ctr, mut best_plain) = (f64::MAX, f64::MAX);
+    for round in 0..3 {
+        let client = scope.run_args(&format!("client{round}"), OTHER_UID, &dir);
+        let out = run(
+            client,
+            &[
+                "pong",
+                "--client",
+                "--latency",
+                "--json",
+                "--cpus",
+                "none",
+                "-n",
+                COUNT,
+                "--expect-uid",
+                &UID.to_string(),
+                "shm:pong",
+            ],
+        );
+        best_ctr = best_ctr.min(p50(&out));
+        let out = Command::new(&release)
+            .args([
+                "pong",
+                "--latency",
+                "--json",
+                "--cpus",
+                "none",
+                "-n",
+                COUNT,
+                "shm:plain",
+            ])
+            .env("SHMLINK_DIR", &plain_dir)
+            .output()
+            .unwrap();
+        best_plain = best_plain.min(p50(&out));
+    }
+    println!(
+        "shm: p50 round trip, 64 B, best of 3 x {COUNT}: containers (uid {OTHER_UID} -> {UID}) {:.2} us, \
+         plain processes {:.2} us, ratio {:.2}",
+        best_ctr / 1e3,
+        best_plain / 1e3,
+        best_ctr / best_plain
+    );
+
+    // A third uid, not allowed: refused by the listener, which serves on.
+    let out = run(
+        scope.run_args("stranger", STRANGER_UID, &dir),
+        &[
+            "pong",
+            "--client",
+            "--latency",
+            "--no-wait",
+            "-n",
+            "100",
+            "--cpus",
+            "none",
+            "--expect-uid",
+            &UID.to_string(),
+            "shm:pong",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(err.contains("may not connect"), "{err}");
+
+    // Two containers in flight at once, a client mid-run and `shmlink ls` in a third:
+    // the listener (busy with its client, so not answering, or between runs, answering)
+    // with its pid and uid as the kernel reports them.
+    let client = scope.run_args("long", OTHER_UID, &dir);
+    let long_name = client[2].clone();
+    start(
+        client,
+        &[
+            "pong",
+            "--client",
+            "--cpus",
+            "none",
+            "-n",
+            "100000000",
+            "--expect-uid",
+            &UID.to_string(),
+            "shm:pong",
+        ],
+    );
+    let ls = run(scope.run_args("ls", UID, &dir), &["ls", "--json"]);
+    assert!(ls.status.success(), "{}", text(&ls.stderr));
+    let v: Value = serde_json::from_slice(&ls.stdout).unwrap();
+    let listeners = v["listeners"].as_array().unwrap();
+    assert_eq!(listeners.len(), 1, "{v}");
+    let l = &listeners[0];
+    assert_eq!(l["uid"], UID, "{l}");
+    assert!(l["path"].as_str().unwrap().ends_with("/pong.sock"), "{l}");
+    let state = l["state"].as_str().unwrap();
+    assert!(state == "answered" || state == "not_answering", "{l}");
+    println!(
+        "shmlink ls from a third container during a run: {}",
+        text(&ls.stdout).trim()
+    );
+
+    // Each container had namespaces of its own.
+    let (a, b) = (namespaces(&server_name), namespaces(&long_name));
+    for (x, y) in a.iter().zip(&b) {
+        assert_ne!(x, y, "the two containers share a namespace");
+    }
+    let own: Vec<String> = ["pid", "net", "ipc", "uts", "mnt"]
+        .iter()
+        .map(|ns| {
+            std::fs::read_link(format!("/proc/self/ns/{ns}"))
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .collect();
+    for (x, y) in a.iter().zip(&own) {
+        assert_ne!(x, y, "a container shares a namespace with the host");
+    }
+    podman_ok(&["rm", "-f", "-t", "0", &long_name]);
+}
+
+#[test]
+fn a_killed_container_resets_its_peer_and_a_restarted_one_serves() {
+    let Some((_serial, _)) = setup() else {
+        return;
+    };
+    let mut scope = Scope::new("kill");
+    let dir = scope.dir("rdv", UID, 0o700);
+    let server = scope.run_args("server", UID, &dir);
+    let server_name = server[2].clone();
+    start(server, &["pong", "--server", "--cpus", "none", "shm:pong"]);
+    wait_listening(&dir, "pong");
+
+    // A client streaming far longer than the test: attached, so its exit is seen.
+    let mut args = scope.run_args("client", UID, &dir);
+    args.push(IMAGE.to_string());
+    args.extend(
+        [
+            "pong",
+            "--client",
+            "--cpus",
+            "none",
+            "-n",
+            "1000000000",
+            "shm:pong",
+        ]
+        .map(String::from),
+    );
+    let mut client = Command::new("podman")
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Mid-stream: the listener's connection is live (ls, as root here, sees it busy).
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        client.try_wait().unwrap().is_none(),
+        "the client ended early"
+    );
+
+    let killed = Instant::now();
+    podman_ok(&["kill", "-s", "KILL", &server_name]);
+    // docs/containers.md: a peer's death is a reset at once (the kernel closes its
+    // socket); 30 s is the bound this test gives it before calling it a hang.
+    let status = loop {
+        if let Some(s) = client.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "the client did not notice the SIGKILLed server"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let after = killed.elapsed();
+    let mut err = String::new();
+    std::io::Read::read_to_string(client.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        err.to_lowercase().contains("reset") || err.contains("closed"),
+        "{err}"
+    );
+    println!(
+        "server container SIGKILLed mid-stream: the client container exited {:?} after {:.0} ms: {}",
+        status.code(),
+        after.as_secs_f64() * 1e3,
+        err.trim()
+    );
+
+    // The socket file stays; the probe tells it is dead.
+    assert!(dir.join("pong.sock").exists());
+    let out = Command::new(BIN)
+        .args(["probe", "shm:pong"])
+        .env("SHMLINK_DIR", &dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+
+    // A new server container on the same volume replaces the stale file and serves.
+    start(
+        scope.run_args("server2", UID, &dir),
+        &["pong", "--server", "--cpus", "none", "shm:pong"],
+    );
+    wait_listening(&dir, "pong");
+    let out = run(
+        scope.run_args("client2", UID, &dir),
+        &[
+            "pong",
+            "--client",
+            "--latency",
+            "--json",
+            "--cpus",
+            "none",
+            "-n",
+            "2000",
+            "shm:pong",
+        ],
+    );
+    p50(&out);
+
+    // The other way round: a client SIGKILLed mid-stream; the server serves the next.
+    let c3 = scope.run_args("client3", UID, &dir);
+    let c3_name = c3[2].clone();
+    start(
+        c3,
+        &[
+            "pong",
+            "--client",
+            "--cpus",
+            "none",
+            "-n",
+            "1000000000",
+            "shm:pong",
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    podman_ok(&["kill", "-s", "KILL", &c3_name]);
+    let out = run(
+        scope.run_args("client4", UID, &dir),
+        &[
+            "pong",
+            "--client",
+            "--latency",
+            "--json",
+            "--cpus",
+            "none",
+            "-n",
+            "2000",
+            "shm:pong",
+        ],
+    );
+    p50(&out);
+}
+
+#[test]
+fn a_topic_with_a_publisher_container_and_three_subscriber_containers() {
+    let Some((_serial, _)) = setup() else {
+        return;
+    };
+    let mut scope = Scope::new("topic");
+    let dir = scope.dir("rdv", UID, 0o755);
+    // The publisher, fed on stdin by this test; it waits for three subscribers.
+    let mut args = scope.run_args("pub", UID, &dir);
+    args.insert(1, "-i".to_string());
+    args.push(IMAGE.to_string());
+    args.extend(
+        [
+            "pub",
+            "--subscribers",
+            "3",
+            "--allow-uid",
+            &OTHER_UID.to_string(),
+            "shm:prices",
+        ]
+        .map(String::from),
+    );
+    let mut publisher = Command::new("podman")
+        .args(&args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_listening(&dir, "prices");
+    let mut subs = Vec::new();
+    for (i, uid) in [UID, UID, OTHER_UID].into_iter().enumerate() {
+        let name = format!("sub{i}");
+        let a = scope.run_args(&name, uid, &dir);
+        subs.push(a[2].clone());
+        start(a, &["sub", "--expect-uid", &UID.to_string(), "shm:prices"]);
+    }
+    // All three joined: `shmlink ls` in a fifth container lists the topic, its publisher
+    // and every subscriber with its uid.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut attempt = 0;
+    let topic = loop {
+        attempt += 1;
+        let ls = run(
+            scope.run_args(&format!("ls{attempt}"), UID, &dir),
+            &["ls", "--json"],
+        );
+        assert!(ls.status.success(), "{}", text(&ls.stderr));
+        let v: Value = serde_json::from_slice(&ls.stdout).unwrap();
+        let t = v["topics"][0].clone();
+        if t["subscribers"].as_array().map_or(0, |s| s.len()) == 3 {
+            break t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the subscribers did not all join: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(topic["uid"], UID, "{topic}");
+    let mut uids: Vec<u64> = topic["subscribers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["uid"].as_u64().unwrap())
+        .collect();
+    uids.sort();
+    assert_eq!(uids, [UID as u64, UID as u64, OTHER_UID as u64], "{topic}");
+    println!(
+        "shmlink ls from a fifth container: topic {} of uid {}, subscribers' uids {uids:?}",
+        topic["address"], topic["uid"]
+    );
+
+    // 1000 messages, then the end of the stream: every subscriber prints them all.
+    {
+        let mut stdin = publisher.stdin.take().unwrap();
+        for i in 0..1000 {
+            writeln!(stdin, "tick {i}").unwrap();
+        }
+    }
+    let status = publisher.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(publisher.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "pub: {err}");
+    for name in &subs {
+        let code = podman_ok(&["wait", name]);
+        assert_eq!(code.trim(), "0", "{name}");
+        let logs = podman(&["logs", name]);
+        let lines: Vec<String> = text(&logs.stdout).lines().map(String::from).collect();
+        assert_eq!(lines.len(), 1000, "{name}: {}", text(&logs.stderr));
+        assert_eq!(lines[0], "tick 0");
+        assert_eq!(lines[999], "tick 999");
+    }
+}
