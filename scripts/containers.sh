@@ -3,7 +3,7 @@
 # podman with runc, from Debian's packages, set up for machines like CI's (no systemd as
 # PID 1, hybrid cgroup v1/v2 that crun refuses, no CAP_SYS_RESOURCE).
 #
-# Usage: scripts/containers.sh install|check
+# Usage: scripts/containers.sh install|check|validate
 #   install  apt-get installs podman, buildah, runc and tini (its static tini-static is
 #            the images' PID 1) when missing (root), then writes
 #            /etc/containers/containers.conf.d/50-shmlink.conf (idempotent: rewritten
@@ -19,6 +19,12 @@
 #            and checks that a container runs (a throwaway image of busybox, if
 #            /bin/busybox is static; else `podman info` only).
 #   check    exit 0 when podman runs containers here, 1 (with the reason) when not.
+#   validate checks deploy/k8s/*.yaml against the Kubernetes API's JSON schemas, strictly
+#            (unknown fields are errors), for Kubernetes 1.29 (native sidecars, the
+#            oldest the docs name) and the newest the validator knows: the
+#            kubernetes-validate package from PyPI (schemas included, no cluster and no
+#            network at run time) in a venv under target/kube-venv. A manifest with a
+#            wrong field must fail first, so a validator that checks nothing fails too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -117,14 +123,34 @@ cmd_install() {
   log "podman $(podman version --format '{{.Client.Version}}') runs containers with $(podman info --format '{{.Host.OCIRuntime.Name}}')"
 }
 
+cmd_validate() {
+  local venv=target/kube-venv kv=1.37.0
+  if [ ! -x "$venv/bin/kubernetes-validate" ] || [ "$("$venv/bin/kubernetes-validate" --version 2>/dev/null)" != "$kv" ]; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q "kubernetes-validate==$kv"
+  fi
+  local v="$venv/bin/kubernetes-validate" bad
+  bad=$(mktemp --suffix=.yaml)
+  trap 'rm -f "$bad"' RETURN
+  printf 'apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers:\n    - name: a\n      image: i\n      livenessProbe: {exec: {command: "not a list"}}\n' >"$bad"
+  if "$v" --strict "$bad" >/dev/null 2>&1; then
+    die "validate: kubernetes-validate accepted a Pod whose probe command is not a list"
+  fi
+  local k
+  for k in 1.29.0 "$kv"; do
+    "$v" --strict -k "$k" deploy/k8s/*.yaml || die "validate: deploy/k8s does not validate for Kubernetes $k"
+  done
+}
+
 case ${1:-} in
   install) cmd_install ;;
+  validate) cmd_validate ;;
   check)
     command -v podman >/dev/null || die "podman is not installed (scripts/containers.sh install)"
     smoke
     ;;
   *)
-    echo "usage: $0 install|check" >&2
+    echo "usage: $0 install|check|validate" >&2
     exit 2
     ;;
 esac
