@@ -9,7 +9,12 @@
 //!   once, `shmlink probe` in the volume fails, and a restarted container on the same
 //!   volume serves again; a killed client leaves the server serving the next one;
 //! - a topic: a publisher container and three subscriber containers (one of another
-//!   uid), `shmlink ls` from a fifth container listing the publisher and every subscriber.
+//!   uid), `shmlink ls` from a fifth container listing the publisher and every subscriber;
+//! - transparent mode: a redis-server container and a redis-benchmark container of one
+//!   pod (its shared network namespace, as in a Kubernetes Pod; pid, ipc and mount
+//!   namespaces their own), both under `shmlink run`, every connection on shared memory,
+//!   requests/s printed with the ratio to the same pair over plain TCP (requirement
+//!   `apps`: the host's redis from scripts/apps.sh, copied into a test image).
 //!
 //! Skipped (requirement `podman`) where podman cannot run a container; CI runs
 //! scripts/containers.sh install first and requires it. Every container, and the
@@ -431,4 +436,198 @@ fn a_topic_with_a_publisher_container_and_three_subscriber_containers() {
         assert_eq!(lines[0], "tick 0");
         assert_eq!(lines[999], "tick 999");
     }
+}
+
+/// A test image: the shmlink image plus the host's redis-server, redis-benchmark and the
+/// libraries `ldd` lists for them (removed by the scope). `None` after a skip when this
+/// machine has no redis (scripts/apps.sh install).
+fn redis_image(scope: &mut Scope) -> Option<String> {
+    let which = |p: &str| {
+        Command::new("which")
+            .arg(p)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| text(&o.stdout).trim().to_string())
+    };
+    let (Some(server), Some(bench)) = (which("redis-server"), which("redis-benchmark")) else {
+        shmlink_testkit::skip(
+            "apps",
+            "no redis-server/redis-benchmark (scripts/apps.sh install)",
+        );
+        return None;
+    };
+    let ctx = std::env::temp_dir().join(format!("{}-redis-image", scope.prefix));
+    let _ = std::fs::remove_dir_all(&ctx);
+    let rootfs = ctx.join("root");
+    std::fs::create_dir_all(rootfs.join("usr/bin")).unwrap();
+    let ldd = Command::new("ldd")
+        .args([&server, &bench])
+        .output()
+        .unwrap();
+    for (from, name) in [(&server, "redis-server"), (&bench, "redis-benchmark")] {
+        std::fs::copy(from, rootfs.join("usr/bin").join(name)).unwrap();
+    }
+    for line in text(&ldd.stdout).lines() {
+        let Some((_, rest)) = line.split_once(" => ") else {
+            continue;
+        };
+        let Some(lib) = rest
+            .split_whitespace()
+            .next()
+            .filter(|l| l.starts_with('/'))
+        else {
+            continue;
+        };
+        let to = rootfs.join(lib.trim_start_matches('/'));
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(lib, &to).unwrap();
+    }
+    std::fs::write(
+        ctx.join("Containerfile"),
+        format!("FROM {IMAGE}\nCOPY root /\n"),
+    )
+    .unwrap();
+    let tag = format!("localhost/{}-redis:test", scope.prefix);
+    let out = podman(&["build", "-q", "-t", &tag, &ctx.display().to_string()]);
+    let _ = std::fs::remove_dir_all(&ctx);
+    assert!(out.status.success(), "build {tag}: {}", text(&out.stderr));
+    scope.images.push(tag.clone());
+    Some(tag)
+}
+
+/// The requests/s of `test` (SET, GET) in redis-benchmark -q output.
+fn rate(out: &str, test: &str) -> f64 {
+    out.split(['\r', '\n'])
+        .filter_map(|l| l.strip_prefix(&format!("{test}: ")))
+        .filter_map(|l| l.split_whitespace().next()?.parse::<f64>().ok())
+        .next_back()
+        .unwrap_or_else(|| panic!("no {test} rate in: {out}"))
+}
+
+#[test]
+fn redis_between_containers_in_transparent_mode() {
+    let Some((_serial, _)) = setup() else {
+        return;
+    };
+    let mut scope = Scope::new("redis");
+    let Some(image) = redis_image(&mut scope) else {
+        return;
+    };
+    let dir = scope.dir("rdv", UID, 0o700);
+    let pod = format!("{}-pod", scope.prefix);
+    scope.pods.push(pod.clone());
+    podman_ok(&["pod", "create", "--name", &pod]);
+    let user = format!("{UID}:{UID}");
+    let volume = format!("{}:/run/shmlink", dir.display());
+    let redis = scope.name("server");
+    podman_ok(&[
+        "run",
+        "-d",
+        "--pod",
+        &pod,
+        "--name",
+        &redis,
+        "--user",
+        &user,
+        "--read-only",
+        "--cap-drop",
+        "all",
+        "-v",
+        &volume,
+        &image,
+        "run",
+        "--",
+        "redis-server",
+        "--port",
+        "6379",
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]);
+    // Registered: the preload library's socket for 127.0.0.1:6379 in the volume.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_dir(&dir).unwrap().any(|e| {
+        e.unwrap()
+            .file_name()
+            .to_string_lossy()
+            .ends_with("-6379.sock")
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "redis-server did not register: {}",
+            text(&podman(&["logs", &redis]).stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let bench = [
+        "-p", "6379", "-c", "1", "-n", "20000", "-t", "set,get", "-q",
+    ];
+    let (mut plain, mut shm) = ((0f64, 0f64), (0f64, 0f64));
+    for round in 0..2 {
+        let name = scope.name(&format!("plain{round}"));
+        let mut args = vec![
+            "run",
+            "--pod",
+            &pod,
+            "--name",
+            &name,
+            "--user",
+            &user,
+            "--read-only",
+            "--entrypoint",
+            "/usr/bin/redis-benchmark",
+            &image,
+        ];
+        args.extend(bench);
+        let out = podman(&args);
+        let o = text(&out.stdout);
+        assert!(out.status.success(), "{o}{}", text(&out.stderr));
+        plain = (plain.0.max(rate(&o, "SET")), plain.1.max(rate(&o, "GET")));
+
+        let name = scope.name(&format!("shm{round}"));
+        let mut args = vec![
+            "run",
+            "--pod",
+            &pod,
+            "--name",
+            &name,
+            "--user",
+            &user,
+            "--read-only",
+            "-e",
+            "SHMLINK_LOG=debug",
+            "-v",
+            &volume,
+            &image,
+            "run",
+            "--",
+            "redis-benchmark",
+        ];
+        args.extend(bench);
+        let out = podman(&args);
+        let (o, e) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{o}{e}");
+        // Every connection to the server, checked one by one in the preload's log.
+        // (One line per connection the client opened: "A -> 127.0.0.1:6379: fd N on
+        // shared memory", or "…; stays TCP".)
+        let on_shm = e
+            .lines()
+            .filter(|l| l.contains("-> 127.0.0.1:6379: fd ") && l.ends_with("on shared memory"))
+            .count();
+        assert!(
+            on_shm >= 2,
+            "fewer than two connections on shared memory: {e}"
+        );
+        assert!(!e.contains("stays TCP"), "{e}");
+        shm = (shm.0.max(rate(&o, "SET")), shm.1.max(rate(&o, "GET")));
+    }
+    println!(
+        "redis-benchmark -c 1 between two containers of a pod, best of 2: plain TCP SET {:.0} GET {:.0} req/s, \
+         shmlink run SET {:.0} GET {:.0} req/s; ratio SET {:.2} GET {:.2}",
+        plain.0, plain.1, shm.0, shm.1, shm.0 / plain.0, shm.1 / plain.1
+    );
 }

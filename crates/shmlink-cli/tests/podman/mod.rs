@@ -124,9 +124,12 @@ pub fn podman_ok(args: &[&str]) -> String {
 
 /// A test's containers and rendezvous directories: removed on drop, whatever happened.
 pub struct Scope {
-    prefix: String,
+    pub prefix: String,
     containers: Mutex<Vec<String>>,
     dirs: Vec<PathBuf>,
+    /// Pods and images of this test (removed on drop, after the containers).
+    pub pods: Vec<String>,
+    pub images: Vec<String>,
 }
 
 impl Scope {
@@ -135,6 +138,8 @@ impl Scope {
             prefix: format!("shmlink-t{}-{test}", std::process::id()),
             containers: Mutex::new(Vec::new()),
             dirs: Vec::new(),
+            pods: Vec::new(),
+            images: Vec::new(),
         }
     }
 
@@ -194,6 +199,12 @@ impl Drop for Scope {
             let mut args = vec!["rm", "--force", "--ignore", "-t", "0"];
             args.extend(names.iter().map(|s| s.as_str()));
             let _ = podman(&args);
+        }
+        for pod in &self.pods {
+            let _ = podman(&["pod", "rm", "--force", "--ignore", "-t", "0", pod]);
+        }
+        for image in &self.images {
+            let _ = podman(&["rmi", "--force", "--ignore", image]);
         }
         for d in &self.dirs {
             let _ = std::fs::remove_dir_all(d);
