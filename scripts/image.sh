@@ -3,7 +3,8 @@
 #
 # Usage: scripts/image.sh build [TAG] | rootfs DIR | list [TAG]
 #   build   release build of the shmlink CLI, libshmlink_preload.so and libshmlink.so
-#           (cargo, in target/release), then `rootfs target/image` and `podman build`
+#           as deploy/Dockerfile's build stage makes it (its ENV; in target/dockerfile-check,
+#           shared with scripts/check-dockerfile.sh), then `rootfs target/image` and `podman build`
 #           of an image FROM scratch holding that tree and tini, with the final stage's
 #           ENV, USER, ENTRYPOINT and CMD of deploy/Dockerfile (the recipe for machines
 #           with a registry, whose build stage runs the same `rootfs`). TAG defaults to
@@ -104,10 +105,15 @@ cmd_build() {
   command -v podman >/dev/null || die "build: podman is not installed (scripts/containers.sh install)"
   local tini=/usr/bin/tini-static
   [ -x "$tini" ] || die "build: no $tini (Debian's tini package: scripts/containers.sh install)"
-  cargo build --release -q -p shmlink-cli -p shmlink-preload -p shmlink-capi
-  local ctx=${CARGO_TARGET_DIR:-target}/image
+  # The build of deploy/Dockerfile's build stage, as scripts/check-dockerfile.sh makes it
+  # (its ENV, CXX=false, its target directory): where the check ran (CI runs it first),
+  # cargo finds everything built and the image holds the very files the check built.
+  local target=$PWD/target/dockerfile-check
+  CARGO_TARGET_DIR=$target CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols \
+    CXX=false cargo build --release --locked -q -p shmlink-cli -p shmlink-preload -p shmlink-capi
+  local ctx=target/image
   mkdir -p "$ctx"
-  cmd_rootfs "$ctx"
+  CARGO_TARGET_DIR=$target cmd_rootfs "$ctx"
   cp "$tini" "$ctx/tini"
   containerfile >"$ctx/Containerfile"
   ! grep -q -- '--from=' "$ctx/Containerfile" ||
@@ -131,11 +137,14 @@ cmd_list() {
   local tag=${1:-localhost/shmlink:dev}
   podman image exists "$tag" || die "list: no image $tag (scripts/image.sh build)"
   podman image inspect --format 'image {{index .RepoTags 0}}: {{.Size}} bytes, user {{.Config.User}}, entrypoint {{.Config.Entrypoint}}' "$tag"
-  local ctr
+  local ctr listing
   ctr=$(podman create "$tag")
-  # The tree as tar from the container's file system (the image has no shell to list it).
-  podman export "$ctr" | tar -tvf - | awk '{ printf "  %s %s %9s %s %s %s\n", $1, $2, $3, $6, $7, $8 }' | sort -k6
+  # The tree as tar from the container's file system (the image has no shell to list it);
+  # the container is removed whatever happens.
+  listing=$(podman export "$ctr" | tar -tvf - || true)
   podman rm -f "$ctr" >/dev/null
+  [ -n "$listing" ] || die "list: could not export $tag"
+  echo "$listing" | awk '{ printf "  %s %s %9s %s %s %s\n", $1, $2, $3, $6, $7, $8 }' | sort -k6
 }
 
 case ${1:-} in

@@ -23,7 +23,7 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// `Ok(release shmlink)` once the image is built, `Err(reason)` when podman cannot run.
+/// `Ok(the image's shmlink)` once the image is built, `Err(reason)` when podman cannot run.
 static SETUP: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 /// One container test at a time: they measure, and the machine has few CPUs.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -78,7 +78,9 @@ pub fn setup() -> Option<(MutexGuard<'static, ()>, PathBuf)> {
             start.elapsed().as_secs_f64(),
             listing.lines().next().unwrap_or("")
         );
-        Ok(root().join("target/release/shmlink"))
+        // The image's own shmlink (dynamically linked against this machine's glibc), for
+        // the plain processes the containers are compared with.
+        Ok(root().join("target/image/root/usr/local/bin/shmlink"))
     });
     match r {
         Ok(bin) => Some((guard, bin.clone())),
