@@ -170,7 +170,10 @@ for c in "${commands[@]}"; do
 done
 
 echo "== 3. the installed binary runs"
-installed=$(find "$out" -type f -perm -u+x | head -1)
+# The shmlink program if the stage installed one (a whole image tree holds libraries with
+# the executable bit too), else the first executable.
+installed=$(find "$out" -type f -name shmlink -perm -u+x | head -1)
+[ -n "$installed" ] || installed=$(find "$out" -type f -perm -u+x | head -1)
 [ -n "$installed" ] || { echo "FAILED: the build stage installed no program under /out"; exit 1; }
 # The image's CMD (exec form, `CMD ["arg", …]`) as the arguments, as `docker run` would.
 cmd=()

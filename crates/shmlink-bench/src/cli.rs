@@ -25,7 +25,7 @@ use shmlink_measure::protocol::{Stop, MIN_SIZE};
     max_term_width = 100
 )]
 pub struct Cli {
-    /// The pattern: p2p (or point-to-point), pubsub, async, inproc, connect, apps (see
+    /// The pattern: p2p (or point-to-point), pubsub, async, inproc, connect, apps, containers (see
     /// Patterns below) [default: p2p]
     #[arg(long, value_name = "P", allow_hyphen_values = true)]
     pub pattern: Option<String>,

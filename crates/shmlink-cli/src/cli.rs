@@ -54,6 +54,7 @@ pub enum Command {
     Sub(SubCli),
     Bench(BenchCli),
     Run(crate::run::RunCli),
+    Probe(crate::probe::ProbeCli),
     VmHost(crate::vm_host::VmHostCli),
     Completions(CompletionsCli),
     Man(ManCli),

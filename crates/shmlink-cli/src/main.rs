@@ -16,6 +16,7 @@ mod ls;
 mod manual;
 mod netcat;
 mod pong;
+mod probe;
 mod run;
 mod stop;
 mod topic;
@@ -56,5 +57,9 @@ fn main() -> ExitCode {
         Command::Run(r) => run::run(&r),
         Command::VmHost(v) => vm_host::run(&v),
         Command::Conform(c) => conform::run(&c),
+        Command::Probe(p) => match probe::run(&p) {
+            Ok(code) => code,
+            Err(msg) => cli::report(&cli::usage_error("probe", msg)),
+        },
     }
 }

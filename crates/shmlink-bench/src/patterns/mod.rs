@@ -15,6 +15,7 @@ use crate::pattern::{check_flags, Pattern};
 pub mod apps;
 pub mod r#async;
 pub mod connect;
+pub mod containers;
 pub mod inproc;
 pub mod pingpong;
 pub mod pubsub;
@@ -27,6 +28,7 @@ pub const PATTERNS: &[&dyn Pattern] = &[
     &inproc::Inproc,
     &connect::Connect,
     &apps::Apps,
+    &containers::Containers,
 ];
 
 /// The pattern named `name` (or one of its aliases).
