@@ -91,8 +91,8 @@ impl Drop for Map {
 pub(super) fn memfd(len: usize) -> io::Result<OwnedFd> {
     let name = c"shmlink-bench-floor";
     // SAFETY: `name` is a valid C string.
-    let fd = syscall!(memfd_create(name.as_ptr(), libc::MFD_CLOEXEC))
-        .map_err(ctx("memfd_create"))?;
+    let fd =
+        syscall!(memfd_create(name.as_ptr(), libc::MFD_CLOEXEC)).map_err(ctx("memfd_create"))?;
     // SAFETY: memfd_create returned a new fd that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     // SAFETY: ftruncate takes an fd and a length.

@@ -112,7 +112,10 @@ fn serve(args: &PongArgs) -> Result<()> {
                 if h.one_in == 1 {
                     "all verified".to_string()
                 } else {
-                    format!("verified (every byte of 1 in {}, the ends of all)", h.one_in)
+                    format!(
+                        "verified (every byte of 1 in {}, the ends of all)",
+                        h.one_in
+                    )
                 },
                 transport.as_str()
             ),

@@ -101,10 +101,11 @@ impl Consumer {
         }
         if tail > self.head && tail > self.cached_tail {
             self.by_tail = tail - self.head > BATCH_SEEN;
-        } else if self.head > tail + BATCH_SEEN {
-            // Records found by their headers run more than that ahead of the published
-            // `tail`: the producer publishes in batches too (a consumer that polls
-            // headers, `poll`, never sees `tail` jump).
+        } else if self.head > tail {
+            // Records found by their headers run ahead of the published `tail`: the
+            // producer publishes in batches (a consumer that polls headers, `poll`,
+            // never sees `tail` jump). A producer publishing each record has its `tail`
+            // out by the time we look (or a record's step switches back, above).
             self.by_tail = true;
         }
         self.cached_tail = tail;

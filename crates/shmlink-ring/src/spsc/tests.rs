@@ -165,8 +165,8 @@ fn a_batched_producer_is_followed_by_tail() {
 }
 
 /// A busy-polling consumer watches the header at `head` (the record's own line), also
-/// of a record not yet published; once it has run more than a batch ahead of the
-/// published `tail`, it follows `tail` instead.
+/// of a record not yet published; once a `tail` read finds it ahead of the published
+/// `tail` (a batch), it follows `tail` instead.
 #[test]
 fn a_polling_consumer_watches_headers_until_it_runs_ahead_of_a_batch() {
     let mut h = HeapRing::new(4096);
@@ -183,7 +183,7 @@ fn a_polling_consumer_watches_headers_until_it_runs_ahead_of_a_batch() {
     assert_eq!(h.prod.tail.0.load(Ordering::Relaxed), 0);
     assert_eq!(pop(&mut c).unwrap(), [0; 64]);
     assert!(!c.poll().unwrap());
-    // A batch written and not published: taken by the headers, 720 bytes ahead of tail.
+    // A batch written and not published: taken by the headers, ahead of tail.
     for i in 1..=10 {
         write(&mut p, i);
     }
@@ -191,7 +191,10 @@ fn a_polling_consumer_watches_headers_until_it_runs_ahead_of_a_batch() {
         assert!(c.poll().unwrap());
         assert_eq!(pop(&mut c).unwrap(), [i; 64]);
     }
-    assert!(c.peek().unwrap().is_none(), "the tail read finds head far ahead");
+    assert!(
+        c.peek().unwrap().is_none(),
+        "the tail read finds head far ahead"
+    );
     write(&mut p, 11);
     assert!(
         !c.poll().unwrap(),
