@@ -9,7 +9,7 @@
 #   scripts/deb.sh test             build, `dpkg -i`, scripts/install-check.sh /usr against
 #                                   the system copy, `dpkg -r`, and check nothing is left;
 #                                   needs root and dpkg, and refuses to touch a shmlink
-#                                   package installed before it
+#                                   package installed before it (a skip, see below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
@@ -72,17 +72,28 @@ EOF
     (cd "$dir" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | sort -z |
       xargs -0 md5sum >DEBIAN/md5sums)
     find "$dir" -type d -exec chmod 0755 {} +
-    dpkg-deb --root-owner-group -Zxz --build "$dir" "$out/${pkg}_${version}_$arch.deb" >&2
+    dpkg-deb --root-owner-group -Zgzip --build "$dir" "$out/${pkg}_${version}_$arch.deb" >&2
     echo "$out/${pkg}_${version}_$arch.deb"
   done
 }
 
+# skip CATEGORY REASON: as shmlink_testkit::skip (a line in $SHMLINK_SKIP_LOG; a failure
+# when SHMLINK_REQUIRE names the category or `all`).
+skip() {
+  local line="SKIPPED scripts/deb.sh::test: $2 [$1]"
+  case ",${SHMLINK_REQUIRE:-}," in
+    *,"$1",* | *,all,*) echo "$line, but SHMLINK_REQUIRE=$SHMLINK_REQUIRE" >&2; exit 1 ;;
+  esac
+  echo "$line"
+  [[ -z ${SHMLINK_SKIP_LOG:-} ]] || echo "$line" >>"$SHMLINK_SKIP_LOG"
+  exit 0
+}
+
 test_packages() {
-  [[ $(id -u) == 0 ]] || { echo "SKIPPED scripts/deb.sh::test: needs root to install packages [root]"; exit 3; }
-  command -v dpkg >/dev/null || { echo "SKIPPED scripts/deb.sh::test: needs dpkg [root]"; exit 3; }
-  if dpkg-query -W -f='${Status}' shmlink 2>/dev/null | grep -q installed; then
-    echo "scripts/deb.sh test: a shmlink package is installed already; not touching it" >&2
-    exit 1
+  [[ $(id -u) == 0 ]] || skip root "needs root to install packages"
+  command -v dpkg >/dev/null || skip install "needs dpkg (a Debian system)"
+  if dpkg-query -W -f='${Status}' shmlink shmlink-dbg 2>/dev/null | grep -q installed; then
+    skip install "a shmlink package is installed already; not touching it"
   fi
   local debs
   mapfile -t debs < <(build target/deb)

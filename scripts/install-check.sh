@@ -63,7 +63,9 @@ build() { # build NAME SRC [--static]
 build version version.c
 ./version >/dev/null || fail "header and library versions differ"
 ok "C program built with pkg-config; $(./version)"
-ldd ./version | grep -q "libshmlink.so.0 => $(pkg-config --variable=libdir shmlink)/libshmlink.so.0" ||
+loaded=$(ldd ./version | sed -n 's/.*libshmlink\.so\.0 => \(.*\) (0x.*/\1/p')
+# -ef: the same file (with merged /usr, /lib/libshmlink.so.0 is /usr/lib's).
+[[ -n $loaded && $loaded -ef $(pkg-config --variable=libdir shmlink)/libshmlink.so.0 ]] ||
   fail "the program does not load the installed libshmlink.so.0: $(ldd ./version)"
 ok "the program loads $(pkg-config --variable=libdir shmlink)/libshmlink.so.0"
 

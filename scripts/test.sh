@@ -38,6 +38,9 @@ cargo test -p shmlink --no-default-features --features testing --lib 2>&1 | tee 
 echo "== the Python package: pip install ./crates/shmlink-py into target/py-venv, pytest"
 scripts/python.sh 2>&1 | tee -a "$log"
 
+echo "== the Debian package: built from scripts/install.sh's tree, dpkg -i, the install checks against /usr, dpkg -r (scripts/deb.sh test; root)"
+scripts/deb.sh test 2>&1 | tee -a "$log"
+
 echo "== hostile publisher geometries, release build (wrapping arithmetic is silent there)"
 cargo test --release -p shmlink --test hostile_publisher 2>&1 | tee -a "$log"
 
