@@ -8,7 +8,7 @@
 #   - `shmlink run --print-path` names PREFIX/lib/shmlink/libshmlink_preload.so, and
 #     `shmlink run` runs a real TCP program pair (python3's socket module) whose connection
 #     goes over shared memory (the preload's "fd N on shared memory" log line);
-#   - `man shmlink` renders, the completions are there.
+#   - `man shmlink` and `man 3 shmlink_connect` render, the completions are there.
 #   scripts/install-check.sh PREFIX     prints "install-check: N checks passed" or fails
 # Needs cc, pkg-config, readelf and python3; run by crates/shmlink-cli/tests/install.rs
 # and scripts/deb.sh test.
@@ -138,14 +138,20 @@ ok "python3 TCP echo pair under the installed shmlink run: on shared memory both
 # 4. Manual and completions.
 page=$prefix/share/man/man1/shmlink.1.gz
 gzip -dc "$page" | grep -q '^\.TH shmlink 1' || fail "$page has no .TH header"
+page3=$prefix/share/man/man3/shmlink_connect.3.gz
+gzip -dc "$page3" | grep -q '^\.TH SHMLINK_CONNECT 3' || fail "$page3 has no .TH header"
 if command -v man >/dev/null; then
   man_out=$(MANPAGER=cat MANWIDTH=100 man -l "$page" 2>&1) || fail "man -l $page: $man_out"
   grep -q SYNOPSIS <<<"$man_out" || fail "man shmlink has no SYNOPSIS: $man_out"
+  man_out=$(MANPAGER=cat MANWIDTH=100 man -l "$page3" 2>&1) || fail "man -l $page3: $man_out"
+  grep -q "shmlink_socket \*shmlink_connect(const char \*addr" <<<"$man_out" &&
+    grep -q ECONNREFUSED <<<"$man_out" || fail "man 3 shmlink_connect: $man_out"
   if [[ $prefix == /usr ]]; then
     man -w shmlink-run >/dev/null || fail "man -w shmlink-run finds no page"
+    man -w 3 shmlink_connect >/dev/null || fail "man -w 3 shmlink_connect finds no page"
   fi
 fi
-ok "man shmlink renders ($(ls "$prefix/share/man/man1" | grep -c '^shmlink') pages)"
+ok "man shmlink and man 3 shmlink_connect render ($(ls "$prefix/share/man/man1" | grep -c '^shmlink') pages in man1, $(ls "$prefix/share/man/man3" | grep -c '^shmlink') in man3)"
 grep -q "shmlink" "$prefix/share/bash-completion/completions/shmlink" &&
   [[ -s $prefix/share/zsh/site-functions/_shmlink && -s $prefix/share/fish/vendor_completions.d/shmlink.fish ]] ||
   fail "completions missing"

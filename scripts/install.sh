@@ -9,6 +9,7 @@
 #   PREFIX/lib/pkgconfig/shmlink.pc             with the real prefix
 #   PREFIX/include/shmlink.h
 #   PREFIX/share/man/man1/shmlink.1, shmlink-COMMAND.1
+#   PREFIX/share/man/man3/shmlink.3, shmlink_FUNCTION.3   the C API (needs python3)
 #   PREFIX/share/bash-completion/completions/shmlink, share/zsh/site-functions/_shmlink,
 #   PREFIX/share/fish/vendor_completions.d/shmlink.fish
 #   PREFIX/share/doc/shmlink/                   README, licences, the C and Python guides
@@ -24,7 +25,7 @@
 #   CARGO_TARGET_DIR is honoured. Needs cargo, objcopy and strip (binutils).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage() { sed -n '2,28p' "$0" >&2; exit 2; }
+usage() { sed -n '2,29p' "$0" >&2; exit 2; }
 bench= debug_info=1 prefix=
 for arg in "$@"; do
   case $arg in
@@ -123,6 +124,15 @@ for c in $commands; do
   "$shmlink" man "$c" >"$root/share/man/man1/shmlink-$c.1"
 done
 gzip -9nf "$root"/share/man/man1/shmlink*.1
+# The C API's pages (man 3 shmlink_connect), from the header's comments.
+if command -v python3 >/dev/null; then
+  rm -rf "$root/share/man/man3"
+  python3 scripts/man3.py crates/shmlink-capi/include/shmlink.h "$root/share/man/man3" "$version"
+  gzip -9nf "$root"/share/man/man3/shmlink*.3
+  chmod -R u=rwX,go=rX "$root/share/man/man3"
+else
+  echo "install.sh: no python3, so no man3 pages for the C API (scripts/man3.py)" >&2
+fi
 "$shmlink" completions bash >"$root/share/bash-completion/completions/shmlink"
 "$shmlink" completions zsh >"$root/share/zsh/site-functions/_shmlink"
 "$shmlink" completions fish >"$root/share/fish/vendor_completions.d/shmlink.fish"
