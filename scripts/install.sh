@@ -93,10 +93,12 @@ put "$target/libshmlink_capi.so" "$root/lib/libshmlink.so.$version" 0644
 ln -sfn "libshmlink.so.$version" "$root/lib/libshmlink.so.0"
 ln -sfn "libshmlink.so.0" "$root/lib/libshmlink.so"
 put "$target/libshmlink_preload.so" "$root/lib/shmlink/libshmlink_preload.so" 0644
-# The static library: debug sections off (most of its size); symbols stay for linking.
+# The static library: debug sections and the LLVM bitcode rustc embeds for its own LTO
+# (.llvmbc, .llvmcmd: most of the rest, and no C linker reads them) off; the symbols
+# stay for linking.
 tmp=$(mktemp "$root/lib/libshmlink.a.XXXXXX")
 cp "$target/libshmlink_capi.a" "$tmp"
-strip --strip-debug "$tmp"
+strip --strip-debug -R .llvmbc -R .llvmcmd "$tmp"
 chmod 0644 "$tmp"
 mv -f "$tmp" "$root/lib/libshmlink.a"
 install -m 0644 crates/shmlink-capi/include/shmlink.h "$root/include/shmlink.h"
