@@ -2,8 +2,8 @@
 # The Python package (crates/shmlink-py): makes a venv under target/, installs maturin,
 # pytest and the package exactly as the README says (pip install ./crates/shmlink-py),
 # and runs the pytest suite (cryptography makes the tls: test certificates).
-# scripts/test.sh calls it; pytest's closing summary line is what its `all:` line
-# counts, and skipped tests go to $SHMLINK_SKIP_LOG.
+# scripts/test.sh runs the same suite through scripts/wheel.sh instead (one build of
+# the extension). Skipped tests go to $SHMLINK_SKIP_LOG.
 #   scripts/python.sh            install + test
 #   scripts/python.sh --no-test  install only (scripts/bench-python.py uses the venv)
 #   PYTHON=python3.12 scripts/python.sh   another interpreter (CPython >= 3.9)

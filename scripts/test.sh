@@ -35,8 +35,13 @@ cargo test -p shmlink-preload --lib 2>&1 | tee -a "$log"
 # the one that asks for TLS and must be refused with an error naming the feature.
 cargo test -p shmlink --no-default-features --features testing --lib 2>&1 | tee -a "$log"
 
-echo "== the Python package: pip install ./crates/shmlink-py into target/py-venv, pytest"
-scripts/python.sh 2>&1 | tee -a "$log"
+echo "== the Python package: an abi3 manylinux_2_28 wheel + sdist (scripts/wheel.sh), auditwheel show, pytest in a clean venv without Rust on PATH"
+# One release build of the extension, the wheel's; `scripts/python.sh` (pip install
+# ./crates/shmlink-py, the README's way from source) builds the same code again.
+scripts/wheel.sh 2>&1 | tee -a "$log"
+
+echo "== the Debian package: built from scripts/install.sh's tree, dpkg -i, the install checks against /usr, dpkg -r (scripts/deb.sh test; root)"
+scripts/deb.sh test 2>&1 | tee -a "$log"
 
 echo "== hostile publisher geometries, release build (wrapping arithmetic is silent there)"
 cargo test --release -p shmlink --test hostile_publisher 2>&1 | tee -a "$log"

@@ -18,6 +18,16 @@ fn bench_program() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(BENCH_PROGRAM))
 }
 
+/// What to do when the benchmark program is missing.
+fn how_to_get_it() -> String {
+    format!(
+        "{BENCH_PROGRAM} is not installed here. Get it with `scripts/install.sh --bench PREFIX` \
+         (from the source tree: installs it next to shmlink), or run it from the source tree \
+         with `cargo run --release -p shmlink-bench -- ARGS`, or build it with \
+         `cargo build --release -p shmlink-bench` (Rust 1.89 or newer)."
+    )
+}
+
 /// Runs `shmlink-bench ARGS`; its exit code is this one's (1 if it cannot run, or died
 /// of a signal).
 pub fn bench(args: &[OsString]) -> ExitCode {
@@ -31,11 +41,21 @@ pub fn bench(args: &[OsString]) -> ExitCode {
             }
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // `--help` is answered here (status 0): what the command is and how to get it.
+            if args.iter().any(|a| a == "--help" || a == "-h") {
+                println!(
+                    "Compare IPC methods side by side: latency, throughput and CPU per message.\n\n\
+                     Usage: shmlink bench [ARGS]...\n\n\
+                     Runs the separate benchmark program {BENCH_PROGRAM} with ARGS; its own \
+                     --help lists them.\n{}",
+                    how_to_get_it()
+                );
+                return ExitCode::SUCCESS;
+            }
             eprintln!(
                 "shmlink bench: the benchmark program {BENCH_PROGRAM} is not installed (not next to \
-                 this program, not on PATH); run it from the source tree with \
-                 `cargo run --release -p shmlink-bench -- ARGS`, or build it with \
-                 `cargo build --release -p shmlink-bench`"
+                 this program, not on PATH).\n{}",
+                how_to_get_it()
             );
             ExitCode::from(1)
         }

@@ -4,7 +4,7 @@
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use clap::Args;
@@ -18,7 +18,10 @@ pub const PRELOAD_LIB: &str = "libshmlink_preload.so";
     about = "Run an unmodified TCP program with its local connections on shared memory",
     long_about = "Run CMD with libshmlink_preload.so preloaded: its TCP connections to other \
                   preloaded programs on this kernel go over shared memory, everything else \
-                  over the kernel as before. See docs/transparent.md.",
+                  over the kernel as before. See docs/transparent.md.\n\n\
+                  The library is looked for in $SHMLINK_PRELOAD_LIB, then next to this \
+                  program, in ../lib/shmlink/ and ../lib/ of its installed tree \
+                  (scripts/install.sh), then in the cargo target directory it was built in.",
     after_help = "Examples:\n  shmlink run -- redis-server --port 6379\n  \
                   shmlink run -- redis-benchmark -t get\n  \
                   SHMLINK_DIR=/run/shmlink shmlink run --allow-uid 65534 -- SERVER   (admit nobody's clients)\n  \
@@ -49,28 +52,74 @@ pub struct RunCli {
     pub cmd: Vec<OsString>,
 }
 
-/// Where the preload library is: `$SHMLINK_PRELOAD_LIB`, next to this program (where
-/// cargo builds both), or in `../lib` (an installed tree).
-fn library() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("SHMLINK_PRELOAD_LIB").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
+/// Where `cargo build` put this program (see build.rs): the last place searched, for a
+/// `shmlink` installed with `cargo install --path crates/shmlink-cli`.
+const BUILD_PROFILE_DIR: Option<&str> = option_env!("SHMLINK_BUILD_PROFILE_DIR");
+
+/// The places searched for the preload library, in order, when `$SHMLINK_PRELOAD_LIB` is
+/// not set: next to this program (`target/release`, where cargo builds both), the
+/// installed tree's `../lib/shmlink/` (scripts/install.sh) and `../lib/`, then the cargo
+/// profile directory this program was built in.
+fn candidates(exe_dir: Option<&Path>, build_dir: Option<&Path>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(dir) = exe_dir {
+        out.push(dir.join(PRELOAD_LIB));
+        out.push(dir.join("../lib/shmlink").join(PRELOAD_LIB));
+        out.push(dir.join("../lib").join(PRELOAD_LIB));
     }
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
-    [dir.join(PRELOAD_LIB), dir.join("../lib").join(PRELOAD_LIB)]
-        .into_iter()
-        .find(|p| p.is_file())
-        .map(|p| p.canonicalize().unwrap_or(p))
+    if let Some(dir) = build_dir {
+        let p = dir.join(PRELOAD_LIB);
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Where the preload library is: `$SHMLINK_PRELOAD_LIB` if set (it must then exist),
+/// else the first of [`candidates`] that is a file. `Err` is the message for the user,
+/// naming every place searched and how to get the library.
+fn library() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("SHMLINK_PRELOAD_LIB").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!(
+                "SHMLINK_PRELOAD_LIB={} is not a file; unset it to search the usual places",
+                p.display()
+            ))
+        };
+    }
+    // /proc/self/exe: symbolic links already resolved, so a link in PATH to an installed
+    // tree finds that tree's library.
+    let exe = std::env::current_exe().ok();
+    let list = candidates(
+        exe.as_deref().and_then(Path::parent),
+        BUILD_PROFILE_DIR.map(Path::new),
+    );
+    if let Some(p) = list.iter().find(|p| p.is_file()) {
+        return Ok(p.canonicalize().unwrap_or_else(|_| p.clone()));
+    }
+    let searched: Vec<String> = list.iter().map(|p| format!("  {}", p.display())).collect();
+    Err(format!(
+        "{PRELOAD_LIB} not found; searched $SHMLINK_PRELOAD_LIB (unset) and\n{}\n\
+         Install it with the rest of shmlink: scripts/install.sh PREFIX (from the source \
+         tree; puts it in PREFIX/lib/shmlink/), or build it with \
+         `cargo build --release -p shmlink-preload` and set SHMLINK_PRELOAD_LIB to \
+         target/release/{PRELOAD_LIB}",
+        searched.join("\n")
+    ))
 }
 
 /// Runs `shmlink run`.
 pub fn run(args: &RunCli) -> ExitCode {
-    let Some(lib) = library() else {
-        eprintln!(
-            "shmlink run: {PRELOAD_LIB} not found (next to this program, in ../lib, or \
-             $SHMLINK_PRELOAD_LIB); build it with `cargo build -p shmlink-preload`"
-        );
-        return ExitCode::from(1);
+    let lib = match library() {
+        Ok(lib) => lib,
+        Err(msg) => {
+            eprintln!("shmlink run: {msg}");
+            return ExitCode::from(1);
+        }
     };
     if args.print_path {
         println!("{}", lib.display());
@@ -113,4 +162,30 @@ pub fn run(args: &RunCli) -> ExitCode {
     } else {
         126
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_search_order_is_next_to_the_program_then_the_installed_tree_then_the_build() {
+        let list = candidates(
+            Some(Path::new("/opt/sl/bin")),
+            Some(Path::new("/src/target/release")),
+        );
+        let want: Vec<PathBuf> = [
+            "/opt/sl/bin/libshmlink_preload.so",
+            "/opt/sl/bin/../lib/shmlink/libshmlink_preload.so",
+            "/opt/sl/bin/../lib/libshmlink_preload.so",
+            "/src/target/release/libshmlink_preload.so",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(list, want);
+        // Built and run in the same target directory: searched once.
+        let same = candidates(Some(Path::new("/t/debug")), Some(Path::new("/t/debug")));
+        assert_eq!(same.len(), 3);
+    }
 }

@@ -132,6 +132,17 @@ fn bench_runs_the_bench_program_or_says_how_to_get_it() {
         stderr.contains("cargo run --release -p shmlink-bench"),
         "{stderr}"
     );
+    // --help without the program: what it is and how to get it, status 0.
+    for help in ["--help", "-h"] {
+        let out = isolated(&d, &["bench", help], &empty);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert!(
+            stdout.contains("Usage: shmlink bench")
+                && stdout.contains("scripts/install.sh --bench"),
+            "{stdout}"
+        );
+    }
     // A stand-in next to shmlink gets every argument, --help included, and its exit code
     // is shmlink's.
     let fake = d.join("shmlink-bench");

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use shmlink::{ErrorKind, Publisher, Subscriber};
 
-use crate::buffer::Msg;
+use crate::buffer::{Msg, Target};
 use crate::conn::lock;
 use crate::errors::{closed, to_py, Op};
 use crate::options;
@@ -249,6 +249,52 @@ impl PySubscriber {
             Ok(v) => Ok(PyBytes::new(py, &v)),
             Err(e) => Err(to_py(py, e, Op::Other)),
         }
+    }
+
+    /// Receives the next message into a writable buffer (``bytearray``, ``memoryview``,
+    /// …) and returns its length, as :meth:`Connection.recv_into`: a message larger than
+    /// the buffer stays queued and ``MessageTooLargeError`` says so. Waits and raises like
+    /// :meth:`recv`.
+    fn recv_into(&self, py: Python<'_>, buffer: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let target = Target::get(buffer)?;
+        let first = target
+            .in_place(py, |dst| self.h.with("subscriber", |s| s.recv(dst)))
+            .unwrap_or_else(|| Err(shmlink::Error::new(ErrorKind::WouldBlock, "")));
+        if !matches!(&first, Err(e) if e.kind() == ErrorKind::WouldBlock) {
+            return first.map_err(|e| to_py(py, e, Op::Other));
+        }
+        // Into our own buffer first: the target is written only with the GIL held.
+        let mut tmp = vec![0u8; target.len()];
+        let tmp_first = self.h.with("subscriber", |s| s.recv(&mut tmp));
+        let tmp_ref = &mut tmp;
+        let r = wait::finish(
+            py,
+            tmp_first,
+            self.h.fd(),
+            self.h.mode(),
+            self.h.spin,
+            "recv_into",
+            move || self.h.with("subscriber", |s| s.recv(tmp_ref)),
+        )?;
+        let n = r.map_err(|e| to_py(py, e, Op::Other))?;
+        target.fill(&tmp[..n])?;
+        Ok(n)
+    }
+
+    /// This subscriber's counts: a dict with ``received`` (messages received),
+    /// ``missed`` (lost to overwriting under the ``overwrite`` policy, in total) and
+    /// ``lag`` (published and not read yet; 0 over ``tcp:``/``tls:``, where it is not
+    /// known).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let st = match lock(&self.h.inner).as_ref() {
+            Some(s) => s.stats(),
+            None => return Err(to_py(py, closed("subscriber"), Op::Other)),
+        };
+        let d = PyDict::new(py);
+        d.set_item("received", st.received)?;
+        d.set_item("missed", st.missed)?;
+        d.set_item("lag", st.lag)?;
+        Ok(d)
     }
 
     /// Readable when :meth:`recv` is worth retrying.
