@@ -144,6 +144,20 @@ fn json_runs_on_every_transport() {
         check_throughput(&v, &addr, 4096, 500, 8);
         let v = pong_json(&dir, &["-m", "1M", "-n", "20", "-w", "3"], &addr);
         check_throughput(&v, &addr, 1 << 20, 20, 3);
+        // In place (reserve/commit, recv_ref), every byte checksummed.
+        let zc = ["--zero-copy", "--verify", "all"];
+        let v = pong_json(
+            &dir,
+            &[&zc[..], &["--latency", "-m", "100", "-n", "300"]].concat(),
+            &addr,
+        );
+        check_latency(&v, &addr, 100, 300);
+        let v = pong_json(
+            &dir,
+            &[&zc[..], &["-m", "1M", "-n", "20", "-w", "3"]].concat(),
+            &addr,
+        );
+        check_throughput(&v, &addr, 1 << 20, 20, 3);
     }
 }
 

@@ -60,6 +60,8 @@ pub struct PongArgs {
     pub window: u64,
     /// Which measured messages are checksummed in full (`--verify`).
     pub verify: Sampling,
+    /// `--zero-copy`: messages written and read in place.
+    pub zero_copy: bool,
     pub pinning: Pinning,
     pub json: bool,
     pub ring_size: Option<usize>,

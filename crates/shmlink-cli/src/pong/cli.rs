@@ -113,6 +113,13 @@ pub struct PongCli {
     /// those round trips are not timed; `all` every message, timed with the checks
     #[arg(long, value_enum, default_value_t = Verify::Sample, help_heading = "Measurement")]
     verify: Verify,
+    /// Both ends write each message in place (reserve/commit) and read it where it
+    /// arrived (recv_ref; a message in the peer's memory is still copied once before it
+    /// is checked), as shmlink-bench's -zc rows; without it send and recv, which copy,
+    /// as its main rows and examples/pingpong (messages under 8 bytes always go in
+    /// place: the run's 8-byte control messages must fit the receiver's buffer)
+    #[arg(long, help_heading = "Measurement")]
+    zero_copy: bool,
 
     #[command(flatten)]
     conn: ConnFlags,
@@ -187,6 +194,7 @@ impl PongCli {
                     ("-w/--window", self.window.is_some()),
                     ("--json", self.json),
                     ("--verify", self.verify != Verify::Sample),
+                    ("--zero-copy", self.zero_copy),
                 ];
                 if let Some((name, _)) = client_only.iter().find(|(_, given)| *given) {
                     return usage(format!(
@@ -249,6 +257,7 @@ impl PongCli {
                 Verify::Sample => Sampling::DEFAULT,
                 Verify::All => Sampling::ALL,
             },
+            zero_copy: self.zero_copy,
             pinning,
             json: self.json,
             ring_size: self.ring_size,
@@ -294,6 +303,7 @@ mod tests {
         assert_eq!(p.mode, Mode::Throughput);
         assert_eq!((p.size, p.window, p.count), (64, 64, 500_000));
         assert_eq!(p.verify, Sampling::DEFAULT);
+        assert!(!p.zero_copy);
         assert_eq!(p.addrs.len(), 3);
         assert_eq!(
             p.pinning,
@@ -313,11 +323,12 @@ mod tests {
     #[test]
     fn every_option() {
         let p = pong(
-            "--client --latency --size=4k -n 10 --cpus 1,1 --json --ring-size 1M --spin-us 0 --verify all shm:a ux:b",
+            "--client --latency --size=4k -n 10 --cpus 1,1 --json --ring-size 1M --spin-us 0 --verify all --zero-copy shm:a ux:b",
         )
         .unwrap();
         assert_eq!(p.role, Role::Client);
         assert_eq!(p.verify, Sampling::ALL);
+        assert!(p.zero_copy);
         assert_eq!((p.size, p.count), (4096, 10));
         assert_eq!(
             p.pinning,

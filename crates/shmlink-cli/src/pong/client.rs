@@ -2,7 +2,7 @@
 //! report.
 
 use shmlink::Connection;
-use shmlink_measure::link::{failure_reason, Access, ShmlinkEndpoint};
+use shmlink_measure::link::{failure_reason, ShmlinkEndpoint};
 use shmlink_measure::protocol::{self, Measured, PeerReport, Plan, Stop, Warmup};
 use shmlink_measure::stats::Percentiles;
 use shmlink_measure::verify::Sampling;
@@ -22,7 +22,7 @@ pub fn run(conn: Connection, hello: Hello) -> Result<RunResult> {
         )));
     }
     let transport = conn.transport().to_string();
-    let mut ep = ShmlinkEndpoint::new(conn, Access::InPlace);
+    let mut ep = ShmlinkEndpoint::new(conn, wire::access(&hello));
     // A server that gave up says why: the core's driver and `recv_control` put its
     // reason first.
     let (m, report) = exchange(&mut ep, &hello, size)?;

@@ -222,6 +222,7 @@ fn run_one(args: &PongArgs, addr: &str) -> Result<RunResult> {
         warmup: args.warmup(),
         window: args.window,
         one_in: args.verify.one_in,
+        zero_copy: args.zero_copy,
         seed: shmlink_measure::verify::fresh_seed().map_err(|e| RunError::new(e.to_string()))?,
     };
     let result = client::run(conn, hello)?;

@@ -2,7 +2,7 @@
 //! measurement core's peer, then waits for the client to close.
 
 use shmlink::{Connection, ErrorKind};
-use shmlink_measure::link::{failure_notice, Access, ShmlinkEndpoint};
+use shmlink_measure::link::{failure_notice, ShmlinkEndpoint};
 use shmlink_measure::protocol;
 use shmlink_measure::verify::Sampling;
 
@@ -35,7 +35,7 @@ pub fn serve(mut conn: Connection) -> Result<Hello> {
     };
     conn.send(wire::READY)
         .context(|| "send ready".to_string())?;
-    let mut ep = ShmlinkEndpoint::new(conn, Access::InPlace);
+    let mut ep = ShmlinkEndpoint::new(conn, wire::access(&hello));
     // The core tells the client why, if it fails.
     let report = protocol::serve(
         &mut ep,

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! client                                   server
-//!   Hello {version, mode, size, count, warmup, window, one_in, seed} ─▶
+//!   Hello {version, mode, size, count, warmup, window, one_in, seed, zero_copy} ─▶
 //!                                          ◀─ Ready            (or a failure notice)
 //!   the core's run: warm-up, MARK, measured part, STOP ─▶ (data echoed or acknowledged)
 //!                                          ◀─ Report {msgs, cpu_ns, verify_ns}
@@ -15,12 +15,14 @@
 //! in place of its next message.
 
 use serde::{Deserialize, Serialize};
-use shmlink_measure::protocol::PeerReport;
+use shmlink_measure::link::Access;
+use shmlink_measure::protocol::{PeerReport, MIN_SIZE};
 use shmlink_measure::Mode;
 
 /// Version of this handshake, carried in the hello. 3: the run is the measurement
 /// core's (MARK, FLUSH and STOP control messages), the report the core's. 4: the hello
-/// says which messages are checksummed in full (`one_in`, `seed`).
+/// says which messages are checksummed in full (`one_in`, `seed`) and how both ends
+/// move them (`zero_copy`).
 pub const VERSION: u64 = 4;
 
 const HELLO: &[u8; 8] = b"PONGHELO";
@@ -48,6 +50,9 @@ pub struct Hello {
     pub one_in: u64,
     /// Chooses the sample; drawn by the client for each run.
     pub seed: u64,
+    /// Both ends write messages in place (`reserve`/`commit`) and read them with
+    /// `recv_ref`, instead of `send` and `recv`, which copy.
+    pub zero_copy: bool,
 }
 
 /// The `version` field alone, read first so that a hello of another version is refused
@@ -73,6 +78,17 @@ fn body<'a>(msg: &'a [u8], tag: &[u8; 8], what: &str) -> Result<&'a [u8], String
             &msg[..msg.len().min(8)]
         )
     })
+}
+
+/// How an end of the run `hello` describes moves its messages: in place for messages
+/// under 8 bytes too, where the run's 8-byte control messages would not fit the
+/// receiver's buffer ([`shmlink_measure::protocol::MIN_SIZE`]).
+pub fn access(hello: &Hello) -> Access {
+    if hello.zero_copy || hello.size < MIN_SIZE as u64 {
+        Access::InPlace
+    } else {
+        Access::Copy
+    }
 }
 
 impl Hello {
@@ -134,6 +150,7 @@ mod tests {
             window: 64,
             one_in: 16,
             seed: 7,
+            zero_copy: false,
         }
     }
 
