@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex, Once};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use shmlink::vm_host::{HostEvent, VmHost};
 use shmlink::{Connection, Listener, Options};
 use shmlink_testkit::{bell_stats, ivshmem_read_msg};
+use shmlink_vmhost::{HostEvent, VmHost};
 
 const WAIT: Duration = Duration::from_secs(10);
 const MIB: u64 = 1 << 20;

@@ -22,9 +22,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
-use shmlink::vm_host::VmHost;
 use shmlink::{Connection, ErrorKind, Listener, Options};
 use shmlink_testkit::bell_stats;
+use shmlink_vmhost::VmHost;
 
 const NOBODY: u32 = 65534;
 const ROLE: &str = "SHMLINK_VMTRUST_ROLE";
