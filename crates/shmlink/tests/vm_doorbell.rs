@@ -164,27 +164,7 @@ fn take(fd: &OwnedFd) -> u64 {
 
 /// Sends one protocol message with a descriptor, as a server (or a hostile client) does.
 fn send_fd(sock: &UnixStream, v: i64, fd: &OwnedFd) -> bool {
-    let bytes = v.to_le_bytes();
-    // SAFETY: a plain sendmsg of 8 bytes with one SCM_RIGHTS descriptor, the control
-    // message built with the libc macros inside a large enough, aligned buffer.
-    unsafe {
-        let mut iov = libc::iovec {
-            iov_base: bytes.as_ptr() as *mut _,
-            iov_len: 8,
-        };
-        let mut cbuf = [0u64; 4];
-        let mut m: libc::msghdr = std::mem::zeroed();
-        m.msg_iov = &mut iov;
-        m.msg_iovlen = 1;
-        m.msg_control = cbuf.as_mut_ptr().cast();
-        m.msg_controllen = libc::CMSG_SPACE(4) as usize;
-        let cm = libc::CMSG_FIRSTHDR(&m);
-        (*cm).cmsg_level = libc::SOL_SOCKET;
-        (*cm).cmsg_type = libc::SCM_RIGHTS;
-        (*cm).cmsg_len = libc::CMSG_LEN(4) as usize;
-        *libc::CMSG_DATA(cm).cast::<i32>() = fd.as_raw_fd();
-        libc::sendmsg(sock.as_raw_fd(), &m, libc::MSG_NOSIGNAL) == 8
-    }
+    common::send_ivshmem_msg(sock, v, Some(fd))
 }
 
 fn fd_size(fd: &OwnedFd) -> u64 {

@@ -13,7 +13,7 @@
 mod common;
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Command, Stdio};
@@ -186,33 +186,7 @@ fn a_region_vm_host_creates_is_owner_only_and_nobody_cannot_open_it() {
     drop(host);
 }
 
-/// Sends one ivshmem protocol message with an optional descriptor, waiting for room.
-fn send_msg(sock: &UnixStream, v: i64, fd: Option<&OwnedFd>) -> bool {
-    let bytes = v.to_le_bytes();
-    // SAFETY: a plain blocking sendmsg of 8 bytes with at most one SCM_RIGHTS descriptor,
-    // the control message built with the libc macros inside a large enough, aligned
-    // buffer.
-    unsafe {
-        let mut iov = libc::iovec {
-            iov_base: bytes.as_ptr() as *mut _,
-            iov_len: 8,
-        };
-        let mut cbuf = [0u64; 4];
-        let mut m: libc::msghdr = std::mem::zeroed();
-        m.msg_iov = &mut iov;
-        m.msg_iovlen = 1;
-        if let Some(fd) = fd {
-            m.msg_control = cbuf.as_mut_ptr().cast();
-            m.msg_controllen = libc::CMSG_SPACE(4) as usize;
-            let cm = libc::CMSG_FIRSTHDR(&m);
-            (*cm).cmsg_level = libc::SOL_SOCKET;
-            (*cm).cmsg_type = libc::SCM_RIGHTS;
-            (*cm).cmsg_len = libc::CMSG_LEN(4) as usize;
-            *libc::CMSG_DATA(cm).cast::<i32>() = fd.as_raw_fd();
-        }
-        libc::sendmsg(sock.as_raw_fd(), &m, libc::MSG_NOSIGNAL) == 8
-    }
-}
+use common::send_ivshmem_msg as send_msg;
 
 /// A well-formed doorbell setup for peer `id`: version, id, the memory, `peers` other
 /// peers with `vectors` eventfds each (`e`, duplicated by every send), then our own.
