@@ -102,6 +102,28 @@ fn shm_connections(log: &str) -> usize {
         .count()
 }
 
+/// Starts the test program `prog` as `args` with the rendezvous directory `rdv`, its
+/// debug log in `log`, its stdout piped, preloaded or not.
+fn spawn_role(
+    prog: &Path,
+    rdv: &Path,
+    args: [&str; 2],
+    preloaded: bool,
+    log: &Path,
+) -> std::process::Child {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .env("SHMLINK_DIR", rdv)
+        .env("SHMLINK_LOG", "debug")
+        .env_remove("LD_PRELOAD")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).expect("log"));
+    if preloaded {
+        c.env("LD_PRELOAD", preload_lib());
+    }
+    c.spawn().expect("spawn")
+}
+
 /// Plain, preloaded, and both mixed pairs observe the same; only the preloaded pair uses
 /// shared memory, for every scenario.
 #[test]
@@ -212,17 +234,7 @@ fn a_killed_peer_ends_the_stream_as_over_tcp() {
     };
     let rdv = scratch.0.join("rdv");
     let spawn = |role: &str, arg: &str, preloaded: bool, log: &Path| {
-        let mut c = Command::new(&prog);
-        c.args([role, arg])
-            .env("SHMLINK_DIR", &rdv)
-            .env("SHMLINK_LOG", "debug")
-            .env_remove("LD_PRELOAD")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(log).expect("log"));
-        if preloaded {
-            c.env("LD_PRELOAD", preload_lib());
-        }
-        c.spawn().expect("spawn")
+        spawn_role(&prog, &rdv, [role, arg], preloaded, log)
     };
     for preloaded in [false, true] {
         for kill_server in [true, false] {
@@ -287,17 +299,7 @@ fn a_killed_peer_gives_a_fin_or_a_reset_as_tcp_does() {
     };
     let rdv = scratch.0.join("rdv");
     let spawn = |role: String, arg: &str, preloaded: bool, log: &Path| {
-        let mut c = Command::new(&prog);
-        c.args([role.as_str(), arg])
-            .env("SHMLINK_DIR", &rdv)
-            .env("SHMLINK_LOG", "debug")
-            .env_remove("LD_PRELOAD")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(log).expect("log"));
-        if preloaded {
-            c.env("LD_PRELOAD", preload_lib());
-        }
-        c.spawn().expect("spawn")
+        spawn_role(&prog, &rdv, [role.as_str(), arg], preloaded, log)
     };
     for mode in 0..8 {
         let mut outputs = Vec::new();

@@ -41,17 +41,9 @@ static void produce(const char *addr) {
 int main(void) {
   watchdog(240);
   const char *addr = addr_for("shm:", "ordered");
-  shmlink_socket *listener = shmlink_listen(addr, NULL);
-  CHECK(listener, "listen");
-  fflush(NULL);
-  pid_t pid = fork();
-  CHECK(pid >= 0, "fork");
-  if (pid == 0) {
-    produce(addr);
-    _exit(0);
-  }
-  shmlink_socket *conn = shmlink_accept(listener);
-  CHECK(conn, "accept");
+  shmlink_socket *listener;
+  pid_t pid;
+  shmlink_socket *conn = accept_from_child(addr, &listener, &pid, produce);
   double t0 = now_s();
   unsigned char buf[512];
   uint64_t bytes = 0;

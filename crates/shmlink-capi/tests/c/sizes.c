@@ -26,17 +26,9 @@ static void echo(const char *addr) {
 int main(void) {
   watchdog(240);
   const char *addr = addr_for("shm:", "sizes");
-  shmlink_socket *listener = shmlink_listen(addr, NULL);
-  CHECK(listener, "listen");
-  fflush(NULL);
-  pid_t pid = fork();
-  CHECK(pid >= 0, "fork");
-  if (pid == 0) {
-    echo(addr);
-    _exit(0);
-  }
-  shmlink_socket *conn = shmlink_accept(listener);
-  CHECK(conn, "accept");
+  shmlink_socket *listener;
+  pid_t pid;
+  shmlink_socket *conn = accept_from_child(addr, &listener, &pid, echo);
   unsigned char *out = malloc(MAX + 1), *in = malloc(MAX);
   CHECK(out && in, "malloc");
   size_t sizes[3 * 27 + 1], count = 0;

@@ -45,24 +45,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
-static const char *role;
-
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s: ", role);
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-}
-
-static void die(const char *what) {
-    printf("%s: FAILED %s: %s\n", role, what, strerror(errno));
-    fflush(stdout);
-    exit(1);
-}
+#include "role.h"
 
 static const char *ename(int e) {
     switch (e) {
