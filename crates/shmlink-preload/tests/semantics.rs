@@ -102,6 +102,14 @@ fn shm_connections(log: &str) -> usize {
         .count()
 }
 
+/// A scratch directory named `name` with sockcheck.c compiled in it (`None`: no C
+/// compiler, the test is skipped).
+fn sockcheck(name: &str) -> Option<(Scratch, PathBuf)> {
+    let scratch = Scratch::new(name);
+    let prog = compile(&scratch.0, "sockcheck")?;
+    Some((scratch, prog))
+}
+
 /// Starts the test program `prog` as `args` with the rendezvous directory `rdv`, its
 /// debug log in `log`, its stdout piped, preloaded or not.
 fn spawn_role(
@@ -128,8 +136,7 @@ fn spawn_role(
 /// shared memory, for every scenario.
 #[test]
 fn every_pairing_observes_what_plain_tcp_gives() {
-    let scratch = Scratch::new("semantics");
-    let Some(prog) = compile(&scratch.0, "sockcheck") else {
+    let Some((scratch, prog)) = sockcheck("semantics") else {
         return;
     };
     let src =
@@ -181,8 +188,7 @@ fn every_pairing_observes_what_plain_tcp_gives() {
 /// `SHMLINK_PRELOAD=off` makes the library a pure pass-through.
 #[test]
 fn switched_off_it_stays_on_tcp() {
-    let scratch = Scratch::new("off");
-    let Some(prog) = compile(&scratch.0, "sockcheck") else {
+    let Some((scratch, prog)) = sockcheck("off") else {
         return;
     };
     let (plain_s, plain_c) = run_pair(&prog, &scratch.0, false, false, &[]);
@@ -228,8 +234,7 @@ fn expect_line(rx: &std::sync::mpsc::Receiver<String>, want: &str) {
 /// neither hangs.
 #[test]
 fn a_killed_peer_ends_the_stream_as_over_tcp() {
-    let scratch = Scratch::new("kill");
-    let Some(prog) = compile(&scratch.0, "sockcheck") else {
+    let Some((scratch, prog)) = sockcheck("kill") else {
         return;
     };
     let rdv = scratch.0.join("rdv");
@@ -293,8 +298,7 @@ fn a_killed_peer_ends_the_stream_as_over_tcp() {
 /// The plain run is the reference; the preloaded run must print the same, over shm.
 #[test]
 fn a_killed_peer_gives_a_fin_or_a_reset_as_tcp_does() {
-    let scratch = Scratch::new("reset");
-    let Some(prog) = compile(&scratch.0, "sockcheck") else {
+    let Some((scratch, prog)) = sockcheck("reset") else {
         return;
     };
     let rdv = scratch.0.join("rdv");
@@ -357,6 +361,18 @@ fn a_killed_peer_gives_a_fin_or_a_reset_as_tcp_does() {
     }
 }
 
+/// Asserts that a pair's server and client printed what the plain pair's did (`run_pair`'s
+/// tuples: server output and log, client output and log), naming `what` and showing the
+/// pair's log on a difference.
+fn assert_observes_the_same(
+    got: &(String, String, String, String),
+    plain: &(String, String, String, String),
+    what: &str,
+) {
+    assert_eq!(got.0, plain.0, "{what}: server\n{}", got.1);
+    assert_eq!(got.2, plain.2, "{what}: client\n{}", got.3);
+}
+
 /// Runs `server_args` and then `client_args` (the port appended), both plain or both
 /// preloaded: (server stdout, server stderr, client stdout, client stderr).
 fn run_exec_pair(
@@ -412,8 +428,7 @@ fn run_exec_pair(
 /// `posix_spawn`, `system` or `popen` (the C library's internal exec) instead of `exec`.
 #[test]
 fn exec_continues_a_connection_over_tcp() {
-    let scratch = Scratch::new("exec");
-    let Some(prog) = compile(&scratch.0, "sockcheck") else {
+    let Some((scratch, prog)) = sockcheck("exec") else {
         return;
     };
     let cases: [(&str, &[&str], &str); 10] = [
@@ -435,16 +450,7 @@ fn exec_continues_a_connection_over_tcp() {
             !plain.0.contains("FAILED") && !plain.2.contains("FAILED"),
             "{plain:?}"
         );
-        assert_eq!(
-            pre.0, plain.0,
-            "{tag}: server, preloaded vs plain\n{}",
-            pre.1
-        );
-        assert_eq!(
-            pre.2, plain.2,
-            "{tag}: client, preloaded vs plain\n{}",
-            pre.3
-        );
+        assert_observes_the_same(&pre, &plain, &format!("{tag}, preloaded vs plain"));
         assert_eq!(shm_connections(&plain.3), 0, "{tag}");
         assert_eq!(
             shm_connections(&pre.3),
@@ -498,8 +504,7 @@ fn exec_continues_a_connection_over_tcp() {
 /// accepting process), and both children accept some across the runs.
 #[test]
 fn prefork_and_reuseport_servers_take_claims_in_whichever_process_accepts() {
-    let scratch = Scratch::new("prefork");
-    let Some(prog) = compile(&scratch.0, "sockcheck") else {
+    let Some((scratch, prog)) = sockcheck("prefork") else {
         return;
     };
     for mode in ["pserver0", "pserver1"] {
@@ -546,8 +551,7 @@ fn prefork_and_reuseport_servers_take_claims_in_whichever_process_accepts() {
         let mut accepters = std::collections::HashSet::new();
         for _ in 0..3 {
             let pre = run(true, true);
-            assert_eq!(pre.0, plain.0, "{mode}: server\n{}", pre.1);
-            assert_eq!(pre.2, plain.2, "{mode}: client\n{}", pre.3);
+            assert_observes_the_same(&pre, &plain, mode);
             assert_eq!(
                 shm_connections(&pre.3),
                 8,
@@ -566,16 +570,7 @@ fn prefork_and_reuseport_servers_take_claims_in_whichever_process_accepts() {
         // Mixed pairs stay on TCP and observe the same.
         for (sp, cp) in [(true, false), (false, true)] {
             let m = run(sp, cp);
-            assert_eq!(
-                m.0, plain.0,
-                "{mode} server {sp} client {cp}: server\n{}",
-                m.1
-            );
-            assert_eq!(
-                m.2, plain.2,
-                "{mode} server {sp} client {cp}: client\n{}",
-                m.3
-            );
+            assert_observes_the_same(&m, &plain, &format!("{mode} server {sp} client {cp}"));
             assert_eq!(shm_connections(&m.1) + shm_connections(&m.3), 0);
         }
     }
@@ -617,8 +612,7 @@ fn shmlink_run_preloads_the_command() {
         .expect("run");
     assert_eq!(missing.status.code(), Some(127));
 
-    let scratch = Scratch::new("run");
-    let Some(prog) = compile(&scratch.0, "sockcheck") else {
+    let Some((scratch, prog)) = sockcheck("run") else {
         return;
     };
     let port_file = scratch.0.join("port");

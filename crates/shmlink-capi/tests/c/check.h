@@ -88,22 +88,29 @@ static inline shmlink_socket *connect_retry(const char *addr, const shmlink_opti
 }
 
 /* FNV-1a over a buffer: the checksum the tests put in their messages. */
-/* Listens on `addr` (into *listener), forks a child that runs `child(addr)` and exits,
- * and accepts its connection; the child's pid goes to *pid (for reap). */
-static inline shmlink_socket *accept_from_child(const char *addr, shmlink_socket **listener,
-                                                pid_t *pid, void (*child)(const char *)) {
-  *listener = shmlink_listen(addr, NULL);
-  CHECK(*listener, "listen");
+/* A connection from a child process: the listener, the accepted connection, the child. */
+struct child_conn {
+  shmlink_socket *listener, *conn;
+  pid_t pid;
+};
+
+/* Listens on `addr`, forks a child that runs `child(addr)` and exits, and accepts its
+ * connection. */
+static inline struct child_conn accept_from_child(const char *addr,
+                                                  void (*child)(const char *)) {
+  struct child_conn c;
+  c.listener = shmlink_listen(addr, NULL);
+  CHECK(c.listener, "listen");
   fflush(NULL);
-  *pid = fork();
-  CHECK(*pid >= 0, "fork");
-  if (*pid == 0) {
+  c.pid = fork();
+  CHECK(c.pid >= 0, "fork");
+  if (c.pid == 0) {
     child(addr);
     _exit(0);
   }
-  shmlink_socket *conn = shmlink_accept(*listener);
-  CHECK(conn, "accept");
-  return conn;
+  c.conn = shmlink_accept(c.listener);
+  CHECK(c.conn, "accept");
+  return c;
 }
 
 static inline uint64_t fnv1a(const void *p, size_t n) {

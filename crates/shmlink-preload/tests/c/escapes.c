@@ -45,7 +45,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
-#include "role.h"
+#include "common.h"
 
 static const char *ename(int e) {
     switch (e) {
@@ -105,26 +105,6 @@ static void read_end(int fd, const char *what) {
         else say("%s: %zu more bytes, then %s", what, got, ename(errno));
         return;
     }
-}
-
-static int listen_and_publish(const char *port_file) {
-    int ls = socket(AF_INET, SOCK_STREAM, 0);
-    if (ls < 0) die("socket");
-    int one = 1;
-    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (bind(ls, (struct sockaddr *)&a, sizeof a) < 0) die("bind");
-    if (listen(ls, 16) < 0) die("listen");
-    socklen_t len = sizeof a;
-    getsockname(ls, (struct sockaddr *)&a, &len);
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", port_file);
-    FILE *f = fopen(tmp, "w");
-    if (!f) die("port file");
-    fprintf(f, "%d\n", ntohs(a.sin_port));
-    fclose(f);
-    rename(tmp, port_file);
-    return ls;
 }
 
 static int connect_to(int port) {
