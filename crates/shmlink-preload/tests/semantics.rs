@@ -110,8 +110,29 @@ fn sockcheck(name: &str) -> Option<(Scratch, PathBuf)> {
     Some((scratch, prog))
 }
 
-/// Starts the test program `prog` as `args` with the rendezvous directory `rdv`, its
-/// debug log in `log`, its stdout piped, preloaded or not.
+/// The test program `prog` as `args` with the rendezvous directory `rdv`, a debug log on
+/// `stderr`, its stdout piped, preloaded or not.
+fn role_command(
+    prog: &Path,
+    rdv: &Path,
+    args: &[&str],
+    preloaded: bool,
+    stderr: impl Into<Stdio>,
+) -> Command {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .env("SHMLINK_DIR", rdv)
+        .env("SHMLINK_LOG", "debug")
+        .env_remove("LD_PRELOAD")
+        .stdout(Stdio::piped())
+        .stderr(stderr);
+    if preloaded {
+        c.env("LD_PRELOAD", preload_lib());
+    }
+    c
+}
+
+/// Starts [`role_command`] with its log in `log`.
 fn spawn_role(
     prog: &Path,
     rdv: &Path,
@@ -119,17 +140,10 @@ fn spawn_role(
     preloaded: bool,
     log: &Path,
 ) -> std::process::Child {
-    let mut c = Command::new(prog);
-    c.args(args)
-        .env("SHMLINK_DIR", rdv)
-        .env("SHMLINK_LOG", "debug")
-        .env_remove("LD_PRELOAD")
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(log).expect("log"));
-    if preloaded {
-        c.env("LD_PRELOAD", preload_lib());
-    }
-    c.spawn().expect("spawn")
+    let log = std::fs::File::create(log).expect("log");
+    role_command(prog, rdv, &args, preloaded, log)
+        .spawn()
+        .expect("spawn")
 }
 
 /// Plain, preloaded, and both mixed pairs observe the same; only the preloaded pair uses
@@ -384,19 +398,8 @@ fn run_exec_pair(
     preloaded: bool,
 ) -> (String, String, String, String) {
     let port_file = dir.join(format!("port-{tag}-{preloaded}"));
-    let cmd = |args: &[&str]| {
-        let mut c = Command::new(prog);
-        c.args(args)
-            .env("SHMLINK_DIR", dir.join("rdv"))
-            .env("SHMLINK_LOG", "debug")
-            .env_remove("LD_PRELOAD")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if preloaded {
-            c.env("LD_PRELOAD", preload_lib());
-        }
-        c
-    };
+    let rdv = dir.join("rdv");
+    let cmd = |args: &[&str]| role_command(prog, &rdv, args, preloaded, Stdio::piped());
     let mut sargs = server_args.to_vec();
     sargs.push(port_file.to_str().unwrap());
     let server = cmd(&sargs).spawn().expect("spawn");
@@ -511,18 +514,9 @@ fn prefork_and_reuseport_servers_take_claims_in_whichever_process_accepts() {
         let run = |server_preloaded: bool, client_preloaded: bool| {
             let port_file = scratch.0.join(format!("port-{mode}"));
             let _ = std::fs::remove_file(&port_file);
+            let rdv = scratch.0.join("rdv");
             let cmd = |args: &[&str], preloaded: bool| {
-                let mut c = Command::new(&prog);
-                c.args(args)
-                    .env("SHMLINK_DIR", scratch.0.join("rdv"))
-                    .env("SHMLINK_LOG", "debug")
-                    .env_remove("LD_PRELOAD")
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped());
-                if preloaded {
-                    c.env("LD_PRELOAD", preload_lib());
-                }
-                c
+                role_command(&prog, &rdv, args, preloaded, Stdio::piped())
             };
             let mut server = cmd(&[mode, port_file.to_str().unwrap()], server_preloaded)
                 .stdin(Stdio::piped())
