@@ -490,3 +490,14 @@ pub fn send_ivshmem_msg(
         libc::sendmsg(sock.as_raw_fd(), &m, libc::MSG_NOSIGNAL) == 8
     }
 }
+
+/// Echoes every message of an async connection back until the peer's end of stream.
+pub async fn echo_until_end(mut s: shmlink::tokio::Connection) {
+    loop {
+        match s.recv_vec().await {
+            Ok(m) => s.send(&m).await.unwrap(),
+            Err(e) if e.kind() == ErrorKind::EndOfStream => break,
+            Err(e) => panic!("server: {e}"),
+        }
+    }
+}
