@@ -97,3 +97,8 @@ pub fn arg<'a>(args: &'a [String], i: usize, what: &str) -> io::Result<&'a str> 
         .map(String::as_str)
         .ok_or_else(|| crate::sys::err(format!("missing peer argument {i} ({what})")))
 }
+
+/// Names joined by ", " (the methods of a suite, for error messages).
+pub fn comma_list(names: impl Iterator<Item = &'static str>) -> String {
+    names.collect::<Vec<_>>().join(", ")
+}

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::method::{Ctx, Mode};
@@ -156,16 +157,9 @@ pub fn drive(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
         args: prepared.args,
     };
     let fds: Vec<RawFd> = prepared.inherit.iter().map(|f| f.as_raw_fd()).collect();
-    let mut cmd = Command::new(exe);
-    cmd.arg(PEER_CMD)
-        .arg(serde_json::to_string(&peer).expect("a PeerSpec serialises"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    inherit_and_die_with_parent(&mut cmd, fds);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| err(format!("start the peer: {e}")))?;
+    let peer = serde_json::to_string(&peer).expect("a PeerSpec serialises");
+    let mut child =
+        spawn_hidden(exe, PEER_CMD, &peer, fds).map_err(|e| err(format!("start the peer: {e}")))?;
     drop(prepared.inherit);
     let stdout = child.stdout.take().expect("stdout is piped");
     let finished = Arc::new(AtomicBool::new(false));
@@ -250,6 +244,24 @@ fn watch(
     rx
 }
 
+/// Starts `exe SUBCOMMAND SPEC` (a hidden subcommand of this program) with `fds` inherited
+/// and dying with this process; its stdin is empty, its stdout piped, its stderr ours.
+pub(crate) fn spawn_hidden(
+    exe: &Path,
+    subcommand: &str,
+    spec_json: &str,
+    fds: Vec<RawFd>,
+) -> io::Result<Child> {
+    let mut cmd = Command::new(exe);
+    cmd.arg(subcommand)
+        .arg(spec_json)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    inherit_and_die_with_parent(&mut cmd, fds);
+    cmd.spawn()
+}
+
 /// The end of a hidden subcommand: prints `res` as one JSON line on stdout, or the error
 /// on stderr after `prefix` and exits 1.
 pub(crate) fn print_result<T: Serialize>(res: io::Result<T>, prefix: &str) -> ExitCode {
@@ -271,14 +283,24 @@ pub(crate) fn print_result<T: Serialize>(res: io::Result<T>, prefix: &str) -> Ex
 /// `shmlink-bench __bench-run SPEC`: prints the run's [`RunOutput`] as JSON; exit 1 with the
 /// error on stderr on failure.
 pub fn driver_main(spec_json: &str) -> ExitCode {
-    let res = serde_json::from_str::<RunSpec>(spec_json)
+    run_spec_main(spec_json, "", drive)
+}
+
+/// A hidden subcommand that runs a run spec from this program: parses `spec_json`, runs
+/// `run` with the spec and this program's path, and ends as [`print_result`] does.
+pub(crate) fn run_spec_main<S: DeserializeOwned, T: Serialize>(
+    spec_json: &str,
+    prefix: &str,
+    run: impl FnOnce(&S, &Path) -> io::Result<T>,
+) -> ExitCode {
+    let res = serde_json::from_str::<S>(spec_json)
         .map_err(|e| err(format!("bad run spec: {e}")))
         .and_then(|spec| {
             let exe =
                 std::env::current_exe().map_err(|e| err(format!("find this program: {e}")))?;
-            drive(&spec, &exe)
+            run(&spec, &exe)
         });
-    print_result(res, "")
+    print_result(res, prefix)
 }
 
 /// `shmlink-bench __bench-peer SPEC`: the peer's side of a run.

@@ -1,5 +1,5 @@
 //! `shmlink vm-host`: the doorbell server of a `vm:` region (QEMU's ivshmem-server
-//! protocol on a Unix socket; the library's `shmlink::vm_host::VmHost`). QEMU's
+//! protocol on a Unix socket; the `shmlink-vmhost` crate). QEMU's
 //! `ivshmem-doorbell` devices and host processes that use `vm:` on the region connect to
 //! it; it runs until SIGTERM or SIGINT, then removes its socket.
 
@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::Args;
-use shmlink::vm_host::{HostEvent, VmHost, DEFAULT_MAX_PEERS};
+use shmlink_vmhost::{HostEvent, VmHost, DEFAULT_MAX_PEERS};
 
 use crate::stop::StopSignals;
 

@@ -8,8 +8,10 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use shmlink_testkit::Reaped;
 
 const BIN: &str = env!("CARGO_BIN_EXE_shmlink");
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -62,38 +64,6 @@ fn is_root() -> bool {
                 .map(|v| v.split_whitespace().nth(1) == Some("0"))
         })
         .unwrap_or(false)
-}
-
-/// A child killed on drop.
-struct Reaped(Option<Child>);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Reaped {
-    /// Waits for exit (at most [`DEADLINE`], then kills and fails).
-    fn output(&mut self, what: &str) -> Output {
-        let mut child = self.0.take().expect("not waited for yet");
-        let deadline = Instant::now() + DEADLINE;
-        while child.try_wait().unwrap().is_none() {
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let out = child.wait_with_output().unwrap();
-                panic!(
-                    "{what} did not exit; stderr: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        child.wait_with_output().unwrap()
-    }
 }
 
 /// Starts `cmd`, writes `input` to its stdin and closes it. A child that ends before
@@ -165,10 +135,10 @@ fn recv_pub_and_pong_server_admit_another_uid_only_with_allow_uid() {
             s.cmd(Some(NOBODY), &["send", "--wait", "1", &addr]),
             b"from nobody\n",
         )
-        .output("send as nobody");
+        .output("send as nobody", DEADLINE);
         if allow {
             assert!(send.status.success(), "{send:?}");
-            let got = recv.output("recv");
+            let got = recv.output("recv", DEADLINE);
             assert_eq!(String::from_utf8_lossy(&got.stdout), "from nobody\n");
         } else {
             assert_refused(&send, "recv without --allow-uid");
@@ -191,12 +161,15 @@ fn recv_pub_and_pong_server_admit_another_uid_only_with_allow_uid() {
             let mut stdin = publisher.0.as_mut().unwrap().stdin.take().unwrap();
             stdin.write_all(b"to nobody\n").unwrap();
             drop(stdin);
-            let got = sub.output("sub as nobody");
+            let got = sub.output("sub as nobody", DEADLINE);
             assert!(got.status.success(), "{got:?}");
             assert_eq!(String::from_utf8_lossy(&got.stdout), "to nobody\n");
-            assert!(publisher.output("pub").status.success());
+            assert!(publisher.output("pub", DEADLINE).status.success());
         } else {
-            assert_refused(&sub.output("sub as nobody"), "pub without --allow-uid");
+            assert_refused(
+                &sub.output("sub as nobody", DEADLINE),
+                "pub without --allow-uid",
+            );
         }
 
         // pong --server: nobody measures 100 round trips.
@@ -225,7 +198,7 @@ fn recv_pub_and_pong_server_admit_another_uid_only_with_allow_uid() {
             ),
             b"",
         )
-        .output("pong as nobody");
+        .output("pong as nobody", DEADLINE);
         if allow {
             assert!(client.status.success(), "{client:?}");
             let text = String::from_utf8_lossy(&client.stdout);

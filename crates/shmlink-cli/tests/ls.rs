@@ -4,9 +4,7 @@
 //! and the exit codes.
 
 use std::io::{BufRead, BufReader};
-use std::os::fd::AsRawFd;
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -14,27 +12,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use shmlink::{Connection, ErrorKind, Listener, Options};
+use shmlink_testkit::{wait_readable, KillOnDrop as Kill, TempDir as Dir};
 
 const BIN: &str = env!("CARGO_BIN_EXE_shmlink");
-
-/// A directory of this test's own, removed on drop.
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A child process, killed on drop.
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn ls(args: &[&str]) -> Output {
     Command::new(BIN)
@@ -79,13 +59,7 @@ fn serve(mut listener: Listener, stop: Arc<AtomicBool>) -> JoinHandle<()> {
                     conns.push(c);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    let mut pfd = libc::pollfd {
-                        fd: listener.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    };
-                    // SAFETY: one valid pollfd.
-                    unsafe { libc::poll(&mut pfd, 1, 10) };
+                    wait_readable(&listener, Duration::from_millis(10));
                 }
                 Err(e) => panic!("accept: {e}"),
             }

@@ -4,30 +4,14 @@
 //! next to the binary (`cargo build -p shmlink-preload`).
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use shmlink_testkit::{KillOnDrop as Kill, TempDir as Dir};
 
 const BIN: &str = env!("CARGO_BIN_EXE_shmlink");
-
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[test]
 fn ls_names_a_preloaded_program_and_its_port() {

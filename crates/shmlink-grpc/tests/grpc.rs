@@ -77,6 +77,17 @@ async fn unary_calls(client: &EchoClient, total: usize) {
     }
 }
 
+/// Connects to `addr` and makes 2,000 unary calls and two streams of 1,000 messages.
+async fn short_exchange(addr: &str) {
+    let client = EchoClient::new(
+        shmlink_grpc::channel(addr, &Options::default())
+            .await
+            .unwrap(),
+    );
+    unary_calls(&client, 2_000).await;
+    streams(&client, 2, 1_000, 100).await;
+}
+
 /// Server-streaming: `streams` concurrent streams of `count` messages, each message's
 /// sequence number and bytes checked, and the stream's end.
 async fn streams(client: &EchoClient, streams: usize, count: u64, size: u32) {
@@ -138,13 +149,7 @@ fn unary_and_streaming_over_auto_upgraded_and_tcp() {
         tokio::time::timeout(DEADLINE, async {
             // Upgraded to shared memory (same kernel, same rendezvous directory).
             let addr = serve("auto:127.0.0.1:0");
-            let client = EchoClient::new(
-                shmlink_grpc::channel(&addr, &Options::default())
-                    .await
-                    .unwrap(),
-            );
-            unary_calls(&client, 2_000).await;
-            streams(&client, 2, 1_000, 100).await;
+            short_exchange(&addr).await;
 
             // Left on TCP: its upgrade socket is gone, as for a client on another machine.
             let addr = serve("auto:127.0.0.1:0");
@@ -158,13 +163,7 @@ fn unary_and_streaming_over_auto_upgraded_and_tcp() {
                     std::fs::remove_file(e.path()).unwrap();
                 }
             }
-            let client = EchoClient::new(
-                shmlink_grpc::channel(&addr, &Options::default())
-                    .await
-                    .unwrap(),
-            );
-            unary_calls(&client, 2_000).await;
-            streams(&client, 2, 1_000, 100).await;
+            short_exchange(&addr).await;
         })
         .await
         .expect("gRPC over auto: hung");

@@ -12,11 +12,12 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 use common::{finish, target_dir, Scratch};
+use shmlink_testkit::Reaped;
 
 const NOBODY: u32 = 65534;
 /// Connections per client run, round trips per connection, bytes per round trip.
@@ -613,16 +614,4 @@ fn an_allowed_uid_cannot_claim_another_users_connection() {
     assert_eq!(&echo, b"still mine");
     drop(victim);
     drop(server);
-}
-
-/// A child killed on drop.
-struct Reaped(Option<Child>);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }

@@ -102,12 +102,55 @@ fn shm_connections(log: &str) -> usize {
         .count()
 }
 
+/// A scratch directory named `name` with sockcheck.c compiled in it (`None`: no C
+/// compiler, the test is skipped).
+fn sockcheck(name: &str) -> Option<(Scratch, PathBuf)> {
+    let scratch = Scratch::new(name);
+    let prog = compile(&scratch.0, "sockcheck")?;
+    Some((scratch, prog))
+}
+
+/// The test program `prog` as `args` with the rendezvous directory `rdv`, a debug log on
+/// `stderr`, its stdout piped, preloaded or not.
+fn role_command(
+    prog: &Path,
+    rdv: &Path,
+    args: &[&str],
+    preloaded: bool,
+    stderr: impl Into<Stdio>,
+) -> Command {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .env("SHMLINK_DIR", rdv)
+        .env("SHMLINK_LOG", "debug")
+        .env_remove("LD_PRELOAD")
+        .stdout(Stdio::piped())
+        .stderr(stderr);
+    if preloaded {
+        c.env("LD_PRELOAD", preload_lib());
+    }
+    c
+}
+
+/// Starts [`role_command`] with its log in `log`.
+fn spawn_role(
+    prog: &Path,
+    rdv: &Path,
+    args: [&str; 2],
+    preloaded: bool,
+    log: &Path,
+) -> std::process::Child {
+    let log = std::fs::File::create(log).expect("log");
+    role_command(prog, rdv, &args, preloaded, log)
+        .spawn()
+        .expect("spawn")
+}
+
 /// Plain, preloaded, and both mixed pairs observe the same; only the preloaded pair uses
 /// shared memory, for every scenario.
 #[test]
 fn every_pairing_observes_what_plain_tcp_gives() {
-    let scratch = Scratch::new("semantics");
-    let Some(prog) = compile(&scratch.0, "sockcheck") else {
+    let Some((scratch, prog)) = sockcheck("semantics") else {
         return;
     };
     let src =
@@ -159,8 +202,7 @@ fn every_pairing_observes_what_plain_tcp_gives() {
 /// `SHMLINK_PRELOAD=off` makes the library a pure pass-through.
 #[test]
 fn switched_off_it_stays_on_tcp() {
-    let scratch = Scratch::new("off");
-    let Some(prog) = compile(&scratch.0, "sockcheck") else {
+    let Some((scratch, prog)) = sockcheck("off") else {
         return;
     };
     let (plain_s, plain_c) = run_pair(&prog, &scratch.0, false, false, &[]);
@@ -206,23 +248,12 @@ fn expect_line(rx: &std::sync::mpsc::Receiver<String>, want: &str) {
 /// neither hangs.
 #[test]
 fn a_killed_peer_ends_the_stream_as_over_tcp() {
-    let scratch = Scratch::new("kill");
-    let Some(prog) = compile(&scratch.0, "sockcheck") else {
+    let Some((scratch, prog)) = sockcheck("kill") else {
         return;
     };
     let rdv = scratch.0.join("rdv");
     let spawn = |role: &str, arg: &str, preloaded: bool, log: &Path| {
-        let mut c = Command::new(&prog);
-        c.args([role, arg])
-            .env("SHMLINK_DIR", &rdv)
-            .env("SHMLINK_LOG", "debug")
-            .env_remove("LD_PRELOAD")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(log).expect("log"));
-        if preloaded {
-            c.env("LD_PRELOAD", preload_lib());
-        }
-        c.spawn().expect("spawn")
+        spawn_role(&prog, &rdv, [role, arg], preloaded, log)
     };
     for preloaded in [false, true] {
         for kill_server in [true, false] {
@@ -281,23 +312,12 @@ fn a_killed_peer_ends_the_stream_as_over_tcp() {
 /// The plain run is the reference; the preloaded run must print the same, over shm.
 #[test]
 fn a_killed_peer_gives_a_fin_or_a_reset_as_tcp_does() {
-    let scratch = Scratch::new("reset");
-    let Some(prog) = compile(&scratch.0, "sockcheck") else {
+    let Some((scratch, prog)) = sockcheck("reset") else {
         return;
     };
     let rdv = scratch.0.join("rdv");
     let spawn = |role: String, arg: &str, preloaded: bool, log: &Path| {
-        let mut c = Command::new(&prog);
-        c.args([role.as_str(), arg])
-            .env("SHMLINK_DIR", &rdv)
-            .env("SHMLINK_LOG", "debug")
-            .env_remove("LD_PRELOAD")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(log).expect("log"));
-        if preloaded {
-            c.env("LD_PRELOAD", preload_lib());
-        }
-        c.spawn().expect("spawn")
+        spawn_role(&prog, &rdv, [role.as_str(), arg], preloaded, log)
     };
     for mode in 0..8 {
         let mut outputs = Vec::new();
@@ -355,6 +375,18 @@ fn a_killed_peer_gives_a_fin_or_a_reset_as_tcp_does() {
     }
 }
 
+/// Asserts that a pair's server and client printed what the plain pair's did (`run_pair`'s
+/// tuples: server output and log, client output and log), naming `what` and showing the
+/// pair's log on a difference.
+fn assert_observes_the_same(
+    got: &(String, String, String, String),
+    plain: &(String, String, String, String),
+    what: &str,
+) {
+    assert_eq!(got.0, plain.0, "{what}: server\n{}", got.1);
+    assert_eq!(got.2, plain.2, "{what}: client\n{}", got.3);
+}
+
 /// Runs `server_args` and then `client_args` (the port appended), both plain or both
 /// preloaded: (server stdout, server stderr, client stdout, client stderr).
 fn run_exec_pair(
@@ -366,19 +398,8 @@ fn run_exec_pair(
     preloaded: bool,
 ) -> (String, String, String, String) {
     let port_file = dir.join(format!("port-{tag}-{preloaded}"));
-    let cmd = |args: &[&str]| {
-        let mut c = Command::new(prog);
-        c.args(args)
-            .env("SHMLINK_DIR", dir.join("rdv"))
-            .env("SHMLINK_LOG", "debug")
-            .env_remove("LD_PRELOAD")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if preloaded {
-            c.env("LD_PRELOAD", preload_lib());
-        }
-        c
-    };
+    let rdv = dir.join("rdv");
+    let cmd = |args: &[&str]| role_command(prog, &rdv, args, preloaded, Stdio::piped());
     let mut sargs = server_args.to_vec();
     sargs.push(port_file.to_str().unwrap());
     let server = cmd(&sargs).spawn().expect("spawn");
@@ -410,8 +431,7 @@ fn run_exec_pair(
 /// `posix_spawn`, `system` or `popen` (the C library's internal exec) instead of `exec`.
 #[test]
 fn exec_continues_a_connection_over_tcp() {
-    let scratch = Scratch::new("exec");
-    let Some(prog) = compile(&scratch.0, "sockcheck") else {
+    let Some((scratch, prog)) = sockcheck("exec") else {
         return;
     };
     let cases: [(&str, &[&str], &str); 10] = [
@@ -433,16 +453,7 @@ fn exec_continues_a_connection_over_tcp() {
             !plain.0.contains("FAILED") && !plain.2.contains("FAILED"),
             "{plain:?}"
         );
-        assert_eq!(
-            pre.0, plain.0,
-            "{tag}: server, preloaded vs plain\n{}",
-            pre.1
-        );
-        assert_eq!(
-            pre.2, plain.2,
-            "{tag}: client, preloaded vs plain\n{}",
-            pre.3
-        );
+        assert_observes_the_same(&pre, &plain, &format!("{tag}, preloaded vs plain"));
         assert_eq!(shm_connections(&plain.3), 0, "{tag}");
         assert_eq!(
             shm_connections(&pre.3),
@@ -496,26 +507,16 @@ fn exec_continues_a_connection_over_tcp() {
 /// accepting process), and both children accept some across the runs.
 #[test]
 fn prefork_and_reuseport_servers_take_claims_in_whichever_process_accepts() {
-    let scratch = Scratch::new("prefork");
-    let Some(prog) = compile(&scratch.0, "sockcheck") else {
+    let Some((scratch, prog)) = sockcheck("prefork") else {
         return;
     };
     for mode in ["pserver0", "pserver1"] {
         let run = |server_preloaded: bool, client_preloaded: bool| {
             let port_file = scratch.0.join(format!("port-{mode}"));
             let _ = std::fs::remove_file(&port_file);
+            let rdv = scratch.0.join("rdv");
             let cmd = |args: &[&str], preloaded: bool| {
-                let mut c = Command::new(&prog);
-                c.args(args)
-                    .env("SHMLINK_DIR", scratch.0.join("rdv"))
-                    .env("SHMLINK_LOG", "debug")
-                    .env_remove("LD_PRELOAD")
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped());
-                if preloaded {
-                    c.env("LD_PRELOAD", preload_lib());
-                }
-                c
+                role_command(&prog, &rdv, args, preloaded, Stdio::piped())
             };
             let mut server = cmd(&[mode, port_file.to_str().unwrap()], server_preloaded)
                 .stdin(Stdio::piped())
@@ -544,8 +545,7 @@ fn prefork_and_reuseport_servers_take_claims_in_whichever_process_accepts() {
         let mut accepters = std::collections::HashSet::new();
         for _ in 0..3 {
             let pre = run(true, true);
-            assert_eq!(pre.0, plain.0, "{mode}: server\n{}", pre.1);
-            assert_eq!(pre.2, plain.2, "{mode}: client\n{}", pre.3);
+            assert_observes_the_same(&pre, &plain, mode);
             assert_eq!(
                 shm_connections(&pre.3),
                 8,
@@ -564,16 +564,7 @@ fn prefork_and_reuseport_servers_take_claims_in_whichever_process_accepts() {
         // Mixed pairs stay on TCP and observe the same.
         for (sp, cp) in [(true, false), (false, true)] {
             let m = run(sp, cp);
-            assert_eq!(
-                m.0, plain.0,
-                "{mode} server {sp} client {cp}: server\n{}",
-                m.1
-            );
-            assert_eq!(
-                m.2, plain.2,
-                "{mode} server {sp} client {cp}: client\n{}",
-                m.3
-            );
+            assert_observes_the_same(&m, &plain, &format!("{mode} server {sp} client {cp}"));
             assert_eq!(shm_connections(&m.1) + shm_connections(&m.3), 0);
         }
     }
@@ -615,8 +606,7 @@ fn shmlink_run_preloads_the_command() {
         .expect("run");
     assert_eq!(missing.status.code(), Some(127));
 
-    let scratch = Scratch::new("run");
-    let Some(prog) = compile(&scratch.0, "sockcheck") else {
+    let Some((scratch, prog)) = sockcheck("run") else {
         return;
     };
     let port_file = scratch.0.join("port");

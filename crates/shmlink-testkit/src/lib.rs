@@ -1,6 +1,7 @@
 //! The shmlink workspace's test kit, a dev-dependency of every crate's tests (never a
 //! dependency of a shipped crate): the one way a test says it cannot run here ([`skip`]),
-//! raw `shm:` clients and listeners that break the protocol on purpose, and hostile peers.
+//! raw `shm:` clients and listeners that break the protocol on purpose, hostile peers, and
+//! the directories and child processes tests must clean up whatever happens.
 //!
 //! It is built on the library's public API, on `shmlink-sys`, and on the few hooks that
 //! must reach the library's internals — handshake packets, the raw segment layout, the
@@ -8,8 +9,11 @@
 //! `testing` feature (`shmlink::testing`, hidden from its docs). The hooks a test needs
 //! are re-exported here, so a test imports from one place.
 
+mod process;
 mod shm;
 mod skips;
+
+pub use process::{wait_readable, KillOnDrop, Reaped, TempDir};
 
 pub use shm::{
     attack_read_only, fake_listener, memfd, raw_handshake, raw_handshake_with_fds,

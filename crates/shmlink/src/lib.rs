@@ -111,19 +111,19 @@ mod transport;
 mod trust;
 mod view;
 
-// The engine of the `shmlink vm-host` daemon (the server QEMU's `ivshmem-doorbell`
-// devices and host processes connect to for `vm:` doorbells; docs/vms.md, "Waiting").
-// Not part of the API: a daemon, not something an application embeds. It is public only
-// because the CLI (`shmlink-cli`, its `vm-host` command) and the `vm:` tests run it, and
-// hidden from the docs; its code shares the doorbell protocol's framing and the region
-// file's trust policy with the `vm:` transport (transport/vm/bell.rs, file.rs), and the
-// library's own `vm:` tests run it in-process, so it stays beside them until it gets a
-// crate of its own over narrow hooks for those two.
+// What the `vm:` doorbell server (`shmlink vm-host`, its own crate: crates/shmlink-vmhost)
+// needs of the library's internals, and nothing more: the region file's trust policy
+// (transport/vm/file.rs: who may own the file and connect, how a new one is created) and
+// the doorbell protocol's constants the peers check (transport/vm/bell.rs). Not part of
+// the API, hidden from the docs; the daemon itself is not in the library.
 #[doc(hidden)]
-pub mod vm_host {
-    pub use crate::transport::vm::bell::{
-        HostEvent, VmHost, DEFAULT_MAX_PEERS, MAX_VECTORS, PROTOCOL_VERSION,
+pub mod vm_host_hooks {
+    pub use crate::transport::vm::bell::{MAX_ID, MAX_VECTORS, PROTOCOL_VERSION};
+    pub use crate::transport::vm::file::{
+        create_or_open as create_or_open_region, Policy as RegionPolicy,
     };
+    /// The smallest region `vm:` can use (a header and the smallest ring of every slot).
+    pub const MIN_REGION: usize = crate::transport::vm::region::MIN_REGION;
 }
 
 // The lower layers, crates of their own, under the paths the modules have always used.

@@ -142,6 +142,15 @@ pub fn fuzz_handshake(data: &[u8]) {
     }
 }
 
+/// A fuzz input's 8-byte little-endian words, the last one padded with zeros.
+fn fuzz_words(rest: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    rest.chunks(8).map(|c| {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        u64::from_le_bytes(w)
+    })
+}
+
 /// Fuzz entry point: a receiving `shm:` connection set up from a listener's answer with
 /// arbitrary numbers (ring sizes, features, largest message), over a ring whose control
 /// block and contents are arbitrary bytes, changed again between receives, must refuse
@@ -160,11 +169,7 @@ pub fn fuzz_shm_reader(data: &[u8]) {
     let Some((&flags, rest)) = data.split_first() else {
         return;
     };
-    let mut words = rest.chunks(8).map(|c| {
-        let mut w = [0u8; 8];
-        w[..c.len()].copy_from_slice(c);
-        u64::from_le_bytes(w)
-    });
+    let mut words = fuzz_words(rest);
     let mut take = || words.next().unwrap_or(0);
     let raw = [take(), take(), take(), take()];
     let answer = if flags & 2 != 0 {

@@ -56,6 +56,18 @@ fn serve(mut l: Listener) -> (Arc<AtomicBool>, JoinHandle<Vec<&'static str>>) {
     (stop, t)
 }
 
+/// Stops a [`serve`] thread: the transports of the connections it accepted.
+fn stop_serving(stop: &AtomicBool, server: JoinHandle<Vec<&'static str>>) -> Vec<&'static str> {
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap()
+}
+
+/// Asserts that the server answers `c` over TCP, and closes it.
+fn assert_served_over_tcp(mut c: Connection) {
+    c.send(b"which?").unwrap();
+    assert_eq!(c.recv_vec().unwrap(), b"tcp");
+}
+
 fn answer_with_transport(mut c: Connection) {
     while c.recv_vec().is_ok() {
         if c.send(c.transport().as_str().as_bytes()).is_err() {
@@ -133,11 +145,8 @@ fn tokens_are_checked_and_single_use() {
     // The client decides to stay on TCP: the listener hands out the TCP connection.
     c.send(&AutoMsg::Decision { upgraded: false }.encode())
         .unwrap();
-    c.send(b"which?").unwrap();
-    assert_eq!(c.recv_vec().unwrap(), b"tcp");
-    drop(c);
-    stop.store(true, Ordering::Relaxed);
-    assert_eq!(server.join().unwrap(), ["tcp"]);
+    assert_served_over_tcp(c);
+    assert_eq!(stop_serving(&stop, server), ["tcp"]);
 }
 
 #[test]
@@ -172,11 +181,9 @@ fn another_servers_socket_at_the_same_path_is_not_taken() {
     let (stop_a, server_a) = serve(a);
     let (stop_b, server_b) = serve(b);
 
-    let mut c = Connection::connect(&a_addr, &Options::default()).unwrap();
+    let c = Connection::connect(&a_addr, &Options::default()).unwrap();
     assert_eq!(c.transport(), shmlink::Transport::Tcp);
-    c.send(b"which?").unwrap();
-    assert_eq!(c.recv_vec().unwrap(), b"tcp");
-    drop(c);
+    assert_served_over_tcp(c);
     stop_a.store(true, Ordering::Relaxed);
     stop_b.store(true, Ordering::Relaxed);
     assert_eq!(server_a.join().unwrap(), ["tcp"]);
@@ -211,12 +218,9 @@ fn a_listener_whose_upgrade_socket_is_gone_serves_over_tcp() {
     let addr = l.local_addr();
     std::fs::remove_file(upgrade_socket(&addr)).unwrap();
     let (stop, server) = serve(l);
-    let mut c = Connection::connect(&addr, &Options::default()).unwrap();
-    c.send(b"which?").unwrap();
-    assert_eq!(c.recv_vec().unwrap(), b"tcp");
-    drop(c);
-    stop.store(true, Ordering::Relaxed);
-    assert_eq!(server.join().unwrap(), ["tcp"]);
+    let c = Connection::connect(&addr, &Options::default()).unwrap();
+    assert_served_over_tcp(c);
+    assert_eq!(stop_serving(&stop, server), ["tcp"]);
 }
 
 #[test]

@@ -197,16 +197,8 @@ fn tokio_echo() {
                 }));
             }
             for _ in 0..N {
-                let mut s = l.accept().await.unwrap();
-                tasks.push(tokio::spawn(async move {
-                    loop {
-                        match s.recv_vec().await {
-                            Ok(m) => s.send(&m).await.unwrap(),
-                            Err(e) if e.kind() == ErrorKind::EndOfStream => break,
-                            Err(e) => panic!("server: {e}"),
-                        }
-                    }
-                }));
+                let s = l.accept().await.unwrap();
+                tasks.push(tokio::spawn(echo_until_end(s)));
             }
             for t in tasks {
                 t.await.unwrap();

@@ -481,27 +481,7 @@ fn idle() -> ! {
 /// themselves, and the latency budget needs the CPUs) and a deadline.
 fn run(name: &str, body: impl FnOnce() + Send + 'static) {
     static SERIAL: Mutex<()> = Mutex::new(());
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let (done_tx, done_rx) = mpsc::channel::<()>();
-    let worker = std::thread::Builder::new()
-        .name(name.to_string())
-        .spawn(move || {
-            body();
-            let _ = done_tx.send(());
-        })
-        .unwrap();
-    match done_rx.recv_timeout(TEST_DEADLINE) {
-        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(panic) = worker.join() {
-                std::panic::resume_unwind(panic);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            panic!("{name}: hung, no result within {TEST_DEADLINE:?}")
-        }
-    }
+    common::serially_within(&SERIAL, name, TEST_DEADLINE, body);
 }
 
 /// A listener on a fresh address, with what the file system and descriptor table looked

@@ -4,7 +4,6 @@
 //! malformed query is refused without harm, and an `auto:` listener reports itself and
 //! its TCP connections through its upgrade socket.
 
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 use std::thread::JoinHandle;
@@ -60,13 +59,7 @@ fn inspect_while_accepting(listener: &mut Listener, dir: &Path) -> Vec<SocketRep
     while !asker.is_finished() {
         match listener.accept() {
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                let mut pfd = libc::pollfd {
-                    fd: listener.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd.
-                unsafe { libc::poll(&mut pfd, 1, 10) };
+                shmlink_testkit::wait_readable(&*listener, Duration::from_millis(10));
             }
             other => panic!("no client expected, got {other:?}"),
         }

@@ -153,16 +153,8 @@ fn echo_64_with(t: &str, asymmetric: bool) {
         } else {
             pairs(&t, &o, CONNS).await
         };
-        for (mut c, mut s) in conns {
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    match s.recv_vec().await {
-                        Ok(m) => s.send(&m).await.unwrap(),
-                        Err(e) if e.kind() == ErrorKind::EndOfStream => break,
-                        Err(e) => panic!("server: {e}"),
-                    }
-                }
-            }));
+        for (mut c, s) in conns {
+            tasks.push(tokio::spawn(echo_until_end(s)));
             tasks.push(tokio::spawn(async move {
                 for seq in 0..ROUNDS {
                     let len = len_of(seq, 6000);

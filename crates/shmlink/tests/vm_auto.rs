@@ -12,16 +12,18 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 use shmlink::{Connection, ErrorKind, Listener, Options};
 use shmlink_testkit::AutoMsg;
+
+// A child process (this binary's `child` test) and the lines it prints.
+use common::ChildProc as Proc;
 
 const WAIT: Duration = Duration::from_secs(30);
 const ROLE: &str = "SHMLINK_VMAUTO_ROLE";
@@ -72,12 +74,6 @@ impl Drop for RegionFile {
     }
 }
 
-/// A child process and the lines it prints.
-struct Proc {
-    child: Child,
-    lines: Receiver<String>,
-}
-
 impl Proc {
     /// Runs this binary as `role` with `env` set.
     fn spawn(role: &str, addr: &str, env: &[(&str, &str)]) -> Proc {
@@ -86,53 +82,11 @@ impl Proc {
             .env(ROLE, role)
             .env(ADDR, addr)
             .env_remove("SHMLINK_AUTO_VM")
-            .env_remove("SHMLINK_AUTO_SHM")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
+            .env_remove("SHMLINK_AUTO_SHM");
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Proc { child, lines }
-    }
-
-    /// The first line starting with `prefix` (its rest), waiting at most [`WAIT`].
-    fn line(&self, prefix: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("the child never printed {prefix:?}"));
-            if let Some(rest) = line.strip_prefix(prefix) {
-                return rest.trim().to_string();
-            }
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        drop(self.child.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        Proc::start(cmd)
     }
 }
 

@@ -8,20 +8,20 @@ mod common;
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use shmlink::vm_host::{HostEvent, VmHost};
 use shmlink::{Connection, Listener, Options};
 use shmlink_testkit::{bell_stats, ivshmem_read_msg};
+use shmlink_vmhost::{HostEvent, VmHost};
+
+use common::VmPaths as Paths;
 
 const WAIT: Duration = Duration::from_secs(10);
 const MIB: u64 = 1 << 20;
-
-static SEQ: AtomicUsize = AtomicUsize::new(0);
 
 /// Spinning off for every test of this binary (read once per process by the library).
 fn no_spin() {
@@ -30,28 +30,8 @@ fn no_spin() {
 }
 
 /// A region path in /dev/shm and its socket, both removed on drop.
-struct Paths {
-    region: PathBuf,
-    socket: PathBuf,
-}
-
-impl Paths {
-    fn new() -> Paths {
-        let n = SEQ.fetch_add(1, Ordering::Relaxed);
-        let region = PathBuf::from(format!(
-            "/dev/shm/shmlink-vmbell-test-{}-{n}",
-            std::process::id()
-        ));
-        let socket = PathBuf::from(format!("{}.bell", region.display()));
-        Paths { region, socket }
-    }
-}
-
-impl Drop for Paths {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.region);
-        let _ = std::fs::remove_file(&self.socket);
-    }
+fn paths() -> Paths {
+    Paths::new("vmbell-test")
 }
 
 /// A server running in a thread until dropped; its events are collected.
@@ -63,7 +43,7 @@ struct Server {
 
 impl Server {
     fn start(p: &Paths, vectors: u32, max_peers: usize) -> Server {
-        let mut host = VmHost::bind(&p.socket, &p.region, 16 * MIB, vectors).unwrap();
+        let mut host = VmHost::bind(&p.bell, &p.region, 16 * MIB, vectors).unwrap();
         host.set_max_peers(max_peers);
         let stop = Arc::new(AtomicBool::new(false));
         let events = Arc::new(Mutex::new(Vec::new()));
@@ -118,7 +98,7 @@ impl Fake {
     /// Connects and reads the setup: `others` eventfds of earlier peers, then `vectors`
     /// of its own.
     fn join(p: &Paths, others: usize, vectors: usize) -> Fake {
-        let sock = UnixStream::connect(&p.socket).unwrap();
+        let sock = UnixStream::connect(&p.bell).unwrap();
         let (v, f) = msg(&sock);
         assert_eq!((v, f.is_none()), (0, true), "protocol version 0 without fd");
         let (id, f) = msg(&sock);
@@ -184,27 +164,7 @@ fn take(fd: &OwnedFd) -> u64 {
 
 /// Sends one protocol message with a descriptor, as a server (or a hostile client) does.
 fn send_fd(sock: &UnixStream, v: i64, fd: &OwnedFd) -> bool {
-    let bytes = v.to_le_bytes();
-    // SAFETY: a plain sendmsg of 8 bytes with one SCM_RIGHTS descriptor, the control
-    // message built with the libc macros inside a large enough, aligned buffer.
-    unsafe {
-        let mut iov = libc::iovec {
-            iov_base: bytes.as_ptr() as *mut _,
-            iov_len: 8,
-        };
-        let mut cbuf = [0u64; 4];
-        let mut m: libc::msghdr = std::mem::zeroed();
-        m.msg_iov = &mut iov;
-        m.msg_iovlen = 1;
-        m.msg_control = cbuf.as_mut_ptr().cast();
-        m.msg_controllen = libc::CMSG_SPACE(4) as usize;
-        let cm = libc::CMSG_FIRSTHDR(&m);
-        (*cm).cmsg_level = libc::SOL_SOCKET;
-        (*cm).cmsg_type = libc::SCM_RIGHTS;
-        (*cm).cmsg_len = libc::CMSG_LEN(4) as usize;
-        *libc::CMSG_DATA(cm).cast::<i32>() = fd.as_raw_fd();
-        libc::sendmsg(sock.as_raw_fd(), &m, libc::MSG_NOSIGNAL) == 8
-    }
+    common::send_ivshmem_msg(sock, v, Some(fd))
 }
 
 fn fd_size(fd: &OwnedFd) -> u64 {
@@ -218,7 +178,7 @@ fn fd_size(fd: &OwnedFd) -> u64 {
 
 #[test]
 fn ids_memory_eventfds_joins_and_leaves() {
-    let p = Paths::new();
+    let p = paths();
     let s = Server::start(&p, 2, 8);
     let a = Fake::join(&p, 0, 2);
     assert_eq!(a.id, 0);
@@ -254,7 +214,7 @@ fn ids_memory_eventfds_joins_and_leaves() {
 
 #[test]
 fn hostile_clients_are_dropped_and_the_rest_goes_on() {
-    let p = Paths::new();
+    let p = paths();
     let s = Server::start(&p, 1, 3);
     let a = Fake::join(&p, 0, 1);
     // A client that writes (peers never do) is dropped, and a hears it leave.
@@ -280,7 +240,7 @@ fn hostile_clients_are_dropped_and_the_rest_goes_on() {
     // A full table: the server closes new connections at once (max 3 peers here).
     let d = Fake::join(&p, 1, 1);
     let e2 = Fake::join(&p, 2, 1);
-    let over = UnixStream::connect(&p.socket).unwrap();
+    let over = UnixStream::connect(&p.bell).unwrap();
     assert_eq!(
         ivshmem_read_msg(over.as_fd(), WAIT).unwrap_err().kind(),
         std::io::ErrorKind::UnexpectedEof,
@@ -289,7 +249,7 @@ fn hostile_clients_are_dropped_and_the_rest_goes_on() {
     s.wait_for("refused", |e| matches!(e, HostEvent::Refused(_)));
     // Connections that close at once, before or while reading the setup.
     for _ in 0..20 {
-        drop(UnixStream::connect(&p.socket).unwrap());
+        drop(UnixStream::connect(&p.bell).unwrap());
     }
     // The server still serves: d and e2 can ring a.
     ring(d.of(0, 0));
@@ -301,15 +261,13 @@ fn hostile_clients_are_dropped_and_the_rest_goes_on() {
 
 #[test]
 fn a_second_server_on_the_socket_is_refused_and_bad_arguments_too() {
-    let p = Paths::new();
+    let p = paths();
     let _s = Server::start(&p, 1, 4);
-    let e = VmHost::bind(&p.socket, &p.region, 16 * MIB, 1)
-        .err()
-        .unwrap();
+    let e = VmHost::bind(&p.bell, &p.region, 16 * MIB, 1).err().unwrap();
     assert_eq!(e.kind(), shmlink::ErrorKind::AddrInUse);
-    let q = Paths::new();
+    let q = paths();
     for (size, vectors) in [(16 * MIB, 0), (16 * MIB, 65), (24 * MIB, 1), (MIB, 1)] {
-        let e = VmHost::bind(&q.socket, &q.region, size, vectors)
+        let e = VmHost::bind(&q.bell, &q.region, size, vectors)
             .err()
             .unwrap();
         assert_eq!(
@@ -320,20 +278,15 @@ fn a_second_server_on_the_socket_is_refused_and_bad_arguments_too() {
     }
 }
 
-/// A connected pair over `p`'s region: (client, server).
+/// A connected pair over `p`'s region: (client, server, listener).
 fn pair(p: &Paths, name: &str) -> (Connection, Connection, Listener) {
-    let addr = format!("vm:{name}@{}", p.region.display());
-    let mut l = Listener::bind(&addr, &Options::default()).unwrap();
-    let a2 = addr.clone();
-    let t = std::thread::spawn(move || Connection::connect(&a2, &Options::default()).unwrap());
-    let srv = l.accept().unwrap();
-    (t.join().unwrap(), srv, l)
+    p.pair(name)
 }
 
 #[test]
 fn host_processes_are_woken_by_doorbells() {
     no_spin();
-    let p = Paths::new();
+    let p = paths();
     let _s = Server::start(&p, 1, 8);
     let (mut c, mut s, _l) = pair(&p, "ping");
     let before = bell_stats(&p.region).expect("a doorbell through the server");
@@ -363,7 +316,7 @@ fn host_processes_are_woken_by_doorbells() {
 #[test]
 fn a_blocked_sender_is_woken_when_room_is_made() {
     no_spin();
-    let p = Paths::new();
+    let p = paths();
     let _s = Server::start(&p, 1, 8);
     let (mut c, mut s, _l) = pair(&p, "flow");
     let before = bell_stats(&p.region).unwrap();
@@ -409,11 +362,11 @@ fn a_hostile_server_gives_no_doorbell_and_vm_still_works_by_polling() {
         vec![0, 3, -1],       // the memory message without its descriptor
         vec![0, 3, -7, 1, 2], // garbage
     ] {
-        let p = Paths::new();
+        let p = paths();
         common::create_region_file(&p.region)
             .set_len(16 * MIB)
             .unwrap();
-        let t = fake_server(&p.socket, msgs.clone());
+        let t = fake_server(&p.bell, msgs.clone());
         let (mut c, mut s, _l) = pair(&p, "hostile");
         assert_eq!(bell_stats(&p.region), None, "{msgs:?}");
         c.send(b"still works").unwrap();
@@ -428,11 +381,11 @@ fn a_hostile_server_gives_no_doorbell_and_vm_still_works_by_polling() {
 fn a_server_flooding_descriptors_gives_no_doorbell() {
     // Version, id, memory, then 100 eventfds for one peer (no honest server sends more
     // than 64 vectors), then ours: refused at the 65th, no descriptor kept.
-    let p = Paths::new();
+    let p = paths();
     common::create_region_file(&p.region)
         .set_len(16 * MIB)
         .unwrap();
-    let l = UnixListener::bind(&p.socket).unwrap();
+    let l = UnixListener::bind(&p.bell).unwrap();
     let t = std::thread::spawn(move || {
         let (s, _) = l.accept().unwrap();
         use std::io::Write;
@@ -462,7 +415,7 @@ fn a_server_flooding_descriptors_gives_no_doorbell() {
 #[test]
 fn a_server_that_goes_away_leaves_working_connections() {
     no_spin();
-    let p = Paths::new();
+    let p = paths();
     let srv = Server::start(&p, 1, 8);
     let (mut c, mut s, _l) = pair(&p, "gone");
     assert!(bell_stats(&p.region).is_some());
@@ -512,7 +465,7 @@ fn child_echo() {
 fn two_processes_ring_each_other() {
     use std::io::{BufRead, BufReader};
     no_spin();
-    let p = Paths::new();
+    let p = paths();
     let _s = Server::start(&p, 1, 8);
     let mut ch = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", "child_echo", "--nocapture"])

@@ -12,19 +12,19 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::io::Read;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, Receiver};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
-use shmlink::vm_host::VmHost;
 use shmlink::{Connection, ErrorKind, Listener, Options};
 use shmlink_testkit::bell_stats;
+use shmlink_vmhost::VmHost;
+
+use common::{ChildProc, VmPaths as Paths};
 
 const NOBODY: u32 = 65534;
 const ROLE: &str = "SHMLINK_VMTRUST_ROLE";
@@ -43,8 +43,6 @@ const RING_16M: u64 = 64 << 10;
 /// Bytes of a ring record's header (shmlink_ring::spsc::HEADER).
 const RECORD_HEADER: u64 = 8;
 
-static SEQ: AtomicUsize = AtomicUsize::new(0);
-
 /// Whether we are root; if not, the calling test is skipped.
 fn root() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -57,24 +55,11 @@ fn root() -> bool {
 
 /// A fresh region path in /dev/shm (nothing created), and its `.bell`; both removed on
 /// drop.
-struct Paths {
-    region: PathBuf,
-    bell: PathBuf,
+fn paths() -> Paths {
+    Paths::new("vmtrust")
 }
 
 impl Paths {
-    fn new() -> Paths {
-        let n = SEQ.fetch_add(1, Ordering::Relaxed);
-        let region = PathBuf::from(format!(
-            "/dev/shm/shmlink-vmtrust-{}-{n}",
-            std::process::id()
-        ));
-        let bell = PathBuf::from(format!("{}.bell", region.display()));
-        let _ = std::fs::remove_file(&region);
-        let _ = std::fs::remove_file(&bell);
-        Paths { region, bell }
-    }
-
     /// Creates the region file owner-only, as `vm-host` does.
     fn create(&self, mode: u32) -> &Self {
         let f = std::fs::OpenOptions::new()
@@ -88,17 +73,6 @@ impl Paths {
             .unwrap();
         f.set_len(16 * MIB).unwrap();
         self
-    }
-
-    fn addr(&self, name: &str) -> String {
-        format!("vm:{name}@{}", self.region.display())
-    }
-}
-
-impl Drop for Paths {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.region);
-        let _ = std::fs::remove_file(&self.bell);
     }
 }
 
@@ -125,24 +99,20 @@ fn assert_refused(e: &shmlink::Error, because: &str) {
 
 /// A connected pair in `p`'s region: (client, server, listener).
 fn pair(p: &Paths, name: &str) -> (Connection, Connection, Listener) {
-    let mut l = Listener::bind(&p.addr(name), &Options::default()).unwrap();
-    let addr = p.addr(name);
-    let t = std::thread::spawn(move || Connection::connect(&addr, &Options::default()).unwrap());
-    let s = l.accept().unwrap();
-    (t.join().unwrap(), s, l)
+    p.pair(name)
 }
 
 #[test]
 fn a_region_reached_through_a_symbolic_link_is_refused() {
-    let target = Paths::new();
+    let target = paths();
     target.create(0o600);
-    let p = Paths::new();
+    let p = paths();
     std::os::unix::fs::symlink(&target.region, &p.region).unwrap();
     assert_refused(&bind_error(&p), "symbolic link");
     assert_refused(&host_error(&p), "symbolic link");
     // A dangling link is not followed to create the file at its target either.
-    let missing = Paths::new();
-    let q = Paths::new();
+    let missing = paths();
+    let q = paths();
     std::os::unix::fs::symlink(&missing.region, &q.region).unwrap();
     assert_refused(&host_error(&q), "symbolic link");
     assert!(
@@ -158,13 +128,13 @@ fn a_region_file_others_may_read_or_write_is_refused() {
         (0o606, "mode 0o606"),
         (0o660, "mode 0o660 and group"),
     ] {
-        let p = Paths::new();
+        let p = paths();
         p.create(mode);
         assert_refused(&bind_error(&p), because);
         assert_refused(&host_error(&p), because);
     }
     // Group access is fine for the group the options name.
-    let p = Paths::new();
+    let p = paths();
     p.create(0o660);
     let gid = std::fs::metadata(&p.region).unwrap().gid();
     Listener::bind(&p.addr("group"), &Options::default().vm_region_group(gid)).unwrap();
@@ -175,7 +145,7 @@ fn a_region_planted_by_another_user_is_refused() {
     if !root() {
         return;
     }
-    let p = Paths::new();
+    let p = paths();
     p.create(0o600);
     std::os::unix::fs::chown(&p.region, Some(NOBODY), Some(NOBODY)).unwrap();
     assert_refused(&bind_error(&p), &format!("belongs to uid {NOBODY}"));
@@ -190,7 +160,7 @@ fn a_region_planted_by_another_user_is_refused() {
 
 #[test]
 fn a_region_vm_host_creates_is_owner_only_and_nobody_cannot_open_it() {
-    let p = Paths::new();
+    let p = paths();
     let host = VmHost::bind(&p.bell, &p.region, 16 * MIB, 1).unwrap();
     let mode = std::fs::metadata(&p.region).unwrap().mode() & 0o7777;
     assert_eq!(mode, 0o600, "region mode {mode:#o}");
@@ -216,33 +186,7 @@ fn a_region_vm_host_creates_is_owner_only_and_nobody_cannot_open_it() {
     drop(host);
 }
 
-/// Sends one ivshmem protocol message with an optional descriptor, waiting for room.
-fn send_msg(sock: &UnixStream, v: i64, fd: Option<&OwnedFd>) -> bool {
-    let bytes = v.to_le_bytes();
-    // SAFETY: a plain blocking sendmsg of 8 bytes with at most one SCM_RIGHTS descriptor,
-    // the control message built with the libc macros inside a large enough, aligned
-    // buffer.
-    unsafe {
-        let mut iov = libc::iovec {
-            iov_base: bytes.as_ptr() as *mut _,
-            iov_len: 8,
-        };
-        let mut cbuf = [0u64; 4];
-        let mut m: libc::msghdr = std::mem::zeroed();
-        m.msg_iov = &mut iov;
-        m.msg_iovlen = 1;
-        if let Some(fd) = fd {
-            m.msg_control = cbuf.as_mut_ptr().cast();
-            m.msg_controllen = libc::CMSG_SPACE(4) as usize;
-            let cm = libc::CMSG_FIRSTHDR(&m);
-            (*cm).cmsg_level = libc::SOL_SOCKET;
-            (*cm).cmsg_type = libc::SCM_RIGHTS;
-            (*cm).cmsg_len = libc::CMSG_LEN(4) as usize;
-            *libc::CMSG_DATA(cm).cast::<i32>() = fd.as_raw_fd();
-        }
-        libc::sendmsg(sock.as_raw_fd(), &m, libc::MSG_NOSIGNAL) == 8
-    }
-}
+use common::send_ivshmem_msg as send_msg;
 
 /// A well-formed doorbell setup for peer `id`: version, id, the memory, `peers` other
 /// peers with `vectors` eventfds each (`e`, duplicated by every send), then our own.
@@ -271,7 +215,7 @@ fn fd_count() -> usize {
 fn a_bell_handing_out_more_descriptors_than_the_region_needs_is_refused() {
     // 200 peers: more parties than a region of 32 listeners and 64 slots has (the old
     // bound was 4,096 peers × 64 vectors).
-    let p = Paths::new();
+    let p = paths();
     p.create(0o600);
     let l = UnixListener::bind(&p.bell).unwrap();
     let t = std::thread::spawn(move || {
@@ -294,7 +238,7 @@ fn a_bell_handing_out_more_descriptors_than_the_region_needs_is_refused() {
 fn a_bell_keeps_one_descriptor_per_peer_whatever_the_vectors() {
     // 100 peers × 30 vectors = 3,000 descriptors sent: a doorbell rings vector 0 only, so
     // it keeps at most one per peer (the old code kept all 3,000).
-    let p = Paths::new();
+    let p = paths();
     p.create(0o600);
     let l = UnixListener::bind(&p.bell).unwrap();
     let (done_tx, done_rx) = channel::<()>();
@@ -326,7 +270,7 @@ fn a_bell_server_of_another_uid_is_refused() {
     if !root() {
         return;
     }
-    let p = Paths::new();
+    let p = paths();
     p.create(0o600);
     // nobody binds REGION.bell first (in /dev/shm, which everyone may write) and serves a
     // well-formed setup.
@@ -344,7 +288,7 @@ fn a_bell_server_of_another_uid_is_refused() {
 
 #[test]
 fn a_reserved_send_buffer_is_the_senders_own_whatever_the_region_says() {
-    let p = Paths::new();
+    let p = paths();
     p.create(0o600);
     let (mut c, mut s, _l) = pair(&p, "scribble");
     let mut buf = c.reserve(64).unwrap();
@@ -369,7 +313,7 @@ fn a_reserved_send_buffer_is_the_senders_own_whatever_the_region_says() {
 
 #[test]
 fn tls_auto_stays_on_tls_unless_the_region_is_private() {
-    let p = Paths::new();
+    let p = paths();
     p.create(0o600);
     let region = p.region.to_str().unwrap();
     let vm = [("SHMLINK_AUTO_VM", region), ("SHMLINK_AUTO_SHM", "0")];
@@ -386,28 +330,7 @@ fn tls_auto_stays_on_tls_unless_the_region_is_private() {
     drop(server);
 }
 
-/// A child process (this binary's `child` test) and the lines it prints.
-struct ChildProc {
-    child: Child,
-    lines: Receiver<String>,
-}
-
 impl ChildProc {
-    fn start(mut cmd: Command) -> ChildProc {
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
-        let mut child = cmd.spawn().unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        ChildProc { child, lines }
-    }
-
     fn spawn(role: &str, arg: &str, env: &[(&str, &str)]) -> ChildProc {
         let mut cmd = common::rerun_ignored("child");
         cmd.env(ROLE, role)
@@ -438,37 +361,6 @@ impl ChildProc {
     /// An `auto:` client with TLS options: "OWN_TRANSPORT SERVER_TRANSPORT".
     fn client(addr: &str, env: &[(&str, &str)]) -> String {
         ChildProc::spawn("client", addr, env).line("RESULT ")
-    }
-
-    /// The rest of the first line holding `prefix`, waiting at most [`WAIT`].
-    fn line(&self, prefix: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("the child never printed {prefix:?}"));
-            // libtest may print "test child ... " before the child's first line.
-            if let Some((_, rest)) = line.split_once(prefix) {
-                return rest.trim().to_string();
-            }
-        }
-    }
-}
-
-impl Drop for ChildProc {
-    fn drop(&mut self) {
-        drop(self.child.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

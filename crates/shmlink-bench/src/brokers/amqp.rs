@@ -322,15 +322,7 @@ impl Publisher {
     /// and the body in frames of at most the negotiated frame size, in one vectored write
     /// (the body is not copied).
     pub fn publish(&mut self, msg: &[u8]) -> io::Result<()> {
-        if msg.len() > MAX_MESSAGE {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "message of {} bytes is over the limit of {MAX_MESSAGE}",
-                    msg.len()
-                ),
-            ));
-        }
+        super::check_publish_size(msg)?;
         self.since_check += 1;
         if self.since_check >= CHECK_EVERY {
             self.check()?;

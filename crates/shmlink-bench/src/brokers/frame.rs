@@ -409,13 +409,7 @@ mod tests {
     /// prefixes: parsing never panics, and a frame it returns lies within the input.
     #[test]
     fn random_input_never_panics() {
-        let mut x: u64 = 1;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::brokers::xorshift(1);
         for _ in 0..20_000 {
             let payload: Vec<u8> = (0..next() % 24).map(|_| next() as u8).collect();
             let mut input = frame((next() % 10) as u8, 1, &payload);

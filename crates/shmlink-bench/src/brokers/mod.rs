@@ -87,6 +87,7 @@
 //! }
 //! ```
 
+use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -99,6 +100,31 @@ mod wire;
 
 /// The largest message either client sends or accepts: 16 MiB.
 pub const MAX_MESSAGE: usize = 16 << 20;
+
+/// Refuses a message to publish over [`MAX_MESSAGE`].
+fn check_publish_size(msg: &[u8]) -> io::Result<()> {
+    if msg.len() > MAX_MESSAGE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "message of {} bytes is over the limit of {MAX_MESSAGE}",
+                msg.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A xorshift64 generator from `seed` (not 0): the brokers' codec tests' random input.
+#[cfg(test)]
+fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
 
 /// Where `scripts/brokers.sh start` runs Redis.
 pub const REDIS_DEFAULT_ADDR: &str = "127.0.0.1:16379";

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::resp::{self, Value};
 use super::wire::Wire;
-use super::{CONNECT_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_MESSAGE};
+use super::{CONNECT_TIMEOUT, HANDSHAKE_TIMEOUT};
 
 const BROKER: &str = "redis";
 
@@ -53,19 +53,11 @@ impl Publisher {
         Ok(publisher)
     }
 
-    /// Sends `msg` (binary, up to [`MAX_MESSAGE`] bytes) to every subscriber of the
+    /// Sends `msg` (binary, up to [`MAX_MESSAGE`](super::MAX_MESSAGE) bytes) to every subscriber of the
     /// channel. Waits for the reply unless a [window](Self::set_window) allows it to be
     /// outstanding.
     pub fn publish(&mut self, msg: &[u8]) -> io::Result<()> {
-        if msg.len() > MAX_MESSAGE {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "message of {} bytes is over the limit of {MAX_MESSAGE}",
-                    msg.len()
-                ),
-            ));
-        }
+        super::check_publish_size(msg)?;
         self.head.clear();
         resp::encode_command(
             &mut self.head,

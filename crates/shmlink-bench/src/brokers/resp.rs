@@ -311,13 +311,7 @@ mod tests {
     #[test]
     fn random_input_never_panics() {
         let alphabet = b"+-:$*\r\n0123456789-1abc";
-        let mut x: u64 = 1;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::brokers::xorshift(1);
         for _ in 0..20_000 {
             let len = (next() % 40) as usize;
             let input: Vec<u8> = (0..len)

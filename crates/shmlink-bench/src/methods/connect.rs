@@ -234,6 +234,23 @@ pub struct Row {
     pub error: Option<String>,
 }
 
+impl Row {
+    /// A row of one round of `method` with nothing measured yet (or `error`).
+    pub fn empty(method: &'static str, error: Option<String>) -> Row {
+        Row {
+            method,
+            connections: 0,
+            made: 0,
+            rounds: 1,
+            per_s: 0.0,
+            p50_us: 0.0,
+            p90_us: 0.0,
+            p99_us: 0.0,
+            error,
+        }
+    }
+}
+
 /// Connects to `addr` over and over for `time` (after `warm` connections untimed). With a
 /// `fault`, for at least as long as it takes to reach the connection it damages (at most
 /// [`FAULT_GRACE`] longer): a run that ends before is an error.
@@ -244,17 +261,7 @@ pub fn measure(
     time: Duration,
     fault: Option<Fault>,
 ) -> Row {
-    let mut row = Row {
-        method: method.name,
-        connections: 0,
-        made: 0,
-        rounds: 1,
-        per_s: 0.0,
-        p50_us: 0.0,
-        p90_us: 0.0,
-        p99_us: 0.0,
-        error: None,
-    };
+    let mut row = Row::empty(method.name, None);
     for seq in 0..warm {
         row.made = seq + 1;
         if let Err(e) = once(method.name, addr, seq, fault) {

@@ -69,11 +69,7 @@ pub fn find(name: &str) -> Option<&'static dyn Method> {
 
 /// Every method's name, comma-separated (for error messages).
 pub fn names() -> String {
-    METHODS
-        .iter()
-        .map(|m| m.name())
-        .collect::<Vec<_>>()
-        .join(", ")
+    crate::method::comma_list(METHODS.iter().map(|m| m.name()))
 }
 
 /// The median of `xs` (the upper one of an even count); `xs` must not be empty.

@@ -362,7 +362,13 @@ mod tests {
     /// The CPUs thread `tid` of this process may run on.
     #[cfg(feature = "zmq")]
     fn cpus_of(tid: &str) -> Option<Vec<usize>> {
-        let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
+        cpus_in(&format!("/proc/self/task/{tid}/status"))
+    }
+
+    /// The CPUs a thread may run on, from its `status` file.
+    #[cfg(feature = "zmq")]
+    fn cpus_in(status_file: &str) -> Option<Vec<usize>> {
+        let status = std::fs::read_to_string(status_file).ok()?;
         let list = status
             .lines()
             .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
@@ -404,11 +410,7 @@ mod tests {
     /// The CPUs the calling thread may run on.
     #[cfg(feature = "zmq")]
     fn cpus_of_self() -> Option<Vec<usize>> {
-        let status = std::fs::read_to_string("/proc/thread-self/status").ok()?;
-        let list = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
-        shmlink_measure::cpus::parse_cpu_list(list.trim())
+        cpus_in("/proc/thread-self/status")
     }
 
     #[cfg(feature = "zmq")]

@@ -204,17 +204,7 @@ fn run_one(
     round: u32,
     fault: Option<Fault>,
 ) -> Row {
-    let failed = |e: String| Row {
-        method: m.name,
-        connections: 0,
-        made: 0,
-        rounds: 1,
-        per_s: 0.0,
-        p50_us: 0.0,
-        p90_us: 0.0,
-        p99_us: 0.0,
-        error: Some(e),
-    };
+    let failed = |e: String| Row::empty(m.name, Some(e));
     let cpus = shmlink_measure::cpus::allowed_cpus();
     let (client, server) = match cpus[..] {
         [a, b, ..] => (Some(a), Some(b)),

@@ -43,9 +43,5 @@ pub fn find(name: &str) -> Option<&'static dyn Method> {
 
 /// Every method's name, comma-separated (for error messages).
 pub fn names() -> String {
-    METHODS
-        .iter()
-        .map(|m| m.name())
-        .collect::<Vec<_>>()
-        .join(", ")
+    crate::method::comma_list(METHODS.iter().map(|m| m.name()))
 }

@@ -39,7 +39,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Child, ExitCode};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -47,7 +47,7 @@ use serde::{Deserialize, Serialize};
 use super::message::{self, MIN_SIZE};
 use super::{find, methods, Ctx, Publish};
 use crate::fault;
-use crate::run::{inherit_and_die_with_parent, print_result, run_child, FAULT_ENV};
+use crate::run::{print_result, run_child, run_spec_main, spawn_hidden, FAULT_ENV};
 use crate::sys::pin;
 use crate::sys::{ctx, err, inherited_fd, socketpair};
 use shmlink_measure::protocol::Fault;
@@ -162,15 +162,8 @@ fn start_subscriber(
 ) -> io::Result<(Child, std::process::ChildStdout)> {
     let mut fds: Vec<RawFd> = inherit.iter().map(|f| f.as_raw_fd()).collect();
     fds.push(theirs.as_raw_fd());
-    let mut cmd = Command::new(exe);
-    cmd.arg(SUB_CMD)
-        .arg(serde_json::to_string(spec).expect("a SubSpec serialises"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    inherit_and_die_with_parent(&mut cmd, fds);
-    let mut child = cmd
-        .spawn()
+    let spec_json = serde_json::to_string(spec).expect("a SubSpec serialises");
+    let mut child = spawn_hidden(exe, SUB_CMD, &spec_json, fds)
         .map_err(ctx(format!("start subscriber {}", spec.index)))?;
     let stdout = child.stdout.take().expect("stdout is piped");
     Ok((child, stdout))
@@ -492,14 +485,7 @@ fn subscribe(spec: &SubSpec) -> io::Result<SubReport> {
 /// `shmlink-bench __bench-pub SPEC`: prints the run's [`RunOutput`] as JSON; exit 1 with the
 /// error on stderr on failure.
 pub fn publisher_main(spec_json: &str) -> ExitCode {
-    let res = serde_json::from_str::<RunSpec>(spec_json)
-        .map_err(|e| err(format!("bad run spec: {e}")))
-        .and_then(|spec| {
-            let exe =
-                std::env::current_exe().map_err(|e| err(format!("find this program: {e}")))?;
-            publish(&spec, &exe)
-        });
-    print_result(res, "publisher: ")
+    run_spec_main(spec_json, "publisher: ", publish)
 }
 
 /// `shmlink-bench __bench-sub SPEC`: one subscriber of a run.

@@ -88,6 +88,31 @@ static inline shmlink_socket *connect_retry(const char *addr, const shmlink_opti
 }
 
 /* FNV-1a over a buffer: the checksum the tests put in their messages. */
+/* A connection from a child process: the listener, the accepted connection, the child. */
+struct child_conn {
+  shmlink_socket *listener, *conn;
+  pid_t pid;
+};
+
+/* Listens on `addr`, forks a child that runs `child(addr)` and exits, and accepts its
+ * connection. */
+static inline struct child_conn accept_from_child(const char *addr,
+                                                  void (*child)(const char *)) {
+  struct child_conn c;
+  c.listener = shmlink_listen(addr, NULL);
+  CHECK(c.listener, "listen");
+  fflush(NULL);
+  c.pid = fork();
+  CHECK(c.pid >= 0, "fork");
+  if (c.pid == 0) {
+    child(addr);
+    _exit(0);
+  }
+  c.conn = shmlink_accept(c.listener);
+  CHECK(c.conn, "accept");
+  return c;
+}
+
 static inline uint64_t fnv1a(const void *p, size_t n) {
   const unsigned char *b = p;
   uint64_t h = 1469598103934665603ULL;

@@ -40,23 +40,12 @@ static void produce(const char *addr) {
 
 int main(void) {
   watchdog(240);
-  const char *addr = addr_for("shm:", "ordered");
-  shmlink_socket *listener = shmlink_listen(addr, NULL);
-  CHECK(listener, "listen");
-  fflush(NULL);
-  pid_t pid = fork();
-  CHECK(pid >= 0, "fork");
-  if (pid == 0) {
-    produce(addr);
-    _exit(0);
-  }
-  shmlink_socket *conn = shmlink_accept(listener);
-  CHECK(conn, "accept");
+  struct child_conn c = accept_from_child(addr_for("shm:", "ordered"), produce);
   double t0 = now_s();
   unsigned char buf[512];
   uint64_t bytes = 0;
   for (uint64_t seq = 0; seq < COUNT; seq++) {
-    ssize_t n = shmlink_recv(conn, buf, sizeof buf);
+    ssize_t n = shmlink_recv(c.conn, buf, sizeof buf);
     CHECK(n == (ssize_t)len_of(seq), "message %llu: length %zd, expected %zu",
           (unsigned long long)seq, n, len_of(seq));
     struct head h;
@@ -69,15 +58,15 @@ int main(void) {
       CHECK(buf[i] == (unsigned char)(seq + i), "message %llu byte %zu", (unsigned long long)seq, i);
     bytes += (uint64_t)n;
   }
-  FAILS(shmlink_recv(conn, buf, sizeof buf), EPIPE); /* the end, after the last message */
+  FAILS(shmlink_recv(c.conn, buf, sizeof buf), EPIPE); /* the end, after the last message */
   double secs = now_s() - t0;
-  shmlink_counters c;
-  OK(shmlink_get_counters(conn, &c));
-  CHECK(c.msgs_in == COUNT && c.bytes_in == bytes, "counters %llu msgs %llu bytes",
-        (unsigned long long)c.msgs_in, (unsigned long long)c.bytes_in);
-  OK(shmlink_close(conn));
-  OK(shmlink_close(listener));
-  reap(pid, "sender");
+  shmlink_counters counters;
+  OK(shmlink_get_counters(c.conn, &counters));
+  CHECK(counters.msgs_in == COUNT && counters.bytes_in == bytes, "counters %llu msgs %llu bytes",
+        (unsigned long long)counters.msgs_in, (unsigned long long)counters.bytes_in);
+  OK(shmlink_close(c.conn));
+  OK(shmlink_close(c.listener));
+  reap(c.pid, "sender");
   printf("%llu ordered checksummed messages in %.2f s (%.0f msgs/s, sanitized build)\n",
          COUNT, secs, (double)COUNT / secs);
   return 0;

@@ -16,18 +16,14 @@ static void victim(const char *addr, int graceful) {
   _exit(1);
 }
 
+/* The victims as children of accept_from_child. */
+static void dies(const char *addr) { victim(addr, 0); }
+static void closes(const char *addr) { victim(addr, 1); }
+
 static void death(const char *prefix) {
-  const char *addr = addr_for(prefix, "death");
-  shmlink_socket *listener = shmlink_listen(addr, NULL);
-  CHECK(listener, "listen");
-  fflush(NULL);
-  pid_t pid = fork();
-  CHECK(pid >= 0, "fork");
-  if (pid == 0) victim(addr, 0);
-  shmlink_socket *conn = shmlink_accept(listener);
-  CHECK(conn, "accept");
+  struct child_conn c = accept_from_child(addr_for(prefix, "death"), dies);
   char buf[32];
-  CHECK(shmlink_recv(conn, buf, sizeof buf) == 10, "last words");
+  CHECK(shmlink_recv(c.conn, buf, sizeof buf) == 10, "last words");
   /* A killer process: waits 200 ms (we are in recv by then), kills, notes the time. */
   int pipefd[2];
   CHECK(pipe(pipefd) == 0, "pipe");
@@ -36,44 +32,36 @@ static void death(const char *prefix) {
   if (killer == 0) {
     usleep(200000);
     double t = now_s();
-    kill(pid, SIGKILL);
+    kill(c.pid, SIGKILL);
     if (write(pipefd[1], &t, sizeof t) != sizeof t) _exit(1);
     _exit(0);
   }
-  FAILS(shmlink_recv(conn, buf, sizeof buf), ECONNRESET);
+  FAILS(shmlink_recv(c.conn, buf, sizeof buf), ECONNRESET);
   double noticed = now_s(), killed = 0;
   CHECK(read(pipefd[0], &killed, sizeof killed) == sizeof killed, "killer's time");
   double ms = (noticed - killed) * 1000;
   CHECK(ms < 100, "%s: death noticed after %.1f ms", prefix, ms);
   /* It stays so: the connection is over. */
-  FAILS(shmlink_recv(conn, buf, sizeof buf), ECONNRESET);
+  FAILS(shmlink_recv(c.conn, buf, sizeof buf), ECONNRESET);
   reap(killer, "killer");
   int status;
-  waitpid(pid, &status, 0);
+  waitpid(c.pid, &status, 0);
   close(pipefd[0]);
   close(pipefd[1]);
-  shmlink_close(conn); /* the error, if any, is the reset already reported */
-  OK(shmlink_close(listener));
+  shmlink_close(c.conn); /* the error, if any, is the reset already reported */
+  OK(shmlink_close(c.listener));
   printf("%s peer killed: ECONNRESET after %.2f ms\n", prefix, ms);
 }
 
 static void graceful(const char *prefix) {
-  const char *addr = addr_for(prefix, "close");
-  shmlink_socket *listener = shmlink_listen(addr, NULL);
-  CHECK(listener, "listen");
-  fflush(NULL);
-  pid_t pid = fork();
-  CHECK(pid >= 0, "fork");
-  if (pid == 0) victim(addr, 1);
-  shmlink_socket *conn = shmlink_accept(listener);
-  CHECK(conn, "accept");
+  struct child_conn c = accept_from_child(addr_for(prefix, "close"), closes);
   char buf[32];
-  CHECK(shmlink_recv(conn, buf, sizeof buf) == 10, "last words before the end");
-  FAILS(shmlink_recv(conn, buf, sizeof buf), EPIPE);
-  FAILS(shmlink_recv(conn, buf, sizeof buf), EPIPE); /* and it stays so */
-  reap(pid, "closer");
-  OK(shmlink_close(conn));
-  OK(shmlink_close(listener));
+  CHECK(shmlink_recv(c.conn, buf, sizeof buf) == 10, "last words before the end");
+  FAILS(shmlink_recv(c.conn, buf, sizeof buf), EPIPE);
+  FAILS(shmlink_recv(c.conn, buf, sizeof buf), EPIPE); /* and it stays so */
+  reap(c.pid, "closer");
+  OK(shmlink_close(c.conn));
+  OK(shmlink_close(c.listener));
   printf("%s peer closed: EPIPE after its last message\n", prefix);
 }
 

@@ -25,18 +25,7 @@ static void echo(const char *addr) {
 
 int main(void) {
   watchdog(240);
-  const char *addr = addr_for("shm:", "sizes");
-  shmlink_socket *listener = shmlink_listen(addr, NULL);
-  CHECK(listener, "listen");
-  fflush(NULL);
-  pid_t pid = fork();
-  CHECK(pid >= 0, "fork");
-  if (pid == 0) {
-    echo(addr);
-    _exit(0);
-  }
-  shmlink_socket *conn = shmlink_accept(listener);
-  CHECK(conn, "accept");
+  struct child_conn c = accept_from_child(addr_for("shm:", "sizes"), echo);
   unsigned char *out = malloc(MAX + 1), *in = malloc(MAX);
   CHECK(out && in, "malloc");
   size_t sizes[3 * 27 + 1], count = 0;
@@ -49,19 +38,19 @@ int main(void) {
   for (size_t i = 0; i < count; i++) {
     size_t n = sizes[i];
     fill(out, n, n);
-    OK(shmlink_send(conn, out, n));
-    ssize_t got = shmlink_recv(conn, in, MAX);
+    OK(shmlink_send(c.conn, out, n));
+    ssize_t got = shmlink_recv(c.conn, in, MAX);
     CHECK(got == (ssize_t)n, "size %zu came back as %zd", n, got);
     CHECK(memcmp(in, out, n) == 0, "size %zu came back changed", n);
   }
-  FAILS(shmlink_send(conn, out, MAX + 1), EMSGSIZE);
-  FAILS_NULL(shmlink_reserve(conn, MAX + 1), EMSGSIZE);
+  FAILS(shmlink_send(c.conn, out, MAX + 1), EMSGSIZE);
+  FAILS_NULL(shmlink_reserve(c.conn, MAX + 1), EMSGSIZE);
   /* The connection is still fine afterwards. */
-  OK(shmlink_send(conn, out, 3));
-  CHECK(shmlink_recv(conn, in, MAX) == 3, "after EMSGSIZE");
-  OK(shmlink_close(conn));
-  OK(shmlink_close(listener));
-  reap(pid, "echo");
+  OK(shmlink_send(c.conn, out, 3));
+  CHECK(shmlink_recv(c.conn, in, MAX) == 3, "after EMSGSIZE");
+  OK(shmlink_close(c.conn));
+  OK(shmlink_close(c.listener));
+  reap(c.pid, "echo");
   printf("%zu sizes from 0 to %u bytes echoed intact\n", count, MAX);
   free(out);
   free(in);

@@ -79,19 +79,25 @@ static int server(long uid, int early, int conns) {
     return 0;
 }
 
+/* A TCP connection to 127.0.0.1:`port` with TCP_NODELAY, or death. */
+static int connect_local(int port) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0) die("socket");
+    int one = 1;
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) die("connect");
+    return s;
+}
+
 static int client(int port, int conns, long rounds, size_t size) {
     unsigned char *out = malloc(size), *in = malloc(size);
     if (!out || !in) die("malloc");
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int k = 0; k < conns; k++) {
-        int s = socket(AF_INET, SOCK_STREAM, 0);
-        if (s < 0) die("socket");
-        int one = 1;
-        setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) die("connect");
+        int s = connect_local(port);
         for (long r = 0; r < rounds; r++) {
             for (size_t i = 0; i < size; i++) out[i] = (unsigned char)(i * 7 + r * 13 + k);
             full_write(s, out, size);
@@ -117,13 +123,7 @@ static int client(int port, int conns, long rounds, size_t size) {
 /* A memcached text-protocol client: one connection, `set` a value, then ROUNDS `get`s,
  * each answer checked byte for byte; prints "ok 1 ROUNDS NS_PER_ROUND_TRIP". */
 static int memc(int port, long rounds) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    if (s < 0) die("socket");
-    int one = 1;
-    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) die("connect");
+    int s = connect_local(port);
     const char *set = "set k 0 0 5\r\nhello\r\n", *stored = "STORED\r\n";
     const char *get = "get k\r\n", *value = "VALUE k 0 5\r\nhello\r\nEND\r\n";
     char in[64];

@@ -34,24 +34,7 @@
 
 #define SCENARIOS 22
 
-static const char *role;
-
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s: ", role);
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-}
-
-static void die(const char *what) {
-    printf("%s: FAILED %s: %s\n", role, what, strerror(errno));
-    fflush(stdout);
-    exit(1);
-}
+#include "common.h"
 
 static const char *ename(int e) {
     switch (e) {
@@ -816,27 +799,6 @@ static void client_side(int i, int port) {
     }
     }
     close(fd);
-}
-
-/* Listens on 127.0.0.1:0 and writes the port to `path` (atomically). */
-static int listen_and_publish(const char *path) {
-    int ls = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(ls, (struct sockaddr *)&a, sizeof a) < 0) die("bind");
-    if (listen(ls, 16) < 0) die("listen");
-    socklen_t len = sizeof a;
-    getsockname(ls, (struct sockaddr *)&a, &len);
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) die("port file");
-    fprintf(f, "%d\n", ntohs(a.sin_port));
-    fclose(f);
-    rename(tmp, path);
-    return ls;
 }
 
 /* The peer-death pair: blast-server writes until writing fails; drain-client reads

@@ -253,11 +253,7 @@ pub fn fuzz_pubsub_reader(data: &[u8]) {
     let Some((&flags, rest)) = data.split_first() else {
         return;
     };
-    let mut words = rest.chunks(8).map(|c| {
-        let mut w = [0u8; 8];
-        w[..c.len()].copy_from_slice(c);
-        u64::from_le_bytes(w)
-    });
+    let mut words = super::fuzz_words(rest);
     let mut take = || words.next().unwrap_or(0);
     let hl = header_len() as u64;
     let raw = [take(), take(), take(), take()];
@@ -376,11 +372,7 @@ fn pubsub_handshake_accepted(data: &[u8]) -> bool {
     let Some((&flags, rest)) = data.split_first() else {
         return false;
     };
-    let mut words = rest.chunks(8).map(|c| {
-        let mut w = [0u8; 8];
-        w[..c.len()].copy_from_slice(c);
-        u64::from_le_bytes(w)
-    });
+    let mut words = super::fuzz_words(rest);
     let mut take = || words.next().unwrap_or(0);
     let raw = [take(), take(), take(), take(), take(), take(), take()];
     let (error, limit) = (take(), take());

@@ -325,3 +325,179 @@ pub fn readable_within(fd: i32, ms: i32) -> bool {
     // SAFETY: one valid pollfd.
     unsafe { libc::poll(&mut p, 1, ms) == 1 }
 }
+
+/// A fresh `vm:` region path in /dev/shm (nothing created) and its doorbell socket
+/// (`REGION.bell`), both removed on drop; `tag` names the test binary in the path.
+pub struct VmPaths {
+    pub region: std::path::PathBuf,
+    pub bell: std::path::PathBuf,
+}
+
+impl VmPaths {
+    pub fn new(tag: &str) -> VmPaths {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let n = SEQ.fetch_add(1, Ordering::Relaxed);
+        let region =
+            std::path::PathBuf::from(format!("/dev/shm/shmlink-{tag}-{}-{n}", std::process::id()));
+        let bell = std::path::PathBuf::from(format!("{}.bell", region.display()));
+        let _ = std::fs::remove_file(&region);
+        let _ = std::fs::remove_file(&bell);
+        VmPaths { region, bell }
+    }
+
+    /// The `vm:` address of `name` in this region.
+    pub fn addr(&self, name: &str) -> String {
+        format!("vm:{name}@{}", self.region.display())
+    }
+
+    /// A connected pair in this region: (client, server, listener).
+    pub fn pair(&self, name: &str) -> (Connection, Connection, Listener) {
+        let mut l = Listener::bind(&self.addr(name), &Options::default()).unwrap();
+        let addr = self.addr(name);
+        let t =
+            std::thread::spawn(move || Connection::connect(&addr, &Options::default()).unwrap());
+        let s = l.accept().unwrap();
+        (t.join().unwrap(), s, l)
+    }
+}
+
+impl Drop for VmPaths {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.region);
+        let _ = std::fs::remove_file(&self.bell);
+    }
+}
+
+/// A child process (a role of this test binary) and the lines it prints. Dropping it
+/// closes its stdin (the roles run until then) and reaps it, killing it after 10 s.
+pub struct ChildProc {
+    pub child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl ChildProc {
+    /// Spawns `cmd` with its stdin and stdout piped.
+    pub fn start(mut cmd: std::process::Command) -> ChildProc {
+        use std::io::BufRead;
+        use std::process::Stdio;
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        ChildProc { child, lines }
+    }
+
+    /// The rest of the first line holding `prefix`, waiting at most 30 s.
+    pub fn line(&self, prefix: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("the child never printed {prefix:?}"));
+            // libtest may print "test child ... " before the child's first line.
+            if let Some((_, rest)) = line.split_once(prefix) {
+                return rest.trim().to_string();
+            }
+        }
+    }
+}
+
+impl Drop for ChildProc {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `body` on a thread of its own named `name`, one such body at a time in this test
+/// binary (`serial` is the binary's lock), and fails if it has no result within
+/// `deadline`; a panic of the body is the test's.
+pub fn serially_within(
+    serial: &std::sync::Mutex<()>,
+    name: &str,
+    deadline: Duration,
+    body: impl FnOnce() + Send + 'static,
+) {
+    use std::sync::mpsc;
+    let _serial = serial.lock().unwrap_or_else(|p| p.into_inner());
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let worker = std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            body();
+            let _ = done_tx.send(());
+        })
+        .unwrap();
+    match done_rx.recv_timeout(deadline) {
+        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+            if let Err(panic) = worker.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{name}: hung, no result within {deadline:?}")
+        }
+    }
+}
+
+/// Sends one ivshmem doorbell protocol message with an optional descriptor, as a server
+/// (or a hostile client) does, waiting for room.
+pub fn send_ivshmem_msg(
+    sock: &std::os::unix::net::UnixStream,
+    v: i64,
+    fd: Option<&std::os::fd::OwnedFd>,
+) -> bool {
+    use std::os::fd::AsRawFd;
+    let bytes = v.to_le_bytes();
+    // SAFETY: a plain blocking sendmsg of 8 bytes with at most one SCM_RIGHTS descriptor,
+    // the control message built with the libc macros inside a large enough, aligned
+    // buffer.
+    unsafe {
+        let mut iov = libc::iovec {
+            iov_base: bytes.as_ptr() as *mut _,
+            iov_len: 8,
+        };
+        let mut cbuf = [0u64; 4];
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_iov = &mut iov;
+        m.msg_iovlen = 1;
+        if let Some(fd) = fd {
+            m.msg_control = cbuf.as_mut_ptr().cast();
+            m.msg_controllen = libc::CMSG_SPACE(4) as usize;
+            let cm = libc::CMSG_FIRSTHDR(&m);
+            (*cm).cmsg_level = libc::SOL_SOCKET;
+            (*cm).cmsg_type = libc::SCM_RIGHTS;
+            (*cm).cmsg_len = libc::CMSG_LEN(4) as usize;
+            *libc::CMSG_DATA(cm).cast::<i32>() = fd.as_raw_fd();
+        }
+        libc::sendmsg(sock.as_raw_fd(), &m, libc::MSG_NOSIGNAL) == 8
+    }
+}
+
+/// Echoes every message of an async connection back until the peer's end of stream.
+pub async fn echo_until_end(mut s: shmlink::tokio::Connection) {
+    loop {
+        match s.recv_vec().await {
+            Ok(m) => s.send(&m).await.unwrap(),
+            Err(e) if e.kind() == ErrorKind::EndOfStream => break,
+            Err(e) => panic!("server: {e}"),
+        }
+    }
+}

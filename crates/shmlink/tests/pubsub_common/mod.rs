@@ -272,25 +272,7 @@ pub fn idle() -> ! {
 /// Runs one test body alone (the fan-out tests need the CPUs) under a deadline.
 pub fn run(name: &str, body: impl FnOnce() + Send + 'static) {
     static SERIAL: Mutex<()> = Mutex::new(());
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let (done_tx, done_rx) = mpsc::channel::<()>();
-    let worker = std::thread::Builder::new()
-        .name(name.to_string())
-        .spawn(move || {
-            body();
-            let _ = done_tx.send(());
-        })
-        .unwrap();
-    match done_rx.recv_timeout(TEST_DEADLINE) {
-        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(panic) = worker.join() {
-                std::panic::resume_unwind(panic);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            panic!("{name}: hung, no result within {TEST_DEADLINE:?}")
-        }
-    }
+    super::common::serially_within(&SERIAL, name, TEST_DEADLINE, body);
 }
 
 /// Whether `fd` turns readable within `timeout`.

@@ -25,9 +25,11 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::sys;
 
-/// Who may own and share a region file, from the options.
+/// Who may own and share a region file, from the options. Public (hidden, as
+/// `shmlink::vm_host_hooks::RegionPolicy`) for the doorbell server's crate, which creates
+/// the region file and admits peers under the same policy.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Policy {
+pub struct Policy {
     /// Owners trusted besides this uid and root.
     pub(crate) uids: Vec<u32>,
     /// The group that may read and write the file besides its owner.
@@ -35,18 +37,21 @@ pub(crate) struct Policy {
 }
 
 impl Policy {
-    pub(crate) fn of(opts: &Options) -> Policy {
+    /// The policy the options ask for.
+    pub fn of(opts: &Options) -> Policy {
         Policy {
             uids: opts.expect_uids.clone(),
             gid: opts.vm_region_gid,
         }
     }
 
-    pub(crate) fn trusts(&self, uid: u32) -> bool {
+    /// Whether `uid` may own the file or connect: this uid, root or an expected uid.
+    pub fn trusts(&self, uid: u32) -> bool {
         uid == sys::euid() || uid == 0 || self.uids.contains(&uid)
     }
 
-    pub(crate) fn trusted_text(&self) -> String {
+    /// The trusted uids, for error messages.
+    pub fn trusted_text(&self) -> String {
         let me = sys::euid();
         let mut t = if me == 0 {
             "uid 0 (ours, root)".to_string()
@@ -59,8 +64,13 @@ impl Policy {
         t
     }
 
+    /// The group that shares the file, if the options name one.
+    pub fn gid(&self) -> Option<u32> {
+        self.gid
+    }
+
     /// The mode a new region file gets.
-    pub(crate) fn create_mode(&self) -> u32 {
+    pub fn create_mode(&self) -> u32 {
         if self.gid.is_some() {
             0o660
         } else {
@@ -85,8 +95,9 @@ pub(crate) fn open(path: &Path, policy: &Policy) -> Result<File> {
 }
 
 /// Creates the region file at `path` (mode `0600`, or `0660` with the policy's group), or
-/// opens and checks the one already there; true if it was created.
-pub(crate) fn create_or_open(path: &Path, policy: &Policy) -> Result<(File, bool)> {
+/// opens and checks the one already there; true if it was created. Public (hidden, as
+/// `shmlink::vm_host_hooks::create_or_open_region`) for the doorbell server's crate.
+pub fn create_or_open(path: &Path, policy: &Policy) -> Result<(File, bool)> {
     check_dir(path, policy)?;
     match sys::file::create_rw_exclusive(path, policy.create_mode()) {
         Ok(f) => {
