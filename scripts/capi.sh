@@ -32,20 +32,7 @@ install() {
   ln -sf "libshmlink.so.0" "$prefix/lib/libshmlink.so"
   cp "$target/libshmlink_capi.a" "$prefix/lib/libshmlink.a"
   cp crates/shmlink-capi/include/shmlink.h "$prefix/include/shmlink.h"
-  # Libs.private: what the Rust standard library needs when linking libshmlink.a
-  # (`pkg-config --static --libs shmlink`).
-  cat >"$prefix/lib/pkgconfig/shmlink.pc" <<PC
-prefix=$prefix
-libdir=\${prefix}/lib
-includedir=\${prefix}/include
-
-Name: shmlink
-Description: Fast, reliable messaging between processes on one Linux kernel (shared memory, Unix sockets, TCP, TLS)
-Version: $version
-Libs: -L\${libdir} -lshmlink
-Libs.private: -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
-Cflags: -I\${includedir}
-PC
+  sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" crates/shmlink-capi/shmlink.pc.in >"$prefix/lib/pkgconfig/shmlink.pc"
   echo "installed libshmlink $version ($profile) to $prefix"
 }
 

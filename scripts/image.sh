@@ -51,19 +51,7 @@ cmd_rootfs() {
   ln -s "libshmlink.so.$version" "$root/usr/local/lib/libshmlink.so.0"
   ln -s libshmlink.so.0 "$root/usr/local/lib/libshmlink.so"
   cp crates/shmlink-capi/include/shmlink.h "$root/usr/local/include/shmlink.h"
-  # As scripts/capi.sh install writes it, for PREFIX=/usr/local.
-  cat >"$root/usr/local/lib/pkgconfig/shmlink.pc" <<PC
-prefix=/usr/local
-libdir=\${prefix}/lib
-includedir=\${prefix}/include
-
-Name: shmlink
-Description: Fast, reliable messaging between processes on one Linux kernel (shared memory, Unix sockets, TCP, TLS)
-Version: $version
-Libs: -L\${libdir} -lshmlink
-Libs.private: -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
-Cflags: -I\${includedir}
-PC
+  sed -e "s|@PREFIX@|/usr/local|" -e "s|@VERSION@|$version|" crates/shmlink-capi/shmlink.pc.in >"$root/usr/local/lib/pkgconfig/shmlink.pc"
   # Every library the three need, at the path the loader finds it here (the same glibc
   # the build linked against), symbolic links resolved.
   # (sed, not awk: the build stage's image need not have awk.)
