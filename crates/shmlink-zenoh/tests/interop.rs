@@ -116,6 +116,7 @@ fn python_subscriber_receives_a_shmlink_topic() {
         .collect();
     assert_eq!(got.len(), want.len(), "{:?}", zsub.seen.last());
     assert!(got == want, "the Python subscriber received other bytes");
+    eprintln!("python subscriber: {} messages, bytes identical", got.len());
     let _ = bridge.stop(Duration::from_secs(10));
 }
 
@@ -169,6 +170,10 @@ fn python_publisher_reaches_a_shmlink_subscriber() {
     assert_eq!(sent.len() as u64, COUNT);
     assert_eq!(got.len() as u64, COUNT, "{r}");
     assert!(got == sent, "the shmlink subscriber received other bytes");
+    eprintln!(
+        "shmlink subscriber: {} messages from the Python publisher, bytes identical",
+        got.len()
+    );
     let lines = bridge.stop(Duration::from_secs(10));
     assert!(
         lines
