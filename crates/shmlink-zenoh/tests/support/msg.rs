@@ -7,8 +7,11 @@
 
 /// Header bytes before the body.
 pub const HEAD: usize = 20;
-/// Sequence number of the warm-up messages.
+/// Sequence number of the warm-up messages (of the first origin; the n-th origin's are
+/// `WARMUP - n`).
 pub const WARMUP: u64 = u64::MAX;
+/// Sequence numbers of a second (third, ...) publishing host start at multiples of this.
+pub const ORIGIN_STEP: u64 = 1 << 32;
 /// The largest message of the mixed-size stream (the topic's maximum).
 pub const MAX: usize = 1 << 20;
 

@@ -56,6 +56,9 @@ fn publisher() {
     let count = env_u64("SHZ_COUNT", 1000);
     let mixed = env("SHZ_SIZES") == "mixed";
     let gap = Duration::from_micros(env_u64("SHZ_GAP_US", 0));
+    // Publishers of one topic on several hosts number their messages from different
+    // bases (multiples of `ORIGIN_STEP`).
+    let base = env_u64("SHZ_SEQ_BASE", 0);
     let opts = PubSubOptions::default()
         .policy(policy())
         .max_msg_size(if mixed { msg::MAX } else { 4096 })
@@ -83,7 +86,7 @@ fn publisher() {
     let mut buf = Vec::new();
     while !go.load(Ordering::SeqCst) {
         assert!(!exit.load(Ordering::SeqCst), "told to exit before go");
-        msg::fill(&mut buf, msg::WARMUP, 64);
+        msg::fill(&mut buf, msg::WARMUP - base / msg::ORIGIN_STEP, 64);
         p.publish(&buf).expect("publish warm-up");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -94,7 +97,7 @@ fn publisher() {
         } else {
             64 + (seq as usize * 97) % 4000
         };
-        msg::fill(&mut buf, seq, len);
+        msg::fill(&mut buf, base + seq, len);
         p.publish(&buf).expect("publish");
         if !gap.is_zero() {
             std::thread::sleep(gap);
@@ -117,6 +120,13 @@ fn subscriber() {
     let count = env_u64("SHZ_COUNT", 1000);
     let slow = Duration::from_micros(env_u64("SHZ_SLOW_US", 0));
     let idle = Duration::from_millis(env_u64("SHZ_IDLE_MS", 10_000));
+    // Messages expected in all (from every origin; default: one origin's `count`).
+    let expect = env_u64("SHZ_EXPECT", count);
+    // Warm-up messages from this many origins before `ready`.
+    let origins = env_u64("SHZ_ORIGINS", 1) as usize;
+    // After the last expected message, read on this long: any message then is an extra.
+    let linger = Duration::from_millis(env_u64("SHZ_LINGER_MS", 0));
+    let mut warm = std::collections::HashSet::new();
     let addr = format!("shm:{topic}");
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut sub = loop {
@@ -134,7 +144,9 @@ fn subscriber() {
         .map(|p| std::io::BufWriter::new(std::fs::File::create(p).expect("SHZ_OUT")));
     let mut buf = vec![0u8; sub.max_msg_size()];
     let (mut ready, mut received, mut missed, mut errors) = (false, 0u64, 0u64, 0u64);
-    let mut next = 0u64; // the next sequence number expected (in order)
+    // The next sequence number expected from each origin (in order).
+    let mut next_of = std::collections::HashMap::<u64, u64>::new();
+    let mut next = 0u64;
     let mut first_error = String::new();
     let mut last_msg = Instant::now();
     loop {
@@ -142,8 +154,9 @@ fn subscriber() {
             Ok(n) => {
                 last_msg = Instant::now();
                 match msg::check(&buf[..n]) {
-                    Ok(msg::WARMUP) => {
-                        if !ready {
+                    Ok(seq) if seq >= msg::WARMUP - 64 => {
+                        warm.insert(seq);
+                        if !ready && warm.len() >= origins {
                             ready = true;
                             say("ready");
                         }
@@ -153,6 +166,11 @@ fn subscriber() {
                             ready = true;
                             say("ready");
                         }
+                        let origin = seq / msg::ORIGIN_STEP;
+                        next = next_of
+                            .get(&origin)
+                            .copied()
+                            .unwrap_or(origin * msg::ORIGIN_STEP);
                         if seq < next {
                             errors += 1;
                             if first_error.is_empty() {
@@ -167,7 +185,10 @@ fn subscriber() {
                         }
                         received += 1;
                         next = seq + 1;
-                        if seq + 1 == count {
+                        next_of.insert(origin, next);
+                        if received == expect
+                            || (expect == count && seq % msg::ORIGIN_STEP + 1 == count)
+                        {
                             break;
                         }
                         if !slow.is_zero() {
@@ -200,6 +221,24 @@ fn subscriber() {
                 first_error = format!("subscription ended: {e}");
                 break;
             }
+        }
+    }
+    let end = Instant::now() + linger;
+    while Instant::now() < end {
+        match sub.recv(&mut buf) {
+            Ok(n) => {
+                errors += 1;
+                if first_error.is_empty() {
+                    first_error = format!(
+                        "an extra message after the last: {:?}",
+                        msg::check(&buf[..n])
+                    );
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(_) => break,
         }
     }
     drop(out);
