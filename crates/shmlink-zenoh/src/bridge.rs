@@ -429,6 +429,33 @@ fn deliver(shared: &Arc<Shared>, sample: Sample) {
     }
 }
 
+/// The largest ring an imported topic gets, whatever the origin's attachment says: a
+/// remote peer cannot make the bridge map more than this per topic.
+pub(crate) const MAX_IMPORT_RING: usize = 256 << 20;
+
+/// The policy, largest message and slots of the local topic for an import: the origin's
+/// (from its attachment), bounded by [`BridgeConfig::max_import_msg`] and
+/// [`MAX_IMPORT_RING`]; or the configured ones for messages of other applications.
+fn import_geometry(
+    first: Option<Header>,
+    cfg: &BridgeConfig,
+) -> Result<(Policy, usize, usize), Error> {
+    let Some(h) = first else {
+        return Ok((cfg.foreign_policy, cfg.foreign_max_msg, cfg.foreign_slots));
+    };
+    let max_msg = h.max_msg as usize;
+    if max_msg == 0 || max_msg > cfg.max_import_msg {
+        return Err(Error(format!(
+            "the origin's largest message, {max_msg} bytes, is not in 1..={} (--max-import-msg)",
+            cfg.max_import_msg
+        )));
+    }
+    // Slots of the origin (or enough for bursts at its largest size), within the budget.
+    let fit = (MAX_IMPORT_RING / (max_msg + 64)).max(2);
+    let want = if h.slots != 0 { h.slots as usize } else { 1024 };
+    Ok((h.policy, max_msg, prev_power_of_two(want.min(fit).max(2))))
+}
+
 fn prev_power_of_two(n: usize) -> usize {
     1 << (usize::BITS - 1 - n.max(1).leading_zeros())
 }
@@ -464,24 +491,12 @@ fn import_topic(
     c: &Counters,
 ) -> Result<String, Error> {
     let cfg = &shared.config;
-    let (policy, max_msg, slots) = match first {
-        Some(h) => (
-            h.policy,
-            h.max_msg as usize,
-            if h.slots != 0 {
-                h.slots as usize
-            } else {
-                // Enough slots for bursts at the origin's largest size, in at most 64 MiB.
-                prev_power_of_two(((64 << 20) / (h.max_msg as usize + 64)).clamp(2, 1024))
-            },
-        ),
-        None => (cfg.foreign_policy, cfg.foreign_max_msg, cfg.foreign_slots),
-    };
+    let (policy, max_msg, slots) = import_geometry(first, cfg)?;
     let addr = format!("shm:{name}");
     let opts = PubSubOptions::default()
         .policy(policy)
         .max_msg_size(max_msg)
-        .slots(slots.max(2).next_power_of_two())
+        .slots(slots)
         .stall_timeout(cfg.stall_timeout);
     let mut publisher =
         Publisher::bind(&addr, &opts).map_err(|e| Error(format!("publish {addr} locally: {e}")))?;
@@ -529,4 +544,43 @@ fn import_topic(
     }
     let _ = publisher.close();
     Ok("bridge closed".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(max_msg: u32, slots: u32) -> Option<Header> {
+        Some(Header {
+            origin: 1,
+            seq: 0,
+            policy: Policy::Block,
+            max_msg,
+            slots,
+        })
+    }
+
+    #[test]
+    fn import_geometry_is_bounded_whatever_the_attachment_says() {
+        let cfg = BridgeConfig::default();
+        assert_eq!(
+            import_geometry(head(4096, 64), &cfg).unwrap(),
+            (Policy::Block, 4096, 64)
+        );
+        assert_eq!(import_geometry(head(1 << 20, 0), &cfg).unwrap().2, 128);
+        // Hostile: a huge ring is cut to the budget, a huge or empty message refused.
+        let (_, m, n) = import_geometry(head(1 << 20, u32::MAX), &cfg).unwrap();
+        assert!(
+            n * (m + 64) <= MAX_IMPORT_RING && n.is_power_of_two(),
+            "{n}"
+        );
+        assert!(import_geometry(head(u32::MAX, 2), &cfg).is_err());
+        assert!(import_geometry(head(0, 2), &cfg).is_err());
+        assert_eq!(import_geometry(head(7, 3), &cfg).unwrap().2, 2);
+        let foreign = import_geometry(None, &cfg).unwrap();
+        assert_eq!(
+            foreign,
+            (cfg.foreign_policy, cfg.foreign_max_msg, cfg.foreign_slots)
+        );
+    }
 }

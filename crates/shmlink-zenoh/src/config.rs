@@ -161,6 +161,9 @@ pub struct BridgeConfig {
     pub foreign_slots: usize,
     /// See [`foreign_max_msg`](Self::foreign_max_msg).
     pub foreign_policy: Policy,
+    /// The largest message of a topic the bridge imports (default 16 MiB): a topic whose
+    /// origin allows larger ones is not imported.
+    pub max_import_msg: usize,
     /// The stall timeout of the local topics the bridge publishes (imported `Block`
     /// topics): how long a slow local subscriber may hold the bridge up before it is
     /// detached (see `PubSubOptions::stall_timeout`).
@@ -185,6 +188,7 @@ impl Default for BridgeConfig {
             foreign_max_msg: 64 * 1024,
             foreign_slots: 256,
             foreign_policy: Policy::Overwrite,
+            max_import_msg: 16 << 20,
             stall_timeout: Duration::from_secs(1),
             import_queue: 64,
         }

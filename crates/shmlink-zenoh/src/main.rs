@@ -63,6 +63,9 @@ struct Args {
     /// bridge (and so the remote publisher) up before it is detached.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     stall_timeout: u64,
+    /// The largest message of a topic the bridge imports, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 16 << 20)]
+    max_import_msg: usize,
     /// Print the counters every MS milliseconds.
     #[arg(long, value_name = "MS")]
     stats_every: Option<u64>,
@@ -108,6 +111,7 @@ fn run(args: Args) -> Result<(), String> {
             p => return Err(format!("unknown policy {p:?} (block or overwrite)")),
         },
         stall_timeout: Duration::from_millis(args.stall_timeout),
+        max_import_msg: args.max_import_msg,
         ..BridgeConfig::default()
     };
     // Before any thread starts: every thread inherits the blocked mask, so the signal
