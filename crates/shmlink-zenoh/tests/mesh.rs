@@ -8,7 +8,9 @@
 //! - **two publishers on two hosts, one subscriber, a wildcard**: `tw` is published on A
 //!   and on C; B's bridge, importing `t*`, publishes both streams into its local `tw`,
 //!   whose subscriber gets both, each in order;
-//! - **allow-list**: `secret`, published on A, is not on the list and never leaves A.
+//! - **allow-list**: `secret`, published on A, is not on the list and never leaves A;
+//! - **a line** A — B — C through B's bridge in router mode (A and C in client mode):
+//!   every message once on each other host.
 
 mod support;
 
@@ -188,4 +190,118 @@ fn triangle_exactly_once_wildcards_and_allow_list() {
         );
     }
     eprintln!("triangle: {:?} | {:?} | {:?}", stats[0], stats[1], stats[2]);
+}
+
+/// A line of three hosts, A — B — C, with no link between A and C: B's bridge runs in
+/// router mode, A's and C's in client mode, and B routes between them. (With A and C in
+/// peer mode and scouting off, nothing crosses B: Zenoh assumes peers reach each other
+/// directly.) Every message once on each other host, nothing re-exported.
+#[test]
+fn line_through_a_router_bridge_exactly_once() {
+    if let Some((category, why)) = unavailable() {
+        return shmlink_testkit::skip(category, why);
+    }
+    let net = Net::new(3);
+    let (a_ab, b_ab) = net.link(0, 1, 0);
+    let (b_bc, _c_bc) = net.link(1, 2, 1);
+    let _ = a_ab;
+    let mut pubs: Vec<Proc> = vec![
+        net.role(0, "pub-ta", "pub", &env("ta", &[("SHZ_SUBS", "1".into())])),
+        net.role(2, "pub-tc", "pub", &env("tc", &[("SHZ_SUBS", "1".into())])),
+    ];
+    let exe = bridge_exe();
+    let ep = |ip: &str| format!("tcp/{ip}:7447");
+    let common = [
+        "--export",
+        "t*",
+        "--import",
+        "t*",
+        "--stall-timeout",
+        "10000",
+    ];
+    let mut bridges = Vec::new();
+    for (h, name, extra) in [
+        (
+            1,
+            "bridge-b",
+            vec![
+                "--mode".to_owned(),
+                "router".into(),
+                "--listen".into(),
+                ep(&b_ab),
+                "--listen".into(),
+                ep(&b_bc),
+            ],
+        ),
+        (
+            0,
+            "bridge-a",
+            vec![
+                "--mode".to_owned(),
+                "client".into(),
+                "--connect".into(),
+                ep(&b_ab),
+            ],
+        ),
+        (
+            2,
+            "bridge-c",
+            vec![
+                "--mode".to_owned(),
+                "client".into(),
+                "--connect".into(),
+                ep(&b_bc),
+            ],
+        ),
+    ] {
+        let mut args: Vec<&str> = common.to_vec();
+        args.extend(extra.iter().map(String::as_str));
+        let mut b = net.spawn(h, name, &exe, &args, &[]);
+        b.expect("ready", Duration::from_secs(20));
+        bridges.push(b);
+    }
+    for p in &mut pubs {
+        p.expect("bound", Duration::from_secs(40));
+    }
+    let mut subs: Vec<Proc> = vec![
+        net.role(1, "sub-b-ta", "sub", &env("ta", &[])),
+        net.role(2, "sub-c-ta", "sub", &env("ta", &[])),
+        net.role(0, "sub-a-tc", "sub", &env("tc", &[])),
+        net.role(1, "sub-b-tc", "sub", &env("tc", &[])),
+    ];
+    for s in &mut subs {
+        s.expect("ready", Duration::from_secs(40));
+    }
+    for p in &mut pubs {
+        p.tell("go");
+    }
+    for p in &mut pubs {
+        p.expect("done", Duration::from_secs(60));
+    }
+    for s in &mut subs {
+        let r = s.expect("result", Duration::from_secs(60));
+        assert_eq!(field(&r, "received"), COUNT, "{}: {r}", s.name);
+        assert_eq!(field(&r, "errors"), 0, "{}: {r}", s.name);
+    }
+    for p in &mut pubs {
+        p.tell("exit");
+    }
+    let outs: Vec<Vec<String>> = bridges
+        .iter_mut()
+        .map(|b| {
+            b.stop(Duration::from_secs(10))
+                .into_iter()
+                .filter(|l| l.starts_with("stats ") && l.split_whitespace().nth(2) == Some("out"))
+                .map(|l| l.split_whitespace().nth(1).unwrap().to_owned())
+                .collect()
+        })
+        .collect();
+    // Bridges in the order started: B, A, C.
+    assert!(
+        outs[0].is_empty(),
+        "B exported what it imported: {:?}",
+        outs[0]
+    );
+    assert_eq!(outs[1], ["ta"]);
+    assert_eq!(outs[2], ["tc"]);
 }
