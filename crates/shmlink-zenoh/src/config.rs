@@ -184,7 +184,7 @@ impl Default for BridgeConfig {
             connect: Vec::new(),
             scouting: false,
             tls: Tls::default(),
-            scan_interval: Duration::from_millis(200),
+            scan_interval: Duration::from_millis(500),
             foreign_max_msg: 64 * 1024,
             foreign_slots: 256,
             foreign_policy: Policy::Overwrite,
