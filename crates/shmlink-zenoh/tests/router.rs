@@ -5,7 +5,8 @@
 //!
 //! Needs `zenohd` (requirement `zenohd`): `$SHMLINK_ZENOHD`, or `target/zenohd/bin/zenohd`
 //! as `scripts/zenoh.sh --zenohd` installs it (`cargo install zenohd --locked`, pinned).
-//! Not in CI: that build takes far longer than CI's budget for this crate.
+//! Not in CI: that build took 20 minutes here (12.5 CPU-minutes), far over CI's budget
+//! for this crate. Passes with zenohd 1.10.2.
 
 mod support;
 
