@@ -26,6 +26,9 @@ echo "== unit, integration and doc tests"
 # The preload library (a cdylib) and the shmlink binary that transparent mode's tests run:
 # `cargo test` builds neither where the tests look for them (target/debug).
 cargo build -p shmlink-preload -p shmlink-cli
+# Includes the Zenoh bridge's tests (crates/shmlink-zenoh: network namespaces, ~35 s);
+# its interop tests use the official Python client in target/zenoh-venv, which
+# scripts/zenoh.sh installs (.ci/run calls it; without it they skip as `zenoh-py`).
 cargo test --workspace 2>&1 | tee -a "$log"
 # The preload library's own unit tests (its lib target has `test = false`: in a test
 # binary its exported read/write/... hooks replace the C library's for the harness too;

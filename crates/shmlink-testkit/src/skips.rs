@@ -22,6 +22,8 @@
 //! | `apps`    | redis, nginx, wrk, curl, iperf3 (`scripts/apps.sh install`) |
 //! | `qemu`    | QEMU, a guest kernel and busybox (`scripts/vm.sh install`), for the `vm:` guest checks |
 //! | `cli`     | the `shmlink` binary built beside the test (the workspace's test run builds it) |
+//! | `zenoh-py` | the official Zenoh Python client in `target/zenoh-venv` (`scripts/zenoh.sh`) |
+//! | `zenohd`  | the Zenoh router, `scripts/zenoh.sh --zenohd` (not installed by CI: a long build) |
 
 use std::io::Write;
 

@@ -1,0 +1,586 @@
+//! The bridge: exports local topics to Zenoh and imports Zenoh keys into local topics.
+//!
+//! - **Out** (local → Zenoh): a scanner looks at the rendezvous directory every
+//!   [`BridgeConfig::scan_interval`] (with [`shmlink::inspect()`]) for topics on the
+//!   export list whose publisher is not this bridge, and starts one exporter thread per
+//!   topic: a shared-memory [`Subscriber`] that puts each message to `<prefix><topic>`
+//!   with a [`Header`] attachment. `Block` topics are sent with
+//!   [`CongestionControl::Block`], `Overwrite` topics with [`CongestionControl::Drop`].
+//!   One copy per message leaves the host, however many local subscribers the topic has.
+//! - **In** (Zenoh → local): one Zenoh subscriber per import pattern (remote origins
+//!   only); each key's messages go through a bounded queue to that topic's importer
+//!   thread, which is the local topic's [`Publisher`] (created with the origin's
+//!   policy, slots and largest message). A full queue makes Zenoh's receive path wait:
+//!   back-pressure for `Block` topics.
+//! - **No loops**: a bridge never exports a topic it publishes locally (it imported it),
+//!   never receives its own puts (Zenoh `Locality::Remote`), and drops messages whose
+//!   attachment names it as the origin. So with bridges on any number of hosts, in a
+//!   line or a triangle, a message crosses from its origin host to each other host once
+//!   and is never sent on again by a bridge.
+
+use std::collections::hash_map::RandomState;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, Hasher};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use shmlink::inspect::{SocketState, DEFAULT_INSPECT_TIMEOUT};
+use shmlink::{ErrorKind, Policy, PubSubOptions, Publisher, Subscriber};
+use zenoh::qos::CongestionControl;
+use zenoh::sample::{Locality, Sample};
+use zenoh::{Session, Wait};
+
+use crate::config::BridgeConfig;
+use crate::header::Header;
+
+/// A bridge's error: what failed, in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error(pub String);
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Which way a bridged topic goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Local topic → Zenoh.
+    Export,
+    /// Zenoh → local topic.
+    Import,
+}
+
+/// The counters of one bridged topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicStats {
+    /// The local topic's name.
+    pub topic: String,
+    /// Which way.
+    pub direction: Direction,
+    /// The Zenoh key.
+    pub key: String,
+    /// Messages bridged (put to Zenoh, or published locally).
+    pub messages: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Export: messages the bridge's local subscription lost (`Overwrite` lag, exact).
+    /// Import: messages missing in the origins' sequences (dropped on the way), plus
+    /// messages refused (larger than the local topic's maximum, or the local topic could
+    /// not be created).
+    pub dropped: u64,
+    /// A word on the topic's state: `active`, or why it stopped.
+    pub state: String,
+}
+
+#[derive(Default)]
+struct Counters {
+    messages: AtomicU64,
+    bytes: AtomicU64,
+    dropped: AtomicU64,
+    state: Mutex<String>,
+}
+
+impl Counters {
+    fn set_state(&self, s: impl Into<String>) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = s.into();
+    }
+}
+
+/// A message on its way to an imported topic's publisher: its attachment, its bytes.
+type Queued = (Option<Header>, Vec<u8>);
+
+type Registry = Mutex<BTreeMap<(String, bool), (String, Arc<Counters>)>>;
+
+struct Shared {
+    id: u128,
+    config: BridgeConfig,
+    session: Session,
+    stop: AtomicBool,
+    stats: Registry,
+    /// Topics this bridge publishes locally (imported): never exported.
+    imported: Mutex<HashMap<String, Option<SyncSender<Queued>>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Shared {
+    fn counters(&self, topic: &str, direction: Direction) -> Arc<Counters> {
+        let key = format!("{}{topic}", self.config.prefix);
+        let mut m = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        m.entry((topic.to_owned(), direction == Direction::Import))
+            .or_insert_with(|| (key, Arc::new(Counters::default())))
+            .1
+            .clone()
+    }
+
+    fn spawn(self: &Arc<Self>, name: String, f: impl FnOnce() + Send + 'static) {
+        let handle = std::thread::Builder::new()
+            .name(name)
+            .spawn(f)
+            .expect("spawn a bridge thread");
+        let mut t = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        t.retain(|h| !h.is_finished());
+        t.push(handle);
+    }
+}
+
+/// A running bridge (see the module docs). Stops on [`close`](Self::close) or drop.
+pub struct Bridge {
+    shared: Arc<Shared>,
+    subscribers: Vec<zenoh::pubsub::Subscriber<()>>,
+}
+
+fn random_id() -> u128 {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    let a = h.finish();
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(a);
+    (u128::from(a) << 64) | u128::from(h.finish())
+}
+
+/// A topic name as the library accepts it (letters, digits and `-_.+@=,`), at most 100
+/// bytes; anything else from the network is refused.
+fn valid_topic(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 100
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.+@=,".contains(c))
+}
+
+impl Bridge {
+    /// Opens the Zenoh session and starts bridging.
+    pub fn open(config: BridgeConfig) -> Result<Bridge, Error> {
+        let zconfig = config.zenoh_config().map_err(Error)?;
+        let session = zenoh::open(zconfig)
+            .wait()
+            .map_err(|e| Error(format!("open the Zenoh session: {e}")))?;
+        let id = random_id();
+        tracing::info!(id = format!("{id:032x}"), zid = %session.zid(), "bridge open");
+        let shared = Arc::new(Shared {
+            id,
+            config,
+            session,
+            stop: AtomicBool::new(false),
+            stats: Mutex::new(BTreeMap::new()),
+            imported: Mutex::new(HashMap::new()),
+            threads: Mutex::new(Vec::new()),
+        });
+        let mut subscribers = Vec::new();
+        for p in &shared.config.import {
+            let key = p.key_expr(&shared.config.prefix);
+            let s = Arc::clone(&shared);
+            let sub = shared
+                .session
+                .declare_subscriber(key.clone())
+                .allowed_origin(Locality::Remote)
+                .callback(move |sample| deliver(&s, sample))
+                .wait()
+                .map_err(|e| Error(format!("subscribe to {key}: {e}")))?;
+            tracing::info!(key, "importing");
+            subscribers.push(sub);
+        }
+        if !shared.config.export.is_empty() {
+            let s = Arc::clone(&shared);
+            shared.spawn("shmlink-zenoh-scan".into(), move || scan(&s));
+        }
+        Ok(Bridge {
+            shared,
+            subscribers,
+        })
+    }
+
+    /// This bridge's id, as its attachments carry it.
+    pub fn id(&self) -> u128 {
+        self.shared.id
+    }
+
+    /// The Zenoh session (to read its id or its peers).
+    pub fn session(&self) -> &Session {
+        &self.shared.session
+    }
+
+    /// The counters of every topic bridged so far, by topic name and direction.
+    pub fn stats(&self) -> Vec<TopicStats> {
+        let m = self.shared.stats.lock().unwrap_or_else(|e| e.into_inner());
+        m.iter()
+            .map(|((topic, import), (key, c))| TopicStats {
+                topic: topic.clone(),
+                direction: if *import {
+                    Direction::Import
+                } else {
+                    Direction::Export
+                },
+                key: key.clone(),
+                messages: c.messages.load(Ordering::Relaxed),
+                bytes: c.bytes.load(Ordering::Relaxed),
+                dropped: c.dropped.load(Ordering::Relaxed),
+                state: c.state.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            })
+            .collect()
+    }
+
+    /// Stops every thread, closes the local topics it published and the Zenoh session.
+    pub fn close(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if self.shared.stop.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for s in self.subscribers.drain(..) {
+            let _ = s.undeclare().wait();
+        }
+        // Importers end when their queues close.
+        self.shared
+            .imported
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        let threads: Vec<_> = self
+            .shared
+            .threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect();
+        for t in threads {
+            let _ = t.join();
+        }
+        let _ = self.shared.session.close().wait();
+        tracing::info!("bridge closed");
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Out: local topics to Zenoh.
+
+fn scan(shared: &Arc<Shared>) {
+    let mut running: HashMap<String, Arc<AtomicBool>> = HashMap::new();
+    let dir = shmlink::rendezvous_dir();
+    let me = std::process::id();
+    while !shared.stop.load(Ordering::Relaxed) {
+        running.retain(|_, done| !done.load(Ordering::Relaxed));
+        if let Ok(reports) = shmlink::inspect(&dir, DEFAULT_INSPECT_TIMEOUT) {
+            for r in reports {
+                let SocketState::Topic(status) = &r.state else {
+                    continue;
+                };
+                let Some(name) = status.address.strip_prefix("shm:") else {
+                    continue;
+                };
+                if running.contains_key(name)
+                    || r.listener.is_some_and(|l| l.pid == me)
+                    || !shared.config.export.iter().any(|p| p.matches(name))
+                    || shared
+                        .imported
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .contains_key(name)
+                {
+                    continue;
+                }
+                let done = Arc::new(AtomicBool::new(false));
+                running.insert(name.to_owned(), Arc::clone(&done));
+                let (s, name) = (Arc::clone(shared), name.to_owned());
+                let slots = u32::try_from(status.slots).unwrap_or(0);
+                shared.spawn(format!("shz-out-{name}"), move || {
+                    export(&s, &name, slots);
+                    done.store(true, Ordering::Relaxed);
+                });
+            }
+        }
+        let until = Instant::now() + shared.config.scan_interval;
+        while Instant::now() < until && !shared.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn export(shared: &Shared, name: &str, slots: u32) {
+    let counters = shared.counters(name, Direction::Export);
+    let why = match export_topic(shared, name, slots, &counters) {
+        Ok(why) => why,
+        Err(e) => e.0,
+    };
+    tracing::info!(topic = name, why, "export stopped");
+    counters.set_state(why);
+}
+
+fn export_topic(shared: &Shared, name: &str, slots: u32, c: &Counters) -> Result<String, Error> {
+    let addr = format!("shm:{name}");
+    let mut sub = Subscriber::connect(&addr, &PubSubOptions::default())
+        .map_err(|e| Error(format!("subscribe to {addr}: {e}")))?;
+    sub.set_nonblocking(true);
+    let policy = sub.policy();
+    let key = format!("{}{name}", shared.config.prefix);
+    let publisher = shared
+        .session
+        .declare_publisher(key.clone())
+        .congestion_control(match policy {
+            Policy::Block => CongestionControl::Block,
+            Policy::Overwrite => CongestionControl::Drop,
+        })
+        .wait()
+        .map_err(|e| Error(format!("declare {key}: {e}")))?;
+    tracing::info!(topic = name, key, ?policy, "exporting");
+    c.set_state("active");
+    let mut head = Header {
+        origin: shared.id,
+        seq: 0,
+        policy,
+        max_msg: u32::try_from(sub.max_msg_size()).unwrap_or(u32::MAX),
+        slots,
+    };
+    let mut buf = vec![0u8; sub.max_msg_size()];
+    while !shared.stop.load(Ordering::Relaxed) {
+        match sub.recv(&mut buf) {
+            Ok(n) => {
+                publisher
+                    .put(buf[..n].to_vec())
+                    .attachment(head.encode().to_vec())
+                    .wait()
+                    .map_err(|e| Error(format!("put {key}: {e}")))?;
+                head.seq += 1;
+                c.messages.fetch_add(1, Ordering::Relaxed);
+                c.bytes.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                let deadline = Instant::now() + Duration::from_millis(100);
+                let _ = shmlink_sys::poll_fd(
+                    sub.as_fd(),
+                    shmlink_sys::Interest::READABLE,
+                    Some(deadline),
+                );
+            }
+            Err(e) if e.kind() == ErrorKind::Lagged => {
+                let missed = e.missed().unwrap_or(0);
+                head.seq += missed;
+                c.dropped.fetch_add(missed, Ordering::Relaxed);
+            }
+            Err(e) => return Ok(format!("local topic ended: {e}")),
+        }
+    }
+    Ok("bridge closed".into())
+}
+
+// ---------------------------------------------------------------------------------------
+// In: Zenoh to local topics.
+
+/// Zenoh's callback: finds (or starts) the topic's importer and queues the message; waits
+/// while the queue is full.
+fn deliver(shared: &Arc<Shared>, sample: Sample) {
+    let key = sample.key_expr().as_str();
+    let Some(name) = key.strip_prefix(shared.config.prefix.as_str()) else {
+        return;
+    };
+    if !valid_topic(name) || !shared.config.import.iter().any(|p| p.matches(name)) {
+        tracing::debug!(key, "refused: not a topic on the import list");
+        return;
+    }
+    let head = sample
+        .attachment()
+        .and_then(|a| Header::decode(&a.to_bytes()));
+    if head.is_some_and(|h| h.origin == shared.id) {
+        return;
+    }
+    let payload = sample.payload().to_bytes().into_owned();
+    let tx = {
+        let mut m = shared.imported.lock().unwrap_or_else(|e| e.into_inner());
+        if shared.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        m.entry(name.to_owned())
+            .or_insert_with(|| {
+                let (tx, rx) = sync_channel(shared.config.import_queue);
+                let (s, n) = (Arc::clone(shared), name.to_owned());
+                shared.spawn(format!("shz-in-{name}"), move || import(&s, &n, head, rx));
+                Some(tx)
+            })
+            .clone()
+    };
+    let sent = tx.is_some_and(|tx| tx.send((head, payload)).is_ok());
+    if !sent {
+        shared
+            .counters(name, Direction::Import)
+            .dropped
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The largest ring an imported topic gets, whatever the origin's attachment says: a
+/// remote peer cannot make the bridge map more than this per topic.
+pub(crate) const MAX_IMPORT_RING: usize = 256 << 20;
+
+/// The policy, largest message and slots of the local topic for an import: the origin's
+/// (from its attachment), bounded by [`BridgeConfig::max_import_msg`] and
+/// [`MAX_IMPORT_RING`]; or the configured ones for messages of other applications.
+fn import_geometry(
+    first: Option<Header>,
+    cfg: &BridgeConfig,
+) -> Result<(Policy, usize, usize), Error> {
+    let Some(h) = first else {
+        return Ok((cfg.foreign_policy, cfg.foreign_max_msg, cfg.foreign_slots));
+    };
+    let max_msg = h.max_msg as usize;
+    if max_msg == 0 || max_msg > cfg.max_import_msg {
+        return Err(Error(format!(
+            "the origin's largest message, {max_msg} bytes, is not in 1..={} (--max-import-msg)",
+            cfg.max_import_msg
+        )));
+    }
+    // Slots of the origin (or enough for bursts at its largest size), within the budget.
+    let fit = (MAX_IMPORT_RING / (max_msg + 64)).max(2);
+    let want = if h.slots != 0 { h.slots as usize } else { 1024 };
+    Ok((h.policy, max_msg, prev_power_of_two(want.min(fit).max(2))))
+}
+
+fn prev_power_of_two(n: usize) -> usize {
+    1 << (usize::BITS - 1 - n.max(1).leading_zeros())
+}
+
+fn import(shared: &Shared, name: &str, first: Option<Header>, rx: Receiver<Queued>) {
+    let c = shared.counters(name, Direction::Import);
+    let why = match import_topic(shared, name, first, &rx, &c) {
+        Ok(why) => why,
+        Err(e) => {
+            // Later messages for this topic are counted as dropped.
+            if let Some(tx) = shared
+                .imported
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_mut(name)
+            {
+                *tx = None;
+            }
+            let queued = rx.try_iter().count() as u64;
+            c.dropped.fetch_add(1 + queued, Ordering::Relaxed);
+            tracing::warn!(topic = name, error = e.0, "import failed");
+            e.0
+        }
+    };
+    c.set_state(why);
+}
+
+fn import_topic(
+    shared: &Shared,
+    name: &str,
+    first: Option<Header>,
+    rx: &Receiver<Queued>,
+    c: &Counters,
+) -> Result<String, Error> {
+    let cfg = &shared.config;
+    let (policy, max_msg, slots) = import_geometry(first, cfg)?;
+    let addr = format!("shm:{name}");
+    let opts = PubSubOptions::default()
+        .policy(policy)
+        .max_msg_size(max_msg)
+        .slots(slots)
+        .stall_timeout(cfg.stall_timeout);
+    let mut publisher =
+        Publisher::bind(&addr, &opts).map_err(|e| Error(format!("publish {addr} locally: {e}")))?;
+    tracing::info!(
+        topic = name,
+        ?policy,
+        max_msg,
+        "importing into a local topic"
+    );
+    c.set_state("active");
+    // The last sequence number seen from each origin.
+    let mut last: HashMap<u128, u64> = HashMap::new();
+    loop {
+        let (head, payload) = match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(m) => m,
+            Err(RecvTimeoutError::Timeout) if !shared.stop.load(Ordering::Relaxed) => continue,
+            Err(_) => break,
+        };
+        if let Some(h) = head {
+            if let Some(prev) = last.insert(h.origin, h.seq) {
+                if h.seq > prev + 1 {
+                    c.dropped.fetch_add(h.seq - prev - 1, Ordering::Relaxed);
+                }
+            }
+        }
+        if payload.len() > publisher.max_msg_size() {
+            c.dropped.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(
+                topic = name,
+                len = payload.len(),
+                "refused: larger than the topic's maximum"
+            );
+            continue;
+        }
+        match publisher.publish(&payload) {
+            Ok(()) => {
+                c.messages.fetch_add(1, Ordering::Relaxed);
+                c.bytes.fetch_add(payload.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                c.dropped.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(topic = name, error = %e, "local publish failed");
+            }
+        }
+    }
+    let _ = publisher.close();
+    Ok("bridge closed".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(max_msg: u32, slots: u32) -> Option<Header> {
+        Some(Header {
+            origin: 1,
+            seq: 0,
+            policy: Policy::Block,
+            max_msg,
+            slots,
+        })
+    }
+
+    #[test]
+    fn import_geometry_is_bounded_whatever_the_attachment_says() {
+        let cfg = BridgeConfig::default();
+        assert_eq!(
+            import_geometry(head(4096, 64), &cfg).unwrap(),
+            (Policy::Block, 4096, 64)
+        );
+        assert_eq!(import_geometry(head(1 << 20, 0), &cfg).unwrap().2, 128);
+        // Hostile: a huge ring is cut to the budget, a huge or empty message refused.
+        let (_, m, n) = import_geometry(head(1 << 20, u32::MAX), &cfg).unwrap();
+        assert!(
+            n * (m + 64) <= MAX_IMPORT_RING && n.is_power_of_two(),
+            "{n}"
+        );
+        assert!(import_geometry(head(u32::MAX, 2), &cfg).is_err());
+        assert!(import_geometry(head(0, 2), &cfg).is_err());
+        assert_eq!(import_geometry(head(7, 3), &cfg).unwrap().2, 2);
+        let foreign = import_geometry(None, &cfg).unwrap();
+        assert_eq!(
+            foreign,
+            (cfg.foreign_policy, cfg.foreign_max_msg, cfg.foreign_slots)
+        );
+    }
+}

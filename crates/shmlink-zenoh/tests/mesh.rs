@@ -1,0 +1,307 @@
+//! Three "hosts" (network namespaces) joined in a triangle (a veth pair between each
+//! two), a bridge on each that exports and imports every topic matching `t*` (peer mode,
+//! explicit endpoints):
+//!
+//! - **exactly once, no loops**: `ta` published on A reaches subscribers on B and C,
+//!   `tc` published on C reaches B and A, every message once and in order, and no bridge
+//!   exports a topic it imported (B, which publishes nothing of its own, exports nothing);
+//! - **two publishers on two hosts, one subscriber, a wildcard**: `tw` is published on A
+//!   and on C; B's bridge, importing `t*`, publishes both streams into its local `tw`,
+//!   whose subscriber gets both, each in order;
+//! - **allow-list**: `secret`, published on A, is not on the list and never leaves A;
+//! - **a line** A — B — C through B's bridge in router mode (A and C in client mode):
+//!   every message once on each other host.
+
+mod support;
+
+use std::time::Duration;
+
+use support::hosts::{bridge_exe, unavailable, Net, Proc};
+use support::msg::ORIGIN_STEP;
+
+const COUNT: u64 = 1000;
+
+/// A peer process of these tests (`SHZ_ROLE` set); in a plain run, checks the codec.
+#[test]
+fn peer() {
+    if !support::roles::run_role() {
+        support::msg::self_check();
+    }
+}
+
+fn env(topic: &str, extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+    let mut v = vec![
+        ("SHZ_TOPIC", topic.to_owned()),
+        ("SHZ_COUNT", COUNT.to_string()),
+        ("SHZ_POLICY", "block".to_owned()),
+        ("SHZ_SIZES", "small".to_owned()),
+        ("SHZ_LINGER_MS", "1500".to_owned()),
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+fn field(line: &str, name: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn triangle_exactly_once_wildcards_and_allow_list() {
+    if let Some((category, why)) = unavailable() {
+        return shmlink_testkit::skip(category, why);
+    }
+    let net = Net::new(3);
+    let (a_ab, b_ab) = net.link(0, 1, 0);
+    let (b_bc, _c_bc) = net.link(1, 2, 1);
+    let (a_ac, _c_ac) = net.link(0, 2, 2);
+    // Publishers first: a bridge importing `tw` must not take the name on A or C.
+    let mut pubs: Vec<Proc> = vec![
+        net.role(0, "pub-ta", "pub", &env("ta", &[("SHZ_SUBS", "1".into())])),
+        net.role(
+            0,
+            "pub-tw-a",
+            "pub",
+            &env("tw", &[("SHZ_SUBS", "1".into())]),
+        ),
+        net.role(
+            0,
+            "pub-secret",
+            "pub",
+            &env("secret", &[("SHZ_SUBS", "0".into())]),
+        ),
+        net.role(2, "pub-tc", "pub", &env("tc", &[("SHZ_SUBS", "1".into())])),
+        net.role(
+            2,
+            "pub-tw-c",
+            "pub",
+            &env(
+                "tw",
+                &[
+                    ("SHZ_SUBS", "1".into()),
+                    ("SHZ_SEQ_BASE", ORIGIN_STEP.to_string()),
+                ],
+            ),
+        ),
+    ];
+    let exe = bridge_exe();
+    let common = [
+        "--export",
+        "t*",
+        "--import",
+        "t*",
+        "--stall-timeout",
+        "10000",
+    ];
+    let ep = |ip: &str| format!("tcp/{ip}:7447");
+    let mut bridges = Vec::new();
+    for (h, name, listen, connect) in [
+        (0, "bridge-a", vec![ep(&a_ab), ep(&a_ac)], vec![]),
+        (1, "bridge-b", vec![ep(&b_ab), ep(&b_bc)], vec![ep(&a_ab)]),
+        (2, "bridge-c", vec![], vec![ep(&a_ac), ep(&b_bc)]),
+    ] {
+        let mut args: Vec<String> = common.iter().map(|s| s.to_string()).collect();
+        for l in listen {
+            args.extend(["--listen".into(), l]);
+        }
+        for c in connect {
+            args.extend(["--connect".into(), c]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut b = net.spawn(h, name, &exe, &args, &[]);
+        b.expect("ready", Duration::from_secs(20));
+        bridges.push(b);
+    }
+    for p in &mut pubs {
+        p.expect("bound", Duration::from_secs(40));
+    }
+    let two = [
+        ("SHZ_EXPECT", (2 * COUNT).to_string()),
+        ("SHZ_ORIGINS", "2".into()),
+    ];
+    let mut subs: Vec<Proc> = vec![
+        net.role(1, "sub-b-ta", "sub", &env("ta", &[])),
+        net.role(1, "sub-b-tc", "sub", &env("tc", &[])),
+        net.role(1, "sub-b-tw", "sub", &env("tw", &two)),
+        net.role(0, "sub-a-tc", "sub", &env("tc", &[])),
+        net.role(2, "sub-c-ta", "sub", &env("ta", &[])),
+    ];
+    for s in &mut subs {
+        s.expect("ready", Duration::from_secs(40));
+    }
+    for p in &mut pubs {
+        p.tell("go");
+    }
+    for p in &mut pubs {
+        p.expect("done", Duration::from_secs(60));
+    }
+    for s in &mut subs {
+        let r = s.expect("result", Duration::from_secs(60));
+        let want = if s.name.starts_with("sub-b-tw") {
+            2 * COUNT
+        } else {
+            COUNT
+        };
+        assert_eq!(field(&r, "received"), want, "{}: {r}", s.name);
+        assert_eq!(field(&r, "errors"), 0, "{}: {r}", s.name);
+    }
+    for p in &mut pubs {
+        p.tell("exit");
+    }
+    let stats: Vec<Vec<String>> = bridges
+        .iter_mut()
+        .map(|b| {
+            b.stop(Duration::from_secs(10))
+                .into_iter()
+                .filter(|l| l.starts_with("stats "))
+                .collect()
+        })
+        .collect();
+    let outs = |i: usize| -> Vec<String> {
+        let mut v: Vec<String> = stats[i]
+            .iter()
+            .filter(|l| l.split_whitespace().nth(2) == Some("out"))
+            .map(|l| l.split_whitespace().nth(1).unwrap().to_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    // Each host exports only what is published there, never what it imported.
+    assert_eq!(outs(0), ["ta", "tw"], "{:?}", stats[0]);
+    assert!(outs(1).is_empty(), "{:?}", stats[1]);
+    assert_eq!(outs(2), ["tc", "tw"], "{:?}", stats[2]);
+    // `secret` never left A: no bridge saw it, no socket of that name on B or C.
+    for (i, s) in stats.iter().enumerate() {
+        assert!(!s.iter().any(|l| l.contains("secret")), "bridge {i}: {s:?}");
+    }
+    for h in &net.hosts[1..] {
+        let names: Vec<String> = std::fs::read_dir(&h.dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !names.iter().any(|n| n.contains("secret")),
+            "{}: {names:?}",
+            h.ns
+        );
+    }
+    eprintln!("triangle: {:?} | {:?} | {:?}", stats[0], stats[1], stats[2]);
+}
+
+/// A line of three hosts, A — B — C, with no link between A and C: B's bridge runs in
+/// router mode, A's and C's in client mode, and B routes between them. (With A and C in
+/// peer mode and scouting off, nothing crosses B: Zenoh assumes peers reach each other
+/// directly.) Every message once on each other host, nothing re-exported.
+#[test]
+fn line_through_a_router_bridge_exactly_once() {
+    if let Some((category, why)) = unavailable() {
+        return shmlink_testkit::skip(category, why);
+    }
+    let net = Net::new(3);
+    let (a_ab, b_ab) = net.link(0, 1, 0);
+    let (b_bc, _c_bc) = net.link(1, 2, 1);
+    let _ = a_ab;
+    let mut pubs: Vec<Proc> = vec![
+        net.role(0, "pub-ta", "pub", &env("ta", &[("SHZ_SUBS", "1".into())])),
+        net.role(2, "pub-tc", "pub", &env("tc", &[("SHZ_SUBS", "1".into())])),
+    ];
+    let exe = bridge_exe();
+    let ep = |ip: &str| format!("tcp/{ip}:7447");
+    let common = [
+        "--export",
+        "t*",
+        "--import",
+        "t*",
+        "--stall-timeout",
+        "10000",
+    ];
+    let mut bridges = Vec::new();
+    for (h, name, extra) in [
+        (
+            1,
+            "bridge-b",
+            vec![
+                "--mode".to_owned(),
+                "router".into(),
+                "--listen".into(),
+                ep(&b_ab),
+                "--listen".into(),
+                ep(&b_bc),
+            ],
+        ),
+        (
+            0,
+            "bridge-a",
+            vec![
+                "--mode".to_owned(),
+                "client".into(),
+                "--connect".into(),
+                ep(&b_ab),
+            ],
+        ),
+        (
+            2,
+            "bridge-c",
+            vec![
+                "--mode".to_owned(),
+                "client".into(),
+                "--connect".into(),
+                ep(&b_bc),
+            ],
+        ),
+    ] {
+        let mut args: Vec<&str> = common.to_vec();
+        args.extend(extra.iter().map(String::as_str));
+        let mut b = net.spawn(h, name, &exe, &args, &[]);
+        b.expect("ready", Duration::from_secs(20));
+        bridges.push(b);
+    }
+    for p in &mut pubs {
+        p.expect("bound", Duration::from_secs(40));
+    }
+    let mut subs: Vec<Proc> = vec![
+        net.role(1, "sub-b-ta", "sub", &env("ta", &[])),
+        net.role(2, "sub-c-ta", "sub", &env("ta", &[])),
+        net.role(0, "sub-a-tc", "sub", &env("tc", &[])),
+        net.role(1, "sub-b-tc", "sub", &env("tc", &[])),
+    ];
+    for s in &mut subs {
+        s.expect("ready", Duration::from_secs(40));
+    }
+    for p in &mut pubs {
+        p.tell("go");
+    }
+    for p in &mut pubs {
+        p.expect("done", Duration::from_secs(60));
+    }
+    for s in &mut subs {
+        let r = s.expect("result", Duration::from_secs(60));
+        assert_eq!(field(&r, "received"), COUNT, "{}: {r}", s.name);
+        assert_eq!(field(&r, "errors"), 0, "{}: {r}", s.name);
+    }
+    for p in &mut pubs {
+        p.tell("exit");
+    }
+    let outs: Vec<Vec<String>> = bridges
+        .iter_mut()
+        .map(|b| {
+            b.stop(Duration::from_secs(10))
+                .into_iter()
+                .filter(|l| l.starts_with("stats ") && l.split_whitespace().nth(2) == Some("out"))
+                .map(|l| l.split_whitespace().nth(1).unwrap().to_owned())
+                .collect()
+        })
+        .collect();
+    // Bridges in the order started: B, A, C.
+    assert!(
+        outs[0].is_empty(),
+        "B exported what it imported: {:?}",
+        outs[0]
+    );
+    assert_eq!(outs[1], ["ta"]);
+    assert_eq!(outs[2], ["tc"]);
+}

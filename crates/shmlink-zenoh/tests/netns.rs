@@ -1,0 +1,261 @@
+//! Two "hosts" (network namespaces joined by a veth pair, each with its own rendezvous
+//! directory, so no shared memory crosses) and a bridge on each, in peer mode with
+//! explicit endpoints: a publisher on A, three local subscribers on A and two on B.
+//!
+//! - `block`: ordered, checksummed messages of mixed sizes (64 B–1 MiB, the topic's
+//!   maximum) reach every subscriber, each exactly once and in order.
+//! - `overwrite`: a slow subscriber on B lags; every lag count it is told equals exactly
+//!   the messages B's local topic had that it did not read (the fast subscriber on B
+//!   reads them all), and what it read plus what it was told it missed is what the
+//!   bridge published on B.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use support::hosts::{bridge_exe, unavailable, Net, Proc};
+
+/// Messages of the mixed-size stream (~67 KiB on average: ~330 MB through Zenoh, read
+/// by 5 subscribers; ~25 s in a debug build on 2 busy cores). The issue names 1,000,000:
+/// at this rate that is ~80 minutes, beyond a test's budget.
+const BLOCK_COUNT: u64 = 5000;
+const OVERWRITE_COUNT: u64 = 5000;
+
+/// A peer process of these tests (`SHZ_ROLE` set); in a plain run, checks the codec.
+#[test]
+fn peer() {
+    if !support::roles::run_role() {
+        support::msg::self_check();
+    }
+}
+
+fn env(topic: &str, count: u64, policy: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("SHZ_TOPIC", topic.to_owned()),
+        ("SHZ_COUNT", count.to_string()),
+        ("SHZ_POLICY", policy.to_owned()),
+    ]
+}
+
+fn with(
+    mut v: Vec<(&'static str, String)>,
+    k: &'static str,
+    val: impl ToString,
+) -> Vec<(&'static str, String)> {
+    v.push((k, val.to_string()));
+    v
+}
+
+/// Bridges on hosts 0 (exporting `topic`, listening) and 1 (importing, connecting).
+fn bridges(net: &Net, topic: &str, ip_a: &str) -> (Proc, Proc) {
+    let exe = bridge_exe();
+    let listen = format!("tcp/{ip_a}:7447");
+    let mut a = net.spawn(
+        0,
+        "bridge-a",
+        &exe,
+        &["--export", topic, "--listen", &listen],
+        &[],
+    );
+    a.expect("ready", Duration::from_secs(20));
+    let mut b = net.spawn(
+        1,
+        "bridge-b",
+        &exe,
+        &[
+            "--import",
+            topic,
+            "--connect",
+            &listen,
+            "--stall-timeout",
+            "10000",
+        ],
+        &[],
+    );
+    b.expect("ready", Duration::from_secs(20));
+    (a, b)
+}
+
+fn field(line: &str, name: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+        .parse()
+        .unwrap()
+}
+
+/// The bridge's final `stats` line for `topic` in direction `dir`.
+fn stats(lines: &[String], topic: &str, dir: &str) -> String {
+    lines
+        .iter()
+        .rev()
+        .find(|l| l.starts_with(&format!("stats {topic} {dir} ")))
+        .unwrap_or_else(|| panic!("no stats for {topic} {dir} in {lines:?}"))
+        .clone()
+}
+
+#[test]
+fn block() {
+    if let Some((category, why)) = unavailable() {
+        return shmlink_testkit::skip(category, why);
+    }
+    let started = Instant::now();
+    let net = Net::new(2);
+    let (ip_a, _) = net.link(0, 1, 0);
+    let topic = "zb";
+    let (mut ba, mut bb) = bridges(&net, topic, &ip_a);
+    let e = env(topic, BLOCK_COUNT, "block");
+    // 3 local subscribers + the bridge's.
+    let mut publisher = net.role(
+        0,
+        "pub",
+        "pub",
+        &with(with(e.clone(), "SHZ_SUBS", 4), "SHZ_SIZES", "mixed"),
+    );
+    let mut subs: Vec<Proc> = (0..3)
+        .map(|i| net.role(0, &format!("sub-a{i}"), "sub", &e))
+        .collect();
+    subs.extend((0..2).map(|i| net.role(1, &format!("sub-b{i}"), "sub", &e)));
+    publisher.expect("bound", Duration::from_secs(40));
+    for s in &mut subs {
+        s.expect("ready", Duration::from_secs(40));
+    }
+    let t0 = Instant::now();
+    publisher.tell("go");
+    let done = publisher.expect("done", Duration::from_secs(120));
+    for s in &mut subs {
+        let r = s.expect("result", Duration::from_secs(120));
+        assert_eq!(field(&r, "received"), BLOCK_COUNT, "{}: {r}", s.name);
+        assert_eq!(field(&r, "errors"), 0, "{}: {r}", s.name);
+        assert_eq!(field(&r, "missed"), 0, "{}: {r}", s.name);
+    }
+    let elapsed = t0.elapsed();
+    publisher.tell("exit");
+    let la = ba.stop(Duration::from_secs(10));
+    let lb = bb.stop(Duration::from_secs(10));
+    let out = stats(&la, topic, "out");
+    let inn = stats(&lb, topic, "in");
+    // The bridges carried the warm-up messages too: at least the stream, nothing lost.
+    assert!(field(&out, "messages") >= BLOCK_COUNT, "{out}");
+    assert_eq!(field(&out, "dropped"), 0, "{out}");
+    assert_eq!(field(&inn, "dropped"), 0, "{inn}");
+    assert_eq!(
+        field(&inn, "messages"),
+        field(&out, "messages"),
+        "{out} / {inn}"
+    );
+    eprintln!(
+        "block: {BLOCK_COUNT} mixed-size messages ({} MB) to 3 subscribers on A and 2 on B in {:.1} s (publisher: {done}); test {:.1} s",
+        field(&out, "bytes") / 1_000_000,
+        elapsed.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn overwrite() {
+    if let Some((category, why)) = unavailable() {
+        return shmlink_testkit::skip(category, why);
+    }
+    let net = Net::new(2);
+    let (ip_a, _) = net.link(0, 1, 0);
+    let topic = "zo";
+    let (mut ba, mut bb) = bridges(&net, topic, &ip_a);
+    let e = env(topic, OVERWRITE_COUNT, "overwrite");
+    let e = with(with(e, "SHZ_SLOTS", 1024), "SHZ_IDLE_MS", 3000);
+    let mut publisher = net.role(
+        0,
+        "pub",
+        "pub",
+        &with(
+            with(with(e.clone(), "SHZ_SUBS", 2), "SHZ_SIZES", "small"),
+            "SHZ_GAP_US",
+            50,
+        ),
+    );
+    let mut fast_a = net.role(0, "sub-a", "sub", &e);
+    let fast_file = net.hosts[1].dir.join("fast.txt");
+    let slow_file = net.hosts[1].dir.join("slow.txt");
+    let mut fast = net.role(
+        1,
+        "sub-b-fast",
+        "sub",
+        &with(e.clone(), "SHZ_OUT", fast_file.display()),
+    );
+    let mut slow = net.role(
+        1,
+        "sub-b-slow",
+        "sub",
+        &with(
+            with(e.clone(), "SHZ_OUT", slow_file.display()),
+            "SHZ_SLOW_US",
+            1000,
+        ),
+    );
+    publisher.expect("bound", Duration::from_secs(40));
+    for s in [&mut fast_a, &mut fast, &mut slow] {
+        s.expect("ready", Duration::from_secs(40));
+    }
+    publisher.tell("go");
+    publisher.expect("done", Duration::from_secs(120));
+    let rf = fast.expect("result", Duration::from_secs(120));
+    let rs = slow.expect("result", Duration::from_secs(120));
+    let ra = fast_a.expect("result", Duration::from_secs(120));
+    publisher.tell("exit");
+    let _ = ba.stop(Duration::from_secs(10));
+    let lb = bb.stop(Duration::from_secs(10));
+    for r in [&rf, &rs, &ra] {
+        assert_eq!(field(r, "errors"), 0, "{r}");
+    }
+    // The fast subscriber on B read everything B's local topic got.
+    assert_eq!(field(&rf, "missed"), 0, "{rf}");
+    let got: BTreeSet<u64> = std::fs::read_to_string(&fast_file)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    // Each lag the slow one was told equals the messages between the one before and the
+    // one after that the fast one read.
+    let text = std::fs::read_to_string(&slow_file).unwrap();
+    let (mut prev, mut pending, mut lags, mut total_missed, mut read) =
+        (None::<u64>, None::<u64>, 0, 0, 0);
+    for l in text.lines() {
+        if let Some(m) = l.strip_prefix("lag ") {
+            let m: u64 = m.parse().unwrap();
+            pending = Some(pending.unwrap_or(0) + m);
+            total_missed += m;
+            lags += 1;
+            continue;
+        }
+        let seq: u64 = l.parse().unwrap();
+        assert!(
+            got.contains(&seq),
+            "the slow subscriber read {seq}, which B's topic never had"
+        );
+        let lo = prev.map_or(0, |p| p + 1);
+        let between = got.range(lo..seq).count() as u64;
+        // Before the first real message the lag may include warm-up messages.
+        if prev.is_some() {
+            assert_eq!(
+                pending.unwrap_or(0),
+                between,
+                "lag before {seq} (after {prev:?})"
+            );
+        }
+        pending = None;
+        prev = Some(seq);
+        read += 1;
+    }
+    assert!(lags > 0, "the slow subscriber never lagged: {rs}");
+    assert_eq!(
+        prev,
+        got.last().copied(),
+        "the slow subscriber did not read up to the end"
+    );
+    let inn = stats(&lb, topic, "in");
+    eprintln!(
+        "overwrite: fast on B read {}, slow read {read} and was told of {total_missed} missed in {lags} lags; bridge B: {inn}",
+        got.len()
+    );
+}
