@@ -57,8 +57,9 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// Starts `shmlink pong --server shm:NAME` in `dir` and waits until its socket answers.
-fn pong_server(dir: &Path, name: &str) -> Kill {
+/// Starts `shmlink pong --server shm:NAME` in `dir` and waits until `ready` holds
+/// (`what` says what a timeout means).
+fn start_pong(dir: &Path, name: &str, ready: impl Fn() -> bool, what: &str) -> Kill {
     let child = Command::new(BIN)
         .args(["pong", "--server", "--cpus", "none", &format!("shm:{name}")])
         .env("SHMLINK_DIR", dir)
@@ -69,11 +70,17 @@ fn pong_server(dir: &Path, name: &str) -> Kill {
         .unwrap();
     let server = Kill(child);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !dir.join(format!("{name}.sock")).exists() {
-        assert!(Instant::now() < deadline, "pong --server did not bind");
+    while !ready() {
+        assert!(Instant::now() < deadline, "pong --server {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
     server
+}
+
+/// Starts `shmlink pong --server shm:NAME` in `dir` and waits until its socket exists.
+fn pong_server(dir: &Path, name: &str) -> Kill {
+    let sock = dir.join(format!("{name}.sock"));
+    start_pong(dir, name, || sock.exists(), "did not bind")
 }
 
 #[test]
@@ -116,24 +123,8 @@ fn a_live_server_passes_and_a_killed_one_fails_although_its_socket_file_stays() 
 
 /// Like [`pong_server`], for a name whose stale socket file exists: waits for the probe.
 fn pong_server_replacing(dir: &Path, name: &str) -> Kill {
-    let child = Command::new(BIN)
-        .args(["pong", "--server", "--cpus", "none", &format!("shm:{name}")])
-        .env("SHMLINK_DIR", dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = Kill(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while probe(dir, &[name]).0.status.code() != Some(0) {
-        assert!(
-            Instant::now() < deadline,
-            "pong --server did not replace the stale socket"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    server
+    let answers = || probe(dir, &[name]).0.status.code() == Some(0);
+    start_pong(dir, name, answers, "did not replace the stale socket")
 }
 
 #[test]
