@@ -57,6 +57,19 @@ fn namespaces(container: &str) -> Vec<String> {
 
 const COUNT: &str = "20000";
 
+/// A pong client's short latency run against `shm:pong` (a served pong works).
+const LATENCY_CLIENT: [&str; 9] = [
+    "pong",
+    "--client",
+    "--latency",
+    "--json",
+    "--cpus",
+    "none",
+    "-n",
+    "2000",
+    "shm:pong",
+];
+
 #[test]
 fn shm_between_containers_of_two_uids() {
     let Some((_serial, release)) = setup() else {
@@ -293,20 +306,7 @@ fn a_killed_container_resets_its_peer_and_a_restarted_one_serves() {
         &["pong", "--server", "--cpus", "none", "shm:pong"],
     );
     wait_listening(&dir, "pong");
-    let out = run(
-        scope.run_args("client2", UID, &dir),
-        &[
-            "pong",
-            "--client",
-            "--latency",
-            "--json",
-            "--cpus",
-            "none",
-            "-n",
-            "2000",
-            "shm:pong",
-        ],
-    );
+    let out = run(scope.run_args("client2", UID, &dir), &LATENCY_CLIENT);
     p50(&out);
 
     // The other way round: a client SIGKILLed mid-stream; the server serves the next.
@@ -326,20 +326,7 @@ fn a_killed_container_resets_its_peer_and_a_restarted_one_serves() {
     );
     std::thread::sleep(Duration::from_secs(2));
     podman_ok(&["kill", "-s", "KILL", &c3_name]);
-    let out = run(
-        scope.run_args("client4", UID, &dir),
-        &[
-            "pong",
-            "--client",
-            "--latency",
-            "--json",
-            "--cpus",
-            "none",
-            "-n",
-            "2000",
-            "shm:pong",
-        ],
-    );
+    let out = run(scope.run_args("client4", UID, &dir), &LATENCY_CLIENT);
     p50(&out);
 }
 
