@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use support::hosts::{bridge_exe, unavailable, Net, Proc};
 use support::msg::ORIGIN_STEP;
+use support::roles::field;
 
 const COUNT: u64 = 1000;
 
@@ -39,14 +40,6 @@ fn env(topic: &str, extra: &[(&'static str, String)]) -> Vec<(&'static str, Stri
     ];
     v.extend_from_slice(extra);
     v
-}
-
-fn field(line: &str, name: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(&format!("{name}=")))
-        .unwrap_or_else(|| panic!("no {name} in {line:?}"))
-        .parse()
-        .unwrap()
 }
 
 #[test]

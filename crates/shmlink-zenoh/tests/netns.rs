@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use support::hosts::{bridge_exe, unavailable, Net, Proc};
+use support::roles::field;
 
 /// Messages of the mixed-size stream (~67 KiB on average: ~330 MB through Zenoh, read
 /// by 5 subscribers; ~25 s in a debug build on 2 busy cores). The issue names 1,000,000:
@@ -75,14 +76,6 @@ fn bridges(net: &Net, topic: &str, ip_a: &str) -> (Proc, Proc) {
     );
     b.expect("ready", Duration::from_secs(20));
     (a, b)
-}
-
-fn field(line: &str, name: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(&format!("{name}=")))
-        .unwrap_or_else(|| panic!("no {name} in {line:?}"))
-        .parse()
-        .unwrap()
 }
 
 /// The bridge's final `stats` line for `topic` in direction `dir`.

@@ -8,6 +8,7 @@ mod support;
 use std::time::Duration;
 
 use support::hosts::{bridge_exe, unavailable, Net};
+use support::roles::field;
 
 const COUNT: u64 = 3000;
 
@@ -17,14 +18,6 @@ fn peer() {
     if !support::roles::run_role() {
         support::msg::self_check();
     }
-}
-
-fn field(line: &str, name: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(&format!("{name}=")))
-        .unwrap_or_else(|| panic!("no {name} in {line:?}"))
-        .parse()
-        .unwrap()
 }
 
 #[test]
@@ -48,34 +41,13 @@ fn a_killed_bridge_restarts_gap_no_duplicate() {
         &[],
     );
     bb.expect("ready", Duration::from_secs(20));
-    let env = vec![
-        ("SHZ_TOPIC", topic.to_owned()),
-        ("SHZ_COUNT", COUNT.to_string()),
-        ("SHZ_POLICY", "block".to_owned()),
-        ("SHZ_SIZES", "small".to_owned()),
-        ("SHZ_IDLE_MS", "20000".to_owned()),
-    ];
-    let mut p = env.clone();
-    p.extend([
-        ("SHZ_SUBS", "2".to_owned()),
-        ("SHZ_GAP_US", "1000".to_owned()),
-    ]);
-    let mut publisher = net.role(0, "pub", "pub", &p);
-    let mut sub_a = net.role(0, "sub-a", "sub", &env);
-    let mut sub_b = net.role(1, "sub-b", "sub", &env);
-    publisher.expect("bound", Duration::from_secs(40));
-    sub_a.expect("ready", Duration::from_secs(40));
-    sub_b.expect("ready", Duration::from_secs(40));
-    publisher.tell("go");
-    std::thread::sleep(Duration::from_millis(800));
-    drop(ba); // SIGKILL
-    std::thread::sleep(Duration::from_millis(500));
-    let mut ba = net.spawn(0, "bridge-a-again", &exe, &a_args, &[]);
-    ba.expect("ready", Duration::from_secs(20));
-    publisher.expect("done", Duration::from_secs(60));
-    let ra = sub_a.expect("result", Duration::from_secs(60));
-    let rb = sub_b.expect("result", Duration::from_secs(60));
-    publisher.tell("exit");
+    let (ra, rb, mut ba) = net.stream_through_an_outage(topic, COUNT, || {
+        drop(ba); // SIGKILL
+        std::thread::sleep(Duration::from_millis(500));
+        let mut ba = net.spawn(0, "bridge-a-again", &exe, &a_args, &[]);
+        ba.expect("ready", Duration::from_secs(20));
+        ba
+    });
     assert_eq!(field(&ra, "received"), COUNT, "A's local subscriber: {ra}");
     assert_eq!(field(&ra, "errors"), 0, "{ra}");
     assert_eq!(

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use support::hosts::{bridge_exe, unavailable, Net};
+use support::roles::field;
 
 const COUNT: u64 = 3000;
 
@@ -32,14 +33,6 @@ fn zenohd() -> Option<PathBuf> {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/zenohd/bin/zenohd")
         });
     p.is_file().then_some(p)
-}
-
-fn field(line: &str, name: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(&format!("{name}=")))
-        .unwrap_or_else(|| panic!("no {name} in {line:?}"))
-        .parse()
-        .unwrap()
 }
 
 #[test]
@@ -82,33 +75,11 @@ fn through_zenohd_with_a_router_restart() {
         &[],
     );
     bb.expect("ready", Duration::from_secs(20));
-    let env = vec![
-        ("SHZ_TOPIC", topic.to_owned()),
-        ("SHZ_COUNT", COUNT.to_string()),
-        ("SHZ_POLICY", "block".to_owned()),
-        ("SHZ_SIZES", "small".to_owned()),
-        ("SHZ_IDLE_MS", "20000".to_owned()),
-    ];
-    let mut p = env.clone();
-    p.extend([
-        ("SHZ_SUBS", "2".to_owned()),
-        ("SHZ_GAP_US", "1000".to_owned()),
-    ]);
-    let mut publisher = net.role(0, "pub", "pub", &p);
-    let mut sub_a = net.role(0, "sub-a", "sub", &env);
-    let mut sub_b = net.role(1, "sub-b", "sub", &env);
-    publisher.expect("bound", Duration::from_secs(40));
-    sub_a.expect("ready", Duration::from_secs(40));
-    sub_b.expect("ready", Duration::from_secs(40));
-    publisher.tell("go");
-    std::thread::sleep(Duration::from_millis(800));
-    drop(router); // SIGKILL
-    std::thread::sleep(Duration::from_millis(300));
-    let _router = start_router();
-    publisher.expect("done", Duration::from_secs(60));
-    let ra = sub_a.expect("result", Duration::from_secs(60));
-    let rb = sub_b.expect("result", Duration::from_secs(60));
-    publisher.tell("exit");
+    let (ra, rb, _router) = net.stream_through_an_outage(topic, COUNT, || {
+        drop(router); // SIGKILL
+        std::thread::sleep(Duration::from_millis(300));
+        start_router()
+    });
     assert_eq!(field(&ra, "received"), COUNT, "{ra}");
     assert_eq!(
         field(&rb, "errors"),

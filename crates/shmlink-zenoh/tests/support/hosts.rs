@@ -279,6 +279,45 @@ impl Net {
         }
     }
 
+    /// A stream with an outage in its middle, as the restart tests run it: a publisher
+    /// and a subscriber on host 0, a subscriber on host 1, `count` small messages of
+    /// `topic` under Block, 1 ms apart; 800 ms in, `outage` kills and restarts something
+    /// on the path between the hosts. Returns the two subscribers' result lines (host 0,
+    /// host 1) and what `outage` returned.
+    pub fn stream_through_an_outage<T>(
+        &self,
+        topic: &str,
+        count: u64,
+        outage: impl FnOnce() -> T,
+    ) -> (String, String, T) {
+        let env = vec![
+            ("SHZ_TOPIC", topic.to_owned()),
+            ("SHZ_COUNT", count.to_string()),
+            ("SHZ_POLICY", "block".to_owned()),
+            ("SHZ_SIZES", "small".to_owned()),
+            ("SHZ_IDLE_MS", "20000".to_owned()),
+        ];
+        let mut p = env.clone();
+        p.extend([
+            ("SHZ_SUBS", "2".to_owned()),
+            ("SHZ_GAP_US", "1000".to_owned()),
+        ]);
+        let mut publisher = self.role(0, "pub", "pub", &p);
+        let mut sub_a = self.role(0, "sub-a", "sub", &env);
+        let mut sub_b = self.role(1, "sub-b", "sub", &env);
+        publisher.expect("bound", Duration::from_secs(40));
+        sub_a.expect("ready", Duration::from_secs(40));
+        sub_b.expect("ready", Duration::from_secs(40));
+        publisher.tell("go");
+        std::thread::sleep(Duration::from_millis(800));
+        let kept = outage();
+        publisher.expect("done", Duration::from_secs(60));
+        let ra = sub_a.expect("result", Duration::from_secs(60));
+        let rb = sub_b.expect("result", Duration::from_secs(60));
+        publisher.tell("exit");
+        (ra, rb, kept)
+    }
+
     /// This test binary as a peer process in role `role` (see `roles.rs`).
     pub fn role(&self, h: usize, name: &str, role: &str, env: &[(&str, String)]) -> Proc {
         let exe = std::env::current_exe().unwrap();

@@ -290,3 +290,12 @@ fn raw_subscriber() {
     }
     say(&format!("result received={received}"));
 }
+
+/// The number after `name=` in a role's result line.
+pub fn field(line: &str, name: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+        .parse()
+        .unwrap()
+}
