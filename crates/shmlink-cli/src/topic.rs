@@ -24,7 +24,9 @@ const SUB_LONG: &str = "\
 Subscribe to TOPIC and print each message on stdout followed by a newline (with -0, by a
 NUL byte). Exits 0 at the end of the stream (the publisher closed the topic) or after -n
 messages. Under the overwrite policy, messages lost because this subscriber fell behind
-are reported on stderr (`lagged: N messages lost`) and the subscription goes on.";
+are reported on stderr (`lagged: N messages lost`) and the subscription goes on. With
+--reconnect the end of a publisher is not the end: `sub` waits for the next publisher at
+TOPIC, says so on stderr (what was published in between is not received) and goes on.";
 
 const TOPIC_AFTER: &str = "\
 TOPIC: shm:NAME (a bare NAME means shm:NAME), shm:/path.sock, tcp:HOST:PORT,
@@ -100,6 +102,10 @@ pub struct SubCli {
     /// End each message with a NUL byte instead of a newline
     #[arg(short = '0', long = "null")]
     null: bool,
+    /// When the publisher closes the topic, dies or detaches this subscriber, wait for the
+    /// next publisher at TOPIC and go on (stderr tells of the gap)
+    #[arg(long)]
+    reconnect: bool,
     #[command(flatten)]
     wait: WaitFlags,
     #[command(flatten)]
@@ -178,7 +184,9 @@ fn subscribe(addr: &str, opts: &PubSubOptions, wait: &WaitFlags) -> Result<Subsc
 
 /// Runs `shmlink sub`.
 pub fn subscribe_and_print(args: &SubCli) -> ExitCode {
-    let mut opts = PubSubOptions::default().options(args.conn.options());
+    let mut opts = PubSubOptions::default()
+        .options(args.conn.options())
+        .resubscribe(args.reconnect);
     if let Some(n) = args.history {
         opts = opts.history(n);
     }
@@ -197,6 +205,10 @@ pub fn subscribe_and_print(args: &SubCli) -> ExitCode {
             Err(e) if e.kind() == ErrorKind::Lagged => {
                 let lost = e.missed().unwrap_or(0);
                 eprintln!("shmlink sub: {topic}: lagged: {lost} messages lost");
+                continue;
+            }
+            Err(e) if e.kind() == ErrorKind::Resubscribed => {
+                eprintln!("shmlink sub: {e}");
                 continue;
             }
             Err(e) => {

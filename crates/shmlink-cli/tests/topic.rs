@@ -221,3 +221,31 @@ fn ls_shows_a_publisher_and_the_lag_of_each_subscriber() {
         shmlink::ErrorKind::EndOfStream
     );
 }
+
+/// `sub --reconnect` outlives its publisher: after the first `pub` closes the topic it
+/// waits, says so on stderr when a second `pub` binds the same topic, and prints that
+/// one's lines too; `-n` ends it.
+#[test]
+fn sub_reconnect_follows_a_restarted_publisher() {
+    let d = dir("topic", "reconnect");
+    let name = format!("t-reconnect-{}", std::process::id());
+    let mut first = spawn(&d, &["pub", "--subscribers", "1", &name]);
+    first.wait_stderr("shmlink pub: publishing on ");
+    let mut sub = spawn(
+        &d,
+        &["sub", "--reconnect", "--history", "0", "-n", "20", &name],
+    );
+    first.write(numbered(0..10).as_bytes());
+    first.success();
+    sub.wait_stdout(|out| out.ends_with(b"line 9\n"));
+    let mut second = spawn(&d, &["pub", "--subscribers", "1", &name]);
+    second.wait_stderr("shmlink pub: publishing on ");
+    second.write(numbered(10..20).as_bytes());
+    second.success();
+    assert_eq!(String::from_utf8(sub.success()).unwrap(), numbered(0..20));
+    let gap = sub.wait_stderr(&format!("shmlink sub: shm:{name}: the publisher "));
+    assert!(
+        gap.starts_with("closed the topic; subscribed again"),
+        "{gap}"
+    );
+}

@@ -55,6 +55,13 @@ pub enum ErrorKind {
     /// because it broke the protocol). The subscription is over; connect again to
     /// resubscribe.
     Detached,
+    /// Publish/subscribe, a subscriber with
+    /// [`PubSubOptions::resubscribe`](crate::PubSubOptions::resubscribe): its publisher
+    /// closed the topic, died or detached it, and the subscriber has subscribed again to
+    /// the publisher now bound at the same address. What was published in between was not
+    /// received (a gap; nothing is repeated or reordered), and positions now count the new
+    /// publisher's messages. The subscription goes on: the next `recv` returns a message.
+    Resubscribed,
     /// What the address names does not exist: a directory or path to bind in, or a host
     /// name that does not resolve. (A client that finds no listener gets
     /// [`ErrorKind::ConnectionRefused`], also when the rendezvous directory is missing.)
@@ -80,6 +87,7 @@ impl ErrorKind {
             ErrorKind::Closed => io::ErrorKind::NotConnected,
             ErrorKind::Lagged => io::ErrorKind::Other,
             ErrorKind::Detached => io::ErrorKind::ConnectionAborted,
+            ErrorKind::Resubscribed => io::ErrorKind::Other,
             ErrorKind::NotFound => io::ErrorKind::NotFound,
             ErrorKind::Other => io::ErrorKind::Other,
         }

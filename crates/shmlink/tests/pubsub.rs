@@ -379,6 +379,91 @@ fn killed_publisher_resets_every_subscriber() {
     });
 }
 
+/// `resubscribe(true)`: a blocking subscriber outlives its publishers — one SIGKILLed,
+/// one closed gracefully — and joins each next one at the same address, reporting
+/// `Resubscribed` once per gap, with every message of each publisher in order and none
+/// repeated.
+#[test]
+fn resubscribing_subscriber_outlives_killed_and_closed_publishers() {
+    run("resubscribe", || {
+        const FIRST: u64 = 300;
+        let addr = fresh_addr("shm");
+        let mut first = ChildProc::spawn("publisher", &addr, &format!("1 {FIRST}"));
+        first.report("bound");
+        let opts = PubSubOptions::default().resubscribe(true).history(0);
+        let mut sub = Subscriber::connect(&addr, &opts).unwrap();
+        let reader = std::thread::spawn(move || {
+            // What arrived, in order: each publisher's sequence numbers, and "gap" for
+            // each Resubscribed.
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while seen.len() < (FIRST + 2 + 100 + 10) as usize {
+                match sub.recv(&mut buf) {
+                    Ok(n) => seen.push(check(&buf[..n]).to_string()),
+                    Err(e) if e.kind() == ErrorKind::Resubscribed => {
+                        assert!(e.to_string().contains("subscribed again"), "{e}");
+                        seen.push("gap".into());
+                    }
+                    Err(e) => panic!("the subscription ended: {e}"),
+                }
+            }
+            seen
+        });
+        first.report("sent");
+        first.sigkill();
+        first.expect_killed();
+        for count in [100, 10] {
+            let mut p = Publisher::bind(&addr, &PubSubOptions::default()).unwrap();
+            p.wait_for_subscribers(1, WAIT).unwrap();
+            for seq in 0..count {
+                publish(&mut p, seq);
+            }
+            p.close().unwrap();
+        }
+        assert!(
+            common::wait_until(WAIT, || reader.is_finished()),
+            "reader stuck"
+        );
+        let seen = reader.join().unwrap();
+        let want: Vec<String> = (0..FIRST)
+            .map(|s| s.to_string())
+            .chain(["gap".to_string()])
+            .chain((0..100).map(|s| s.to_string()))
+            .chain(["gap".to_string()])
+            .chain((0..10).map(|s| s.to_string()))
+            .collect();
+        assert_eq!(seen, want);
+    });
+}
+
+/// In non-blocking mode the end is reported as usual; `resubscribe()` then makes one
+/// attempt: refused while nobody is bound (the subscriber stays as it was), and on
+/// success a new fd, still non-blocking, that turns readable with the new publisher's
+/// messages.
+#[test]
+fn resubscribe_by_hand_in_nonblocking_mode() {
+    run("resubscribe by hand", || {
+        let addr = fresh_addr("shm");
+        let p = Publisher::bind(&addr, &PubSubOptions::default()).unwrap();
+        let opts = PubSubOptions::default().resubscribe(true);
+        let mut sub = Subscriber::connect(&addr, &opts).unwrap();
+        sub.set_nonblocking(true);
+        p.close().unwrap();
+        assert!(readable(&sub, WAIT));
+        assert_eq!(sub.recv_vec().unwrap_err().kind(), ErrorKind::EndOfStream);
+        let e = sub.resubscribe().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+        assert_eq!(sub.recv_vec().unwrap_err().kind(), ErrorKind::EndOfStream);
+        let mut p = Publisher::bind(&addr, &PubSubOptions::default()).unwrap();
+        sub.resubscribe().unwrap();
+        assert!(sub.is_nonblocking());
+        assert_eq!(sub.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
+        publish(&mut p, 0);
+        assert!(readable(&sub, WAIT), "the new fd never turned readable");
+        assert_eq!(check(&sub.recv_vec().unwrap()), 0);
+    });
+}
+
 /// A publisher that closes right after publishing: every subscriber receives every
 /// message — reading them after the publisher is gone — then end-of-stream, again and
 /// again; the address is free afterwards.

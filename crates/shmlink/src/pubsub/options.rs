@@ -71,6 +71,7 @@ pub struct PubSubOptions {
     pub(crate) max_subscribers: usize,
     pub(crate) max_remote_subscribers: Option<usize>,
     pub(crate) allow_writable_topic: bool,
+    pub(crate) resubscribe: bool,
 }
 
 impl Default for PubSubOptions {
@@ -86,6 +87,7 @@ impl Default for PubSubOptions {
             max_subscribers: MAX_SUBSCRIBERS,
             max_remote_subscribers: None,
             allow_writable_topic: false,
+            resubscribe: false,
         }
     }
 }
@@ -177,6 +179,32 @@ impl PubSubOptions {
     pub fn allow_writable_topic(mut self, allow: bool) -> Self {
         self.allow_writable_topic = allow;
         self
+    }
+
+    /// Subscriber: when the publisher closes the topic, dies or detaches this subscriber,
+    /// subscribe again to whichever publisher binds the same address next, as a ZeroMQ
+    /// `SUB` socket reconnects (default `false`: the subscription ends with
+    /// [`ErrorKind::EndOfStream`], [`ErrorKind::ConnectionReset`] or
+    /// [`ErrorKind::Detached`]).
+    ///
+    /// The blocking receives ([`Subscriber::recv`](crate::Subscriber::recv),
+    /// [`recv_vec`](crate::Subscriber::recv_vec) and the iterator) wait for the next
+    /// publisher, retrying every 10–250 ms, then report
+    /// [`ErrorKind::Resubscribed`] once, so the gap is visible, and go on with the new
+    /// publisher's messages. In non-blocking mode, and for
+    /// [`recv_ref`](crate::Subscriber::recv_ref), the end is reported as usual and
+    /// [`Subscriber::resubscribe`](crate::Subscriber::resubscribe) makes one attempt; the
+    /// subscriber's fd changes with the subscription, so an event loop registers the new
+    /// one (the tokio subscriber reports the end too: make a new one).
+    pub fn resubscribe(mut self, resubscribe: bool) -> Self {
+        self.resubscribe = resubscribe;
+        self
+    }
+
+    /// Whether a subscriber subscribes again when its publisher goes away (see
+    /// [`resubscribe`](Self::resubscribe)).
+    pub fn configured_resubscribe(&self) -> bool {
+        self.resubscribe
     }
 
     /// The most remote subscribers these options allow (see

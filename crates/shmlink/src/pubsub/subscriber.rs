@@ -2,6 +2,7 @@
 //! ([`NetSubscriber`]), one type for both.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::time::Duration;
 
 use super::options::{Policy, PubSubOptions};
 use super::remote::{self, Connected, NetSubscriber};
@@ -63,6 +64,8 @@ use crate::view::SharedBytes;
 /// for an example with both ends.
 pub struct Subscriber {
     inner: Inner,
+    /// What it subscribed to, as asked: the address and options a resubscription uses.
+    origin: Box<(String, PubSubOptions)>,
 }
 
 enum Inner {
@@ -86,44 +89,79 @@ impl Subscriber {
     /// `tls:HOST:PORT` (TLS settings in the [`Options`](crate::Options) of `opts`) or
     /// `auto:HOST:PORT`.
     pub fn connect(addr: &str, opts: &PubSubOptions) -> Result<Subscriber> {
-        opts.validate()?;
-        let parsed = Address::parse(addr)?;
-        let inner = match parsed {
-            Address::Shm { .. } => Inner::Shm(ShmSubscriber::connect(&parsed, addr, opts)?),
-            Address::Ux(_) => {
-                return Err(Error::new(
-                    ErrorKind::InvalidAddress,
-                    format!("publish/subscribe does not serve ux: addresses ({addr})"),
-                ))
+        Ok(Subscriber {
+            inner: subscribe(addr, opts)?,
+            origin: Box::new((addr.to_owned(), opts.clone())),
+        })
+    }
+
+    /// Subscribes again, once, to the address and with the options of
+    /// [`connect`](Self::connect): to the publisher now bound there, after the last one
+    /// closed, died or detached this subscriber (see [`PubSubOptions::resubscribe`]).
+    /// On success the old subscription is dropped and the fd ([`AsRawFd`]) is a new one;
+    /// non-blocking mode carries over. Fails as `connect` does, e.g. with
+    /// [`ErrorKind::ConnectionRefused`] while no publisher is bound, and then leaves the
+    /// subscriber as it was.
+    pub fn resubscribe(&mut self) -> Result<()> {
+        let nonblocking = self.is_nonblocking();
+        let (addr, opts) = &*self.origin;
+        let mut inner = subscribe(addr, opts)?;
+        with_sub!(&mut inner, |s| s.set_nonblocking(nonblocking));
+        self.inner = inner;
+        Ok(())
+    }
+
+    /// After an error of a blocking receive: with [`PubSubOptions::resubscribe`], an end
+    /// of the subscription becomes a wait for the next publisher and
+    /// [`ErrorKind::Resubscribed`]; any other error is returned as it is.
+    #[cold]
+    fn after(&mut self, e: Error) -> Error {
+        note(&e);
+        let ended = matches!(
+            e.kind(),
+            ErrorKind::EndOfStream | ErrorKind::ConnectionReset | ErrorKind::Detached
+        );
+        if !ended || !self.origin.1.resubscribe || self.is_nonblocking() {
+            return e;
+        }
+        let mut pause = Duration::from_millis(10);
+        loop {
+            match self.resubscribe() {
+                Ok(()) => break,
+                Err(again) if again.kind() == ErrorKind::ConnectionRefused => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(250));
+                }
+                Err(other) => return other,
             }
-            _ => match remote::connect(&parsed, addr, opts)
-                .map_err(|e| e.context(format_args!("subscribe {addr}")))?
-            {
-                Connected::Net(n) => Inner::Net(n),
-                Connected::Shm(s) => Inner::Shm(s),
-            },
+        }
+        let what = match e.kind() {
+            ErrorKind::EndOfStream => "closed the topic",
+            ErrorKind::ConnectionReset => "died",
+            _ => "detached this subscriber",
         };
-        Ok(Subscriber { inner })
+        let r = Error::new(
+            ErrorKind::Resubscribed,
+            format!(
+                "{}: the publisher {what}; subscribed again to the next one (messages \
+                 published in between were not received)",
+                self.origin.0
+            ),
+        );
+        crate::trace::event!(info, error = %r, "subscriber resubscribed");
+        r
     }
 
     /// Receives the next message into `buf`; returns its length. If it does not fit,
     /// returns [`ErrorKind::MessageTooLarge`] and leaves it queued.
     #[inline]
     pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize> {
-        let res = with_sub!(&mut self.inner, |s| s.recv(buf));
-        if let Err(e) = &res {
-            note(e);
-        }
-        res
+        with_sub!(&mut self.inner, |s| s.recv(buf)).map_err(|e| self.after(e))
     }
 
     /// Receives the next message into a new vector.
     pub fn recv_vec(&mut self) -> Result<Vec<u8>> {
-        let res = with_sub!(&mut self.inner, |s| s.recv_vec());
-        if let Err(e) = &res {
-            note(e);
-        }
-        res
+        with_sub!(&mut self.inner, |s| s.recv_vec()).map_err(|e| self.after(e))
     }
 
     /// The messages, until the end of the stream (see "Iteration" above).
@@ -214,6 +252,27 @@ impl Subscriber {
     }
 }
 
+/// Subscribes to `addr`: the work of [`Subscriber::connect`] and of a resubscription.
+fn subscribe(addr: &str, opts: &PubSubOptions) -> Result<Inner> {
+    opts.validate()?;
+    let parsed = Address::parse(addr)?;
+    Ok(match parsed {
+        Address::Shm { .. } => Inner::Shm(ShmSubscriber::connect(&parsed, addr, opts)?),
+        Address::Ux(_) => {
+            return Err(Error::new(
+                ErrorKind::InvalidAddress,
+                format!("publish/subscribe does not serve ux: addresses ({addr})"),
+            ))
+        }
+        _ => match remote::connect(&parsed, addr, opts)
+            .map_err(|e| e.context(format_args!("subscribe {addr}")))?
+        {
+            Connected::Net(n) => Inner::Net(n),
+            Connected::Shm(s) => Inner::Shm(s),
+        },
+    })
+}
+
 /// Reports, with the `tracing` feature, what an error says about the subscription (its
 /// message names the topic).
 #[cold]
@@ -254,7 +313,14 @@ impl Iterator for Messages<'_> {
         }
         match self.sub.recv_vec() {
             Ok(msg) => Some(Ok(msg)),
-            Err(e) if matches!(e.kind(), ErrorKind::Lagged | ErrorKind::WouldBlock) => Some(Err(e)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::Lagged | ErrorKind::WouldBlock | ErrorKind::Resubscribed
+                ) =>
+            {
+                Some(Err(e))
+            }
             Err(e) => {
                 self.done = true;
                 (e.kind() != ErrorKind::EndOfStream).then_some(Err(e))
