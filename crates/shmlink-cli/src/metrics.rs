@@ -33,9 +33,9 @@ const MAX_TIMEOUT_MS: u64 = 60_000;
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 const METRICS_LONG: &str = "\
-Serve what `shmlink ls` shows as Prometheus metrics: an HTTP server on ADDR answers
-GET /metrics in the Prometheus text format, asking the listeners and topics of the
-rendezvous directory afresh on every scrape.";
+Serve what `shmlink ls` shows as Prometheus metrics: an HTTP server on --listen IP:PORT
+answers GET /metrics in the Prometheus text format, asking the listeners and topics of
+the rendezvous directory afresh on every scrape (docs/operations.md).";
 
 const METRICS_AFTER: &str = "\
 Metrics (all prefixed shmlink_; the counters of a connection are its listener side's:
@@ -66,7 +66,7 @@ Metrics (all prefixed shmlink_; the counters of a connection are its listener si
 Any other path is answered 404, other methods 405. The server prints the address it
 listens on (useful with port 0) on stdout, and runs until it is killed.
 
-Exit status: 1 if ADDR cannot be bound, 2 on bad arguments.";
+Exit status: 1 if IP:PORT cannot be bound, 2 on bad arguments.";
 
 /// `shmlink metrics`'s arguments as given.
 #[derive(clap::Args, Debug)]
@@ -559,6 +559,40 @@ pub fn encode(reports: &[SocketReport], readable: bool) -> String {
 mod tests {
     use super::*;
 
+    /// `shmlink metrics ARGS`, or clap's message.
+    fn args(args: &str) -> Result<MetricsCli, String> {
+        let argv = ["shmlink", "metrics"]
+            .into_iter()
+            .chain(args.split_whitespace());
+        match crate::cli::parse(argv).map_err(|e| e.to_string())?.command {
+            crate::cli::Command::Metrics(m) => Ok(m),
+            other => panic!("not a metrics command: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn arguments() {
+        let a = args("").unwrap();
+        assert_eq!(a.listen, "127.0.0.1:9477".parse().unwrap());
+        assert_eq!((a.dir, a.timeout), (None, 500));
+        let a = args("/d --listen [::1]:0 --timeout 20").unwrap();
+        assert_eq!(a.listen, "[::1]:0".parse().unwrap());
+        assert_eq!((a.dir, a.timeout), (Some("/d".into()), 20));
+        for (bad, needle) in [
+            (
+                "--listen localhost",
+                "invalid value 'localhost' for '--listen",
+            ),
+            ("--listen 127.0.0.1", "invalid value '127.0.0.1'"),
+            ("--timeout 0", "invalid value '0' for '--timeout <MS>'"),
+            ("--timeout 60001", "1..=60000"),
+            ("a b", "unexpected argument 'b'"),
+        ] {
+            let e = args(bad).unwrap_err();
+            assert!(e.contains(needle), "{bad:?}: {e:?} lacks {needle:?}");
+        }
+    }
+
     #[test]
     fn requests_are_routed_by_method_and_path() {
         assert_eq!(route(b"GET /metrics HTTP/1.1\r\nHost: x"), Ok(false));
@@ -588,9 +622,16 @@ mod tests {
             text.contains("shmlink_sockets{state=\"stale\"} 0\n"),
             "{text}"
         );
-        assert!(
-            text.contains("# TYPE shmlink_connection_received_messages_total counter"),
-            "{text}"
-        );
+        assert!(text.contains("# TYPE shmlink_sockets gauge\n"), "{text}");
+        let states = text
+            .lines()
+            .filter(|l| l.starts_with("shmlink_sockets{"))
+            .inspect(|l| assert!(l.ends_with("} 0"), "{l}"))
+            .count();
+        assert_eq!(states, 6, "{text}");
+        // Families without a series (no listener, no topic) are left out.
+        assert!(!text.contains("connection_received"), "{text}");
+        let text = encode(&[], false);
+        assert!(text.contains("shmlink_up 0\n"), "{text}");
     }
 }
