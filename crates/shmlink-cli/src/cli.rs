@@ -48,6 +48,7 @@ pub struct Cli {
 pub enum Command {
     Pong(PongCli),
     Ls(LsCli),
+    Metrics(crate::metrics::MetricsCli),
     Send(SendCli),
     Recv(RecvCli),
     Pub(PubCli),

@@ -1,6 +1,7 @@
 //! The `shmlink` command, the operator's tool: `shmlink pong` measures latency and
 //! throughput between two processes over any transport, verifying every message;
-//! `shmlink ls` lists the listeners and topics of a rendezvous directory;
+//! `shmlink ls` lists the listeners and topics of a rendezvous directory, and
+//! `shmlink metrics` serves the same counters to Prometheus;
 //! `shmlink send`/`recv` move stdin lines or files as messages (netcat for messages);
 //! `shmlink pub`/`sub` publish and print a topic; `shmlink bench` runs the separate
 //! `shmlink-bench` program. `shmlink completions SHELL` and `shmlink man` generate the
@@ -14,6 +15,7 @@ mod error;
 mod listen;
 mod ls;
 mod manual;
+mod metrics;
 mod netcat;
 mod pong;
 mod probe;
@@ -47,6 +49,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Ls(l) => ls::run(&l.into_args()),
+        Command::Metrics(m) => metrics::run(&m),
         Command::Send(s) => netcat::send(&s),
         Command::Recv(r) => netcat::recv(&r),
         Command::Pub(p) => topic::publish(&p),

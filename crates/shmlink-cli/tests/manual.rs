@@ -31,6 +31,7 @@ fn commands() -> Vec<String> {
     for c in [
         "pong",
         "ls",
+        "metrics",
         "send",
         "recv",
         "pub",

@@ -282,7 +282,7 @@ fn answer(sock: &OwnedFd, buf: &mut [u8], deadline: Instant) -> SocketState {
 }
 
 pub use crate::pubsub::{SubscriberInfo, TopicStatus};
-pub use crate::status::{ConnectionStatus, ListenerStatus, ProcessCred};
+pub use crate::status::{ConnectionStatus, ListenerStatus, ProcessCred, Refusals};
 pub use crate::transport::vm::inspect::{
     inspect_vm, VmConnectionStatus, VmListenerStatus, VmRegionReport,
 };

@@ -139,6 +139,47 @@ pub struct ListenerStatus {
     /// Some connections were left out: the answer is limited to 64 KiB (about a thousand
     /// connections).
     pub truncated: bool,
+    /// The clients (and `inspect` queries) it refused since it was bound, by reason.
+    pub refusals: Refusals,
+}
+
+/// How many clients a listener refused since it was bound, by the reason its `Refuse`
+/// packet gave (docs/design.md, the handshake's refusal codes).
+///
+/// `Send`, `Sync`, `Copy`: plain numbers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Refusals {
+    /// The client spoke another protocol version.
+    pub version: u64,
+    /// The client's credentials were not allowed (uid/gid policy).
+    pub permission: u64,
+    /// The client asked for something impossible (ring sizes).
+    pub invalid: u64,
+    /// The client's packets were malformed (or its segment was unsealed, too small, …).
+    pub protocol: u64,
+    /// The listener could not set the connection up (out of memory, descriptors, …).
+    pub resources: u64,
+}
+
+impl Refusals {
+    /// Each reason's name (`version`, `permission`, `invalid`, `protocol`, `resources`)
+    /// and count, in that order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+        [
+            ("version", self.version),
+            ("permission", self.permission),
+            ("invalid", self.invalid),
+            ("protocol", self.protocol),
+            ("resources", self.resources),
+        ]
+        .into_iter()
+    }
+
+    /// The total over every reason (saturating).
+    pub fn total(&self) -> u64 {
+        self.iter().fold(0, |a, (_, n)| a.saturating_add(n))
+    }
 }
 
 /// One connection a listener accepted and that is still open in the listener's process.

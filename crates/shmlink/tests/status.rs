@@ -1,7 +1,7 @@
 //! `shmlink::inspect` (what `shmlink ls` shows): a listener reports its connections with
 //! their peers and counters, forgets dropped ones, answers only while it accepts (and
 //! `inspect` does not hang on one that does not), stale sockets are told apart, a
-//! malformed query is refused without harm, and an `auto:` listener reports itself and
+//! malformed query is refused without harm (and counted), and an `auto:` listener reports itself and
 //! its TCP connections through its upgrade socket.
 
 use std::path::{Path, PathBuf};
@@ -250,6 +250,9 @@ fn a_malformed_query_is_refused_and_the_listener_serves_on() {
     };
     assert_eq!(status.address, addr);
     assert!(status.connections.is_empty());
+    // The refusal is counted by its reason (what `shmlink metrics` exports).
+    assert_eq!(status.refusals.protocol, 1, "{:?}", status.refusals);
+    assert_eq!(status.refusals.total(), 1, "{:?}", status.refusals);
     let mut client = Connection::connect(&addr, &Options::default()).unwrap();
     let (_listener, mut conn) = server.join().unwrap();
     client.send(b"still serving").unwrap();

@@ -31,13 +31,20 @@
 //! A `Status` body, every `str` a `len: u16` and that many bytes of UTF-8:
 //!
 //! ```text
-//! flags: u16 (bit 0: connections left out to fit MAX_STATUS), started_ms: u64,
+//! flags: u16 (bit 0: connections left out to fit MAX_STATUS; bit 1: refusal counts follow
+//!   the connections), started_ms: u64,
 //! address: str, transport: str ("shm" or "auto"), over: str (auto:'s tcp:/tls: address, or empty),
 //! count: u32, then count times:
 //!   transport: str, flags: u16 (bit 0: peer credentials known), pid: u32, uid: u32, gid: u32,
 //!   accepted_ms: u64, msgs_in: u64, bytes_in: u64, msgs_out: u64, bytes_out: u64,
 //!   peer_addr: str (tcp:/tls: peers, or empty)
+//! with flag bit 1: refused_version: u64, refused_permission: u64, refused_invalid: u64,
+//!   refused_protocol: u64, refused_resources: u64 (clients refused since the bind)
 //! ```
+//!
+//! A listener sets bit 1 only once it has refused a client, so that a reader older than
+//! the refusal counts (which takes the bit for a violation) still reads a listener that
+//! never refused anyone.
 //!
 //! Times are milliseconds since the Unix epoch. Unknown flag bits, credentials without
 //! their flag, text that is not UTF-8 and bytes left over are violations, as everywhere.
@@ -58,7 +65,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::status::{ConnectionStatus, Counters, ListenerStatus, ProcessCred};
+use crate::status::{ConnectionStatus, Counters, ListenerStatus, ProcessCred, Refusals};
 
 /// "SHML", little endian.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"SHML");
@@ -94,6 +101,9 @@ const KIND_QUERY: u16 = 6;
 const KIND_STATUS: u16 = 7;
 const KIND_SEGMENT: u16 = 8;
 const STATUS_TRUNCATED: u16 = 1;
+const STATUS_REFUSALS: u16 = 2;
+/// Bytes of the refusal counts.
+const REFUSALS_LEN: usize = 5 * 8;
 const CONN_HAS_CRED: u16 = 1;
 /// Bytes of an `auto:` upgrade token or proof.
 pub const TOKEN_LEN: usize = 16;
@@ -355,7 +365,7 @@ fn encode_status(out: &mut Vec<u8>, s: &ListenerStatus) {
             record.extend_from_slice(&v.to_le_bytes());
         }
         put_text(&mut record, c.peer_addr.as_deref().unwrap_or(""));
-        if out.len() + record.len() > MAX_STATUS {
+        if out.len() + record.len() + REFUSALS_LEN > MAX_STATUS {
             truncated = true;
             break;
         }
@@ -363,7 +373,13 @@ fn encode_status(out: &mut Vec<u8>, s: &ListenerStatus) {
         count += 1;
     }
     out[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
-    let flags = if truncated { STATUS_TRUNCATED } else { 0 };
+    let mut flags = if truncated { STATUS_TRUNCATED } else { 0 };
+    if s.refusals.total() > 0 {
+        flags |= STATUS_REFUSALS;
+        for (_, n) in s.refusals.iter() {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+    }
     out[flags_at..flags_at + 2].copy_from_slice(&flags.to_le_bytes());
 }
 
@@ -420,7 +436,7 @@ fn decode_status(body: &[u8]) -> Result<ListenerStatus> {
     let bad = |why: String| Err(Error::violation(format!("handshake: status: {why}")));
     let mut f = Fields(body);
     let flags = f.u16("flags")?;
-    if flags & !STATUS_TRUNCATED != 0 {
+    if flags & !(STATUS_TRUNCATED | STATUS_REFUSALS) != 0 {
         return bad(format!("unknown flags {flags:#x}"));
     }
     let started = f.time("start time")?;
@@ -455,6 +471,18 @@ fn decode_status(body: &[u8]) -> Result<ListenerStatus> {
             counters,
         });
     }
+    let mut refusals = Refusals::default();
+    if flags & STATUS_REFUSALS != 0 {
+        for n in [
+            &mut refusals.version,
+            &mut refusals.permission,
+            &mut refusals.invalid,
+            &mut refusals.protocol,
+            &mut refusals.resources,
+        ] {
+            *n = f.u64("refusal counts")?;
+        }
+    }
     if !f.0.is_empty() {
         return bad(format!("{} bytes after the last connection", f.0.len()));
     }
@@ -465,6 +493,7 @@ fn decode_status(body: &[u8]) -> Result<ListenerStatus> {
         started,
         connections,
         truncated: flags & STATUS_TRUNCATED != 0,
+        refusals,
     })
 }
 
@@ -484,6 +513,7 @@ mod tests {
             over: Some("tcp:127.0.0.1:4000".into()),
             started: at(1_700_000_000_123),
             truncated: false,
+            refusals: Refusals::default(),
             connections: (0..n as u64)
                 .map(|i| ConnectionStatus {
                     transport: if i % 2 == 0 { "shm" } else { "tcp" }.into(),
@@ -530,9 +560,50 @@ mod tests {
                 truncated: true,
                 ..status(1)
             }),
+            Packet::Status(ListenerStatus {
+                refusals: Refusals {
+                    version: 1,
+                    permission: u64::MAX,
+                    invalid: 0,
+                    protocol: 7,
+                    resources: 2,
+                },
+                ..status(2)
+            }),
         ] {
             assert_eq!(Packet::decode(&pkt.encode()).unwrap(), pkt);
         }
+    }
+
+    #[test]
+    fn refusal_counts_are_sent_only_once_there_are_some() {
+        // A listener that never refused anyone answers as before the counts existed (an
+        // older reader takes the flag for a violation).
+        let plain = Packet::Status(status(1)).encode();
+        assert_eq!(u16::from_le_bytes([plain[8], plain[9]]), 0);
+        let mut refused = status(1);
+        refused.refusals.permission = 3;
+        let bytes = Packet::Status(refused.clone()).encode();
+        assert_eq!(bytes.len(), plain.len() + REFUSALS_LEN);
+        assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), STATUS_REFUSALS);
+        assert_eq!(Packet::decode(&bytes).unwrap(), Packet::Status(refused));
+        // The flag without the counts, or the counts without the flag: violations.
+        let mut short = bytes.clone();
+        short.truncate(bytes.len() - 8);
+        assert!(Packet::decode(&short).is_err());
+        let mut unflagged = bytes.clone();
+        unflagged[8] = 0;
+        assert!(Packet::decode(&unflagged).is_err());
+        // Cut to fit with the counts too.
+        let mut big = status(5000);
+        big.refusals.version = 1;
+        let bytes = Packet::Status(big).encode();
+        assert!(bytes.len() <= MAX_STATUS);
+        let Packet::Status(s) = Packet::decode(&bytes).unwrap() else {
+            panic!()
+        };
+        assert!(s.truncated);
+        assert_eq!(s.refusals.version, 1);
     }
 
     #[test]
@@ -631,7 +702,8 @@ mod tests {
             ("status without a body", query[..].to_vec()),
             ("truncated status", good[..good.len() - 1].to_vec()),
             ("status with bytes after", [good.as_slice(), &[0]].concat()),
-            ("unknown status flag", flip(8, 2)),
+            ("unknown status flag", flip(8, 4)),
+            ("refusal flag without the counts", flip(8, 2)),
             ("count too high", flip(65, 3)),
             ("count too low", flip(65, 1)),
             ("address longer than the packet", flip(19, 0xff)),

@@ -607,6 +607,7 @@ impl ShmListener {
                         reason = %reason,
                         "client refused"
                     );
+                    self.registry.refused(code);
                     let _ = socket::send(p.sock.as_fd(), &Packet::Refuse(code, reason).encode());
                     None
                 }
@@ -669,6 +670,7 @@ impl ShmListener {
                     reason = %reason,
                     "client refused"
                 );
+                self.registry.refused(code);
                 let _ = socket::send(p.sock.as_fd(), &Packet::Refuse(code, reason).encode());
                 None
             }

@@ -10,7 +10,8 @@
 use std::sync::{Arc, Weak};
 use std::time::SystemTime;
 
-use crate::status::{ConnectionStatus, ListenerStatus, ProcessCred, SharedCounters};
+use crate::status::{ConnectionStatus, ListenerStatus, ProcessCred, Refusals, SharedCounters};
+use crate::transport::shm::handshake::RefuseCode;
 
 /// Fewest entries before the list is pruned.
 const MIN_PRUNE: usize = 64;
@@ -33,6 +34,8 @@ pub(crate) struct Registry {
     /// For an `auto:` listener's upgrade socket: the `auto:` address and the `tcp:` or
     /// `tls:` address it listens on.
     auto: Option<(String, String)>,
+    /// The clients it refused, by reason. Only the accepting thread counts and answers.
+    refusals: Refusals,
 }
 
 impl Registry {
@@ -42,6 +45,7 @@ impl Registry {
             prune_at: MIN_PRUNE,
             started: SystemTime::now(),
             auto: None,
+            refusals: Refusals::default(),
         }
     }
 
@@ -71,6 +75,19 @@ impl Registry {
             accepted: SystemTime::now(),
         });
         counters
+    }
+
+    /// Counts a client refused with `code`.
+    pub(crate) fn refused(&mut self, code: RefuseCode) {
+        let r = &mut self.refusals;
+        let n = match code {
+            RefuseCode::Version => &mut r.version,
+            RefuseCode::Permission => &mut r.permission,
+            RefuseCode::Invalid => &mut r.invalid,
+            RefuseCode::Protocol => &mut r.protocol,
+            RefuseCode::Resources => &mut r.resources,
+        };
+        *n = n.saturating_add(1);
     }
 
     fn prune(&mut self) {
@@ -104,6 +121,7 @@ impl Registry {
             started: self.started,
             connections,
             truncated: false,
+            refusals: self.refusals,
         }
     }
 
