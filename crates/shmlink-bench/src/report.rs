@@ -66,6 +66,32 @@ pub struct SuiteReport<C, R> {
     pub results: Vec<R>,
 }
 
+impl<C, R> SuiteReport<C, R> {
+    /// The report of a suite of `pattern` (empty for point-to-point) run by this command
+    /// on this machine, started at `started_unix` (seconds since the epoch), `wall_s`
+    /// seconds long.
+    pub fn new(
+        schema: u32,
+        pattern: &str,
+        started_unix: u64,
+        wall_s: f64,
+        config: C,
+        results: Vec<R>,
+    ) -> SuiteReport<C, R> {
+        SuiteReport {
+            schema,
+            pattern: pattern.to_string(),
+            shmlink_version: env!("CARGO_PKG_VERSION").to_string(),
+            command: crate::output::command_line(),
+            started_unix,
+            wall_s,
+            machine: Machine::this(),
+            config,
+            results,
+        }
+    }
+}
+
 impl<C: Serialize + DeserializeOwned, R: Serialize + DeserializeOwned> SuiteReport<C, R> {
     /// Pretty JSON.
     pub fn to_json(&self) -> String {
