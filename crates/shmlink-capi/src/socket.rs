@@ -727,7 +727,11 @@ unsafe fn conn_value<T>(
 #[no_mangle]
 pub unsafe extern "C" fn shmlink_remote_addr(sock: *const ShmlinkSocket) -> *const c_char {
     // SAFETY: forwarded to the caller.
-    unsafe { conn_value(sock, null(), "a listener has no remote address", |c| c.peer.as_ptr()) }
+    unsafe {
+        conn_value(sock, null(), "a listener has no remote address", |c| {
+            c.peer.as_ptr()
+        })
+    }
 }
 
 /// What a connection's messages travel over: `"shm"`, `"ux"`, `"tcp"` or `"tls"` (an
@@ -742,7 +746,14 @@ pub unsafe extern "C" fn shmlink_remote_addr(sock: *const ShmlinkSocket) -> *con
 #[no_mangle]
 pub unsafe extern "C" fn shmlink_transport(sock: *const ShmlinkSocket) -> *const c_char {
     // SAFETY: forwarded to the caller.
-    unsafe { conn_value(sock, null(), "a listener has no transport of its own", |c| c.transport.as_ptr()) }
+    unsafe {
+        conn_value(
+            sock,
+            null(),
+            "a listener has no transport of its own",
+            |c| c.transport.as_ptr(),
+        )
+    }
 }
 
 /// The largest message `shmlink_send` accepts on this connection (both sides' limits
@@ -756,7 +767,11 @@ pub unsafe extern "C" fn shmlink_transport(sock: *const ShmlinkSocket) -> *const
 #[no_mangle]
 pub unsafe extern "C" fn shmlink_max_msg_size(sock: *const ShmlinkSocket) -> libc::ssize_t {
     // SAFETY: forwarded to the caller.
-    unsafe { conn_value(sock, -1, "a listener sends no messages", |c| ssize(c.max_msg)) }
+    unsafe {
+        conn_value(sock, -1, "a listener sends no messages", |c| {
+            ssize(c.max_msg)
+        })
+    }
 }
 
 /// Copies a connection's message and byte counters into `*out` (the same counters

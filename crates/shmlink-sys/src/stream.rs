@@ -44,7 +44,11 @@ pub fn send_parts(
     body: &[u8],
     blocking: bool,
 ) -> io::Result<usize> {
-    send_vectored(sock, &[io::IoSlice::new(head), io::IoSlice::new(body)], blocking)
+    send_vectored(
+        sock,
+        &[io::IoSlice::new(head), io::IoSlice::new(body)],
+        blocking,
+    )
 }
 
 /// Sends the buffers in order with one `sendmsg`. Returns the number of bytes the kernel
