@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::method::Mode;
 use crate::suite::{Cell, Status, SuiteConfig};
 use shmlink_measure::size;
+use shmlink_measure::stats::Percentiles;
 
 /// Version of the JSON and CSV layout.
 pub const SCHEMA: u32 = 1;
@@ -65,6 +66,32 @@ pub struct SuiteReport<C, R> {
     pub results: Vec<R>,
 }
 
+impl<C, R> SuiteReport<C, R> {
+    /// The report of a suite of `pattern` (empty for point-to-point) run by this command
+    /// on this machine, started at `started_unix` (seconds since the epoch), `wall_s`
+    /// seconds long.
+    pub fn new(
+        schema: u32,
+        pattern: &str,
+        started_unix: u64,
+        wall_s: f64,
+        config: C,
+        results: Vec<R>,
+    ) -> SuiteReport<C, R> {
+        SuiteReport {
+            schema,
+            pattern: pattern.to_string(),
+            shmlink_version: env!("CARGO_PKG_VERSION").to_string(),
+            command: crate::output::command_line(),
+            started_unix,
+            wall_s,
+            machine: Machine::this(),
+            config,
+            results,
+        }
+    }
+}
+
 impl<C: Serialize + DeserializeOwned, R: Serialize + DeserializeOwned> SuiteReport<C, R> {
     /// Pretty JSON.
     pub fn to_json(&self) -> String {
@@ -98,38 +125,80 @@ pub(crate) fn status_name(s: Status) -> &'static str {
     }
 }
 
+/// CSV text: `header`, then the fields of each cell, one line per cell.
+pub(crate) fn csv_lines<C>(
+    header: &str,
+    cells: &[C],
+    fields: impl Fn(&C) -> Vec<String>,
+) -> String {
+    let mut out = String::from(header);
+    out.push('\n');
+    for c in cells {
+        out.push_str(&fields(c).join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// A CSV field of a figure: empty where it does not apply.
+pub(crate) fn csv_num(v: Option<f64>) -> String {
+    v.map_or(String::new(), |v| format!("{v}"))
+}
+
+/// The CSV fields of a cell's percentiles (ns): p50, p90, p99, p99.9 and max, empty where
+/// it has none.
+pub(crate) fn csv_percentiles(p: Option<Percentiles>) -> [String; 5] {
+    [
+        p.map(|p| p.p50),
+        p.map(|p| p.p90),
+        p.map(|p| p.p99),
+        p.map(|p| p.p999),
+        p.map(|p| p.max),
+    ]
+    .map(|v| v.map_or(String::new(), |v| v.to_string()))
+}
+
+/// The headings of the tables' percentile columns.
+pub(crate) const PERCENTILE_HEADS: [&str; 5] = ["p50", "p90", "p99", "p99.9", "max"];
+
+/// Percentiles (ns) as the tables show them, in us: p50, p90, p99, p99.9 and max.
+pub(crate) fn us_percentiles(p: &Percentiles) -> [String; 5] {
+    [p.p50, p.p90, p.p99, p.p999, p.max].map(us)
+}
+
+/// The tables' percentile columns: each of `cells` right-aligned in 8, after a space.
+pub(crate) fn percentile_columns(cells: [impl std::fmt::Display; 5]) -> String {
+    cells.iter().map(|c| format!(" {c:>8}")).collect()
+}
+
+/// The width of a table's method column: the longest name, at least `min`.
+pub(crate) fn method_width<'a>(names: impl Iterator<Item = &'a str>, min: usize) -> usize {
+    names.map(str::len).max().unwrap_or(min).max(min)
+}
+
 /// The cells as CSV: [`CSV_HEADER`], then one line per cell (empty fields where a figure
 /// does not apply).
 pub fn to_csv(cells: &[Cell]) -> String {
-    let mut out = String::from(CSV_HEADER);
-    out.push('\n');
-    for c in cells {
+    csv_lines(CSV_HEADER, cells, |c| {
         let s = c.summary.as_ref();
-        let p = s.and_then(|s| s.rtt_ns);
-        let num = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v}"));
-        let int = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
-        let fields = [
+        let mut fields = vec![
             csv_field(&c.method),
             c.mode.name().to_string(),
             c.size.to_string(),
             status_name(c.status).to_string(),
-            int(p.map(|p| p.p50)),
-            int(p.map(|p| p.p90)),
-            int(p.map(|p| p.p99)),
-            int(p.map(|p| p.p999)),
-            int(p.map(|p| p.max)),
-            num(s.and_then(|s| s.msgs_per_s)),
-            num(s.and_then(|s| s.bytes_per_s)),
-            num(s.map(|s| s.cpu_us_per_msg.driver)),
-            num(s.map(|s| s.cpu_us_per_msg.peer)),
-            num(s.map(|s| s.spread_pct)),
+        ];
+        fields.extend(csv_percentiles(s.and_then(|s| s.rtt_ns)));
+        fields.extend([
+            csv_num(s.and_then(|s| s.msgs_per_s)),
+            csv_num(s.and_then(|s| s.bytes_per_s)),
+            csv_num(s.map(|s| s.cpu_us_per_msg.driver)),
+            csv_num(s.map(|s| s.cpu_us_per_msg.peer)),
+            csv_num(s.map(|s| s.spread_pct)),
             c.runs.len().to_string(),
             csv_field(c.note.as_deref().unwrap_or("")),
-        ];
-        out.push_str(&fields.join(","));
-        out.push('\n');
-    }
-    out
+        ]);
+        fields
+    })
 }
 
 pub(crate) fn us(ns: u64) -> String {
@@ -195,12 +264,7 @@ pub fn table(cells: &[Cell]) -> String {
         }
     }
     keys.sort_by_key(|&(m, s)| (m != Mode::Latency, s));
-    let w = cells
-        .iter()
-        .map(|c| c.method.len())
-        .max()
-        .unwrap_or(6)
-        .max(6);
+    let w = method_width(cells.iter().map(|c| c.method.as_str()), 6);
     for (mode, size) in keys {
         let block: Vec<&Cell> = cells
             .iter()
@@ -222,37 +286,25 @@ pub fn table(cells: &[Cell]) -> String {
             }
         }
         let _ = writeln!(out);
-        match mode {
-            Mode::Latency => {
-                let _ = writeln!(
-                    out,
-                    "latency, {}: round trip in us (median of rounds); cpu us per round trip; speed vs tcp and vs shm-spin (>1 = faster)",
-                    size::human(size)
-                );
-                let _ = writeln!(
-                    out,
-                    "{:<w$} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>7} {:>7}",
+        let (kind, what, header) = match mode {
+            Mode::Latency => (
+                "latency",
+                "round trip in us (median of rounds); cpu us per round trip",
+                format!(
+                    "{:<w$}{} {:>7} {:>8} {:>8} {:>7} {:>7}",
                     "method",
-                    "p50",
-                    "p90",
-                    "p99",
-                    "p99.9",
-                    "max",
+                    percentile_columns(PERCENTILE_HEADS),
                     "spread",
                     "cpu drv",
                     "cpu peer",
                     "vs tcp",
                     "vs spin"
-                );
-            }
-            Mode::Throughput => {
-                let _ = writeln!(
-                    out,
-                    "throughput, {}: median of rounds; cpu us per message; speed vs tcp and vs shm-spin (>1 = faster)",
-                    size::human(size)
-                );
-                let _ = writeln!(
-                    out,
+                ),
+            ),
+            Mode::Throughput => (
+                "throughput",
+                "median of rounds; cpu us per message",
+                format!(
                     "{:<w$} {:>9} {:>10} {:>7} {:>8} {:>8} {:>7} {:>7}",
                     "method",
                     "msgs/s",
@@ -262,9 +314,15 @@ pub fn table(cells: &[Cell]) -> String {
                     "cpu peer",
                     "vs tcp",
                     "vs spin"
-                );
-            }
-        }
+                ),
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "{kind}, {}: {what}; speed vs tcp and vs shm-spin (>1 = faster)",
+            size::human(size)
+        );
+        let _ = writeln!(out, "{header}");
         for c in &ok {
             let s = c.summary.as_ref().expect("ok cells have a summary");
             let spread = format!("{:.0}%", s.spread_pct);
@@ -274,13 +332,9 @@ pub fn table(cells: &[Cell]) -> String {
                 (Mode::Latency, Some(p)) => {
                     let _ = writeln!(
                         out,
-                        "{:<w$} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>7} {:>7}",
+                        "{:<w$}{} {:>7} {:>8} {:>8} {:>7} {:>7}",
                         c.method,
-                        us(p.p50),
-                        us(p.p90),
-                        us(p.p99),
-                        us(p.p999),
-                        us(p.max),
+                        percentile_columns(us_percentiles(&p)),
                         spread,
                         cpu(s.cpu_us_per_msg.driver),
                         cpu(s.cpu_us_per_msg.peer),

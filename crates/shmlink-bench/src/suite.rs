@@ -84,12 +84,12 @@ impl Cell {
     }
 }
 
-/// Progress of a suite, for a progress bar.
-pub struct Progress<'a> {
+/// Progress of a suite (of cells `C`), for a progress bar.
+pub struct Progress<'a, C = Cell> {
     pub done: usize,
     pub total: usize,
     pub round: u32,
-    pub cell: &'a Cell,
+    pub cell: &'a C,
 }
 
 /// The headline figure of one run.
@@ -206,7 +206,8 @@ fn window(config: &SuiteConfig, cell: &Cell) -> u64 {
     }
 }
 
-/// What [`interleave`] needs of a cell of a suite: its status and note, and to fail it.
+/// What [`interleave`] and [`run_cells`] need of a cell of a suite: its status and
+/// note, to fail it, and to summarise its runs.
 pub trait SuiteCell {
     /// How the cell stands.
     fn status(&self) -> Status;
@@ -214,22 +215,37 @@ pub trait SuiteCell {
     fn note(&self) -> Option<&str>;
     /// Marks it failed, saying why.
     fn fail(&mut self, note: String);
+    /// Sets its summary from its runs.
+    fn summarize(&mut self);
 }
 
-impl SuiteCell for Cell {
-    fn status(&self) -> Status {
-        self.status
-    }
+/// Implements [`SuiteCell`] for a cell type of a suite, with fields `status`, `note`
+/// and `summary`, the summary made by `$summarize(&cell)`.
+macro_rules! impl_suite_cell {
+    ($cell:ty, $summarize:path) => {
+        impl $crate::suite::SuiteCell for $cell {
+            fn status(&self) -> $crate::suite::Status {
+                self.status
+            }
 
-    fn note(&self) -> Option<&str> {
-        self.note.as_deref()
-    }
+            fn note(&self) -> Option<&str> {
+                self.note.as_deref()
+            }
 
-    fn fail(&mut self, note: String) {
-        self.status = Status::Failed;
-        self.note = Some(note);
-    }
+            fn fail(&mut self, note: String) {
+                self.status = $crate::suite::Status::Failed;
+                self.note = Some(note);
+            }
+
+            fn summarize(&mut self) {
+                self.summary = $summarize(self);
+            }
+        }
+    };
 }
+pub(crate) use impl_suite_cell;
+
+impl_suite_cell!(Cell, summarize);
 
 /// Runs the runnable `cells` (status ok) interleaved over `rounds` rounds, each round
 /// every cell once in order (A B C A B C …): `run(cell, serial)` makes one run (`serial`
@@ -240,7 +256,7 @@ pub fn interleave<C: SuiteCell>(
     cells: &mut [C],
     rounds: u32,
     mut run: impl FnMut(&mut C, u64) -> Result<(), String>,
-    mut progress: impl FnMut(usize, usize, u32, &C),
+    mut progress: impl FnMut(Progress<'_, C>),
 ) {
     let runnable = cells.iter().filter(|c| c.status() == Status::Ok).count();
     let total = runnable * rounds as usize;
@@ -263,18 +279,37 @@ pub fn interleave<C: SuiteCell>(
                 cell.fail(failed_run_note(round, rounds, t.elapsed(), &e));
             }
             done += 1;
-            progress(done.min(total), total, round, cell);
+            progress(Progress {
+                done: done.min(total),
+                total,
+                round,
+                cell,
+            });
         }
     }
 }
 
+/// Runs a suite's `cells` ([`interleave`], with `run` and `progress`), then summarises
+/// each.
+pub fn run_cells<C: SuiteCell>(
+    mut cells: Vec<C>,
+    rounds: u32,
+    run: impl FnMut(&mut C, u64) -> Result<(), String>,
+    progress: impl FnMut(Progress<'_, C>),
+) -> Vec<C> {
+    interleave(&mut cells, rounds, run, progress);
+    for cell in &mut cells {
+        cell.summarize();
+    }
+    cells
+}
+
 /// Runs the suite with driver and peer processes started from `exe` (the `shmlink`
 /// binary). A failed run marks its cell failed and the suite goes on.
-pub fn run(exe: &Path, config: &SuiteConfig, mut progress: impl FnMut(Progress)) -> Vec<Cell> {
-    let mut cells = plan(config);
+pub fn run(exe: &Path, config: &SuiteConfig, progress: impl FnMut(Progress)) -> Vec<Cell> {
     let pid = std::process::id();
-    interleave(
-        &mut cells,
+    run_cells(
+        plan(config),
         config.rounds,
         |cell, serial| {
             let spec = RunSpec {
@@ -291,19 +326,8 @@ pub fn run(exe: &Path, config: &SuiteConfig, mut progress: impl FnMut(Progress))
             cell.runs.push(run_isolated(exe, &spec, timeout(config))?);
             Ok(())
         },
-        |done, total, round, cell| {
-            progress(Progress {
-                done,
-                total,
-                round,
-                cell,
-            })
-        },
-    );
-    for cell in &mut cells {
-        cell.summary = summarize(cell);
-    }
-    cells
+        progress,
+    )
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 #[macro_use]
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -32,6 +32,32 @@ fn dir(test: &str) -> Dir {
 /// `shmlink-bench --pattern pubsub ARGS` in `d`, with `env` set.
 fn pubsub(d: &Dir, args: &[&str], env: &[(&str, &str)]) -> Output {
     shmlink_bench(d, &[&["--pattern", "pubsub"][..], args].concat(), env)
+}
+
+/// `shmlink-bench --pattern pubsub --methods METHODS --sizes SIZES --subscribers SUBS
+/// --iterations N --quick --json D/r.json`, then `more`, in `d` with `env` set: the
+/// output and the JSON report's path.
+fn quick_run(
+    d: &Dir,
+    [methods, sizes, subscribers, iterations]: [&str; 4],
+    more: &[&str],
+    env: &[(&str, &str)],
+) -> (Output, PathBuf) {
+    let json = d.0.join("r.json");
+    let args = [
+        "--methods",
+        methods,
+        "--sizes",
+        sizes,
+        "--subscribers",
+        subscribers,
+        "--iterations",
+        iterations,
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    (pubsub(d, &[&args[..], more].concat(), env), json)
 }
 
 fn report(path: &std::path::Path) -> Report {
@@ -60,24 +86,8 @@ fn exercise(name: &str) {
     }
     let big = method.size_limit().map_or(1 << 20, |l| l.max.min(1 << 20));
     let d = dir(name);
-    let json = d.0.join("r.json");
     let sizes = format!("8,{big}");
-    let args = [
-        "--methods",
-        name,
-        "--sizes",
-        &sizes,
-        "--subscribers",
-        "1,3",
-        "--iterations",
-        "10",
-        "--rounds",
-        "1",
-        "--quick",
-        "--json",
-        json.to_str().unwrap(),
-    ];
-    let out = pubsub(&d, &args, &[]);
+    let (out, json) = quick_run(&d, [name, &sizes, "1,3", "10"], &["--rounds", "1"], &[]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     let r = report(&json);
@@ -117,22 +127,7 @@ method_tests! {
 #[test]
 fn same_core_runs_every_process_on_one_cpu() {
     let d = dir("same-core");
-    let json = d.0.join("r.json");
-    let args = [
-        "--methods",
-        "all",
-        "--same-core",
-        "--sizes",
-        "64",
-        "--subscribers",
-        "3",
-        "--iterations",
-        "20",
-        "--quick",
-        "--json",
-        json.to_str().unwrap(),
-    ];
-    let out = pubsub(&d, &args, &[]);
+    let (out, json) = quick_run(&d, ["all", "64", "3", "20"], &["--same-core"], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let r = report(&json);
     let (a, b) = r.config.cpus.expect("pinned");
@@ -182,27 +177,15 @@ fn bad_pattern_and_subscriber_counts_exit_2_with_the_valid_choices() {
 #[test]
 fn a_failing_method_is_reported_and_the_run_goes_on() {
     let d = dir("fail");
-    let (json, csv) = (d.0.join("r.json"), d.0.join("r.csv"));
+    let csv = d.0.join("r.csv");
     // The first uds subscriber dies at message #5; shmlink runs on.
-    let args = [
-        "--methods",
-        "uds,shmlink",
-        "--sizes",
-        "64",
-        "--subscribers",
-        "2",
-        "--iterations",
-        "30",
-        "--rounds",
-        "2",
-        "--quick",
-        "--json",
-        json.to_str().unwrap(),
-        "--csv",
-        csv.to_str().unwrap(),
-    ];
     let env = [(FAULT_ENV, "exit:5"), (FAULT_METHOD_ENV, "uds")];
-    let out = pubsub(&d, &args, &env);
+    let (out, json) = quick_run(
+        &d,
+        ["uds,shmlink", "64", "2", "30"],
+        &["--rounds", "2", "--csv", csv.to_str().unwrap()],
+        &env,
+    );
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
     assert!(stderr.contains("uds 64 B x2 failed"), "{stderr}");
@@ -225,23 +208,13 @@ fn a_failing_method_is_reported_and_the_run_goes_on() {
 #[test]
 fn json_and_csv_carry_the_pubsub_fields() {
     let d = dir("files");
-    let (json, csv) = (d.0.join("r.json"), d.0.join("r.csv"));
-    let args = [
-        "--methods",
-        "shmlink,uds",
-        "--sizes",
-        "64,1k",
-        "--subscribers",
-        "1,2",
-        "--iterations",
-        "20",
-        "--quick",
-        "--json",
-        json.to_str().unwrap(),
-        "--csv",
-        csv.to_str().unwrap(),
-    ];
-    let out = pubsub(&d, &args, &[]);
+    let csv = d.0.join("r.csv");
+    let (out, json) = quick_run(
+        &d,
+        ["shmlink,uds", "64,1k", "1,2", "20"],
+        &["--csv", csv.to_str().unwrap()],
+        &[],
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let r = report(&json);
     assert_eq!(r.pattern, "pubsub");
@@ -276,26 +249,12 @@ fn json_and_csv_carry_the_pubsub_fields() {
 #[test]
 fn unavailable_brokers_are_skipped_with_the_reason() {
     let d = dir("brokers");
-    let json = d.0.join("r.json");
-    let args = [
-        "--methods",
-        "redis,rabbitmq,uds",
-        "--sizes",
-        "64",
-        "--subscribers",
-        "1",
-        "--iterations",
-        "10",
-        "--quick",
-        "--json",
-        json.to_str().unwrap(),
-    ];
     // Nothing listens on port 1 (privileged, unassigned on loopback).
     let env = [
         ("SHMLINK_REDIS_ADDR", "127.0.0.1:1"),
         ("SHMLINK_AMQP_ADDR", "127.0.0.1:1"),
     ];
-    let out = pubsub(&d, &args, &env);
+    let (out, json) = quick_run(&d, ["redis,rabbitmq,uds", "64", "1", "10"], &[], &env);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     let r = report(&json);
@@ -315,24 +274,10 @@ fn unavailable_brokers_are_skipped_with_the_reason() {
 #[test]
 fn a_hung_subscriber_fails_its_method_after_the_ack_timeout() {
     let d = dir("hang");
-    let json = d.0.join("r.json");
     // The first shmlink subscriber stops at message #3: the publisher's wait for its
     // acknowledgement times out (10 s), the run fails, uds runs on.
-    let args = [
-        "--methods",
-        "shmlink,uds",
-        "--sizes",
-        "64",
-        "--subscribers",
-        "3",
-        "--iterations",
-        "20",
-        "--quick",
-        "--json",
-        json.to_str().unwrap(),
-    ];
     let env = [(FAULT_ENV, "hang:3"), (FAULT_METHOD_ENV, "shmlink")];
-    let out = pubsub(&d, &args, &env);
+    let (out, json) = quick_run(&d, ["shmlink,uds", "64", "3", "20"], &[], &env);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let r = report(&json);

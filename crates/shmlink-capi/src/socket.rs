@@ -12,7 +12,7 @@ use std::ffi::{c_char, c_int, c_void, CString};
 use std::os::fd::{AsRawFd, RawFd};
 use std::ptr::{null, null_mut, NonNull};
 
-use shmlink::{Connection, Counters, ErrorKind, Listener, RecvBuf, SendBuf};
+use shmlink::{Connection, Counters, ErrorKind, Listener, Options, RecvBuf, SendBuf};
 
 use crate::args::{bytes, bytes_mut, obj, obj_ref, ssize, text};
 use crate::error::{call, too_small, Fail, Res};
@@ -167,6 +167,18 @@ impl ConnSock {
 }
 
 impl ConnSock {
+    /// The reservation `shmlink_reserve` left open, taken out of the socket; `EINVAL` with
+    /// `none` when there is none (whatever else is open stays).
+    fn take_reservation(&mut self, none: &str) -> Res<SendBuf<'static>> {
+        match std::mem::replace(&mut self.guard, Guard::None) {
+            Guard::Send(buf) => Ok(buf),
+            other => {
+                self.guard = other;
+                Err(Fail::inval(none))
+            }
+        }
+    }
+
     /// The connection itself, after dropping whatever the socket lent.
     fn into_conn(mut self) -> Box<Connection> {
         self.guard = Guard::None; // the guard borrows the connection: it goes first
@@ -211,6 +223,25 @@ fn boxed(kind: Kind) -> *mut ShmlinkSocket {
     Box::into_raw(Box::new(ShmlinkSocket { kind }))
 }
 
+/// The socket `make` opens at the address and with the options a C caller gave, boxed;
+/// NULL with errno on an error.
+///
+/// # Safety
+/// `addr` is NULL or a NUL-terminated string; `opts` NULL or a live `shmlink_options`.
+unsafe fn open_socket(
+    addr: *const c_char,
+    opts: *const ShmlinkOptions,
+    make: impl FnOnce(&str, &Options) -> Res<Kind>,
+) -> *mut ShmlinkSocket {
+    call(null_mut(), || {
+        // SAFETY: forwarded to the caller.
+        let addr = unsafe { text(addr, "address") }?;
+        // SAFETY: forwarded to the caller.
+        let opts = unsafe { conn_opts(opts) };
+        Ok(boxed(make(addr, &opts)?))
+    })
+}
+
 /// Connects to `addr` (`shm:NAME`, `ux:NAME`, `tcp:HOST:PORT`, `tls:HOST:PORT`,
 /// `auto:HOST:PORT`), waiting up to the connect timeout for the listener and the
 /// handshake. `opts` NULL means the defaults. The connection is blocking; see
@@ -230,14 +261,13 @@ pub unsafe extern "C" fn shmlink_connect(
     addr: *const c_char,
     opts: *const ShmlinkOptions,
 ) -> *mut ShmlinkSocket {
-    call(null_mut(), || {
-        // SAFETY: forwarded to the caller.
-        let addr = unsafe { text(addr, "address") }?;
-        // SAFETY: forwarded to the caller.
-        let opts = unsafe { conn_opts(opts) };
-        let conn = Connection::connect(addr, &opts)?;
-        Ok(boxed(Kind::Conn(ConnSock::new(conn))))
-    })
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        open_socket(addr, opts, |addr, opts| {
+            let conn = Connection::connect(addr, opts)?;
+            Ok(Kind::Conn(ConnSock::new(conn)))
+        })
+    }
 }
 
 /// Binds a listener at `addr` (as for `shmlink_connect`; `tcp:HOST:0` picks a free port,
@@ -256,19 +286,18 @@ pub unsafe extern "C" fn shmlink_listen(
     addr: *const c_char,
     opts: *const ShmlinkOptions,
 ) -> *mut ShmlinkSocket {
-    call(null_mut(), || {
-        // SAFETY: forwarded to the caller.
-        let addr = unsafe { text(addr, "address") }?;
-        // SAFETY: forwarded to the caller.
-        let opts = unsafe { conn_opts(opts) };
-        let listener = Listener::bind(addr, &opts)?;
-        Ok(boxed(Kind::Listener(ListenSock {
-            fd: listener.as_raw_fd(),
-            addr: cstring(listener.local_addr()),
-            listener,
-            nonblocking: false,
-        })))
-    })
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        open_socket(addr, opts, |addr, opts| {
+            let listener = Listener::bind(addr, opts)?;
+            Ok(Kind::Listener(ListenSock {
+                fd: listener.as_raw_fd(),
+                addr: cstring(listener.local_addr()),
+                listener,
+                nonblocking: false,
+            }))
+        })
+    }
 }
 
 /// Waits for the next client on `listener` and completes its handshake; returns the new
@@ -434,16 +463,9 @@ pub unsafe extern "C" fn shmlink_commit(sock: *mut ShmlinkSocket) -> c_int {
     call(-1, || {
         // SAFETY: forwarded to the caller.
         let c = unsafe { obj(sock, "socket") }?.conn()?;
-        match std::mem::replace(&mut c.guard, Guard::None) {
-            Guard::Send(buf) => {
-                buf.commit()?;
-                Ok(0)
-            }
-            other => {
-                c.guard = other;
-                Err(Fail::inval("shmlink_commit without shmlink_reserve"))
-            }
-        }
+        let buf = c.take_reservation("shmlink_commit without shmlink_reserve")?;
+        buf.commit()?;
+        Ok(0)
     })
 }
 
@@ -459,16 +481,8 @@ pub unsafe extern "C" fn shmlink_cancel(sock: *mut ShmlinkSocket) -> c_int {
     call(-1, || {
         // SAFETY: forwarded to the caller.
         let c = unsafe { obj(sock, "socket") }?.conn()?;
-        match std::mem::replace(&mut c.guard, Guard::None) {
-            Guard::Send(buf) => {
-                drop(buf);
-                Ok(0)
-            }
-            other => {
-                c.guard = other;
-                Err(Fail::inval("shmlink_cancel without shmlink_reserve"))
-            }
-        }
+        drop(c.take_reservation("shmlink_cancel without shmlink_reserve")?);
+        Ok(0)
     })
 }
 
@@ -682,6 +696,26 @@ pub unsafe extern "C" fn shmlink_local_addr(sock: *const ShmlinkSocket) -> *cons
     })
 }
 
+/// `get` of the connection `sock` is, in `call`'s frame (`failed` on an error); a
+/// listener is `EINVAL` with `why`.
+///
+/// # Safety
+/// `sock` is NULL or a live socket.
+unsafe fn conn_value<T>(
+    sock: *const ShmlinkSocket,
+    failed: T,
+    why: &'static str,
+    get: impl FnOnce(&ConnSock) -> T,
+) -> T {
+    call(failed, || {
+        // SAFETY: forwarded to the caller.
+        match &unsafe { obj_ref(sock, "socket") }?.kind {
+            Kind::Conn(c) => Ok(get(c)),
+            Kind::Listener(_) => Err(Fail::inval(why)),
+        }
+    })
+}
+
 /// A connection's peer address, owned by the socket (valid until `shmlink_close`).
 /// NULL with `EINVAL` for NULL or a listener.
 ///
@@ -692,13 +726,12 @@ pub unsafe extern "C" fn shmlink_local_addr(sock: *const ShmlinkSocket) -> *cons
 /// `sock` is NULL or a live socket.
 #[no_mangle]
 pub unsafe extern "C" fn shmlink_remote_addr(sock: *const ShmlinkSocket) -> *const c_char {
-    call(null(), || {
-        // SAFETY: forwarded to the caller.
-        match &unsafe { obj_ref(sock, "socket") }?.kind {
-            Kind::Conn(c) => Ok(c.peer.as_ptr()),
-            Kind::Listener(_) => Err(Fail::inval("a listener has no remote address")),
-        }
-    })
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        conn_value(sock, null(), "a listener has no remote address", |c| {
+            c.peer.as_ptr()
+        })
+    }
 }
 
 /// What a connection's messages travel over: `"shm"`, `"ux"`, `"tcp"` or `"tls"` (an
@@ -712,13 +745,15 @@ pub unsafe extern "C" fn shmlink_remote_addr(sock: *const ShmlinkSocket) -> *con
 /// `sock` is NULL or a live socket.
 #[no_mangle]
 pub unsafe extern "C" fn shmlink_transport(sock: *const ShmlinkSocket) -> *const c_char {
-    call(null(), || {
-        // SAFETY: forwarded to the caller.
-        match &unsafe { obj_ref(sock, "socket") }?.kind {
-            Kind::Conn(c) => Ok(c.transport.as_ptr()),
-            Kind::Listener(_) => Err(Fail::inval("a listener has no transport of its own")),
-        }
-    })
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        conn_value(
+            sock,
+            null(),
+            "a listener has no transport of its own",
+            |c| c.transport.as_ptr(),
+        )
+    }
 }
 
 /// The largest message `shmlink_send` accepts on this connection (both sides' limits
@@ -731,13 +766,12 @@ pub unsafe extern "C" fn shmlink_transport(sock: *const ShmlinkSocket) -> *const
 /// `sock` is NULL or a live socket.
 #[no_mangle]
 pub unsafe extern "C" fn shmlink_max_msg_size(sock: *const ShmlinkSocket) -> libc::ssize_t {
-    call(-1, || {
-        // SAFETY: forwarded to the caller.
-        match &unsafe { obj_ref(sock, "socket") }?.kind {
-            Kind::Conn(c) => Ok(ssize(c.max_msg)),
-            Kind::Listener(_) => Err(Fail::inval("a listener sends no messages")),
-        }
-    })
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        conn_value(sock, -1, "a listener sends no messages", |c| {
+            ssize(c.max_msg)
+        })
+    }
 }
 
 /// Copies a connection's message and byte counters into `*out` (the same counters

@@ -14,7 +14,7 @@ use shmlink::{Connection, ErrorKind, Listener};
 
 use crate::args::{parse_addr, parse_msg_size, parse_positive, ConnFlags};
 use crate::error::in_cli_terms;
-use crate::listen::{per_client, wait_readable};
+use crate::listen::next_client;
 use crate::stop::StopSignals;
 use crate::wait::{WaitFlags, Waiting};
 
@@ -355,25 +355,9 @@ fn recv_keep(args: &RecvCli) -> ExitCode {
     let mut out = io::stdout().lock();
     let mut received = 0u64;
     loop {
-        let accepted = listener.lock().as_mut().map(|l| l.accept());
-        let mut conn = match accepted {
-            // Stopped by a signal: the signal thread exits the process.
-            None => loop {
-                std::thread::park();
-            },
-            Some(Ok(c)) => c,
-            Some(Err(e)) if e.kind() == ErrorKind::WouldBlock => {
-                wait_readable(fd);
-                continue;
-            }
-            Some(Err(e)) if per_client(e.kind()) => {
-                eprintln!(
-                    "shmlink recv: accept on {addr}: {}",
-                    in_cli_terms(&e.to_string())
-                );
-                continue;
-            }
-            Some(Err(e)) => return fail("recv", format_args!("accept on {addr}: {e}")),
+        let mut conn = match next_client(&listener, fd, "recv", addr, true) {
+            Ok(c) => c,
+            Err(e) => return fail("recv", format_args!("accept on {addr}: {e}")),
         };
         if args.common.verbose {
             say_connected("recv", true, addr, &conn);

@@ -6,7 +6,7 @@
 
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -133,47 +133,93 @@ fn redis_installed() -> bool {
     all
 }
 
+/// Starts `cmd`, a server, with `SHMLINK_LOG=debug` and its stderr in `log`.
+fn spawn_logged(cmd: &mut Command, log: &Path, what: &str) -> Child {
+    cmd.env("SHMLINK_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("log file"))
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {what}: {e}"))
+}
+
+/// Waits up to 20 s until `listens` says the server `what` listens.
+fn wait_listening(what: &str, mut listens: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !listens() {
+        assert!(Instant::now() < deadline, "{what} never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A redis-server on `port` (preloaded with `lib` if given), its stderr in `log`,
 /// killed on drop; returns once it listens.
 fn redis_server(dir: &Path, lib: Option<&Path>, port: &str, log: &Path) -> Reaped {
     let mut s = app("redis-server", dir, lib);
     s.args(["--port", port, "--bind", "127.0.0.1", "--save", ""])
         .args(["--appendonly", "no", "--dir"])
-        .arg(dir)
-        .env("SHMLINK_LOG", "debug")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).expect("log file"));
-    let server = Reaped(s.spawn().expect("spawn redis-server"));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
-        assert!(Instant::now() < deadline, "redis-server never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        .arg(dir);
+    let server = Reaped(spawn_logged(&mut s, log, "redis-server"));
+    let port = port.parse::<u16>().unwrap();
+    wait_listening("redis-server", || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
     server
+}
+
+/// A test's preloaded redis-server on a free port, its log in `server.log` of the test's
+/// scratch directory.
+struct Redis {
+    server: Reaped,
+    port: String,
+    log: PathBuf,
+    lib: PathBuf,
+    dir: PathBuf,
+    _scratch: Scratch,
+}
+
+impl Redis {
+    /// The server, or `None` (the test skipped) where redis is not installed.
+    fn start(tag: &str) -> Option<Redis> {
+        if !redis_installed() {
+            return None;
+        }
+        let scratch = Scratch::new(tag);
+        let dir = scratch.0.clone();
+        let lib = preload_lib();
+        let port = free_port().to_string();
+        let log = dir.join("server.log");
+        let server = redis_server(&dir, Some(&lib), &port, &log);
+        Some(Redis {
+            server,
+            port,
+            log,
+            lib,
+            dir,
+            _scratch: scratch,
+        })
+    }
+
+    /// A client `program` (redis-cli, redis-benchmark) of this server, preloaded or not.
+    fn client(&self, program: &str, preloaded: bool) -> Command {
+        let mut c = app(program, &self.dir, preloaded.then_some(&*self.lib));
+        c.args(["-p", &self.port]);
+        c
+    }
 }
 
 #[test]
 fn redis_serves_plain_and_preloaded_clients() {
-    if !redis_installed() {
+    let Some(redis) = Redis::start("redis") else {
         return;
-    }
-    let scratch = Scratch::new("redis");
-    let dir = scratch.0.clone();
-    let lib = preload_lib();
-    let port = free_port().to_string();
-    let server_log = dir.join("server.log");
-    let _server = redis_server(&dir, Some(&lib), &port, &server_log);
-    let client = |program: &str, preloaded: bool| {
-        let mut c = app(program, &dir, preloaded.then_some(&*lib));
-        c.args(["-p", &port]);
-        c
     };
+    let client = |program: &str, preloaded: bool| redis.client(program, preloaded);
+    let server_log = &redis.log;
     // A value larger than a ring, set and read back both ways.
     let value: String = (0..300_000)
         .map(|i| (b'a' + (i % 26) as u8) as char)
         .collect();
     for (preloaded, key) in [(false, "k-plain"), (true, "k-shm")] {
-        let before = shm_lines(&server_log);
+        let before = shm_lines(server_log);
         let mut set = client("redis-cli", preloaded);
         set.args(["-x", "set", key]);
         run_with_input(set, "redis-cli set", Some(value.as_bytes()));
@@ -185,7 +231,7 @@ fn redis_serves_plain_and_preloaded_clients() {
             value,
             "preloaded {preloaded}: the value came back different"
         );
-        let used = shm_lines(&server_log) - before;
+        let used = shm_lines(server_log) - before;
         if preloaded {
             assert_eq!(
                 used, 2,
@@ -198,13 +244,13 @@ fn redis_serves_plain_and_preloaded_clients() {
     for args in [&["-c", "1"][..], &["-c", "50", "-P", "16"][..]] {
         let mut got = Vec::new();
         for preloaded in [false, true] {
-            let before = shm_lines(&server_log);
+            let before = shm_lines(server_log);
             let mut b = client("redis-benchmark", preloaded);
             b.args(["-t", "set,get", "-n", "20000", "-q"]).args(args);
             let out = run(b, "redis-benchmark");
             let r = rates(&out);
             assert_eq!(r.len(), 2, "SET and GET rates: {r:?}");
-            let used = shm_lines(&server_log) - before;
+            let used = shm_lines(server_log) - before;
             if preloaded {
                 assert!(
                     used >= 2 * args[1].parse::<usize>().unwrap(),
@@ -223,7 +269,6 @@ fn redis_serves_plain_and_preloaded_clients() {
             );
         }
     }
-    drop(_server);
 }
 
 /// nginx in one process (`master_process off`) serving static files preloaded: curl
@@ -300,22 +345,17 @@ fn nginx_check(master: bool) {
     std::fs::write(dir.join("nginx.conf"), conf).expect("conf");
     let lib = preload_lib();
     let log = dir.join("preload.log");
-    let server = app("nginx", &dir, Some(&lib))
-        .arg("-c")
-        .arg(dir.join("nginx.conf"))
-        .arg("-p")
-        .arg(&dir)
-        .env("SHMLINK_LOG", "debug")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("spawn nginx");
+    let server = spawn_logged(
+        app("nginx", &dir, Some(&lib))
+            .arg("-c")
+            .arg(dir.join("nginx.conf"))
+            .arg("-p")
+            .arg(&dir),
+        &log,
+        "nginx",
+    );
     let _server = NginxMaster(server);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nginx never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_listening("nginx", || TcpStream::connect(("127.0.0.1", port)).is_ok());
     // nginx sends its stderr to error.log once it runs: count the decisions in both.
     let shm = || shm_lines(&log) + shm_lines(&dir.join("error.log"));
     let client = |program: &str, preloaded: bool| app(program, &dir, preloaded.then_some(&*lib));
@@ -399,19 +439,13 @@ fn iperf3_streams_plain_and_preloaded() {
     for preloaded in [false, true] {
         let port = free_port().to_string();
         let log = dir.join(format!("server-{preloaded}.log"));
-        let server = app("iperf3", &dir, Some(&lib))
-            .args(["-s", "-1", "-p", &port])
-            .env("SHMLINK_LOG", "debug")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .spawn()
-            .expect("spawn iperf3 -s");
+        let server = spawn_logged(
+            app("iperf3", &dir, Some(&lib)).args(["-s", "-1", "-p", &port]),
+            &log,
+            "iperf3 -s",
+        );
         let server = Reaped(server);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while shm_registered(&log) == 0 {
-            assert!(Instant::now() < deadline, "iperf3 -s never listened");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_listening("iperf3 -s", || shm_registered(&log) > 0);
         let mut c = app("iperf3", &dir, preloaded.then_some(&*lib));
         c.args(["-c", "127.0.0.1", "-p", &port, "-t", "2"]);
         let out = run(c, "iperf3 -c");
@@ -462,19 +496,20 @@ fn sockperf_plain_and_preloaded() {
     let lib = preload_lib();
     let port = free_port().to_string();
     let log = dir.join("server.log");
-    let server = app("sockperf", &dir, Some(&lib))
-        .args(["server", "--tcp", "-i", "127.0.0.1", "-p", &port])
-        .env("SHMLINK_LOG", "debug")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("spawn sockperf server");
+    let server = spawn_logged(
+        app("sockperf", &dir, Some(&lib)).args(["server", "--tcp", "-i", "127.0.0.1", "-p", &port]),
+        &log,
+        "sockperf server",
+    );
     let _server = Reaped(server);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while shm_registered(&log) == 0 {
-        assert!(Instant::now() < deadline, "sockperf server never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_listening("sockperf server", || shm_registered(&log) > 0);
+    // A client of this server, preloaded or not: `mode` with 64 B messages for 1 s.
+    let client = |mode: &str, preloaded: bool| {
+        let mut c = app("sockperf", &dir, preloaded.then_some(&*lib));
+        c.args([mode, "--tcp", "-i", "127.0.0.1", "-p", &port])
+            .args(["-m", "64", "-t", "1"]);
+        c
+    };
     for (mode, key) in [
         ("ping-pong", "percentile 50.000"),
         ("throughput", "Message Rate is"),
@@ -482,20 +517,7 @@ fn sockperf_plain_and_preloaded() {
         let mut figures = Vec::new();
         for preloaded in [false, true] {
             let before = shm_lines(&log);
-            let mut c = app("sockperf", &dir, preloaded.then_some(&*lib));
-            c.args([
-                mode,
-                "--tcp",
-                "-i",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-m",
-                "64",
-                "-t",
-                "1",
-            ]);
-            let out = run(c, "sockperf client");
+            let out = run(client(mode, preloaded), "sockperf client");
             let text = String::from_utf8_lossy(&out.stdout).into_owned()
                 + &String::from_utf8_lossy(&out.stderr);
             let line = text
@@ -521,20 +543,10 @@ fn sockperf_plain_and_preloaded() {
     // had half received); as an end of stream, the leftover used to corrupt the next
     // connection on that fd number (sockperf: "_seqN > m_maxSequenceNo").
     for _ in 0..2 {
-        let mut c = app("sockperf", &dir, Some(&lib));
-        c.args([
-            "ping-pong",
-            "--tcp",
-            "-i",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-m",
-            "64",
-            "-t",
-            "1",
-        ]);
-        run(c, "sockperf ping-pong, a later preloaded client");
+        run(
+            client("ping-pong", true),
+            "sockperf ping-pong, a later preloaded client",
+        );
     }
 }
 
@@ -635,20 +647,11 @@ fn cpu_used(pid: u32) -> Duration {
 /// that never ends would show a whole second per process.
 #[test]
 fn idle_preloaded_programs_use_no_cpu() {
-    if !redis_installed() {
+    let Some(redis) = Redis::start("redis-idle") else {
         return;
-    }
-    let scratch = Scratch::new("redis-idle");
-    let dir = scratch.0.clone();
-    let lib = preload_lib();
-    let port = free_port().to_string();
-    let log = dir.join("server.log");
-    let server = redis_server(&dir, Some(&lib), &port, &log);
-    let client = |program: &str| {
-        let mut c = app(program, &dir, Some(&lib));
-        c.args(["-p", &port]);
-        c
     };
+    let (server, log) = (&redis.server, &redis.log);
+    let client = |program: &str| redis.client(program, true);
     let mut bench = client("redis-benchmark");
     bench.args(["-t", "get", "-n", "200000", "-c", "8", "-P", "8", "-q"]);
     run(bench, "redis-benchmark");
@@ -698,7 +701,7 @@ fn idle_preloaded_programs_use_no_cpu() {
     let msg: Vec<String> = (0..3).map(|_| next_line()).collect();
     assert_eq!(msg, ["message", "idle", "hello"]);
     assert!(
-        shm_lines(&log) >= 3,
+        shm_lines(log) >= 3,
         "the benchmark, the subscriber and the publisher used shared memory"
     );
 }

@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
@@ -130,91 +130,118 @@ impl Pair {
     }
 }
 
-/// Starts the dropping server (`mode`: `server` drops after listen, `server-early`
-/// before), waits for its port, runs the client (as `client_uid`), checks both ended
-/// well and every byte came back.
-#[allow(clippy::too_many_arguments)]
-fn pair(
-    shmlink: &Path,
-    prog: &Path,
-    rdv: &Path,
-    mode: &str,
-    server_flags: &[&str],
-    client_uid: Option<u32>,
-    client_flags: &[&str],
-) -> Pair {
-    pair_as(
-        shmlink,
-        prog,
-        rdv,
-        (mode, NOBODY),
-        server_flags,
-        client_uid,
-        client_flags,
-    )
+/// A test's programs (from [`setup`]) and the rendezvous directory its servers use.
+struct Test {
+    shmlink: PathBuf,
+    prog: PathBuf,
+    rdv: PathBuf,
+    scratch: Scratch,
 }
 
-/// [`pair`] with the uid the server changes to.
-fn pair_as(
-    shmlink: &Path,
-    prog: &Path,
-    rdv: &Path,
-    (mode, server_uid): (&str, u32),
-    server_flags: &[&str],
-    client_uid: Option<u32>,
-    client_flags: &[&str],
-) -> Pair {
-    let uid = server_uid.to_string();
-    let conns = CONNS.to_string();
-    let mut server = under_run(
-        shmlink,
-        rdv,
-        None,
-        server_flags,
-        prog,
-        &[mode, &uid, &conns],
-    )
-    .spawn()
-    .expect("start the server");
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("the server's port");
-    let port = line.trim().to_string();
-    assert!(!port.is_empty(), "the server printed no port");
-    let client = under_run(
-        shmlink,
-        rdv,
-        client_uid,
-        client_flags,
-        prog,
-        &["client", &port, &conns, ROUNDS, SIZE],
-    )
-    .spawn()
-    .expect("start the client");
-    let c = finish(client, "client");
-    let s = finish(server, "server");
-    let client_log = String::from_utf8_lossy(&c.stderr).into_owned();
-    let server_log = String::from_utf8_lossy(&s.stderr).into_owned();
-    let out = String::from_utf8_lossy(&c.stdout).into_owned();
-    assert!(
-        c.status.success() && out.starts_with("ok "),
-        "client failed: {out}\n{client_log}\nserver:\n{server_log}"
-    );
-    assert!(s.status.success(), "server failed:\n{server_log}");
-    assert!(
-        server_log.contains(&format!("serving as uid {server_uid}")),
-        "{server_log}"
-    );
-    let ns_per_rt = out
-        .split_whitespace()
-        .nth(3)
-        .and_then(|v| v.parse().ok())
-        .expect("ns per round trip");
-    Pair {
-        server_log,
-        client_log,
-        ns_per_rt,
+impl Test {
+    /// The test `tag`, its rendezvous directory not made yet; `None` after a skip line.
+    fn new(tag: &str) -> Option<Test> {
+        let scratch = Scratch::new(tag);
+        let (shmlink, prog) = setup(&scratch)?;
+        let rdv = scratch.0.join("rdv");
+        Some(Test {
+            shmlink,
+            prog,
+            rdv,
+            scratch,
+        })
+    }
+
+    /// The same with the rendezvous directory in a parent every user may create in (as
+    /// /tmp), so that a server running as nobody makes it.
+    fn with_public_rdv(tag: &str) -> Option<Test> {
+        let mut t = Test::new(tag)?;
+        let public = t.scratch.0.join("public");
+        std::fs::create_dir(&public).unwrap();
+        std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        t.rdv = public.join("rdv");
+        Some(t)
+    }
+
+    /// `shmlink run --debug FLAGS -- PROG ARGS` with the test's rendezvous directory, as
+    /// `uid`.
+    fn run(&self, uid: Option<u32>, flags: &[&str], prog: &Path, args: &[&str]) -> Command {
+        under_run(&self.shmlink, &self.rdv, uid, flags, prog, args)
+    }
+
+    /// Starts the dropping server (`PROG server UID CONNS`, or `server-early`), returns
+    /// it with the port it printed.
+    fn start_server(&self, flags: &[&str], args: &[&str]) -> (Child, String) {
+        let mut server = self
+            .run(None, flags, &self.prog, args)
+            .spawn()
+            .expect("start the server");
+        let mut line = String::new();
+        BufReader::new(server.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the server's port");
+        let port = line.trim().to_string();
+        assert!(!port.is_empty(), "the server printed no port");
+        (server, port)
+    }
+
+    /// Starts the dropping server (`mode`: `server` drops after listen, `server-early`
+    /// before) with `server_flags`, waits for its port, runs the client (as `client_uid`)
+    /// with `client_flags`, checks both ended well and every byte came back.
+    fn pair(
+        &self,
+        mode: &str,
+        server_flags: &[&str],
+        client_uid: Option<u32>,
+        client_flags: &[&str],
+    ) -> Pair {
+        self.pair_as((mode, NOBODY), server_flags, client_uid, client_flags)
+    }
+
+    /// [`Test::pair`] with the uid the server changes to.
+    fn pair_as(
+        &self,
+        (mode, server_uid): (&str, u32),
+        server_flags: &[&str],
+        client_uid: Option<u32>,
+        client_flags: &[&str],
+    ) -> Pair {
+        let uid = server_uid.to_string();
+        let conns = CONNS.to_string();
+        let (server, port) = self.start_server(server_flags, &[mode, &uid, &conns]);
+        let client = self
+            .run(
+                client_uid,
+                client_flags,
+                &self.prog,
+                &["client", &port, &conns, ROUNDS, SIZE],
+            )
+            .spawn()
+            .expect("start the client");
+        let c = finish(client, "client");
+        let s = finish(server, "server");
+        let client_log = String::from_utf8_lossy(&c.stderr).into_owned();
+        let server_log = String::from_utf8_lossy(&s.stderr).into_owned();
+        let out = String::from_utf8_lossy(&c.stdout).into_owned();
+        assert!(
+            c.status.success() && out.starts_with("ok "),
+            "client failed: {out}\n{client_log}\nserver:\n{server_log}"
+        );
+        assert!(s.status.success(), "server failed:\n{server_log}");
+        assert!(
+            server_log.contains(&format!("serving as uid {server_uid}")),
+            "{server_log}"
+        );
+        let ns_per_rt = out
+            .split_whitespace()
+            .nth(3)
+            .and_then(|v| v.parse().ok())
+            .expect("ns per round trip");
+        Pair {
+            server_log,
+            client_log,
+            ns_per_rt,
+        }
     }
 }
 
@@ -234,13 +261,10 @@ fn report(what: &str, tcp: &Pair, shm: &Pair) {
 /// output names the flag.
 #[test]
 fn a_nobody_client_gets_shared_memory_only_with_allow_uid() {
-    let scratch = Scratch::new("allow");
-    let Some((shmlink, prog)) = setup(&scratch) else {
+    let Some(t) = Test::new("allow") else {
         return;
     };
-    let rdv = scratch.0.join("rdv");
-
-    let plain = pair(&shmlink, &prog, &rdv, "server", &[], Some(NOBODY), &[]);
+    let plain = t.pair("server", &[], Some(NOBODY), &[]);
     assert_eq!(
         plain.shm(),
         (0, 0),
@@ -256,15 +280,7 @@ fn a_nobody_client_gets_shared_memory_only_with_allow_uid() {
 
     // The directory the first server made (0700) keeps nobody out even with the flag:
     // an existing directory keeps its mode, and the server's log says so.
-    let kept_out = pair(
-        &shmlink,
-        &prog,
-        &rdv,
-        "server",
-        &["--allow-uid", "65534"],
-        Some(NOBODY),
-        &[],
-    );
+    let kept_out = t.pair("server", &["--allow-uid", "65534"], Some(NOBODY), &[]);
     assert_eq!(kept_out.shm(), (0, 0), "{}", kept_out.client_log);
     assert!(
         kept_out
@@ -274,16 +290,8 @@ fn a_nobody_client_gets_shared_memory_only_with_allow_uid() {
         kept_out.server_log
     );
     // A fresh one is made 0711 for the allowed users.
-    std::fs::remove_dir_all(&rdv).unwrap();
-    let allowed = pair(
-        &shmlink,
-        &prog,
-        &rdv,
-        "server",
-        &["--allow-uid", "65534"],
-        Some(NOBODY),
-        &[],
-    );
+    std::fs::remove_dir_all(&t.rdv).unwrap();
+    let allowed = t.pair("server", &["--allow-uid", "65534"], Some(NOBODY), &[]);
     assert_eq!(
         allowed.shm(),
         (CONNS, CONNS),
@@ -307,20 +315,10 @@ fn a_nobody_client_gets_shared_memory_only_with_allow_uid() {
 /// flag.
 #[test]
 fn a_root_client_gets_shared_memory_from_a_server_that_drops_after_listen() {
-    let scratch = Scratch::new("root");
-    let Some((shmlink, prog)) = setup(&scratch) else {
+    let Some(t) = Test::new("root") else {
         return;
     };
-    let rdv = scratch.0.join("rdv");
-    let shm = pair(
-        &shmlink,
-        &prog,
-        &rdv,
-        "server",
-        &["--allow-uid", "65534"],
-        None,
-        &[],
-    );
+    let shm = t.pair("server", &["--allow-uid", "65534"], None, &[]);
     assert_eq!(shm.shm(), (CONNS, CONNS), "{}", shm.server_log);
 }
 
@@ -330,17 +328,11 @@ fn a_root_client_gets_shared_memory_from_a_server_that_drops_after_listen() {
 /// and its `--debug` output says why.
 #[test]
 fn a_root_client_trusts_a_server_listening_as_nobody_only_with_expect_uid() {
-    let scratch = Scratch::new("expect");
-    let Some((shmlink, prog)) = setup(&scratch) else {
+    // The nobody server makes the rendezvous directory.
+    let Some(t) = Test::with_public_rdv("expect") else {
         return;
     };
-    // A parent every user may create in (as /tmp): the nobody server makes rdv in it.
-    let public = scratch.0.join("public");
-    std::fs::create_dir(&public).unwrap();
-    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let rdv = public.join("rdv");
-
-    let plain = pair(&shmlink, &prog, &rdv, "server-early", &[], None, &[]);
+    let plain = t.pair("server-early", &[], None, &[]);
     assert_eq!(plain.shm(), (0, 0), "{}", plain.client_log);
     assert!(
         plain
@@ -351,15 +343,7 @@ fn a_root_client_trusts_a_server_listening_as_nobody_only_with_expect_uid() {
         plain.client_log
     );
 
-    let trusted = pair(
-        &shmlink,
-        &prog,
-        &rdv,
-        "server-early",
-        &[],
-        None,
-        &["--expect-uid", "65534"],
-    );
+    let trusted = t.pair("server-early", &[], None, &["--expect-uid", "65534"]);
     assert_eq!(
         trusted.shm(),
         (CONNS, CONNS),
@@ -375,20 +359,10 @@ fn a_root_client_trusts_a_server_listening_as_nobody_only_with_expect_uid() {
 /// and allows uid 1000, a client of uid 65534 comes.
 #[test]
 fn a_refused_client_is_named_in_the_servers_debug_output() {
-    let scratch = Scratch::new("refused");
-    let Some((shmlink, prog)) = setup(&scratch) else {
+    let Some(t) = Test::new("refused") else {
         return;
     };
-    let rdv = scratch.0.join("rdv");
-    let p = pair_as(
-        &shmlink,
-        &prog,
-        &rdv,
-        ("server", 0),
-        &["--allow-uid", "1000"],
-        Some(NOBODY),
-        &[],
-    );
+    let p = t.pair_as(("server", 0), &["--allow-uid", "1000"], Some(NOBODY), &[]);
     assert_eq!(p.shm(), (0, 0), "{}", p.server_log);
     for log in [&p.server_log, &p.client_log] {
         assert!(
@@ -406,8 +380,7 @@ fn a_refused_client_is_named_in_the_servers_debug_output() {
 /// why. Every `get` answer is checked by the client.
 #[test]
 fn memcached_as_nobody_serves_a_root_client_on_shared_memory_with_expect_uid() {
-    let scratch = Scratch::new("memcached");
-    let Some((shmlink, prog)) = setup(&scratch) else {
+    let Some(t) = Test::with_public_rdv("memcached") else {
         return;
     };
     let Some(memcached) = ["/usr/bin/memcached", "/usr/local/bin/memcached"]
@@ -421,30 +394,25 @@ fn memcached_as_nobody_serves_a_root_client_on_shared_memory_with_expect_uid() {
         );
         return;
     };
-    let public = scratch.0.join("public");
-    std::fs::create_dir(&public).unwrap();
-    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let rdv = public.join("rdv");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .unwrap()
         .port()
         .to_string();
-    let server = under_run(
-        &shmlink,
-        &rdv,
-        None,
-        &[],
-        memcached,
-        &["-u", "nobody", "-l", "127.0.0.1", "-p", &port, "-U", "0"],
-    )
-    .spawn()
-    .expect("start memcached");
+    let server = t
+        .run(
+            None,
+            &[],
+            memcached,
+            &["-u", "nobody", "-l", "127.0.0.1", "-p", &port, "-U", "0"],
+        )
+        .spawn()
+        .expect("start memcached");
     let mut server = Reaped(Some(server));
     // Registered once its socket file is there.
     let deadline = Instant::now() + Duration::from_secs(20);
     let registered = || {
-        std::fs::read_dir(&rdv).is_ok_and(|d| {
+        std::fs::read_dir(&t.rdv).is_ok_and(|d| {
             d.filter_map(|e| e.ok()).any(|e| {
                 e.file_name()
                     .to_string_lossy()
@@ -457,7 +425,8 @@ fn memcached_as_nobody_serves_a_root_client_on_shared_memory_with_expect_uid() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let client = |flags: &[&str]| {
-        let c = under_run(&shmlink, &rdv, None, flags, &prog, &["memc", &port, ROUNDS])
+        let c = t
+            .run(None, flags, &t.prog, &["memc", &port, ROUNDS])
             .spawn()
             .unwrap();
         let out = finish(c, "memcached client");
@@ -542,28 +511,13 @@ fn attacker_helper() {
 /// the answer was yes and the server program would have talked to nobody in root's place.
 #[test]
 fn an_allowed_uid_cannot_claim_another_users_connection() {
-    let scratch = Scratch::new("hijack");
-    let Some((shmlink, prog)) = setup(&scratch) else {
+    let Some(t) = Test::new("hijack") else {
         return;
     };
-    let rdv = scratch.0.join("rdv");
     // A server that stays root (setuid(0)), admitting nobody's clients, serving two
     // connections one after the other.
-    let mut server = under_run(
-        &shmlink,
-        &rdv,
-        None,
-        &["--allow-uid", "65534"],
-        &prog,
-        &["server", "0", "2"],
-    )
-    .spawn()
-    .expect("start the server");
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("the server's port");
-    let port: u16 = line.trim().parse().expect("a port");
+    let (server, port) = t.start_server(&["--allow-uid", "65534"], &["server", "0", "2"]);
+    let port: u16 = port.parse().expect("a port");
     let server = Reaped(Some(server));
     use std::io::{Read, Write};
     // The first connection keeps the server busy; the second waits in its backlog.
@@ -573,7 +527,7 @@ fn an_allowed_uid_cannot_claim_another_users_connection() {
     first.read_exact(&mut b).unwrap();
     let mut victim = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     let victim_port = victim.local_addr().unwrap().port();
-    let name = std::fs::read_dir(&rdv)
+    let name = std::fs::read_dir(&t.rdv)
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -581,7 +535,7 @@ fn an_allowed_uid_cannot_claim_another_users_connection() {
         .expect("the registration")
         .trim_end_matches(".sock")
         .to_string();
-    let exe = scratch.0.join("cross_uid_test");
+    let exe = t.scratch.0.join("cross_uid_test");
     std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = Command::new(&exe)
@@ -592,7 +546,7 @@ fn an_allowed_uid_cannot_claim_another_users_connection() {
             "--test-threads=1",
         ])
         .env("XUID_ATTACK", format!("{name} {port} {victim_port}"))
-        .env("SHMLINK_DIR", &rdv)
+        .env("SHMLINK_DIR", &t.rdv)
         .uid(NOBODY)
         .gid(NOBODY)
         .output()

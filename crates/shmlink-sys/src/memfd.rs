@@ -23,6 +23,39 @@ pub const OWNER_SEALS: libc::c_int = SEALS | SEAL_FUTURE_WRITE;
 /// genuine segment never carries: tests add it to show the kernel refuses it).
 pub const SEAL_WRITE: libc::c_int = libc::F_SEAL_WRITE;
 
+/// `PROT_READ`, and `PROT_WRITE` too if `writable`.
+fn protection(writable: bool) -> libc::c_int {
+    if writable {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_READ
+    }
+}
+
+/// Maps `len` bytes of `fd` from its start, shared, with `prot`, where the kernel chooses.
+/// Whoever reads through the address makes sure the file backs the pages it touches.
+fn map_file_start(
+    fd: BorrowedFd<'_>,
+    len: usize,
+    prot: libc::c_int,
+) -> io::Result<*mut libc::c_void> {
+    // SAFETY: a fresh shared mapping chosen by the kernel; no existing memory is affected.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            prot,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(base)
+}
+
 /// Writes `buf` at `offset` of the file (`pwrite`): how many bytes the kernel took. A
 /// sealed segment refuses (`EPERM`): tests check that.
 pub fn write_at(fd: BorrowedFd<'_>, offset: u64, buf: &[u8]) -> io::Result<usize> {
@@ -187,11 +220,7 @@ impl Mapping {
             .iter()
             .try_fold(header_len, |acc, &r| acc.checked_add(r.checked_mul(2)?))
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "segment too large"))?;
-        let prot = if writable {
-            libc::PROT_READ | libc::PROT_WRITE
-        } else {
-            libc::PROT_READ
-        };
+        let prot = protection(writable);
         // The whole address range at once, as the file from its start: the header and the
         // first ring's first copy are then in place already (file and mapping agree up to
         // there), and the fixed mappings below replace the rest, so they can only land
@@ -201,42 +230,30 @@ impl Mapping {
         // setup maps four of them. A file that cannot be mapped past its end (a PCI BAR's
         // sysfs `resource` file: EINVAL) gets an anonymous reservation instead, and the
         // header and ring 0's first copy are mapped into it like the rest.
-        // SAFETY: a fresh shared mapping chosen by the kernel; no existing memory is
-        // affected. Pages past the end of the file are never touched (they are replaced
-        // below before the mapping is handed out).
-        let whole = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                prot,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        let in_place = whole != libc::MAP_FAILED;
-        let base = if in_place {
-            whole
-        } else {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EINVAL) {
-                return Err(e);
+        // Pages past the end of the file are never touched (they are replaced below
+        // before the mapping is handed out).
+        let (base, in_place) = match map_file_start(fd, len, prot) {
+            Ok(whole) => (whole, true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                // SAFETY: a fresh anonymous PROT_NONE mapping; no existing memory is
+                // affected.
+                let reserved = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        libc::PROT_NONE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                        -1,
+                        0,
+                    )
+                };
+                if reserved == libc::MAP_FAILED {
+                    return Err(io::Error::last_os_error());
+                }
+                (reserved, false)
             }
-            // SAFETY: a fresh anonymous PROT_NONE mapping; no existing memory is affected.
-            unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_NONE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                    -1,
-                    0,
-                )
-            }
+            Err(e) => return Err(e),
         };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
         let mut map = Mapping {
             base: NonNull::new(base.cast()).expect("mmap never returns null on success"),
             len,
@@ -315,27 +332,10 @@ impl Region {
         if len == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty mapping"));
         }
-        let prot = if writable {
-            libc::PROT_READ | libc::PROT_WRITE
-        } else {
-            libc::PROT_READ
-        };
-        // SAFETY: a fresh shared mapping chosen by the kernel; no existing memory is
-        // affected. The caller checked that the file is at least `len` bytes and sealed
-        // against shrinking, so every mapped page stays backed (no SIGBUS).
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                prot,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        let prot = protection(writable);
+        // The caller checked that the file is at least `len` bytes and sealed against
+        // shrinking, so every mapped page stays backed (no SIGBUS).
+        let base = map_file_start(fd, len, prot)?;
         Ok(Region {
             base: NonNull::new(base.cast()).expect("mmap never returns null on success"),
             len,

@@ -44,33 +44,11 @@ pub fn send_parts(
     body: &[u8],
     blocking: bool,
 ) -> io::Result<usize> {
-    let mut iov = [
-        libc::iovec {
-            iov_base: head.as_ptr() as *mut libc::c_void,
-            iov_len: head.len(),
-        },
-        libc::iovec {
-            iov_base: body.as_ptr() as *mut libc::c_void,
-            iov_len: body.len(),
-        },
-    ];
-    // SAFETY: msghdr is plain data; all-zero is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = iov.as_mut_ptr();
-    msg.msg_iovlen = iov.len();
-    loop {
-        // SAFETY: `msg` points at two iovecs describing live, readable buffers of the
-        // lengths they declare; the kernel only reads them.
-        match syscall!(sendmsg(
-            sock.as_raw_fd(),
-            &msg,
-            libc::MSG_NOSIGNAL | dontwait(blocking)
-        )) {
-            Ok(n) => return Ok(n as usize),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
+    send_vectored(
+        sock,
+        &[io::IoSlice::new(head), io::IoSlice::new(body)],
+        blocking,
+    )
 }
 
 /// Sends the buffers in order with one `sendmsg`. Returns the number of bytes the kernel

@@ -42,14 +42,76 @@ fn env(topic: &str, extra: &[(&'static str, String)]) -> Vec<(&'static str, Stri
     v
 }
 
-#[test]
-fn triangle_exactly_once_wildcards_and_allow_list() {
+/// Three hosts with links A–B and B–C: the net and the addresses of A and B on the first
+/// and of B on the second; `None` (the test skipped) where namespaces cannot be made.
+fn three_hosts() -> Option<(Net, String, String, String)> {
     if let Some((category, why)) = unavailable() {
-        return shmlink_testkit::skip(category, why);
+        shmlink_testkit::skip(category, why);
+        return None;
     }
     let net = Net::new(3);
     let (a_ab, b_ab) = net.link(0, 1, 0);
     let (b_bc, _c_bc) = net.link(1, 2, 1);
+    Some((net, a_ab, b_ab, b_bc))
+}
+
+/// `--listen` or `--connect` with the Zenoh TCP endpoint at `ip`.
+fn endpoint(flag: &str, ip: &str) -> [String; 2] {
+    [flag.to_owned(), format!("tcp/{ip}:7447")]
+}
+
+/// Starts a bridge exporting and importing `t*` on each host given, with that host's
+/// extra arguments, and waits until each is ready.
+fn start_bridges(net: &Net, bridges: Vec<(usize, &str, Vec<String>)>) -> Vec<Proc> {
+    let exe = bridge_exe();
+    let common = [
+        "--export",
+        "t*",
+        "--import",
+        "t*",
+        "--stall-timeout",
+        "10000",
+    ];
+    bridges
+        .into_iter()
+        .map(|(h, name, extra)| {
+            let mut args: Vec<&str> = common.to_vec();
+            args.extend(extra.iter().map(String::as_str));
+            let mut b = net.spawn(h, name, &exe, &args, &[]);
+            b.expect("ready", Duration::from_secs(20));
+            b
+        })
+        .collect()
+}
+
+/// Waits until every subscriber is ready, lets the publishers go, and checks that each
+/// subscriber got `want(its name)` messages without an error; then lets the publishers
+/// exit.
+fn publish_round(pubs: &mut [Proc], subs: &mut [Proc], want: impl Fn(&str) -> u64) {
+    for s in subs.iter_mut() {
+        s.expect("ready", Duration::from_secs(40));
+    }
+    for p in pubs.iter_mut() {
+        p.tell("go");
+    }
+    for p in pubs.iter_mut() {
+        p.expect("done", Duration::from_secs(60));
+    }
+    for s in subs.iter_mut() {
+        let r = s.expect("result", Duration::from_secs(60));
+        assert_eq!(field(&r, "received"), want(&s.name), "{}: {r}", s.name);
+        assert_eq!(field(&r, "errors"), 0, "{}: {r}", s.name);
+    }
+    for p in pubs.iter_mut() {
+        p.tell("exit");
+    }
+}
+
+#[test]
+fn triangle_exactly_once_wildcards_and_allow_list() {
+    let Some((net, a_ab, b_ab, b_bc)) = three_hosts() else {
+        return;
+    };
     let (a_ac, _c_ac) = net.link(0, 2, 2);
     // Publishers first: a bridge importing `tw` must not take the name on A or C.
     let mut pubs: Vec<Proc> = vec![
@@ -80,34 +142,31 @@ fn triangle_exactly_once_wildcards_and_allow_list() {
             ),
         ),
     ];
-    let exe = bridge_exe();
-    let common = [
-        "--export",
-        "t*",
-        "--import",
-        "t*",
-        "--stall-timeout",
-        "10000",
-    ];
-    let ep = |ip: &str| format!("tcp/{ip}:7447");
-    let mut bridges = Vec::new();
-    for (h, name, listen, connect) in [
-        (0, "bridge-a", vec![ep(&a_ab), ep(&a_ac)], vec![]),
-        (1, "bridge-b", vec![ep(&b_ab), ep(&b_bc)], vec![ep(&a_ab)]),
-        (2, "bridge-c", vec![], vec![ep(&a_ac), ep(&b_bc)]),
-    ] {
-        let mut args: Vec<String> = common.iter().map(|s| s.to_string()).collect();
-        for l in listen {
-            args.extend(["--listen".into(), l]);
-        }
-        for c in connect {
-            args.extend(["--connect".into(), c]);
-        }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut b = net.spawn(h, name, &exe, &args, &[]);
-        b.expect("ready", Duration::from_secs(20));
-        bridges.push(b);
-    }
+    let mut bridges = start_bridges(
+        &net,
+        vec![
+            (
+                0,
+                "bridge-a",
+                [endpoint("--listen", &a_ab), endpoint("--listen", &a_ac)].concat(),
+            ),
+            (
+                1,
+                "bridge-b",
+                [
+                    endpoint("--listen", &b_ab),
+                    endpoint("--listen", &b_bc),
+                    endpoint("--connect", &a_ab),
+                ]
+                .concat(),
+            ),
+            (
+                2,
+                "bridge-c",
+                [endpoint("--connect", &a_ac), endpoint("--connect", &b_bc)].concat(),
+            ),
+        ],
+    );
     for p in &mut pubs {
         p.expect("bound", Duration::from_secs(40));
     }
@@ -122,28 +181,13 @@ fn triangle_exactly_once_wildcards_and_allow_list() {
         net.role(0, "sub-a-tc", "sub", &env("tc", &[])),
         net.role(2, "sub-c-ta", "sub", &env("ta", &[])),
     ];
-    for s in &mut subs {
-        s.expect("ready", Duration::from_secs(40));
-    }
-    for p in &mut pubs {
-        p.tell("go");
-    }
-    for p in &mut pubs {
-        p.expect("done", Duration::from_secs(60));
-    }
-    for s in &mut subs {
-        let r = s.expect("result", Duration::from_secs(60));
-        let want = if s.name.starts_with("sub-b-tw") {
+    publish_round(&mut pubs, &mut subs, |name| {
+        if name.starts_with("sub-b-tw") {
             2 * COUNT
         } else {
             COUNT
-        };
-        assert_eq!(field(&r, "received"), want, "{}: {r}", s.name);
-        assert_eq!(field(&r, "errors"), 0, "{}: {r}", s.name);
-    }
-    for p in &mut pubs {
-        p.tell("exit");
-    }
+        }
+    });
     let stats: Vec<Vec<String>> = bridges
         .iter_mut()
         .map(|b| {
@@ -191,68 +235,39 @@ fn triangle_exactly_once_wildcards_and_allow_list() {
 /// directly.) Every message once on each other host, nothing re-exported.
 #[test]
 fn line_through_a_router_bridge_exactly_once() {
-    if let Some((category, why)) = unavailable() {
-        return shmlink_testkit::skip(category, why);
-    }
-    let net = Net::new(3);
-    let (a_ab, b_ab) = net.link(0, 1, 0);
-    let (b_bc, _c_bc) = net.link(1, 2, 1);
-    let _ = a_ab;
+    let Some((net, _, b_ab, b_bc)) = three_hosts() else {
+        return;
+    };
     let mut pubs: Vec<Proc> = vec![
         net.role(0, "pub-ta", "pub", &env("ta", &[("SHZ_SUBS", "1".into())])),
         net.role(2, "pub-tc", "pub", &env("tc", &[("SHZ_SUBS", "1".into())])),
     ];
-    let exe = bridge_exe();
-    let ep = |ip: &str| format!("tcp/{ip}:7447");
-    let common = [
-        "--export",
-        "t*",
-        "--import",
-        "t*",
-        "--stall-timeout",
-        "10000",
-    ];
-    let mut bridges = Vec::new();
-    for (h, name, extra) in [
-        (
-            1,
-            "bridge-b",
-            vec![
-                "--mode".to_owned(),
-                "router".into(),
-                "--listen".into(),
-                ep(&b_ab),
-                "--listen".into(),
-                ep(&b_bc),
-            ],
-        ),
-        (
-            0,
-            "bridge-a",
-            vec![
-                "--mode".to_owned(),
-                "client".into(),
-                "--connect".into(),
-                ep(&b_ab),
-            ],
-        ),
-        (
-            2,
-            "bridge-c",
-            vec![
-                "--mode".to_owned(),
-                "client".into(),
-                "--connect".into(),
-                ep(&b_bc),
-            ],
-        ),
-    ] {
-        let mut args: Vec<&str> = common.to_vec();
-        args.extend(extra.iter().map(String::as_str));
-        let mut b = net.spawn(h, name, &exe, &args, &[]);
-        b.expect("ready", Duration::from_secs(20));
-        bridges.push(b);
-    }
+    let mode = |m: &str| ["--mode".to_owned(), m.to_owned()];
+    let mut bridges = start_bridges(
+        &net,
+        vec![
+            (
+                1,
+                "bridge-b",
+                [
+                    mode("router"),
+                    endpoint("--listen", &b_ab),
+                    endpoint("--listen", &b_bc),
+                ]
+                .concat(),
+            ),
+            (
+                0,
+                "bridge-a",
+                [mode("client"), endpoint("--connect", &b_ab)].concat(),
+            ),
+            (
+                2,
+                "bridge-c",
+                [mode("client"), endpoint("--connect", &b_bc)].concat(),
+            ),
+        ],
+    );
     for p in &mut pubs {
         p.expect("bound", Duration::from_secs(40));
     }
@@ -262,23 +277,7 @@ fn line_through_a_router_bridge_exactly_once() {
         net.role(0, "sub-a-tc", "sub", &env("tc", &[])),
         net.role(1, "sub-b-tc", "sub", &env("tc", &[])),
     ];
-    for s in &mut subs {
-        s.expect("ready", Duration::from_secs(40));
-    }
-    for p in &mut pubs {
-        p.tell("go");
-    }
-    for p in &mut pubs {
-        p.expect("done", Duration::from_secs(60));
-    }
-    for s in &mut subs {
-        let r = s.expect("result", Duration::from_secs(60));
-        assert_eq!(field(&r, "received"), COUNT, "{}: {r}", s.name);
-        assert_eq!(field(&r, "errors"), 0, "{}: {r}", s.name);
-    }
-    for p in &mut pubs {
-        p.tell("exit");
-    }
+    publish_round(&mut pubs, &mut subs, |_| COUNT);
     let outs: Vec<Vec<String>> = bridges
         .iter_mut()
         .map(|b| {

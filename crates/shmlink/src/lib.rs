@@ -136,6 +136,18 @@ use shmlink_sys as sys;
 #[doc(hidden)]
 pub mod testing;
 
+/// Pseudo-random numbers (xorshift64) for the unit tests' fuzzing loops: the same
+/// sequence for the same seed.
+#[cfg(test)]
+pub(crate) fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]

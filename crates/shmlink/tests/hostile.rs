@@ -8,6 +8,7 @@ mod common;
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::mpsc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use common::*;
@@ -235,44 +236,66 @@ fn hostile_peer_cannot_touch_a_sendbuf_or_the_victims_state() {
     assert_eq!(got, pattern);
 }
 
-/// A valid hello, as bytes.
-fn hello(ring: u64) -> Vec<u8> {
-    Packet::Hello(Params {
-        features: 0,
+/// Handshake parameters: `ring`-byte rings both ways, messages up to 1 KiB.
+fn params(features: u64, ring: u64) -> Params {
+    Params {
+        features,
         ring_c2s: ring,
         ring_s2c: ring,
         max_msg: 1024,
-    })
-    .encode()
+    }
 }
 
-#[test]
-fn malformed_handshakes_are_refused_and_the_listener_keeps_serving() {
-    let (mut l, addr) = bind(
-        "shm",
-        &small_opts().handshake_timeout(Duration::from_secs(30)),
-    );
+/// A valid hello, as bytes.
+fn hello(ring: u64) -> Vec<u8> {
+    Packet::Hello(params(0, ring)).encode()
+}
+
+/// Checks that `reply` is a refusal with `code` and a reason (`what` names the case);
+/// the reason.
+fn expect_refusal(what: &str, reply: &[u8], code: RefuseCode) -> String {
+    match Packet::decode(reply) {
+        Ok(Packet::Refuse(c, reason)) => {
+            assert_eq!(c, code, "{what}: {reason}");
+            assert!(!reason.is_empty(), "{what}: refusal without a reason");
+            reason
+        }
+        other => panic!("{what}: expected a refusal, got {other:?}"),
+    }
+}
+
+/// A `shm:` listener with `handshake_timeout` that serves `clients` genuine clients
+/// (an echo of one message each) on a thread; only genuine clients ever come out of
+/// `accept`.
+fn echo_listener(handshake_timeout: Duration, clients: usize) -> (JoinHandle<()>, String) {
+    let (mut l, addr) = bind("shm", &small_opts().handshake_timeout(handshake_timeout));
     let served = std::thread::spawn(move || {
-        // Only genuine clients ever come out of accept.
-        for _ in 0..2 {
+        for _ in 0..clients {
             let mut c = l.accept().unwrap();
             let m = c.recv_vec().unwrap();
             c.send(&m).unwrap();
         }
     });
+    (served, addr)
+}
+
+/// A genuine client of `addr` gets `msg` echoed.
+fn echoed(addr: &str, msg: &[u8]) {
+    let mut c = Connection::connect(addr, &small_opts()).unwrap();
+    c.send(msg).unwrap();
+    assert_eq!(c.recv_vec().unwrap(), msg);
+}
+
+#[test]
+fn malformed_handshakes_are_refused_and_the_listener_keeps_serving() {
+    let (served, addr) = echo_listener(Duration::from_secs(30), 2);
     let mut wrong_version = hello(RING as u64);
     wrong_version[4..6].copy_from_slice(&(VERSION + 1).to_le_bytes());
     // Version 1 shared one segment written by both sides.
     let mut old_version = hello(RING as u64);
     old_version[4..6].copy_from_slice(&1u16.to_le_bytes());
-    let mut random = vec![0u8; 64];
-    let mut x = 88172645463325252u64;
-    for b in &mut random {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
+    let mut next = xorshift(88172645463325252);
+    let random: Vec<u8> = (0..64).map(|_| next() as u8).collect();
     let cases: Vec<(&str, Vec<u8>, RefuseCode)> = vec![
         ("random bytes", random, RefuseCode::Protocol),
         ("wrong version", wrong_version, RefuseCode::Version),
@@ -295,23 +318,13 @@ fn malformed_handshakes_are_refused_and_the_listener_keeps_serving() {
         }
         let (reply, fds) = raw_handshake(&addr, &bytes).unwrap();
         assert!(fds.is_empty(), "{what}: a refusal carried descriptors");
-        match Packet::decode(&reply) {
-            Ok(Packet::Refuse(c, reason)) => {
-                assert_eq!(c, code, "{what}: {reason}");
-                assert!(!reason.is_empty(), "{what}: refusal without a reason");
-            }
-            other => panic!("{what}: expected a refusal, got {other:?}"),
-        }
+        expect_refusal(what, &reply, code);
         // The listener keeps serving genuine clients in between.
         if what == "wrong version" {
-            let mut c = Connection::connect(&addr, &small_opts()).unwrap();
-            c.send(b"hi").unwrap();
-            assert_eq!(c.recv_vec().unwrap(), b"hi");
+            echoed(&addr, b"hi");
         }
     }
-    let mut c = Connection::connect(&addr, &small_opts()).unwrap();
-    c.send(b"last").unwrap();
-    assert_eq!(c.recv_vec().unwrap(), b"last");
+    echoed(&addr, b"last");
     served.join().unwrap();
 }
 
@@ -335,13 +348,7 @@ fn against_fake(
 type Answer = Box<dyn FnOnce() -> (Vec<u8>, Option<OwnedFd>) + Send>;
 
 fn accept_packet(ring: u64) -> Vec<u8> {
-    Packet::Accept(Params {
-        features: 0,
-        ring_c2s: ring,
-        ring_s2c: ring,
-        max_msg: 1024,
-    })
-    .encode()
+    Packet::Accept(params(0, ring)).encode()
 }
 
 #[test]
@@ -461,6 +468,48 @@ fn broken_listener_answers_are_rejected_by_the_client() {
     }
 }
 
+/// Pseudo-random numbers (xorshift64), the same sequence for the same seed.
+fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
+/// A descriptor of a doorbell test's answer.
+#[derive(Clone, Copy)]
+enum End {
+    /// The read end of fresh pipe `i`.
+    R(usize),
+    /// The write end of fresh pipe `i`.
+    W(usize),
+    /// `/dev/null`: not a pipe at all.
+    Null,
+}
+
+/// The descriptors `ends` names, in order, of as many fresh pipes as they number (an end
+/// named twice comes twice, duplicated); the ends not named are closed.
+fn pipe_ends(ends: &[End]) -> Vec<OwnedFd> {
+    let count = ends
+        .iter()
+        .map(|e| match e {
+            End::R(i) | End::W(i) => i + 1,
+            End::Null => 0,
+        })
+        .max()
+        .unwrap_or(0);
+    let pipes: Vec<(OwnedFd, OwnedFd)> = (0..count).map(|_| pipe()).collect();
+    ends.iter()
+        .map(|e| match *e {
+            End::R(i) => pipes[i].0.try_clone().unwrap(),
+            End::W(i) => pipes[i].1.try_clone().unwrap(),
+            End::Null => OwnedFd::from(std::fs::File::open("/dev/null").unwrap()),
+        })
+        .collect()
+}
+
 /// A pipe: (read end, write end).
 fn pipe() -> (OwnedFd, OwnedFd) {
     let mut fds = [-1; 2];
@@ -475,100 +524,58 @@ fn pipe() -> (OwnedFd, OwnedFd) {
 /// second pipe; anything else is a protocol violation with a message that says so.
 #[test]
 fn broken_doorbell_pipes_are_rejected_by_the_client() {
-    let ring = RING as u64;
-    let with_bells = |features: u64| {
-        Packet::Accept(Params {
-            features,
-            ring_c2s: ring,
-            ring_s2c: ring,
-            max_msg: 1024,
-        })
-        .encode()
-    };
-    let null = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
-    type Fds = Box<dyn FnOnce() -> Vec<OwnedFd> + Send>;
-    let cases: Vec<(&str, u64, &str, Fds)> = vec![
-        (
-            "no pipes",
-            FEATURE_PIPE_BELL,
-            "expected 4",
-            Box::new(Vec::new),
-        ),
+    use End::{Null, R, W};
+    let cases: [(&str, u64, &str, &[End]); 8] = [
+        ("no pipes", FEATURE_PIPE_BELL, "expected 4", &[]),
         (
             "pipes without the feature bit",
             0,
             "expected 1",
-            Box::new(|| {
-                let (a, b) = pipe();
-                let (c, _) = pipe();
-                vec![a, b, c]
-            }),
+            &[R(0), W(0), R(1)],
         ),
         (
             "one pipe too many",
             FEATURE_PIPE_BELL,
             "expected 4",
-            Box::new(|| {
-                let (a, b) = pipe();
-                let (c, d) = pipe();
-                vec![a, d, c, b]
-            }),
+            &[R(0), W(1), R(1), W(0)],
         ),
         (
             "not pipes",
             FEATURE_PIPE_BELL,
             "not a pipe",
-            Box::new(move || vec![null(), null(), null()]),
+            &[Null, Null, Null],
         ),
         (
             "a write end to sleep on",
             FEATURE_PIPE_BELL,
             "read end to sleep on",
-            Box::new(|| {
-                let (_, a) = pipe();
-                let (c, d) = pipe();
-                vec![a, d, c]
-            }),
+            &[W(0), W(1), R(1)],
         ),
         (
             "a read end to ring",
             FEATURE_PIPE_BELL,
             "write end to ring",
-            Box::new(|| {
-                let (a, _) = pipe();
-                let (c, _) = pipe();
-                let (e, _) = pipe();
-                vec![a, c, e]
-            }),
+            &[R(0), R(1), R(2)],
         ),
         (
             "a guard of another pipe",
             FEATURE_PIPE_BELL,
             "guard is not",
-            Box::new(|| {
-                let (a, _) = pipe();
-                let (_, d) = pipe();
-                let (e, _) = pipe();
-                vec![a, d, e]
-            }),
+            &[R(0), W(1), R(2)],
         ),
         (
             "one pipe for both directions",
             FEATURE_PIPE_BELL,
             "one pipe for both",
-            Box::new(|| {
-                let (a, b) = pipe();
-                let a2 = a.try_clone().unwrap();
-                vec![a, b, a2]
-            }),
+            &[R(0), W(0), R(0)],
         ),
     ];
-    for (what, features, says, fds) in cases {
-        let packet = with_bells(features);
+    for (what, features, says, ends) in cases {
+        let packet = Packet::Accept(params(features, RING as u64)).encode();
         let addr = fresh_addr("shm");
         let fake = fake_listener(&addr, move |_hello| {
             let mut all = vec![segment_memfd(RING).unwrap()];
-            all.extend(fds());
+            all.extend(pipe_ends(ends));
             (packet, all)
         })
         .unwrap();
@@ -594,15 +601,7 @@ fn corrupted_segment_header_is_rejected() {
 /// listener keeps serving.
 #[test]
 fn broken_client_segments_are_refused() {
-    let (mut l, addr) = bind(
-        "shm",
-        &small_opts().handshake_timeout(Duration::from_secs(1)),
-    );
-    let served = std::thread::spawn(move || {
-        let mut c = l.accept().unwrap();
-        let m = c.recv_vec().unwrap();
-        c.send(&m).unwrap();
-    });
+    let (served, addr) = echo_listener(Duration::from_secs(1), 1);
     let segment = || Packet::Segment.encode();
     let client = |ring: usize, pokes: &[(usize, u64)], seals| {
         segment_memfd_with(false, ring, pokes, seals).unwrap()
@@ -670,23 +669,15 @@ fn broken_client_segments_are_refused() {
         let AfterAnswer::Packet(reply) = after else {
             panic!("{what}: expected a refusal, got {after:?}");
         };
-        match Packet::decode(&reply) {
-            Ok(Packet::Refuse(c, reason)) => {
-                assert_eq!(c, code, "{what}: {reason}");
-                assert!(!reason.is_empty(), "{what}: refusal without a reason");
-                if what.contains("FUTURE_WRITE") {
-                    assert!(reason.contains("future-write"), "{what}: {reason}");
-                }
-            }
-            other => panic!("{what}: expected a refusal, got {other:?}"),
+        let reason = expect_refusal(what, &reply, code);
+        if what.contains("FUTURE_WRITE") {
+            assert!(reason.contains("future-write"), "{what}: {reason}");
         }
     }
     // A client that never sends its segment is dropped at the handshake timeout (1 s).
     let after = raw_segment_handshake(&addr, RING, |_| None, Duration::from_secs(30)).unwrap();
     assert_eq!(after, AfterAnswer::Closed);
-    let mut c = Connection::connect(&addr, &small_opts()).unwrap();
-    c.send(b"still serving").unwrap();
-    assert_eq!(c.recv_vec().unwrap(), b"still serving");
+    echoed(&addr, b"still serving");
     served.join().unwrap();
 }
 
@@ -695,15 +686,7 @@ fn broken_client_segments_are_refused() {
 /// the listener keeps serving.
 #[test]
 fn broken_segments_with_the_hello_are_refused() {
-    let (mut l, addr) = bind(
-        "shm",
-        &small_opts().handshake_timeout(Duration::from_secs(5)),
-    );
-    let served = std::thread::spawn(move || {
-        let mut c = l.accept().unwrap();
-        let m = c.recv_vec().unwrap();
-        c.send(&m).unwrap();
-    });
+    let (served, addr) = echo_listener(Duration::from_secs(5), 1);
     let client = |ring: usize, pokes: &[(usize, u64)], seals| {
         segment_memfd_with(false, ring, pokes, seals).unwrap()
     };
@@ -761,29 +744,15 @@ fn broken_segments_with_the_hello_are_refused() {
     for (what, packet, fds, code) in cases {
         let (reply, got) = raw_handshake_with_fds(&addr, &packet, &fds).unwrap();
         assert!(got.is_empty(), "{what}: a refusal carried descriptors");
-        match Packet::decode(&reply) {
-            Ok(Packet::Refuse(c, reason)) => {
-                assert_eq!(c, code, "{what}: {reason}");
-                assert!(!reason.is_empty(), "{what}: refusal without a reason");
-            }
-            other => panic!("{what}: expected a refusal, got {other:?}"),
-        }
+        expect_refusal(what, &reply, code);
     }
-    let mut c = Connection::connect(&addr, &small_opts()).unwrap();
-    c.send(b"still serving").unwrap();
-    assert_eq!(c.recv_vec().unwrap(), b"still serving");
+    echoed(&addr, b"still serving");
     served.join().unwrap();
 }
 
 #[test]
 fn fuzz_entry_points_survive_random_input() {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
     for round in 0..300 {
         let len = (next() % 600) as usize;
         let mut data: Vec<u8> = (0..len).map(|_| next() as u8).collect();

@@ -93,17 +93,7 @@ fn overwrite_slow_subscriber_reports_exactly_what_it_missed() {
         let slow_pid = slow.id() as i32;
         for seq in 0..total {
             if seq % 32 == 0 {
-                // The test's own flow control for the fast subscribers only: they must
-                // not lose anything, so keep them within half the ring.
-                let deadline = Instant::now() + WAIT;
-                while publisher
-                    .subscribers()
-                    .iter()
-                    .any(|s| s.pid != slow_pid && s.lag > slots as u64 / 2)
-                {
-                    assert!(Instant::now() < deadline, "fast subscribers stopped");
-                    std::thread::yield_now();
-                }
+                keep_within_half_the_ring(&publisher, slots, |s| s.pid != slow_pid);
             }
             publish(&mut publisher, seq);
         }
@@ -126,25 +116,16 @@ fn killed_subscriber_frees_the_publisher_and_its_slot() {
             .max_subscribers(2)
             .stall_timeout(Duration::from_secs(120));
         let mut publisher = Publisher::bind(&addr, &opts).unwrap();
-        let mut reader = ChildProc::spawn("reader", &addr, "");
-        let mut idle = ChildProc::spawn("idle", &addr, "");
-        publisher.wait_for_subscribers(2, WAIT).unwrap();
-        // A third is refused: the topic is full.
-        let e = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
-        assert!(e.to_string().contains("maximum of 2"), "{e}");
+        let (reader, mut idle) = reader_and_idle_fill_the_topic(&mut publisher, &addr);
 
         publisher.set_nonblocking(true);
         let mut seq = 0;
         loop {
-            let mut loan = match publisher.loan(msg_len(seq)) {
-                Ok(l) => l,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) => panic!("{e}"),
-            };
-            fill(seq, &mut loan);
-            loan.publish().unwrap();
-            seq += 1;
+            match try_publish(&mut publisher, seq) {
+                Ok(()) => seq += 1,
+                Err(ErrorKind::WouldBlock) => break,
+                Err(e) => panic!("{e:?}"),
+            }
         }
         assert_eq!(seq, 16, "the idle subscriber holds the ring");
         // The reader caught up; the publisher is still held by the idle one.
@@ -160,59 +141,15 @@ fn killed_subscriber_frees_the_publisher_and_its_slot() {
 
         let killed = idle.sigkill();
         // The publisher's fd turns readable and the publish goes through.
-        let deadline = killed + Duration::from_secs(5);
-        loop {
-            let res = publisher.loan(msg_len(seq)).map(|mut loan| {
-                fill(seq, &mut loan);
-                loan.publish().unwrap();
-            });
-            match res {
-                Ok(()) => {
-                    seq += 1;
-                    break;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    assert!(!left.is_zero(), "publisher still blocked 5 s after SIGKILL");
-                    readable(&publisher, left);
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
+        publish_once_freed(&mut publisher, seq, killed);
+        seq += 1;
         let freed = killed.elapsed();
         eprintln!("SIGKILL -> publisher free after {freed:?} (stall timeout 120 s)");
         idle.expect_killed();
         assert_eq!(publisher.subscriber_count(), 1);
 
         // The slot is free: a new subscriber takes it and receives what follows.
-        let mut late = ChildProc::spawn("reader", &addr, "");
-        publisher.wait_for_subscribers(2, WAIT).unwrap();
-        let first_late = seq;
-        publisher.set_nonblocking(false);
-        for _ in 0..1000 {
-            publish(&mut publisher, seq);
-            seq += 1;
-        }
-        let stats = publisher.stats();
-        assert_eq!(
-            (stats.joined, stats.left, stats.detached),
-            (3, 1, 0),
-            "{stats:?}"
-        );
-        publisher.close().unwrap();
-        assert_eq!(
-            reader.report("result"),
-            format!("first=0 received={seq} error=EndOfStream")
-        );
-        assert_eq!(
-            late.report("result"),
-            format!(
-                "first={first_late} received={} error=EndOfStream",
-                seq - first_late
-            )
-        );
-        reader.expect_success();
-        late.expect_success();
+        late_subscriber_takes_the_slot(publisher, &addr, seq, reader);
     });
 }
 

@@ -112,16 +112,7 @@ fn overwrite_slow_remote_subscriber_reports_exactly_what_it_missed() {
                     Instant::now() < deadline,
                     "the slow subscriber lost nothing after {seq} messages"
                 );
-                // The test's own flow control for the fast subscribers only.
-                let wait = Instant::now() + WAIT;
-                while publisher
-                    .subscribers()
-                    .iter()
-                    .any(|s| s.slot != slow_slot && s.lag > slots as u64 / 2)
-                {
-                    assert!(Instant::now() < wait, "fast subscribers stopped");
-                    std::thread::yield_now();
-                }
+                keep_within_half_the_ring(&publisher, slots, |s| s.slot != slow_slot);
             }
             publish(&mut publisher, seq);
             seq += 1;
@@ -153,13 +144,7 @@ fn killed_remote_subscriber_frees_the_publisher_and_its_slot() {
             .stall_timeout(stall);
         let mut publisher = Publisher::bind(TCP, &opts).unwrap();
         let addr = publisher.local_addr();
-        let mut reader = ChildProc::spawn("reader", &addr, "");
-        let mut idle = ChildProc::spawn("idle", &addr, "");
-        publisher.wait_for_subscribers(2, WAIT).unwrap();
-        // A third is refused: the topic is full.
-        let e = Subscriber::connect(&addr, &PubSubOptions::default()).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
-        assert!(e.to_string().contains("maximum of 2"), "{e}");
+        let (reader, mut idle) = reader_and_idle_fill_the_topic(&mut publisher, &addr);
 
         publisher.set_nonblocking(true);
         let mut seq = 0;
@@ -187,21 +172,8 @@ fn killed_remote_subscriber_frees_the_publisher_and_its_slot() {
         assert!(seq > 16, "blocked after {seq} messages");
         eprintln!("blocked by the idle remote after {seq} messages");
         let killed = idle.sigkill();
-        let deadline = killed + Duration::from_secs(5);
-        loop {
-            match try_publish(&mut publisher, seq) {
-                Ok(()) => {
-                    seq += 1;
-                    break;
-                }
-                Err(ErrorKind::WouldBlock) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    assert!(!left.is_zero(), "publisher still blocked 5 s after SIGKILL");
-                    readable(&publisher, left);
-                }
-                Err(e) => panic!("{e:?}"),
-            }
-        }
+        publish_once_freed(&mut publisher, seq, killed);
+        seq += 1;
         eprintln!(
             "SIGKILL -> publisher free after {:?} (stall timeout {stall:?})",
             killed.elapsed()
@@ -210,31 +182,7 @@ fn killed_remote_subscriber_frees_the_publisher_and_its_slot() {
         assert!(common::wait_until(WAIT, || publisher.subscriber_count() == 1));
 
         // The slot is free: a new remote subscriber takes it and receives what follows.
-        let mut late = ChildProc::spawn("reader", &addr, "");
-        publisher.wait_for_subscribers(2, WAIT).unwrap();
-        let first_late = seq;
-        publisher.set_nonblocking(false);
-        for _ in 0..1000 {
-            publish(&mut publisher, seq);
-            seq += 1;
-        }
-        let stats = publisher.stats();
-        assert_eq!(
-            (stats.joined, stats.left, stats.detached),
-            (3, 1, 0),
-            "{stats:?}"
-        );
-        publisher.close().unwrap();
-        assert_eq!(
-            reader.report("result"),
-            format!("first=0 received={seq} error=EndOfStream")
-        );
-        assert_eq!(
-            late.report("result"),
-            format!("first={first_late} received=1000 error=EndOfStream")
-        );
-        reader.expect_success();
-        late.expect_success();
+        late_subscriber_takes_the_slot(publisher, &addr, seq, reader);
     });
 }
 
@@ -287,13 +235,6 @@ fn stalled_remote_subscriber_is_detached_and_may_resubscribe() {
         reader.expect_success();
         stalled.expect_success();
     });
-}
-
-/// Publishes message `seq` (the publisher may be non-blocking).
-fn try_publish(p: &mut Publisher, seq: u64) -> Result<(), ErrorKind> {
-    let mut loan = p.loan(msg_len(seq)).map_err(|e| e.kind())?;
-    fill(seq, &mut loan);
-    loan.publish().map_err(|e| e.kind())
 }
 
 /// A publisher process killed with SIGKILL: every remote subscriber receives a

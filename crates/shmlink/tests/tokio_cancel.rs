@@ -84,6 +84,16 @@ fn steady_receiver(
     })
 }
 
+/// Says how many `what` of transport `t` were cancelled mid-way; fails unless that was
+/// `enough` to test anything.
+fn say_cancelled(t: &str, what: &str, cancelled: u64, enough: bool) {
+    eprintln!("{t}: {cancelled} {what} cancelled mid-way");
+    assert!(
+        enough,
+        "too few cancellations ({cancelled}) to test anything"
+    );
+}
+
 /// Cancellations a test needs before it counts.
 const MIN_CANCELLED: u64 = 100;
 
@@ -118,11 +128,7 @@ fn recv_cancelled(t: &'static str) {
         }
         expect_eos_async(&mut s).await;
         sender.await.unwrap();
-        eprintln!("{t}: {cancelled} receives cancelled mid-way");
-        assert!(
-            cancelled > 100,
-            "too few cancellations ({cancelled}) to test anything"
-        );
+        say_cancelled(t, "receives", cancelled, cancelled > 100);
     });
 }
 
@@ -159,11 +165,7 @@ fn send_cancelled(t: &'static str) {
         gate.notify_one();
         c.close().await.unwrap();
         receiver.await.unwrap();
-        eprintln!("{t}: {cancelled} sends cancelled mid-way");
-        assert!(
-            cancelled >= MIN_CANCELLED,
-            "too few cancellations ({cancelled}) to test anything"
-        );
+        say_cancelled(t, "sends", cancelled, cancelled >= MIN_CANCELLED);
     });
 }
 
@@ -203,11 +205,7 @@ fn halves_cancelled(t: &'static str) {
         for t in tasks {
             total += t.await.unwrap();
         }
-        eprintln!("{t}: {total} half operations cancelled mid-way");
-        assert!(
-            total > 100,
-            "too few cancellations ({total}) to test anything"
-        );
+        say_cancelled(t, "half operations", total, total > 100);
     });
 }
 

@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use crate::cli::{usage, within, Cli, UsageError};
-use crate::pattern::Pattern;
+use crate::pattern::{write_json, Pattern, ReportHead};
 
 mod programs;
 
@@ -145,11 +145,8 @@ struct Row {
 
 #[derive(Serialize)]
 struct Report {
-    schema: &'static str,
-    pattern: &'static str,
-    shmlink_version: &'static str,
-    command: String,
-    machine: crate::report::Machine,
+    #[serde(flatten)]
+    head: ReportHead,
     server_cpu: Option<usize>,
     client_cpu: Option<usize>,
     results: Vec<Row>,
@@ -336,26 +333,13 @@ fn run(a: Args) -> ExitCode {
     let _ = std::fs::remove_dir_all(&dir);
     print!("{}", table(&results));
     let report = Report {
-        schema: "shmlink-bench/apps-1",
-        pattern: "apps",
-        shmlink_version: env!("CARGO_PKG_VERSION"),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-        machine: crate::report::Machine::this(),
+        head: ReportHead::new("shmlink-bench/apps-1", "apps"),
         server_cpu,
         client_cpu,
         results,
     };
-    if let Some(path) = &a.json {
-        match serde_json::to_string_pretty(&report)
-            .map_err(std::io::Error::other)
-            .and_then(|j| std::fs::write(path, j + "\n"))
-        {
-            Ok(()) => println!("# wrote {}", path.display()),
-            Err(e) => {
-                eprintln!("shmlink-bench: write {}: {e}", path.display());
-                return ExitCode::from(1);
-            }
-        }
+    if !write_json(a.json.as_deref(), &report) {
+        return ExitCode::from(1);
     }
     if failed > 0 {
         eprintln!(

@@ -27,7 +27,7 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use crate::cli::{method_list, positive, size_list, usage, Cli, UsageError};
-use crate::pattern::Pattern;
+use crate::pattern::{write_json, Pattern, ReportHead};
 
 mod ends;
 
@@ -180,11 +180,8 @@ fn config(cli: &Cli) -> Result<Args, UsageError> {
 
 #[derive(Serialize)]
 struct Report {
-    schema: &'static str,
-    pattern: &'static str,
-    shmlink_version: &'static str,
-    command: String,
-    machine: crate::report::Machine,
+    #[serde(flatten)]
+    head: ReportHead,
     results: Vec<Row>,
 }
 
@@ -243,24 +240,11 @@ fn run(a: Args) -> ExitCode {
     print!("{}", table(&results));
     let failed = results.iter().filter(|r| r.error.is_some()).count();
     let report = Report {
-        schema: "shmlink-bench/async-1",
-        pattern: "async",
-        shmlink_version: env!("CARGO_PKG_VERSION"),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-        machine: crate::report::Machine::this(),
+        head: ReportHead::new("shmlink-bench/async-1", "async"),
         results,
     };
-    if let Some(path) = &a.json {
-        match serde_json::to_string_pretty(&report)
-            .map_err(std::io::Error::other)
-            .and_then(|j| std::fs::write(path, j + "\n"))
-        {
-            Ok(()) => println!("# wrote {}", path.display()),
-            Err(e) => {
-                eprintln!("shmlink-bench: write {}: {e}", path.display());
-                return ExitCode::from(1);
-            }
-        }
+    if !write_json(a.json.as_deref(), &report) {
+        return ExitCode::from(1);
     }
     if failed > 0 {
         ExitCode::from(1)

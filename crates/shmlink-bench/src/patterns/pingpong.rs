@@ -4,14 +4,15 @@
 //! and CSV reports and the plot ([`crate::output`]).
 
 use std::process::ExitCode;
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use crate::cli::{self, usage, Cli, UsageError};
 use crate::methods::{self, METHODS};
 use crate::output::{self, on_cpu, Outputs, ProgressOut};
-use crate::pattern::Pattern;
+use crate::pattern::{run_child, suite_flags, Pattern};
 use crate::plot;
-use crate::report::{self, Machine, Report};
+use crate::report::{self, Report};
 use crate::run::{DRIVER_CMD, PEER_CMD};
 use crate::suite::{self, Status, SuiteConfig};
 use shmlink_measure::protocol::Stop;
@@ -44,23 +45,19 @@ e.g. 20261122-023000) under the current directory (the schemas: docs/benchmarks.
     }
 
     fn flags(&self) -> &'static [&'static str] {
-        &[
-            "methods",
-            "sizes",
-            "mode",
-            "duration",
-            "iterations",
-            "warmup",
-            "rounds",
-            "window",
-            "cpus",
-            "same-core",
-            "quick",
-            "list",
-            "json",
-            "csv",
-            "plot",
-        ]
+        static FLAGS: LazyLock<Vec<&str>> = LazyLock::new(|| {
+            suite_flags(&[
+                "methods",
+                "sizes",
+                "mode",
+                "duration",
+                "iterations",
+                "warmup",
+                "rounds",
+                "window",
+            ])
+        });
+        &FLAGS
     }
 
     fn refuse(&self, flag: &str) -> String {
@@ -71,11 +68,13 @@ e.g. 20261122-023000) under the current directory (the schemas: docs/benchmarks.
     }
 
     fn child(&self, argv: &[String]) -> Option<ExitCode> {
-        match argv {
-            [cmd, spec, ..] if cmd == DRIVER_CMD => Some(crate::run::driver_main(spec)),
-            [cmd, spec, ..] if cmd == PEER_CMD => Some(crate::run::peer_main(spec)),
-            _ => None,
-        }
+        run_child(
+            argv,
+            &[
+                (DRIVER_CMD, crate::run::driver_main),
+                (PEER_CMD, crate::run::peer_main),
+            ],
+        )
     }
 
     fn run(&self, cli: &Cli) -> Result<ExitCode, UsageError> {
@@ -243,17 +242,8 @@ pub fn run(cli: &Cli, c: &SuiteConfig) -> ExitCode {
         );
     }
     let failed = cells.iter().filter(|x| x.status == Status::Failed).count();
-    let report = Report {
-        schema: report::SCHEMA,
-        pattern: String::new(),
-        shmlink_version: env!("CARGO_PKG_VERSION").to_string(),
-        command: output::command_line(),
-        started_unix: started,
-        wall_s: t0.elapsed().as_secs_f64(),
-        machine: Machine::this(),
-        config: c.clone(),
-        results: cells,
-    };
+    let wall_s = t0.elapsed().as_secs_f64();
+    let report = Report::new(report::SCHEMA, "", started, wall_s, c.clone(), cells);
     println!("\n# {:.1} s", report.wall_s);
     let written = write_outputs(&Outputs::of(cli, started), &report);
     output::exit_status(failed, report.results.len(), written)

@@ -4,18 +4,17 @@
 //! point-to-point pattern: [`crate::output`]).
 
 use std::process::ExitCode;
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use crate::cli::{self, unique_method_list, usage, Cli, UsageError};
 use crate::output::{
-    bar_line, command_line, exit_status, on_cpu, print_method, unix_now, write_files, Outputs,
-    ProgressOut,
+    bar_line, exit_status, on_cpu, print_method, unix_now, write_files, Outputs, ProgressOut,
 };
-use crate::pattern::Pattern;
+use crate::pattern::{run_child, suite_flags, Pattern};
 use crate::plot;
 use crate::pubsub;
 use crate::pubsub::run::{PUB_CMD, SUB_CMD};
-use crate::report::Machine;
 use crate::suite::Status;
 use shmlink_measure::protocol::Stop;
 use shmlink_measure::size;
@@ -43,20 +42,10 @@ p2p; --mode, --duration, --warmup and --window do not apply."
     }
 
     fn flags(&self) -> &'static [&'static str] {
-        &[
-            "methods",
-            "sizes",
-            "subscribers",
-            "iterations",
-            "rounds",
-            "cpus",
-            "same-core",
-            "quick",
-            "list",
-            "json",
-            "csv",
-            "plot",
-        ]
+        static FLAGS: LazyLock<Vec<&str>> = LazyLock::new(|| {
+            suite_flags(&["methods", "sizes", "subscribers", "iterations", "rounds"])
+        });
+        &FLAGS
     }
 
     fn refuse(&self, flag: &str) -> String {
@@ -67,11 +56,13 @@ p2p; --mode, --duration, --warmup and --window do not apply."
     }
 
     fn child(&self, argv: &[String]) -> Option<ExitCode> {
-        match argv {
-            [cmd, spec, ..] if cmd == PUB_CMD => Some(pubsub::run::publisher_main(spec)),
-            [cmd, spec, ..] if cmd == SUB_CMD => Some(pubsub::run::subscriber_main(spec)),
-            _ => None,
-        }
+        run_child(
+            argv,
+            &[
+                (PUB_CMD, pubsub::run::publisher_main),
+                (SUB_CMD, pubsub::run::subscriber_main),
+            ],
+        )
     }
 
     fn run(&self, cli: &Cli) -> Result<ExitCode, UsageError> {
@@ -220,17 +211,15 @@ pub fn run(cli: &Cli, c: &pubsub::suite::Config) -> ExitCode {
     out.finish();
     print!("{}", pubsub::report::table(&cells));
     let failed = cells.iter().filter(|x| x.status == Status::Failed).count();
-    let report = pubsub::report::Report {
-        schema: pubsub::report::SCHEMA,
-        pattern: "pubsub".into(),
-        shmlink_version: env!("CARGO_PKG_VERSION").to_string(),
-        command: command_line(),
-        started_unix: started,
-        wall_s: t0.elapsed().as_secs_f64(),
-        machine: Machine::this(),
-        config: c.clone(),
-        results: cells,
-    };
+    let wall_s = t0.elapsed().as_secs_f64();
+    let report = pubsub::report::Report::new(
+        pubsub::report::SCHEMA,
+        "pubsub",
+        started,
+        wall_s,
+        c.clone(),
+        cells,
+    );
     println!("\n# {:.1} s", report.wall_s);
     let outputs = Outputs::of(cli, started);
     let written = write_files(

@@ -6,7 +6,10 @@ use std::fmt::Write as _;
 
 use super::suite::{Cell, Config};
 use super::REFERENCE;
-use crate::report::{self, csv_field, ratio, status_name, us};
+use crate::report::{
+    self, csv_field, csv_lines, csv_num, csv_percentiles, percentile_columns, ratio, status_name,
+    us, us_percentiles, PERCENTILE_HEADS,
+};
 use crate::suite::Status;
 use shmlink_measure::size;
 
@@ -25,35 +28,26 @@ spread_pct,rounds,note";
 /// The cells as CSV: [`CSV_HEADER`], then one line per cell (empty fields where a figure
 /// does not apply). Per-subscriber percentiles are in the JSON only.
 pub fn to_csv(cells: &[Cell]) -> String {
-    let mut out = String::from(CSV_HEADER);
-    out.push('\n');
-    for c in cells {
+    csv_lines(CSV_HEADER, cells, |c| {
         let s = c.summary.as_ref();
-        let p = s.map(|s| s.latency_ns);
-        let num = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v}"));
-        let int = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
-        let fields = [
+        let mut fields = vec![
             csv_field(&c.method),
             c.size.to_string(),
             c.subscribers.to_string(),
             status_name(c.status).to_string(),
-            int(p.map(|p| p.p50)),
-            int(p.map(|p| p.p90)),
-            int(p.map(|p| p.p99)),
-            int(p.map(|p| p.p999)),
-            int(p.map(|p| p.max)),
-            num(s.map(|s| s.pub_us_per_msg)),
-            num(s.map(|s| s.pub_cpu_us_per_msg)),
-            num(s.map(|s| s.pub_process_cpu_us_per_msg)),
-            num(s.map(|s| s.sub_cpu_us_per_msg)),
-            num(s.map(|s| s.spread_pct)),
+        ];
+        fields.extend(csv_percentiles(s.map(|s| s.latency_ns)));
+        fields.extend([
+            csv_num(s.map(|s| s.pub_us_per_msg)),
+            csv_num(s.map(|s| s.pub_cpu_us_per_msg)),
+            csv_num(s.map(|s| s.pub_process_cpu_us_per_msg)),
+            csv_num(s.map(|s| s.sub_cpu_us_per_msg)),
+            csv_num(s.map(|s| s.spread_pct)),
             c.runs.len().to_string(),
             csv_field(c.note.as_deref().unwrap_or("")),
-        ];
-        out.push_str(&fields.join(","));
-        out.push('\n');
-    }
-    out
+        ]);
+        fields
+    })
 }
 
 /// In order of first appearance.
@@ -80,12 +74,7 @@ fn not_measured(c: &Cell) -> String {
 /// (p50) first, then those that did not run with the reason; then one overview per size.
 pub fn table(cells: &[Cell]) -> String {
     let mut out = String::new();
-    let w = cells
-        .iter()
-        .map(|c| c.method.len())
-        .max()
-        .unwrap_or(8)
-        .max(8);
+    let w = report::method_width(cells.iter().map(|c| c.method.as_str()), 8);
     let sizes = distinct(cells.iter().map(|c| c.size));
     let counts = distinct(cells.iter().map(|c| c.subscribers));
     for &size in &sizes {
@@ -111,13 +100,9 @@ pub fn table(cells: &[Cell]) -> String {
             );
             let _ = writeln!(
                 out,
-                "{:<w$} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>7}",
+                "{:<w$}{} {:>7} {:>8} {:>8} {:>8} {:>7}",
                 "method",
-                "p50",
-                "p90",
-                "p99",
-                "p99.9",
-                "max",
+                percentile_columns(PERCENTILE_HEADS),
                 "spread",
                 "pub us",
                 "pub cpu",
@@ -133,13 +118,9 @@ pub fn table(cells: &[Cell]) -> String {
                     .map(|(r, x)| r / x);
                 let _ = writeln!(
                     out,
-                    "{:<w$} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8.2} {:>8.2} {:>8.2} {:>7}",
+                    "{:<w$}{} {:>7} {:>8.2} {:>8.2} {:>8.2} {:>7}",
                     c.method,
-                    us(p.p50),
-                    us(p.p90),
-                    us(p.p99),
-                    us(p.p999),
-                    us(p.max),
+                    percentile_columns(us_percentiles(&p)),
                     format!("{:.0}%", s.spread_pct),
                     s.pub_us_per_msg,
                     s.pub_cpu_us_per_msg,

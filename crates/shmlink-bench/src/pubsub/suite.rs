@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::find;
 use super::run::{run_isolated, RunOutput, RunSpec};
-use crate::suite::{interleave, planned_status, Status, SuiteCell};
+use crate::suite::{impl_suite_cell, planned_status, run_cells, Status};
 use shmlink_measure::stats::{median_f64, spread_pct, Percentiles};
 
 /// What to run.
@@ -65,12 +65,7 @@ impl Cell {
 }
 
 /// Progress of a suite, for a progress bar.
-pub struct Progress<'a> {
-    pub done: usize,
-    pub total: usize,
-    pub round: u32,
-    pub cell: &'a Cell,
-}
+pub type Progress<'a> = crate::suite::Progress<'a, Cell>;
 
 fn summarize(cell: &Cell) -> Option<Summary> {
     let first = cell.runs.first()?;
@@ -132,28 +127,14 @@ pub fn timeout(config: &Config, subscribers: usize) -> Duration {
     Duration::from_secs(30).saturating_add(Duration::from_millis(ms))
 }
 
-impl SuiteCell for Cell {
-    fn status(&self) -> Status {
-        self.status
-    }
-
-    fn note(&self) -> Option<&str> {
-        self.note.as_deref()
-    }
-
-    fn fail(&mut self, note: String) {
-        self.status = Status::Failed;
-        self.note = Some(note);
-    }
-}
+impl_suite_cell!(Cell, summarize);
 
 /// Runs the suite with publisher and subscriber processes started from `exe` (the
 /// `shmlink-bench` binary). A failed run marks its cell failed and the suite goes on.
-pub fn run(exe: &Path, config: &Config, mut progress: impl FnMut(Progress)) -> Vec<Cell> {
-    let mut cells = plan(config);
+pub fn run(exe: &Path, config: &Config, progress: impl FnMut(Progress)) -> Vec<Cell> {
     let pid = std::process::id();
-    interleave(
-        &mut cells,
+    run_cells(
+        plan(config),
         config.rounds,
         |cell, serial| {
             let spec = RunSpec {
@@ -169,17 +150,6 @@ pub fn run(exe: &Path, config: &Config, mut progress: impl FnMut(Progress)) -> V
                 .push(run_isolated(exe, &spec, timeout(config, cell.subscribers))?);
             Ok(())
         },
-        |done, total, round, cell| {
-            progress(Progress {
-                done,
-                total,
-                round,
-                cell,
-            })
-        },
-    );
-    for cell in &mut cells {
-        cell.summary = summarize(cell);
-    }
-    cells
+        progress,
+    )
 }

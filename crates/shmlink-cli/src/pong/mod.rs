@@ -13,7 +13,7 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 
 use shmlink::options::MAX_MSG_SIZE_LIMIT;
-use shmlink::{ErrorKind, Listener, Options};
+use shmlink::{Listener, Options};
 
 use shmlink_measure::size;
 use shmlink_measure::sys::pin_to_cpu;
@@ -24,7 +24,7 @@ use self::report::{RunResult, Table};
 use self::spawn::{connect_retry, die_with_parent, ServerProcess, START_TIMEOUT};
 use self::wire::Hello;
 use crate::error::{Context, Result, RunError};
-use crate::listen::{per_client, wait_readable};
+use crate::listen::next_client;
 use crate::stop::StopSignals;
 use crate::wait::Waiting;
 
@@ -79,26 +79,8 @@ fn serve(args: &PongArgs) -> Result<()> {
     listener.set_nonblocking(true);
     let listener = stop.drop_on_signal(listener)?;
     loop {
-        let accepted = listener.lock().as_mut().map(|l| l.accept());
-        let conn = match accepted {
-            // Stopped by a signal: the signal thread exits the process.
-            None => loop {
-                std::thread::park();
-            },
-            Some(Ok(c)) => c,
-            Some(Err(e)) if e.kind() == ErrorKind::WouldBlock => {
-                wait_readable(fd);
-                continue;
-            }
-            Some(Err(e)) if !args.once && per_client(e.kind()) => {
-                eprintln!(
-                    "shmlink pong: accept on {addr}: {}",
-                    crate::error::in_cli_terms(&e.to_string())
-                );
-                continue;
-            }
-            Some(Err(e)) => return Err(e).context(|| format!("accept on {addr}")),
-        };
+        let conn = next_client(&listener, fd, "pong", addr, !args.once)
+            .context(|| format!("accept on {addr}"))?;
         // Which transport the connection ended on (an `auto:` address: upgraded or not).
         let transport = conn.transport();
         match server::serve(conn) {

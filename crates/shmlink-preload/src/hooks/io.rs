@@ -13,8 +13,10 @@ use crate::stream::{self, ReadFlags};
 use crate::switch::CHUNK;
 use crate::{fail, inside, table, Guard};
 
-/// A read on a shm connection into `buf[..n]`.
-unsafe fn shm_read(e: &Entry, buf: *mut c_void, n: size_t, flags: ReadFlags) -> ssize_t {
+/// Runs `op` on the `n` bytes at `buf` of a read or write on a shm connection, inside
+/// the library's guard, after the checks read(2) and write(2) make: 0 bytes move
+/// nothing, a NULL buffer is `EFAULT`.
+fn shm_io(buf: *const c_void, n: size_t, op: impl FnOnce(*mut u8) -> ssize_t) -> ssize_t {
     let _g = Guard::enter();
     if n == 0 {
         return 0;
@@ -22,34 +24,36 @@ unsafe fn shm_read(e: &Entry, buf: *mut c_void, n: size_t, flags: ReadFlags) -> 
     if buf.is_null() {
         return fail(libc::EFAULT);
     }
-    // SAFETY: the caller gives `n` writable bytes at `buf`, as read(2) requires.
-    let dst = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
-    match stream::read(e, dst, flags) {
-        Ok(n) => n as ssize_t,
-        Err(errno) => fail(errno),
-    }
+    op(buf.cast::<u8>().cast_mut())
+}
+
+/// A read on a shm connection into `buf[..n]`.
+unsafe fn shm_read(e: &Entry, buf: *mut c_void, n: size_t, flags: ReadFlags) -> ssize_t {
+    shm_io(buf, n, |buf| {
+        // SAFETY: the caller gives `n` writable bytes at `buf`, as read(2) requires.
+        let dst = unsafe { std::slice::from_raw_parts_mut(buf, n) };
+        match stream::read(e, dst, flags) {
+            Ok(n) => n as ssize_t,
+            Err(errno) => fail(errno),
+        }
+    })
 }
 
 /// A write on a shm connection of `buf[..n]`; `flags` as send(2)'s.
 unsafe fn shm_write(e: &Entry, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
-    let _g = Guard::enter();
-    if n == 0 {
-        return 0;
-    }
-    if buf.is_null() {
-        return fail(libc::EFAULT);
-    }
-    // SAFETY: the caller gives `n` readable bytes at `buf`, as write(2) requires.
-    let src = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
-    match stream::write(e, src, flags & libc::MSG_DONTWAIT != 0) {
-        Ok(n) => n as ssize_t,
-        Err(errno) => {
-            if errno == libc::EPIPE && flags & libc::MSG_NOSIGNAL == 0 {
-                sigpipe();
+    shm_io(buf, n, |buf| {
+        // SAFETY: the caller gives `n` readable bytes at `buf`, as write(2) requires.
+        let src = unsafe { std::slice::from_raw_parts(buf, n) };
+        match stream::write(e, src, flags & libc::MSG_DONTWAIT != 0) {
+            Ok(n) => n as ssize_t,
+            Err(errno) => {
+                if errno == libc::EPIPE && flags & libc::MSG_NOSIGNAL == 0 {
+                    sigpipe();
+                }
+                fail(errno)
             }
-            fail(errno)
         }
-    }
+    })
 }
 
 /// Checks an iovec array the way the kernel does; the total length.
@@ -78,8 +82,14 @@ unsafe fn iov_total(iov: *const iovec, cnt: c_int) -> Result<(&'static [iovec], 
     Ok((v, total))
 }
 
-/// readv/recvmsg on a shm connection: one read into a buffer, scattered.
-unsafe fn shm_readv(e: &Entry, iov: *const iovec, cnt: c_int, flags: ReadFlags) -> ssize_t {
+/// Runs `op` on the iovecs of a readv or writev on a shm connection and their total
+/// length, inside the library's guard, after the kernel's checks ([`iov_total`]): a
+/// total of 0 moves nothing.
+unsafe fn shm_iov_io(
+    iov: *const iovec,
+    cnt: c_int,
+    op: impl FnOnce(&[iovec], usize) -> ssize_t,
+) -> ssize_t {
     let _g = Guard::enter();
     // SAFETY: the caller's iovecs.
     let (v, total) = match unsafe { iov_total(iov, cnt) } {
@@ -89,75 +99,82 @@ unsafe fn shm_readv(e: &Entry, iov: *const iovec, cnt: c_int, flags: ReadFlags) 
     if total == 0 {
         return 0;
     }
-    let mut tmp = vec![0u8; total.min(1 << 20)];
-    let n = match stream::read(e, &mut tmp, flags) {
-        Ok(n) => n,
-        Err(errno) => return fail(errno),
-    };
-    let mut off = 0;
-    for i in v {
-        if off == n {
-            break;
+    op(v, total)
+}
+
+/// readv/recvmsg on a shm connection: one read into a buffer, scattered.
+unsafe fn shm_readv(e: &Entry, iov: *const iovec, cnt: c_int, flags: ReadFlags) -> ssize_t {
+    let op = |v: &[iovec], total: usize| {
+        let mut tmp = vec![0u8; total.min(1 << 20)];
+        let n = match stream::read(e, &mut tmp, flags) {
+            Ok(n) => n,
+            Err(errno) => return fail(errno),
+        };
+        let mut off = 0;
+        for i in v {
+            if off == n {
+                break;
+            }
+            let k = i.iov_len.min(n - off);
+            // SAFETY: each iovec names `iov_len` writable bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(tmp.as_ptr().add(off), i.iov_base.cast::<u8>(), k)
+            };
+            off += k;
         }
-        let k = i.iov_len.min(n - off);
-        // SAFETY: each iovec names `iov_len` writable bytes.
-        unsafe { std::ptr::copy_nonoverlapping(tmp.as_ptr().add(off), i.iov_base.cast::<u8>(), k) };
-        off += k;
-    }
-    n as ssize_t
+        n as ssize_t
+    };
+    // SAFETY: forwarded to the caller.
+    unsafe { shm_iov_io(iov, cnt, op) }
 }
 
 /// writev/sendmsg on a shm connection: the iovecs gathered in chunks.
 unsafe fn shm_writev(e: &Entry, iov: *const iovec, cnt: c_int, flags: c_int) -> ssize_t {
-    let _g = Guard::enter();
-    // SAFETY: the caller's iovecs.
-    let (v, total) = match unsafe { iov_total(iov, cnt) } {
-        Ok(x) => x,
-        Err(errno) => return fail(errno),
+    let op = |v: &[iovec], total: usize| {
+        let mut done = 0usize;
+        let mut chunk: Vec<u8> = Vec::with_capacity(total.min(CHUNK * 4));
+        let mut it = v.iter().filter(|i| i.iov_len > 0);
+        let mut cur: Option<(&iovec, usize)> = it.next().map(|i| (i, 0));
+        while cur.is_some() {
+            chunk.clear();
+            while let Some((i, off)) = cur {
+                let room = chunk.capacity() - chunk.len();
+                if room == 0 {
+                    break;
+                }
+                let k = (i.iov_len - off).min(room);
+                // SAFETY: each iovec names `iov_len` readable bytes.
+                let src =
+                    unsafe { std::slice::from_raw_parts(i.iov_base.cast::<u8>().add(off), k) };
+                chunk.extend_from_slice(src);
+                cur = if off + k == i.iov_len {
+                    it.next().map(|i| (i, 0))
+                } else {
+                    Some((i, off + k))
+                };
+            }
+            match stream::write(e, &chunk, flags & libc::MSG_DONTWAIT != 0) {
+                Ok(n) => {
+                    done += n;
+                    if n < chunk.len() {
+                        break;
+                    }
+                }
+                Err(errno) => {
+                    if done > 0 {
+                        break;
+                    }
+                    if errno == libc::EPIPE && flags & libc::MSG_NOSIGNAL == 0 {
+                        sigpipe();
+                    }
+                    return fail(errno);
+                }
+            }
+        }
+        done as ssize_t
     };
-    if total == 0 {
-        return 0;
-    }
-    let mut done = 0usize;
-    let mut chunk: Vec<u8> = Vec::with_capacity(total.min(CHUNK * 4));
-    let mut it = v.iter().filter(|i| i.iov_len > 0);
-    let mut cur: Option<(&iovec, usize)> = it.next().map(|i| (i, 0));
-    while cur.is_some() {
-        chunk.clear();
-        while let Some((i, off)) = cur {
-            let room = chunk.capacity() - chunk.len();
-            if room == 0 {
-                break;
-            }
-            let k = (i.iov_len - off).min(room);
-            // SAFETY: each iovec names `iov_len` readable bytes.
-            let src = unsafe { std::slice::from_raw_parts(i.iov_base.cast::<u8>().add(off), k) };
-            chunk.extend_from_slice(src);
-            cur = if off + k == i.iov_len {
-                it.next().map(|i| (i, 0))
-            } else {
-                Some((i, off + k))
-            };
-        }
-        match stream::write(e, &chunk, flags & libc::MSG_DONTWAIT != 0) {
-            Ok(n) => {
-                done += n;
-                if n < chunk.len() {
-                    break;
-                }
-            }
-            Err(errno) => {
-                if done > 0 {
-                    break;
-                }
-                if errno == libc::EPIPE && flags & libc::MSG_NOSIGNAL == 0 {
-                    sigpipe();
-                }
-                return fail(errno);
-            }
-        }
-    }
-    done as ssize_t
+    // SAFETY: forwarded to the caller.
+    unsafe { shm_iov_io(iov, cnt, op) }
 }
 
 hook! {

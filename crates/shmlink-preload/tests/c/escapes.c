@@ -173,14 +173,29 @@ static int server(const char *mode, const char *port_file) {
     return 0;
 }
 
-/* The child of `rights`: gets an fd over `unix`, writes CHILD_MSG on it, reads the
- * answer. */
-static int rights_child(int unix_sock) {
-    role = "child";
+/* Forks a child that runs `body` on its end of a fresh socketpair and exits with what it
+ * returns; the parent's end is put in `*unix_out`. */
+static pid_t spawn_child(int (*body)(int unix_sock), int *unix_out) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0) die("socketpair");
+    pid_t child = fork();
+    if (child < 0) die("fork");
+    if (child == 0) {
+        close(sv[0]);
+        role = "child";
+        exit(body(sv[1]));
+    }
+    close(sv[1]);
+    *unix_out = sv[0];
+    return child;
+}
+
+/* Waits for one fd over `unix_sock` (SCM_RIGHTS) and returns it; -1 if the byte that
+ * came carried none (the byte is put in `*said`). */
+static int receive_fd(int unix_sock, char *said) {
     struct pollfd p = {.fd = unix_sock, .events = POLLIN};
     if (poll(&p, 1, 10000) <= 0) die("no fd came");
-    char byte;
-    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    struct iovec iov = {.iov_base = said, .iov_len = 1};
     union {
         char buf[CMSG_SPACE(sizeof(int))];
         struct cmsghdr align;
@@ -189,63 +204,10 @@ static int rights_child(int unix_sock) {
                        .msg_controllen = sizeof u.buf};
     if (recvmsg(unix_sock, &m, 0) != 1) die("recvmsg");
     struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    if (!c || c->cmsg_type != SCM_RIGHTS) {
-        say("no fd received (the sender said: %c)", byte);
-        return 0;
-    }
+    if (!c || c->cmsg_type != SCM_RIGHTS) return -1;
     int fd;
     memcpy(&fd, CMSG_DATA(c), sizeof fd);
-    ssize_t w = write(fd, CHILD_MSG, strlen(CHILD_MSG));
-    if (w < 0) say("write: %s", ename(errno));
-    else say("wrote %zd bytes", w);
-    char buf[64];
-    size_t got = read_until(fd, buf, 6, "reply");
-    buf[got] = 0;
-    say("reply: %s", got == 6 && memcmp(buf, "ok 34\n", 6) == 0 ? "ok 34" : "wrong");
-    close(fd);
-    return 0;
-}
-
-static void client_rights(int port) {
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0) die("socketpair");
-    pid_t child = fork();
-    if (child < 0) die("fork");
-    if (child == 0) {
-        close(sv[0]);
-        exit(rights_child(sv[1]));
-    }
-    close(sv[1]);
-    int fd = connect_to(port);
-    if (write(fd, PARENT_MSG, strlen(PARENT_MSG)) != (ssize_t)strlen(PARENT_MSG)) die("write");
-    char byte = 'F';
-    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    memset(&u, 0, sizeof u);
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                       .msg_controllen = sizeof u.buf};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    if (sendmsg(sv[0], &m, 0) == 1) {
-        say("passed the fd");
-    } else {
-        /* The library could not move the connection: the program is told, nothing is
-         * passed; the child hears so. */
-        say("sendmsg: %s", ename(errno));
-        byte = 'N';
-        struct msghdr plain = {.msg_iov = &iov, .msg_iovlen = 1};
-        sendmsg(sv[0], &plain, 0);
-    }
-    close(fd);
-    int st;
-    waitpid(child, &st, 0);
-    say("child exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    return fd;
 }
 
 /* Sends `fd` over `unix` with SCM_RIGHTS; says how it went. Returns 1 if passed. */
@@ -275,46 +237,55 @@ static int pass_fd(int unix_sock, int fd) {
     return 0;
 }
 
-/* A child that receives one fd (or a 'N') and reads it to its end. */
-static pid_t reading_child(int *unix_out) {
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0) die("socketpair");
-    pid_t child = fork();
-    if (child < 0) die("fork");
-    if (child == 0) {
-        close(sv[0]);
-        role = "child";
-        struct pollfd p = {.fd = sv[1], .events = POLLIN};
-        if (poll(&p, 1, 10000) <= 0) die("no fd came");
-        char byte;
-        struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-        union {
-            char buf[CMSG_SPACE(sizeof(int))];
-            struct cmsghdr align;
-        } u;
-        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                           .msg_controllen = sizeof u.buf};
-        if (recvmsg(sv[1], &m, 0) != 1) die("recvmsg");
-        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-        if (!c || c->cmsg_type != SCM_RIGHTS) {
-            say("no fd received");
-            exit(0);
-        }
-        int fd;
-        memcpy(&fd, CMSG_DATA(c), sizeof fd);
-        char buf[64];
-        read_until(fd, buf, sizeof buf, "read");
-        exit(0);
+/* The child of `rights`: gets an fd over `unix`, writes CHILD_MSG on it, reads the
+ * answer. */
+static int rights_child(int unix_sock) {
+    char said;
+    int fd = receive_fd(unix_sock, &said);
+    if (fd < 0) {
+        say("no fd received (the sender said: %c)", said);
+        return 0;
     }
-    close(sv[1]);
-    *unix_out = sv[0];
-    return child;
+    ssize_t w = write(fd, CHILD_MSG, strlen(CHILD_MSG));
+    if (w < 0) say("write: %s", ename(errno));
+    else say("wrote %zd bytes", w);
+    char buf[64];
+    size_t got = read_until(fd, buf, 6, "reply");
+    buf[got] = 0;
+    say("reply: %s", got == 6 && memcmp(buf, "ok 34\n", 6) == 0 ? "ok 34" : "wrong");
+    close(fd);
+    return 0;
+}
+
+static void client_rights(int port) {
+    int unix_sock;
+    pid_t child = spawn_child(rights_child, &unix_sock);
+    int fd = connect_to(port);
+    if (write(fd, PARENT_MSG, strlen(PARENT_MSG)) != (ssize_t)strlen(PARENT_MSG)) die("write");
+    pass_fd(unix_sock, fd);
+    close(fd);
+    int st;
+    waitpid(child, &st, 0);
+    say("child exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
+/* A child's body that receives one fd (or a 'N') and reads it to its end. */
+static int read_passed_fd(int unix_sock) {
+    char said;
+    int fd = receive_fd(unix_sock, &said);
+    if (fd < 0) {
+        say("no fd received");
+        return 0;
+    }
+    char buf[64];
+    read_until(fd, buf, sizeof buf, "read");
+    return 0;
 }
 
 static void client_rights_gone(int port) {
     int st, unix_sock;
     /* 1: the server wrote 4 bytes and closed; none read here. */
-    pid_t child = reading_child(&unix_sock);
+    pid_t child = spawn_child(read_passed_fd, &unix_sock);
     int fd = connect_to(port);
     usleep(300 * 1000);
     if (!pass_fd(unix_sock, fd)) {
@@ -325,7 +296,7 @@ static void client_rights_gone(int port) {
     close(unix_sock);
     waitpid(child, &st, 0);
     /* 2: the server closed at once; the end read here. */
-    child = reading_child(&unix_sock);
+    child = spawn_child(read_passed_fd, &unix_sock);
     fd = connect_to(port);
     char b;
     ssize_t r = read_within(fd, &b, 1);
@@ -336,6 +307,20 @@ static void client_rights_gone(int port) {
     waitpid(child, &st, 0);
 }
 
+/* After a write the library refused: says what a next write, a read and a later write on
+ * `fd` get (the connection must not be usable either). */
+static void say_what_follows(int fd) {
+    ssize_t w = write(fd, "after\n", 6);
+    say("write after: %s", w == 6 ? "taken" : w < 0 ? ename(errno) : "partly taken");
+    char rb[64];
+    ssize_t rr = read_within(fd, rb, sizeof rb);
+    if (rr == -2) say("read: timeout");
+    else if (rr < 0) say("read: %s", ename(errno));
+    else say("read: %zd", rr);
+    w = send(fd, "x", 1, MSG_NOSIGNAL);
+    say("write later: %s", w == 1 ? "taken" : ename(errno));
+}
+
 static void client_raw(int port, size_t n) {
     int fd = connect_to(port);
     if (write(fd, "before\n", 7) != 7) die("write before");
@@ -344,16 +329,7 @@ static void client_raw(int port, size_t n) {
     long r = syscall(SYS_write, fd, buf, n);
     say("raw write: %s", r == (long)n ? "all taken" : r < 0 ? ename(errno) : "partly taken");
     free(buf);
-    ssize_t w = write(fd, "after\n", 6);
-    say("write after: %s", w == 6 ? "taken" : w < 0 ? ename(errno) : "partly taken");
-    char rb[64];
-    ssize_t rr = read_within(fd, rb, sizeof rb);
-    if (rr == -2) say("read: timeout");
-    else if (rr < 0) say("read: %s", ename(errno));
-    else say("read: %zd", rr);
-    /* A later write: the connection must not be usable either. */
-    w = send(fd, "x", 1, MSG_NOSIGNAL);
-    say("write later: %s", w == 1 ? "taken" : ename(errno));
+    say_what_follows(fd);
     close(fd);
 }
 
@@ -365,15 +341,7 @@ static void client_stdio(int port) {
     for (int i = 0; i < 100; i++) fputc('R', f);
     int r = fflush(f);
     say("fflush: %s", r == 0 ? "ok" : ename(errno));
-    ssize_t w = write(fd, "after\n", 6);
-    say("write after: %s", w == 6 ? "taken" : w < 0 ? ename(errno) : "partly taken");
-    char rb[64];
-    ssize_t rr = read_within(fd, rb, sizeof rb);
-    if (rr == -2) say("read: timeout");
-    else if (rr < 0) say("read: %s", ename(errno));
-    else say("read: %zd", rr);
-    w = send(fd, "x", 1, MSG_NOSIGNAL);
-    say("write later: %s", w == 1 ? "taken" : ename(errno));
+    say_what_follows(fd);
     fclose(f);
     close(fd);
 }

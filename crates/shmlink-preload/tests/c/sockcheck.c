@@ -63,6 +63,16 @@ static void read_full(int fd, void *buf, size_t n) {
     }
 }
 
+/* Reads until end of stream or an error, at most `cap` bytes into `buf`: how many came;
+ * the last read's result (0, or -1 with errno) in `*last`. */
+static size_t read_to_end(int fd, char *buf, size_t cap, ssize_t *last) {
+    size_t got = 0;
+    ssize_t r;
+    while ((r = read(fd, buf + got, cap - got)) > 0) got += (size_t)r;
+    *last = r;
+    return got;
+}
+
 static void write_full(int fd, const void *buf, size_t n) {
     size_t done = 0;
     while (done < n) {
@@ -614,9 +624,8 @@ static void client_side(int i, int port) {
         if (shutdown(fd, SHUT_WR) < 0) die("shutdown");
         ssize_t w = send(fd, "x", 1, MSG_NOSIGNAL);
         say("write after SHUT_WR %zd %s", w, w < 0 ? ename(errno) : "-");
-        size_t got = 0;
         ssize_t r;
-        while ((r = read(fd, buf + got, sizeof buf - got)) > 0) got += (size_t)r;
+        size_t got = read_to_end(fd, buf, sizeof buf, &r);
         say("read back '%.*s' then %zd", (int)got, buf, r);
         break;
     }
@@ -676,9 +685,8 @@ static void client_side(int i, int port) {
         return;
     case 10: {
         write_full(fd, "hello", 5);
-        size_t got = 0;
         ssize_t r;
-        while ((r = read(fd, buf + got, sizeof buf - got)) > 0) got += (size_t)r;
+        size_t got = read_to_end(fd, buf, sizeof buf, &r);
         say("read '%.*s' then %zd", (int)got, buf, r);
         break;
     }
@@ -718,9 +726,8 @@ static void client_side(int i, int port) {
     }
     case 20: {
         write_full(fd, "fork", 4);
-        size_t got = 0;
         ssize_t r;
-        while ((r = read(fd, buf + got, sizeof buf - got)) > 0) got += (size_t)r;
+        size_t got = read_to_end(fd, buf, sizeof buf, &r);
         say("reply '%.*s'", (int)got, buf);
         break;
     }
@@ -1154,9 +1161,8 @@ static int pserver(const char *path, int mode) {
 
 static void pfinish(int fd, int i) {
     char buf[128];
-    size_t got = 0;
     ssize_t r;
-    while ((r = read(fd, buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)r;
+    size_t got = read_to_end(fd, buf, sizeof buf - 1, &r);
     buf[got] = 0;
     say("conn %d: %s", i, buf);
     close(fd);
@@ -1184,9 +1190,8 @@ static int ping_client(int port) {
     int fd = connect_to(port, 0);
     write_full(fd, "ping", 4);
     char buf[64];
-    size_t got = 0;
     ssize_t r;
-    while ((r = read(fd, buf + got, sizeof buf - got)) > 0) got += (size_t)r;
+    size_t got = read_to_end(fd, buf, sizeof buf, &r);
     say("got '%.*s' then %zd", (int)got, buf, r);
     return 0;
 }

@@ -118,6 +118,14 @@ fn written_records_are_found_by_header_and_published_together() {
     );
 }
 
+/// Writes a 64-byte record of `i`s without publishing it.
+fn write_64(p: &mut Producer, i: u8) {
+    let dst = p.try_reserve(64).unwrap().unwrap();
+    // SAFETY: try_reserve returned room for 64 bytes.
+    unsafe { dst.as_ptr().write_bytes(i, 64) };
+    p.write(64, 0);
+}
+
 /// After a `tail` read that revealed a batch, the consumer takes records up to that
 /// tail and then waits for the next publication instead of chasing headers; after a
 /// one-record step it finds records by their header again.
@@ -125,17 +133,11 @@ fn written_records_are_found_by_header_and_published_together() {
 fn a_batched_producer_is_followed_by_tail() {
     let mut h = HeapRing::new(4096);
     let (mut p, mut c) = h.ends();
-    let write = |p: &mut Producer, i: u8| {
-        let dst = p.try_reserve(64).unwrap().unwrap();
-        // SAFETY: try_reserve returned room for 64 bytes.
-        unsafe { dst.as_ptr().write_bytes(i, 64) };
-        p.write(64, 0);
-    };
     for i in 0..10 {
-        write(&mut p, i);
+        write_64(&mut p, i);
     }
     assert!(!p.publish());
-    write(&mut p, 10); // written, not published
+    write_64(&mut p, 10); // written, not published
     c.set_lazy_head(1024);
     assert!(c.has_data().unwrap(), "the tail read reveals 720 bytes");
     for i in 0..10u8 {
@@ -155,7 +157,7 @@ fn a_batched_producer_is_followed_by_tail() {
     );
     assert!(!p.publish());
     assert_eq!(pop(&mut c).unwrap(), [10; 64], "one record revealed");
-    write(&mut p, 11);
+    write_64(&mut p, 11);
     assert_eq!(
         pop(&mut c).unwrap(),
         [11; 64],
@@ -171,21 +173,15 @@ fn a_batched_producer_is_followed_by_tail() {
 fn a_polling_consumer_watches_headers_until_it_runs_ahead_of_a_batch() {
     let mut h = HeapRing::new(4096);
     let (mut p, mut c) = h.ends();
-    let write = |p: &mut Producer, i: u8| {
-        let dst = p.try_reserve(64).unwrap().unwrap();
-        // SAFETY: try_reserve returned room for 64 bytes.
-        unsafe { dst.as_ptr().write_bytes(i, 64) };
-        p.write(64, 0);
-    };
     assert!(!c.poll().unwrap(), "nothing written");
-    write(&mut p, 0);
+    write_64(&mut p, 0);
     assert!(c.poll().unwrap(), "the header is stamped, tail still 0");
     assert_eq!(h.prod.tail.0.load(Ordering::Relaxed), 0);
     assert_eq!(pop(&mut c).unwrap(), [0; 64]);
     assert!(!c.poll().unwrap());
     // A batch written and not published: taken by the headers, ahead of tail.
     for i in 1..=10 {
-        write(&mut p, i);
+        write_64(&mut p, i);
     }
     for i in 1..=10u8 {
         assert!(c.poll().unwrap());
@@ -195,7 +191,7 @@ fn a_polling_consumer_watches_headers_until_it_runs_ahead_of_a_batch() {
         c.peek().unwrap().is_none(),
         "the tail read finds head far ahead"
     );
-    write(&mut p, 11);
+    write_64(&mut p, 11);
     assert!(
         !c.poll().unwrap(),
         "following tail now: the unpublished record waits for its publication"

@@ -4,27 +4,17 @@ line on stdin, then COUNT messages of 64 B to 4 KiB, printing `sent LEN FNV1A64`
 each, then `done`.
 
 usage: zpub.py ENDPOINT KEY COUNT"""
-import json
 import sys
 import threading
 import time
 
 import zenoh
-
-
-def fnv(b):
-    h = 0xCBF29CE484222325
-    for c in b:
-        h = ((h ^ c) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
+from zcommon import fnv, peer_config
 
 
 def main():
     endpoint, key, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    conf = zenoh.Config()
-    conf.insert_json5("mode", json.dumps("peer"))
-    conf.insert_json5("connect/endpoints", json.dumps([endpoint]))
-    conf.insert_json5("scouting/multicast/enabled", "false")
+    conf = peer_config(endpoint)
     go = threading.Event()
 
     def read_stdin():

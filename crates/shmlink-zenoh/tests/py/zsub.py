@@ -4,28 +4,18 @@ first one), skipping the shmlink tests' warm-up messages (first 8 bytes all 0xff
 Ends after COUNT messages or IDLE seconds without one.
 
 usage: zsub.py ENDPOINT KEY COUNT [IDLE]"""
-import json
 import sys
 import threading
 import time
 
 import zenoh
-
-
-def fnv(b):
-    h = 0xCBF29CE484222325
-    for c in b:
-        h = ((h ^ c) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
+from zcommon import fnv, peer_config
 
 
 def main():
     endpoint, key, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     idle = float(sys.argv[4]) if len(sys.argv) > 4 else 10.0
-    conf = zenoh.Config()
-    conf.insert_json5("mode", json.dumps("peer"))
-    conf.insert_json5("connect/endpoints", json.dumps([endpoint]))
-    conf.insert_json5("scouting/multicast/enabled", "false")
+    conf = peer_config(endpoint)
     got = []
     ready = threading.Event()
     done = threading.Event()

@@ -543,13 +543,7 @@ mod tests {
     /// and over pseudo-random bytes (a debug build, where overflow panics).
     #[test]
     fn records_survive_mutation() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::xorshift(0x2545_f491_4f6c_dd1du64);
         for rec in samples() {
             let good = rec.encode();
             for _ in 0..2000 {

@@ -523,13 +523,7 @@ mod tests {
     /// overflow panics (fuzzing runs optimised, where it would wrap silently).
     #[test]
     fn pubsub_reader_survives_random_shared_memory() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::xorshift(0x2545_f491_4f6c_dd1du64);
         for round in 0..300 {
             let len = 1 + (next() % 2048) as usize;
             let data: Vec<u8> = (0..len)
@@ -575,13 +569,7 @@ mod tests {
             !super::pubsub_handshake_accepted(&input(128)),
             "cursor elsewhere"
         );
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::xorshift(0x9e37_79b9_7f4a_7c15u64);
         for _ in 0..300 {
             let mut data = input(next() as u8);
             let flips = next() % 4;

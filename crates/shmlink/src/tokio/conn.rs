@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use ::tokio::io::unix::AsyncFd;
 
-use super::{reactor_error, register, would_block, Fd};
+use super::{poll_until_done, register, Fd};
 use crate::conn::RecvBuf;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
@@ -75,19 +75,8 @@ impl Listener {
 
     /// Polls for the next connection (what [`accept`](Self::accept) awaits).
     pub fn poll_accept(&mut self, cx: &mut Context<'_>) -> Poll<Result<Connection>> {
-        loop {
-            let r = self.inner.accept();
-            if !would_block(&r) {
-                return Poll::Ready(r.and_then(|c| Connection::from_std_spin(c, self.spin)));
-            }
-            match self.fd.poll_read_ready(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(reactor_error(e))),
-                // Cleared with a guard taken after the attempt: an event that came in
-                // between is seen by the next attempt, one after it sets readiness again.
-                Poll::Ready(Ok(mut guard)) => guard.clear_ready(),
-            }
-        }
+        poll_until_done(&self.fd, cx, || self.inner.accept())
+            .map(|r| r.and_then(|c| Connection::from_std_spin(c, self.spin)))
     }
 
     /// An endless [`Stream`](futures_core::Stream) of accepted connections, owning the
@@ -243,21 +232,7 @@ impl Connection {
         if recv && !self.spin.max().is_zero() && self.inner.recv_hint() == Some(false) {
             self.spin.spin(&mut self.inner);
         }
-        loop {
-            let r = op(&mut self.inner);
-            if !would_block(&r) {
-                return Poll::Ready(r);
-            }
-            // The attempt announced the wait (docs/design.md §4.2): the peer's next
-            // progress, or its death, makes the fd readable.
-            match self.fd.poll_read_ready(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(reactor_error(e))),
-                // A guard taken after the attempt: whatever readiness it clears came
-                // before the next attempt, which looks again.
-                Poll::Ready(Ok(mut guard)) => guard.clear_ready(),
-            }
-        }
+        poll_until_done(&self.fd, cx, || op(&mut self.inner))
     }
 
     /// Sends one message, awaiting room while the peer's window is full (flow control).

@@ -129,3 +129,27 @@ fn would_block<T>(r: &crate::Result<T>) -> bool {
 fn reactor_error(e: std::io::Error) -> Error {
     Error::io("wait for the tokio reactor", e)
 }
+
+/// Runs the non-blocking `op` until it does not fail with `WouldBlock`, awaiting `fd`'s
+/// readiness in between: the attempt announced the wait (docs/design.md §4.2), so the
+/// peer's next progress, or its death, makes the fd readable.
+fn poll_until_done<T>(
+    fd: &::tokio::io::unix::AsyncFd<Fd>,
+    cx: &mut std::task::Context<'_>,
+    mut op: impl FnMut() -> crate::Result<T>,
+) -> std::task::Poll<crate::Result<T>> {
+    use std::task::Poll;
+    loop {
+        let r = op();
+        if !would_block(&r) {
+            return Poll::Ready(r);
+        }
+        match fd.poll_read_ready(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(reactor_error(e))),
+            // Cleared with a guard taken after the attempt: an event that came in
+            // between is seen by the next attempt, one after it sets readiness again.
+            Poll::Ready(Ok(mut guard)) => guard.clear_ready(),
+        }
+    }
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 use ::tokio::io::unix::AsyncFd;
 use ::tokio::time::Sleep;
 
-use super::{reactor_error, register, would_block, Fd};
+use super::{poll_until_done, reactor_error, register, would_block, Fd};
 use crate::error::{Error, ErrorKind, Result};
 use crate::pubsub::{Loan, Policy, PubSubOptions, PublisherStats, Sample, SubscriberStats};
 use crate::Transport;
@@ -96,17 +96,7 @@ impl Publisher {
         cx: &mut Context<'_>,
         mut op: impl FnMut(&mut crate::Publisher) -> Result<()>,
     ) -> Poll<Result<()>> {
-        loop {
-            let r = op(&mut self.inner);
-            if !would_block(&r) {
-                return Poll::Ready(r);
-            }
-            match self.fd.poll_read_ready(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(reactor_error(e))),
-                Poll::Ready(Ok(mut guard)) => guard.clear_ready(),
-            }
-        }
+        poll_until_done(&self.fd, cx, || op(&mut self.inner))
     }
 
     /// Closes the topic like [`crate::Publisher::close`] (on the blocking pool: it

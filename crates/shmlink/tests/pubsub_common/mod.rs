@@ -16,6 +16,7 @@ use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::{checksum, rerun_ignored};
+use shmlink::inspect::SubscriberInfo;
 use shmlink::{ErrorKind, Options, PubSubOptions, Publisher, Subscriber};
 
 /// Environment variable carrying a child's role; absent in normal test runs.
@@ -71,6 +72,101 @@ pub fn publish(p: &mut Publisher, seq: u64) {
     let mut loan = p.loan(msg_len(seq)).unwrap();
     fill(seq, &mut loan);
     loan.publish().unwrap();
+}
+
+/// The overwrite tests' own flow control for their fast subscribers (those `fast`
+/// picks), which must lose nothing: waits until each is within half the ring of `slots`.
+pub fn keep_within_half_the_ring(
+    publisher: &Publisher,
+    slots: usize,
+    fast: impl Fn(&SubscriberInfo) -> bool,
+) {
+    let deadline = Instant::now() + WAIT;
+    while publisher
+        .subscribers()
+        .iter()
+        .any(|s| fast(s) && s.lag > slots as u64 / 2)
+    {
+        assert!(Instant::now() < deadline, "fast subscribers stopped");
+        std::thread::yield_now();
+    }
+}
+
+/// Publishes message `seq` (the publisher may be non-blocking).
+pub fn try_publish(p: &mut Publisher, seq: u64) -> Result<(), ErrorKind> {
+    let mut loan = p.loan(msg_len(seq)).map_err(|e| e.kind())?;
+    fill(seq, &mut loan);
+    loan.publish().map_err(|e| e.kind())
+}
+
+/// The start of the killed-subscriber tests, on a topic of at most two subscribers: a
+/// reader and an idle subscriber join, and a third is refused.
+pub fn reader_and_idle_fill_the_topic(
+    publisher: &mut Publisher,
+    addr: &str,
+) -> (ChildProc, ChildProc) {
+    let reader = ChildProc::spawn("reader", addr, "");
+    let idle = ChildProc::spawn("idle", addr, "");
+    publisher.wait_for_subscribers(2, WAIT).unwrap();
+    let e = Subscriber::connect(addr, &PubSubOptions::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+    assert!(e.to_string().contains("maximum of 2"), "{e}");
+    (reader, idle)
+}
+
+/// Publishes message `seq` once the subscriber that held the publisher up is gone: it
+/// was killed at `killed`, and the publisher must be free within 5 s (it waits on the
+/// publisher's fd meanwhile).
+pub fn publish_once_freed(p: &mut Publisher, seq: u64, killed: Instant) {
+    let deadline = killed + Duration::from_secs(5);
+    loop {
+        match try_publish(p, seq) {
+            Ok(()) => return,
+            Err(ErrorKind::WouldBlock) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                assert!(!left.is_zero(), "publisher still blocked 5 s after SIGKILL");
+                readable(p, left);
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+}
+
+/// The end of the killed-subscriber tests, message `seq` next: a late subscriber takes
+/// the freed slot, 1,000 more messages go out (the publisher blocking), then the end of
+/// the stream. `reader` received every message from the first, the late one every
+/// message from its joining; three joined in all, one left.
+pub fn late_subscriber_takes_the_slot(
+    mut publisher: Publisher,
+    addr: &str,
+    mut seq: u64,
+    mut reader: ChildProc,
+) {
+    let mut late = ChildProc::spawn("reader", addr, "");
+    publisher.wait_for_subscribers(2, WAIT).unwrap();
+    let first_late = seq;
+    publisher.set_nonblocking(false);
+    for _ in 0..1000 {
+        publish(&mut publisher, seq);
+        seq += 1;
+    }
+    let stats = publisher.stats();
+    assert_eq!(
+        (stats.joined, stats.left, stats.detached),
+        (3, 1, 0),
+        "{stats:?}"
+    );
+    publisher.close().unwrap();
+    assert_eq!(
+        reader.report("result"),
+        format!("first=0 received={seq} error=EndOfStream")
+    );
+    assert_eq!(
+        late.report("result"),
+        format!("first={first_late} received=1000 error=EndOfStream")
+    );
+    reader.expect_success();
+    late.expect_success();
 }
 
 pub fn kind_name(k: ErrorKind) -> String {

@@ -401,6 +401,12 @@ pub(super) fn run_case(
     let limit = Duration::from_secs(u64::from(run_secs) * 4 + 60);
     let p = port.to_string();
     let secs = run_secs.to_string();
+    // sockperf's client in `mode` against the server, 64 B messages.
+    let sockperf = |mode: &str| {
+        let mut c = env.cmd("sockperf", cpu, pre);
+        c.args([mode, "--tcp", "-i", "127.0.0.1", "-p", &p, "-m", "64"]);
+        c
+    };
     match case {
         "redis -c 1" | "redis -c 50 -P 16" => {
             let mut c = env.cmd("redis-benchmark", cpu, pre);
@@ -456,43 +462,19 @@ pub(super) fn run_case(
             Ok(vec![("Gbit/s".into(), "Gbit/s", true, bps / 1e9)])
         }
         "sockperf ping-pong" => {
-            let mut c = env.cmd("sockperf", cpu, pre);
-            c.args([
-                "ping-pong",
-                "--tcp",
-                "-i",
-                "127.0.0.1",
-                "-p",
-                &p,
-                "-m",
-                "64",
-                // A paced run: unpaced, sockperf bounds a run's sequence numbers by a rate it
-                // assumes, and a shared-memory pair (over a million round trips a second
-                // here) can pass it ("ERROR: _seqN > m_maxSequenceNo", exit 6; TCP's
-                // tens of thousands never do). 500 000 a second leaves room between sends.
-                "--mps",
-                "500000",
-                "-t",
-            ])
-            .arg(&secs);
+            let mut c = sockperf("ping-pong");
+            // A paced run: unpaced, sockperf bounds a run's sequence numbers by a rate it
+            // assumes, and a shared-memory pair (over a million round trips a second
+            // here) can pass it ("ERROR: _seqN > m_maxSequenceNo", exit 6; TCP's tens of
+            // thousands never do). 500 000 a second leaves room between sends.
+            c.args(["--mps", "500000", "-t", &secs]);
             let out = env.run(c, pre, server, 1, limit)?;
             let p50 = number_after(&out, "percentile 50.000").ok_or("sockperf printed no p50")?;
             Ok(vec![("64 B p50 (half RTT)".into(), "us", false, p50)])
         }
         "sockperf throughput" => {
-            let mut c = env.cmd("sockperf", cpu, pre);
-            c.args([
-                "throughput",
-                "--tcp",
-                "-i",
-                "127.0.0.1",
-                "-p",
-                &p,
-                "-m",
-                "64",
-                "-t",
-            ])
-            .arg(&secs);
+            let mut c = sockperf("throughput");
+            c.args(["-t", &secs]);
             let out = env.run(c, pre, server, 1, limit)?;
             let r =
                 number_after(&out, "Message Rate is").ok_or("sockperf printed no message rate")?;

@@ -291,41 +291,20 @@ fn run_rtt(exe: &std::path::Path, method: &str, size: usize, n: u64, cpu: Option
                     .await
                     .map_err(|e| e.to_string())?;
                 let s = c.into_byte_stream();
-                codec_rtt(
-                    Framed::new(s, LengthDelimitedCodec::new()),
-                    size,
-                    warm,
-                    n,
-                    fault,
-                )
-                .await
+                codec_rtt(s, size, warm, n, fault).await
             }
             "tokio-uds" => {
                 let s = tokio::net::UnixStream::connect(&peer.addr)
                     .await
                     .map_err(|e| e.to_string())?;
-                codec_rtt(
-                    Framed::new(s, LengthDelimitedCodec::new()),
-                    size,
-                    warm,
-                    n,
-                    fault,
-                )
-                .await
+                codec_rtt(s, size, warm, n, fault).await
             }
             _ => {
                 let s = tokio::net::TcpStream::connect(&peer.addr)
                     .await
                     .map_err(|e| e.to_string())?;
                 s.set_nodelay(true).map_err(|e| e.to_string())?;
-                codec_rtt(
-                    Framed::new(s, LengthDelimitedCodec::new()),
-                    size,
-                    warm,
-                    n,
-                    fault,
-                )
-                .await
+                codec_rtt(s, size, warm, n, fault).await
             }
         }
     });
@@ -339,7 +318,7 @@ fn run_rtt(exe: &std::path::Path, method: &str, size: usize, n: u64, cpu: Option
 }
 
 async fn codec_rtt<T>(
-    mut f: Framed<T, LengthDelimitedCodec>,
+    stream: T,
     size: usize,
     warm: u64,
     n: u64,
@@ -348,6 +327,7 @@ async fn codec_rtt<T>(
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
+    let mut f = Framed::new(stream, LengthDelimitedCodec::new());
     let mut ns = Vec::with_capacity(n as usize);
     for i in 0..warm + n {
         if i == warm {

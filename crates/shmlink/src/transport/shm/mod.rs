@@ -600,15 +600,7 @@ impl ShmListener {
             return match verdict {
                 Ok(peer) => Some(self.connected(p.sock, *h, peer)),
                 Err((code, reason)) => {
-                    crate::trace::event!(
-                        warn,
-                        listener = %self.addr,
-                        ?code,
-                        reason = %reason,
-                        "client refused"
-                    );
-                    self.registry.refused(code);
-                    let _ = socket::send(p.sock.as_fd(), &Packet::Refuse(code, reason).encode());
+                    self.refuse(&p, code, reason);
                     None
                 }
             };
@@ -663,18 +655,23 @@ impl ShmListener {
                 None
             }
             Err((code, reason)) => {
-                crate::trace::event!(
-                    warn,
-                    listener = %self.addr,
-                    ?code,
-                    reason = %reason,
-                    "client refused"
-                );
-                self.registry.refused(code);
-                let _ = socket::send(p.sock.as_fd(), &Packet::Refuse(code, reason).encode());
+                self.refuse(&p, code, reason);
                 None
             }
         }
+    }
+
+    /// Tells a pending client why it is refused (best effort: it may be gone), and logs it.
+    fn refuse(&self, p: &Pending, code: RefuseCode, reason: String) {
+        crate::trace::event!(
+            warn,
+            listener = %self.addr,
+            ?code,
+            reason = %reason,
+            "client refused"
+        );
+        self.registry.refused(code);
+        let _ = socket::send(p.sock.as_fd(), &Packet::Refuse(code, reason).encode());
     }
 
     /// Checks the packet that must follow our answer: the client's segment, exactly one
