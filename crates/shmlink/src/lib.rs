@@ -101,12 +101,13 @@ mod pubsub;
 mod rendezvous;
 pub mod shm;
 mod split;
+pub mod terms;
 mod status;
 mod threads;
 // Async on tokio (cargo feature `tokio`).
 #[cfg(feature = "tokio")]
 pub mod tokio;
-mod trace;
+pub mod trace;
 mod transport;
 mod trust;
 mod view;
