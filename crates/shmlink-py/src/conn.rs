@@ -205,7 +205,9 @@ impl PyConnection {
     /// next call (at the latest :meth:`close`).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         let first = self.with_sending(flush);
-        let r = self.h.finish(py, first, "flush", || self.with_sending(flush))?;
+        let r = self
+            .h
+            .finish(py, first, "flush", || self.with_sending(flush))?;
         r.map_err(|e| to_py(py, e, Op::Send))
     }
 
@@ -227,7 +229,9 @@ impl PyConnection {
             return bytes;
         }
         let first = first.map(|()| Vec::new());
-        let r = self.h.finish(py, first, "recv", || self.h.with(|c| c.recv_vec()))?;
+        let r = self
+            .h
+            .finish(py, first, "recv", || self.h.with(|c| c.recv_vec()))?;
         match r {
             Ok(v) => Ok(PyBytes::new(py, &v)),
             Err(e) => Err(to_py(py, e, Op::Other)),
@@ -376,7 +380,9 @@ impl PyListener {
     /// refused and skipped.
     fn accept(&self, py: Python<'_>) -> PyResult<PyConnection> {
         let first = self.h.with(|l| l.accept());
-        let r = self.h.finish(py, first, "accept", || self.h.with(|l| l.accept()))?;
+        let r = self
+            .h
+            .finish(py, first, "accept", || self.h.with(|l| l.accept()))?;
         match r {
             Ok(c) => Ok(PyConnection::new(c, self.h.spin)),
             Err(e) => Err(to_py(py, e, Op::Other)),

@@ -273,7 +273,12 @@ impl PySendBuffer {
     }
 
     /// ``buf[i] = byte``; ``buf[a:b] = data`` with ``len(data) == b - a``.
-    fn __setitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn __setitem__(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         if let Ok(s) = key.downcast::<PySlice>() {
             let (start, len) = self.range(s)?;
             // A SendBuffer (or an export of one) as the source: a copy first, so that the
@@ -345,7 +350,11 @@ impl PySendBuffer {
         format!(
             "<shmlink.SendBuffer {} bytes{}>",
             self.len,
-            if open { "" } else { " (committed or cancelled)" }
+            if open {
+                ""
+            } else {
+                " (committed or cancelled)"
+            }
         )
     }
 }

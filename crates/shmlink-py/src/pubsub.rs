@@ -66,9 +66,9 @@ impl PyPublisher {
             return first.map_err(|e| to_py(py, e, Op::Send));
         }
         let msg = msg.with_gil(py).to_vec();
-        let r = self.h.finish(py, first, "publish",
-            || self.with_publishing(|p| p.publish(&msg)),
-        )?;
+        let r = self.h.finish(py, first, "publish", || {
+            self.with_publishing(|p| p.publish(&msg))
+        })?;
         r.map_err(|e| to_py(py, e, Op::Send))
     }
 
@@ -240,9 +240,9 @@ impl PySubscriber {
     /// ``ConnectionResetError`` when the publisher died.
     fn recv<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let first = self.h.with(|s| s.recv_vec());
-        let r = self.h.finish(py, first, "recv",
-            || self.h.with(|s| s.recv_vec()),
-        )?;
+        let r = self
+            .h
+            .finish(py, first, "recv", || self.h.with(|s| s.recv_vec()))?;
         match r {
             Ok(v) => Ok(PyBytes::new(py, &v)),
             Err(e) => Err(to_py(py, e, Op::Other)),

@@ -101,8 +101,8 @@ mod pubsub;
 mod rendezvous;
 pub mod shm;
 mod split;
-pub mod terms;
 mod status;
+pub mod terms;
 mod threads;
 // Async on tokio (cargo feature `tokio`).
 #[cfg(feature = "tokio")]

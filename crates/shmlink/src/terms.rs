@@ -106,8 +106,14 @@ mod tests {
             ),
             "admits it with ALLOW(7)"
         );
-        assert_eq!(rephrase("with Options::allow_uids, or", &V), "with ALLOW(UID), or");
-        assert_eq!(rephrase("list it with Options::expect_uids", &V), "list it with EXPECT");
+        assert_eq!(
+            rephrase("with Options::allow_uids, or", &V),
+            "with ALLOW(UID), or"
+        );
+        assert_eq!(
+            rephrase("list it with Options::expect_uids", &V),
+            "list it with EXPECT"
+        );
         assert_eq!(
             rephrase("set PubSubOptions::allow_writable_topic(true)", &V),
             "set WRITABLE"

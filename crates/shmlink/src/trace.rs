@@ -48,5 +48,8 @@ pub fn log_to_stderr(default: Option<&str>) -> bool {
         .with_ansi(false)
         .without_time()
         .with_filter(filter);
-    tracing_subscriber::registry().with(layer).try_init().is_ok()
+    tracing_subscriber::registry()
+        .with(layer)
+        .try_init()
+        .is_ok()
 }
