@@ -1,6 +1,6 @@
 //! Events for the optional `tracing` cargo feature: accept, refusal (with the reason),
 //! peer death, pub/sub detach and lag; with the `log-stderr` feature, [`log_to_stderr`]
-//! prints them for the front ends (`SHMLINK_LOG`, docs/design.md).
+//! prints them for the front ends (`SHMLINK_LOG`: docs/c.md and docs/python.md, "Logging").
 //!
 //! [`event!`] forwards to the `tracing` crate's macro of the same level, with the target
 //! `shmlink`, when the feature is on; without it the call expands to nothing — its
