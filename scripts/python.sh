@@ -6,7 +6,7 @@
 # the extension). Skipped tests go to $SHMLINK_SKIP_LOG.
 #   scripts/python.sh            install + test
 #   scripts/python.sh --no-test  install only (scripts/bench-python.py uses the venv)
-#   PYTHON=python3.12 scripts/python.sh   another interpreter (CPython >= 3.9)
+#   PYTHON=python3.12 scripts/python.sh   another interpreter (CPython >= 3.11)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=target/py-venv

@@ -6,7 +6,7 @@
 # or rustc, where the package's pytest suite runs.
 #   scripts/wheel.sh            build + check + test; the wheel and sdist in target/wheels
 #   scripts/wheel.sh --no-test  build + check only
-#   PYTHON=python3.12 scripts/wheel.sh   another interpreter for the test (CPython >= 3.9)
+#   PYTHON=python3.12 scripts/wheel.sh   another interpreter for the test (CPython >= 3.11)
 # The tools (maturin, auditwheel, ziglang) come from PyPI into target/wheel-tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +32,7 @@ report=$("$tools/bin/auditwheel" show "$wheel")
 echo "$report"
 grep -q "constrains the platform tag to \"${policy}_x86_64\"" <<<"$report" ||
   { echo "wheel.sh: $wheel is not $policy"; exit 1; }
-case $wheel in *-cp39-abi3-*"$policy"*) ;; *) echo "wheel.sh: unexpected tags: $wheel"; exit 1 ;; esac
+case $wheel in *-cp311-abi3-*"$policy"*) ;; *) echo "wheel.sh: unexpected tags: $wheel"; exit 1 ;; esac
 [ "${1:-}" = --no-test ] && exit 0
 
 # A clean virtualenv, and a PATH with no Rust toolchain on it.

@@ -79,10 +79,27 @@ impl From<shmlink::Error> for Fail {
         }
         Fail {
             errno,
-            msg: e.to_string(),
+            msg: in_c_terms(&e.to_string()),
             missed: e.missed().unwrap_or(0),
         }
     }
+}
+
+/// `msg`, a library error, in the terms of a C caller: the `shmlink_options_set_*`
+/// setters where the library names Rust calls.
+pub(crate) fn in_c_terms(msg: &str) -> String {
+    shmlink::terms::rephrase(
+        msg,
+        &shmlink::terms::Vocabulary {
+            shared_rendezvous_dir: "shmlink_options_set_shared_rendezvous_dir(opts, true)",
+            allow_uids: "shmlink_options_set_allow_uids (uid {uid}) on the listener's options",
+            expect_uids: "shmlink_options_set_expect_uids",
+            allow_writable_topic: "allow_writable_topic (Rust only, no C setter)",
+            subscribe: "subscribe with shmlink_subscribe",
+            plain_listener: "this is a plain listener (shmlink_listen), not a topic: \
+                             shmlink_connect talks to it",
+        },
+    )
 }
 
 thread_local! {
@@ -104,6 +121,11 @@ fn record(f: Fail) {
 /// the call returns `failed`; a panic becomes `EIO` ("internal error") the same way, so
 /// no unwinding reaches C.
 pub(crate) fn call<T>(failed: T, body: impl FnOnce() -> Res<T>) -> T {
+    // The first call of the process reads SHMLINK_LOG (docs/c.md, "Logging").
+    static LOG: std::sync::Once = std::sync::Once::new();
+    LOG.call_once(|| {
+        shmlink::trace::log_to_stderr(None);
+    });
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(v)) => v,
         Ok(Err(f)) => {

@@ -160,8 +160,15 @@ fn shm_dir(name: &str) -> PathBuf {
 /// Starts a compiled program with the sanitizers' settings (LeakSanitizer on, no
 /// suppressions: a leak fails the program with exit status 86).
 fn spawn(bin: &Path, args: &[&str], dir: &Path) -> Child {
-    Command::new(bin)
-        .args(args)
+    spawn_cmd(bin, args, dir)
+        .spawn()
+        .expect("start the test program")
+}
+
+/// The command [`spawn`] starts.
+fn spawn_cmd(bin: &Path, args: &[&str], dir: &Path) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.args(args)
         .env("SHMLINK_DIR", dir)
         .env(
             "ASAN_OPTIONS",
@@ -169,9 +176,8 @@ fn spawn(bin: &Path, args: &[&str], dir: &Path) -> Child {
         )
         .env("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the test program")
+        .stderr(Stdio::piped());
+    cmd
 }
 
 /// Waits for `child` at most `timeout`; kills it after that. Its output and status.
@@ -192,9 +198,25 @@ fn finish(mut child: Child, timeout: Duration, what: &str) -> Output {
 
 /// Compiles and runs one C test program; it must exit 0.
 fn run_c(source: &str, args: &[&str], timeout: Duration) {
-    let Some(bin) = compile(source) else { return };
+    run_c_env(source, args, &[], timeout);
+}
+
+/// [`run_c`] with more environment variables; its stdout and stderr (`None`: skipped).
+fn run_c_env(
+    source: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    timeout: Duration,
+) -> Option<Output> {
+    let bin = compile(source)?;
     let dir = shm_dir(bin.file_name().unwrap().to_str().unwrap());
-    let out = finish(spawn(&bin, args, &dir), timeout, source);
+    let mut cmd = spawn_cmd(&bin, args, &dir);
+    cmd.envs(env.iter().copied());
+    let out = finish(
+        cmd.spawn().expect("start the test program"),
+        timeout,
+        source,
+    );
     let _ = std::fs::remove_dir_all(&dir);
     print!("{}", text(&out));
     assert!(
@@ -203,6 +225,7 @@ fn run_c(source: &str, args: &[&str], timeout: Duration) {
         out.status,
         text(&out)
     );
+    Some(out)
 }
 
 #[test]
@@ -238,6 +261,27 @@ fn c_bad_arguments_are_einval_not_crashes() {
 #[test]
 fn c_version_macros_match_the_library() {
     run_c("tests/c/version.c", &[], Duration::from_secs(60));
+}
+
+#[test]
+fn c_errors_name_c_setters_not_rust_calls() {
+    run_c("tests/c/error_terms.c", &[], Duration::from_secs(60));
+}
+
+/// `SHMLINK_LOG=info`: the library's events on stderr, read at the first call. The same
+/// program: its publisher refuses its own plain connect, and says why.
+#[test]
+fn c_shmlink_log_prints_refusal_reasons() {
+    let env = [("SHMLINK_LOG", "info")];
+    let Some(out) = run_c_env("tests/c/error_terms.c", &[], &env, Duration::from_secs(60)) else {
+        return;
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.contains("shmlink: subscriber refused"))
+        .unwrap_or_else(|| panic!("no refusal on stderr: {err}"));
+    assert!(line.contains("reason="), "{line}");
 }
 
 #[test]

@@ -43,6 +43,20 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// What the library's events are filtered by when `SHMLINK_LOG` is unset: nothing,
+    /// or with `-v` (`send`, `recv`) accepts, refusals with their
+    /// reasons and peer deaths.
+    pub fn log_default(&self) -> Option<&'static str> {
+        let verbose = match &self.command {
+            Command::Send(c) => c.verbose(),
+            Command::Recv(c) => c.verbose(),
+            _ => false,
+        };
+        verbose.then_some("shmlink=info")
+    }
+}
+
 /// The commands.
 #[derive(Subcommand, Debug)]
 pub enum Command {

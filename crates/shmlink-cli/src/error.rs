@@ -51,54 +51,19 @@ impl<T, E: Into<RunError>> Context<T> for std::result::Result<T, E> {
 /// knows them as flags (`--shared-dir`). Messages without such names come back as they
 /// are.
 pub fn in_cli_terms(msg: &str) -> String {
-    let mut text = msg.to_string();
-    // `--allow-uid N` is in the message already, after the Rust name.
-    while let Some(start) = text.find("Options::allow_uids (`") {
-        let flag_start = start + "Options::allow_uids (`".len();
-        let Some(len) = text[flag_start..].find('`') else {
-            break;
-        };
-        let flag = text[flag_start..flag_start + len].to_string();
-        let end = text[flag_start..]
-            .find(')')
-            .map_or(text.len(), |i| flag_start + i + 1);
-        text.replace_range(start..end, &format!("`{flag}`"));
-    }
-    // A subscriber that reached a plain listener: the library speaks of packet kinds.
-    const PLAIN: &str = " is publish/subscribe, and this is a plain shm: peer";
-    if let Some(end) = text.find(PLAIN) {
-        let head = &text[..end];
-        let digits = head.len() - head.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-        let start = end - digits;
-        if digits > 0 && text[..start].ends_with("packet kind ") {
-            let start = start - "packet kind ".len();
-            let mut stop = end + PLAIN.len();
-            // The subscriber's own guess, answered by the new text.
-            if let Some(rest) = text[stop..].strip_prefix(" (is ") {
-                if let Some(close) = rest.find(" a publisher?)") {
-                    stop += " (is ".len() + close + " a publisher?)".len();
-                }
-            }
-            text.replace_range(
-                start..stop,
-                "this is a plain listener (recv, send --listen, pong --server), not a \
-                 topic: `shmlink send` and `shmlink recv --connect` talk to it",
-            );
-        }
-    }
-    for (rust, flag) in [
-        ("Options::shared_rendezvous_dir(true)", "--shared-dir"),
-        ("shared_rendezvous_dir(true)", "--shared-dir"),
-        ("Options::expect_uids", "--expect-uid UID"),
-        ("Options::allow_uids", "--allow-uid UID"),
-        (
-            "connect with Subscriber::connect",
-            "subscribe with `shmlink sub`",
-        ),
-    ] {
-        text = text.replace(rust, flag);
-    }
-    text
+    shmlink::terms::rephrase(
+        msg,
+        &shmlink::terms::Vocabulary {
+            shared_rendezvous_dir: "--shared-dir",
+            allow_uids: "`--allow-uid {uid}`",
+            expect_uids: "--expect-uid UID",
+            allow_writable_topic:
+                "allow_writable_topic (a library option; the CLI has no flag for it)",
+            subscribe: "subscribe with `shmlink sub`",
+            plain_listener: "this is a plain listener (recv, send --listen, pong --server), not a \
+                             topic: `shmlink send` and `shmlink recv --connect` talk to it",
+        },
+    )
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return cli::report(&e),
     };
+    shmlink::trace::log_to_stderr(cli.log_default());
     match cli.command {
         Command::Pong(p) => {
             let p = match p.into_args(&shmlink_measure::cpus::allowed_cpus()) {

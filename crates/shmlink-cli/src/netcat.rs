@@ -69,6 +69,13 @@ pub struct SendCli {
     files: Vec<PathBuf>,
 }
 
+impl SendCli {
+    /// `-v`.
+    pub fn verbose(&self) -> bool {
+        self.common.verbose
+    }
+}
+
 /// `shmlink recv`'s arguments.
 #[derive(Args, Debug)]
 #[command(
@@ -98,6 +105,13 @@ pub struct RecvCli {
     addr: String,
 }
 
+impl RecvCli {
+    /// `-v`.
+    pub fn verbose(&self) -> bool {
+        self.common.verbose
+    }
+}
+
 /// What `send` and `recv` share.
 #[derive(Args, Debug)]
 struct Common {
@@ -105,7 +119,9 @@ struct Common {
     #[arg(short = 'm', long = "max-size", value_name = "SIZE", value_parser = parse_msg_size)]
     max_size: Option<usize>,
     /// Say on stderr which peer connected and the transport the connection really uses
-    /// (an auto: connection says whether it was upgraded to shm)
+    /// (an auto: connection says whether it was upgraded to shm), and print the library's
+    /// events: accepts, refusals with their reasons (SHMLINK_LOG=LEVEL for more, or for
+    /// any command)
     #[arg(short = 'v', long)]
     verbose: bool,
     #[command(flatten)]

@@ -7,7 +7,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{dir, lines, shmlink, spawn};
+use support::{dir, lines, shmlink, spawn, spawn_env};
 
 #[test]
 fn a_bare_name_means_shm_name_in_every_command() {
@@ -183,4 +183,44 @@ fn recv_keep_serves_one_sender_after_another() {
     assert!(status.success());
     assert!(recv.finish().success(), "{}", recv.err);
     assert!(!sock.exists(), "{}", sock.display());
+}
+
+/// The library's events on stderr: `-v` on `send`/`recv`, `SHMLINK_LOG` on any command.
+/// A server's refusal says why, where the operator looks.
+#[test]
+fn refusal_reasons_reach_the_servers_stderr_with_v_or_shmlink_log() {
+    let d = dir("usability", "log");
+    let pid = std::process::id();
+    // `recv -v`, a plain listener, refuses a subscriber.
+    let plain = format!("log-plain-{pid}");
+    let mut recv = spawn(&d, &["recv", "-v", &plain]);
+    recv.wait_stderr("shmlink recv: listening on ");
+    let (code, err, _) = run(&d, &["sub", "--no-wait", &plain]);
+    assert_eq!(code, Some(1), "{err}");
+    let line = recv.wait_stderr(" WARN shmlink: client refused");
+    assert!(line.contains("publish/subscribe"), "{line}");
+    drop(recv);
+    // Without -v, nothing; with SHMLINK_LOG=info a publisher says why it refused a
+    // plain client.
+    for (log, shown) in [(None, false), (Some("info"), true)] {
+        let topic = format!("log-topic-{pid}-{shown}");
+        let env: Vec<(&str, &str)> = log.iter().map(|l| ("SHMLINK_LOG", *l)).collect();
+        let mut publisher = spawn_env(
+            &d,
+            &["pub", "--subscribers", "1", "--wait", "20", &topic],
+            &env,
+        );
+        publisher.wait_stderr("shmlink pub: publishing on ");
+        let (code, err, _) = run(&d, &["send", "--no-wait", &topic]);
+        assert_eq!(code, Some(1), "{err}");
+        if shown {
+            let line = publisher.wait_stderr(" WARN shmlink: subscriber refused");
+            assert!(line.contains("reason="), "{line}");
+        } else {
+            std::thread::sleep(Duration::from_millis(300));
+            let _ = publisher.child.kill();
+            publisher.finish();
+            assert!(!publisher.err.contains("refused"), "{}", publisher.err);
+        }
+    }
 }

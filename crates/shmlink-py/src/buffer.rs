@@ -1,5 +1,6 @@
-//! Python bytes-like objects as byte slices, within the stable ABI of CPython 3.9
-//! (whose limited API has no buffer protocol: that came in 3.11).
+//! Python bytes-like objects as byte slices. Written for the stable ABI of CPython 3.9
+//! (no buffer protocol); the wheel is abi3-py311 now (for `lend.rs`), whose limited API
+//! could read other buffers in place too (not done yet).
 //!
 //! `bytes` is read in place, `bytearray` in place while the GIL is held; any other
 //! object with the buffer protocol (`memoryview`, `array.array`, …) goes through a

@@ -1,29 +1,24 @@
 //! `shmlink.Connection`, `shmlink.Listener`, `shmlink.connect()` and `shmlink.listen()`.
 
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::ptr::NonNull;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use shmlink::{Connection, ErrorKind, Listener};
 
-use crate::buffer::{Msg, Target};
-use crate::errors::{closed, to_py, Op};
+use crate::buffer::Msg;
+use crate::errors::{to_py, Op};
+use crate::handle::Handle;
+use crate::lend::{Lent, Mem, PySendBuffer, Slot};
 use crate::options;
 use crate::options::Spin;
-use crate::wait::{self, Mode};
+use crate::wait::Mode;
 
 /// Pushes out, without waiting, what a non-blocking send left (`WouldBlock` while some
 /// is left): a reservation of zero bytes flushes first, then is dropped uncommitted.
 fn flush(c: &mut Connection) -> shmlink::Result<()> {
     c.reserve(0).map(drop)
-}
-
-/// Locks, shrugging off poisoning: the guarded objects stay consistent (a panic cannot
-/// happen between two of their calls' effects that matter here).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A message connection (any transport: ``shm:``, ``ux:``, ``tcp:``, ``tls:``, ``auto:``).
@@ -36,17 +31,17 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// another receives.
 #[pyclass(module = "shmlink", name = "Connection", frozen)]
 pub(crate) struct PyConnection {
-    conn: Mutex<Option<Connection>>,
-    fd: AtomicI32,
-    mode: Mutex<Mode>,
-    spin: Spin,
+    h: Handle<Connection>,
+    /// The reservation `reserve()` lent, until `commit()` or `cancel()`. Locked after
+    /// the connection when both are.
+    lent: Slot,
 }
 
 impl PyConnection {
     /// After a send was accepted: in blocking mode (or with a timeout) waits until all of
     /// it is handed to the transport, as a blocking send in the library does.
     fn finish_send(&self, py: Python<'_>) -> PyResult<()> {
-        if self.mode() == Mode::NonBlocking {
+        if self.h.mode() == Mode::NonBlocking {
             return Ok(());
         }
         self.flush(py)
@@ -55,34 +50,43 @@ impl PyConnection {
     pub(crate) fn new(mut conn: Connection, spin: Spin) -> PyConnection {
         conn.set_nonblocking(true);
         PyConnection {
-            fd: AtomicI32::new(conn.as_raw_fd()),
-            conn: Mutex::new(Some(conn)),
-            mode: Mutex::new(Mode::Blocking),
-            spin,
+            h: Handle::new(conn, spin, "connection"),
+            lent: Slot::new(),
         }
     }
 
-    /// Runs `f` on the connection, if it is still open.
-    fn with<T>(&self, f: impl FnOnce(&mut Connection) -> shmlink::Result<T>) -> shmlink::Result<T> {
-        match lock(&self.conn).as_mut() {
-            Some(c) => f(c),
-            None => Err(closed("connection")),
+    /// Runs `f`, a call that sends, on the connection if it is open and no reservation
+    /// is: that call would overwrite the room lent (and the message order would change).
+    fn with_sending<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> shmlink::Result<T>,
+    ) -> shmlink::Result<T> {
+        self.h.with(|c| {
+            self.lent.check("connection")?;
+            f(c)
+        })
+    }
+
+    /// Sends `msg`, waiting per the mode.
+    fn send_msg(&self, py: Python<'_>, msg: &Msg<'_>) -> PyResult<()> {
+        let attempt = |b: &[u8]| self.with_sending(|c| c.send(b));
+        let first = attempt(msg.with_gil(py));
+        if !matches!(&first, Err(e) if e.kind() == ErrorKind::WouldBlock) {
+            first.map_err(|e| to_py(py, e, Op::Send))?;
+            return self.finish_send(py);
         }
-    }
-
-    fn fd(&self) -> i32 {
-        self.fd.load(Ordering::Relaxed)
-    }
-
-    fn mode(&self) -> Mode {
-        *lock(&self.mode)
-    }
-
-    fn info<T>(&self, py: Python<'_>, f: impl FnOnce(&Connection) -> T) -> PyResult<T> {
-        match lock(&self.conn).as_ref() {
-            Some(c) => Ok(f(c)),
-            None => Err(to_py(py, closed("connection"), Op::Other)),
-        }
+        // The GIL is released while waiting: only bytes nobody can change may be read.
+        let copy;
+        let bytes = match msg.without_gil() {
+            Some(b) => b,
+            None => {
+                copy = msg.with_gil(py).to_vec();
+                &copy
+            }
+        };
+        let r = self.h.finish(py, first, "send", || attempt(bytes))?;
+        r.map_err(|e| to_py(py, e, Op::Send))?;
+        self.finish_send(py)
     }
 }
 
@@ -97,26 +101,101 @@ impl PyConnection {
     /// accepted in part: :meth:`flush` (or the next call) pushes the rest, and
     /// :meth:`close` delivers what is left.
     fn send(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
-        let msg = Msg::get(data)?;
-        let first = self.with(|c| c.send(msg.with_gil(py)));
-        if !matches!(&first, Err(e) if e.kind() == ErrorKind::WouldBlock) {
-            first.map_err(|e| to_py(py, e, Op::Send))?;
-            return self.finish_send(py);
-        }
-        // The GIL is released while waiting: only bytes nobody can change may be read.
-        let copy;
-        let bytes = match msg.without_gil() {
-            Some(b) => b,
-            None => {
-                copy = msg.with_gil(py).to_vec();
-                &copy
-            }
+        self.send_msg(py, &Msg::get(data)?)
+    }
+
+    /// Zero-copy sending, first half: room for a message of ``n`` bytes, lent as a
+    /// writable :class:`SendBuffer` (on ``shm:`` between processes, for a message that
+    /// fits in half the ring, the ring itself; otherwise a buffer sent as a copy by
+    /// :meth:`commit`). Waits for room (GIL released) like :meth:`send`, raises like it.
+    /// Until :meth:`commit` or :meth:`cancel`, calls that send raise ``ValueError``;
+    /// receiving goes on.
+    fn reserve(slf: &Bound<'_, Self>, n: usize) -> PyResult<PySendBuffer> {
+        let py = slf.py();
+        let this = slf.get();
+        let attempt = || {
+            this.with_sending(|c| {
+                let mem = if n <= c.max_msg_size() && c.reserves_in_place(n) {
+                    c.reserve_begin(n)?;
+                    let mut room = c.lend_reserved(n);
+                    let ptr = NonNull::new(room.as_mut_ptr()).unwrap_or(NonNull::dangling());
+                    // Kept open: `commit`/`cancel` take it back with `lend_reserved`.
+                    std::mem::forget(room);
+                    Mem::Ring(ptr)
+                } else if n > c.max_msg_size() {
+                    return Err(shmlink::Error::new(
+                        ErrorKind::MessageTooLarge,
+                        format!(
+                            "reserve({n}) exceeds the maximum message size of {} bytes \
+                             (option max_msg_size)",
+                            c.max_msg_size()
+                        ),
+                    ));
+                } else {
+                    Mem::Own(vec![0; n])
+                };
+                let lent = Lent::new(mem, n);
+                this.lent.open(lent.clone());
+                Ok(lent)
+            })
         };
-        let r = wait::finish(py, first, self.fd(), self.mode(), self.spin, "send", || {
-            self.with(|c| c.send(bytes))
-        })?;
-        r.map_err(|e| to_py(py, e, Op::Send))?;
-        self.finish_send(py)
+        let first = attempt();
+        let r = this.h.finish(py, first, "reserve", attempt)?;
+        let lent = r.map_err(|e| to_py(py, e, Op::Send))?;
+        Ok(PySendBuffer::new(lent, slf.clone().into_any().unbind()))
+    }
+
+    /// Zero-copy sending, second half: sends the first ``nbytes`` of what
+    /// :meth:`reserve` lent (all of it by default). The buffer and its slices raise
+    /// ``ValueError`` afterwards. Raises ``BufferError`` while an export of the buffer
+    /// (a ``memoryview``, a numpy array) is alive, ``ValueError`` when ``nbytes`` exceeds
+    /// the reservation (both leave it open), and as :meth:`send` (a copied message stays
+    /// reserved when it could not be sent: commit again or cancel).
+    #[pyo3(signature = (nbytes=None))]
+    fn commit(&self, py: Python<'_>, nbytes: Option<usize>) -> PyResult<()> {
+        let (lent, mem, n) = self.lent.take(nbytes, "commit")?;
+        match mem {
+            Mem::Ring(_) => {
+                let r = self.h.with(|c| {
+                    let len = lent.len();
+                    c.lend_reserved(len).commit_len(n)
+                });
+                self.lent.clear();
+                r.map_err(|e| to_py(py, e, Op::Send))?;
+                self.finish_send(py)
+            }
+            Mem::Own(mut v) => {
+                self.lent.clear();
+                v.truncate(n);
+                let msg = Msg::Owned(v);
+                let r = self.send_msg(py, &msg);
+                if r.is_err() {
+                    // Not sent: the reservation is open again, its bytes as they were.
+                    if let Msg::Owned(mut v) = msg {
+                        v.resize(lent.len(), 0);
+                        lent.restore(v);
+                    }
+                    self.lent.reopen(lent);
+                }
+                r
+            }
+            Mem::Gone => Ok(()),
+        }
+    }
+
+    /// Drops what :meth:`reserve` lent: nothing is sent. Raises ``BufferError`` while an
+    /// export of the buffer is alive.
+    fn cancel(&self) -> PyResult<()> {
+        let (_, mem, _) = self.lent.take(None, "cancel")?;
+        if let Mem::Ring(_) = mem {
+            // Dropping the guard aborts the reservation.
+            let _ = self.h.with(|c| {
+                drop(c.lend_reserved(0));
+                Ok(())
+            });
+        }
+        self.lent.clear();
+        Ok(())
     }
 
     /// Hands to the transport what a non-blocking :meth:`send` accepted but could not
@@ -125,16 +204,10 @@ impl PyConnection {
     /// until it stops raising ``BlockingIOError``, or the rest goes out only with the
     /// next call (at the latest :meth:`close`).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        let first = self.with(flush);
-        let r = wait::finish(
-            py,
-            first,
-            self.fd(),
-            self.mode(),
-            self.spin,
-            "flush",
-            || self.with(flush),
-        )?;
+        let first = self.with_sending(flush);
+        let r = self
+            .h
+            .finish(py, first, "flush", || self.with_sending(flush))?;
         r.map_err(|e| to_py(py, e, Op::Send))
     }
 
@@ -144,7 +217,7 @@ impl PyConnection {
     /// mode when nothing is waiting, ``TimeoutError`` after the timeout.
     fn recv<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let mut made = None;
-        let first = self.with(|c| {
+        let first = self.h.with(|c| {
             let msg = c.recv_ref()?;
             made = Some(PyBytes::new_with(py, msg.len(), |dst| {
                 msg.bytes().copy_to(dst);
@@ -156,9 +229,9 @@ impl PyConnection {
             return bytes;
         }
         let first = first.map(|()| Vec::new());
-        let r = wait::finish(py, first, self.fd(), self.mode(), self.spin, "recv", || {
-            self.with(|c| c.recv_vec())
-        })?;
+        let r = self
+            .h
+            .finish(py, first, "recv", || self.h.with(|c| c.recv_vec()))?;
         match r {
             Ok(v) => Ok(PyBytes::new(py, &v)),
             Err(e) => Err(to_py(py, e, Op::Other)),
@@ -170,72 +243,46 @@ impl PyConnection {
     /// ``MessageTooLargeError`` says so (receive it with a larger buffer or :meth:`recv`).
     /// Waits and raises like :meth:`recv`.
     fn recv_into(&self, py: Python<'_>, buffer: &Bound<'_, PyAny>) -> PyResult<usize> {
-        let target = Target::get(buffer)?;
-        let first = target
-            .in_place(py, |dst| self.with(|c| c.recv(dst)))
-            .unwrap_or_else(|| Err(shmlink::Error::new(ErrorKind::WouldBlock, "")));
-        if !matches!(&first, Err(e) if e.kind() == ErrorKind::WouldBlock) {
-            return first.map_err(|e| to_py(py, e, Op::Other));
-        }
-        // Into our own buffer first: the target is written only with the GIL held.
-        let mut tmp = vec![0u8; target.len()];
-        let tmp_first = self.with(|c| c.recv(&mut tmp));
-        let tmp_ref = &mut tmp;
-        let r = wait::finish(
-            py,
-            tmp_first,
-            self.fd(),
-            self.mode(),
-            self.spin,
-            "recv_into",
-            move || self.with(|c| c.recv(tmp_ref)),
-        )?;
-        let n = r.map_err(|e| to_py(py, e, Op::Other))?;
-        target.fill(&tmp[..n])?;
-        Ok(n)
+        self.h.recv_into(py, buffer, |c, dst| c.recv(dst))
     }
 
     /// The fd to watch for readability (``selectors``, ``loop.add_reader``): readable
     /// when a non-blocking call is worth retrying or the peer is gone. -1 once closed.
     fn fileno(&self) -> i32 {
-        self.fd()
+        self.h.fd()
     }
 
     /// ``False``: calls raise ``BlockingIOError`` instead of waiting (``settimeout(0)``);
     /// ``True``: they wait without limit (``settimeout(None)``).
     fn setblocking(&self, flag: bool) {
-        *lock(&self.mode) = if flag {
-            Mode::Blocking
-        } else {
-            Mode::NonBlocking
-        };
+        self.h.set_blocking(flag);
     }
 
     /// Whether calls wait (blocking mode or a timeout).
     fn getblocking(&self) -> bool {
-        self.mode() != Mode::NonBlocking
+        self.h.mode() != Mode::NonBlocking
     }
 
     /// ``None``: calls wait without limit; ``0``: non-blocking; ``t > 0``: calls wait at
     /// most ``t`` seconds and then raise ``TimeoutError``.
     #[pyo3(signature = (value, /))]
     fn settimeout(&self, value: Option<f64>) -> PyResult<()> {
-        *lock(&self.mode) = Mode::from_timeout(value)?;
-        Ok(())
+        self.h.set_timeout(value)
     }
 
     /// The timeout in seconds, ``None`` in blocking mode, ``0.0`` in non-blocking mode.
     fn gettimeout(&self) -> Option<f64> {
-        self.mode().timeout()
+        self.h.mode().timeout()
     }
 
     /// Closes gracefully: the peer receives every message sent before, then
     /// ``EOFError``. Waits (GIL released) for a partly sent large message to be taken,
     /// at most 30 s while the peer takes nothing. Closing twice does nothing.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let conn = lock(&self.conn).take();
-        self.fd.store(-1, Ordering::Relaxed);
-        match conn {
+        if self.lent.is_open() {
+            self.cancel()?;
+        }
+        match self.h.take() {
             Some(c) => py
                 .allow_threads(|| c.close())
                 .map_err(|e| to_py(py, e, Op::Other)),
@@ -246,37 +293,37 @@ impl PyConnection {
     /// Whether :meth:`close` was called.
     #[getter]
     fn closed(&self) -> bool {
-        lock(&self.conn).is_none()
+        self.h.lock().is_none()
     }
 
     /// This side's address.
     #[getter]
     fn local_addr(&self, py: Python<'_>) -> PyResult<String> {
-        self.info(py, |c| c.local_addr())
+        self.h.get(py, |c| c.local_addr())
     }
 
     /// The peer's address.
     #[getter]
     fn peer_addr(&self, py: Python<'_>) -> PyResult<String> {
-        self.info(py, |c| c.peer_addr())
+        self.h.get(py, |c| c.peer_addr())
     }
 
     /// What the messages travel over: ``"shm"``, ``"ux"``, ``"tcp"`` or ``"tls"``.
     #[getter]
     fn transport(&self, py: Python<'_>) -> PyResult<String> {
-        self.info(py, |c| c.transport().to_string())
+        self.h.get(py, |c| c.transport().to_string())
     }
 
     /// Largest message :meth:`send` accepts.
     #[getter]
     fn max_msg_size(&self, py: Python<'_>) -> PyResult<usize> {
-        self.info(py, |c| c.max_msg_size())
+        self.h.get(py, |c| c.max_msg_size())
     }
 
     /// Messages and bytes sent and received: a dict with ``msgs_out``, ``bytes_out``,
     /// ``msgs_in``, ``bytes_in``.
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let c = self.info(py, |c| c.counters())?;
+        let c = self.h.get(py, |c| c.counters())?;
         let d = PyDict::new(py);
         d.set_item("msgs_out", c.msgs_out)?;
         d.set_item("bytes_out", c.bytes_out)?;
@@ -301,15 +348,11 @@ impl PyConnection {
 
     /// The next message; the iteration ends at the end of the stream.
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        match self.recv(py) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.is_instance_of::<pyo3::exceptions::PyEOFError>(py) => Ok(None),
-            Err(e) => Err(e),
-        }
+        crate::errors::until_eof(py, self.recv(py))
     }
 
     fn __repr__(&self) -> String {
-        match lock(&self.conn).as_ref() {
+        match self.h.lock().as_ref() {
             Some(c) => format!(
                 "<shmlink.Connection {} -> {} fd={}>",
                 c.local_addr(),
@@ -327,19 +370,7 @@ impl PyConnection {
 /// client is waiting to be accepted.
 #[pyclass(module = "shmlink", name = "Listener", frozen)]
 pub(crate) struct PyListener {
-    listener: Mutex<Option<Listener>>,
-    fd: AtomicI32,
-    mode: Mutex<Mode>,
-    spin: Spin,
-}
-
-impl PyListener {
-    fn with<T>(&self, f: impl FnOnce(&mut Listener) -> shmlink::Result<T>) -> shmlink::Result<T> {
-        match lock(&self.listener).as_mut() {
-            Some(l) => f(l),
-            None => Err(closed("listener")),
-        }
-    }
+    h: Handle<Listener>,
 }
 
 #[pymethods]
@@ -348,68 +379,57 @@ impl PyListener {
     /// :class:`Connection`, in blocking mode. Clients that fail the handshake are
     /// refused and skipped.
     fn accept(&self, py: Python<'_>) -> PyResult<PyConnection> {
-        let first = self.with(|l| l.accept());
-        let mode = *lock(&self.mode);
-        let fd = self.fd.load(Ordering::Relaxed);
-        let r = wait::finish(py, first, fd, mode, self.spin, "accept", || {
-            self.with(|l| l.accept())
-        })?;
+        let first = self.h.with(|l| l.accept());
+        let r = self
+            .h
+            .finish(py, first, "accept", || self.h.with(|l| l.accept()))?;
         match r {
-            Ok(c) => Ok(PyConnection::new(c, self.spin)),
+            Ok(c) => Ok(PyConnection::new(c, self.h.spin)),
             Err(e) => Err(to_py(py, e, Op::Other)),
         }
     }
 
     /// The fd to watch: readable when :meth:`accept` is worth calling. -1 once closed.
     fn fileno(&self) -> i32 {
-        self.fd.load(Ordering::Relaxed)
+        self.h.fd()
     }
 
     /// As :meth:`Connection.setblocking`.
     fn setblocking(&self, flag: bool) {
-        *lock(&self.mode) = if flag {
-            Mode::Blocking
-        } else {
-            Mode::NonBlocking
-        };
+        self.h.set_blocking(flag);
     }
 
     /// Whether :meth:`accept` waits.
     fn getblocking(&self) -> bool {
-        *lock(&self.mode) != Mode::NonBlocking
+        self.h.mode() != Mode::NonBlocking
     }
 
     /// As :meth:`Connection.settimeout`.
     #[pyo3(signature = (value, /))]
     fn settimeout(&self, value: Option<f64>) -> PyResult<()> {
-        *lock(&self.mode) = Mode::from_timeout(value)?;
-        Ok(())
+        self.h.set_timeout(value)
     }
 
     /// As :meth:`Connection.gettimeout`.
     fn gettimeout(&self) -> Option<f64> {
-        lock(&self.mode).timeout()
+        self.h.mode().timeout()
     }
 
     /// Stops listening and removes the rendezvous socket. Accepted connections live on.
     fn close(&self) {
-        self.fd.store(-1, Ordering::Relaxed);
-        drop(lock(&self.listener).take());
+        drop(self.h.take());
     }
 
     /// Whether :meth:`close` was called.
     #[getter]
     fn closed(&self) -> bool {
-        lock(&self.listener).is_none()
+        self.h.lock().is_none()
     }
 
     /// The bound address (for ``tcp:HOST:0``, with the port chosen).
     #[getter]
     fn local_addr(&self, py: Python<'_>) -> PyResult<String> {
-        match lock(&self.listener).as_ref() {
-            Some(l) => Ok(l.local_addr()),
-            None => Err(to_py(py, closed("listener"), Op::Other)),
-        }
+        self.h.get(py, |l| l.local_addr())
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -423,7 +443,7 @@ impl PyListener {
     }
 
     fn __repr__(&self) -> String {
-        match lock(&self.listener).as_ref() {
+        match self.h.lock().as_ref() {
             Some(l) => format!("<shmlink.Listener {} fd={}>", l.local_addr(), l.as_raw_fd()),
             None => "<shmlink.Listener closed>".to_string(),
         }
@@ -467,9 +487,6 @@ pub(crate) fn listen(
         .map_err(|e| to_py(py, e, Op::Other))?;
     listener.set_nonblocking(true);
     Ok(PyListener {
-        fd: AtomicI32::new(listener.as_raw_fd()),
-        listener: Mutex::new(Some(listener)),
-        mode: Mutex::new(Mode::Blocking),
-        spin: parsed.spin,
+        h: Handle::new(listener, parsed.spin, "listener"),
     })
 }

@@ -48,7 +48,7 @@ pub(crate) enum Op {
 
 /// The Python exception for `e`, raised by an operation of kind `op`.
 pub(crate) fn to_py(py: Python<'_>, e: Error, op: Op) -> PyErr {
-    let msg = e.to_string();
+    let msg = in_python_terms(&e.to_string());
     let errno = |code: i32| (code, msg.clone());
     match e.kind() {
         ErrorKind::WouldBlock => PyBlockingIOError::new_err(errno(libc::EAGAIN)),
@@ -86,6 +86,32 @@ pub(crate) fn to_py(py: Python<'_>, e: Error, op: Op) -> PyErr {
                 .unwrap_or(libc::EIO);
             PyOSError::new_err(errno(code))
         }
+    }
+}
+
+/// `msg`, a library error, in the terms of a Python caller: the keywords of
+/// `shmlink.connect`/`listen`/`Publisher`/`Subscriber` where the library names Rust calls.
+pub(crate) fn in_python_terms(msg: &str) -> String {
+    shmlink::terms::rephrase(
+        msg,
+        &shmlink::terms::Vocabulary {
+            shared_rendezvous_dir: "shared_rendezvous_dir=True",
+            allow_uids: "allow_uids=[{uid}] (a listen() keyword)",
+            expect_uids: "expect_uids=[UID]",
+            allow_writable_topic: "allow_writable_topic (Rust and C only, no Python keyword)",
+            subscribe: "subscribe with shmlink.Subscriber(addr)",
+            plain_listener: "this is a plain listener (shmlink.listen), not a topic: \
+                             shmlink.connect() talks to it",
+        },
+    )
+}
+
+/// `__next__` of an iterator over messages: the end of the stream ends the iteration.
+pub(crate) fn until_eof<T>(py: Python<'_>, r: PyResult<T>) -> PyResult<Option<T>> {
+    match r {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.is_instance_of::<PyEOFError>(py) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

@@ -11,6 +11,8 @@ use pyo3::prelude::*;
 mod buffer;
 mod conn;
 mod errors;
+mod handle;
+mod lend;
 mod options;
 mod pubsub;
 mod wait;
@@ -18,10 +20,13 @@ mod wait;
 /// The compiled part of the `shmlink` package.
 #[pymodule]
 fn _shmlink(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // SHMLINK_LOG=info prints the library's events on stderr (docs/python.md, "Logging").
+    shmlink::trace::log_to_stderr(None);
     m.add_function(wrap_pyfunction!(conn::connect, m)?)?;
     m.add_function(wrap_pyfunction!(conn::listen, m)?)?;
     m.add_class::<conn::PyConnection>()?;
     m.add_class::<conn::PyListener>()?;
+    m.add_class::<lend::PySendBuffer>()?;
     m.add_class::<pubsub::PyPublisher>()?;
     m.add_class::<pubsub::PySubscriber>()?;
     errors::register(m)?;

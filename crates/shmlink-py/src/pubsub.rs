@@ -1,66 +1,16 @@
 //! `shmlink.Publisher` and `shmlink.Subscriber`.
 
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Mutex;
+use std::ptr::NonNull;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use shmlink::{ErrorKind, Publisher, Subscriber};
 
-use crate::buffer::{Msg, Target};
-use crate::conn::lock;
-use crate::errors::{closed, to_py, Op};
+use crate::buffer::Msg;
+use crate::errors::{to_py, Op};
+use crate::handle::Handle;
+use crate::lend::{Lent, Mem, PySendBuffer, Slot};
 use crate::options;
-use crate::options::Spin;
-use crate::wait::{self, Mode};
-
-/// The state both pub/sub classes share: the object, its fd, how calls wait.
-struct Handle<T> {
-    inner: Mutex<Option<T>>,
-    fd: AtomicI32,
-    mode: Mutex<Mode>,
-    spin: Spin,
-}
-
-impl<T: AsRawFd> Handle<T> {
-    fn new(inner: T, spin: Spin) -> Handle<T> {
-        Handle {
-            fd: AtomicI32::new(inner.as_raw_fd()),
-            inner: Mutex::new(Some(inner)),
-            mode: Mutex::new(Mode::Blocking),
-            spin,
-        }
-    }
-
-    fn with<R>(
-        &self,
-        what: &str,
-        f: impl FnOnce(&mut T) -> shmlink::Result<R>,
-    ) -> shmlink::Result<R> {
-        match lock(&self.inner).as_mut() {
-            Some(x) => f(x),
-            None => Err(closed(what)),
-        }
-    }
-
-    fn fd(&self) -> i32 {
-        self.fd.load(Ordering::Relaxed)
-    }
-
-    fn mode(&self) -> Mode {
-        *lock(&self.mode)
-    }
-
-    fn set_mode(&self, mode: Mode) {
-        *lock(&self.mode) = mode;
-    }
-
-    fn take(&self) -> Option<T> {
-        self.fd.store(-1, Ordering::Relaxed);
-        lock(&self.inner).take()
-    }
-}
 
 /// The publishing end of a topic bound at ``addr`` (``shm:NAME``; ``tcp:``, ``tls:``,
 /// ``auto:`` also serve remote subscribers). Each message is written once, whatever the
@@ -70,6 +20,23 @@ impl<T: AsRawFd> Handle<T> {
 #[pyclass(module = "shmlink", name = "Publisher", frozen)]
 pub(crate) struct PyPublisher {
     h: Handle<Publisher>,
+    /// The slot `reserve()` lent, until `commit()` or `cancel()`. Locked after the publisher
+    /// when both are.
+    lent: Slot,
+}
+
+impl PyPublisher {
+    /// Runs `f`, a call that publishes, if no reservation is open: it would fill the slot
+    /// lent.
+    fn with_publishing<R>(
+        &self,
+        f: impl FnOnce(&mut Publisher) -> shmlink::Result<R>,
+    ) -> shmlink::Result<R> {
+        self.h.with(|p| {
+            self.lent.check("publisher")?;
+            f(p)
+        })
+    }
 }
 
 #[pymethods]
@@ -83,7 +50,8 @@ impl PyPublisher {
             .map_err(|e| to_py(py, e, Op::Other))?;
         p.set_nonblocking(true);
         Ok(PyPublisher {
-            h: Handle::new(p, spin),
+            h: Handle::new(p, spin, "publisher"),
+            lent: Slot::new(),
         })
     }
 
@@ -93,21 +61,71 @@ impl PyPublisher {
     /// detached. Raises ``BlockingIOError`` in non-blocking mode when it would wait.
     fn publish(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
         let msg = Msg::get(data)?;
-        let first = self.h.with("publisher", |p| p.publish(msg.with_gil(py)));
+        let first = self.with_publishing(|p| p.publish(msg.with_gil(py)));
         if !matches!(&first, Err(e) if e.kind() == ErrorKind::WouldBlock) {
             return first.map_err(|e| to_py(py, e, Op::Send));
         }
         let msg = msg.with_gil(py).to_vec();
-        let r = wait::finish(
-            py,
-            first,
-            self.h.fd(),
-            self.h.mode(),
-            self.h.spin,
-            "publish",
-            || self.h.with("publisher", |p| p.publish(&msg)),
-        )?;
+        let r = self.h.finish(py, first, "publish", || {
+            self.with_publishing(|p| p.publish(&msg))
+        })?;
         r.map_err(|e| to_py(py, e, Op::Send))
+    }
+
+    /// Zero-copy publishing, first half: the next slot of the topic, lent as a writable
+    /// :class:`SendBuffer` of ``n`` bytes (at most :attr:`max_msg_size`). Waits like
+    /// :meth:`publish`. Until :meth:`commit` or :meth:`cancel`, :meth:`publish` and
+    /// :meth:`reserve` raise ``ValueError``.
+    fn reserve(slf: &Bound<'_, Self>, n: usize) -> PyResult<PySendBuffer> {
+        let py = slf.py();
+        let this = slf.get();
+        let attempt = || {
+            this.with_publishing(|p| {
+                let mut loan = p.loan(n)?;
+                let ptr = NonNull::new(loan.as_mut_ptr()).unwrap_or(NonNull::dangling());
+                // Dropped unpublished: the slot stays stamped busy, and the next `loan`
+                // (in `commit`) lends the same one without waiting.
+                drop(loan);
+                let lent = Lent::new(Mem::Ring(ptr), n);
+                this.lent.open(lent.clone());
+                Ok(lent)
+            })
+        };
+        let first = attempt();
+        let r = this.h.finish(py, first, "reserve", attempt)?;
+        let lent = r.map_err(|e| to_py(py, e, Op::Send))?;
+        Ok(PySendBuffer::new(lent, slf.clone().into_any().unbind()))
+    }
+
+    /// Zero-copy publishing, second half: publishes the first ``nbytes`` of the slot
+    /// :meth:`reserve` lent (all of it by default). Refuses like
+    /// :meth:`Connection.commit` (``BufferError`` while an export is alive, ``ValueError``
+    /// above the reservation).
+    #[pyo3(signature = (nbytes=None))]
+    fn commit(&self, py: Python<'_>, nbytes: Option<usize>) -> PyResult<()> {
+        let (lent, mem, n) = self.lent.take(nbytes, "commit")?;
+        let r = self.h.with(|p| {
+            let mut loan = p.loan(lent.len())?;
+            if let Mem::Ring(ptr) = mem {
+                if loan.as_mut_ptr() != ptr.as_ptr() && lent.len() > 0 {
+                    return Err(shmlink::Error::new(
+                        ErrorKind::Other,
+                        "the publisher lent another slot than reserve() did: nothing published",
+                    ));
+                }
+            }
+            loan.publish_len(n)
+        });
+        self.lent.clear();
+        r.map_err(|e| to_py(py, e, Op::Send))
+    }
+
+    /// Drops the slot :meth:`reserve` lent: nothing is published (the next message takes
+    /// the slot). Raises ``BufferError`` while an export of the buffer is alive.
+    fn cancel(&self) -> PyResult<()> {
+        self.lent.take(None, "cancel")?;
+        self.lent.clear();
+        Ok(())
     }
 
     /// Waits (GIL released) until at least ``n`` subscribers are subscribed; raises
@@ -119,10 +137,7 @@ impl PyPublisher {
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             let slice = left.min(std::time::Duration::from_millis(50));
-            let r = py.allow_threads(|| {
-                self.h
-                    .with("publisher", |p| p.wait_for_subscribers(n, slice))
-            });
+            let r = py.allow_threads(|| self.h.with(|p| p.wait_for_subscribers(n, slice)));
             match r {
                 Err(e) if e.kind() == ErrorKind::TimedOut && !left.is_zero() => {}
                 r => return r.map_err(|e| to_py(py, e, Op::Other)),
@@ -134,28 +149,19 @@ impl PyPublisher {
     /// How many subscribers are subscribed now.
     #[getter]
     fn subscriber_count(&self, py: Python<'_>) -> PyResult<usize> {
-        match lock(&self.h.inner).as_ref() {
-            Some(p) => Ok(p.subscriber_count()),
-            None => Err(to_py(py, closed("publisher"), Op::Other)),
-        }
+        self.h.get(py, |p| p.subscriber_count())
     }
 
     /// Largest message :meth:`publish` accepts.
     #[getter]
     fn max_msg_size(&self, py: Python<'_>) -> PyResult<usize> {
-        match lock(&self.h.inner).as_ref() {
-            Some(p) => Ok(p.max_msg_size()),
-            None => Err(to_py(py, closed("publisher"), Op::Other)),
-        }
+        self.h.get(py, |p| p.max_msg_size())
     }
 
     /// The bound address.
     #[getter]
     fn local_addr(&self, py: Python<'_>) -> PyResult<String> {
-        match lock(&self.h.inner).as_ref() {
-            Some(p) => Ok(p.local_addr()),
-            None => Err(to_py(py, closed("publisher"), Op::Other)),
-        }
+        self.h.get(py, |p| p.local_addr())
     }
 
     /// Readable when a :meth:`publish` that raised ``BlockingIOError`` is worth retrying.
@@ -165,18 +171,13 @@ impl PyPublisher {
 
     /// As :meth:`Connection.setblocking`.
     fn setblocking(&self, flag: bool) {
-        self.h.set_mode(if flag {
-            Mode::Blocking
-        } else {
-            Mode::NonBlocking
-        });
+        self.h.set_blocking(flag);
     }
 
     /// As :meth:`Connection.settimeout`.
     #[pyo3(signature = (value, /))]
     fn settimeout(&self, value: Option<f64>) -> PyResult<()> {
-        self.h.set_mode(Mode::from_timeout(value)?);
-        Ok(())
+        self.h.set_timeout(value)
     }
 
     /// As :meth:`Connection.gettimeout`.
@@ -186,6 +187,9 @@ impl PyPublisher {
 
     /// Closes the topic: subscribers read what was published, then get ``EOFError``.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if self.lent.is_open() {
+            self.cancel()?;
+        }
         match self.h.take() {
             Some(p) => py
                 .allow_threads(|| p.close())
@@ -225,7 +229,7 @@ impl PySubscriber {
             .map_err(|e| to_py(py, e, Op::Other))?;
         s.set_nonblocking(true);
         Ok(PySubscriber {
-            h: Handle::new(s, spin),
+            h: Handle::new(s, spin, "subscriber"),
         })
     }
 
@@ -235,16 +239,10 @@ impl PySubscriber {
     /// next call goes on), ``DetachedError`` (``block`` policy, this subscriber stalled),
     /// ``ConnectionResetError`` when the publisher died.
     fn recv<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let first = self.h.with("subscriber", |s| s.recv_vec());
-        let r = wait::finish(
-            py,
-            first,
-            self.h.fd(),
-            self.h.mode(),
-            self.h.spin,
-            "recv",
-            || self.h.with("subscriber", |s| s.recv_vec()),
-        )?;
+        let first = self.h.with(|s| s.recv_vec());
+        let r = self
+            .h
+            .finish(py, first, "recv", || self.h.with(|s| s.recv_vec()))?;
         match r {
             Ok(v) => Ok(PyBytes::new(py, &v)),
             Err(e) => Err(to_py(py, e, Op::Other)),
@@ -256,29 +254,7 @@ impl PySubscriber {
     /// the buffer stays queued and ``MessageTooLargeError`` says so. Waits and raises like
     /// :meth:`recv`.
     fn recv_into(&self, py: Python<'_>, buffer: &Bound<'_, PyAny>) -> PyResult<usize> {
-        let target = Target::get(buffer)?;
-        let first = target
-            .in_place(py, |dst| self.h.with("subscriber", |s| s.recv(dst)))
-            .unwrap_or_else(|| Err(shmlink::Error::new(ErrorKind::WouldBlock, "")));
-        if !matches!(&first, Err(e) if e.kind() == ErrorKind::WouldBlock) {
-            return first.map_err(|e| to_py(py, e, Op::Other));
-        }
-        // Into our own buffer first: the target is written only with the GIL held.
-        let mut tmp = vec![0u8; target.len()];
-        let tmp_first = self.h.with("subscriber", |s| s.recv(&mut tmp));
-        let tmp_ref = &mut tmp;
-        let r = wait::finish(
-            py,
-            tmp_first,
-            self.h.fd(),
-            self.h.mode(),
-            self.h.spin,
-            "recv_into",
-            move || self.h.with("subscriber", |s| s.recv(tmp_ref)),
-        )?;
-        let n = r.map_err(|e| to_py(py, e, Op::Other))?;
-        target.fill(&tmp[..n])?;
-        Ok(n)
+        self.h.recv_into(py, buffer, |s, dst| s.recv(dst))
     }
 
     /// This subscriber's counts: a dict with ``received`` (messages received),
@@ -286,10 +262,7 @@ impl PySubscriber {
     /// ``lag`` (published and not read yet; 0 over ``tcp:``/``tls:``, where it is not
     /// known).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let st = match lock(&self.h.inner).as_ref() {
-            Some(s) => s.stats(),
-            None => return Err(to_py(py, closed("subscriber"), Op::Other)),
-        };
+        let st = self.h.get(py, |s| s.stats())?;
         let d = PyDict::new(py);
         d.set_item("received", st.received)?;
         d.set_item("missed", st.missed)?;
@@ -304,18 +277,13 @@ impl PySubscriber {
 
     /// As :meth:`Connection.setblocking`.
     fn setblocking(&self, flag: bool) {
-        self.h.set_mode(if flag {
-            Mode::Blocking
-        } else {
-            Mode::NonBlocking
-        });
+        self.h.set_blocking(flag);
     }
 
     /// As :meth:`Connection.settimeout`.
     #[pyo3(signature = (value, /))]
     fn settimeout(&self, value: Option<f64>) -> PyResult<()> {
-        self.h.set_mode(Mode::from_timeout(value)?);
-        Ok(())
+        self.h.set_timeout(value)
     }
 
     /// As :meth:`Connection.gettimeout`.
@@ -344,10 +312,6 @@ impl PySubscriber {
 
     /// The next message; the iteration ends when the publisher closed the topic.
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        match self.recv(py) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.is_instance_of::<pyo3::exceptions::PyEOFError>(py) => Ok(None),
-            Err(e) => Err(e),
-        }
+        crate::errors::until_eof(py, self.recv(py))
     }
 }

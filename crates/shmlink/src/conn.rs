@@ -397,21 +397,24 @@ impl Connection {
         RecvBuf { conn: self }
     }
 
-    /// For `crate::tokio`: reserves like [`reserve`](Self::reserve) without the guard;
-    /// [`lend_reserved`](Self::lend_reserved) then lends the room.
-    #[cfg(feature = "tokio")]
+    /// Reserves like [`reserve`](Self::reserve) without the guard, for callers that keep
+    /// a reservation open across calls of their own (`crate::tokio`, whose retry loop
+    /// cannot return a guard; the Python binding, which lends the room to Python code
+    /// until its `commit()`). [`lend_reserved`](Self::lend_reserved) then lends the room;
+    /// until that guard commits or drops it, the room stays where it is as long as no
+    /// other call sends on this connection (receiving is fine).
     #[inline]
-    pub(crate) fn reserve_begin(&mut self, n: usize) -> Result<()> {
+    pub fn reserve_begin(&mut self, n: usize) -> Result<()> {
         self.check_open()?;
         self.check_size(n)?;
         with_conn!(&mut self.ops, |c| c.reserve(n, !self.nonblocking))
     }
 
-    /// For `crate::tokio`: the guard over the room [`reserve_begin`](Self::reserve_begin)
-    /// reserved for `n` bytes.
-    #[cfg(feature = "tokio")]
+    /// The guard over the room [`reserve_begin`](Self::reserve_begin) reserved for `n`
+    /// bytes (`n` as asked then; it is what the counters count on commit). Without an open
+    /// reservation the guard lends no bytes and its commit sends nothing.
     #[inline]
-    pub(crate) fn lend_reserved(&mut self, n: usize) -> SendBuf<'_> {
+    pub fn lend_reserved(&mut self, n: usize) -> SendBuf<'_> {
         SendBuf {
             conn: self,
             len: n,
@@ -419,13 +422,14 @@ impl Connection {
         }
     }
 
-    /// For `crate::tokio`: whether [`reserve`](Self::reserve) of `n` bytes lends room in
-    /// the ring itself (`shm:`, a message within one record), whose commit never waits.
-    /// Otherwise the room is a staging buffer and a non-blocking commit may fail with
-    /// [`ErrorKind::WouldBlock`], so the async reserve stages in its own buffer.
-    #[cfg(feature = "tokio")]
+    /// Whether [`reserve`](Self::reserve) of `n` bytes lends room in the ring itself
+    /// (`shm:` between processes, a message within one record), whose commit never
+    /// waits. Otherwise the room is a staging buffer and a non-blocking commit may fail
+    /// with [`ErrorKind::WouldBlock`] (the message is then lost), so callers in
+    /// non-blocking mode (`crate::tokio`, the Python binding) stage in a buffer of their
+    /// own and send it.
     #[inline]
-    pub(crate) fn reserves_in_place(&self, n: usize) -> bool {
+    pub fn reserves_in_place(&self, n: usize) -> bool {
         match &self.ops {
             crate::transport::Conn::Shm(c) => c.fits_in_place(n),
             crate::transport::Conn::Dyn(_) => false,
@@ -570,6 +574,20 @@ impl SendBuf<'_> {
         with_conn!(&mut self.conn.ops, |c| c.commit())?;
         self.conn.counters.count_out(self.len);
         Ok(())
+    }
+
+    /// Sends only the first `len` bytes (`len` at most the reserved length; more is an
+    /// [`ErrorKind::InvalidInput`] error and sends nothing).
+    pub fn commit_len(mut self, len: usize) -> Result<()> {
+        if len > self.len {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("commit of {len} bytes on a reservation of {}", self.len),
+            ));
+        }
+        self.len = len;
+        with_conn!(&mut self.conn.ops, |c| c.truncate_reserved(len));
+        self.commit()
     }
 }
 

@@ -102,11 +102,12 @@ mod rendezvous;
 pub mod shm;
 mod split;
 mod status;
+pub mod terms;
 mod threads;
 // Async on tokio (cargo feature `tokio`).
 #[cfg(feature = "tokio")]
 pub mod tokio;
-mod trace;
+pub mod trace;
 mod transport;
 mod trust;
 mod view;

@@ -59,7 +59,13 @@ impl Drop for Proc {
 
 /// Starts `shmlink ARGS` with its three streams piped.
 pub fn spawn(d: &Dir, args: &[&str]) -> Proc {
+    spawn_env(d, args, &[])
+}
+
+/// [`spawn`] with more environment variables.
+pub fn spawn_env(d: &Dir, args: &[&str], env: &[(&str, &str)]) -> Proc {
     let mut child = shmlink(d, args)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

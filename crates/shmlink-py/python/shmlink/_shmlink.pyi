@@ -1,11 +1,40 @@
 """Type stubs of the compiled module (re-exported by ``shmlink``)."""
 
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Dict, Iterator, List, Literal, Optional, TypedDict, Union, Unpack, overload
 
 BytesLike = Union[bytes, bytearray, memoryview]
-WritableBuffer = Union[bytearray, memoryview]
+WritableBuffer = Union[bytearray, memoryview, "SendBuffer"]
 
 __version__: str
+
+class ConnectionOptions(TypedDict, total=False):
+    """The keywords of connect() and listen() (docs/python.md, "Options")."""
+
+    ring_size: int
+    max_msg_size: int
+    connect_timeout: float
+    handshake_timeout: float
+    spin: float
+    yield_time: float
+    allow_uids: List[int]
+    allow_gids: List[int]
+    expect_uids: List[int]
+    shared_rendezvous_dir: bool
+    tls_cert: str
+    tls_key: str
+    tls_ca: str
+    tls_server_name: str
+    verify_hostname: bool
+
+class PubSubOptions(ConnectionOptions, total=False):
+    """The keywords of Publisher() and Subscriber(): the connection's and the topic's."""
+
+    slots: int
+    capacity: int
+    policy: Literal["block", "overwrite"]
+    stall_timeout: float
+    history: int
+    max_subscribers: int
 
 class ProtocolError(OSError):
     """The peer broke the protocol or speaks another version (errno EPROTO)."""
@@ -21,10 +50,34 @@ class LaggedError(OSError):
 class DetachedError(ConnectionAbortedError):
     """Block policy: the publisher detached this stalled subscriber."""
 
+class SendBuffer:
+    """Room for one outgoing message (Connection/Publisher.reserve), writable until commit/cancel."""
+
+    def __len__(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def readonly(self) -> bool: ...
+    @property
+    def in_place(self) -> bool: ...
+    @overload
+    def __getitem__(self, key: int) -> int: ...
+    @overload
+    def __getitem__(self, key: slice) -> "SendBuffer": ...
+    @overload
+    def __setitem__(self, key: int, value: int) -> None: ...
+    @overload
+    def __setitem__(self, key: slice, value: BytesLike) -> None: ...
+    def tobytes(self) -> bytes: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
 class Connection:
     """A message connection; blocking by default (see settimeout)."""
 
     def send(self, data: BytesLike) -> None: ...
+    def reserve(self, n: int) -> SendBuffer: ...
+    def commit(self, nbytes: Optional[int] = None) -> None: ...
+    def cancel(self) -> None: ...
     def flush(self) -> None: ...
     def recv(self) -> bytes: ...
     def recv_into(self, buffer: WritableBuffer) -> int: ...
@@ -70,8 +123,11 @@ class Listener:
 class Publisher:
     """The publishing end of a topic."""
 
-    def __init__(self, addr: str, /, **options: Any) -> None: ...
+    def __init__(self, addr: str, /, **options: Unpack[PubSubOptions]) -> None: ...
     def publish(self, data: BytesLike) -> None: ...
+    def reserve(self, n: int) -> SendBuffer: ...
+    def commit(self, nbytes: Optional[int] = None) -> None: ...
+    def cancel(self) -> None: ...
     def wait_for_subscribers(self, n: int, timeout: float) -> None: ...
     @property
     def subscriber_count(self) -> int: ...
@@ -90,7 +146,7 @@ class Publisher:
 class Subscriber:
     """A subscription to a topic; iterating yields messages until the topic closes."""
 
-    def __init__(self, addr: str, /, **options: Any) -> None: ...
+    def __init__(self, addr: str, /, **options: Unpack[PubSubOptions]) -> None: ...
     def recv(self) -> bytes: ...
     def recv_into(self, buffer: WritableBuffer) -> int: ...
     def stats(self) -> Dict[str, int]: ...
@@ -104,43 +160,5 @@ class Subscriber:
     def __iter__(self) -> Iterator[bytes]: ...
     def __next__(self) -> bytes: ...
 
-def connect(
-    addr: str,
-    /,
-    *,
-    ring_size: int = ...,
-    max_msg_size: int = ...,
-    connect_timeout: float = ...,
-    handshake_timeout: float = ...,
-    spin: float = ...,
-    yield_time: float = ...,
-    allow_uids: List[int] = ...,
-    allow_gids: List[int] = ...,
-    expect_uids: List[int] = ...,
-    shared_rendezvous_dir: bool = ...,
-    tls_cert: str = ...,
-    tls_key: str = ...,
-    tls_ca: str = ...,
-    tls_server_name: str = ...,
-    verify_hostname: bool = ...,
-) -> Connection: ...
-def listen(
-    addr: str,
-    /,
-    *,
-    ring_size: int = ...,
-    max_msg_size: int = ...,
-    connect_timeout: float = ...,
-    handshake_timeout: float = ...,
-    spin: float = ...,
-    yield_time: float = ...,
-    allow_uids: List[int] = ...,
-    allow_gids: List[int] = ...,
-    expect_uids: List[int] = ...,
-    shared_rendezvous_dir: bool = ...,
-    tls_cert: str = ...,
-    tls_key: str = ...,
-    tls_ca: str = ...,
-    tls_server_name: str = ...,
-    verify_hostname: bool = ...,
-) -> Listener: ...
+def connect(addr: str, /, **options: Unpack[ConnectionOptions]) -> Connection: ...
+def listen(addr: str, /, **options: Unpack[ConnectionOptions]) -> Listener: ...

@@ -77,7 +77,23 @@ class _Waiter:
         self._futures = []
 
 
-class Connection:
+class _Messages:
+    """``async for msg in obj``: the messages of ``obj.recv()`` until ``EOFError``."""
+
+    async def recv(self) -> bytes:
+        raise NotImplementedError
+
+    def __aiter__(self: T) -> T:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self.recv()
+        except EOFError:
+            raise StopAsyncIteration from None
+
+
+class Connection(_Messages):
     """An asyncio wrapper of :class:`shmlink.Connection` (see :func:`connect`)."""
 
     def __init__(self, conn: _shmlink.Connection) -> None:
@@ -105,15 +121,6 @@ class Connection:
         """Closes gracefully (in a worker thread: close may wait for the peer)."""
         self._w.close()
         await asyncio.get_running_loop().run_in_executor(None, self.conn.close)
-
-    def __aiter__(self) -> "Connection":
-        return self
-
-    async def __anext__(self) -> bytes:
-        try:
-            return await self.recv()
-        except EOFError:
-            raise StopAsyncIteration from None
 
     async def __aenter__(self) -> "Connection":
         return self
@@ -168,7 +175,7 @@ class Publisher:
         await asyncio.get_running_loop().run_in_executor(None, self.publisher.close)
 
 
-class Subscriber:
+class Subscriber(_Messages):
     """An asyncio wrapper of :class:`shmlink.Subscriber`."""
 
     def __init__(self, subscriber: _shmlink.Subscriber) -> None:
@@ -178,15 +185,6 @@ class Subscriber:
     async def recv(self) -> bytes:
         """The next message; ``EOFError`` when the publisher closed the topic."""
         return await self._w.run(self.subscriber.recv)
-
-    def __aiter__(self) -> "Subscriber":
-        return self
-
-    async def __anext__(self) -> bytes:
-        try:
-            return await self.recv()
-        except EOFError:
-            raise StopAsyncIteration from None
 
     def close(self) -> None:
         self._w.close()

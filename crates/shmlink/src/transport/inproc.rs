@@ -409,6 +409,15 @@ impl ConnOps for InprocConn {
         self.reserved = None;
     }
 
+    fn truncate_reserved(&mut self, len: usize) {
+        if let Some(n) = self.reserved {
+            let len = len.min(n);
+            // SAFETY: as in `reserved_mut`: the slot at `tail` is ours until `publish`.
+            unsafe { self.tx.reserved(&self.shared.pipes[self.me]) }.truncate(len);
+            self.reserved = Some(len);
+        }
+    }
+
     #[inline]
     fn recv_next(&mut self, blocking: bool) -> Result<usize> {
         if let Some(n) = self.current {

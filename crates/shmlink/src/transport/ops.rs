@@ -53,6 +53,9 @@ pub(crate) trait ConnOps: Send {
     fn commit(&mut self) -> Result<()>;
     /// Forgets the reservation; nothing is sent.
     fn abort_reserve(&mut self);
+    /// Shortens the reservation to its first `len` bytes (`len` ≤ the reserved length,
+    /// checked by the caller): [`ConnOps::commit`] then sends only those.
+    fn truncate_reserved(&mut self, len: usize);
     /// Sends that follow, until [`ConnOps::end_batch`], may be published together (the
     /// same messages, order and flow control). Transports that have nothing to batch send
     /// each message at once (the default).

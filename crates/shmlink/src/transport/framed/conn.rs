@@ -453,6 +453,10 @@ impl<W: Wire> ConnOps for FramedConn<W> {
         recycle(&mut self.staging);
     }
 
+    fn truncate_reserved(&mut self, len: usize) {
+        self.staging.truncate(len);
+    }
+
     fn recv_next(&mut self, blocking: bool) -> Result<usize> {
         if let Some(n) = self.current {
             return Ok(n);

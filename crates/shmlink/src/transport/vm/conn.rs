@@ -735,6 +735,13 @@ impl ConnOps for VmConn {
         }
     }
 
+    fn truncate_reserved(&mut self, len: usize) {
+        match &mut self.reserved {
+            Reserved::None => {}
+            Reserved::Ring { buf: v, .. } | Reserved::Staged(v, _) => v.truncate(len),
+        }
+    }
+
     fn recv_next(&mut self, blocking: bool) -> Result<usize> {
         match &self.current {
             Current::InPlace { len, .. } => return Ok(*len),

@@ -367,6 +367,16 @@ impl ConnOps for ShmConn {
         self.reservation = Reservation::None;
     }
 
+    fn truncate_reserved(&mut self, len: usize) {
+        match &mut self.reservation {
+            // In place: the record is committed shorter than the room reserved for it.
+            Reservation::InPlace { len: n, .. } | Reservation::Staged { len: n, .. } => {
+                *n = len.min(*n);
+            }
+            Reservation::None => {}
+        }
+    }
+
     #[inline]
     fn recv_next(&mut self, blocking: bool) -> Result<usize> {
         // Fast path: a whole record waiting, nothing unusual going on.

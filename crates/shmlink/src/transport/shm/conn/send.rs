@@ -248,7 +248,6 @@ impl ShmConn {
 
     /// Whether a reservation of `n` bytes is written in place in the ring (else it is
     /// staged, and a non-blocking commit of it can fail with `WouldBlock`).
-    #[cfg(feature = "tokio")]
     #[inline]
     pub(crate) fn fits_in_place(&self, n: usize) -> bool {
         record_size(n) <= self.tx.ring().max_record()
