@@ -190,7 +190,13 @@ fn async_clients_catch_a_corrupt_echo() {
 #[test]
 fn sessions_catch_a_corrupt_message_in_every_session() {
     let d = dir("sessions");
-    let methods = ["shmlink-shm", "shmlink-shm-blocking", "uds-stream", "tcp", "iceoryx2"];
+    let methods = [
+        "shmlink-shm",
+        "shmlink-shm-blocking",
+        "uds-stream",
+        "tcp",
+        "iceoryx2",
+    ];
     let args = [
         "--pattern",
         "sessions",
@@ -207,7 +213,12 @@ fn sessions_catch_a_corrupt_message_in_every_session() {
     let long = [&args[..], &["--duration", "3s"]].concat();
     for n in [40, 5000] {
         let out = with_fault(&d, &format!("corrupt:{n}"), &long, &[]);
-        failed_with(&out, &methods, &format!("message #{n} "), "failed verification");
+        failed_with(
+            &out,
+            &methods,
+            &format!("message #{n} "),
+            "failed verification",
+        );
     }
     let out = with_fault(&d, "scribble:40", &args, &[]);
     failed_with(&out, &methods, "round 1", "checksum");

@@ -52,7 +52,10 @@ fn a_short_run_has_every_row_with_sane_figures() {
                 assert_eq!(r.status, Status::Ok, "{r:?}");
                 let f = r.summary.as_ref().expect("a summary");
                 assert!(f.messages > 0 && f.msgs_per_s > 0.0, "{r:?}");
-                assert!(f.cpu_s_per_m > 0.0 && f.cpu_s_per_m >= f.cpu_s_per_m_driver, "{r:?}");
+                assert!(
+                    f.cpu_s_per_m > 0.0 && f.cpu_s_per_m >= f.cpu_s_per_m_driver,
+                    "{r:?}"
+                );
                 match r.mode {
                     Mode::Latency => {
                         let (p50, p99) = (f.p50_ns.unwrap(), f.p99_ns.unwrap());
@@ -81,7 +84,10 @@ fn a_short_run_has_every_row_with_sane_figures() {
                 assert!(f.server_fds >= 20 + 3 && f.client_fds >= 20 + 3, "{r:?}");
                 assert!(f.fd_limit >= f.server_fds as u64, "{r:?}");
                 assert!(f.window_s >= 0.9, "{r:?}");
-                assert!(f.server_mem.pss_kib > 0.0 && f.client_mem.pss_kib > 0.0, "{r:?}");
+                assert!(
+                    f.server_mem.pss_kib > 0.0 && f.client_mem.pss_kib > 0.0,
+                    "{r:?}"
+                );
             }
         }
     }
@@ -94,7 +100,10 @@ fn a_short_run_has_every_row_with_sane_figures() {
             "no row of {m}\n{stdout}"
         );
     }
-    assert!(stdout.contains("idle connections on one listener"), "{stdout}");
+    assert!(
+        stdout.contains("idle connections on one listener"),
+        "{stdout}"
+    );
     let after = iceoryx2_files();
     let left: Vec<_> = after.difference(&before).collect();
     assert!(left.is_empty(), "iceoryx2 files left behind: {left:?}");
@@ -108,7 +117,10 @@ fn bad_options_are_refused() {
         (&["--sessions", "2,x"][..], "--sessions"),
         (&["--idle", "-1"][..], "--idle"),
         (&["--methods", "pipe"][..], "unknown method"),
-        (&["--window", "4"][..], "does not apply to --pattern sessions"),
+        (
+            &["--window", "4"][..],
+            "does not apply to --pattern sessions",
+        ),
     ] {
         let argv = [&["--pattern", "sessions"][..], args].concat();
         let out = shmlink_bench(&d, &argv, &[]);

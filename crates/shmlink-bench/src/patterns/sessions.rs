@@ -102,8 +102,7 @@ pub struct Sessions;
 
 /// The options `--pattern sessions` takes.
 const FLAGS: &[&str] = &[
-    "methods", "sizes", "mode", "duration", "warmup", "rounds", "sessions", "idle", "quick",
-    "json",
+    "methods", "sizes", "mode", "duration", "warmup", "rounds", "sessions", "idle", "quick", "json",
 ];
 
 impl Pattern for Sessions {
@@ -187,7 +186,7 @@ pub fn config(cli: &Cli) -> Result<SessionsConfig, UsageError> {
         }
         None => METHODS
             .iter()
-            .chain(IDLE_METHODS)
+            .chain(IDLE_METHODS.iter().filter(|m| !METHODS.contains(m)))
             .map(|s| s.to_string())
             .collect(),
     };
@@ -681,6 +680,8 @@ fn await_all(
                 left -= 1;
             }
             Ok(Said::Line(i, l)) => return Err(format!("process {i} said {l:?}")),
+            // A process that said its line may end (after its result).
+            Ok(Said::End(i)) if got[i].is_some() => {}
             Ok(Said::End(i)) => return Err(format!("process {i} ended before {word}")),
             Err(_) => return Err(format!("{left} of {n} processes not at {word} in time")),
         }
@@ -719,7 +720,12 @@ fn tell(stdins: &mut [ChildStdin], line: &str) {
 }
 
 /// One round of a row: `n` sessions of `row`'s method at once.
-fn run_row(exe: &Path, c: &SessionsConfig, row: &SessionsRow, serial: u64) -> Result<Figures, String> {
+fn run_row(
+    exe: &Path,
+    c: &SessionsConfig,
+    row: &SessionsRow,
+    serial: u64,
+) -> Result<Figures, String> {
     let n = row.sessions;
     let pid = std::process::id();
     let tags: Vec<String> = (0..n)
@@ -770,7 +776,11 @@ fn run_row(exe: &Path, c: &SessionsConfig, row: &SessionsRow, serial: u64) -> Re
         drop(children);
         clean_up();
         let said = stderr_of(readers);
-        Err(if said.is_empty() { what } else { format!("{what}: {said}") })
+        Err(if said.is_empty() {
+            what
+        } else {
+            format!("{what}: {said}")
+        })
     };
     let setup = Instant::now() + Duration::from_secs(30 + n as u64);
     if let Err(e) = await_all(&rx, n, "READY", setup) {
@@ -805,7 +815,9 @@ fn figures(outs: &[SessionOutput]) -> Figures {
         .map(|o| o.run.count as f64 / (o.run.elapsed_ns.max(1) as f64 / 1e9))
         .sum();
     let cpu_us = |f: fn(&RunOutput) -> f64| -> f64 {
-        outs.iter().map(|o| f(&o.run) * o.run.count as f64).sum::<f64>()
+        outs.iter()
+            .map(|o| f(&o.run) * o.run.count as f64)
+            .sum::<f64>()
             / messages.max(1) as f64
     };
     let mut hist = Hist::default();
@@ -839,7 +851,8 @@ fn median_figures(runs: &[Figures]) -> Option<Figures> {
         median_f64(&v).map(|x| x as u64)
     };
     let mems: Vec<Mem> = runs.iter().map(|r| r.mem_per_session).collect();
-    let mem_med = |f: fn(&Mem) -> f64| median_f64(&mems.iter().map(f).collect::<Vec<_>>()).unwrap_or(0.0);
+    let mem_med =
+        |f: fn(&Mem) -> f64| median_f64(&mems.iter().map(f).collect::<Vec<_>>()).unwrap_or(0.0);
     Some(Figures {
         msgs_per_s: med(&|r| r.msgs_per_s).unwrap_or(0.0),
         p50_ns: medu(&|r| r.p50_ns),
@@ -898,8 +911,9 @@ impl IdleListener {
         let tag = format!("shmlink-bench-idle-{}", std::process::id());
         Ok(match method {
             "shmlink-shm" => {
-                let l = shmlink::Listener::bind(&format!("shm:{tag}"), &shmlink::Options::default())
-                    .map_err(shm_err)?;
+                let l =
+                    shmlink::Listener::bind(&format!("shm:{tag}"), &shmlink::Options::default())
+                        .map_err(shm_err)?;
                 let a = l.local_addr();
                 (IdleListener::Shm(l), a)
             }
@@ -1066,7 +1080,11 @@ fn idle_row(exe: &Path, method: &str, n: usize, window: Duration) -> Result<Idle
     let fail = |children: Children, readers, what: String| {
         drop(children);
         let said = stderr_of(readers);
-        Err(if said.is_empty() { what } else { format!("{what}: {said}") })
+        Err(if said.is_empty() {
+            what
+        } else {
+            format!("{what}: {said}")
+        })
     };
     let connect_time = Duration::from_secs(60) + Duration::from_millis(20 * n as u64);
     let addr = match rx.recv_timeout(Duration::from_secs(30)) {
@@ -1096,19 +1114,38 @@ fn idle_row(exe: &Path, method: &str, n: usize, window: Duration) -> Result<Idle
                 server_line = Some(l);
                 left -= 1;
             }
-            Ok(Said::Line(i, l)) if i > 0 && l.starts_with("CONNECTED") && client_lines[i - 1].is_none() => {
+            Ok(Said::Line(i, l))
+                if i > 0 && l.starts_with("CONNECTED") && client_lines[i - 1].is_none() =>
+            {
                 client_lines[i - 1] = Some(l);
                 left -= 1;
             }
-            Ok(Said::Line(i, l)) => return fail(children, readers, format!("process {i} said {l:?}")),
-            Ok(Said::End(i)) => {
-                let who = if i == 0 { "the server".to_string() } else { format!("client {i}") };
-                return fail(children, readers, format!("{who} ended before all {n} connections were made"));
+            Ok(Said::Line(i, l)) => {
+                return fail(children, readers, format!("process {i} said {l:?}"))
             }
-            Err(_) => return fail(children, readers, format!("{n} connections not made within {connect_time:?}")),
+            Ok(Said::End(i)) => {
+                let who = if i == 0 {
+                    "the server".to_string()
+                } else {
+                    format!("client {i}")
+                };
+                return fail(
+                    children,
+                    readers,
+                    format!("{who} ended before all {n} connections were made"),
+                );
+            }
+            Err(_) => {
+                return fail(
+                    children,
+                    readers,
+                    format!("{n} connections not made within {connect_time:?}"),
+                )
+            }
         }
     }
-    let (limit, server_before) = limit_and_before(server_line.as_deref().unwrap_or(""), "ACCEPTED")?;
+    let (limit, server_before) =
+        limit_and_before(server_line.as_deref().unwrap_or(""), "ACCEPTED")?;
     let mut client_before = Mem::default();
     for l in client_lines.iter().flatten() {
         client_before = client_before.plus(limit_and_before(l, "CONNECTED")?.1);
@@ -1141,9 +1178,7 @@ fn idle_row(exe: &Path, method: &str, n: usize, window: Duration) -> Result<Idle
             client_per_conn: client_mem.minus(client_before).per(n as f64),
             server_mem,
             client_mem,
-            slab_kib_per_conn: slab_before
-                .zip(slab_after)
-                .map(|(a, b)| (b - a) / n as f64),
+            slab_kib_per_conn: slab_before.zip(slab_after).map(|(a, b)| (b - a) / n as f64),
             window_s: secs,
             server_cpu_ms: (s1.0 - s0.0) as f64 / 1e6,
             client_cpu_ms: (c1.0 - c0.0) as f64 / 1e6,
@@ -1162,7 +1197,11 @@ fn idle_row(exe: &Path, method: &str, n: usize, window: Duration) -> Result<Idle
         let _ = c.wait();
     }
     // A server that saw an event on an idle connection exits 1 before its stdin closed.
-    let server_ok = children.0[0].try_wait().ok().flatten().is_some_and(|s| s.success());
+    let server_ok = children.0[0]
+        .try_wait()
+        .ok()
+        .flatten()
+        .is_some_and(|s| s.success());
     children.0.clear();
     let said = stderr_of(std::mem::take(&mut readers));
     if !server_ok {
@@ -1218,7 +1257,9 @@ pub fn table(rows: &[SessionsRow]) -> String {
         for r in rows.iter().filter(|r| r.mode == mode && r.size == size) {
             match (&r.summary, r.status) {
                 (Some(f), Status::Ok) => {
-                    let us = |v: Option<u64>| v.map_or("-".into(), |ns| format!("{:.2}", ns as f64 / 1e3));
+                    let us = |v: Option<u64>| {
+                        v.map_or("-".into(), |ns| format!("{:.2}", ns as f64 / 1e3))
+                    };
                     let m = f.mem_per_session;
                     out += &format!(
                         "{:<22} {:>4} {:>9} {:>9} {:>9} {:>8.2} {:>8} {:>8} {:>8}\n",
@@ -1254,7 +1295,16 @@ pub fn idle_table(rows: &[IdleRow]) -> String {
     );
     out += &format!(
         "{:<14} {:>6} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9}\n",
-        "method", "conns", "srv fds", "cli fds", "srv KiB", "cli KiB", "slab KiB", "CPU ms", "switches", "window s"
+        "method",
+        "conns",
+        "srv fds",
+        "cli fds",
+        "srv KiB",
+        "cli KiB",
+        "slab KiB",
+        "CPU ms",
+        "switches",
+        "window s"
     );
     for r in rows {
         match &r.figures {
@@ -1267,7 +1317,8 @@ pub fn idle_table(rows: &[IdleRow]) -> String {
                     f.client_fds,
                     f.server_per_conn.pss_kib,
                     f.client_per_conn.pss_kib,
-                    f.slab_kib_per_conn.map_or("-".into(), |v| format!("{v:.2}")),
+                    f.slab_kib_per_conn
+                        .map_or("-".into(), |v| format!("{v:.2}")),
                     f.server_cpu_ms + f.client_cpu_ms,
                     f.server_switches + f.client_switches,
                     f.window_s
@@ -1426,7 +1477,10 @@ mod tests {
         for q in [0.5, 0.9, 0.99] {
             let exact = sorted[(q * sorted.len() as f64).ceil() as usize - 1] as f64;
             let got = h.quantile(q).unwrap() as f64;
-            assert!((got - exact).abs() <= exact / 64.0 + 1.0, "q {q}: {got} vs {exact}");
+            assert!(
+                (got - exact).abs() <= exact / 64.0 + 1.0,
+                "q {q}: {got} vs {exact}"
+            );
         }
         // Below 128 ns every value is its own bucket.
         assert_eq!(Hist::of(&[5, 5, 100]).quantile(0.5), Some(5));
@@ -1443,7 +1497,10 @@ mod tests {
     fn smaps_rollup_is_read_field_by_field() {
         let text = "00400000-7fff [rollup]\nRss:                1000 kB\nPss:                 400 kB\nPss_Anon:            100 kB\nPss_File:            250 kB\nPss_Shmem:            50 kB\nShared_Clean:        600 kB\nShared_Dirty:          8 kB\nPrivate_Clean:         2 kB\nPrivate_Dirty:       390 kB\nSwap:                  0 kB\n";
         let m = Mem::parse(text).unwrap();
-        assert_eq!((m.rss_kib, m.pss_kib, m.pss_shmem_kib), (1000.0, 400.0, 50.0));
+        assert_eq!(
+            (m.rss_kib, m.pss_kib, m.pss_shmem_kib),
+            (1000.0, 400.0, 50.0)
+        );
         assert_eq!(m.plus(m).minus(m), m);
         assert_eq!(m.per(4.0).rss_kib, 250.0);
         assert!(Mem::parse("Swap: 0 kB\n").is_none());
@@ -1461,11 +1518,17 @@ mod tests {
         assert_eq!(d.methods.len(), METHODS.len());
         assert_eq!(d.idle_methods.len(), IDLE_METHODS.len());
         let q = c("--pattern sessions --quick").unwrap();
-        assert_eq!((q.sessions.clone(), q.idle.clone(), q.measure_ms), (vec![1, 4], vec![1000], 200));
+        assert_eq!(
+            (q.sessions.clone(), q.idle.clone(), q.measure_ms),
+            (vec![1, 4], vec![1000], 200)
+        );
         let s = c("--pattern sessions --sessions 2,8 --idle 0 --methods uds-stream,uds").unwrap();
         assert_eq!(s.sessions, vec![2, 8]);
         assert!(s.idle.is_empty());
-        assert_eq!((s.methods, s.idle_methods), (vec!["uds-stream".to_string()], vec!["uds".to_string()]));
+        assert_eq!(
+            (s.methods, s.idle_methods),
+            (vec!["uds-stream".to_string()], vec!["uds".to_string()])
+        );
         assert!(c("--pattern sessions --sessions 0").is_err());
         assert!(c("--pattern sessions --sessions 300").is_err());
         assert!(c("--pattern sessions --methods pipe").is_err());
