@@ -122,6 +122,24 @@ pub struct Cli {
         help_heading = "Pattern options"
     )]
     pub callers: Option<String>,
+    /// sessions: parallel sessions (process pairs) per row, 1 to 256 [default: 1,4,16,64;
+    /// --quick: 1,4]
+    #[arg(
+        long,
+        value_name = "LIST",
+        allow_hyphen_values = true,
+        help_heading = "Pattern options"
+    )]
+    pub sessions: Option<String>,
+    /// sessions: idle connections on one listener, 0 for none, 1 to 100000 [default:
+    /// 1000,10000; --quick: 1000]
+    #[arg(
+        long,
+        value_name = "LIST",
+        allow_hyphen_values = true,
+        help_heading = "Pattern options"
+    )]
+    pub idle: Option<String>,
     /// connect: seconds per method and round (0 to 600) [default: 2; --quick: 0.5]
     #[arg(
         long,

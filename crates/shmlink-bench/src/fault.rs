@@ -4,7 +4,7 @@
 //!
 //! | pattern | injects | refuses |
 //! |---|---|---|
-//! | point-to-point | `exit:N`, `corrupt:N`, `scribble:N` ([`Fault`]) | — |
+//! | point-to-point, `sessions` | `exit:N`, `corrupt:N`, `scribble:N` ([`Fault`]) | — |
 //! | `pubsub` | `exit:N`, `hang:N` (a subscriber), `corrupt:N`, `scribble:N` (the publisher) | — |
 //! | `async`, `inproc`, `connect` | `corrupt:N`, `scribble:N` (the sender of message #N) | `exit:N`, `hang:N` |
 //! | `apps` | — | every fault: the data are the programs' own, not the bench's |
@@ -38,7 +38,7 @@ pub fn check(pattern: &str) -> Result<(), String> {
         ));
     }
     let ok = match pattern {
-        "p2p" => !hang,
+        "p2p" | "sessions" => !hang,
         "pubsub" => true,
         "async" | "inproc" | "connect" => {
             matches!(parsed, Some(Fault::Corrupt(_) | Fault::Scribble(_)))

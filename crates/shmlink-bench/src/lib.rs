@@ -4,8 +4,8 @@
 //!
 //! - [`cli`]: the command line (one clap parser for every pattern) and its value parsers;
 //!   [`pattern`]: the [`Pattern`](pattern::Pattern) trait; [`patterns`]: one file per
-//!   pattern (p2p, pubsub, async, inproc, connect, apps, containers), their list and the program's
-//!   entry.
+//!   pattern (p2p, pubsub, async, inproc, connect, apps, containers, sessions), their
+//!   list and the program's entry.
 //! - [`method`]: the [`Method`](method::Method) trait every point-to-point method
 //!   implements, and [`methods`]: one module per method; [`pubsub`]: the pub/sub
 //!   methods, runs, suite and report.

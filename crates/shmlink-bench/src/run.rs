@@ -126,6 +126,19 @@ pub(crate) fn inherit_and_die_with_parent(cmd: &mut Command, fds: Vec<RawFd>) {
 
 /// Runs `spec` in this process (the driver) with a peer started from `exe`.
 pub fn drive(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
+    drive_with(spec, exe, &mut |_| {}, &mut || Ok(())).map(|(out, _)| out)
+}
+
+/// [`drive`], calling `on_peer` with the peer's process id once it is started and
+/// `ready` once both ends are connected, before the warm-up (`--pattern sessions`
+/// samples the peer's memory, and starts every session's warm-up at once); also returns
+/// the round-trip samples (latency mode).
+pub(crate) fn drive_with(
+    spec: &RunSpec,
+    exe: &Path,
+    on_peer: &mut dyn FnMut(u32),
+    ready: &mut dyn FnMut() -> io::Result<()>,
+) -> io::Result<(RunOutput, Option<Vec<u64>>)> {
     block_signal()?;
     let method = methods::find(&spec.method)
         .ok_or_else(|| err(format!("unknown method {:?}", spec.method)))?;
@@ -161,11 +174,13 @@ pub fn drive(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
     let mut child =
         spawn_hidden(exe, PEER_CMD, &peer, fds).map_err(|e| err(format!("start the peer: {e}")))?;
     drop(prepared.inherit);
+    on_peer(child.id());
     let stdout = child.stdout.take().expect("stdout is piped");
     let finished = Arc::new(AtomicBool::new(false));
     let status = watch(child, finished.clone());
 
     let mut ep = (prepared.finish)().map_err(|e| err(format!("connect: {e}")))?;
+    ready()?;
     let plan = Plan {
         size: spec.size,
         mode: spec.mode,
@@ -200,10 +215,10 @@ pub fn drive(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
     let per_msg = |ns: f64| ns / 1000.0 / m.count.max(1) as f64;
     let secs = m.elapsed.as_secs_f64();
     let tput = |n: f64| (spec.mode == Mode::Throughput).then(|| n / secs);
-    Ok(RunOutput {
+    let out = RunOutput {
         count: m.count,
         elapsed_ns: m.elapsed.as_nanos() as u64,
-        rtt_ns: m.rtts.and_then(|mut v| Percentiles::of(&mut v)),
+        rtt_ns: m.rtts.clone().and_then(|mut v| Percentiles::of(&mut v)),
         msgs_per_s: tput(m.count as f64),
         bytes_per_s: tput((m.count * spec.size as u64) as f64),
         cpu_us_per_msg: CpuPerMsg {
@@ -214,7 +229,8 @@ pub fn drive(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
             driver: per_msg(m.verify.as_nanos() as f64),
             peer: per_msg(report.verify_ns as f64),
         },
-    })
+    };
+    Ok((out, m.rtts))
 }
 
 /// The fault in [`FAULT_ENV`], if any.

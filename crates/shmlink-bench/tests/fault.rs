@@ -1,7 +1,7 @@
 //! `SHMLINK_BENCH_FAULT` in every pattern but point-to-point (whose faults `bench.rs`
 //! tests): `corrupt:40` (a message of the warm-up) and `corrupt:5000` (one well into the
-//! run) fail every method's cell of `pubsub`, `inproc`, `connect` and `async` with their
-//! verification's reason and a non-zero exit; `apps`, whose data are the programs' own,
+//! run) fail every method's cell of `pubsub`, `inproc`, `connect`, `async` and
+//! `sessions` with their verification's reason and a non-zero exit; `apps`, whose data are the programs' own,
 //! refuses every fault with exit status 2, as every pattern does a fault it does not
 //! inject. The runs are the shortest the flags allow that still reach message #5000.
 
@@ -185,6 +185,46 @@ fn async_clients_catch_a_corrupt_echo() {
     ];
     let out = with_fault(&d, "corrupt:5000", &[&args[..], &more[..]].concat(), &[]);
     failed_with(&out, &some, "5000", "wrong echo");
+}
+
+#[test]
+fn sessions_catch_a_corrupt_message_in_every_session() {
+    let d = dir("sessions");
+    let methods = [
+        "shmlink-shm",
+        "shmlink-shm-blocking",
+        "uds-stream",
+        "tcp",
+        "iceoryx2",
+    ];
+    let args = [
+        "--pattern",
+        "sessions",
+        "--sessions",
+        "2",
+        "--idle",
+        "0",
+        "--sizes",
+        "64",
+        "--quick",
+    ];
+    // #40: in the warm-up; #5000: past the checksummed laps.
+    // A run fails where the fault is, so a longer one costs nothing.
+    let long = [&args[..], &["--duration", "3s"]].concat();
+    for n in [40, 5000] {
+        let out = with_fault(&d, &format!("corrupt:{n}"), &long, &[]);
+        failed_with(
+            &out,
+            &methods,
+            &format!("message #{n} "),
+            "failed verification",
+        );
+    }
+    let out = with_fault(&d, "scribble:40", &args, &[]);
+    failed_with(&out, &methods, "round 1", "checksum");
+    // hang:N is pub/sub's alone.
+    let out = with_fault(&d, "hang:3", &args, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }
 
 /// A fault past a run's last message fails the run: it was not injected.

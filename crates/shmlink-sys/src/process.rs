@@ -73,6 +73,25 @@ pub fn kill_with_parent() -> io::Result<()> {
     .map(drop)
 }
 
+/// Raises this process's soft limit on open files (`RLIMIT_NOFILE`) to its hard limit
+/// and returns the limit now in force (soft, hard). A process that holds many
+/// connections calls it; raising the hard limit itself needs privilege and is left to
+/// whoever starts the process.
+pub fn raise_fd_limit() -> io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit for getrlimit to fill.
+    crate::syscall!(getrlimit(libc::RLIMIT_NOFILE, &mut lim))?;
+    if lim.rlim_cur < lim.rlim_max {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: `lim` is a valid rlimit; the soft limit is not above the hard one.
+        crate::syscall!(setrlimit(libc::RLIMIT_NOFILE, &lim))?;
+    }
+    Ok((lim.rlim_cur as u64, lim.rlim_max as u64))
+}
+
 /// Sets this thread's `errno`.
 pub fn set_errno(e: i32) {
     // SAFETY: errno is this thread's own variable.
@@ -132,6 +151,15 @@ pub fn clock_ns(clock: Clock) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fd_limit_is_raised_to_the_hard_one() {
+        let (soft, hard) = raise_fd_limit().unwrap();
+        assert_eq!(soft, hard);
+        assert!(soft >= 3, "{soft}");
+        // A second call finds it raised and changes nothing.
+        assert_eq!(raise_fd_limit().unwrap(), (soft, hard));
+    }
 
     #[test]
     fn errno_round_trips_per_thread() {

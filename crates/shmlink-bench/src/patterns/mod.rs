@@ -19,6 +19,7 @@ pub mod containers;
 pub mod inproc;
 pub mod pingpong;
 pub mod pubsub;
+pub mod sessions;
 
 /// Every pattern, in `--help` order; the first is the default.
 pub const PATTERNS: &[&dyn Pattern] = &[
@@ -29,6 +30,7 @@ pub const PATTERNS: &[&dyn Pattern] = &[
     &connect::Connect,
     &apps::Apps,
     &containers::Containers,
+    &sessions::Sessions,
 ];
 
 /// The pattern named `name` (or one of its aliases).
