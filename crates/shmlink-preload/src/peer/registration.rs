@@ -551,10 +551,17 @@ fn handle_claim(token: InFlight, mut conn: Connection) {
         Some(key) if !claim_is_theirs(&reg, claimant, &key) => {
             let _ = conn.send(&[NO]);
         }
-        Some(key) if !key.0.is_loopback() && tcp_socket_uid(&key.0, &key.1).is_none() => {
+        Some(key)
+            if !key.0.is_loopback()
+                && key.0.ip != key.1.ip
+                && tcp_socket_uid(&key.0, &key.1).is_none() =>
+        {
             // Not a connection this network namespace holds: a client of another one
             // (a container sharing the directory) asking every registration of the port
-            // (docs/containers.md, "Transparent mode between containers").
+            // (docs/containers.md, "Transparent mode between containers"). Only such a
+            // claim names two different addresses that are not loopback (within one
+            // namespace a client claims only loopback or its own address), so only it
+            // pays for reading the table.
             debug!(
                 "claim {} <- {}: no such TCP connection in this network namespace: no",
                 key.0, key.1
