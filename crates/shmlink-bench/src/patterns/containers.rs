@@ -269,14 +269,20 @@ fn run(n: u64, rounds: u32) -> Result<(), String> {
         "{:<28} {:>10} {:>14}",
         "64 B messages", "p50 us", "messages/s"
     );
+    let mut p = Vec::new();
     for i in 0..3 {
+        p.push(median(&mut p50[i]));
         println!(
             "{:<28} {:>10.2} {:>14.0}",
             rows[i],
-            median(&mut p50[i]),
+            p[i],
             median(&mut rate[i])
         );
     }
+    println!(
+        "p50 ratio, two containers / two plain processes over shm: {:.2}",
+        p[1] / p[0]
+    );
     redis(
         &prefix,
         &volume,
