@@ -672,7 +672,7 @@ fn redis_between_containers_in_transparent_mode() {
             a.extend(strs(&["--entrypoint", "/usr/bin/redis-benchmark", &image]));
         }
         a.extend(strs(&[
-            "-h", host, "-p", "6379", "-c", "1", "-n", "20000", "-t", "set,get", "-q",
+            "-h", host, "-p", "6379", "-c", "1", "-n", "10000", "-t", "set,get", "-q",
         ]));
         let out = podman_vec(a);
         let (o, e) = (text(&out.stdout), text(&out.stderr));

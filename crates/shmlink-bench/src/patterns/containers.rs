@@ -405,16 +405,16 @@ fn redis(prefix: &str, volume: &str, requests: u32, rounds: u32) -> Result<(), S
     let client = format!("{prefix}-redis-client");
     for round in 0..rounds {
         eprintln!("redis round {} of {rounds}", round + 1);
-        for (i, (row, on_net, host, preloaded)) in rows.iter().enumerate() {
+        for (i, &(row, on_net, host, preloaded)) in rows.iter().enumerate() {
             let mut a = strs(&["run", "--rm", "--name", &client]);
-            if *on_net {
+            if on_net {
                 a.extend(strs(&["--network", prefix]));
             } else {
                 a.extend(strs(&["--pod", prefix]));
             }
             a.extend(pin(&client_cpu));
             a.extend(base.clone());
-            if *preloaded {
+            if preloaded {
                 a.extend(strs(&["-v", volume, image, "run", "--", "redis-benchmark"]));
             } else {
                 a.extend(strs(&["--entrypoint", "/usr/bin/redis-benchmark", image]));
