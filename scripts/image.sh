@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # shmlink's container image, built on this machine without a registry (docs/containers.md).
 #
-# Usage: scripts/image.sh build [TAG] | rootfs DIR | list [TAG]
+# Usage: scripts/image.sh build [TAG] | rootfs DIR | list [TAG] | redis [TAG]
 #   build   release build of the shmlink CLI, libshmlink_preload.so and libshmlink.so
 #           as deploy/Dockerfile's build stage makes it (its ENV; in target/dockerfile-check,
 #           shared with scripts/check-dockerfile.sh), then `rootfs target/image` and `podman build`
@@ -19,6 +19,12 @@
 #           empty /run/shmlink (mode 0700; the Dockerfile gives it to 10001). No shell, no package manager, no compiler. Reads the release build
 #           in ${CARGO_TARGET_DIR:-target}/release.
 #   list    the size and files of TAG.
+#   redis [TAG]
+#           an image for the container tests and benchmarks of transparent mode
+#           (docs/containers.md): the shmlink image (build it first) plus this machine's
+#           redis-server and redis-benchmark (scripts/apps.sh install) and the libraries
+#           `ldd` lists for them. TAG defaults to localhost/shmlink-redis:dev; rebuilt only
+#           when its contents changed (the same content label as build).
 # Needs podman (scripts/containers.sh install) for build and list; tini-static from
 # Debian's tini package for build.
 set -euo pipefail
@@ -135,15 +141,47 @@ cmd_list() {
   echo "$listing" | awk '{ printf "  %s %s %9s %s %s %s\n", $1, $2, $3, $6, $7, $8 }' | sort -k6
 }
 
+cmd_redis() {
+  local tag=${1:-localhost/shmlink-redis:dev} base=localhost/shmlink:dev
+  podman image exists "$base" || die "redis: no image $base (scripts/image.sh build)"
+  local server bench
+  server=$(command -v redis-server) && bench=$(command -v redis-benchmark) ||
+    die "redis: no redis-server/redis-benchmark here (scripts/apps.sh install)"
+  local ctx=target/image-redis
+  rm -rf "$ctx"
+  mkdir -p "$ctx/root/usr/bin"
+  cp "$server" "$ctx/root/usr/bin/redis-server"
+  cp "$bench" "$ctx/root/usr/bin/redis-benchmark"
+  local lib
+  for lib in $(ldd "$server" "$bench" | sed -n 's#^[[:space:]].* => \(/[^ ]*\) .*#\1#p' | sort -u); do
+    mkdir -p "$ctx/root$(dirname "$lib")"
+    cp -L "$lib" "$ctx/root$lib"
+  done
+  printf 'FROM %s\nCOPY root /\n' "$base" >"$ctx/Containerfile"
+  local hash old
+  hash=$( (podman image inspect --format '{{.Id}}' "$base" &&
+    cd "$ctx" && find root Containerfile -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16)
+  old=$(podman image inspect --format '{{index .Labels "org.shmlink.content"}}' "$tag" 2>/dev/null || true)
+  if [ "$old" = "$hash" ]; then
+    log "$tag is up to date (content $hash)"
+  else
+    podman build -q --label "org.shmlink.content=$hash" -f "$ctx/Containerfile" -t "$tag" "$ctx" >/dev/null
+    podman image prune -f >/dev/null 2>&1 || true
+    log "built $tag (content $hash)"
+  fi
+  podman image inspect --format 'image {{index .RepoTags 0}}: {{.Size}} bytes' "$tag"
+}
+
 case ${1:-} in
   build) cmd_build "${2:-}" ;;
+  redis) cmd_redis "${2:-}" ;;
   rootfs)
     [ $# -eq 2 ] || { echo "usage: $0 rootfs DIR" >&2; exit 2; }
     cmd_rootfs "$2"
     ;;
   list) cmd_list "${2:-}" ;;
   *)
-    echo "usage: $0 build [TAG] | rootfs DIR | list [TAG]" >&2
+    echo "usage: $0 build [TAG] | rootfs DIR | list [TAG] | redis [TAG]" >&2
     exit 2
     ;;
 esac

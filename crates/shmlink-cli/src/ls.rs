@@ -19,7 +19,9 @@ their subscribers.";
 const LS_AFTER: &str = "\
 Every socket (*.sock) in DIR is asked over the socket itself; nothing else of a
 connection can be found by name. The kernel tells the listening process's PID and UID
-(SO_PEERCRED) even when it does not answer. The table has a line per listener: its
+(SO_PEERCRED) even when it does not answer; a process in a PID namespace the
+asking one cannot see (another container's) has no number there: its PID shows as \"-\"
+(null in JSON), its UID as usual. The table has a line per listener: its
 address, transport (shm, or auto/tcp and auto/tls for auto: listeners, found through
 their upgrade sockets), PID, UID, age and number of connections, or its state. A
 registration of transparent mode (`shmlink run`) is named by its program, PID and the
@@ -352,7 +354,7 @@ fn transport_text(s: &ListenerStatus) -> String {
 
 fn peer_text(c: &ConnectionStatus) -> String {
     match (&c.peer, &c.peer_addr) {
-        (Some(p), _) => p.pid.to_string(),
+        (Some(p), _) => pid_cell(p.pid),
         (None, Some(addr)) => addr.clone(),
         (None, None) => "?".into(),
     }
@@ -432,7 +434,7 @@ fn topic_table(reports: &[&SocketReport], out: &mut String) {
             continue;
         };
         let (pid, uid) = match r.listener {
-            Some(c) => (c.pid.to_string(), c.uid.to_string()),
+            Some(c) => (pid_cell(c.pid), c.uid.to_string()),
             None => ("-".into(), "-".into()),
         };
         rows.push(vec![
@@ -466,7 +468,7 @@ fn topic_table(reports: &[&SocketReport], out: &mut String) {
         for s in &t.subscribers {
             rows.push(vec![
                 s.slot.to_string(),
-                s.cred.pid.to_string(),
+                pid_cell(s.cred.pid),
                 s.cred.uid.to_string(),
                 s.lag.to_string(),
                 s.missed.to_string(),
@@ -482,6 +484,18 @@ fn policy_text(p: shmlink::Policy) -> &'static str {
         shmlink::Policy::Block => "block",
         shmlink::Policy::Overwrite => "overwrite",
     }
+}
+
+/// A pid the kernel reported (`SO_PEERCRED`), `None` for 0: the process lives in a PID
+/// namespace this one cannot see (another container's), where the kernel has no number
+/// for it.
+fn seen_pid(pid: u32) -> Option<u32> {
+    (pid != 0).then_some(pid)
+}
+
+/// A pid for the table: `-` where [`seen_pid`] has none.
+fn pid_cell(pid: u32) -> String {
+    seen_pid(pid).map_or_else(|| "-".into(), |p| p.to_string())
 }
 
 /// The name of process `pid` (`/proc/PID/comm`), if it is visible.
@@ -501,9 +515,10 @@ fn program_name(pid: u32) -> Option<String> {
 fn transparent_label(r: &SocketReport) -> Option<String> {
     let reg = shmlink::inspect::transparent_registration(&r.path)?;
     Some(match r.listener {
-        Some(c) => match program_name(c.pid) {
-            Some(p) => format!("{p} (pid {}) {reg}", c.pid),
-            None => format!("pid {} {reg}", c.pid),
+        Some(c) => match seen_pid(c.pid).map(|pid| (pid, program_name(pid))) {
+            Some((pid, Some(p))) => format!("{p} (pid {pid}) {reg}"),
+            Some((pid, None)) => format!("pid {pid} {reg}"),
+            None => reg.to_string(),
         },
         None => reg.to_string(),
     })
@@ -515,7 +530,7 @@ fn listener_table(reports: &[&SocketReport], now: SystemTime, out: &mut String) 
     let mut listeners = vec![header.map(String::from).to_vec()];
     for r in reports {
         let (pid, uid) = match r.listener {
-            Some(c) => (c.pid.to_string(), c.uid.to_string()),
+            Some(c) => (pid_cell(c.pid), c.uid.to_string()),
             None => ("-".into(), "-".into()),
         };
         let label = transparent_label(r);
@@ -616,7 +631,7 @@ pub fn to_json(args: &LsArgs, reports: &[SocketReport], now: SystemTime) -> Valu
                 .map(|c| {
                     json!({
                         "transport": c.transport,
-                        "peer_pid": c.peer.map(|p| p.pid),
+                        "peer_pid": c.peer.and_then(|p| seen_pid(p.pid)),
                         "peer_uid": c.peer.map(|p| p.uid),
                         "peer_gid": c.peer.map(|p| p.gid),
                         "peer_addr": c.peer_addr,
@@ -633,10 +648,10 @@ pub fn to_json(args: &LsArgs, reports: &[SocketReport], now: SystemTime) -> Valu
             json!({
                 "path": r.path.display().to_string(),
                 "transparent": transparent.map(|t| t.to_string()),
-                "program": transparent.and(r.listener).and_then(|c| program_name(c.pid)),
+                "program": transparent.and(r.listener).and_then(|c| program_name(seen_pid(c.pid)?)),
                 "state": state,
                 "reason": reason,
-                "pid": r.listener.map(|c| c.pid),
+                "pid": r.listener.and_then(|c| seen_pid(c.pid)),
                 "uid": r.listener.map(|c| c.uid),
                 "gid": r.listener.map(|c| c.gid),
                 "address": status.map(|s| s.address.clone()),
@@ -667,7 +682,7 @@ fn topic_json(r: &SocketReport) -> Option<Value> {
         .map(|s| {
             json!({
                 "slot": s.slot,
-                "pid": s.cred.pid,
+                "pid": seen_pid(s.cred.pid),
                 "uid": s.cred.uid,
                 "gid": s.cred.gid,
                 "lag": s.lag,
@@ -679,7 +694,7 @@ fn topic_json(r: &SocketReport) -> Option<Value> {
     Some(json!({
         "path": r.path.display().to_string(),
         "address": t.address,
-        "pid": r.listener.map(|c| c.pid),
+        "pid": r.listener.and_then(|c| seen_pid(c.pid)),
         "uid": r.listener.map(|c| c.uid),
         "gid": r.listener.map(|c| c.gid),
         "policy": policy_text(t.policy),

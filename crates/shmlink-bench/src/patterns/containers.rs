@@ -3,7 +3,13 @@
 //! against two plain processes over `shm:` and the same two containers over `tcp:` on a
 //! podman network: p50 round trip and messages/s, rounds interleaved, medians shown.
 //! The image is `scripts/image.sh build`'s (localhost/shmlink:dev); the plain processes
-//! run the image's own binary. Needs rootful podman (scripts/containers.sh install).
+//! run the image's own binary. Then `redis-benchmark -c 1` between two containers, server
+//! and client pinned to CPUs of their own (`--cpuset-cpus`, as `--pattern apps` pins them):
+//! both under `shmlink run` on the podman network (each in its own network namespace,
+//! the connection claimed across namespaces, docs/containers.md) and in one pod, against
+//! plain TCP between two containers on the network and on the pod's loopback
+//! (`scripts/image.sh redis`'s image; skipped without redis, scripts/apps.sh install).
+//! Needs rootful podman (scripts/containers.sh install).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output, Stdio};
@@ -28,8 +34,11 @@ impl Pattern for Containers {
 install) sharing only a rendezvous directory: shm: across the containers, shm: between
 two plain processes, tcp: between the same containers on a podman network; p50 round
 trip and messages/s of 64 B, medians over the rounds. Builds the image first
-(scripts/image.sh build). Options: --iterations (round trips; 10 x as many streamed
-messages), --rounds, --quick."
+(scripts/image.sh build). Then redis-benchmark -c 1 (SET, GET; 20000 requests, 5000
+with --quick) between two containers pinned to two CPUs: both under shmlink run on a
+podman network and in one pod (shared memory), against plain TCP between two containers
+on the network and on a pod's loopback (needs redis: scripts/apps.sh install). Options: --iterations
+(round trips; 10 x as many streamed messages), --rounds, --quick."
     }
 
     fn flags(&self) -> &'static [&'static str] {
@@ -108,13 +117,21 @@ struct Scope {
 
 impl Drop for Scope {
     fn drop(&mut self) {
-        let names: Vec<String> = ["shm", "tcp"]
-            .iter()
-            .map(|r| format!("{}-{r}", self.prefix))
-            .collect();
+        let names: Vec<String> = [
+            "shm",
+            "tcp",
+            "redis-shm",
+            "redis-net",
+            "redis-tcp",
+            "redis-client",
+        ]
+        .iter()
+        .map(|r| format!("{}-{r}", self.prefix))
+        .collect();
         let mut args = vec!["rm", "--force", "--ignore", "-t", "0"];
         args.extend(names.iter().map(|s| s.as_str()));
         let _ = podman(&args);
+        let _ = podman(&["pod", "rm", "--force", "--ignore", "-t", "0", &self.prefix]);
         let _ = podman(&["network", "rm", "--force", &self.prefix]);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -252,14 +269,197 @@ fn run(n: u64, rounds: u32) -> Result<(), String> {
         "{:<28} {:>10} {:>14}",
         "64 B messages", "p50 us", "messages/s"
     );
+    let mut p = Vec::new();
     for i in 0..3 {
+        p.push(median(&mut p50[i]));
         println!(
             "{:<28} {:>10.2} {:>14.0}",
             rows[i],
-            median(&mut p50[i]),
+            p[i],
             median(&mut rate[i])
         );
     }
+    println!(
+        "p50 ratio, two containers / two plain processes over shm: {:.2}",
+        p[1] / p[0]
+    );
+    redis(
+        &prefix,
+        &volume,
+        if n < 50_000 { 5_000 } else { 20_000 },
+        rounds,
+    )?;
     drop(scope);
+    Ok(())
+}
+
+/// The redis rows: `redis-benchmark -c 1` between two containers pinned apart, over
+/// shared memory (a pod, both under `shmlink run`) and over plain TCP (the podman network
+/// `prefix`; the pod's loopback). Medians of `rounds`.
+fn redis(prefix: &str, volume: &str, requests: u32, rounds: u32) -> Result<(), String> {
+    let has = |p: &str| {
+        Command::new("which")
+            .arg(p)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !has("redis-server") || !has("redis-benchmark") {
+        println!("redis: skipped (no redis-server/redis-benchmark: scripts/apps.sh install)");
+        return Ok(());
+    }
+    let image = "localhost/shmlink-redis:dev";
+    let built = Command::new(root().join("scripts/image.sh"))
+        .args(["redis", image])
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("scripts/image.sh redis: {e}"))?;
+    if !built.success() {
+        return Err("scripts/image.sh redis failed".into());
+    }
+    let cpus = shmlink_measure::cpus::allowed_cpus();
+    let (server_cpu, client_cpu) = match cpus[..] {
+        [s, c, ..] => (Some(s.to_string()), Some(c.to_string())),
+        _ => (None, None),
+    };
+    let pin = |cpu: &Option<String>| -> Vec<String> {
+        cpu.iter()
+            .flat_map(|c| ["--cpuset-cpus".to_string(), c.clone()])
+            .collect()
+    };
+    let run = |args: Vec<String>| -> Result<Output, String> {
+        let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        podman(&refs)
+    };
+    let strs = |a: &[&str]| -> Vec<String> { a.iter().map(|s| s.to_string()).collect() };
+    let base = strs(&["--user", UID, "--read-only", "--cap-drop", "all"]);
+    let server_args = strs(&["--port", "6379", "--save", "", "--appendonly", "no"]);
+    podman(&["pod", "create", "--name", prefix])?;
+    // Servers: preloaded in the pod, preloaded on the network, plain on the network.
+    let server = |name: &str, where_: [&str; 2], preloaded: bool, bind: &str| {
+        let mut a = strs(&["run", "-d", "--name", name]);
+        a.extend(strs(&where_));
+        a.extend(pin(&server_cpu));
+        a.extend(base.clone());
+        if preloaded {
+            a.extend(strs(&["-v", volume, image, "run", "--", "redis-server"]));
+        } else {
+            a.extend(strs(&["--entrypoint", "/usr/bin/redis-server", image]));
+        }
+        a.extend(strs(&["--bind", bind, "--protected-mode", "no"]));
+        a.extend(server_args.clone());
+        run(a)
+    };
+    server(
+        &format!("{prefix}-redis-shm"),
+        ["--pod", prefix],
+        true,
+        "127.0.0.1",
+    )?;
+    server(
+        &format!("{prefix}-redis-net"),
+        ["--network", prefix],
+        true,
+        "0.0.0.0",
+    )?;
+    server(
+        &format!("{prefix}-redis-tcp"),
+        ["--network", prefix],
+        false,
+        "0.0.0.0",
+    )?;
+    let ip_of = |role: &str| -> Result<String, String> {
+        Ok(text(
+            &podman(&[
+                "inspect",
+                "--format",
+                "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+                &format!("{prefix}-{role}"),
+            ])?
+            .stdout,
+        )
+        .trim()
+        .to_string())
+    };
+    let (tcp_ip, net_ip) = (ip_of("redis-tcp")?, ip_of("redis-net")?);
+    std::thread::sleep(Duration::from_secs(1));
+    let n = requests.to_string();
+    // (row, --network or --pod, host, preloaded)
+    let rows = [
+        (
+            "tcp, two containers on a network",
+            true,
+            tcp_ip.as_str(),
+            false,
+        ),
+        ("shmlink run, the same way", true, net_ip.as_str(), true),
+        (
+            "tcp, two containers in a pod (lo)",
+            false,
+            "127.0.0.1",
+            false,
+        ),
+        ("shmlink run, containers in a pod", false, "127.0.0.1", true),
+    ];
+    let mut set = vec![Vec::new(); rows.len()];
+    let mut get = vec![Vec::new(); rows.len()];
+    let client = format!("{prefix}-redis-client");
+    for round in 0..rounds {
+        eprintln!("redis round {} of {rounds}", round + 1);
+        for (i, &(row, on_net, host, preloaded)) in rows.iter().enumerate() {
+            let mut a = strs(&["run", "--rm", "--name", &client]);
+            if on_net {
+                a.extend(strs(&["--network", prefix]));
+            } else {
+                a.extend(strs(&["--pod", prefix]));
+            }
+            a.extend(pin(&client_cpu));
+            a.extend(base.clone());
+            if preloaded {
+                a.extend(strs(&["-v", volume, image, "run", "--", "redis-benchmark"]));
+            } else {
+                a.extend(strs(&["--entrypoint", "/usr/bin/redis-benchmark", image]));
+            }
+            a.extend(strs(&[
+                "-h", host, "-p", "6379", "-c", "1", "-n", &n, "-t", "set,get", "-q",
+            ]));
+            let out = text(&run(a)?.stdout);
+            let rate = |test: &str| -> Result<f64, String> {
+                out.split(['\r', '\n'])
+                    .filter_map(|l| l.strip_prefix(&format!("{test}: ")))
+                    .filter_map(|l| l.split_whitespace().next()?.parse::<f64>().ok())
+                    .next_back()
+                    .ok_or_else(|| format!("{row}: no {test} rate in: {out}"))
+            };
+            set[i].push(rate("SET")?);
+            get[i].push(rate("GET")?);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let pinned = match (&server_cpu, &client_cpu) {
+        (Some(s), Some(c)) => format!("server on CPU {s}, client on CPU {c}"),
+        _ => "not pinned (one CPU allowed)".to_string(),
+    };
+    println!();
+    println!(
+        "{:<34} {:>10} {:>10}   (redis-benchmark -c 1 -n {n}, {pinned})",
+        "redis", "SET req/s", "GET req/s"
+    );
+    let (mut s, mut g) = (Vec::new(), Vec::new());
+    for (i, row) in rows.iter().enumerate() {
+        s.push(median(&mut set[i]));
+        g.push(median(&mut get[i]));
+        println!("{:<34} {:>10.0} {:>10.0}", row.0, s[i], g[i]);
+    }
+    println!(
+        "shmlink run / tcp on a network: SET {:.2}x GET {:.2}x across network namespaces, \
+         SET {:.2}x GET {:.2}x in a pod",
+        s[1] / s[0],
+        g[1] / g[0],
+        s[3] / s[0],
+        g[3] / g[0]
+    );
     Ok(())
 }

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 
 use shmlink::options::MAX_MSG_SIZE_LIMIT;
-use shmlink::{Listener, Options};
+use shmlink::{ErrorKind, Listener, Options};
 
 use shmlink_measure::size;
 use shmlink_measure::sys::pin_to_cpu;
@@ -24,7 +24,7 @@ use self::report::{RunResult, Table};
 use self::spawn::{connect_retry, die_with_parent, ServerProcess, START_TIMEOUT};
 use self::wire::Hello;
 use crate::error::{Context, Result, RunError};
-use crate::listen::next_client;
+use crate::listen::{per_client, wait_readable};
 use crate::stop::StopSignals;
 use crate::wait::Waiting;
 
@@ -77,10 +77,30 @@ fn serve(args: &PongArgs) -> Result<()> {
     }
     let fd = listener.as_raw_fd();
     listener.set_nonblocking(true);
-    let listener = stop.drop_on_signal(listener)?;
+    let listener = std::sync::Arc::new(stop.drop_on_signal(listener)?);
+    let conns = accept_always(listener.clone(), fd, addr.clone(), args.once)?;
+    let served = serve_clients(args, &conns);
+    // The accept thread holds the listener too: closed here (its socket file removed),
+    // whichever way serving ended; the thread sees it gone and ends.
+    drop(listener.lock().take());
+    served
+}
+
+/// Serves the connections of [`accept_always`] one after another (only one with `--once`).
+fn serve_clients(
+    args: &PongArgs,
+    conns: &std::sync::mpsc::Receiver<shmlink::Result<shmlink::Connection>>,
+) -> Result<()> {
+    let addr = &args.addrs[0];
     loop {
-        let conn = next_client(&listener, fd, "pong", addr, !args.once)
-            .context(|| format!("accept on {addr}"))?;
+        let conn = match conns.recv() {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(e).context(|| format!("accept on {addr}")),
+            // Stopped by a signal: the signal thread exits the process.
+            Err(_) => loop {
+                std::thread::park();
+            },
+        };
         // Which transport the connection ended on (an `auto:` address: upgraded or not).
         let transport = conn.transport();
         match server::serve(conn) {
@@ -107,6 +127,50 @@ fn serve(args: &PongArgs) -> Result<()> {
             ),
         }
     }
+}
+
+/// How many accepted clients may wait while `pong --server` serves another.
+const WAITING_CLIENTS: usize = 8;
+
+/// Accepts on `listener` from a thread of its own, for as long as the process serves, and
+/// hands the connections over (at most [`WAITING_CLIENTS`] waiting; a fatal accept error
+/// ends the stream). The listener is polled while the server is busy with a client, so
+/// `shmlink ls` gets its answer (the listener, and the connection it serves with the
+/// peer's uid and counters) instead of "not answering" (docs/design.md §6.3);
+/// the thread sleeps in `poll` otherwise and costs the run nothing. A client that comes
+/// meanwhile has its handshake done and waits for its run, served in order.
+fn accept_always(
+    listener: std::sync::Arc<crate::stop::DropOnStop<Listener>>,
+    fd: std::os::fd::RawFd,
+    addr: String,
+    once: bool,
+) -> Result<std::sync::mpsc::Receiver<shmlink::Result<shmlink::Connection>>> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(WAITING_CLIENTS);
+    std::thread::Builder::new()
+        .name("shmlink-accept".into())
+        .spawn(move || loop {
+            let accepted = listener.lock().as_mut().map(|l| l.accept());
+            match accepted {
+                // Stopped by a signal: the listener is gone.
+                None => return,
+                Some(Ok(c)) => {
+                    if tx.send(Ok(c)).is_err() {
+                        return;
+                    }
+                }
+                Some(Err(e)) if e.kind() == ErrorKind::WouldBlock => wait_readable(fd),
+                Some(Err(e)) if !once && per_client(e.kind()) => eprintln!(
+                    "shmlink pong: accept on {addr}: {}",
+                    crate::error::in_cli_terms(&e.to_string())
+                ),
+                Some(Err(e)) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            }
+        })
+        .map_err(|e| RunError::new(format!("start the accept thread: {e}")))?;
+    Ok(rx)
 }
 
 /// The client (and, without `--client`, the servers): one run per address.

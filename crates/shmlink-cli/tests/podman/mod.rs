@@ -129,8 +129,9 @@ pub struct Scope {
     pub prefix: String,
     containers: Mutex<Vec<String>>,
     dirs: Vec<PathBuf>,
-    /// Pods and images of this test (removed on drop, after the containers).
+    /// Pods, networks and images of this test (removed on drop, after the containers).
     pub pods: Vec<String>,
+    pub networks: Vec<String>,
     pub images: Vec<String>,
 }
 
@@ -141,6 +142,7 @@ impl Scope {
             containers: Mutex::new(Vec::new()),
             dirs: Vec::new(),
             pods: Vec::new(),
+            networks: Vec::new(),
             images: Vec::new(),
         }
     }
@@ -204,6 +206,9 @@ impl Drop for Scope {
         }
         for pod in &self.pods {
             let _ = podman(&["pod", "rm", "--force", "--ignore", "-t", "0", pod]);
+        }
+        for net in &self.networks {
+            let _ = podman(&["network", "rm", "--force", net]);
         }
         for image in &self.images {
             let _ = podman(&["rmi", "--force", "--ignore", image]);

@@ -9,7 +9,10 @@
 //! server program already accepted that TCP connection (then it is plain TCP there), and
 //! keeps the shmlink connection until `accept` returns the TCP connection it names. The
 //! answer and the accept take one lock, so both ends always agree; no byte ever goes
-//! into the TCP stream.
+//! into the TCP stream. Between network namespaces (containers sharing the directory) the
+//! client claims at every registration of the port in other namespaces, and only the one
+//! whose namespace holds a TCP connection with those four addresses says yes
+//! (`client::claim_foreign`; docs/containers.md, "Transparent mode between containers").
 //!
 //! - `addr`: TCP endpoints (decoding socket addresses, `getsockname`/`getpeername`,
 //!   whether an fd is a TCP socket, who owns a TCP socket in `/proc/net/tcp`);

@@ -321,7 +321,10 @@ impl Registration {
     /// Answers one claim, under the lock `take` takes.
     fn answer(&self, key: Key, mut conn: Connection) {
         let mut st = self.lock();
-        let yes = self.live() && self.serves(&key.0) && st.decided.remove(&key).is_none();
+        // A second claim of a connection already claimed is not the client's (only one
+        // client socket has these four addresses): no, and the first stands.
+        let again = st.pending.contains_key(&key) || st.claimed.contains_key(&key);
+        let yes = self.live() && self.serves(&key.0) && !again && st.decided.remove(&key).is_none();
         if yes && self.shared() {
             // Whichever process accepts it answers (`take`, `answer_query`).
             debug!("claim {} <- {}: waits for its accept", key.0, key.1);
@@ -546,6 +549,23 @@ fn handle_claim(token: InFlight, mut conn: Connection) {
     }
     match decode_claim(&msg) {
         Some(key) if !claim_is_theirs(&reg, claimant, &key) => {
+            let _ = conn.send(&[NO]);
+        }
+        Some(key)
+            if !key.0.is_loopback()
+                && key.0.ip != key.1.ip
+                && tcp_socket_uid(&key.0, &key.1).is_none() =>
+        {
+            // Not a connection this network namespace holds: a client of another one
+            // (a container sharing the directory) asking every registration of the port
+            // (docs/containers.md, "Transparent mode between containers"). Only such a
+            // claim names two different addresses that are not loopback (within one
+            // namespace a client claims only loopback or its own address), so only it
+            // pays for reading the table.
+            debug!(
+                "claim {} <- {}: no such TCP connection in this network namespace: no",
+                key.0, key.1
+            );
             let _ = conn.send(&[NO]);
         }
         Some(key) => reg.answer(key, conn),

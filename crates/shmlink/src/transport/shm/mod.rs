@@ -662,7 +662,7 @@ impl ShmListener {
     }
 
     /// Tells a pending client why it is refused (best effort: it may be gone), and logs it.
-    fn refuse(&self, p: &Pending, code: RefuseCode, reason: String) {
+    fn refuse(&mut self, p: &Pending, code: RefuseCode, reason: String) {
         crate::trace::event!(
             warn,
             listener = %self.addr,
