@@ -92,17 +92,14 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 pub mod amqp;
+pub mod handwritten;
 pub mod redis;
-
-mod frame;
-mod resp;
-mod wire;
 
 /// The largest message either client sends or accepts: 16 MiB.
 pub const MAX_MESSAGE: usize = 16 << 20;
 
 /// Refuses a message to publish over [`MAX_MESSAGE`].
-fn check_publish_size(msg: &[u8]) -> io::Result<()> {
+pub(crate) fn check_publish_size(msg: &[u8]) -> io::Result<()> {
     if msg.len() > MAX_MESSAGE {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -136,9 +133,9 @@ pub const REDIS_ADDR_ENV: &str = "SHMLINK_REDIS_ADDR";
 pub const AMQP_ADDR_ENV: &str = "SHMLINK_AMQP_ADDR";
 
 /// How long a client's TCP connect may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long each reply during connecting (login, declarations, subscription) may take.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long [`redis_addr`] and [`amqp_addr`] try to connect.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use super::super::{Ctx, Method, Prepared, Publish, Receive};
 use super::spin_then_block;
-use crate::brokers::{self, amqp, redis};
+use crate::brokers::{self, amqp, handwritten, redis};
 use crate::method::arg;
 use crate::sys::err;
 
@@ -29,6 +29,8 @@ use crate::sys::err;
 enum Kind {
     Redis,
     Amqp,
+    RedisHandwritten,
+    AmqpHandwritten,
 }
 
 pub struct Broker {
@@ -37,12 +39,18 @@ pub struct Broker {
 
 pub const REDIS: Broker = Broker { kind: Kind::Redis };
 pub const RABBITMQ: Broker = Broker { kind: Kind::Amqp };
+pub const REDIS_HANDWRITTEN: Broker = Broker {
+    kind: Kind::RedisHandwritten,
+};
+pub const RABBITMQ_HANDWRITTEN: Broker = Broker {
+    kind: Kind::AmqpHandwritten,
+};
 
 impl Broker {
     fn addr(&self) -> Result<SocketAddr, String> {
         match self.kind {
-            Kind::Redis => brokers::redis_addr(),
-            Kind::Amqp => brokers::amqp_addr(),
+            Kind::Redis | Kind::RedisHandwritten => brokers::redis_addr(),
+            Kind::Amqp | Kind::AmqpHandwritten => brokers::amqp_addr(),
         }
     }
 }
@@ -57,6 +65,33 @@ struct RedisPub(redis::Publisher);
 impl Publish for RedisPub {
     fn publish(&mut self, msg: &[u8]) -> io::Result<()> {
         self.0.publish(msg)
+    }
+}
+
+struct RedisOldPub(handwritten::redis::Publisher);
+
+impl Publish for RedisOldPub {
+    fn publish(&mut self, msg: &[u8]) -> io::Result<()> {
+        self.0.publish(msg)
+    }
+}
+
+struct AmqpOldPub(Option<handwritten::amqp::Publisher>);
+
+impl Publish for AmqpOldPub {
+    fn publish(&mut self, msg: &[u8]) -> io::Result<()> {
+        self.0
+            .as_mut()
+            .ok_or_else(|| err("amqp: publisher closed"))?
+            .publish(msg)
+    }
+}
+
+impl Drop for AmqpOldPub {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = p.close();
+        }
     }
 }
 
@@ -95,6 +130,24 @@ impl Client for redis::Subscriber {
     }
 }
 
+impl Client for handwritten::redis::Subscriber {
+    fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
+        handwritten::redis::Subscriber::recv(self, buf)
+    }
+    fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<bool> {
+        handwritten::redis::Subscriber::try_recv(self, buf)
+    }
+}
+
+impl Client for handwritten::amqp::Subscriber {
+    fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
+        handwritten::amqp::Subscriber::recv(self, buf)
+    }
+    fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<bool> {
+        handwritten::amqp::Subscriber::try_recv(self, buf)
+    }
+}
+
 impl Client for amqp::Subscriber {
     fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
         amqp::Subscriber::recv(self, buf)
@@ -127,15 +180,21 @@ impl Method for Broker {
         match self.kind {
             Kind::Redis => "redis",
             Kind::Amqp => "rabbitmq",
+            Kind::RedisHandwritten => "redis-handwritten",
+            Kind::AmqpHandwritten => "rabbitmq-handwritten",
         }
     }
 
     fn about(&self) -> &'static str {
         match self.kind {
-            Kind::Redis => "Redis PUBLISH/SUBSCRIBE through a local redis-server (TCP loopback)",
-            Kind::Amqp => {
-                "RabbitMQ fanout exchange, a queue per subscriber, AMQP 0-9-1 (TCP loopback)"
+            Kind::Redis => {
+                "Redis PUBLISH/SUBSCRIBE through a local redis-server (TCP loopback), redis crate"
             }
+            Kind::Amqp => {
+                "RabbitMQ fanout exchange, a queue per subscriber, AMQP 0-9-1 (TCP loopback), lapin"
+            }
+            Kind::RedisHandwritten => "redis with the suite's earlier hand-written RESP client",
+            Kind::AmqpHandwritten => "rabbitmq with the suite's earlier hand-written AMQP client",
         }
     }
 
@@ -154,6 +213,19 @@ impl Method for Broker {
                 Ok(Prepared::same_args(n, args, move |timeout| {
                     p.wait_for_subscribers(n, timeout)?;
                     Ok(Box::new(RedisPub(p)) as Box<dyn Publish>)
+                }))
+            }
+            Kind::RedisHandwritten => {
+                let mut p = handwritten::redis::Publisher::connect(addr, &topic)?;
+                Ok(Prepared::same_args(n, args, move |timeout| {
+                    p.wait_for_subscribers(n, timeout)?;
+                    Ok(Box::new(RedisOldPub(p)) as Box<dyn Publish>)
+                }))
+            }
+            Kind::AmqpHandwritten => {
+                let p = handwritten::amqp::Publisher::connect(addr, &topic)?;
+                Ok(Prepared::same_args(n, args, move |_| {
+                    Ok(Box::new(AmqpOldPub(Some(p))) as Box<dyn Publish>)
                 }))
             }
             Kind::Amqp => {
@@ -182,6 +254,16 @@ impl Method for Broker {
             }),
             Kind::Amqp => Box::new(Sub {
                 client: amqp::Subscriber::connect(addr, topic)?,
+                buf,
+                spin: c.spin,
+            }),
+            Kind::RedisHandwritten => Box::new(Sub {
+                client: handwritten::redis::Subscriber::connect(addr, topic)?,
+                buf,
+                spin: c.spin,
+            }),
+            Kind::AmqpHandwritten => Box::new(Sub {
+                client: handwritten::amqp::Subscriber::connect(addr, topic)?,
                 buf,
                 spin: c.spin,
             }),
