@@ -31,8 +31,6 @@ pub static METHODS: &[&dyn Method] = &[
     &methods::uds::Uds,
     &methods::brokers::REDIS,
     &methods::brokers::RABBITMQ,
-    &methods::brokers::REDIS_HANDWRITTEN,
-    &methods::brokers::RABBITMQ_HANDWRITTEN,
 ];
 
 /// The method ratios are taken against.

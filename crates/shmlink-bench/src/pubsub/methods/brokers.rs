@@ -1,5 +1,5 @@
-//! `redis`, `rabbitmq`: publish/subscribe through a message broker on loopback, with the
-//! suite's own minimal clients ([`crate::brokers`]): Redis `PUBLISH`/`SUBSCRIBE` on a
+//! `redis`, `rabbitmq`: publish/subscribe through a message broker on loopback, with
+//! maintained clients (the `redis` crate and `lapin`, wrapped in [`crate::brokers`]): Redis `PUBLISH`/`SUBSCRIBE` on a
 //! channel named after the run, and a RabbitMQ fanout exchange named after the run with
 //! one server-named queue per subscriber (AMQP 0-9-1). The broker is a third process: a
 //! message goes publisher → broker → each subscriber over TCP.
@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use super::super::{Ctx, Method, Prepared, Publish, Receive};
 use super::spin_then_block;
-use crate::brokers::{self, amqp, handwritten, redis};
+use crate::brokers::{self, amqp, redis};
 use crate::method::arg;
 use crate::sys::err;
 
@@ -29,8 +29,6 @@ use crate::sys::err;
 enum Kind {
     Redis,
     Amqp,
-    RedisHandwritten,
-    AmqpHandwritten,
 }
 
 pub struct Broker {
@@ -39,18 +37,12 @@ pub struct Broker {
 
 pub const REDIS: Broker = Broker { kind: Kind::Redis };
 pub const RABBITMQ: Broker = Broker { kind: Kind::Amqp };
-pub const REDIS_HANDWRITTEN: Broker = Broker {
-    kind: Kind::RedisHandwritten,
-};
-pub const RABBITMQ_HANDWRITTEN: Broker = Broker {
-    kind: Kind::AmqpHandwritten,
-};
 
 impl Broker {
     fn addr(&self) -> Result<SocketAddr, String> {
         match self.kind {
-            Kind::Redis | Kind::RedisHandwritten => brokers::redis_addr(),
-            Kind::Amqp | Kind::AmqpHandwritten => brokers::amqp_addr(),
+            Kind::Redis => brokers::redis_addr(),
+            Kind::Amqp => brokers::amqp_addr(),
         }
     }
 }
@@ -65,33 +57,6 @@ struct RedisPub(redis::Publisher);
 impl Publish for RedisPub {
     fn publish(&mut self, msg: &[u8]) -> io::Result<()> {
         self.0.publish(msg)
-    }
-}
-
-struct RedisOldPub(handwritten::redis::Publisher);
-
-impl Publish for RedisOldPub {
-    fn publish(&mut self, msg: &[u8]) -> io::Result<()> {
-        self.0.publish(msg)
-    }
-}
-
-struct AmqpOldPub(Option<handwritten::amqp::Publisher>);
-
-impl Publish for AmqpOldPub {
-    fn publish(&mut self, msg: &[u8]) -> io::Result<()> {
-        self.0
-            .as_mut()
-            .ok_or_else(|| err("amqp: publisher closed"))?
-            .publish(msg)
-    }
-}
-
-impl Drop for AmqpOldPub {
-    fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            let _ = p.close();
-        }
     }
 }
 
@@ -130,24 +95,6 @@ impl Client for redis::Subscriber {
     }
 }
 
-impl Client for handwritten::redis::Subscriber {
-    fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
-        handwritten::redis::Subscriber::recv(self, buf)
-    }
-    fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<bool> {
-        handwritten::redis::Subscriber::try_recv(self, buf)
-    }
-}
-
-impl Client for handwritten::amqp::Subscriber {
-    fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
-        handwritten::amqp::Subscriber::recv(self, buf)
-    }
-    fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<bool> {
-        handwritten::amqp::Subscriber::try_recv(self, buf)
-    }
-}
-
 impl Client for amqp::Subscriber {
     fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
         amqp::Subscriber::recv(self, buf)
@@ -180,8 +127,6 @@ impl Method for Broker {
         match self.kind {
             Kind::Redis => "redis",
             Kind::Amqp => "rabbitmq",
-            Kind::RedisHandwritten => "redis-handwritten",
-            Kind::AmqpHandwritten => "rabbitmq-handwritten",
         }
     }
 
@@ -193,8 +138,6 @@ impl Method for Broker {
             Kind::Amqp => {
                 "RabbitMQ fanout exchange, a queue per subscriber, AMQP 0-9-1 (TCP loopback), lapin"
             }
-            Kind::RedisHandwritten => "redis with the suite's earlier hand-written RESP client",
-            Kind::AmqpHandwritten => "rabbitmq with the suite's earlier hand-written AMQP client",
         }
     }
 
@@ -213,19 +156,6 @@ impl Method for Broker {
                 Ok(Prepared::same_args(n, args, move |timeout| {
                     p.wait_for_subscribers(n, timeout)?;
                     Ok(Box::new(RedisPub(p)) as Box<dyn Publish>)
-                }))
-            }
-            Kind::RedisHandwritten => {
-                let mut p = handwritten::redis::Publisher::connect(addr, &topic)?;
-                Ok(Prepared::same_args(n, args, move |timeout| {
-                    p.wait_for_subscribers(n, timeout)?;
-                    Ok(Box::new(RedisOldPub(p)) as Box<dyn Publish>)
-                }))
-            }
-            Kind::AmqpHandwritten => {
-                let p = handwritten::amqp::Publisher::connect(addr, &topic)?;
-                Ok(Prepared::same_args(n, args, move |_| {
-                    Ok(Box::new(AmqpOldPub(Some(p))) as Box<dyn Publish>)
                 }))
             }
             Kind::Amqp => {
@@ -254,16 +184,6 @@ impl Method for Broker {
             }),
             Kind::Amqp => Box::new(Sub {
                 client: amqp::Subscriber::connect(addr, topic)?,
-                buf,
-                spin: c.spin,
-            }),
-            Kind::RedisHandwritten => Box::new(Sub {
-                client: handwritten::redis::Subscriber::connect(addr, topic)?,
-                buf,
-                spin: c.spin,
-            }),
-            Kind::AmqpHandwritten => Box::new(Sub {
-                client: handwritten::amqp::Subscriber::connect(addr, topic)?,
                 buf,
                 spin: c.spin,
             }),
