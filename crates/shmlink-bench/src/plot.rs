@@ -1,12 +1,16 @@
-//! The `--plot` charts: one file with a panel per mode — latency (round-trip p50 in µs)
-//! and throughput (MiB/s), each against the message size on log-log axes, one series per
-//! method — and one legend beside them. SVG or PNG, chosen by the file's extension.
+//! The `--plot` charts, SVG or PNG (chosen by the file's extension). Point to point: a
+//! panel per mode and message size with the methods as horizontal bars sorted best first
+//! (latency: p50 with a whisker to p99; throughput: MiB/s), log axes, coloured by family
+//! of methods, shmlink and its peers' rows shaded. Pub/sub: p50 against the number of
+//! subscribers per size (distinct colour and marker per method) over sorted bars at the
+//! most subscribers. Apps: a small panel per program and metric, TCP against shmlink.
 
 use std::path::Path;
 use std::sync::Once;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::method::Mode;
 use crate::pubsub::suite::Cell as PubSubCell;
@@ -39,11 +43,6 @@ impl Format {
     }
 }
 
-/// Pixel size of the whole image.
-const WIDTH: u32 = 1600;
-const HEIGHT: u32 = 760;
-/// Width of the legend strip on the right.
-const LEGEND_W: u32 = 230;
 /// The font family every text uses; registered once from bytes shipped in a crate, so
 /// PNG text renders without system fonts (SVG names the family and lets the viewer
 /// choose).
@@ -62,89 +61,193 @@ fn register_font() {
     });
 }
 
-/// One series: a method's measured points in one mode, ordered by size.
-struct Series<'a> {
-    method: &'a str,
-    points: Vec<(f64, f64)>,
+/// Height of the title and legend strip at the top of every image.
+const HEADER_H: u32 = 96;
+/// Height of one bar's row in a bar panel.
+const ROW_H: u32 = 26;
+/// Room a bar panel takes besides its rows: caption, x axis and its labels.
+const PANEL_EXTRA_H: u32 = 120;
+
+/// A family of methods; each gets one hue, and its members shades of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    Shmlink,
+    Iceoryx2,
+    Zmq,
+    SharedMemoryFloor,
+    PipeFifo,
+    MessageQueue,
+    UnixSocket,
+    IpSocket,
+    Broker,
+    Other,
 }
 
-/// The figure plotted for a measured cell: p50 in µs, or MiB/s.
-fn figure(cell: &Cell) -> Option<f64> {
-    let s = cell.summary.as_ref()?;
-    let v = match cell.mode {
-        Mode::Latency => s.rtt_ns?.p50 as f64 / 1000.0,
-        Mode::Throughput => s.bytes_per_s? / (1u64 << 20) as f64,
-    };
-    (v.is_finite() && v > 0.0).then_some(v)
-}
+impl Family {
+    const ALL: [Family; 10] = [
+        Family::Shmlink,
+        Family::Iceoryx2,
+        Family::Zmq,
+        Family::SharedMemoryFloor,
+        Family::PipeFifo,
+        Family::MessageQueue,
+        Family::UnixSocket,
+        Family::IpSocket,
+        Family::Broker,
+        Family::Other,
+    ];
 
-/// Methods in order of first appearance; the order fixes each method's colour.
-fn methods(cells: &[Cell]) -> Vec<&str> {
-    let mut out: Vec<&str> = Vec::new();
-    for c in cells {
-        if !out.contains(&c.method.as_str()) {
-            out.push(&c.method);
+    fn of(method: &str) -> Family {
+        let m = method.to_ascii_lowercase();
+        if m.starts_with("shmlink") {
+            Family::Shmlink
+        } else if m.starts_with("iceoryx") {
+            Family::Iceoryx2
+        } else if m.starts_with("zmq") {
+            Family::Zmq
+        } else if m.starts_with("shm-") || m.starts_with("floor") {
+            Family::SharedMemoryFloor
+        } else if m == "pipe" || m == "fifo" {
+            Family::PipeFifo
+        } else if m.ends_with("-mq") {
+            Family::MessageQueue
+        } else if m.starts_with("uds") || m == "tipc" || m == "vsock" {
+            Family::UnixSocket
+        } else if m == "tcp" || m == "udp" || m.starts_with("tcp ") {
+            Family::IpSocket
+        } else if m == "redis" || m == "rabbitmq" {
+            Family::Broker
+        } else {
+            Family::Other
         }
     }
-    out
+
+    fn name(self) -> &'static str {
+        match self {
+            Family::Shmlink => "shmlink",
+            Family::Iceoryx2 => "iceoryx2",
+            Family::Zmq => "ZeroMQ",
+            Family::SharedMemoryFloor => "shm floor (hand-written)",
+            Family::PipeFifo => "pipe / FIFO",
+            Family::MessageQueue => "message queues",
+            Family::UnixSocket => "Unix sockets",
+            Family::IpSocket => "TCP / UDP",
+            Family::Broker => "brokers",
+            Family::Other => "other",
+        }
+    }
+
+    /// The hue: strong for shmlink and its peers, quieter for the kernel's methods.
+    fn base(self) -> (u8, u8, u8) {
+        match self {
+            Family::Shmlink => (230, 85, 13),
+            Family::Iceoryx2 => (31, 100, 200),
+            Family::Zmq => (140, 60, 190),
+            Family::SharedMemoryFloor => (110, 110, 110),
+            Family::PipeFifo => (60, 150, 60),
+            Family::MessageQueue => (170, 160, 30),
+            Family::UnixSocket => (20, 165, 180),
+            Family::IpSocket => (150, 90, 70),
+            Family::Broker => (215, 80, 160),
+            Family::Other => (0, 0, 0),
+        }
+    }
+
+    /// shmlink and the peers readers compare it with get a highlighted row.
+    fn highlighted(self) -> bool {
+        matches!(self, Family::Shmlink | Family::Iceoryx2 | Family::Zmq)
+    }
 }
 
-fn series<'a>(cells: &'a [Cell], mode: Mode, methods: &[&'a str]) -> Vec<Series<'a>> {
+/// The marker drawn at a line chart's points; with the shade it tells a family's
+/// members apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Marker {
+    Circle,
+    Triangle,
+    Square,
+    Cross,
+    Diamond,
+    Ring,
+}
+
+const MARKERS: [Marker; 6] = [
+    Marker::Circle,
+    Marker::Triangle,
+    Marker::Square,
+    Marker::Cross,
+    Marker::Diamond,
+    Marker::Ring,
+];
+
+/// How one method is drawn: its colour (its family's hue, shaded by its rank within the
+/// family) and marker. No two methods of one chart share both.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Look {
+    family: Family,
+    colour: RGBColor,
+    marker: Marker,
+}
+
+/// Each method's look, for `methods` in the order they are first met.
+fn looks<'a>(methods: &[&'a str]) -> Vec<(&'a str, Look)> {
+    let mut rank_in_family = [0usize; Family::ALL.len()];
     methods
         .iter()
-        .map(|&method| {
-            let mut points: Vec<(f64, f64)> = cells
-                .iter()
-                .filter(|c| c.method == method && c.mode == mode && c.status == Status::Ok)
-                .filter_map(|c| Some((c.size as f64, figure(c)?)))
-                .collect();
-            points.sort_by(|a, b| a.0.total_cmp(&b.0));
-            Series { method, points }
+        .map(|&m| {
+            let family = Family::of(m);
+            let slot = Family::ALL.iter().position(|f| *f == family).unwrap_or(0);
+            let rank = rank_in_family[slot];
+            rank_in_family[slot] += 1;
+            (
+                m,
+                Look {
+                    family,
+                    colour: shade(family.base(), rank),
+                    marker: MARKERS[rank % MARKERS.len()],
+                },
+            )
         })
-        .filter(|s| !s.points.is_empty())
         .collect()
 }
 
-fn colour(index: usize) -> RGBColor {
-    // Tableau 20: distinct at a glance, then shades.
-    const PALETTE: [(u8, u8, u8); 20] = [
-        (31, 119, 180),
-        (255, 127, 14),
-        (44, 160, 44),
-        (214, 39, 40),
-        (148, 103, 189),
-        (140, 86, 75),
-        (227, 119, 194),
-        (127, 127, 127),
-        (188, 189, 34),
-        (23, 190, 207),
-        (174, 199, 232),
-        (255, 187, 120),
-        (152, 223, 138),
-        (255, 152, 150),
-        (197, 176, 213),
-        (196, 156, 148),
-        (247, 182, 210),
-        (199, 199, 199),
-        (219, 219, 141),
-        (158, 218, 229),
-    ];
-    let (r, g, b) = PALETTE[index % PALETTE.len()];
-    RGBColor(r, g, b)
+fn look_of(looks: &[(&str, Look)], method: &str) -> Look {
+    looks
+        .iter()
+        .find(|(m, _)| *m == method)
+        .map(|(_, l)| *l)
+        .unwrap_or(Look {
+            family: Family::Other,
+            colour: BLACK,
+            marker: Marker::Circle,
+        })
 }
 
-/// shmlink's own methods and the hardware floor are drawn thicker.
-fn stroke(method: &str) -> u32 {
-    if method.starts_with("shmlink") || method == "shm-spin" {
-        3
-    } else {
-        1
+/// The `rank`-th shade of a hue: the hue itself, then alternately darker and lighter.
+fn shade((r, g, b): (u8, u8, u8), rank: usize) -> RGBColor {
+    const STEPS: [f64; 6] = [0.0, -0.35, 0.35, -0.6, 0.55, -0.15];
+    let t = STEPS[rank % STEPS.len()];
+    let mix = |c: u8| {
+        let c = c as f64;
+        let v = if t < 0.0 {
+            c * (1.0 + t)
+        } else {
+            c + (255.0 - c) * t
+        };
+        v.round().clamp(0.0, 255.0) as u8
+    };
+    RGBColor(mix(r), mix(g), mix(b))
+}
+
+/// Methods in order of first appearance.
+fn first_seen<'a>(names: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for n in names {
+        if !out.contains(&n) {
+            out.push(n);
+        }
     }
-}
-
-/// A log range around `lo..=hi` with some margin, never empty.
-fn log_bounds(lo: f64, hi: f64) -> (f64, f64) {
-    (lo / 1.6, hi * 1.6)
+    out
 }
 
 /// Tick labels: 0.3, 12, 4.5k, 1.2M.
@@ -175,235 +278,738 @@ fn trim(v: f64) -> String {
 
 type DrawResult = Result<(), String>;
 
-/// A panel's titles and x labels.
-struct Axes {
-    title: String,
-    x_desc: &'static str,
-    y_desc: &'static str,
-    x_label: fn(f64) -> String,
+fn text(size: u32) -> TextStyle<'static> {
+    TextStyle::from((FONT, size).into_font()).color(&BLACK)
 }
 
-impl Axes {
-    fn of(mode: Mode) -> Axes {
-        let (title, y_desc) = match mode {
-            Mode::Latency => (
-                "latency: round-trip p50 vs message size",
-                "round trip p50 (µs, log)",
-            ),
-            Mode::Throughput => (
-                "throughput: MiB/s vs message size",
-                "throughput (MiB/s, log)",
-            ),
-        };
-        Axes {
-            title: title.into(),
-            x_desc: "message size (log)",
-            y_desc,
-            x_label: |v| size::human(v.round() as usize),
-        }
+/// One bar: a method's figure, and for latency the p99 its whisker reaches.
+#[derive(Clone, Debug)]
+struct Bar {
+    label: String,
+    value: f64,
+    p99: Option<f64>,
+    look: Look,
+}
+
+/// A panel of horizontal bars, best first.
+struct BarPanel {
+    title: String,
+    x_desc: String,
+    bars: Vec<Bar>,
+    /// Log axis (figures spanning decades) or linear from zero.
+    log: bool,
+}
+
+impl BarPanel {
+    /// Sorts best first: lowest first when `lower_is_better`, else highest first.
+    fn sorted(mut self, lower_is_better: bool) -> BarPanel {
+        self.bars.sort_by(|a, b| {
+            let o = a.value.total_cmp(&b.value);
+            if lower_is_better {
+                o
+            } else {
+                o.reverse()
+            }
+        });
+        self
     }
 }
 
-fn panel<DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
-    axes: &Axes,
-    all: &[Series],
-    names: &[&str],
-) -> DrawResult {
+fn bar_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &BarPanel) -> DrawResult {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    let xs = || all.iter().flat_map(|s| s.points.iter().map(|p| p.0));
-    let ys = || all.iter().flat_map(|s| s.points.iter().map(|p| p.1));
-    let (x0, x1) = log_bounds(xs().fold(f64::INFINITY, f64::min), xs().fold(0.0, f64::max));
-    let (y0, y1) = log_bounds(ys().fold(f64::INFINITY, f64::min), ys().fold(0.0, f64::max));
-    let mut sizes: Vec<f64> = xs().collect();
-    sizes.sort_by(f64::total_cmp);
-    sizes.dedup();
-
-    let mut chart = ChartBuilder::on(area)
-        .caption(&axes.title, (FONT, 22))
-        .margin(12)
-        .x_label_area_size(48)
-        .y_label_area_size(70)
-        .build_cartesian_2d(
-            (x0..x1).log_scale().with_key_points(sizes),
-            (y0..y1).log_scale(),
-        )
-        .map_err(err)?;
+    let n = p.bars.len().max(1) as f64;
+    let lo = p.bars.iter().map(|b| b.value).fold(f64::INFINITY, f64::min);
+    let hi = p
+        .bars
+        .iter()
+        .map(|b| b.p99.unwrap_or(0.0).max(b.value))
+        .fold(0.0, f64::max);
+    let label_w = p
+        .bars
+        .iter()
+        .map(|b| b.label.chars().count())
+        .max()
+        .unwrap_or(4) as u32
+        * 9
+        + 24;
+    let mut chart = ChartBuilder::on(area);
     chart
-        .configure_mesh()
-        .x_desc(axes.x_desc)
-        .y_desc(axes.y_desc)
-        .x_label_formatter(&|v| (axes.x_label)(*v))
-        .y_label_formatter(&|v| short(*v))
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 15))
-        .draw()
+        .caption(&p.title, text(20))
+        .margin(10)
+        .margin_right(20)
+        .x_label_area_size(46)
+        .y_label_area_size(label_w);
+    // Room right of the longest bar for its value.
+    if p.log {
+        let (x0, x1) = (lo / 2.0, hi * 6.0);
+        let mut chart = chart
+            .build_cartesian_2d((x0..x1).log_scale(), 0.0..n)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(0)
+            .x_labels(8)
+            .x_desc(p.x_desc.as_str())
+            .x_label_formatter(&|v| short(*v))
+            .label_style(text(15))
+            .axis_desc_style(text(15))
+            .draw()
+            .map_err(err)?;
+        bars(area, &mut chart, p, x0, x1)
+    } else {
+        let (x0, x1) = (0.0, hi * 1.35);
+        let mut chart = chart.build_cartesian_2d(x0..x1, 0.0..n).map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(0)
+            .x_labels(6)
+            .x_desc(p.x_desc.as_str())
+            .x_label_formatter(&|v| short(*v))
+            .label_style(text(15))
+            .axis_desc_style(text(15))
+            .draw()
+            .map_err(err)?;
+        bars(area, &mut chart, p, x0, x1)
+    }
+}
+
+/// Draws `p`'s bars, whiskers, values and labels on `chart` (x from `x0` to `x1`, row
+/// `i` from the top between `n - i - 1` and `n - i`).
+fn bars<DB, X>(
+    area: &DrawingArea<DB, Shift>,
+    chart: &mut ChartContext<DB, Cartesian2d<X, plotters::coord::types::RangedCoordf64>>,
+    p: &BarPanel,
+    x0: f64,
+    x1: f64,
+) -> DrawResult
+where
+    DB: DrawingBackend,
+    X: Ranged<ValueType = f64>,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let n = p.bars.len() as f64;
+    let base = area.get_base_pixel();
+    for (i, b) in p.bars.iter().enumerate() {
+        let top = n - i as f64;
+        let mid = top - 0.5;
+        if b.look.family.highlighted() {
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(x0, top), (x1, top - 1.0)],
+                    RGBColor(255, 244, 214).filled(),
+                )))
+                .map_err(err)?;
+        }
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(x0, top - 0.18), (b.value, top - 0.82)],
+                b.look.colour.filled(),
+            )))
+            .map_err(err)?;
+        let mut end = b.value;
+        let mut figure = short(b.value);
+        if let Some(p99) = b.p99.filter(|v| *v >= b.value) {
+            let ink = BLACK.stroke_width(2);
+            chart
+                .draw_series([
+                    PathElement::new(vec![(b.value, mid), (p99, mid)], ink),
+                    PathElement::new(vec![(p99, top - 0.2), (p99, top - 0.8)], ink),
+                ])
+                .map_err(err)?;
+            end = p99;
+            figure = format!("{figure}  (p99 {})", short(p99));
+        }
+        let (px, py) = chart.backend_coord(&(end, mid));
+        area.draw(&Text::new(
+            figure,
+            (px - base.0 + 6, py - base.1),
+            text(14).pos(Pos::new(HPos::Left, VPos::Center)),
+        ))
         .map_err(err)?;
-    for s in all {
-        let index = names.iter().position(|n| *n == s.method).unwrap_or(0);
-        let style = colour(index).stroke_width(stroke(s.method));
-        chart
-            .draw_series(LineSeries::new(s.points.iter().copied(), style))
-            .map_err(err)?;
-        chart
-            .draw_series(
-                s.points
-                    .iter()
-                    .map(|&p| Circle::new(p, 3, colour(index).filled())),
-            )
-            .map_err(err)?;
+        let (lx, ly) = chart.backend_coord(&(x0, mid));
+        let colour = if b.look.family.highlighted() {
+            b.look.colour
+        } else {
+            BLACK
+        };
+        area.draw(&Text::new(
+            b.label.clone(),
+            (lx - base.0 - 8, ly - base.1),
+            text(16)
+                .color(&colour)
+                .pos(Pos::new(HPos::Right, VPos::Center)),
+        ))
+        .map_err(err)?;
     }
     Ok(())
 }
 
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, cells: &[Cell]) -> DrawResult {
-    let names = methods(cells);
-    let panels: Vec<(Axes, Vec<Series>)> = [Mode::Latency, Mode::Throughput]
-        .into_iter()
-        .map(|m| (Axes::of(m), series(cells, m, &names)))
-        .filter(|(_, s)| !s.is_empty())
-        .collect();
-    draw_panels(root, &panels, &names)
-}
-
-/// The pub/sub chart: a panel per message size, p50 latency (µs) against the number of
-/// subscribers, one series per method.
-fn draw_pubsub<DB: DrawingBackend>(
-    root: DrawingArea<DB, Shift>,
-    cells: &[PubSubCell],
-) -> DrawResult {
-    let mut names: Vec<&str> = Vec::new();
-    let mut sizes: Vec<usize> = Vec::new();
-    for c in cells {
-        if !names.contains(&c.method.as_str()) {
-            names.push(&c.method);
-        }
-        if !sizes.contains(&c.size) {
-            sizes.push(c.size);
-        }
-    }
-    let panels: Vec<(Axes, Vec<Series>)> = sizes
-        .iter()
-        .map(|&size| {
-            let series = names
-                .iter()
-                .map(|&method| {
-                    let mut points: Vec<(f64, f64)> = cells
-                        .iter()
-                        .filter(|c| c.method == method && c.size == size)
-                        .filter(|c| c.status == Status::Ok)
-                        .filter_map(|c| {
-                            let p50 = c.summary.as_ref()?.latency_ns.p50 as f64 / 1000.0;
-                            (p50 > 0.0).then_some((c.subscribers as f64, p50))
-                        })
-                        .collect();
-                    points.sort_by(|a, b| a.0.total_cmp(&b.0));
-                    Series { method, points }
-                })
-                .filter(|s| !s.points.is_empty())
-                .collect();
-            let axes = Axes {
-                title: format!("pubsub {}: p50 latency vs subscribers", size::human(size)),
-                x_desc: "subscribers (log)",
-                y_desc: "publish → subscriber p50 (µs, log)",
-                x_label: |v| format!("{}", v.round()),
-            };
-            (axes, series)
-        })
-        .filter(|(_, s): &(Axes, Vec<Series>)| !s.is_empty())
-        .collect();
-    draw_panels(root, &panels, &names)
-}
-
-fn draw_panels<DB: DrawingBackend>(
-    root: DrawingArea<DB, Shift>,
-    panels: &[(Axes, Vec<Series>)],
-    names: &[&str],
+/// The title line and a legend row of the families (or methods) shown, with their
+/// colours (and markers for line charts).
+fn header<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    subtitle: &str,
+    entries: &[(String, Look)],
+    markers: bool,
 ) -> DrawResult {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(err)?;
-    if panels.is_empty() {
-        root.draw(&Text::new(
-            "no measured results to plot",
-            (40, 40),
-            (FONT, 24).into_font(),
+    area.draw(&Text::new(title.to_string(), (16, 10), text(24)))
+        .map_err(err)?;
+    area.draw(&Text::new(subtitle.to_string(), (16, 40), text(15)))
+        .map_err(err)?;
+    let mut x = 16;
+    let y = 74;
+    for (name, look) in entries {
+        if markers {
+            area.draw(&PathElement::new(
+                vec![(x, y), (x + 30, y)],
+                look.colour.stroke_width(3),
+            ))
+            .map_err(err)?;
+            draw_marker(area, (x + 15, y), look)?;
+        } else {
+            area.draw(&Rectangle::new(
+                [(x, y - 8), (x + 30, y + 8)],
+                look.colour.filled(),
+            ))
+            .map_err(err)?;
+        }
+        area.draw(&Text::new(
+            name.clone(),
+            (x + 38, y),
+            text(16).pos(Pos::new(HPos::Left, VPos::Center)),
         ))
         .map_err(err)?;
-        return root.present().map_err(err);
+        x += 38 + 10 * name.chars().count() as i32 + 28;
     }
-    // Only methods with at least one point get a legend entry, keeping their colour.
-    let shown: Vec<&str> = names
-        .iter()
-        .copied()
-        .filter(|n| panels.iter().any(|(_, s)| s.iter().any(|s| s.method == *n)))
-        .collect();
-    let (charts, side) = root.split_horizontally(WIDTH - LEGEND_W);
-    let areas = charts.split_evenly((1, panels.len()));
-    for ((axes, series), area) in panels.iter().zip(&areas) {
-        panel(area, axes, series, names)?;
+    Ok(())
+}
+
+fn draw_marker<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    (x, y): (i32, i32),
+    look: &Look,
+) -> DrawResult {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let c = look.colour;
+    let r = 6;
+    match look.marker {
+        Marker::Circle => area.draw(&Circle::new((x, y), r, c.filled())),
+        Marker::Ring => area.draw(&Circle::new((x, y), r, c.stroke_width(2))),
+        Marker::Square => area.draw(&Rectangle::new(
+            [(x - r + 1, y - r + 1), (x + r - 1, y + r - 1)],
+            c.filled(),
+        )),
+        Marker::Triangle => area.draw(&Polygon::new(
+            vec![(x, y - r - 1), (x - r, y + r - 1), (x + r, y + r - 1)],
+            c.filled(),
+        )),
+        Marker::Diamond => area.draw(&Polygon::new(
+            vec![(x, y - r - 1), (x + r, y), (x, y + r + 1), (x - r, y)],
+            c.filled(),
+        )),
+        Marker::Cross => {
+            area.draw(&PathElement::new(
+                vec![(x - r, y - r), (x + r, y + r)],
+                c.stroke_width(3),
+            ))
+            .map_err(err)?;
+            area.draw(&PathElement::new(
+                vec![(x - r, y + r), (x + r, y - r)],
+                c.stroke_width(3),
+            ))
+        }
     }
-    let entries: Vec<(usize, &str)> = shown
+    .map_err(err)
+}
+
+/// The families present among `methods`, each with its base colour, in legend order.
+fn family_entries(methods: &[&str]) -> Vec<(String, Look)> {
+    Family::ALL
         .iter()
-        .map(|n| (names.iter().position(|m| m == n).unwrap_or(0), *n))
-        .collect();
-    legend(&side, &entries)?;
+        .filter(|f| methods.iter().any(|m| Family::of(m) == **f))
+        .map(|&f| {
+            let (r, g, b) = f.base();
+            (
+                f.name().to_string(),
+                Look {
+                    family: f,
+                    colour: RGBColor(r, g, b),
+                    marker: Marker::Circle,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Lays `panels` out in a grid of `cols` columns under the header and draws them.
+fn grid<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    panels: &[BarPanel],
+    cols: usize,
+) -> DrawResult {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let (_, body) = root.split_vertically(HEADER_H);
+    let cols = cols.max(1);
+    let rows = panels.len().div_ceil(cols).max(1);
+    let areas = body.split_evenly((rows, cols));
+    for (p, a) in panels.iter().zip(&areas) {
+        if p.bars.is_empty() {
+            a.draw(&Text::new(
+                format!("{}: nothing measured", p.title),
+                (20, 40),
+                text(18),
+            ))
+            .map_err(err)?;
+        } else {
+            bar_panel(a, p)?;
+        }
+    }
+    Ok(())
+}
+
+/// Height for `rows` rows of panels of up to `bars` bars each.
+fn grid_height(rows: usize, bars: usize) -> u32 {
+    HEADER_H + rows.max(1) as u32 * (PANEL_EXTRA_H + bars.max(1) as u32 * ROW_H)
+}
+
+fn nothing<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>) -> DrawResult {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.draw(&Text::new(
+        "no measured results to plot",
+        (40, 40),
+        text(24),
+    ))
+    .map_err(err)?;
     root.present().map_err(err)
 }
 
-/// The legend: one row per method with its colour (the index into all methods).
-fn legend<DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
-    entries: &[(usize, &str)],
-) -> DrawResult {
-    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    let text = TextStyle::from((FONT, 15).into_font()).color(&BLACK);
-    area.draw(&Text::new("method", (10, 40), text.clone()))
-        .map_err(err)?;
-    for (row, &(index, name)) in entries.iter().enumerate() {
-        let y = 70 + row as i32 * 22;
-        area.draw(&Rectangle::new(
-            [(10, y + 4), (40, y + 4 + stroke(name) as i32)],
-            colour(index).filled(),
-        ))
-        .map_err(err)?;
-        area.draw(&Circle::new((25, y + 5), 3, colour(index).filled()))
-            .map_err(err)?;
-        area.draw(&Text::new(name.to_string(), (50, y - 3), text.clone()))
-            .map_err(err)?;
-    }
-    Ok(())
+/// A figure: its pixel size and how to draw it on any backend.
+trait Figure {
+    fn size(&self) -> (u32, u32);
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult;
 }
 
-/// Writes the pub/sub chart of `cells` to `path`, as SVG or PNG by its extension.
-pub fn write_pubsub(path: &Path, cells: &[PubSubCell]) -> Result<(), String> {
+fn write_figure(path: &Path, figure: &impl Figure) -> Result<(), String> {
     register_font();
+    let size = figure.size();
     let result = match Format::of(path)? {
-        Format::Svg => draw_pubsub(
-            SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area(),
-            cells,
-        ),
-        Format::Png => draw_pubsub(
-            BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area(),
-            cells,
-        ),
+        Format::Svg => {
+            let root = SVGBackend::new(path, size).into_drawing_area();
+            root.fill(&WHITE).map_err(|e| e.to_string())?;
+            figure.draw(&root)
+        }
+        Format::Png => {
+            let root = BitMapBackend::new(path, size).into_drawing_area();
+            root.fill(&WHITE).map_err(|e| e.to_string())?;
+            figure.draw(&root)
+        }
     };
     result.map_err(|e| format!("plot {}: {e}", path.display()))
+}
+
+// --- point-to-point -------------------------------------------------------------------
+
+/// The point-to-point figure: a row per mode, a panel per message size, methods as bars
+/// sorted best first.
+struct PingPong<'a> {
+    cells: &'a [Cell],
+    modes: Vec<Mode>,
+    sizes: Vec<usize>,
+}
+
+impl<'a> PingPong<'a> {
+    fn new(cells: &'a [Cell]) -> PingPong<'a> {
+        let ok = || {
+            cells
+                .iter()
+                .filter(|c| c.status == Status::Ok && figure(c).is_some())
+        };
+        let modes = [Mode::Latency, Mode::Throughput]
+            .into_iter()
+            .filter(|m| ok().any(|c| c.mode == *m))
+            .collect();
+        let mut sizes: Vec<usize> = ok().map(|c| c.size).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        PingPong {
+            cells,
+            modes,
+            sizes,
+        }
+    }
+
+    fn methods(&self) -> Vec<&'a str> {
+        first_seen(self.cells.iter().map(|c| c.method.as_str()))
+    }
+
+    fn panels(&self) -> Vec<BarPanel> {
+        let looks = looks(&self.methods());
+        let mut out = Vec::new();
+        for &mode in &self.modes {
+            for &size in &self.sizes {
+                let bars = self
+                    .cells
+                    .iter()
+                    .filter(|c| c.mode == mode && c.size == size && c.status == Status::Ok)
+                    .filter_map(|c| {
+                        Some(Bar {
+                            label: c.method.clone(),
+                            value: figure(c)?,
+                            p99: c
+                                .summary
+                                .as_ref()
+                                .and_then(|s| s.rtt_ns)
+                                .map(|p| p.p99 as f64 / 1000.0),
+                            look: look_of(&looks, &c.method),
+                        })
+                    })
+                    .collect();
+                let (title, x_desc) = match mode {
+                    Mode::Latency => (
+                        format!("latency, {} messages", size::human(size)),
+                        "round trip p50 (µs, log) — whisker to p99; shorter is better",
+                    ),
+                    Mode::Throughput => (
+                        format!("throughput, {} messages", size::human(size)),
+                        "MiB/s (log); longer is better",
+                    ),
+                };
+                out.push(
+                    BarPanel {
+                        title,
+                        x_desc: x_desc.into(),
+                        bars,
+                        log: true,
+                    }
+                    .sorted(mode == Mode::Latency),
+                );
+            }
+        }
+        out
+    }
+
+    fn max_bars(&self) -> usize {
+        self.panels()
+            .iter()
+            .map(|p| p.bars.len())
+            .max()
+            .unwrap_or(1)
+    }
+}
+
+impl Figure for PingPong<'_> {
+    fn size(&self) -> (u32, u32) {
+        let cols = self.sizes.len().max(1) as u32;
+        (
+            (cols * 760).max(1200),
+            grid_height(self.modes.len(), self.max_bars()),
+        )
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult {
+        if self.modes.is_empty() {
+            return nothing(root);
+        }
+        header(
+            root,
+            "shmlink-bench: point to point",
+            "one panel per mode and message size; bars sorted best first; shmlink, iceoryx2 \
+             and ZeroMQ rows shaded; colour = family of methods",
+            &family_entries(&self.methods()),
+            false,
+        )?;
+        grid(root, &self.panels(), self.sizes.len())?;
+        root.present().map_err(|e| e.to_string())
+    }
+}
+
+/// The figure plotted for a measured cell: p50 in µs, or MiB/s.
+fn figure(cell: &Cell) -> Option<f64> {
+    let s = cell.summary.as_ref()?;
+    let v = match cell.mode {
+        Mode::Latency => s.rtt_ns?.p50 as f64 / 1000.0,
+        Mode::Throughput => s.bytes_per_s? / (1u64 << 20) as f64,
+    };
+    (v.is_finite() && v > 0.0).then_some(v)
 }
 
 /// Writes the charts of `cells` to `path`, as SVG or PNG by its extension.
 pub fn write(path: &Path, cells: &[Cell]) -> Result<(), String> {
-    register_font();
-    let result = match Format::of(path)? {
-        Format::Svg => draw(
-            SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area(),
-            cells,
-        ),
-        Format::Png => draw(
-            BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area(),
-            cells,
-        ),
-    };
-    result.map_err(|e| format!("plot {}: {e}", path.display()))
+    write_figure(path, &PingPong::new(cells))
+}
+
+// --- pub/sub --------------------------------------------------------------------------
+
+/// The pub/sub figure: per message size, p50 against the number of subscribers (a line
+/// per method, distinct colour and marker), and the methods as sorted bars (p50, whisker
+/// to p99) at the most subscribers measured.
+struct PubSub<'a> {
+    cells: Vec<&'a PubSubCell>,
+    sizes: Vec<usize>,
+}
+
+/// p50 and p99 latency of a pub/sub cell, µs.
+fn pubsub_figures(c: &PubSubCell) -> Option<(f64, f64)> {
+    let l = &c.summary.as_ref()?.latency_ns;
+    let p50 = l.p50 as f64 / 1000.0;
+    (c.status == Status::Ok && p50 > 0.0).then_some((p50, l.p99 as f64 / 1000.0))
+}
+
+impl<'a> PubSub<'a> {
+    fn new(cells: &'a [PubSubCell]) -> PubSub<'a> {
+        let cells: Vec<&PubSubCell> = cells
+            .iter()
+            .filter(|c| pubsub_figures(c).is_some())
+            .collect();
+        let mut sizes: Vec<usize> = cells.iter().map(|c| c.size).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        PubSub { cells, sizes }
+    }
+
+    fn methods(&self) -> Vec<&'a str> {
+        first_seen(self.cells.iter().map(|c| c.method.as_str()))
+    }
+
+    fn bar_panels(&self, looks: &[(&str, Look)]) -> Vec<BarPanel> {
+        self.sizes
+            .iter()
+            .map(|&size| {
+                let here: Vec<&&PubSubCell> =
+                    self.cells.iter().filter(|c| c.size == size).collect();
+                let most = here.iter().map(|c| c.subscribers).max().unwrap_or(0);
+                let bars = here
+                    .iter()
+                    .filter(|c| c.subscribers == most)
+                    .filter_map(|c| {
+                        let (p50, p99) = pubsub_figures(c)?;
+                        Some(Bar {
+                            label: c.method.clone(),
+                            value: p50,
+                            p99: Some(p99),
+                            look: look_of(looks, &c.method),
+                        })
+                    })
+                    .collect();
+                BarPanel {
+                    title: format!(
+                        "{} messages, {most} subscriber{}",
+                        size::human(size),
+                        if most == 1 { "" } else { "s" }
+                    ),
+                    x_desc: "publish → subscriber p50 (µs, log) — whisker to p99".into(),
+                    bars,
+                    log: true,
+                }
+                .sorted(true)
+            })
+            .collect()
+    }
+
+    fn line_panel<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        size: usize,
+        looks: &[(&str, Look)],
+    ) -> DrawResult {
+        let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+        let here: Vec<&&PubSubCell> = self.cells.iter().filter(|c| c.size == size).collect();
+        let xs = || here.iter().map(|c| c.subscribers as f64);
+        let ys = || here.iter().filter_map(|c| pubsub_figures(c).map(|f| f.0));
+        let x0 = xs().fold(f64::INFINITY, f64::min);
+        let x1 = xs().fold(0.0, f64::max);
+        let (x0, x1) = if x1 > x0 {
+            (x0 / 1.3, x1 * 1.3)
+        } else {
+            (x0 / 2.0, x0 * 2.0)
+        };
+        let (y0, y1) = (
+            ys().fold(f64::INFINITY, f64::min) / 1.6,
+            ys().fold(0.0, f64::max) * 1.6,
+        );
+        let mut counts: Vec<f64> = xs().collect();
+        counts.sort_by(f64::total_cmp);
+        counts.dedup();
+        let mut chart = ChartBuilder::on(area)
+            .caption(
+                format!("{} messages: p50 vs subscribers", size::human(size)),
+                text(20),
+            )
+            .margin(10)
+            .margin_right(20)
+            .x_label_area_size(46)
+            .y_label_area_size(70)
+            .build_cartesian_2d(
+                (x0..x1).log_scale().with_key_points(counts),
+                (y0..y1).log_scale(),
+            )
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("subscribers (log)")
+            .y_desc("p50 (µs, log)")
+            .x_label_formatter(&|v| format!("{}", v.round()))
+            .y_label_formatter(&|v| short(*v))
+            .label_style(text(15))
+            .axis_desc_style(text(15))
+            .draw()
+            .map_err(err)?;
+        let base = area.get_base_pixel();
+        for method in self.methods() {
+            let look = look_of(looks, method);
+            let mut points: Vec<(f64, f64)> = here
+                .iter()
+                .filter(|c| c.method == method)
+                .filter_map(|c| Some((c.subscribers as f64, pubsub_figures(c)?.0)))
+                .collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let width = if look.family == Family::Shmlink { 4 } else { 2 };
+            chart
+                .draw_series(LineSeries::new(
+                    points.iter().copied(),
+                    look.colour.stroke_width(width),
+                ))
+                .map_err(err)?;
+            for p in &points {
+                let (px, py) = chart.backend_coord(p);
+                draw_marker(area, (px - base.0, py - base.1), &look)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Figure for PubSub<'_> {
+    fn size(&self) -> (u32, u32) {
+        let cols = self.sizes.len().max(1) as u32;
+        let bars = self.methods().len();
+        (
+            (cols * 800).max(1200),
+            HEADER_H + 520 + PANEL_EXTRA_H + bars.max(1) as u32 * ROW_H,
+        )
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult {
+        if self.cells.is_empty() {
+            return nothing(root);
+        }
+        let methods = self.methods();
+        let looks = looks(&methods);
+        let entries: Vec<(String, Look)> = looks.iter().map(|(m, l)| (m.to_string(), *l)).collect();
+        header(
+            root,
+            "shmlink-bench --pattern pubsub",
+            "top: p50 against the number of subscribers; bottom: every method at the most \
+             subscribers, sorted best first (shmlink, iceoryx2 and ZeroMQ rows shaded)",
+            &entries,
+            true,
+        )?;
+        let (_, body) = root.split_vertically(HEADER_H);
+        let (lines, bars) = body.split_vertically(520);
+        let line_areas = lines.split_evenly((1, self.sizes.len().max(1)));
+        for (&size, area) in self.sizes.iter().zip(&line_areas) {
+            self.line_panel(area, size, &looks)?;
+        }
+        let panels = self.bar_panels(&looks);
+        let bar_areas = bars.split_evenly((1, panels.len().max(1)));
+        for (p, area) in panels.iter().zip(&bar_areas) {
+            bar_panel(area, p)?;
+        }
+        root.present().map_err(|e| e.to_string())
+    }
+}
+
+/// Writes the pub/sub chart of `cells` to `path`, as SVG or PNG by its extension.
+pub fn write_pubsub(path: &Path, cells: &[PubSubCell]) -> Result<(), String> {
+    write_figure(path, &PubSub::new(cells))
+}
+
+// --- apps -----------------------------------------------------------------------------
+
+/// One row of `--pattern apps`: a program's metric over plain TCP and under shmlink.
+#[derive(Clone, Debug)]
+pub struct AppPair {
+    pub program: String,
+    pub metric: String,
+    pub unit: String,
+    pub higher_is_better: bool,
+    pub tcp: f64,
+    pub shmlink: f64,
+    /// Above 1: shmlink better.
+    pub ratio: f64,
+}
+
+/// The apps figure: a small panel per (program, metric) with the TCP and shmlink bars.
+struct Apps<'a> {
+    rows: &'a [AppPair],
+}
+
+const APP_COLS: usize = 3;
+
+impl Apps<'_> {
+    fn panels(&self) -> Vec<BarPanel> {
+        let looks = looks(&["shmlink", "tcp"]);
+        self.rows
+            .iter()
+            .map(|r| {
+                let bar = |label: &str, value: f64, method: &str| Bar {
+                    label: label.into(),
+                    value,
+                    p99: None,
+                    look: look_of(&looks, method),
+                };
+                BarPanel {
+                    title: format!("{} {}: shmlink {:.2}x", r.program, r.metric, r.ratio),
+                    x_desc: format!(
+                        "{} ({})",
+                        r.unit,
+                        if r.higher_is_better {
+                            "longer is better"
+                        } else {
+                            "shorter is better"
+                        }
+                    ),
+                    bars: vec![
+                        bar("TCP", r.tcp, "tcp"),
+                        bar("shmlink", r.shmlink, "shmlink"),
+                    ],
+                    log: false,
+                }
+            })
+            .collect()
+    }
+}
+
+impl Figure for Apps<'_> {
+    fn size(&self) -> (u32, u32) {
+        let rows = self.rows.len().div_ceil(APP_COLS).max(1);
+        (1800, HEADER_H + rows as u32 * (PANEL_EXTRA_H + 2 * 40))
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult {
+        if self.rows.is_empty() {
+            return nothing(root);
+        }
+        header(
+            root,
+            "shmlink-bench --pattern apps",
+            "each program over plain TCP loopback and preloaded (shmlink run); median of the \
+             rounds; ratio > 1: shmlink better",
+            &family_entries(&["shmlink", "tcp"]),
+            false,
+        )?;
+        grid(root, &self.panels(), APP_COLS)?;
+        root.present().map_err(|e| e.to_string())
+    }
+}
+
+/// Writes the apps chart of `rows` to `path`, as SVG or PNG by its extension.
+pub fn write_apps(path: &Path, rows: &[AppPair]) -> Result<(), String> {
+    write_figure(path, &Apps { rows })
 }
 
 #[cfg(test)]
@@ -481,6 +1087,112 @@ mod tests {
         assert!(bytes.len() > 1000, "PNG of {} bytes", bytes.len());
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A pub/sub cell with p50 `p50` ns and p99 three times that.
+    fn pubsub_cell(method: &str, size: usize, subscribers: usize, p50: u64) -> PubSubCell {
+        let p = |v: u64| Percentiles {
+            p50: v,
+            p90: 2 * v,
+            p99: 3 * v,
+            p999: 4 * v,
+            max: 5 * v,
+        };
+        PubSubCell {
+            method: method.into(),
+            size,
+            subscribers,
+            status: Status::Ok,
+            note: None,
+            runs: vec![],
+            summary: Some(crate::pubsub::suite::Summary {
+                latency_ns: p(p50),
+                per_subscriber_ns: vec![p(p50); subscribers],
+                pub_us_per_msg: 1.0,
+                pub_cpu_us_per_msg: 1.0,
+                pub_process_cpu_us_per_msg: 1.0,
+                sub_cpu_us_per_msg: 1.0,
+                spread_pct: 1.0,
+            }),
+        }
+    }
+
+    #[test]
+    fn pubsub_and_apps_render() {
+        let dir = temp_dir("shapes");
+        let mut cells = Vec::new();
+        for method in crate::pubsub::METHODS.iter().map(|m| m.name()) {
+            for size in [64, 65536] {
+                for (k, n) in [1usize, 2, 4, 8, 16].into_iter().enumerate() {
+                    cells.push(pubsub_cell(method, size, n, 1000 * (k as u64 + 1)));
+                }
+            }
+        }
+        // A method that measured nothing is left out; a single subscriber count draws.
+        let mut failed = pubsub_cell("redis", 64, 32, 0);
+        failed.status = Status::Failed;
+        failed.summary = None;
+        cells.push(failed);
+        cells.push(pubsub_cell("uds", 1 << 20, 1, 5000));
+        let svg = dir.join("pubsub.svg");
+        write_pubsub(&svg, &cells).unwrap();
+        write_pubsub(&dir.join("pubsub.png"), &cells).unwrap();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        for name in [
+            "shmlink-zc",
+            "iceoryx2",
+            "rabbitmq",
+            "16 subscribers",
+            "p99",
+        ] {
+            assert!(text.contains(name), "{name} missing from the SVG");
+        }
+        write_pubsub(&dir.join("none.svg"), &[]).unwrap();
+
+        let pair = |program: &str, metric: &str, tcp: f64, shmlink: f64| AppPair {
+            program: program.into(),
+            metric: metric.into(),
+            unit: "req/s".into(),
+            higher_is_better: true,
+            tcp,
+            shmlink,
+            ratio: shmlink / tcp,
+        };
+        let rows: Vec<AppPair> = (0..7)
+            .map(|i| pair("redis -c 1", &format!("test{i}"), 1e4, 1.5e4))
+            .collect();
+        let svg = dir.join("apps.svg");
+        write_apps(&svg, &rows).unwrap();
+        write_apps(&dir.join("apps.png"), &rows).unwrap();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(text.contains("redis -c 1 test6: shmlink 1.50x"), "{text}");
+        write_apps(&dir.join("no-apps.svg"), &[]).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn every_method_looks_different() {
+        for names in [
+            crate::methods::METHODS
+                .iter()
+                .map(|m| m.name())
+                .collect::<Vec<_>>(),
+            crate::pubsub::METHODS.iter().map(|m| m.name()).collect(),
+        ] {
+            let looks = looks(&names);
+            for (i, (a, la)) in looks.iter().enumerate() {
+                for (b, lb) in &looks[i + 1..] {
+                    assert!(
+                        la.colour != lb.colour || la.marker != lb.marker,
+                        "{a} and {b} look the same"
+                    );
+                }
+            }
+        }
+        assert_eq!(Family::of("shmlink-shm-zc"), Family::Shmlink);
+        assert_eq!(Family::of("posix-mq"), Family::MessageQueue);
+        assert_eq!(Family::of("shm-futex"), Family::SharedMemoryFloor);
+        assert_eq!(Family::of("rabbitmq"), Family::Broker);
     }
 
     #[test]

@@ -1,11 +1,12 @@
-//! The broker clients against real brokers (`scripts/brokers.sh start`) and against fake
-//! servers that misbehave.
+//! The broker clients (the `redis` crate and `lapin`, wrapped in `brokers::{redis,amqp}`)
+//! against real brokers (`scripts/brokers.sh start`), every byte of every message checked
+//! at every subscriber, and against fake servers that are not brokers.
 //!
 //! A test that needs a broker that is not reachable is skipped with the reason
 //! (`shmlink_testkit::skip`), or fails where `SHMLINK_REQUIRE` names `brokers` (CI). Every
 //! read has a deadline.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
@@ -165,7 +166,7 @@ fn join(handles: Vec<thread::JoinHandle<()>>) {
     }
 }
 
-fn redis_fanout(count: u64, size: usize, window: usize) {
+fn redis_fanout(count: u64, size: usize) {
     let Some(addr) = broker(brokers::redis_addr()) else {
         return;
     };
@@ -181,17 +182,15 @@ fn redis_fanout(count: u64, size: usize, window: usize) {
     });
     let mut publisher = redis::Publisher::connect(addr, &channel).unwrap();
     publisher.wait_for_subscribers(2, READ_DEADLINE).unwrap();
-    publisher.set_window(window).unwrap();
     let messages = Messages::new(size);
     let mut msg = Vec::new();
     for seq in 0..count {
         messages.make(seq, &mut msg);
         publisher.publish(&msg).unwrap();
     }
-    publisher.flush().unwrap();
     join(handles);
     println!(
-        "redis: {count} x {size} B to 2 subscribers (window {window}) in {:?}",
+        "redis: {count} x {size} B to 2 subscribers in {:?}",
         started.elapsed()
     );
 }
@@ -227,22 +226,17 @@ fn amqp_fanout(count: u64, size: usize) {
 
 #[test]
 fn brokers_redis_fanout_8_bytes() {
-    redis_fanout(10_000, 8, 0);
+    redis_fanout(10_000, 8);
 }
 
 #[test]
 fn brokers_redis_fanout_64_kib() {
-    redis_fanout(10_000, 64 << 10, 0);
-}
-
-#[test]
-fn brokers_redis_fanout_pipelined() {
-    redis_fanout(10_000, 100, 64);
+    redis_fanout(10_000, 64 << 10);
 }
 
 #[test]
 fn brokers_redis_fanout_1_mib() {
-    redis_fanout(200, 1 << 20, 0);
+    redis_fanout(200, 1 << 20);
 }
 
 #[test]
@@ -255,16 +249,16 @@ fn brokers_amqp_fanout_64_kib() {
     amqp_fanout(10_000, 64 << 10);
 }
 
-/// 1 MiB bodies are split into 9 frames of at most 128 KiB and reassembled.
+/// 1 MiB bodies are split into 9 frames of at most 128 KiB and reassembled (by lapin).
 #[test]
 fn brokers_amqp_fanout_1_mib() {
     amqp_fanout(200, 1 << 20);
 }
 
-/// `try_recv` and a non-blocking `recv` return at once when nothing is there, and find the
-/// message once it came.
+/// `try_recv` returns at once when nothing is there, and finds the message once it came; a
+/// `recv` with a read timeout stops with `TimedOut`.
 #[test]
-fn brokers_redis_try_recv_and_nonblocking() {
+fn brokers_redis_try_recv_and_timeout() {
     let Some(addr) = broker(brokers::redis_addr()) else {
         return;
     };
@@ -277,12 +271,8 @@ fn brokers_redis_try_recv_and_nonblocking() {
     sub.set_read_timeout(Some(Duration::from_millis(20)))
         .unwrap();
     let err = sub.recv(&mut buf).unwrap_err();
-    assert!(err.to_string().contains("read timed out"), "{err}");
-    sub.set_nonblocking(true).unwrap();
-    assert_eq!(
-        sub.recv(&mut buf).unwrap_err().kind(),
-        io::ErrorKind::WouldBlock
-    );
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+    assert!(sub.set_read_timeout(Some(Duration::ZERO)).is_err());
     publisher.publish(b"one").unwrap();
     publisher.publish(b"").unwrap();
     await_message(|buf| sub.try_recv(buf), &mut buf);
@@ -293,28 +283,21 @@ fn brokers_redis_try_recv_and_nonblocking() {
 }
 
 #[test]
-fn brokers_amqp_try_recv_and_nonblocking() {
+fn brokers_amqp_try_recv_and_timeout() {
     let Some(addr) = broker(brokers::amqp_addr()) else {
         return;
     };
     let exchange = unique("amqp-nb");
     let mut sub = amqp::Subscriber::connect(addr, &exchange).unwrap();
-    assert!(
-        sub.queue().starts_with("amq.gen-"),
-        "queue {:?}",
-        sub.queue()
-    );
     let mut publisher = amqp::Publisher::connect(addr, &exchange).unwrap();
     let mut buf = Vec::new();
     assert!(!sub.try_recv(&mut buf).unwrap());
-    sub.set_nonblocking(true).unwrap();
-    assert_eq!(
-        sub.recv(&mut buf).unwrap_err().kind(),
-        io::ErrorKind::WouldBlock
-    );
+    sub.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let err = sub.recv(&mut buf).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
     publisher.publish(b"one").unwrap();
     publisher.publish(b"").unwrap();
-    publisher.check().unwrap();
     await_message(|buf| sub.try_recv(buf), &mut buf);
     assert_eq!(buf, b"one");
     await_message(|buf| sub.try_recv(buf), &mut buf);
@@ -337,7 +320,7 @@ fn await_message(mut try_recv: impl FnMut(&mut Vec<u8>) -> io::Result<bool>, buf
     }
 }
 
-/// A Channel.Close from RabbitMQ is an error with its reply code and text.
+/// A Channel.Close from RabbitMQ is an error with its text.
 #[test]
 fn brokers_amqp_server_refusal_is_reported() {
     let Some(addr) = broker(brokers::amqp_addr()) else {
@@ -349,11 +332,7 @@ fn brokers_amqp_server_refusal_is_reported() {
         .expect("connect succeeded");
     let text = err.to_string();
     assert_eq!(err.kind(), io::ErrorKind::Other, "{text}");
-    assert!(
-        text.contains("403") && text.contains("ACCESS_REFUSED"),
-        "{text}"
-    );
-    assert!(text.contains("Exchange.Declare"), "{text}");
+    assert!(text.contains("ACCESS_REFUSED"), "{text}");
 }
 
 #[test]
@@ -384,294 +363,43 @@ fn brokers_amqp_oversized_message_is_refused() {
 
 // ---------------------------------------------------------------------- fake servers
 
-/// A server on an ephemeral loopback port that accepts one connection, reads `expect`
-/// bytes from it, writes `reply`, and keeps the connection open until the client closes it.
-fn fake_server(expect: usize, reply: Vec<u8>) -> SocketAddr {
+/// A server on an ephemeral loopback port that accepts one connection, writes `reply`
+/// and closes it.
+fn fake_server(reply: &'static [u8]) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     thread::spawn(move || {
         let (mut stream, _) = listener.accept().unwrap();
-        stream.set_read_timeout(Some(READ_DEADLINE)).unwrap();
-        let mut got = vec![0; expect];
-        if stream.read_exact(&mut got).is_err() {
-            return;
-        }
-        let _ = stream.write_all(&reply);
-        let mut rest = [0; 1024];
-        while matches!(stream.read(&mut rest), Ok(n) if n > 0) {}
+        let _ = stream.write_all(reply);
     });
     addr
 }
 
-fn amqp_frame(kind: u8, channel: u16, payload: &[u8], end: u8) -> Vec<u8> {
-    let mut f = vec![kind];
-    f.extend_from_slice(&channel.to_be_bytes());
-    f.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    f.extend_from_slice(payload);
-    f.push(end);
-    f
-}
-
+/// Something that is not RabbitMQ: connecting is an error naming the address, not a hang.
 #[test]
-fn brokers_fake_amqp_wrong_frame_end_is_invalid_data() {
-    let addr = fake_server(8, amqp_frame(1, 0, b"\x00\x0a\x00\x0a\x00\x09", 0x00));
+fn brokers_fake_amqp_server_is_an_error() {
+    let addr = fake_server(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+    let started = Instant::now();
     let err = amqp::Subscriber::connect(addr, "x")
         .err()
         .expect("connect succeeded");
-    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
-    assert!(err.to_string().contains("instead of 0xce"), "{err}");
+    assert!(err.to_string().contains(&addr.to_string()), "{err}");
+    assert!(started.elapsed() < READ_DEADLINE, "{:?}", started.elapsed());
 }
 
+/// Something that is not Redis: connecting is an error naming the address, not a hang.
 #[test]
-fn brokers_fake_amqp_hostile_frame_size_is_invalid_data() {
-    // A frame header announcing 4 GiB before Connection.Tune.
-    let addr = fake_server(8, b"\x01\x00\x00\xff\xff\xff\xff".to_vec());
-    let err = amqp::Publisher::connect(addr, "x")
+fn brokers_fake_redis_server_is_an_error() {
+    let addr = fake_server(b"$99999999999999999999\r\n");
+    let started = Instant::now();
+    let err = redis::Publisher::connect(addr, "x")
         .err()
         .expect("connect succeeded");
-    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
-    assert!(
-        err.to_string().contains("over the frame size limit"),
-        "{err}"
-    );
-}
-
-#[test]
-fn brokers_fake_amqp_connection_close_reports_the_server_text() {
-    // Connection.Close 501 FRAME_ERROR in reply to Connection.Start.
-    let mut close = b"\x00\x0a\x00\x32\x01\xf5".to_vec();
-    close.push(11);
-    close.extend_from_slice(b"FRAME_ERROR");
-    close.extend_from_slice(b"\x00\x0a\x00\x0a");
-    let addr = fake_server(8, amqp_frame(1, 0, &close, 0xce));
-    let err = amqp::Publisher::connect(addr, "x")
+    assert!(err.to_string().contains(&addr.to_string()), "{err}");
+    let addr = fake_server(b"");
+    let err = redis::Subscriber::connect(addr, "x")
         .err()
         .expect("connect succeeded");
-    assert_eq!(err.kind(), io::ErrorKind::Other, "{err}");
-    assert!(
-        err.to_string()
-            .contains("501 FRAME_ERROR (in reply to Connection.Start)"),
-        "{err}"
-    );
-}
-
-#[test]
-fn brokers_fake_amqp_truncated_method_is_invalid_data() {
-    // Connection.Start whose tables run past the frame.
-    let addr = fake_server(
-        8,
-        amqp_frame(1, 0, b"\x00\x0a\x00\x0a\x00\x09\x00\x00\x10\x00", 0xce),
-    );
-    let err = amqp::Publisher::connect(addr, "x")
-        .err()
-        .expect("connect succeeded");
-    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
-    assert!(
-        err.to_string().contains("truncated Connection.Start"),
-        "{err}"
-    );
-}
-
-#[test]
-fn brokers_fake_redis_hostile_bulk_length_is_invalid_data() {
-    let subscribe = b"*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\nc\r\n";
-    let mut reply = b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n".to_vec();
-    reply.extend_from_slice(b"*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$99999999999\r\n");
-    let addr = fake_server(subscribe.len(), reply);
-    let mut sub = redis::Subscriber::connect(addr, "c").unwrap();
-    sub.set_read_timeout(Some(READ_DEADLINE)).unwrap();
-    let err = sub.recv(&mut Vec::new()).unwrap_err();
-    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
-    assert!(err.to_string().contains("over the limit"), "{err}");
-}
-
-#[test]
-fn brokers_fake_redis_message_for_another_channel_is_invalid_data() {
-    let subscribe = b"*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\nc\r\n";
-    let mut reply = b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n".to_vec();
-    // The message arrives in the same write as the confirmation: it stays buffered.
-    reply.extend_from_slice(b"*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$2\r\nok\r\n");
-    reply.extend_from_slice(b"*3\r\n$7\r\nmessage\r\n$1\r\nd\r\n$2\r\nno\r\n");
-    let addr = fake_server(subscribe.len(), reply);
-    let mut sub = redis::Subscriber::connect(addr, "c").unwrap();
-    sub.set_read_timeout(Some(READ_DEADLINE)).unwrap();
-    let mut buf = Vec::new();
-    sub.recv(&mut buf).unwrap();
-    assert_eq!(buf, b"ok");
-    let err = sub.recv(&mut buf).unwrap_err();
-    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
-    assert!(err.to_string().contains("channel \"d\""), "{err}");
-}
-
-#[test]
-fn brokers_fake_redis_closed_connection_is_eof() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    // Reads the PING (so that closing sends FIN, not RST), then closes.
-    let server = thread::spawn(move || {
-        let (mut stream, _) = listener.accept().unwrap();
-        stream.set_read_timeout(Some(READ_DEADLINE)).unwrap();
-        let mut ping = [0; 14];
-        stream.read_exact(&mut ping).unwrap();
-        assert_eq!(&ping, b"*1\r\n$4\r\nPING\r\n");
-    });
-    let err = redis::Publisher::connect(addr, "c")
-        .err()
-        .expect("connect succeeded");
-    server.join().unwrap();
-    assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
-    assert!(err.to_string().contains("closed the connection"), "{err}");
-}
-
-/// A server that writes `bytes` one byte per write (`TCP_NODELAY`), so that the client
-/// sees messages and frames in many partial reads; it reads nothing (the client's
-/// requests fit in the socket buffer) and keeps the connection open until the client
-/// closes it.
-fn trickling_server(bytes: Vec<u8>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    thread::spawn(move || {
-        let (mut stream, _) = listener.accept().unwrap();
-        stream.set_nodelay(true).unwrap();
-        for b in &bytes {
-            if stream.write_all(std::slice::from_ref(b)).is_err() {
-                return;
-            }
-        }
-        stream.set_read_timeout(Some(READ_DEADLINE)).unwrap();
-        let mut rest = [0; 1024];
-        while matches!(stream.read(&mut rest), Ok(n) if n > 0) {}
-    });
-    addr
-}
-
-#[test]
-fn brokers_fake_redis_messages_in_partial_reads() {
-    let mut script = b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n".to_vec();
-    let payloads: [&[u8]; 3] = [b"first", b"", b"\r\n$3\r\n*1\r\n\0\xff"];
-    for p in payloads {
-        script.extend_from_slice(
-            format!("*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n${}\r\n", p.len()).as_bytes(),
-        );
-        script.extend_from_slice(p);
-        script.extend_from_slice(b"\r\n");
-    }
-    let mut sub = redis::Subscriber::connect(trickling_server(script), "c").unwrap();
-    sub.set_read_timeout(Some(READ_DEADLINE)).unwrap();
-    let mut buf = Vec::new();
-    for p in payloads {
-        sub.recv(&mut buf).unwrap();
-        assert_eq!(buf, p);
-    }
-}
-
-/// A method frame for the fake AMQP server.
-fn amqp_method(channel: u16, id: (u16, u16), args: &[u8]) -> Vec<u8> {
-    let mut payload = id.0.to_be_bytes().to_vec();
-    payload.extend_from_slice(&id.1.to_be_bytes());
-    payload.extend_from_slice(args);
-    amqp_frame(1, channel, &payload, 0xce)
-}
-
-/// Everything a RabbitMQ server says to a subscriber up to Basic.ConsumeOk, frame size
-/// 4096, without waiting for the requests.
-fn amqp_subscriber_handshake() -> Vec<u8> {
-    let mut s = Vec::new();
-    // Start: 0-9, empty server properties, mechanisms, locales.
-    s.extend(amqp_method(
-        0,
-        (10, 10),
-        b"\x00\x09\x00\x00\x00\x00\x00\x00\x00\x0eAMQPLAIN PLAIN\x00\x00\x00\x05en_US",
-    ));
-    // Tune: channel_max 2047, frame_max 4096, heartbeat 60.
-    s.extend(amqp_method(
-        0,
-        (10, 30),
-        b"\x07\xff\x00\x00\x10\x00\x00\x3c",
-    ));
-    s.extend(amqp_method(0, (10, 41), b"\x00"));
-    s.extend(amqp_method(1, (20, 11), b"\x00\x00\x00\x00"));
-    s.extend(amqp_method(1, (40, 11), b""));
-    s.extend(amqp_method(
-        1,
-        (50, 11),
-        b"\x02q1\x00\x00\x00\x00\x00\x00\x00\x00",
-    ));
-    s.extend(amqp_method(1, (50, 21), b""));
-    s.extend(amqp_method(1, (60, 11), b""));
-    s.extend(amqp_method(1, (60, 21), b"\x03tag"));
-    s
-}
-
-/// A delivery of `body` in body frames of at most `chunk` bytes.
-fn amqp_delivery(tag: u64, body: &[u8], chunk: usize) -> Vec<u8> {
-    let mut deliver = b"\x03tag".to_vec();
-    deliver.extend_from_slice(&tag.to_be_bytes());
-    deliver.extend_from_slice(b"\x00\x01x\x00"); // redelivered, exchange "x", routing key ""
-    let mut s = amqp_method(1, (60, 60), &deliver);
-    let mut header = b"\x00\x3c\x00\x00".to_vec();
-    header.extend_from_slice(&(body.len() as u64).to_be_bytes());
-    header.extend_from_slice(b"\x00\x00");
-    s.extend(amqp_frame(2, 1, &header, 0xce));
-    for part in body.chunks(chunk) {
-        s.extend(amqp_frame(3, 1, part, 0xce));
-    }
-    s
-}
-
-#[test]
-fn brokers_fake_amqp_bodies_reassembled_from_partial_reads() {
-    let bodies: Vec<Vec<u8>> = vec![
-        b"small".to_vec(),
-        Vec::new(),
-        (0..10_000u32).map(|i| (i * 7) as u8).collect(),
-    ];
-    let mut script = amqp_subscriber_handshake();
-    script.extend(amqp_frame(8, 0, b"", 0xce)); // a heartbeat in between is ignored
-    for (tag, body) in bodies.iter().enumerate() {
-        script.extend(amqp_delivery(tag as u64 + 1, body, 4096 - 8));
-    }
-    let mut sub = amqp::Subscriber::connect(trickling_server(script), "x").unwrap();
-    assert_eq!(sub.queue(), "q1");
-    sub.set_read_timeout(Some(READ_DEADLINE)).unwrap();
-    let mut buf = Vec::new();
-    for body in &bodies {
-        sub.recv(&mut buf).unwrap();
-        assert_eq!(&buf, body);
-    }
-}
-
-#[test]
-fn brokers_fake_amqp_body_longer_than_announced_is_invalid_data() {
-    let mut script = amqp_subscriber_handshake();
-    let mut delivery = amqp_delivery(1, b"0123456789", 4096 - 8);
-    // Announce 4 bytes in the content header (body size at payload offset 4..12).
-    let header_at = delivery.len() - (8 + 10) - (8 + 14);
-    delivery[header_at + 7 + 4..header_at + 7 + 12].copy_from_slice(&4u64.to_be_bytes());
-    script.extend(delivery);
-    let mut sub = amqp::Subscriber::connect(trickling_server(script), "x").unwrap();
-    sub.set_read_timeout(Some(READ_DEADLINE)).unwrap();
-    let err = sub.recv(&mut Vec::new()).unwrap_err();
-    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
-    assert!(
-        err.to_string()
-            .contains("body frame of 10 bytes where 4 were left"),
-        "{err}"
-    );
-}
-
-#[test]
-fn brokers_fake_amqp_frame_over_negotiated_size_is_invalid_data() {
-    let mut script = amqp_subscriber_handshake();
-    // Frame size 4096 was negotiated; a body frame of 5000 bytes breaks it.
-    script.extend(amqp_delivery(1, &[1; 5000], 5000));
-    let mut sub = amqp::Subscriber::connect(trickling_server(script), "x").unwrap();
-    sub.set_read_timeout(Some(READ_DEADLINE)).unwrap();
-    let err = sub.recv(&mut Vec::new()).unwrap_err();
-    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
-    assert!(
-        err.to_string()
-            .contains("over the frame size limit of 4096"),
-        "{err}"
-    );
+    assert!(err.to_string().contains(&addr.to_string()), "{err}");
+    assert!(started.elapsed() < READ_DEADLINE, "{:?}", started.elapsed());
 }

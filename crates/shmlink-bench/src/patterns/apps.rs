@@ -41,6 +41,8 @@ struct Args {
     /// [`programs::PIPELINED_FACTOR`] times as many.
     requests: u64,
     json: Option<PathBuf>,
+    /// `--plot FILE`: a chart of the rows (SVG or PNG by the extension).
+    plot: Option<PathBuf>,
     lib: Option<PathBuf>,
 }
 
@@ -57,7 +59,7 @@ impl Pattern for Apps {
 (`shmlink run`), alternating; a preloaded row counts only if every connection moved
 to shared memory (docs/transparent.md, Performance). Options: --apps LIST (or
 --methods), --rounds, --duration SECONDS, --requests N, --quick, --json FILE,
---preload-lib PATH."
+--plot FILE (.svg or .png: a panel per program and metric), --preload-lib PATH."
     }
 
     fn flags(&self) -> &'static [&'static str] {
@@ -78,6 +80,7 @@ const FLAGS: &[&str] = &[
     "requests",
     "quick",
     "json",
+    "plot",
     "preload-lib",
 ];
 
@@ -88,8 +91,10 @@ fn config(cli: &Cli) -> Result<Args, UsageError> {
         secs: 2,
         requests: 100_000,
         json: cli.json.clone(),
+        plot: cli.plot.clone(),
         lib: cli.preload_lib.clone(),
     };
+    crate::cli::plot_file(cli)?;
     // `--methods` is another name of `--apps`.
     if let Some(text) = cli.apps.as_ref().or(cli.methods.as_ref()) {
         if text != "all" {
@@ -289,6 +294,23 @@ fn table(rows: &[Row]) -> String {
     s
 }
 
+/// The measured rows, as the plot takes them.
+fn pairs(rows: &[Row]) -> Vec<crate::plot::AppPair> {
+    rows.iter()
+        .filter_map(|r| {
+            Some(crate::plot::AppPair {
+                program: r.program.clone(),
+                metric: r.metric.clone(),
+                unit: r.unit.to_string(),
+                higher_is_better: r.higher_is_better,
+                tcp: r.tcp?,
+                shmlink: r.shmlink?,
+                ratio: r.ratio?,
+            })
+        })
+        .collect()
+}
+
 /// `shmlink-bench --pattern apps ...`.
 fn run(a: Args) -> ExitCode {
     let lib = match find_lib(a.lib.clone()) {
@@ -341,6 +363,15 @@ fn run(a: Args) -> ExitCode {
     if !write_json(a.json.as_deref(), &report) {
         return ExitCode::from(1);
     }
+    if let Some(path) = &a.plot {
+        match crate::plot::write_apps(path, &pairs(&report.results)) {
+            Ok(()) => println!("# wrote {}", path.display()),
+            Err(e) => {
+                eprintln!("shmlink-bench: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     if failed > 0 {
         eprintln!(
             "shmlink-bench: {failed} of {} rows failed",
@@ -371,6 +402,9 @@ mod tests {
         assert!(parse("--pattern apps --apps mysql").is_err());
         assert!(parse("--pattern apps --window 4").is_err());
         assert!(parse("--pattern apps --rounds 0").is_err());
+        assert!(parse("--pattern apps --plot chart.jpg").is_err());
+        let a = parse("--pattern apps --plot chart.png").unwrap();
+        assert_eq!(a.plot, Some(PathBuf::from("chart.png")));
     }
 
     /// The preload's lines for connections from client ports `ports` to port 7000.

@@ -1,5 +1,5 @@
-//! `redis`, `rabbitmq`: publish/subscribe through a message broker on loopback, with the
-//! suite's own minimal clients ([`crate::brokers`]): Redis `PUBLISH`/`SUBSCRIBE` on a
+//! `redis`, `rabbitmq`: publish/subscribe through a message broker on loopback, with
+//! maintained clients (the `redis` crate and `lapin`, wrapped in [`crate::brokers`]): Redis `PUBLISH`/`SUBSCRIBE` on a
 //! channel named after the run, and a RabbitMQ fanout exchange named after the run with
 //! one server-named queue per subscriber (AMQP 0-9-1). The broker is a third process: a
 //! message goes publisher → broker → each subscriber over TCP.
@@ -132,9 +132,11 @@ impl Method for Broker {
 
     fn about(&self) -> &'static str {
         match self.kind {
-            Kind::Redis => "Redis PUBLISH/SUBSCRIBE through a local redis-server (TCP loopback)",
+            Kind::Redis => {
+                "Redis PUBLISH/SUBSCRIBE through a local redis-server (TCP loopback), redis crate"
+            }
             Kind::Amqp => {
-                "RabbitMQ fanout exchange, a queue per subscriber, AMQP 0-9-1 (TCP loopback)"
+                "RabbitMQ fanout exchange, a queue per subscriber, AMQP 0-9-1 (TCP loopback), lapin"
             }
         }
     }
