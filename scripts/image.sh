@@ -36,6 +36,20 @@ die() {
   exit 1
 }
 
+# build_if_changed TAG CTX HASH: builds CTX/Containerfile as TAG unless TAG already carries
+# the content label HASH.
+build_if_changed() {
+  local tag=$1 ctx=$2 hash=$3 old
+  old=$(podman image inspect --format '{{index .Labels "org.shmlink.content"}}' "$tag" 2>/dev/null || true)
+  if [ "$old" = "$hash" ]; then
+    log "$tag is up to date (content $hash)"
+  else
+    podman build -q --label "org.shmlink.content=$hash" -f "$ctx/Containerfile" -t "$tag" "$ctx" >/dev/null
+    podman image prune -f >/dev/null 2>&1 || true
+    log "built $tag (content $hash)"
+  fi
+}
+
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 uid=10001
 
@@ -113,17 +127,10 @@ cmd_build() {
   ! grep -q -- '--from=' "$ctx/Containerfile" ||
     die "build: deploy/Dockerfile's final stage copies from a stage this script does not know: $(grep -- '--from=' "$ctx/Containerfile")"
   # What the image is made of: every file's path, mode, owner and content.
-  local hash old
+  local hash
   hash=$( (cd "$ctx" && find root run-shmlink tini Containerfile -printf '%p %m %U %l\n' | sort &&
     find root run-shmlink tini Containerfile -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16)
-  old=$(podman image inspect --format '{{index .Labels "org.shmlink.content"}}' "$tag" 2>/dev/null || true)
-  if [ "$old" = "$hash" ]; then
-    log "$tag is up to date (content $hash)"
-  else
-    podman build -q --label "org.shmlink.content=$hash" -f "$ctx/Containerfile" -t "$tag" "$ctx" >/dev/null
-    podman image prune -f >/dev/null 2>&1 || true
-    log "built $tag (content $hash)"
-  fi
+  build_if_changed "$tag" "$ctx" "$hash"
   cmd_list "$tag"
 }
 
@@ -158,17 +165,10 @@ cmd_redis() {
     cp -L "$lib" "$ctx/root$lib"
   done
   printf 'FROM %s\nCOPY root /\n' "$base" >"$ctx/Containerfile"
-  local hash old
+  local hash
   hash=$( (podman image inspect --format '{{.Id}}' "$base" &&
     cd "$ctx" && find root Containerfile -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16)
-  old=$(podman image inspect --format '{{index .Labels "org.shmlink.content"}}' "$tag" 2>/dev/null || true)
-  if [ "$old" = "$hash" ]; then
-    log "$tag is up to date (content $hash)"
-  else
-    podman build -q --label "org.shmlink.content=$hash" -f "$ctx/Containerfile" -t "$tag" "$ctx" >/dev/null
-    podman image prune -f >/dev/null 2>&1 || true
-    log "built $tag (content $hash)"
-  fi
+  build_if_changed "$tag" "$ctx" "$hash"
   podman image inspect --format 'image {{index .RepoTags 0}}: {{.Size}} bytes' "$tag"
 }
 

@@ -58,28 +58,25 @@ def test_round_trip_in_place_copied_and_shortened(echo):
     assert client.counters()["msgs_out"] == 7
 
 
+def staged_round_trip(listen_addr, connect_addr=None):
+    """A reservation that is not in place: staged by the binding, sent at commit."""
+    with shmlink.listen(listen_addr) as listener:
+        client, server = pair(listener, connect_addr or listener.local_addr)
+        buf = client.reserve(5)
+        assert not buf.in_place
+        buf[:] = b"hello"
+        client.commit()
+        assert server.recv() == b"hello"
+        client.close()
+        server.close()
+
+
 def test_in_one_process_the_message_is_copied(addr):
-    with shmlink.listen(addr) as listener:
-        client, server = pair(listener, addr)
-        buf = client.reserve(5)
-        assert not buf.in_place
-        buf[:] = b"hello"
-        client.commit()
-        assert server.recv() == b"hello"
-        client.close()
-        server.close()
+    staged_round_trip(addr, addr)
 
 
-def test_other_transports_stage_the_message(tmp_path):
-    with shmlink.listen("tcp:127.0.0.1:0") as listener:
-        client, server = pair(listener, listener.local_addr)
-        buf = client.reserve(5)
-        assert not buf.in_place
-        buf[:] = b"hello"
-        client.commit()
-        assert server.recv() == b"hello"
-        client.close()
-        server.close()
+def test_other_transports_stage_the_message():
+    staged_round_trip("tcp:127.0.0.1:0")
 
 
 def test_a_slice_kept_after_commit_cannot_write(echo):

@@ -89,7 +89,7 @@ pub fn raise_fd_limit() -> io::Result<(u64, u64)> {
         // SAFETY: `lim` is a valid rlimit; the soft limit is not above the hard one.
         crate::syscall!(setrlimit(libc::RLIMIT_NOFILE, &lim))?;
     }
-    Ok((lim.rlim_cur as u64, lim.rlim_max as u64))
+    Ok((lim.rlim_cur, lim.rlim_max))
 }
 
 /// Sets this thread's `errno`.
