@@ -300,7 +300,8 @@ fn ls_before_any_listener_made_the_rendezvous_directory() {
 #[test]
 fn ls_lists_bridges_from_their_status_files() {
     use shmlink::inspect::{bridge_status_path, write_bridge_status, BridgedTopic};
-    let d = Dir(std::env::temp_dir().join(format!("shmlink-cli-ls-bridges-{}", std::process::id())));
+    let d =
+        Dir(std::env::temp_dir().join(format!("shmlink-cli-ls-bridges-{}", std::process::id())));
     std::fs::create_dir_all(&d.0).unwrap();
     let topic = |export: bool, name: &str, messages: u64| BridgedTopic {
         export,
@@ -312,15 +313,32 @@ fn ls_lists_bridges_from_their_status_files() {
         state: "active".into(),
     };
     let live = bridge_status_path(d.0.as_path(), 1);
-    write_bridge_status(&live, &[topic(true, "sensors", 40), topic(false, "cmds", 3)]).unwrap();
+    write_bridge_status(
+        &live,
+        &[topic(true, "sensors", 40), topic(false, "cmds", 3)],
+    )
+    .unwrap();
     let text = stdout(&ls(&[d.0.as_path().to_str().unwrap()]));
     assert!(text.starts_with("no listeners\n\nBRIDGE"), "{text}");
-    let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split_whitespace().collect()).collect();
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
     assert!(lines.iter().any(|l| l.ends_with(&["live"])), "{text}");
-    let sensors = ["out", "sensors", "shmlink/sensors", "40", "2.5KiB", "2", "active"];
+    let sensors = [
+        "out",
+        "sensors",
+        "shmlink/sensors",
+        "40",
+        "2.5KiB",
+        "2",
+        "active",
+    ];
     assert!(lines.contains(&sensors.to_vec()), "{text}");
     assert!(
-        lines.iter().any(|l| l.starts_with(&["in", "cmds", "shmlink/cmds", "3"])),
+        lines
+            .iter()
+            .any(|l| l.starts_with(&["in", "cmds", "shmlink/cmds", "3"])),
         "{text}"
     );
 
@@ -333,7 +351,10 @@ fn ls_lists_bridges_from_their_status_files() {
         serde_json::from_str(&stdout(&ls(&["--json", d.0.as_path().to_str().unwrap()]))).unwrap();
     let bridges = json["bridges"].as_array().unwrap();
     assert_eq!(bridges.len(), 2, "{json:#}");
-    assert_eq!(bridges[0]["problem"], "not a bridge status file", "{json:#}");
+    assert_eq!(
+        bridges[0]["problem"], "not a bridge status file",
+        "{json:#}"
+    );
     assert_eq!(bridges[1]["live"], false);
     assert!(bridges[1]["age_ms"].as_u64().unwrap() >= 59_000, "{json:#}");
     assert_eq!(bridges[1]["pid"], std::process::id());
@@ -341,6 +362,9 @@ fn ls_lists_bridges_from_their_status_files() {
     assert_eq!(bridges[1]["topics"][0]["messages"], 40);
     assert_eq!(bridges[1]["topics"][1]["key"], "shmlink/cmds");
     let text = stdout(&ls(&[d.0.as_path().to_str().unwrap()]));
-    assert!(text.contains("stale: not rewritten, the bridge is gone"), "{text}");
+    assert!(
+        text.contains("stale: not rewritten, the bridge is gone"),
+        "{text}"
+    );
     assert!(!text.contains('\x1b'), "{text:?}");
 }

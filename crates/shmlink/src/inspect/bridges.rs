@@ -94,7 +94,10 @@ pub fn write_bridge_status(path: &Path, topics: &[BridgedTopic]) -> io::Result<(
             t.state.replace(|c: char| c.is_control(), " "),
         ));
     }
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("bridge");
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("bridge");
     let tmp = path.with_file_name(format!(".{name}.tmp"));
     let mut f = fs::File::create(&tmp)?;
     f.write_all(text.as_bytes())?;
