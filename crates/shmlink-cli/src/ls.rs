@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
-use shmlink::inspect::{ConnectionStatus, ListenerStatus, SocketReport, SocketState};
+use shmlink::inspect::{BridgeReport, ConnectionStatus, ListenerStatus, SocketReport, SocketState};
 
 /// Longest `--timeout` accepted (one minute).
 const MAX_TIMEOUT_MS: u64 = 60_000;
@@ -48,6 +48,12 @@ published and subscribers; under it a line per subscriber: PID, UID, LAG (messag
 published that it has not read yet) and DROPPED (messages it lost to overwriting, as it
 reports them), and its network address if it subscribed over tcp:/tls:/auto:.
 
+Bridges (shmlink-zenoh, docs/zenoh.md) keep a status file in DIR, rewritten every
+second: a line per bridge (its PID, when it last wrote, live or stale: not rewritten for
+5 s, a bridge that died), and under it a line per topic it carries: WAY (out: a local
+topic sent to Zenoh; in: brought in), the local topic, the remote key, messages, bytes
+and messages dropped on the way, and its state.
+
 With --vm [REGION]: instead of DIR, the listeners and connection slots of a vm: region
 (docs/vms.md), read from the region itself: REGION is the host's backing file or a
 guest's .../resource2 (default: $SHMLINK_VM_REGION, else the guest's ivshmem device).
@@ -59,14 +65,16 @@ listed under \"(no listener)\". With --json: {\"region\", \"size\", \"ring\", \"
 \"listeners\": [{index, name, pid, alive}], \"connections\": [{slot, state, listener,
 client_pid, server_pid, client_alive, server_alive, c2s_bytes, s2c_bytes}]}.
 
-With --json: one JSON object {\"dir\", \"listeners\": [...], \"topics\": [...]}; each
+With --json: one JSON object {\"dir\", \"listeners\": [...], \"topics\": [...], \"bridges\": [...]}; each
 listener with path, transparent (the TCP address of a transparent-mode registration,
 else null), program (its process's name, else null), state (answered, not_answering, stale, permission_denied, error),
 reason, pid, uid, gid, address, transport, over, started_unix_ms, age_ms, truncated and
 connections [{transport, peer_pid, peer_uid, peer_gid, peer_addr, accepted_unix_ms,
 age_ms, msgs_in, msgs_out, bytes_in, bytes_out}] (null where unknown); each topic with
 path, address, pid, uid, gid, policy, slots, max_msg, published, joined, left, detached,
-truncated and subscribers [{slot, pid, uid, gid, lag, dropped, remote}].
+truncated and subscribers [{slot, pid, uid, gid, lag, dropped, remote}]; \"bridges\":
+[{path, pid, age_ms, live, problem, topics [{direction, topic, key, messages, bytes,
+dropped, state}]}].
 
 Exit status: 0 when DIR could be read (even if some listeners do not answer), 1 if it
 cannot be read, 2 on bad arguments.";
@@ -141,13 +149,19 @@ pub fn run(args: &LsArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // Bridges keep status files beside the sockets; one that cannot be read is left out.
+    let bridges = shmlink::inspect::bridges(&args.dir).unwrap_or_default();
     let now = SystemTime::now();
     let text = if args.json {
-        let mut text = to_json(args, &reports, now).to_string();
+        let mut json = to_json(args, &reports, now);
+        json["bridges"] = bridges.iter().map(bridge_json).collect();
+        let mut text = json.to_string();
         text.push('\n');
         text
     } else {
-        table(&reports, now)
+        let mut text = table(&reports, now);
+        bridge_table(&bridges, &mut text);
+        text
     };
     use std::io::Write;
     // A closed stdout (`| head`) is not worth an error.
@@ -414,6 +428,81 @@ pub fn table(all: &[SocketReport], now: SystemTime) -> String {
         topic_table(&topics, &mut out);
     }
     out
+}
+
+/// The bridges (`shmlink-zenoh`): a line per bridge, its topics indented below it.
+fn bridge_table(bridges: &[BridgeReport], out: &mut String) {
+    if bridges.is_empty() {
+        return;
+    }
+    out.push('\n');
+    let mut rows = vec![vec![
+        "BRIDGE".to_string(),
+        "PID".into(),
+        "UPDATED".into(),
+        "STATE".into(),
+    ]];
+    for b in bridges {
+        let name = b.path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let state = match (&b.problem, b.live) {
+            (Some(p), _) => p.clone(),
+            (None, true) => "live".into(),
+            (None, false) => "stale: not rewritten, the bridge is gone".into(),
+        };
+        rows.push(vec![
+            name.unwrap_or_default(),
+            b.pid.map_or("-".into(), pid_text),
+            format!("{} ago", format_age(b.age)),
+            state,
+        ]);
+        let mut topics = vec![vec![
+            "WAY".to_string(),
+            "TOPIC".into(),
+            "REMOTE KEY".into(),
+            "MSGS".into(),
+            "BYTES".into(),
+            "DROPPED".into(),
+            "STATE".into(),
+        ]];
+        topics.extend(b.topics.iter().map(|t| {
+            vec![
+                if t.export { "out" } else { "in" }.to_string(),
+                t.topic.clone(),
+                t.key.clone(),
+                t.messages.to_string(),
+                format_bytes(t.bytes),
+                t.dropped.to_string(),
+                t.state.clone(),
+            ]
+        }));
+        columns(&rows, &[1], "", out);
+        rows.clear();
+        if b.topics.is_empty() {
+            out.push_str("  (no topics yet)\n");
+        } else {
+            columns(&topics, &[3, 4, 5], "  ", out);
+        }
+    }
+}
+
+/// A bridge's JSON object.
+fn bridge_json(b: &BridgeReport) -> Value {
+    json!({
+        "path": b.path.display().to_string(),
+        "pid": b.pid,
+        "age_ms": b.age.as_millis() as u64,
+        "live": b.live,
+        "problem": b.problem,
+        "topics": b.topics.iter().map(|t| json!({
+            "direction": if t.export { "export" } else { "import" },
+            "topic": t.topic,
+            "key": t.key,
+            "messages": t.messages,
+            "bytes": t.bytes,
+            "dropped": t.dropped,
+            "state": t.state,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// The topics: a line per publisher, its subscribers indented below it.

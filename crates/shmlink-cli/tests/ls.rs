@@ -293,3 +293,78 @@ fn ls_before_any_listener_made_the_rendezvous_directory() {
     assert_eq!(json["topics"], Value::Array(vec![]));
     assert!(!missing.exists(), "ls made {}", missing.display());
 }
+
+/// A bridge's status file (as `shmlink-zenoh` writes it through the library) is listed
+/// with its topics and counters, live while fresh and stale once it is not rewritten;
+/// a file that is not a status file is named as such, its bytes never printed.
+#[test]
+fn ls_lists_bridges_from_their_status_files() {
+    use shmlink::inspect::{bridge_status_path, write_bridge_status, BridgedTopic};
+    let d =
+        Dir(std::env::temp_dir().join(format!("shmlink-cli-ls-bridges-{}", std::process::id())));
+    std::fs::create_dir_all(&d.0).unwrap();
+    let topic = |export: bool, name: &str, messages: u64| BridgedTopic {
+        export,
+        topic: name.into(),
+        key: format!("shmlink/{name}"),
+        messages,
+        bytes: messages * 64,
+        dropped: 2,
+        state: "active".into(),
+    };
+    let live = bridge_status_path(d.0.as_path(), 1);
+    write_bridge_status(
+        &live,
+        &[topic(true, "sensors", 40), topic(false, "cmds", 3)],
+    )
+    .unwrap();
+    let text = stdout(&ls(&[d.0.as_path().to_str().unwrap()]));
+    assert!(text.starts_with("no listeners\n\nBRIDGE"), "{text}");
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(lines.iter().any(|l| l.ends_with(&["live"])), "{text}");
+    let sensors = [
+        "out",
+        "sensors",
+        "shmlink/sensors",
+        "40",
+        "2.5KiB",
+        "2",
+        "active",
+    ];
+    assert!(lines.contains(&sensors.to_vec()), "{text}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(&["in", "cmds", "shmlink/cmds", "3"])),
+        "{text}"
+    );
+
+    // Killed: the file stays and goes stale. And a file in the way that is not one.
+    let f = std::fs::File::options().append(true).open(&live).unwrap();
+    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(60))
+        .unwrap();
+    std::fs::write(d.0.as_path().join("bridge-0-x.status"), "\x1b]0;hi\x07\n").unwrap();
+    let json: Value =
+        serde_json::from_str(&stdout(&ls(&["--json", d.0.as_path().to_str().unwrap()]))).unwrap();
+    let bridges = json["bridges"].as_array().unwrap();
+    assert_eq!(bridges.len(), 2, "{json:#}");
+    assert_eq!(
+        bridges[0]["problem"], "not a bridge status file",
+        "{json:#}"
+    );
+    assert_eq!(bridges[1]["live"], false);
+    assert!(bridges[1]["age_ms"].as_u64().unwrap() >= 59_000, "{json:#}");
+    assert_eq!(bridges[1]["pid"], std::process::id());
+    assert_eq!(bridges[1]["topics"][0]["direction"], "export");
+    assert_eq!(bridges[1]["topics"][0]["messages"], 40);
+    assert_eq!(bridges[1]["topics"][1]["key"], "shmlink/cmds");
+    let text = stdout(&ls(&[d.0.as_path().to_str().unwrap()]));
+    assert!(
+        text.contains("stale: not rewritten, the bridge is gone"),
+        "{text}"
+    );
+    assert!(!text.contains('\x1b'), "{text:?}");
+}

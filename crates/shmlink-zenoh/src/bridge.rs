@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use shmlink::inspect::{SocketState, DEFAULT_INSPECT_TIMEOUT};
+use shmlink::inspect::{self, BridgedTopic, SocketState, DEFAULT_INSPECT_TIMEOUT};
 use shmlink::{ErrorKind, Policy, PubSubOptions, Publisher, Subscriber};
 use zenoh::qos::CongestionControl;
 use zenoh::sample::{Locality, Sample};
@@ -120,6 +120,25 @@ impl Shared {
             .clone()
     }
 
+    fn stats(&self) -> Vec<TopicStats> {
+        let m = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        m.iter()
+            .map(|((topic, import), (key, c))| TopicStats {
+                topic: topic.clone(),
+                direction: if *import {
+                    Direction::Import
+                } else {
+                    Direction::Export
+                },
+                key: key.clone(),
+                messages: c.messages.load(Ordering::Relaxed),
+                bytes: c.bytes.load(Ordering::Relaxed),
+                dropped: c.dropped.load(Ordering::Relaxed),
+                state: c.state.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            })
+            .collect()
+    }
+
     fn spawn(self: &Arc<Self>, name: String, f: impl FnOnce() + Send + 'static) {
         let handle = std::thread::Builder::new()
             .name(name)
@@ -198,6 +217,8 @@ impl Bridge {
             let s = Arc::clone(&shared);
             shared.spawn("shmlink-zenoh-scan".into(), move || scan(&s));
         }
+        let s = Arc::clone(&shared);
+        shared.spawn("shmlink-zenoh-status".into(), move || keep_status(&s));
         Ok(Bridge {
             shared,
             subscribers,
@@ -216,22 +237,7 @@ impl Bridge {
 
     /// The counters of every topic bridged so far, by topic name and direction.
     pub fn stats(&self) -> Vec<TopicStats> {
-        let m = self.shared.stats.lock().unwrap_or_else(|e| e.into_inner());
-        m.iter()
-            .map(|((topic, import), (key, c))| TopicStats {
-                topic: topic.clone(),
-                direction: if *import {
-                    Direction::Import
-                } else {
-                    Direction::Export
-                },
-                key: key.clone(),
-                messages: c.messages.load(Ordering::Relaxed),
-                bytes: c.bytes.load(Ordering::Relaxed),
-                dropped: c.dropped.load(Ordering::Relaxed),
-                state: c.state.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-            })
-            .collect()
+        self.shared.stats()
     }
 
     /// Stops every thread, closes the local topics it published and the Zenoh session.
@@ -271,6 +277,38 @@ impl Drop for Bridge {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The status file `shmlink ls` reads (shmlink::inspect::bridges).
+
+/// Rewrites this bridge's status file in the rendezvous directory every second, while
+/// the directory exists, and removes it when the bridge stops.
+fn keep_status(shared: &Shared) {
+    let path = inspect::bridge_status_path(&shmlink::rendezvous_dir(), shared.id);
+    while !shared.stop.load(Ordering::Relaxed) {
+        let topics: Vec<_> = shared
+            .stats()
+            .into_iter()
+            .map(|t| BridgedTopic {
+                export: t.direction == Direction::Export,
+                topic: t.topic,
+                key: t.key,
+                messages: t.messages,
+                bytes: t.bytes,
+                dropped: t.dropped,
+                state: t.state,
+            })
+            .collect();
+        if let Err(e) = inspect::write_bridge_status(&path, &topics) {
+            tracing::debug!(path = %path.display(), error = %e, "status file not written");
+        }
+        let until = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < until && !shared.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let _ = std::fs::remove_file(&path);
 }
 
 // ---------------------------------------------------------------------------------------

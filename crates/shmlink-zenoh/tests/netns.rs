@@ -125,8 +125,27 @@ fn block() {
     }
     let elapsed = t0.elapsed();
     publisher.tell("exit");
+    // What `shmlink ls` lists of the bridges: each one's status file, live, with the
+    // topic going out on A and coming in on B (rewritten every second, so some count).
+    let listed = |h: usize| shmlink::inspect::bridges(&net.hosts[h].dir).unwrap();
+    for (h, export) in [(0, true), (1, false)] {
+        let seen = listed(h);
+        assert!(
+            seen.len() == 1
+                && seen[0].live
+                && seen[0]
+                    .topics
+                    .iter()
+                    .any(|t| { t.export == export && t.topic == topic && t.messages > 0 }),
+            "host {h}: {seen:?}"
+        );
+    }
     let la = ba.stop(Duration::from_secs(10));
     let lb = bb.stop(Duration::from_secs(10));
+    assert!(
+        listed(0).is_empty() && listed(1).is_empty(),
+        "status files left behind"
+    );
     let out = stats(&la, topic, "out");
     let inn = stats(&lb, topic, "in");
     // The bridges carried the warm-up messages too: at least the stream, nothing lost.

@@ -19,6 +19,9 @@
 //! Publish/subscribe topics (`shm:` and `auto:` publishers) answer with their
 //! subscribers, each one's lag and drops ([`SocketState::Topic`], `pubsub::status`);
 //! a publisher's control thread answers at any time.
+//!
+//! Bridges that carry topics to other hosts are not listeners: each keeps a status file
+//! in the directory, which [`bridges`] reads.
 
 use std::fs;
 use std::io;
@@ -31,6 +34,12 @@ use crate::addr::UnixName;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::socket;
 use crate::transport::shm::handshake::{Packet, MAX_STATUS};
+
+mod bridges;
+pub use bridges::{
+    bridge_status_path, bridges, write_bridge_status, BridgeReport, BridgedTopic,
+    BRIDGE_STALE_AFTER, MAX_BRIDGE_STATUS,
+};
 
 /// How long [`inspect`] waits for answers unless told otherwise.
 pub const DEFAULT_INSPECT_TIMEOUT: Duration = Duration::from_millis(500);
