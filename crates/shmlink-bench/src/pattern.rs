@@ -57,9 +57,12 @@ pub fn suite_flags(own: &[&'static str]) -> Vec<&'static str> {
     [own, SUITE_FLAGS].concat()
 }
 
+/// A child process's role: its name and its main function, which takes the spec.
+pub type ChildRole<'a> = (&'a str, fn(&str) -> ExitCode);
+
 /// Runs the child process `argv` asks for (`ROLE SPEC ...`), if its role is one of
 /// `roles`: with that role's main function and the spec.
-pub fn run_child(argv: &[String], roles: &[(&str, fn(&str) -> ExitCode)]) -> Option<ExitCode> {
+pub fn run_child(argv: &[String], roles: &[ChildRole<'_>]) -> Option<ExitCode> {
     let [role, spec, ..] = argv else {
         return None;
     };

@@ -52,7 +52,7 @@ use crate::output::{self, ProgressOut};
 use crate::pattern::Pattern;
 use crate::report::{Machine, SuiteReport};
 use crate::run::{drive_with, inherit_and_die_with_parent, run_spec_main, RunOutput, RunSpec};
-use crate::suite::{self, interleave, Status, SuiteCell};
+use crate::suite::{self, Status};
 use shmlink_measure::protocol::Stop;
 use shmlink_measure::size;
 use shmlink_measure::stats::median_f64;
@@ -405,7 +405,7 @@ impl Hist {
         }
         let e = 63 - v.leading_zeros(); // >= 7
         let shift = e - 6;
-        (shift * 64 + (v >> shift) as u32) as u32
+        shift * 64 + (v >> shift) as u32
     }
 
     /// The middle of bucket `key`.
@@ -583,26 +583,18 @@ pub struct IdleFigures {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Row {
-    Sessions(SessionsRow),
-    Idle(IdleRow),
+    Sessions(Box<SessionsRow>),
+    Idle(Box<IdleRow>),
 }
 
 /// The `--json` report.
 pub type Report = SuiteReport<SessionsConfig, Row>;
 
-impl SuiteCell for SessionsRow {
-    fn status(&self) -> Status {
-        self.status
-    }
+suite::impl_suite_cell!(SessionsRow, summarize);
 
-    fn note(&self) -> Option<&str> {
-        self.note.as_deref()
-    }
-
-    fn fail(&mut self, note: String) {
-        self.status = Status::Failed;
-        self.note = Some(note);
-    }
+/// A row's summary: the median of its rounds' figures.
+fn summarize(row: &SessionsRow) -> Option<Figures> {
+    median_figures(&row.runs)
 }
 
 /// Child processes killed on drop (unless they were waited for).
@@ -1384,15 +1376,20 @@ fn run(c: &SessionsConfig, json: Option<&Path>) -> ExitCode {
         }
     );
     let mut progress = ProgressOut::new();
-    interleave(
-        &mut rows,
+    let rows = suite::run_cells(
+        rows,
         c.rounds,
         |row, serial| {
             let f = run_row(&exe, c, row, serial)?;
             row.runs.push(f);
             Ok(())
         },
-        |done, total, round, row| {
+        |suite::Progress {
+             done,
+             total,
+             round,
+             cell: row,
+         }| {
             let what = format!(
                 "{} x{} {} {}",
                 row.method,
@@ -1407,9 +1404,6 @@ fn run(c: &SessionsConfig, json: Option<&Path>) -> ExitCode {
         },
     );
     progress.finish();
-    for r in &mut rows {
-        r.summary = median_figures(&r.runs);
-    }
     print!("{}", table(&rows));
     let window = Duration::from_millis(c.idle_window_ms);
     let mut idle = Vec::new();
@@ -1446,8 +1440,8 @@ fn run(c: &SessionsConfig, json: Option<&Path>) -> ExitCode {
         config: c.clone(),
         results: rows
             .into_iter()
-            .map(Row::Sessions)
-            .chain(idle.into_iter().map(Row::Idle))
+            .map(|r| Row::Sessions(Box::new(r)))
+            .chain(idle.into_iter().map(|r| Row::Idle(Box::new(r))))
             .collect(),
     };
     println!("\n# {:.1} s", report.wall_s);

@@ -274,7 +274,7 @@ mod tests {
     #[test]
     fn a_status_file_reads_back_as_written() {
         let dir = Dir::new("bridges");
-        let path = bridge_status_path(dir.path(), 0xabcdef12_3456);
+        let path = bridge_status_path(dir.path(), 0xabcd_ef12_3456);
         let topics = [topic(true, "a"), topic(false, "b")];
         write_bridge_status(&path, &topics).unwrap();
         let found = bridges(dir.path()).unwrap();
