@@ -2,9 +2,9 @@
 //! peer death, pub/sub detach and lag; with the `log-stderr` feature, [`log_to_stderr`]
 //! prints them for the front ends (`SHMLINK_LOG`: docs/c.md and docs/python.md, "Logging").
 //!
-//! [`event!`] forwards to the `tracing` crate's macro of the same level, with the target
-//! `shmlink`, when the feature is on; without it the call expands to nothing — its
-//! arguments are not even evaluated — so the feature costs nothing when off.
+//! The crate's `event!` macro forwards to the `tracing` crate's macro of the same level,
+//! with the target `shmlink`, when the feature is on; without it the call expands to
+//! nothing — its arguments are not even evaluated — so the feature costs nothing when off.
 
 /// `event!(LEVEL, fields…, "message")`: a `tracing` event at `LEVEL` (`debug`, `info`,
 /// `warn`) with target `shmlink`, or nothing without the `tracing` feature.

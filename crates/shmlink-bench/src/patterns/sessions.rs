@@ -58,7 +58,7 @@ use shmlink_measure::size;
 use shmlink_measure::stats::median_f64;
 use shmlink_measure::verify::Sampling;
 
-/// The hidden subcommand of a session's driver: `RUN_CMD SPEC` ([`SessionSpec`]).
+/// The hidden subcommand of a session's driver: `RUN_CMD SPEC` (a `SessionSpec`).
 pub const RUN_CMD: &str = "__sessions-run";
 /// The hidden subcommand of the idle listener: `IDLE_SERVER_CMD METHOD N`.
 pub const IDLE_SERVER_CMD: &str = "__sessions-idle-server";
