@@ -222,14 +222,6 @@ pub fn exit_status(failed: usize, cells: usize, written: bool) -> ExitCode {
     }
 }
 
-/// The command line, for the reports.
-pub fn command_line() -> String {
-    std::iter::once("shmlink-bench".to_string())
-        .chain(std::env::args().skip(1))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -82,7 +82,7 @@ impl<C, R> SuiteReport<C, R> {
             schema,
             pattern: pattern.to_string(),
             shmlink_version: env!("CARGO_PKG_VERSION").to_string(),
-            command: crate::output::command_line(),
+            command: command_line(),
             started_unix,
             wall_s,
             machine: Machine::this(),
@@ -368,6 +368,14 @@ pub fn table(cells: &[Cell]) -> String {
         }
     }
     out
+}
+
+/// The command line, for the reports.
+pub fn command_line() -> String {
+    std::iter::once("shmlink-bench".to_string())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]

@@ -1433,7 +1433,7 @@ fn run(c: &SessionsConfig, json: Option<&Path>) -> ExitCode {
         schema: crate::report::SCHEMA,
         pattern: "sessions".into(),
         shmlink_version: env!("CARGO_PKG_VERSION").to_string(),
-        command: output::command_line(),
+        command: crate::report::command_line(),
         started_unix: started,
         wall_s: t0.elapsed().as_secs_f64(),
         machine: Machine::this(),
