@@ -1,6 +1,6 @@
 //! Runs the built `shmlink ls` against a directory with a `pong --server` process, a
 //! listener in this process holding connections with known counters, and a stale
-//! socket: the table, the JSON, a listener busy with a client shown as not answering,
+//! socket: the table, the JSON, a listener that does not accept shown as not answering,
 //! and the exit codes.
 
 use std::io::{BufRead, BufReader};
@@ -236,16 +236,28 @@ fn ls_lists_listeners_connections_and_stale_sockets() {
     stop.store(true, Ordering::Relaxed);
     server.join().unwrap();
 
-    // pong's server serves one client at a time: while it does, it is not in accept and
-    // does not answer; ls says so, with its pid, and does not wait longer than told.
+    // pong's server accepts on a thread of its own, so it answers while it serves a
+    // client. A listener that never accepts does not answer: ls says so, with its pid,
+    // and does not wait longer than told.
     let _busy = Connection::connect(&pong, &Options::default()).unwrap();
+    let idle = format!("{d}/idle.sock");
+    let _idle = Listener::bind(&format!("shm:{idle}"), &Options::default()).unwrap();
     let start = Instant::now();
     let table = stdout(&ls(&["--timeout", "200", &d]));
     assert!(start.elapsed() < Duration::from_secs(5));
     let lines: Vec<&str> = table.lines().collect();
-    let w = words(lines[row(&lines, &format!("{d}/pong.sock"))]);
-    assert_eq!(w[2], pong_pid.to_string());
-    assert!(table.contains("not answering"), "{table}");
+    let w = words(lines[row(&lines, &pong)]);
+    assert_eq!(
+        (&w[2], &w[5]),
+        (&pong_pid.to_string(), &"1".into()),
+        "{table}"
+    );
+    let w = words(lines[row(&lines, &idle)]);
+    assert_eq!(w[2], me, "{table}");
+    assert!(
+        lines[row(&lines, &idle)].contains("not answering"),
+        "{table}"
+    );
     // `here` stopped accepting too (its listener is gone with the thread).
     assert!(!table.contains(&here), "{table}");
 }
