@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
-cargo build --release -q -p shmlink-bench -p shmlink-cli -p shmlink --example pingpong
+cargo build --release -q -p shmlink-bench -p shmlink-cli -p shmlink --bins --example pingpong
 bench=target/release/shmlink-bench
 pp=target/release/examples/pingpong
 cli=target/release/shmlink
