@@ -24,7 +24,7 @@
 //! | `cli`     | the `shmlink` binary built beside the test (the workspace's test run builds it) |
 //! | `zenoh-py` | the official Zenoh Python client in `target/zenoh-venv` (`scripts/zenoh.sh`) |
 //! | `prometheus` | Debian's Prometheus server on PATH (`scripts/prometheus.sh install`), for `shmlink metrics`' scrape test |
-//! | `zenohd`  | the Zenoh router, `scripts/zenoh.sh --zenohd` (not installed by CI: a long build) |
+//! | `zenohd`  | the Zenoh router, `scripts/zenoh.sh --zenohd` (a debug build; .ci/run runs it) |
 
 use std::io::Write;
 

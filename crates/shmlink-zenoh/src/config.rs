@@ -1,6 +1,7 @@
 //! The bridge's configuration: which topics go out and come in (allow-lists of names
-//! with `*` wildcards; nothing by default), the Zenoh key prefix, and the Zenoh session
-//! (mode, endpoints, scouting, TLS/mTLS), turned into a [`zenoh::Config`].
+//! with `*` wildcards; nothing by default), the Zenoh key prefix, the Zenoh session
+//! (mode, endpoints, scouting, TLS/mTLS) and which remote peers may receive or send
+//! which topics (Zenoh access control, [`Grant`]), turned into a [`zenoh::Config`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -118,6 +119,45 @@ fn glob(p: &[u8], s: &[u8]) -> bool {
     p[pi..].iter().all(|&c| c == b'*')
 }
 
+/// The longest certificate common name a [`Grant`] accepts (X.509's upper bound).
+pub const MAX_COMMON_NAME: usize = 64;
+
+/// A grant of Zenoh access control: the remote peer whose TLS certificate has common name
+/// `peer` may receive (`--allow-out`) or send (`--allow-in`) the topics matching
+/// `topics`. Written `CN:PATTERN` (split at the last `:`; topic names have none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// The common name (CN) of the peer's certificate, exactly.
+    pub peer: String,
+    /// The topics granted.
+    pub topics: Pattern,
+}
+
+impl Grant {
+    /// Parses `CN:PATTERN`.
+    pub fn parse(s: &str) -> Result<Grant, String> {
+        let Some((peer, topics)) = s.rsplit_once(':') else {
+            return Err(format!(
+                "grant {s:?} is not CN:PATTERN (a certificate's common name, a colon, a topic pattern)"
+            ));
+        };
+        if peer.trim().is_empty() || peer.len() > MAX_COMMON_NAME {
+            return Err(format!(
+                "grant {s:?}: the common name must have 1 to {MAX_COMMON_NAME} bytes"
+            ));
+        }
+        if peer.chars().any(char::is_control) {
+            return Err(format!(
+                "grant {s:?}: the common name has a control character"
+            ));
+        }
+        Ok(Grant {
+            peer: peer.to_owned(),
+            topics: Pattern::new(topics).map_err(|e| format!("grant {s:?}: {e}"))?,
+        })
+    }
+}
+
 /// TLS files of the Zenoh session (PEM). With a CA and the bridge's own certificate and
 /// key, `mtls` makes both sides present a certificate the CA signed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -171,6 +211,12 @@ pub struct BridgeConfig {
     /// Messages queued between Zenoh and one imported topic's local publisher (when
     /// full, Zenoh's receive path waits: back-pressure for `Block` topics).
     pub import_queue: usize,
+    /// Access control, outgoing: which peers (by certificate common name) may receive
+    /// which exported topics. With any grant (here or in `allow_in`), Zenoh's access
+    /// control is on and denies everything not granted; needs mTLS.
+    pub allow_out: Vec<Grant>,
+    /// Access control, incoming: which peers may publish into which imported topics.
+    pub allow_in: Vec<Grant>,
 }
 
 impl Default for BridgeConfig {
@@ -191,6 +237,8 @@ impl Default for BridgeConfig {
             max_import_msg: 16 << 20,
             stall_timeout: Duration::from_secs(1),
             import_queue: 64,
+            allow_out: Vec::new(),
+            allow_in: Vec::new(),
         }
     }
 }
@@ -238,7 +286,91 @@ impl BridgeConfig {
         {
             return Err("mTLS needs a CA, a certificate and a key".into());
         }
+        if self.acl_enabled() && !self.tls.mtls {
+            return Err(
+                "--allow-out/--allow-in name peers by the common name of their certificate: \
+                 they need --mtls (and tls/ endpoints)"
+                    .into(),
+            );
+        }
         Ok(())
+    }
+
+    /// Whether any access-control grant is given (then Zenoh's access control is on).
+    pub fn acl_enabled(&self) -> bool {
+        !self.allow_out.is_empty() || !self.allow_in.is_empty()
+    }
+
+    /// Zenoh's `access_control` section for the grants (JSON5), or `None` without grants.
+    ///
+    /// Default deny. For each peer (a subject matched by its certificate's common name):
+    /// - `--allow-out`: its subscriptions may come in (any key under the prefix: what it
+    ///   receives is decided by the next rule) and puts on the granted keys may go out to
+    ///   it;
+    /// - `--allow-in`: this bridge's subscriptions may go out to it (so it learns what to
+    ///   send) and its puts on the granted keys may come in.
+    ///
+    /// Everything else to or from any peer is denied: puts, deletes, queries, replies,
+    /// declarations, liveliness. Zenoh matches a rule when the rule's key expression
+    /// includes the message's key, so a put on `shmlink/sensors.imu` matches the grant
+    /// `sensors.*` (`shmlink/sensors.$*`).
+    pub fn acl_json(&self) -> Option<String> {
+        if !self.acl_enabled() {
+            return None;
+        }
+        let mut peers: Vec<&str> = Vec::new();
+        for g in self.allow_out.iter().chain(&self.allow_in) {
+            if !peers.contains(&g.peer.as_str()) {
+                peers.push(&g.peer);
+            }
+        }
+        let any_key = json_str(&format!("{}**", self.prefix));
+        let mut rules = vec![
+            format!(
+                r#"{{"id":"subscriptions-in","messages":["declare_subscriber"],"flows":["ingress"],"permission":"allow","key_exprs":[{any_key}]}}"#
+            ),
+            format!(
+                r#"{{"id":"subscriptions-out","messages":["declare_subscriber"],"flows":["egress"],"permission":"allow","key_exprs":[{any_key}]}}"#
+            ),
+        ];
+        let (mut subjects, mut policies) = (Vec::new(), Vec::new());
+        for (i, peer) in peers.iter().enumerate() {
+            subjects.push(format!(
+                r#"{{"id":"peer-{i}","cert_common_names":[{}]}}"#,
+                json_str(peer)
+            ));
+            let mut granted = Vec::new();
+            for (grants, flow, sub_rule) in [
+                (&self.allow_out, "egress", "subscriptions-in"),
+                (&self.allow_in, "ingress", "subscriptions-out"),
+            ] {
+                let keys: Vec<String> = grants
+                    .iter()
+                    .filter(|g| g.peer == *peer)
+                    .map(|g| g.topics.key_expr(&self.prefix))
+                    .collect();
+                if keys.is_empty() {
+                    continue;
+                }
+                let id = format!("put-{flow}-{i}");
+                rules.push(format!(
+                    r#"{{"id":"{id}","messages":["put"],"flows":["{flow}"],"permission":"allow","key_exprs":{}}}"#,
+                    json_list(&keys)
+                ));
+                granted.push(json_str(&id));
+                granted.push(json_str(sub_rule));
+            }
+            policies.push(format!(
+                r#"{{"rules":[{}],"subjects":["peer-{i}"]}}"#,
+                granted.join(",")
+            ));
+        }
+        Some(format!(
+            r#"{{"enabled":true,"default_permission":"deny","rules":[{}],"subjects":[{}],"policies":[{}]}}"#,
+            rules.join(","),
+            subjects.join(","),
+            policies.join(",")
+        ))
     }
 
     /// The Zenoh session's configuration.
@@ -274,6 +406,9 @@ impl BridgeConfig {
             set(&mut c, "transport/link/tls/connect_private_key", path(key))?;
         }
         set(&mut c, "transport/link/tls/enable_mtls", t.mtls.to_string())?;
+        if let Some(acl) = self.acl_json() {
+            set(&mut c, "access_control", acl)?;
+        }
         Ok(c)
     }
 }
@@ -281,6 +416,7 @@ impl BridgeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zenoh::Wait;
 
     #[test]
     fn patterns_match_and_map_to_keys() {
@@ -316,5 +452,68 @@ mod tests {
         assert!(c.zenoh_config().is_ok());
         c.tls.mtls = true;
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn grants_parse() {
+        let g = Grant::parse("bridge-b.example:sensors.*").unwrap();
+        assert_eq!(g.peer, "bridge-b.example");
+        assert_eq!(g.topics.as_str(), "sensors.*");
+        // The last colon splits: a common name may hold one, a topic name may not.
+        assert_eq!(Grant::parse("a:b:t").unwrap().peer, "a:b");
+        for bad in ["", "t", ":t", " :t", "b:", "b:a/b", "b:t t", "\u{1}:t"] {
+            assert!(Grant::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(Grant::parse(&format!("{}:t", "c".repeat(MAX_COMMON_NAME))).is_ok());
+        assert!(Grant::parse(&format!("{}:t", "c".repeat(MAX_COMMON_NAME + 1))).is_err());
+    }
+
+    #[test]
+    fn grants_make_zenoh_access_control() {
+        let mut c = BridgeConfig::default();
+        assert!(c.acl_json().is_none());
+        c.allow_out = vec![
+            Grant::parse("b:zt").unwrap(),
+            Grant::parse("b:sensors.*").unwrap(),
+        ];
+        c.allow_in = vec![Grant::parse("d\"q:*").unwrap()];
+        // Grants name peers by certificate: without mTLS they are refused.
+        assert!(c.validate().unwrap_err().contains("--mtls"));
+        c.tls = Tls {
+            ca: Some("ca.pem".into()),
+            cert: Some("a.pem".into()),
+            key: Some("a.key".into()),
+            mtls: true,
+        };
+        let acl = c.acl_json().unwrap();
+        assert!(acl.contains(r#""default_permission":"deny""#), "{acl}");
+        assert!(
+            acl.contains(r#""key_exprs":["shmlink/zt","shmlink/sensors.$*"]"#),
+            "{acl}"
+        );
+        assert!(acl.contains(r#""cert_common_names":["d\"q"]"#), "{acl}");
+        // Zenoh parses it (its own types, unknown fields denied) and reads it back.
+        let z = c.zenoh_config().unwrap();
+        let back = z.get_json("access_control").unwrap();
+        assert!(
+            back.contains("put-egress-0") && back.contains("put-ingress-1"),
+            "{back}"
+        );
+        // Zenoh's own checks of the rules run when a session opens with them.
+        let mut z = zenoh::Config::default();
+        z.insert_json5("listen/endpoints", "[]").unwrap();
+        z.insert_json5("scouting/multicast/enabled", "false")
+            .unwrap();
+        let mut with_acl = BridgeConfig {
+            allow_out: vec![Grant::parse("b:zt").unwrap()],
+            ..BridgeConfig::default()
+        };
+        with_acl.tls.mtls = true;
+        z.insert_json5("access_control", &with_acl.acl_json().unwrap())
+            .unwrap();
+        let s = zenoh::open(z)
+            .wait()
+            .expect("a session with the access control");
+        s.close().wait().unwrap();
     }
 }

@@ -19,7 +19,7 @@
 //! # Ok::<(), shmlink_zenoh::Error>(())
 //! ```
 //!
-//! Modules: [`config`] (allow-lists, key prefix, Zenoh session options), [`header`] (the
+//! Modules: [`config`] (allow-lists, key prefix, Zenoh session options, access control), [`header`] (the
 //! attachment every bridged message carries), and the bridge itself.
 
 mod bridge;
@@ -27,4 +27,4 @@ pub mod config;
 pub mod header;
 
 pub use bridge::{Bridge, Direction, Error, TopicStats};
-pub use config::{BridgeConfig, Mode, Pattern, Tls, DEFAULT_PREFIX};
+pub use config::{BridgeConfig, Grant, Mode, Pattern, Tls, DEFAULT_PREFIX};

@@ -2,7 +2,8 @@
 //! bridge` subcommand, so the ops CLI does not carry Zenoh's dependency tree (tokio,
 //! rustls, ~200 crates). Runs until SIGINT or SIGTERM, then prints each bridged topic's
 //! counters; prints `ready` once the Zenoh session is open, and with `--stats-every`
-//! the counters periodically, one `stats` line per topic.
+//! the counters periodically, one `stats` line per topic and a `links` line (the Zenoh
+//! peers and routers connected).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,7 +11,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use shmlink::Policy;
-use shmlink_zenoh::{Bridge, BridgeConfig, Direction, Mode, Pattern, Tls, DEFAULT_PREFIX};
+use shmlink_zenoh::{Bridge, BridgeConfig, Direction, Grant, Mode, Pattern, Tls, DEFAULT_PREFIX};
+use zenoh::Wait;
 
 /// Bridge shmlink topics to and from Zenoh (docs/zenoh.md). Nothing is exported or
 /// imported unless named with --export / --import.
@@ -66,6 +68,15 @@ struct Args {
     /// The largest message of a topic the bridge imports, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = 16 << 20)]
     max_import_msg: usize,
+    /// Access control: the peer whose certificate's common name is CN may receive the
+    /// exported topics matching PATTERN (CN:PATTERN, repeatable). With any --allow-out or
+    /// --allow-in, everything not granted is denied to every peer; needs --mtls.
+    #[arg(long, value_name = "CN:PATTERN")]
+    allow_out: Vec<String>,
+    /// Access control: the peer CN may publish into the imported topics matching PATTERN
+    /// (CN:PATTERN, repeatable).
+    #[arg(long, value_name = "CN:PATTERN")]
+    allow_in: Vec<String>,
     /// Print the counters every MS milliseconds.
     #[arg(long, value_name = "MS")]
     stats_every: Option<u64>,
@@ -82,12 +93,24 @@ fn print_stats(bridge: &Bridge) {
             s.topic, s.key, s.messages, s.bytes, s.dropped, s.state
         );
     }
+    // The Zenoh links up now (peers and routers this session is connected to).
+    let info = bridge.session().info();
+    println!(
+        "links peers={} routers={}",
+        info.peers_zid().wait().count(),
+        info.routers_zid().wait().count()
+    );
 }
 
 fn run(args: Args) -> Result<(), String> {
     let patterns = |v: &[String]| {
         v.iter()
             .map(|p| Pattern::new(p))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let grants = |v: &[String]| {
+        v.iter()
+            .map(|g| Grant::parse(g))
             .collect::<Result<Vec<_>, _>>()
     };
     let config = BridgeConfig {
@@ -112,6 +135,8 @@ fn run(args: Args) -> Result<(), String> {
         },
         stall_timeout: Duration::from_millis(args.stall_timeout),
         max_import_msg: args.max_import_msg,
+        allow_out: grants(&args.allow_out)?,
+        allow_in: grants(&args.allow_in)?,
         ..BridgeConfig::default()
     };
     // Before any thread starts: every thread inherits the blocked mask, so the signal

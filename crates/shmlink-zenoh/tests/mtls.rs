@@ -2,6 +2,11 @@
 //! B presents a certificate that CA signed and gets A's topic (the control); C presents
 //! one from another CA and gets nothing, and injects nothing: C's exported topic never
 //! appears on A. Three network namespaces, B and C each linked to A.
+//!
+//! Access control (`acl_admits_the_named_peers_only`): A grants B (by its certificate's
+//! common name) one exported topic out and one topic in. D, whose certificate the same
+//! CA signed (its link is up), is granted nothing: it gets nothing and injects nothing;
+//! B gets only its granted topic and injects into its granted one.
 
 mod support;
 
@@ -12,7 +17,9 @@ use rcgen::{
     BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
 };
-use support::hosts::{bridge_exe, unavailable, Net};
+use support::hosts::{bridge_exe, unavailable, Net, Proc};
+use support::msg::ORIGIN_STEP;
+use support::roles::field;
 
 const COUNT: u64 = 300;
 
@@ -202,4 +209,211 @@ fn mtls_admits_the_cas_peers_only() {
         "C imported from A: {lc:?}"
     );
     let _ = bb.stop(Duration::from_secs(10));
+}
+
+/// The role environment of a small `Block` stream of `COUNT` messages on `topic`.
+fn stream(topic: &str, extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+    let mut v = vec![
+        ("SHZ_TOPIC", topic.to_owned()),
+        ("SHZ_COUNT", COUNT.to_string()),
+        ("SHZ_POLICY", "block".to_owned()),
+        ("SHZ_SIZES", "small".to_owned()),
+        ("SHZ_SUBS", "1".to_owned()),
+        ("SHZ_IDLE_MS", "3000".to_owned()),
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+/// The bridge's final `stats` line for `topic` in direction `dir`, if any.
+fn stats(lines: &[String], topic: &str, dir: &str) -> Option<String> {
+    lines
+        .iter()
+        .rev()
+        .find(|l| l.starts_with(&format!("stats {topic} {dir} ")))
+        .cloned()
+}
+
+/// The bridge's last `links` line.
+fn links(lines: &[String]) -> String {
+    lines
+        .iter()
+        .rev()
+        .find(|l| l.starts_with("links "))
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn acl_admits_the_named_peers_only() {
+    if let Some((category, why)) = unavailable() {
+        return shmlink_testkit::skip(category, why);
+    }
+    let net = Net::new(3);
+    let (a_ab, b_ab) = net.link(0, 1, 0);
+    let (a_ad, d_ad) = net.link(0, 2, 1);
+    let pki = net.root.join("pki");
+    std::fs::create_dir_all(&pki).unwrap();
+    let ca = ca("shmlink-zenoh test CA");
+    std::fs::write(pki.join("ca.pem"), ca.0.pem()).unwrap();
+    // One CA for all: D's certificate is as valid as B's, only the grants differ.
+    leaf(&pki, "a", &[&a_ab, &a_ad], &ca);
+    leaf(&pki, "bridge-b", &[&b_ab], &ca);
+    leaf(&pki, "bridge-d", &[&d_ad], &ca);
+    let f = |n: &str| pki.join(n).display().to_string();
+    let exe = bridge_exe();
+    let tls = |me: &str| {
+        vec![
+            "--tls-ca".to_owned(),
+            f("ca.pem"),
+            "--tls-cert".to_owned(),
+            f(&format!("{me}.pem")),
+            "--tls-key".to_owned(),
+            f(&format!("{me}.key")),
+            "--mtls".to_owned(),
+        ]
+    };
+    let spawn = |h: usize, name: &str, args: Vec<String>| -> Proc {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut p = net.spawn(h, name, &exe, &args, &[]);
+        p.expect("ready", Duration::from_secs(20));
+        p
+    };
+    let (listen_b, listen_d) = (format!("tls/{a_ab}:7447"), format!("tls/{a_ad}:7448"));
+    // A exports zt and zu and imports zc; only B is granted, and only zt out and zc in.
+    let mut args: Vec<String> = [
+        "--export",
+        "zt",
+        "--export",
+        "zu",
+        "--import",
+        "zc",
+        "--listen",
+        &listen_b,
+        "--listen",
+        &listen_d,
+        "--allow-out",
+        "bridge-b:zt",
+        "--allow-in",
+        "bridge-b:zc",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(tls("a"));
+    let mut ba = spawn(0, "bridge-a", args);
+    // B and D ask for everything A has and offer zc; neither has grants of its own.
+    let peer = |connect: &str, me: &str| {
+        let mut v: Vec<String> = [
+            "--import",
+            "zt",
+            "--import",
+            "zu",
+            "--export",
+            "zc",
+            "--connect",
+            connect,
+        ]
+        .map(String::from)
+        .to_vec();
+        v.extend(tls(me));
+        v
+    };
+    let mut bb = spawn(1, "bridge-b", peer(&listen_b, "bridge-b"));
+    let mut bd = spawn(2, "bridge-d", peer(&listen_d, "bridge-d"));
+
+    // Two phases, one way at a time: with messages going both ways at once on one tls/
+    // link, Zenoh 1.10.2 lost 1 or 2 of 300 mid-stream in about half the runs (with or
+    // without access control; not on tcp/ links; docs/zenoh.md, "Limits").
+    // Out: A's zt (granted to B) and zu (granted to nobody).
+    let mut pub_zt = net.role(0, "pub-zt", "pub", &stream("zt", &[]));
+    let mut pub_zu = net.role(0, "pub-zu", "pub", &stream("zu", &[]));
+    pub_zt.expect("bound", Duration::from_secs(40));
+    pub_zu.expect("bound", Duration::from_secs(40));
+    let mut sub_b = net.role(1, "sub-zt", "sub", &stream("zt", &[]));
+    sub_b.expect("ready", Duration::from_secs(40));
+    for p in [&mut pub_zt, &mut pub_zu] {
+        p.tell("go");
+    }
+    for p in [&mut pub_zt, &mut pub_zu] {
+        p.expect("done", Duration::from_secs(60));
+    }
+    // B, granted zt out, gets all of it.
+    let rb = sub_b.expect("result", Duration::from_secs(60));
+    assert_eq!(field(&rb, "received"), COUNT, "B's subscriber of zt: {rb}");
+    assert_eq!(field(&rb, "errors"), 0, "B's subscriber of zt: {rb}");
+
+    // In: zc from B (granted) and from D (not granted), into A.
+    let mut pub_zc_b = net.role(1, "pub-zc", "pub", &stream("zc", &[]));
+    // D's messages are numbered from ORIGIN_STEP: any of them on A would show.
+    let base = [("SHZ_SEQ_BASE", ORIGIN_STEP.to_string())];
+    let mut pub_zc_d = net.role(2, "pub-zc", "pub", &stream("zc", &base));
+    pub_zc_b.expect("bound", Duration::from_secs(40));
+    pub_zc_d.expect("bound", Duration::from_secs(40));
+    let zc_file = net.hosts[0].dir.join("zc.txt");
+    let linger = [
+        ("SHZ_OUT", zc_file.display().to_string()),
+        ("SHZ_LINGER_MS", "1500".to_owned()),
+    ];
+    let mut sub_a = net.role(0, "sub-zc", "sub", &stream("zc", &linger));
+    sub_a.expect("ready", Duration::from_secs(40));
+    for p in [&mut pub_zc_b, &mut pub_zc_d] {
+        p.tell("go");
+    }
+    for p in [&mut pub_zc_b, &mut pub_zc_d] {
+        p.expect("done", Duration::from_secs(60));
+    }
+    // A's subscriber of zc gets B's stream (granted in), and nothing of D's.
+    let ra = sub_a.expect("result", Duration::from_secs(60));
+    assert_eq!(field(&ra, "errors"), 0, "A's subscriber of zc: {ra}");
+    let seen: Vec<u64> = std::fs::read_to_string(&zc_file)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect();
+    assert!(
+        seen.iter().all(|&s| s < ORIGIN_STEP),
+        "D (not granted) injected into A's zc: {:?}",
+        seen.iter().find(|&&s| s >= ORIGIN_STEP)
+    );
+    assert_eq!(seen.len() as u64, COUNT, "A's subscriber of zc: {ra}");
+    // Give anything else time to show: neither zt nor zu reaches D, zu does not reach B.
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        for (h, topic, who) in [(2, "zt", "D"), (2, "zu", "D"), (1, "zu", "B")] {
+            assert!(
+                !has_topic(&net.hosts[h].dir, topic),
+                "{who}, not granted {topic}, got it"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for p in [&mut pub_zt, &mut pub_zu, &mut pub_zc_b, &mut pub_zc_d] {
+        p.tell("exit");
+    }
+    // A last: B's and D's final lines show their links to it.
+    let ld = bd.stop(Duration::from_secs(10));
+    let lb = bb.stop(Duration::from_secs(10));
+    let la = ba.stop(Duration::from_secs(10));
+    // D's link to A was up (its certificate was accepted): the grants kept it out.
+    assert!(links(&ld).contains("peers=1"), "D's links: {ld:?}");
+    assert!(links(&lb).contains("peers=1"), "B's links: {lb:?}");
+    // A sent zu to Zenoh (it is exported); its access control kept it from B.
+    let zu = stats(&la, "zu", "out").unwrap_or_else(|| panic!("A's zu: {la:?}"));
+    assert!(field(&zu, "messages") >= COUNT, "{zu}");
+    for (lines, topic, who) in [(&ld, "zt", "D"), (&ld, "zu", "D"), (&lb, "zu", "B")] {
+        assert!(
+            stats(lines, topic, "in").is_none(),
+            "{who} imported {topic}: {lines:?}"
+        );
+    }
+    // D did put zc to Zenoh; A imported exactly what B put, none of D's.
+    let d_out = stats(&ld, "zc", "out").unwrap_or_else(|| panic!("D's zc: {ld:?}"));
+    assert!(field(&d_out, "messages") >= COUNT, "{d_out}");
+    let b_out = stats(&lb, "zc", "out").unwrap_or_else(|| panic!("B's zc: {lb:?}"));
+    let a_in = stats(&la, "zc", "in").unwrap_or_else(|| panic!("A's zc: {la:?}"));
+    assert_eq!(
+        field(&a_in, "messages"),
+        field(&b_out, "messages"),
+        "A imported more (or less) than B sent: {a_in} / {b_out} (D: {d_out})"
+    );
 }

@@ -4,9 +4,9 @@
 //! then the rest of the stream, never a duplicate or a reordering; A's is unaffected.
 //!
 //! Needs `zenohd` (requirement `zenohd`): `$SHMLINK_ZENOHD`, or `target/zenohd/bin/zenohd`
-//! as `scripts/zenoh.sh --zenohd` installs it (`cargo install zenohd --locked`, pinned).
-//! Not in CI: that build took 20 minutes here (12.5 CPU-minutes), far over CI's budget
-//! for this crate. Passes with zenohd 1.10.2.
+//! as `scripts/zenoh.sh --zenohd` installs it (zenohd 1.10.2, `--locked`, a debug build
+//! with only the TCP transport: 4.6 CPU-minutes; .ci/run builds it in the background
+//! while it installs packages). Passes with that zenohd and with the default release one.
 
 mod support;
 

@@ -36,6 +36,32 @@ pub fn mixed_size(seq: u64) -> usize {
     }
 }
 
+/// The size of message `seq` in the long-tail stream (mean ~11 KB, for long runs): every
+/// 1000th is 1 MiB exactly, every other 100th between 64 KiB and 1 MiB, every other 10th
+/// between 4 KiB and 64 KiB, the rest (90 %) between 64 B and 4 KiB.
+pub fn tail_size(seq: u64) -> usize {
+    let r = mix(seq) as usize;
+    if seq % 1000 == 999 {
+        MAX
+    } else if seq % 100 == 99 {
+        64 * 1024 + r % (MAX - 64 * 1024)
+    } else if seq % 10 == 9 {
+        4096 + r % (64 * 1024 - 4096)
+    } else {
+        64 + r % (4096 - 64)
+    }
+}
+
+/// The size of message `seq` in the stream named `sizes` (`SHZ_SIZES`): `mixed`, `tail`,
+/// or `small` (64 B to 4 KiB).
+pub fn size_of(sizes: &str, seq: u64) -> usize {
+    match sizes {
+        "mixed" => mixed_size(seq),
+        "tail" => tail_size(seq),
+        _ => 64 + (seq as usize * 97) % 4000,
+    }
+}
+
 /// FNV-1a, 64 bits.
 pub fn fnv(b: &[u8]) -> u64 {
     b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &c| {
@@ -92,6 +118,11 @@ pub fn self_check() {
         assert!(check(&b).is_err());
     }
     assert_eq!(mixed_size(49), MAX);
+    assert_eq!(tail_size(999), MAX);
+    assert!((64 * 1024..MAX).contains(&tail_size(99)));
+    assert!((4096..64 * 1024).contains(&tail_size(9)));
+    assert!((64..4096).contains(&tail_size(1)));
+    assert_eq!(size_of("tail", 999), MAX);
     assert!((64..=4096).contains(&mixed_size(1)));
     assert!(check(&[0; 5]).is_err());
 }

@@ -49,19 +49,20 @@ fn policy() -> Policy {
 }
 
 /// `SHZ_TOPIC`, `SHZ_COUNT` messages, `SHZ_SUBS` subscribers to wait for, `SHZ_SIZES`
-/// (`mixed` or `small`), `SHZ_GAP_US` between messages. Sends warm-up messages until
+/// (`mixed`, `tail` or `small`: see `msg::size_of`), `SHZ_GAP_US` between messages. Sends warm-up messages until
 /// a `go` line, then the stream; says `done`; closes the topic at `exit` or stdin's end.
 fn publisher() {
     let topic = env("SHZ_TOPIC");
     let count = env_u64("SHZ_COUNT", 1000);
-    let mixed = env("SHZ_SIZES") == "mixed";
+    let sizes = env("SHZ_SIZES");
+    let large = sizes != "small";
     let gap = Duration::from_micros(env_u64("SHZ_GAP_US", 0));
     // Publishers of one topic on several hosts number their messages from different
     // bases (multiples of `ORIGIN_STEP`).
     let base = env_u64("SHZ_SEQ_BASE", 0);
     let opts = PubSubOptions::default()
         .policy(policy())
-        .max_msg_size(if mixed { msg::MAX } else { 4096 })
+        .max_msg_size(if large { msg::MAX } else { 4096 })
         .slots(env_u64("SHZ_SLOTS", 64) as usize)
         .stall_timeout(Duration::from_secs(10));
     let mut p = Publisher::bind(&format!("shm:{topic}"), &opts).expect("bind");
@@ -92,12 +93,7 @@ fn publisher() {
     }
     let start = Instant::now();
     for seq in 0..count {
-        let len = if mixed {
-            msg::mixed_size(seq)
-        } else {
-            64 + (seq as usize * 97) % 4000
-        };
-        msg::fill(&mut buf, base + seq, len);
+        msg::fill(&mut buf, base + seq, msg::size_of(&sizes, seq));
         p.publish(&buf).expect("publish");
         if !gap.is_zero() {
             std::thread::sleep(gap);
