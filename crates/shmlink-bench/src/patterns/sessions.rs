@@ -23,7 +23,7 @@
 //!   sessions, over all their messages;
 //! - memory per session: both processes' `/proc/PID/smaps_rollup` (Rss, Pss, Pss_Anon,
 //!   Pss_File, Pss_Shmem, Shared_*, Private_*) read by the driver in the middle of the
-//!   measured part, summed over the two, averaged over the sessions. Pss_Shmem is the
+//!   measured part (or a tenth of the way in, when the middle sample found the run over), summed over the two, averaged over the sessions. Pss_Shmem is the
 //!   shared memory actually touched (memfd or /dev/shm pages that are resident); the
 //!   kernel's socket buffers (UDS, TCP) are in no process's figures.
 //!
@@ -519,9 +519,17 @@ fn session(spec: &SessionSpec, exe: &Path) -> io::Result<SessionOutput> {
                 .duration_since(std::time::SystemTime::now())
                 .unwrap_or(Duration::ZERO);
             let pid = peer.load(Ordering::Relaxed);
+            // Two samples: one a fifth of the way to the middle of the measured part, and
+            // the one in the middle, which the row reports unless it found the run over
+            // (a sampler thread starved on a loaded machine: the peer has exited).
             sampler = Some(std::thread::spawn(move || -> io::Result<Mem> {
-                std::thread::sleep(warmup + after);
-                Ok(Mem::of("self")?.plus(Mem::of(&pid.to_string())?))
+                let both = || -> io::Result<Mem> {
+                    Ok(Mem::of("self")?.plus(Mem::of(&pid.to_string())?))
+                };
+                std::thread::sleep(warmup + after / 5);
+                let early = both()?;
+                std::thread::sleep(after - after / 5);
+                Ok(both().unwrap_or(early))
             }));
             Ok(Some(warmup))
         },
