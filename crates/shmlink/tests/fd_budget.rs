@@ -19,7 +19,9 @@ fn fds() -> (usize, usize) {
     for e in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
         all += 1;
         let stdio = matches!(e.file_name().to_str(), Some("0" | "1" | "2"));
-        if !stdio && std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().starts_with("pipe:")) {
+        if !stdio
+            && std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().starts_with("pipe:"))
+        {
             pipes += 1;
         }
     }
@@ -58,9 +60,16 @@ fn connections_past_half_the_fd_limit_keep_their_socket_alone_and_work() {
     assert!(open < LIMIT as usize, "{open} descriptors open");
     // The first connection got pipes (6 ends in this process), later ones none: the
     // count of pipe ends stops growing before the last connection.
-    assert!(pipes_after[0] >= 6, "no pipes on the first connection: {pipes_after:?}");
+    assert!(
+        pipes_after[0] >= 6,
+        "no pipes on the first connection: {pipes_after:?}"
+    );
     assert_eq!(pipes % 6, 0, "{pipes} pipe ends");
-    assert!(pipes / 6 < CONNS / 2, "{} connections with pipes", pipes / 6);
+    assert!(
+        pipes / 6 < CONNS / 2,
+        "{} connections with pipes",
+        pipes / 6
+    );
     assert_eq!(
         pipes_after[CONNS / 2],
         pipes,

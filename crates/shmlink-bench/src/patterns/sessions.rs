@@ -388,7 +388,9 @@ fn fd_count(pid: u32) -> io::Result<(usize, usize)> {
     for e in std::fs::read_dir(format!("/proc/{pid}/fd"))?.flatten() {
         all += 1;
         let stdio = matches!(e.file_name().to_str(), Some("0" | "1" | "2"));
-        if !stdio && std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().starts_with("pipe:")) {
+        if !stdio
+            && std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().starts_with("pipe:"))
+        {
             pipes += 1;
         }
     }
@@ -523,9 +525,8 @@ fn session(spec: &SessionSpec, exe: &Path) -> io::Result<SessionOutput> {
             // the one in the middle, which the row reports unless it found the run over
             // (a sampler thread starved on a loaded machine: the peer has exited).
             sampler = Some(std::thread::spawn(move || -> io::Result<Mem> {
-                let both = || -> io::Result<Mem> {
-                    Ok(Mem::of("self")?.plus(Mem::of(&pid.to_string())?))
-                };
+                let both =
+                    || -> io::Result<Mem> { Ok(Mem::of("self")?.plus(Mem::of(&pid.to_string())?)) };
                 std::thread::sleep(warmup + after / 5);
                 let early = both()?;
                 std::thread::sleep(after - after / 5);
