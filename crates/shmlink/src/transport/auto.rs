@@ -593,9 +593,6 @@ struct AutoListener {
     next_token: u64,
     ready: VecDeque<Accepted>,
     timeout: Duration,
-    /// How a blocking accept waits for the next message of a negotiation in progress:
-    /// the options' wait policy, as the client waits for the listener's answers.
-    wait: WaitPolicy,
     addr: String,
     events: Vec<Event>,
 }
@@ -670,7 +667,6 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         next_token: TOKEN_VM + 1,
         ready: VecDeque::new(),
         timeout: opts.handshake_timeout,
-        wait: opts.wait,
         addr,
         events: Vec::new(),
     }))
@@ -987,24 +983,6 @@ impl ListenerOps for AutoListener {
             }
             if !blocking {
                 return Err(Error::would_block());
-            }
-            // A negotiation in progress: its client's next message (the upgrade, the
-            // segment, the decision) is usually tens of microseconds away. Look for it
-            // for the wait policy's spin and yield budget before sleeping, as the client
-            // does for ours (docs/design.md §5.1b): a sleeping listener costs a
-            // cross-CPU wake-up per step. An idle listener (nothing in negotiation)
-            // sleeps at once.
-            if !self.deciding.is_empty() {
-                let (epoll, events) = (&self.epoll, &mut self.events);
-                let arrived = crate::notify::spin_then_yield(&self.wait, || {
-                    epoll
-                        .wait(Some(Instant::now()), events)
-                        .map(|()| !events.is_empty())
-                        .map_err(|e| Error::io("auto: listener", e))
-                })?;
-                if arrived {
-                    continue;
-                }
             }
             let deadline = self.deciding.values().map(|d| d.deadline).min();
             self.epoll
