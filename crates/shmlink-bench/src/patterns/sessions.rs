@@ -23,7 +23,8 @@
 //!   sessions, over all their messages;
 //! - memory per session: both processes' `/proc/PID/smaps_rollup` (Rss, Pss, Pss_Anon,
 //!   Pss_File, Pss_Shmem, Shared_*, Private_*) read by the driver in the middle of the
-//!   measured part (or a tenth of the way in, when the middle sample found the run over), summed over the two, averaged over the sessions. Pss_Shmem is the
+//!   measured part (or a tenth of the way in, when the middle sample found the run
+//!   over), summed over the two, averaged over the sessions. Pss_Shmem is the
 //!   shared memory actually touched (memfd or /dev/shm pages that are resident); the
 //!   kernel's socket buffers (UDS, TCP) are in no process's figures.
 //!
@@ -383,9 +384,14 @@ fn cpu_and_switches(pid: u32) -> io::Result<(u64, u64)> {
 /// Open fds of process `pid`, and how many of them, past stdin, stdout and stderr, are
 /// pipe ends (a `shm:` connection's doorbell pipes: three per side, design §4.4).
 fn fd_count(pid: u32) -> io::Result<(usize, usize)> {
+    fds_in(&format!("/proc/{pid}/fd"))
+}
+
+/// [`fd_count`] of the `/proc/…/fd` directory `dir`.
+fn fds_in(dir: &str) -> io::Result<(usize, usize)> {
     let mut all = 0;
     let mut pipes = 0;
-    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))?.flatten() {
+    for e in std::fs::read_dir(dir)?.flatten() {
         all += 1;
         let stdio = matches!(e.file_name().to_str(), Some("0" | "1" | "2"));
         if !stdio
@@ -604,8 +610,9 @@ pub struct IdleRow {
 pub struct IdleFigures {
     pub client_processes: usize,
     pub server_fds: usize,
-    /// Of the server's fds, pipe ends: three per `shm:` connection with doorbell pipes
-    /// (the rest keep their socket alone, docs/design.md §4.4's descriptor budget).
+    /// Of the server's fds, pipe ends it did not have before the first connection: three
+    /// per `shm:` connection with doorbell pipes (the rest keep their socket alone,
+    /// docs/design.md §4.4's descriptor budget).
     #[serde(default)]
     pub server_pipe_ends: usize,
     pub client_fds: usize,
@@ -1004,21 +1011,23 @@ fn idle_connect(method: &str, addr: &str) -> io::Result<Box<dyn Held>> {
 }
 
 /// How a process of the idle rows starts: its fd limit raised, its memory so far.
-fn idle_start() -> io::Result<(u64, Mem)> {
+/// Its pipe ends (past stdio) are counted too: a process may inherit some from whoever
+/// started the bench, and only the connections' count.
+fn idle_start() -> io::Result<(u64, Mem, usize)> {
     let (soft, _) = shmlink_sys::process::raise_fd_limit()?;
-    Ok((soft, Mem::of("self")?))
+    Ok((soft, Mem::of("self")?, fds_in("/proc/self/fd")?.1))
 }
 
 /// `IDLE_SERVER_CMD METHOD N`: binds, says `ADDR address`, accepts N connections, says
-/// `ACCEPTED {limit, before}`, then waits for any connection or stdin to become readable:
-/// stdin's end ends it (status 0), a connection's event fails it (an idle connection that
+/// `ACCEPTED [limit, before, pipe ends]`, then waits for any connection or stdin to
+/// become readable: stdin's end ends it (status 0), a connection's event fails it (an idle connection that
 /// is not idle).
 fn idle_server_main(method: &str, n: &str) -> ExitCode {
     let res = (|| -> io::Result<()> {
         let n: usize = n
             .parse()
             .map_err(|_| io::Error::other(format!("bad count {n:?}")))?;
-        let (limit, before) = idle_start()?;
+        let (limit, before, pipes) = idle_start()?;
         let (mut l, addr) = IdleListener::bind(method)?;
         println!("ADDR {addr}");
         let mut held = Vec::with_capacity(n);
@@ -1029,7 +1038,7 @@ fn idle_server_main(method: &str, n: &str) -> ExitCode {
         }
         println!(
             "ACCEPTED {}",
-            serde_json::to_string(&(limit, before)).expect("serialises")
+            serde_json::to_string(&(limit, before, pipes)).expect("serialises")
         );
         let stdin = io::stdin();
         let mut fds = vec![stdin.as_fd()];
@@ -1060,8 +1069,8 @@ fn idle_server_main(method: &str, n: &str) -> ExitCode {
     }
 }
 
-/// `IDLE_CLIENT_CMD METHOD ADDR N`: makes N connections, says `CONNECTED {limit,
-/// before}`, holds them until stdin ends.
+/// `IDLE_CLIENT_CMD METHOD ADDR N`: makes N connections, says `CONNECTED [limit,
+/// before, pipe ends]`, holds them until stdin ends.
 fn idle_client_main(args: &[String]) -> ExitCode {
     let res = (|| -> io::Result<()> {
         let [method, addr, n] = args else {
@@ -1070,7 +1079,7 @@ fn idle_client_main(args: &[String]) -> ExitCode {
         let n: usize = n
             .parse()
             .map_err(|_| io::Error::other(format!("bad count {n:?}")))?;
-        let (limit, before) = idle_start()?;
+        let (limit, before, pipes) = idle_start()?;
         let mut held = Vec::with_capacity(n);
         for i in 0..n {
             held.push(idle_connect(method, addr).map_err(|e| {
@@ -1079,7 +1088,7 @@ fn idle_client_main(args: &[String]) -> ExitCode {
         }
         println!(
             "CONNECTED {}",
-            serde_json::to_string(&(limit, before)).expect("serialises")
+            serde_json::to_string(&(limit, before, pipes)).expect("serialises")
         );
         let mut rest = Vec::new();
         io::stdin().read_to_end(&mut rest)?;
@@ -1095,8 +1104,8 @@ fn idle_client_main(args: &[String]) -> ExitCode {
     }
 }
 
-/// The `(limit, before)` after `word` in a line.
-fn limit_and_before(line: &str, word: &str) -> Result<(u64, Mem), String> {
+/// The `(limit, memory before, pipe ends before)` after `word` in a line.
+fn limit_and_before(line: &str, word: &str) -> Result<(u64, Mem, usize), String> {
     let json = line.strip_prefix(word).unwrap_or("").trim();
     serde_json::from_str(json).map_err(|e| format!("unreadable {word} line {line:?}: {e}"))
 }
@@ -1194,7 +1203,7 @@ fn idle_row(exe: &Path, method: &str, n: usize, window: Duration) -> Result<Idle
             }
         }
     }
-    let (limit, server_before) =
+    let (limit, server_before, server_pipes_before) =
         limit_and_before(server_line.as_deref().unwrap_or(""), "ACCEPTED")?;
     let mut client_before = Mem::default();
     for l in client_lines.iter().flatten() {
@@ -1223,7 +1232,7 @@ fn idle_row(exe: &Path, method: &str, n: usize, window: Duration) -> Result<Idle
         Ok(IdleFigures {
             client_processes: client_pids.len(),
             server_fds,
-            server_pipe_ends,
+            server_pipe_ends: server_pipe_ends.saturating_sub(server_pipes_before),
             client_fds,
             server_per_conn: server_mem.minus(server_before).per(n as f64),
             client_per_conn: client_mem.minus(client_before).per(n as f64),
