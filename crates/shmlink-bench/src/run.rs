@@ -126,19 +126,20 @@ pub(crate) fn inherit_and_die_with_parent(cmd: &mut Command, fds: Vec<RawFd>) {
 
 /// Runs `spec` in this process (the driver) with a peer started from `exe`.
 pub fn drive(spec: &RunSpec, exe: &Path) -> io::Result<RunOutput> {
-    drive_with(spec, exe, &mut |_| {}, &mut || Ok(())).map(|(out, _)| out)
+    drive_with(spec, exe, &mut |_| {}, &mut || Ok(None)).map(|(out, _, _)| out)
 }
 
 /// [`drive`], calling `on_peer` with the peer's process id once it is started and
 /// `ready` once both ends are connected, before the warm-up (`--pattern sessions`
-/// samples the peer's memory, and starts every session's warm-up at once); also returns
-/// the round-trip samples (latency mode).
+/// samples the peer's memory, and ends every session's warm-up at one instant: `ready`
+/// may return the warm-up's length from now, instead of `spec.warmup_ms`); also returns
+/// the round-trip samples (latency mode) and when the measured part ended (wall clock).
 pub(crate) fn drive_with(
     spec: &RunSpec,
     exe: &Path,
     on_peer: &mut dyn FnMut(u32),
-    ready: &mut dyn FnMut() -> io::Result<()>,
-) -> io::Result<(RunOutput, Option<Vec<u64>>)> {
+    ready: &mut dyn FnMut() -> io::Result<Option<Duration>>,
+) -> io::Result<(RunOutput, Option<Vec<u64>>, std::time::SystemTime)> {
     block_signal()?;
     let method = methods::find(&spec.method)
         .ok_or_else(|| err(format!("unknown method {:?}", spec.method)))?;
@@ -180,18 +181,19 @@ pub(crate) fn drive_with(
     let status = watch(child, finished.clone());
 
     let mut ep = (prepared.finish)().map_err(|e| err(format!("connect: {e}")))?;
-    ready()?;
+    let warmup = ready()?.unwrap_or(Duration::from_millis(spec.warmup_ms));
     let plan = Plan {
         size: spec.size,
         mode: spec.mode,
         window: spec.window,
-        warmup: Warmup::Time(Duration::from_millis(spec.warmup_ms)),
+        warmup: Warmup::Time(warmup),
         stop: spec.stop,
         sampling: spec.sampling,
         seed,
         fault: fault_from_env(),
     };
     let m = protocol::drive(ep.as_mut(), &plan).map_err(|e| err(format!("driver: {e}")));
+    let ended = std::time::SystemTime::now();
     finished.store(true, Ordering::SeqCst);
     let m = m?;
     let mut line = String::new();
@@ -230,7 +232,7 @@ pub(crate) fn drive_with(
             peer: per_msg(report.verify_ns as f64),
         },
     };
-    Ok((out, m.rtts))
+    Ok((out, m.rtts, ended))
 }
 
 /// The fault in [`FAULT_ENV`], if any.

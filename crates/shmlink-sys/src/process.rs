@@ -73,6 +73,33 @@ pub fn kill_with_parent() -> io::Result<()> {
     .map(drop)
 }
 
+/// This process's soft limit on open files (`RLIMIT_NOFILE`): one above the highest
+/// descriptor number it may open.
+pub fn fd_limit() -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit for getrlimit to fill.
+    crate::syscall!(getrlimit(libc::RLIMIT_NOFILE, &mut lim))?;
+    Ok(lim.rlim_cur)
+}
+
+/// Sets this process's soft limit on open files (`RLIMIT_NOFILE`) to `soft`, which must
+/// not be above the hard limit (tests that need a small descriptor table).
+pub fn set_fd_limit(soft: u64) -> io::Result<()> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit for getrlimit to fill.
+    crate::syscall!(getrlimit(libc::RLIMIT_NOFILE, &mut lim))?;
+    lim.rlim_cur = soft;
+    // SAFETY: `lim` is a valid rlimit; setrlimit refuses a soft limit above the hard one.
+    crate::syscall!(setrlimit(libc::RLIMIT_NOFILE, &lim))?;
+    Ok(())
+}
+
 /// Raises this process's soft limit on open files (`RLIMIT_NOFILE`) to its hard limit
 /// and returns the limit now in force (soft, hard). A process that holds many
 /// connections calls it; raising the hard limit itself needs privilege and is left to

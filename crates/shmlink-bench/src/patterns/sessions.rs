@@ -7,11 +7,15 @@
 //! and driven exactly as a point-to-point run ([`crate::run`]: the method's
 //! `prepare`/`connect`, the measurement core's drivers, its verification and
 //! `SHMLINK_BENCH_FAULT`). Every driver says `READY` once connected and waits; when all
-//! N are ready they are told `GO` together, so the warm-ups and the measured parts
-//! overlap. No process is pinned (2N processes share the machine's CPUs as the
-//! scheduler places them). Per row:
-//! - throughput: the sum over the sessions of each one's messages (round trips in the
-//!   round-trip rows) per second;
+//! N are ready they are told `GO` with one wall-clock instant at which every warm-up
+//! ends, so the measured parts start together (at each session's first message after
+//! it) and, being equally long, end together. No process is pinned (2N processes share
+//! the machine's CPUs as the scheduler places them). Per row:
+//! - throughput: all sessions' messages (round trips in the round-trip rows) over the
+//!   span from the first session's start to the last one's end (each session reports
+//!   both, wall clock), never a sum of rates over different spans; the row also
+//!   reports how far the sessions' spans differ (`span_skew_ms`: the union minus the
+//!   part common to all);
 //! - p50/p99 of the round trip over every session's samples (merged in a histogram of
 //!   1/64 relative precision, [`Hist`]);
 //! - CPU seconds per million messages (round trips): both ends' user + system time
@@ -19,7 +23,8 @@
 //!   sessions, over all their messages;
 //! - memory per session: both processes' `/proc/PID/smaps_rollup` (Rss, Pss, Pss_Anon,
 //!   Pss_File, Pss_Shmem, Shared_*, Private_*) read by the driver in the middle of the
-//!   measured part, summed over the two, averaged over the sessions. Pss_Shmem is the
+//!   measured part (or a tenth of the way in, when the middle sample found the run
+//!   over), summed over the two, averaged over the sessions. Pss_Shmem is the
 //!   shared memory actually touched (memfd or /dev/shm pages that are resident); the
 //!   kernel's socket buffers (UDS, TCP) are in no process's figures.
 //!
@@ -376,9 +381,26 @@ fn cpu_and_switches(pid: u32) -> io::Result<(u64, u64)> {
     Ok((ns, switches))
 }
 
-/// Open fds of process `pid`.
-fn fd_count(pid: u32) -> io::Result<usize> {
-    Ok(std::fs::read_dir(format!("/proc/{pid}/fd"))?.count())
+/// Open fds of process `pid`, and how many of them, past stdin, stdout and stderr, are
+/// pipe ends (a `shm:` connection's doorbell pipes: three per side, design §4.4).
+fn fd_count(pid: u32) -> io::Result<(usize, usize)> {
+    fds_in(&format!("/proc/{pid}/fd"))
+}
+
+/// [`fd_count`] of the `/proc/…/fd` directory `dir`.
+fn fds_in(dir: &str) -> io::Result<(usize, usize)> {
+    let mut all = 0;
+    let mut pipes = 0;
+    for e in std::fs::read_dir(dir)?.flatten() {
+        all += 1;
+        let stdio = matches!(e.file_name().to_str(), Some("0" | "1" | "2"));
+        if !stdio
+            && std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().starts_with("pipe:"))
+        {
+            pipes += 1;
+        }
+    }
+    Ok((all, pipes))
 }
 
 /// The system's `Slab:` in KiB (`/proc/meminfo`).
@@ -456,7 +478,7 @@ impl Hist {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct SessionSpec {
     run: RunSpec,
-    /// After `GO`: the warm-up and half the measured part.
+    /// After the measured part starts: half of it.
     sample_after_ms: u64,
 }
 
@@ -467,6 +489,15 @@ struct SessionOutput {
     hist: Hist,
     /// Driver + peer, in the middle of the measured part.
     mem: Mem,
+    /// When the measured part started and ended (wall clock, ns since the Unix epoch).
+    start_ns: u64,
+    end_ns: u64,
+}
+
+/// Nanoseconds since the Unix epoch.
+fn unix_ns(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// A session's driver: the point-to-point run of `spec`, with a barrier before the
@@ -477,7 +508,7 @@ fn session(spec: &SessionSpec, exe: &Path) -> io::Result<SessionOutput> {
     let mut sampler = None;
     let after = Duration::from_millis(spec.sample_after_ms);
     let p = peer.clone();
-    let (run, rtts) = drive_with(
+    let (run, rtts, ended) = drive_with(
         &spec.run,
         exe,
         &mut |pid| p.store(pid, Ordering::Relaxed),
@@ -487,15 +518,27 @@ fn session(spec: &SessionSpec, exe: &Path) -> io::Result<SessionOutput> {
             out.flush()?;
             let mut line = String::new();
             io::stdin().lock().read_line(&mut line)?;
-            if line.trim() != "GO" {
-                return Err(io::Error::other("the bench ended the row before it began"));
-            }
+            // `GO NS`: the warm-up ends at NS (ns since the Unix epoch) in every session.
+            let at = match line.trim().strip_prefix("GO ").map(str::parse::<u64>) {
+                Some(Ok(ns)) => std::time::UNIX_EPOCH + Duration::from_nanos(ns),
+                _ => return Err(io::Error::other("the bench ended the row before it began")),
+            };
+            let warmup = at
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or(Duration::ZERO);
             let pid = peer.load(Ordering::Relaxed);
+            // Two samples: one a fifth of the way to the middle of the measured part, and
+            // the one in the middle, which the row reports unless it found the run over
+            // (a sampler thread starved on a loaded machine: the peer has exited).
             sampler = Some(std::thread::spawn(move || -> io::Result<Mem> {
-                std::thread::sleep(after);
-                Ok(Mem::of("self")?.plus(Mem::of(&pid.to_string())?))
+                let both =
+                    || -> io::Result<Mem> { Ok(Mem::of("self")?.plus(Mem::of(&pid.to_string())?)) };
+                std::thread::sleep(warmup + after / 5);
+                let early = both()?;
+                std::thread::sleep(after - after / 5);
+                Ok(both().unwrap_or(early))
             }));
-            Ok(())
+            Ok(Some(warmup))
         },
     )?;
     let mem = sampler
@@ -503,8 +546,11 @@ fn session(spec: &SessionSpec, exe: &Path) -> io::Result<SessionOutput> {
         .join()
         .map_err(|_| io::Error::other("memory sampler panicked"))?
         .map_err(|e| io::Error::other(format!("memory in the measured part: {e}")))?;
+    let end_ns = unix_ns(ended);
     Ok(SessionOutput {
         hist: Hist::of(rtts.as_deref().unwrap_or(&[])),
+        start_ns: end_ns.saturating_sub(run.elapsed_ns),
+        end_ns,
         run,
         mem,
     })
@@ -516,8 +562,13 @@ fn session(spec: &SessionSpec, exe: &Path) -> io::Result<SessionOutput> {
 /// A row's figures in one round.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Figures {
-    /// Messages (round trips in latency mode) per second, summed over the sessions.
+    /// Messages (round trips in latency mode) of all sessions per second of the span from
+    /// the first session's start to the last one's end.
     pub msgs_per_s: f64,
+    /// The union of the sessions' measured spans minus the part common to all, in ms
+    /// (0: all measured exactly together).
+    #[serde(default)]
+    pub span_skew_ms: f64,
     pub p50_ns: Option<u64>,
     pub p99_ns: Option<u64>,
     /// CPU seconds of both ends per million messages (round trips).
@@ -559,6 +610,11 @@ pub struct IdleRow {
 pub struct IdleFigures {
     pub client_processes: usize,
     pub server_fds: usize,
+    /// Of the server's fds, pipe ends it did not have before the first connection: three
+    /// per `shm:` connection with doorbell pipes (the rest keep their socket alone,
+    /// docs/design.md §4.4's descriptor budget).
+    #[serde(default)]
+    pub server_pipe_ends: usize,
     pub client_fds: usize,
     /// Growth from before the first connection to after the last, per connection.
     pub server_per_conn: Mem,
@@ -754,7 +810,7 @@ fn run_row(
                 cpus: None,
                 tag: tag.clone(),
             },
-            sample_after_ms: c.warmup_ms + c.measure_ms / 2,
+            sample_after_ms: c.measure_ms / 2,
         };
         let json = serde_json::to_string(&spec).expect("a spec serialises");
         let (mut child, errs) =
@@ -778,7 +834,11 @@ fn run_row(
     if let Err(e) = await_all(&rx, n, "READY", setup) {
         return fail(children, readers, e);
     }
-    tell(&mut stdins, "GO\n");
+    // Every warm-up ends at one instant, far enough ahead for the last session to read
+    // its `GO` on a loaded machine.
+    let lead = Duration::from_millis(c.warmup_ms) + Duration::from_millis(20 + 2 * n as u64);
+    let at = unix_ns(std::time::SystemTime::now() + lead);
+    tell(&mut stdins, &format!("GO {at}\n"));
     let end = Instant::now()
         + Duration::from_millis(c.warmup_ms + c.measure_ms)
         + Duration::from_secs(30 + n as u64);
@@ -802,10 +862,13 @@ fn run_row(
 /// A row's figures from its sessions' outputs.
 fn figures(outs: &[SessionOutput]) -> Figures {
     let messages: u64 = outs.iter().map(|o| o.run.count).sum();
-    let rate: f64 = outs
-        .iter()
-        .map(|o| o.run.count as f64 / (o.run.elapsed_ns.max(1) as f64 / 1e9))
-        .sum();
+    let first_start = outs.iter().map(|o| o.start_ns).min().unwrap_or(0);
+    let last_end = outs.iter().map(|o| o.end_ns).max().unwrap_or(0);
+    let last_start = outs.iter().map(|o| o.start_ns).max().unwrap_or(0);
+    let first_end = outs.iter().map(|o| o.end_ns).min().unwrap_or(0);
+    let union = last_end.saturating_sub(first_start);
+    let common = first_end.saturating_sub(last_start);
+    let rate = messages as f64 / (union.max(1) as f64 / 1e9);
     let cpu_us = |f: fn(&RunOutput) -> f64| -> f64 {
         outs.iter()
             .map(|o| f(&o.run) * o.run.count as f64)
@@ -822,6 +885,7 @@ fn figures(outs: &[SessionOutput]) -> Figures {
         .per(outs.len().max(1) as f64);
     Figures {
         msgs_per_s: rate,
+        span_skew_ms: union.saturating_sub(common) as f64 / 1e6,
         p50_ns: hist.quantile(0.5),
         p99_ns: hist.quantile(0.99),
         // µs per message = s per million messages.
@@ -847,6 +911,7 @@ fn median_figures(runs: &[Figures]) -> Option<Figures> {
         |f: fn(&Mem) -> f64| median_f64(&mems.iter().map(f).collect::<Vec<_>>()).unwrap_or(0.0);
     Some(Figures {
         msgs_per_s: med(&|r| r.msgs_per_s).unwrap_or(0.0),
+        span_skew_ms: med(&|r| r.span_skew_ms).unwrap_or(0.0),
         p50_ns: medu(&|r| r.p50_ns),
         p99_ns: medu(&|r| r.p99_ns),
         cpu_s_per_m: med(&|r| r.cpu_s_per_m).unwrap_or(0.0),
@@ -946,21 +1011,23 @@ fn idle_connect(method: &str, addr: &str) -> io::Result<Box<dyn Held>> {
 }
 
 /// How a process of the idle rows starts: its fd limit raised, its memory so far.
-fn idle_start() -> io::Result<(u64, Mem)> {
+/// Its pipe ends (past stdio) are counted too: a process may inherit some from whoever
+/// started the bench, and only the connections' count.
+fn idle_start() -> io::Result<(u64, Mem, usize)> {
     let (soft, _) = shmlink_sys::process::raise_fd_limit()?;
-    Ok((soft, Mem::of("self")?))
+    Ok((soft, Mem::of("self")?, fds_in("/proc/self/fd")?.1))
 }
 
 /// `IDLE_SERVER_CMD METHOD N`: binds, says `ADDR address`, accepts N connections, says
-/// `ACCEPTED {limit, before}`, then waits for any connection or stdin to become readable:
-/// stdin's end ends it (status 0), a connection's event fails it (an idle connection that
+/// `ACCEPTED [limit, before, pipe ends]`, then waits for any connection or stdin to
+/// become readable: stdin's end ends it (status 0), a connection's event fails it (an idle connection that
 /// is not idle).
 fn idle_server_main(method: &str, n: &str) -> ExitCode {
     let res = (|| -> io::Result<()> {
         let n: usize = n
             .parse()
             .map_err(|_| io::Error::other(format!("bad count {n:?}")))?;
-        let (limit, before) = idle_start()?;
+        let (limit, before, pipes) = idle_start()?;
         let (mut l, addr) = IdleListener::bind(method)?;
         println!("ADDR {addr}");
         let mut held = Vec::with_capacity(n);
@@ -971,7 +1038,7 @@ fn idle_server_main(method: &str, n: &str) -> ExitCode {
         }
         println!(
             "ACCEPTED {}",
-            serde_json::to_string(&(limit, before)).expect("serialises")
+            serde_json::to_string(&(limit, before, pipes)).expect("serialises")
         );
         let stdin = io::stdin();
         let mut fds = vec![stdin.as_fd()];
@@ -1002,8 +1069,8 @@ fn idle_server_main(method: &str, n: &str) -> ExitCode {
     }
 }
 
-/// `IDLE_CLIENT_CMD METHOD ADDR N`: makes N connections, says `CONNECTED {limit,
-/// before}`, holds them until stdin ends.
+/// `IDLE_CLIENT_CMD METHOD ADDR N`: makes N connections, says `CONNECTED [limit,
+/// before, pipe ends]`, holds them until stdin ends.
 fn idle_client_main(args: &[String]) -> ExitCode {
     let res = (|| -> io::Result<()> {
         let [method, addr, n] = args else {
@@ -1012,7 +1079,7 @@ fn idle_client_main(args: &[String]) -> ExitCode {
         let n: usize = n
             .parse()
             .map_err(|_| io::Error::other(format!("bad count {n:?}")))?;
-        let (limit, before) = idle_start()?;
+        let (limit, before, pipes) = idle_start()?;
         let mut held = Vec::with_capacity(n);
         for i in 0..n {
             held.push(idle_connect(method, addr).map_err(|e| {
@@ -1021,7 +1088,7 @@ fn idle_client_main(args: &[String]) -> ExitCode {
         }
         println!(
             "CONNECTED {}",
-            serde_json::to_string(&(limit, before)).expect("serialises")
+            serde_json::to_string(&(limit, before, pipes)).expect("serialises")
         );
         let mut rest = Vec::new();
         io::stdin().read_to_end(&mut rest)?;
@@ -1037,8 +1104,8 @@ fn idle_client_main(args: &[String]) -> ExitCode {
     }
 }
 
-/// The `(limit, before)` after `word` in a line.
-fn limit_and_before(line: &str, word: &str) -> Result<(u64, Mem), String> {
+/// The `(limit, memory before, pipe ends before)` after `word` in a line.
+fn limit_and_before(line: &str, word: &str) -> Result<(u64, Mem, usize), String> {
     let json = line.strip_prefix(word).unwrap_or("").trim();
     serde_json::from_str(json).map_err(|e| format!("unreadable {word} line {line:?}: {e}"))
 }
@@ -1136,7 +1203,7 @@ fn idle_row(exe: &Path, method: &str, n: usize, window: Duration) -> Result<Idle
             }
         }
     }
-    let (limit, server_before) =
+    let (limit, server_before, server_pipes_before) =
         limit_and_before(server_line.as_deref().unwrap_or(""), "ACCEPTED")?;
     let mut client_before = Mem::default();
     for l in client_lines.iter().flatten() {
@@ -1157,14 +1224,15 @@ fn idle_row(exe: &Path, method: &str, n: usize, window: Duration) -> Result<Idle
         let server_mem = mem_of(&server_pid)?;
         let client_mem = mem_of(&client_pids)?;
         let slab_after = slab_kib();
-        let server_fds = fd_count(server_pid[0]).map_err(|e| e.to_string())?;
+        let (server_fds, server_pipe_ends) = fd_count(server_pid[0]).map_err(|e| e.to_string())?;
         let mut client_fds = 0;
         for &p in &client_pids {
-            client_fds += fd_count(p).map_err(|e| e.to_string())?;
+            client_fds += fd_count(p).map_err(|e| e.to_string())?.0;
         }
         Ok(IdleFigures {
             client_processes: client_pids.len(),
             server_fds,
+            server_pipe_ends: server_pipe_ends.saturating_sub(server_pipes_before),
             client_fds,
             server_per_conn: server_mem.minus(server_before).per(n as f64),
             client_per_conn: client_mem.minus(client_before).per(n as f64),
@@ -1243,8 +1311,8 @@ pub fn table(rows: &[SessionsRow]) -> String {
             if mode == Mode::Latency { "round trips" } else { "messages" }
         );
         out += &format!(
-            "{:<22} {:>4} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}\n",
-            "method", "N", unit, "p50 us", "p99 us", "CPU s/M", "RSS", "PSS", "shm"
+            "{:<22} {:>4} {:>9} {:>7} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}\n",
+            "method", "N", unit, "skew ms", "p50 us", "p99 us", "CPU s/M", "RSS", "PSS", "shm"
         );
         for r in rows.iter().filter(|r| r.mode == mode && r.size == size) {
             match (&r.summary, r.status) {
@@ -1254,10 +1322,11 @@ pub fn table(rows: &[SessionsRow]) -> String {
                     };
                     let m = f.mem_per_session;
                     out += &format!(
-                        "{:<22} {:>4} {:>9} {:>9} {:>9} {:>8.2} {:>8} {:>8} {:>8}\n",
+                        "{:<22} {:>4} {:>9} {:>7.1} {:>9} {:>9} {:>8.2} {:>8} {:>8} {:>8}\n",
                         r.method,
                         r.sessions,
                         rate(f.msgs_per_s),
+                        f.span_skew_ms,
                         us(f.p50_ns),
                         us(f.p99_ns),
                         f.cpu_s_per_m,
@@ -1283,16 +1352,21 @@ pub fn table(rows: &[SessionsRow]) -> String {
 /// The idle table.
 pub fn idle_table(rows: &[IdleRow]) -> String {
     let mut out = String::from(
-        "\n## idle connections on one listener (memory: KiB per connection, Pss growth; CPU: ms over the window, all processes)\n",
+        "\n## idle connections on one listener (memory: KiB per connection, growth of Rss, Pss and Pss_Shmem (shared memory touched); CPU: ms over the window, all processes; piped: server-side connections with doorbell pipes)\n",
     );
     out += &format!(
-        "{:<14} {:>6} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9}\n",
+        "{:<14} {:>6} {:>8} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
         "method",
         "conns",
         "srv fds",
+        "piped",
         "cli fds",
-        "srv KiB",
-        "cli KiB",
+        "srv RSS",
+        "srv PSS",
+        "srv shm",
+        "cli RSS",
+        "cli PSS",
+        "cli shm",
         "slab KiB",
         "CPU ms",
         "switches",
@@ -1302,13 +1376,18 @@ pub fn idle_table(rows: &[IdleRow]) -> String {
         match &r.figures {
             Some(f) => {
                 out += &format!(
-                    "{:<14} {:>6} {:>8} {:>8} {:>9.2} {:>9.2} {:>8} {:>8.2} {:>8} {:>9.1}\n",
+                    "{:<14} {:>6} {:>8} {:>6} {:>8} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8} {:>8.2} {:>8} {:>9.1}\n",
                     r.method,
                     r.connections,
                     f.server_fds,
+                    f.server_pipe_ends / 3,
                     f.client_fds,
+                    f.server_per_conn.rss_kib,
                     f.server_per_conn.pss_kib,
+                    f.server_per_conn.pss_shmem_kib,
+                    f.client_per_conn.rss_kib,
                     f.client_per_conn.pss_kib,
+                    f.client_per_conn.pss_shmem_kib,
                     f.slab_kib_per_conn
                         .map_or("-".into(), |v| format!("{v:.2}")),
                     f.server_cpu_ms + f.client_cpu_ms,

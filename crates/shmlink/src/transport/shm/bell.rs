@@ -96,6 +96,21 @@ impl PipeBell {
     }
 }
 
+/// Whether a side whose connection's socket is `sock` keeps room for doorbell pipes
+/// (docs/design.md §4.4, "descriptor budget"): they cost three descriptors per side and
+/// connection, which a process with thousands of idle connections cannot all hold (10,000
+/// connections would need 40,000 on the listener's side). A side offers (the client) or
+/// grants (the listener) the pipes only while the socket's number, the lowest descriptor
+/// that was free, is below half the soft limit on open files; past that its connections
+/// keep the socket alone, the wake-up path of a peer without the feature. The number is at
+/// most the count of open descriptors, so the half left over is never taken by pipes.
+pub(crate) fn pipes_fit(sock: BorrowedFd<'_>) -> bool {
+    match crate::sys::process::fd_limit() {
+        Ok(limit) => (sock.as_raw_fd() as u64).saturating_add(3) < limit / 2,
+        Err(_) => true,
+    }
+}
+
 /// Splits the descriptors of the listener's answer: the memfd, then the doorbell pipes
 /// when the answer kept [`FEATURE_PIPE_BELL`] (and nothing else otherwise).
 pub(crate) fn answer_fds(fds: Vec<OwnedFd>, features: u64) -> Result<(OwnedFd, Option<PipeBell>)> {

@@ -85,6 +85,12 @@ fn own_features(opts: &Options) -> u64 {
     (if pipes { FEATURE_PIPE_BELL } else { 0 }) | if asym { FEATURE_ASYM_FENCE } else { 0 }
 }
 
+/// Whether `e` says the process (`EMFILE`) or the system (`ENFILE`) has no descriptor
+/// left.
+fn is_fd_exhaustion(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(n) if n == sys::errno::EMFILE || n == sys::errno::ENFILE)
+}
+
 fn fence_mode(features: u64) -> FenceMode {
     if features & FEATURE_ASYM_FENCE != 0 {
         FenceMode::Asymmetric
@@ -182,6 +188,11 @@ fn client(
     if upgrade.is_none() {
         trust::check_server(sock.as_fd(), opts, &format!("the listener at {name}"))?;
     }
+    // Doorbell pipes only while this process has descriptors to spare for them (§4.4).
+    let offered = match bell::pipes_fit(sock.as_fd()) {
+        true => offered,
+        false => offered & !FEATURE_PIPE_BELL,
+    };
     let want = Params {
         features: offered,
         ring_c2s: opts.ring_size as u64,
@@ -808,7 +819,7 @@ impl ShmListener {
             ));
         }
         let cap = self.opts.ring_size as u64;
-        let accept = Params {
+        let mut accept = Params {
             features: want.features & own_features(&self.opts),
             ring_c2s: want.ring_c2s.min(cap),
             ring_s2c: want.ring_s2c.min(cap),
@@ -832,13 +843,21 @@ impl ShmListener {
             None => Half::create(Side::Server, accept.ring_s2c as usize)
                 .map_err(|e| (RefuseCode::Resources, e.to_string()))?,
         };
+        // Doorbell pipes only while this process has descriptors to spare (design §4.4);
+        // a table that is full after all (the socket's number undercounts when lower
+        // descriptors were closed) costs this connection its pipes, not its existence.
         let bell = match accept.features & FEATURE_PIPE_BELL {
             0 => None,
-            _ => Some(
-                PipeBell::for_listener()
-                    .map_err(|e| (RefuseCode::Resources, format!("doorbell pipes: {e}")))?,
-            ),
+            _ if !bell::pipes_fit(p.sock.as_fd()) => None,
+            _ => match PipeBell::for_listener() {
+                Ok(bell) => Some(bell),
+                Err(e) if is_fd_exhaustion(&e) => None,
+                Err(e) => return Err((RefuseCode::Resources, format!("doorbell pipes: {e}"))),
+            },
         };
+        if bell.is_none() {
+            accept.features &= !FEATURE_PIPE_BELL;
+        }
         Ok(Answer::Connect(Box::new(Handshake {
             own,
             memfd,
