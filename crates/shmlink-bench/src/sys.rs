@@ -84,6 +84,23 @@ pub fn cstring(s: &str) -> io::Result<CString> {
     CString::new(s).map_err(|_| err(format!("name {s:?} contains a NUL byte")))
 }
 
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Clock ticks per second, the unit of `/proc/PID/stat`'s CPU times (100 if unknown).
+pub fn clock_ticks() -> u64 {
+    // SAFETY: sysconf reads a configuration value and touches no memory.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as u64
+    } else {
+        100
+    }
+}
+
 /// Reads an integer from a `/proc/sys` file.
 pub fn proc_sys(path: &str) -> Option<usize> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
