@@ -90,17 +90,6 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Clock ticks per second, the unit of `/proc/PID/stat`'s CPU times (100 if unknown).
-pub fn clock_ticks() -> u64 {
-    // SAFETY: sysconf reads a configuration value and touches no memory.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as u64
-    } else {
-        100
-    }
-}
-
 /// Reads an integer from a `/proc/sys` file.
 pub fn proc_sys(path: &str) -> Option<usize> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()

@@ -233,15 +233,21 @@ fn remove_stale() {
     }
 }
 
-/// CPU time (user + system, all threads) of process `pid` so far, in µs.
+/// CPU time of process `pid` so far, in µs: the sum over its threads of the time the
+/// scheduler ran them (`/proc/PID/task/*/schedstat`, in ns; `/proc/PID/stat`'s ticks
+/// are 10 ms, too coarse for a short run). Threads that ended before are not counted.
 fn cpu_us(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command name, which is in parentheses and may hold spaces:
-    // utime and stime are the 14th and 15th fields, the 12th and 13th after it.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(ticks as f64 * 1e6 / crate::sys::clock_ticks() as f64)
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut ns = 0u64;
+    for t in tasks.flatten() {
+        let text = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+        ns += text
+            .split_whitespace()
+            .next()
+            .and_then(|x| x.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Some(ns as f64 / 1e3)
 }
 
 // ------------------------------------------------------------------------ processes
@@ -323,6 +329,7 @@ impl Proc {
         if term {
             let _ = Command::new("kill")
                 .args(["-TERM", &self.child.id().to_string()])
+                .stderr(Stdio::null())
                 .status();
         }
         let deadline = Instant::now() + Duration::from_secs(5);
