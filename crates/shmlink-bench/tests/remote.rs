@@ -58,7 +58,11 @@ fn every_row_is_measured_and_one_copy_crosses_per_message() {
         json.to_str().unwrap(),
     ];
     let t = std::time::Instant::now();
-    let out = shmlink_bench(&d, &args, &[("SHMLINK_ZENOH_BIN_DIR", bins.to_str().unwrap())]);
+    let out = shmlink_bench(
+        &d,
+        &args,
+        &[("SHMLINK_ZENOH_BIN_DIR", bins.to_str().unwrap())],
+    );
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     eprintln!("{stdout}\n{stderr}\n({:.1} s)", t.elapsed().as_secs_f64());
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
@@ -85,8 +89,14 @@ fn every_row_is_measured_and_one_copy_crosses_per_message() {
             assert_eq!(r["count"].as_u64(), Some(sent), "{row}: {r}");
             assert_eq!(r["lost"].as_u64(), Some(0), "{row}: {r}");
             let p50 = r["p50_ns"].as_u64().unwrap();
-            assert!(p50 > 0 && p50 <= r["max_ns"].as_u64().unwrap(), "{row}: {r}");
-            assert!(r["last_ns"].as_u64() >= r["first_ns"].as_u64(), "{row}: {r}");
+            assert!(
+                p50 > 0 && p50 <= r["max_ns"].as_u64().unwrap(),
+                "{row}: {r}"
+            );
+            assert!(
+                r["last_ns"].as_u64() >= r["first_ns"].as_u64(),
+                "{row}: {r}"
+            );
         }
         let want = match c["table"].as_str().unwrap() {
             "fanout" => 8,
@@ -110,7 +120,11 @@ fn every_row_is_measured_and_one_copy_crosses_per_message() {
             }
         }
     }
-    for table in ["A -> B, 1 subscriber on B", "8 subscribers on B", "local 64 B"] {
+    for table in [
+        "A -> B, 1 subscriber on B",
+        "8 subscribers on B",
+        "local 64 B",
+    ] {
         assert!(stdout.contains(table), "{stdout}");
     }
 }

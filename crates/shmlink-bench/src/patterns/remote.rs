@@ -75,7 +75,12 @@ $SHMLINK_ZENOH_BIN_DIR) for the Zenoh rows. Options: --rounds [default: 3; --qui
             None if cli.quick => 1,
             None => 3,
         };
-        Ok(run(&Counts::new(cli.quick), cli.quick, rounds, cli.json.as_deref()))
+        Ok(run(
+            &Counts::new(cli.quick),
+            cli.quick,
+            rounds,
+            cli.json.as_deref(),
+        ))
     }
 }
 
@@ -155,7 +160,10 @@ impl Net {
         let net = Net {
             ns: [format!("{id}-a"), format!("{id}-b")],
             addr: [format!("10.252.{subnet}.1"), format!("10.252.{subnet}.2")],
-            veth: [format!("shbr{}a", pid % 1_000_000), format!("shbr{}b", pid % 1_000_000)],
+            veth: [
+                format!("shbr{}a", pid % 1_000_000),
+                format!("shbr{}b", pid % 1_000_000),
+            ],
             dir: [root.join("a"), root.join("b")],
             root,
         };
@@ -165,7 +173,14 @@ impl Net {
             ip(&["-n", &net.ns[i], "link", "set", "lo", "up"])?;
         }
         ip(&[
-            "link", "add", &net.veth[0], "type", "veth", "peer", "name", &net.veth[1],
+            "link",
+            "add",
+            &net.veth[0],
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &net.veth[1],
         ])?;
         for i in 0..2 {
             ip(&["link", "set", &net.veth[i], "netns", &net.ns[i]])?;
@@ -180,7 +195,10 @@ impl Net {
     fn bytes_a_to_b(&self) -> Result<u64, String> {
         let out = Command::new("ip")
             .args(["netns", "exec", &self.ns[0], "cat"])
-            .arg(format!("/sys/class/net/{}/statistics/tx_bytes", self.veth[0]))
+            .arg(format!(
+                "/sys/class/net/{}/statistics/tx_bytes",
+                self.veth[0]
+            ))
             .output()
             .map_err(|e| format!("ip netns exec: {e}"))?;
         String::from_utf8_lossy(&out.stdout)
@@ -373,7 +391,13 @@ enum Way {
 }
 
 impl Way {
-    const ALL: [Way; 5] = [Way::Bridged, Way::Zenoh, Way::Tcp, Way::Redis, Way::Rabbitmq];
+    const ALL: [Way; 5] = [
+        Way::Bridged,
+        Way::Zenoh,
+        Way::Tcp,
+        Way::Redis,
+        Way::Rabbitmq,
+    ];
 
     fn label(self) -> &'static str {
         match self {
@@ -615,7 +639,11 @@ impl Brokers {
             Err(e) => format!("scripts/brokers.sh: {e}"),
         };
         let pid = |f: &str| -> Option<u32> {
-            std::fs::read_to_string(dir.join(f)).ok()?.trim().parse().ok()
+            std::fs::read_to_string(dir.join(f))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
         };
         let redis_pid = pid("redis/redis.pid");
         let rabbit_pid = pid("rabbitmq/rabbitmq.pid");
@@ -698,7 +726,14 @@ impl Ctx<'_> {
     }
 
     /// A transfer from A to `subs` receivers on B through `way`.
-    fn transfer(&self, way: Way, size: usize, throughput: bool, count: u64, subs: usize) -> Result<Run, String> {
+    fn transfer(
+        &self,
+        way: Way,
+        size: usize,
+        throughput: bool,
+        count: u64,
+        subs: usize,
+    ) -> Result<Run, String> {
         let spec = |role, carrier, addr: &str| EndSpec {
             role,
             carrier,
@@ -722,15 +757,31 @@ impl Ctx<'_> {
                 zenoh_program("shmlink-zenoh")?;
                 let port = self.port();
                 run.bridges = Some([
-                    vec!["--export".into(), topic.clone(), "--listen".into(), format!("tcp/{a}:{port}")],
-                    vec!["--import".into(), topic.clone(), "--connect".into(), format!("tcp/{a}:{port}")],
+                    vec![
+                        "--export".into(),
+                        topic.clone(),
+                        "--listen".into(),
+                        format!("tcp/{a}:{port}"),
+                    ],
+                    vec![
+                        "--import".into(),
+                        topic.clone(),
+                        "--connect".into(),
+                        format!("tcp/{a}:{port}"),
+                    ],
                 ]);
                 let addr = format!("shm:{topic}");
-                (spec(Role::Send, Carrier::Shmlink, &addr), spec(Role::Recv, Carrier::Shmlink, &addr))
+                (
+                    spec(Role::Send, Carrier::Shmlink, &addr),
+                    spec(Role::Recv, Carrier::Shmlink, &addr),
+                )
             }
             Way::Tcp => {
                 let addr = format!("tcp:{a}:{}", self.port());
-                (spec(Role::Send, Carrier::Shmlink, &addr), spec(Role::Recv, Carrier::Shmlink, &addr))
+                (
+                    spec(Role::Send, Carrier::Shmlink, &addr),
+                    spec(Role::Recv, Carrier::Shmlink, &addr),
+                )
             }
             Way::Redis | Way::Rabbitmq => {
                 let (carrier, addr) = match way {
@@ -739,7 +790,10 @@ impl Ctx<'_> {
                 };
                 let addr = addr.as_ref().map_err(Clone::clone)?;
                 run.broker_pids = self.brokers().pids.clone();
-                (spec(Role::Send, carrier, addr), spec(Role::Recv, carrier, addr))
+                (
+                    spec(Role::Send, carrier, addr),
+                    spec(Role::Recv, carrier, addr),
+                )
             }
             Way::Zenoh => {
                 let exe = zenoh_program("shmlink-zenoh-perf")?;
@@ -787,7 +841,8 @@ impl Ctx<'_> {
         };
         run.ends.push(self.bench_end(0, "send".into(), send_spec));
         for i in 0..subs {
-            run.ends.push(self.bench_end(1, format!("recv-{i}"), recv_spec.clone()));
+            run.ends
+                .push(self.bench_end(1, format!("recv-{i}"), recv_spec.clone()));
         }
         Ok(run)
     }
@@ -820,8 +875,22 @@ impl Ctx<'_> {
             ends,
             bridges: bridges.then(|| {
                 [
-                    vec!["--export".into(), t(0), "--import".into(), t(1), "--listen".into(), format!("tcp/{a}:{port}")],
-                    vec!["--export".into(), t(1), "--import".into(), t(0), "--connect".into(), format!("tcp/{a}:{port}")],
+                    vec![
+                        "--export".into(),
+                        t(0),
+                        "--import".into(),
+                        t(1),
+                        "--listen".into(),
+                        format!("tcp/{a}:{port}"),
+                    ],
+                    vec![
+                        "--export".into(),
+                        t(1),
+                        "--import".into(),
+                        t(0),
+                        "--connect".into(),
+                        format!("tcp/{a}:{port}"),
+                    ],
                 ]
             }),
             kill_bridge_a: kill.then(|| Duration::from_micros(count * (GAP_US + 60) / 2)),
@@ -882,14 +951,28 @@ fn plan() -> Vec<(Cell, Kind)> {
         ] {
             v.push((
                 cell(MAIN, way.label().into(), column),
-                Kind::Transfer { way, size, throughput, subs: 1 },
+                Kind::Transfer {
+                    way,
+                    size,
+                    throughput,
+                    subs: 1,
+                },
             ));
         }
     }
     for way in [Way::Bridged, Way::Zenoh, Way::Tcp] {
         v.push((
-            cell(FANOUT, way.label().into(), "64 KiB throughput, 8 subscribers on B"),
-            Kind::Transfer { way, size: 64 << 10, throughput: true, subs: 8 },
+            cell(
+                FANOUT,
+                way.label().into(),
+                "64 KiB throughput, 8 subscribers on B",
+            ),
+            Kind::Transfer {
+                way,
+                size: 64 << 10,
+                throughput: true,
+                subs: 8,
+            },
         ));
     }
     for (row, bridges, kill) in [
@@ -897,7 +980,10 @@ fn plan() -> Vec<(Cell, Kind)> {
         ("both bridges running", true, false),
         ("A's bridge SIGKILLed mid-stream", true, true),
     ] {
-        v.push((cell(LOCAL, row.into(), "64 B latency"), Kind::Local { bridges, kill }));
+        v.push((
+            cell(LOCAL, row.into(), "64 B latency"),
+            Kind::Local { bridges, kill },
+        ));
     }
     v
 }
@@ -928,7 +1014,11 @@ fn run(counts: &Counts, quick: bool, rounds: u32, json: Option<&Path>) -> ExitCo
     // scripts/brokers.sh start takes ~25 s here (RabbitMQ); --quick starts them while the
     // other rows run (their first round shares the CPUs with it), a full run first.
     eprintln!("starting the brokers in B (scripts/brokers.sh start)");
-    let (ns, dir, b) = (net.ns[1].clone(), net.root.join("brokers"), net.addr[1].clone());
+    let (ns, dir, b) = (
+        net.ns[1].clone(),
+        net.root.join("brokers"),
+        net.addr[1].clone(),
+    );
     let starting = std::thread::spawn(move || Brokers::start(ns, dir, b));
     let ctx = Ctx {
         net: &net,
@@ -955,7 +1045,12 @@ fn run(counts: &Counts, quick: bool, rounds: u32, json: Option<&Path>) -> ExitCo
                 continue;
             }
             let (run, count) = match *kind {
-                Kind::Transfer { way, size, throughput, subs } => {
+                Kind::Transfer {
+                    way,
+                    size,
+                    throughput,
+                    subs,
+                } => {
                     let count = match (size, throughput) {
                         (_, false) => counts.latency,
                         (64, true) => counts.small,
@@ -969,7 +1064,10 @@ fn run(counts: &Counts, quick: bool, rounds: u32, json: Option<&Path>) -> ExitCo
                         true => zenoh_program("shmlink-zenoh").map(|_| ()),
                         false => Ok(()),
                     };
-                    (run.map(|()| ctx.local(counts.local, bridges, kill)), counts.local)
+                    (
+                        run.map(|()| ctx.local(counts.local, bridges, kill)),
+                        counts.local,
+                    )
                 }
             };
             let run = match run {
@@ -1089,10 +1187,18 @@ fn table(cells: &[Cell]) -> String {
         let lat = find(MAIN, row, "64 B latency");
         let small = find(MAIN, row, "64 B throughput");
         let mb = |col| {
-            fig(find(MAIN, row, col), |c| {
-                let size = if col == "1 MiB throughput" { 1 << 20 } else { 64 << 10 };
-                med(c, |o| o.msgs_per_s() * size as f64 / 1e6)
-            }, 1)
+            fig(
+                find(MAIN, row, col),
+                |c| {
+                    let size = if col == "1 MiB throughput" {
+                        1 << 20
+                    } else {
+                        64 << 10
+                    };
+                    med(c, |o| o.msgs_per_s() * size as f64 / 1e6)
+                },
+                1,
+            )
         };
         s += &format!(
             "{:<44} {:>9} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9}\n",
@@ -1128,16 +1234,32 @@ fn table(cells: &[Cell]) -> String {
           per message)\n";
     s += &format!(
         "\n{:<44} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}\n",
-        "local 64 B, publisher + subscriber per host", "A p50 us", "A p99 us", "B p50 us", "B p99 us", "A x", "B x"
+        "local 64 B, publisher + subscriber per host",
+        "A p50 us",
+        "A p99 us",
+        "B p50 us",
+        "B p99 us",
+        "A x",
+        "B x"
     );
     let base = find(LOCAL, "no bridge", "64 B latency");
-    for row in ["no bridge", "both bridges running", "A's bridge SIGKILLed mid-stream"] {
+    for row in [
+        "no bridge",
+        "both bridges running",
+        "A's bridge SIGKILLed mid-stream",
+    ] {
         let c = find(LOCAL, row, "64 B latency");
         let ratio = |h: usize| {
-            fig(c, |c| {
-                let b = base.filter(|b| b.status == "ok").and_then(|b| med(b, |o| p50_us(o, h)))?;
-                Some(med(c, |o| p50_us(o, h))? / b)
-            }, 2)
+            fig(
+                c,
+                |c| {
+                    let b = base
+                        .filter(|b| b.status == "ok")
+                        .and_then(|b| med(b, |o| p50_us(o, h)))?;
+                    Some(med(c, |o| p50_us(o, h))? / b)
+                },
+                2,
+            )
         };
         s += &format!(
             "{:<44} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}\n",

@@ -129,7 +129,10 @@ fn socket_addr(s: &EndSpec) -> Result<SocketAddr, String> {
 }
 
 /// Retries `f` every 50 ms until it succeeds or [`WAIT`] passed.
-fn retry<T, E: std::fmt::Display>(what: &str, mut f: impl FnMut() -> Result<T, E>) -> Result<T, String> {
+fn retry<T, E: std::fmt::Display>(
+    what: &str,
+    mut f: impl FnMut() -> Result<T, E>,
+) -> Result<T, String> {
     let deadline = Instant::now() + WAIT;
     loop {
         match f() {
@@ -174,8 +177,8 @@ fn sender(s: &EndSpec) -> Result<(SendFn, Box<dyn FnOnce()>), String> {
             )
         }
         Carrier::Rabbitmq => {
-            let p = amqp::Publisher::connect(socket_addr(s)?, &s.channel)
-                .map_err(|e| e.to_string())?;
+            let p =
+                amqp::Publisher::connect(socket_addr(s)?, &s.channel).map_err(|e| e.to_string())?;
             let p = std::rc::Rc::new(std::cell::RefCell::new(Some(p)));
             let q = p.clone();
             (
@@ -258,13 +261,15 @@ fn receiver(s: &EndSpec) -> Result<RecvFn, String> {
         Carrier::Redis => {
             let mut sub = redis::Subscriber::connect(socket_addr(s)?, &s.channel)
                 .map_err(|e| e.to_string())?;
-            sub.set_read_timeout(Some(WAIT)).map_err(|e| e.to_string())?;
+            sub.set_read_timeout(Some(WAIT))
+                .map_err(|e| e.to_string())?;
             Box::new(move |buf| sub.recv(buf).map_err(|e| e.to_string()))
         }
         Carrier::Rabbitmq => {
             let mut sub = amqp::Subscriber::connect(socket_addr(s)?, &s.channel)
                 .map_err(|e| e.to_string())?;
-            sub.set_read_timeout(Some(WAIT)).map_err(|e| e.to_string())?;
+            sub.set_read_timeout(Some(WAIT))
+                .map_err(|e| e.to_string())?;
             Box::new(move |buf| sub.recv(buf).map_err(|e| e.to_string()))
         }
     })
