@@ -144,8 +144,9 @@ fn retry<T, E: std::fmt::Display>(
 }
 
 type SendFn = Box<dyn FnMut(&[u8]) -> Result<(), String>>;
+type CloseFn = Box<dyn FnOnce()>;
 
-fn sender(s: &EndSpec) -> Result<(SendFn, Box<dyn FnOnce()>), String> {
+fn sender(s: &EndSpec) -> Result<(SendFn, CloseFn), String> {
     Ok(match s.carrier {
         Carrier::Shmlink => {
             let opts = PubSubOptions::default()
