@@ -251,21 +251,50 @@ fn remove_stale() {
     }
 }
 
-/// CPU time of process `pid` so far, in µs: the sum over its threads of the time the
-/// scheduler ran them (`/proc/PID/task/*/schedstat`, in ns; `/proc/PID/stat`'s ticks
-/// are 10 ms, too coarse for a short run). Threads that ended before are not counted.
-fn cpu_us(pid: u32) -> Option<f64> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let mut ns = 0u64;
-    for t in tasks.flatten() {
-        let text = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
-        ns += text
-            .split_whitespace()
-            .next()
-            .and_then(|x| x.parse::<u64>().ok())
-            .unwrap_or(0);
+/// The CPU time of a process so far: each thread's (`/proc/PID/task/TID/schedstat`, in
+/// ns) and the whole process's (`/proc/PID/stat`, user + system in 10 ms ticks, which
+/// keeps the time of threads that ended).
+#[derive(Clone, Default)]
+struct CpuSample {
+    threads: BTreeMap<String, u64>,
+    stat_ns: u64,
+}
+
+fn cpu_sample(pid: u32) -> CpuSample {
+    let mut s = CpuSample::default();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let text = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+            if let Some(ns) = text.split_whitespace().next().and_then(|x| x.parse().ok()) {
+                s.threads
+                    .insert(t.file_name().to_string_lossy().into_owned(), ns);
+            }
+        }
     }
-    Some(ns as f64 / 1e3)
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // utime and stime: the 12th and 13th fields after the command name, which is in
+    // parentheses and may hold spaces.
+    if let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 2..)) {
+        let f: Vec<u64> = rest
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        if f.len() > 12 {
+            s.stat_ns = (f[11] + f[12]) * 10_000_000;
+        }
+    }
+    s
+}
+
+/// The CPU time between two samples of one process, in µs: the threads' (a thread that
+/// ended in between loses its part), or the process's ticks if they say more.
+fn cpu_delta_us(a: &CpuSample, b: &CpuSample) -> f64 {
+    let threads: u64 = b
+        .threads
+        .iter()
+        .map(|(tid, ns)| ns.saturating_sub(a.threads.get(tid).copied().unwrap_or(0)))
+        .sum();
+    threads.max(b.stat_ns.saturating_sub(a.stat_ns)) as f64 / 1e3
 }
 
 // ------------------------------------------------------------------------ processes
@@ -334,10 +363,6 @@ impl Proc {
         if let Some(s) = &mut self.stdin {
             let _ = writeln!(s, "{line}");
         }
-    }
-
-    fn cpu_us(&self) -> f64 {
-        cpu_us(self.child.id()).unwrap_or(0.0)
     }
 
     /// Closes stdin (the ends exit) or sends SIGTERM (the bridges), then waits, killing
@@ -503,31 +528,25 @@ fn measure(net: &Net, run: &Run, log_dir: &Path, timeout: Duration) -> Result<Ou
         // Both bridges have found every topic they export (they look every 500 ms).
         std::thread::sleep(Duration::from_millis(1200));
     }
-    let side_cpu = |procs: &[(Proc, Role)], bridges: &[Proc]| {
-        let mut cpu = [0.0f64; 2];
-        for (p, _) in procs {
-            cpu[p.host] += p.cpu_us();
-        }
-        for b in bridges {
-            cpu[b.host] += b.cpu_us();
-        }
-        for &pid in &run.broker_pids {
-            cpu[1] += cpu_us(pid).unwrap_or(0.0);
-        }
-        cpu
-    };
-    let cpu0 = side_cpu(&procs, &bridges);
+    // Every process of each side: the ends, the bridges (A's first), the brokers on B.
+    let pids: Vec<(usize, u32)> = procs
+        .iter()
+        .map(|(p, _)| (p.host, p.child.id()))
+        .chain(bridges.iter().map(|b| (b.host, b.child.id())))
+        .chain(run.broker_pids.iter().map(|&pid| (1, pid)))
+        .collect();
+    let cpu0: Vec<CpuSample> = pids.iter().map(|&(_, pid)| cpu_sample(pid)).collect();
+    let mut cpu1: Vec<Option<CpuSample>> = vec![None; pids.len()];
     let bytes0 = net.bytes_a_to_b()?;
     for (p, role) in procs.iter_mut() {
         if *role == Role::Send {
             p.tell("go");
         }
     }
-    let mut killed_cpu = 0.0;
     if let Some(after) = run.kill_bridge_a {
         std::thread::sleep(after);
         if let Some(b) = bridges.first_mut() {
-            killed_cpu = b.cpu_us();
+            cpu1[procs.len()] = Some(cpu_sample(b.child.id()));
             let _ = b.child.kill();
             let _ = b.child.wait();
         }
@@ -561,9 +580,10 @@ fn measure(net: &Net, run: &Run, log_dir: &Path, timeout: Duration) -> Result<Ou
             }
         }
     }
-    let mut cpu1 = side_cpu(&procs, &bridges);
-    if run.kill_bridge_a.is_some() {
-        cpu1[0] += killed_cpu;
+    let mut cpu_us = [0.0f64; 2];
+    for (i, &(host, pid)) in pids.iter().enumerate() {
+        let end = cpu1[i].take().unwrap_or_else(|| cpu_sample(pid));
+        cpu_us[host] += cpu_delta_us(&cpu0[i], &end);
     }
     let bytes1 = net.bytes_a_to_b()?;
     for (p, _) in procs.iter_mut() {
@@ -581,7 +601,7 @@ fn measure(net: &Net, run: &Run, log_dir: &Path, timeout: Duration) -> Result<Ou
         received,
         start_ns,
         sent,
-        cpu_us: [cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]],
+        cpu_us,
         bytes_a_to_b: bytes1.saturating_sub(bytes0),
     })
 }
