@@ -14,6 +14,10 @@
 #   stop     stops both (shutdown, then the pid from their pid files) and removes the state.
 #   status   says what runs; exit status 0 when both run, 3 otherwise.
 #
+# SHMLINK_BROKERS_BIND=ADDR binds the Redis and AMQP listeners to ADDR instead (and lets
+# guest log in from other hosts): `shmlink-bench --pattern remote` runs them this way in
+# a private network namespace, reached over a veth pair. SHMLINK_BROKERS_DIR: the state.
+#
 # Addresses (the defaults of brokers::redis_addr / brokers::amqp_addr in shmlink-bench):
 #   Redis      127.0.0.1:16379
 #   RabbitMQ   127.0.0.1:15673 (AMQP 0-9-1, user guest/guest), node shmlink@localhost,
@@ -29,6 +33,7 @@ AMQP_PORT=15673
 DIST_PORT=25673
 EPMD_PORT=14369
 NODE=shmlink@localhost
+BIND=${SHMLINK_BROKERS_BIND:-127.0.0.1}
 START_DEADLINE=${SHMLINK_BROKERS_DEADLINE:-120} # seconds, per broker
 
 RABBIT_BIN=/usr/lib/rabbitmq/bin
@@ -96,7 +101,7 @@ redis_start() {
   # grow to 1 GiB before Redis drops it (the default, 32 MiB, cuts off a benchmark's
   # subscriber that falls a few hundred 64 KiB messages behind).
   redis-server \
-    --bind 127.0.0.1 --port "$REDIS_PORT" --protected-mode yes \
+    --bind "$BIND" --port "$REDIS_PORT" --protected-mode "$([ "$BIND" = 127.0.0.1 ] && echo yes || echo no)" \
     --daemonize yes --pidfile "$(redis_pidfile)" \
     --logfile "$BASE/redis/redis.log" --dir "$BASE/redis" \
     --save '' --appendonly no \
@@ -134,7 +139,7 @@ rabbit_env() {
   export HOME=$dir/home
   export RABBITMQ_NODENAME=$NODE
   export RABBITMQ_USE_LONGNAME=false
-  export RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+  export RABBITMQ_NODE_IP_ADDRESS=$BIND
   export RABBITMQ_NODE_PORT=$AMQP_PORT
   export RABBITMQ_DIST_PORT=$DIST_PORT
   export ERL_EPMD_PORT=$EPMD_PORT
@@ -185,8 +190,8 @@ rabbit_start() {
   echo '[].' >"$dir/enabled_plugins"
   echo '[].' >"$dir/advanced.config"
   cat >"$dir/rabbitmq.conf" <<EOF
-listeners.tcp.1 = 127.0.0.1:$AMQP_PORT
-loopback_users.guest = true
+listeners.tcp.1 = $BIND:$AMQP_PORT
+loopback_users.guest = $([ "$BIND" = 127.0.0.1 ] && echo true || echo false)
 log.console = false
 log.file.level = warning
 disk_free_limit.absolute = 50MB

@@ -84,6 +84,12 @@ pub fn cstring(s: &str) -> io::Result<CString> {
     CString::new(s).map_err(|_| err(format!("name {s:?} contains a NUL byte")))
 }
 
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Reads an integer from a `/proc/sys` file.
 pub fn proc_sys(path: &str) -> Option<usize> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()

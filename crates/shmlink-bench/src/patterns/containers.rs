@@ -65,7 +65,7 @@ on the network and on a pod's loopback (needs redis: scripts/apps.sh install). O
 }
 
 /// The repository (scripts/, target/).
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 

@@ -19,6 +19,7 @@ pub mod containers;
 pub mod inproc;
 pub mod pingpong;
 pub mod pubsub;
+pub mod remote;
 pub mod sessions;
 
 /// Every pattern, in `--help` order; the first is the default.
@@ -31,6 +32,7 @@ pub const PATTERNS: &[&dyn Pattern] = &[
     &apps::Apps,
     &containers::Containers,
     &sessions::Sessions,
+    &remote::Remote,
 ];
 
 /// The pattern named `name` (or one of its aliases).
