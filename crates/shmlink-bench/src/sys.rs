@@ -86,8 +86,7 @@ pub fn cstring(s: &str) -> io::Result<CString> {
 
 /// Whether this process runs as root (effective uid 0).
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and touches no memory.
-    unsafe { libc::geteuid() == 0 }
+    shmlink_sys::euid() == 0
 }
 
 /// Reads an integer from a `/proc/sys` file.

@@ -34,8 +34,7 @@ fn have(program: &str) -> bool {
 
 #[test]
 fn every_row_is_measured_and_one_copy_crosses_per_message() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if shmlink_sys::euid() != 0 {
         shmlink_testkit::skip("root", "needs root for ip netns");
         return;
     }

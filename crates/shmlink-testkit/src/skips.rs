@@ -25,6 +25,7 @@
 //! | `zenoh-py` | the official Zenoh Python client in `target/zenoh-venv` (`scripts/zenoh.sh`) |
 //! | `prometheus` | Debian's Prometheus server on PATH (`scripts/prometheus.sh install`), for `shmlink metrics`' scrape test |
 //! | `zenohd`  | the Zenoh router, `scripts/zenoh.sh --zenohd` (a debug build; .ci/run runs it) |
+//! | `zenoh-bin` | `shmlink-zenoh` and `shmlink-zenoh-perf` beside `shmlink-bench` (the workspace's test run builds them), for `--pattern remote`'s test |
 
 use std::io::Write;
 
