@@ -26,7 +26,7 @@ echo "== unit, integration and doc tests"
 # The preload library (a cdylib) and the shmlink binary that transparent mode's tests run:
 # `cargo test` builds neither where the tests look for them (target/debug).
 cargo build -p shmlink-preload -p shmlink-cli
-# Includes the Zenoh bridge's tests (crates/shmlink-zenoh: network namespaces, ~35 s);
+# Includes the Zenoh bridge's tests (crates/shmlink-zenoh: network namespaces, ~55 s in debug);
 # its interop tests use the official Python client in target/zenoh-venv, which
 # scripts/zenoh.sh installs (.ci/run calls it; without it they skip as `zenoh-py`).
 cargo test --workspace 2>&1 | tee -a "$log"

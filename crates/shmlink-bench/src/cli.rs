@@ -25,8 +25,8 @@ use shmlink_measure::protocol::{Stop, MIN_SIZE};
     max_term_width = 100
 )]
 pub struct Cli {
-    /// The pattern: p2p (or point-to-point), pubsub, async, inproc, connect, apps, containers (see
-    /// Patterns below) [default: p2p]
+    /// The pattern: p2p (or point-to-point), pubsub, async, inproc, connect, apps, containers,
+    /// sessions, remote (see Patterns below) [default: p2p]
     #[arg(long, value_name = "P", allow_hyphen_values = true)]
     pub pattern: Option<String>,
     /// Comma-separated method names, or all [default: all]; --list shows them
