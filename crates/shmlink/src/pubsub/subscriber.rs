@@ -128,7 +128,17 @@ impl Subscriber {
         loop {
             match self.resubscribe() {
                 Ok(()) => break,
-                Err(again) if again.kind() == ErrorKind::ConnectionRefused => {
+                // Nobody bound yet, or a publisher that closed while this subscriber
+                // connected (its listener still queued the connection, then reset it
+                // unanswered): both mean "not there yet".
+                Err(again)
+                    if matches!(
+                        again.kind(),
+                        ErrorKind::ConnectionRefused
+                            | ErrorKind::ConnectionReset
+                            | ErrorKind::EndOfStream
+                    ) =>
+                {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(250));
                 }
