@@ -10,7 +10,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rcgen::{
@@ -66,16 +66,28 @@ fn has_topic(dir: &Path, name: &str) -> bool {
         .any(|e| e.file_name().to_string_lossy().starts_with(name))
 }
 
-#[test]
-fn mtls_admits_the_cas_peers_only() {
+/// Link addresses (A's end, the other's end) of one veth pair.
+type Link = (String, String);
+
+/// Three hosts, A linked to each of the other two, and a directory for their
+/// certificates; `None`, the skip reported, where the namespaces cannot be made.
+fn three_hosts() -> Option<(Net, Link, Link, PathBuf)> {
     if let Some((category, why)) = unavailable() {
-        return shmlink_testkit::skip(category, why);
+        shmlink_testkit::skip(category, why);
+        return None;
     }
     let net = Net::new(3);
-    let (a_ab, b_ab) = net.link(0, 1, 0);
-    let (a_ac, c_ac) = net.link(0, 2, 1);
+    let (ab, ac) = (net.link(0, 1, 0), net.link(0, 2, 1));
     let pki = net.root.join("pki");
     std::fs::create_dir_all(&pki).unwrap();
+    Some((net, ab, ac, pki))
+}
+
+#[test]
+fn mtls_admits_the_cas_peers_only() {
+    let Some((net, (a_ab, b_ab), (a_ac, c_ac), pki)) = three_hosts() else {
+        return;
+    };
     let good = ca("shmlink-zenoh test CA");
     let other = ca("another CA");
     std::fs::write(pki.join("ca.pem"), good.0.pem()).unwrap();
@@ -246,14 +258,9 @@ fn links(lines: &[String]) -> String {
 
 #[test]
 fn acl_admits_the_named_peers_only() {
-    if let Some((category, why)) = unavailable() {
-        return shmlink_testkit::skip(category, why);
-    }
-    let net = Net::new(3);
-    let (a_ab, b_ab) = net.link(0, 1, 0);
-    let (a_ad, d_ad) = net.link(0, 2, 1);
-    let pki = net.root.join("pki");
-    std::fs::create_dir_all(&pki).unwrap();
+    let Some((net, (a_ab, b_ab), (a_ad, d_ad), pki)) = three_hosts() else {
+        return;
+    };
     let ca = ca("shmlink-zenoh test CA");
     std::fs::write(pki.join("ca.pem"), ca.0.pem()).unwrap();
     // One CA for all: D's certificate is as valid as B's, only the grants differ.

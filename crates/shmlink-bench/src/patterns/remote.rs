@@ -577,20 +577,21 @@ fn med(c: &Cell, f: impl Fn(&Outcome) -> f64) -> Option<f64> {
     median_f64(&c.runs.iter().map(f).collect::<Vec<_>>())
 }
 
-fn p50_us(o: &Outcome, host: usize) -> f64 {
+/// The worst receiver's latency on `host`, in µs, at the percentile `pick` reads.
+fn worst_us(o: &Outcome, host: usize, pick: impl Fn(&Received) -> u64) -> f64 {
     o.received
         .iter()
         .filter(|r| r.host == host)
-        .map(|r| r.p50_ns as f64 / 1e3)
+        .map(|r| pick(r) as f64 / 1e3)
         .fold(0.0, f64::max)
 }
 
+fn p50_us(o: &Outcome, host: usize) -> f64 {
+    worst_us(o, host, |r| r.p50_ns)
+}
+
 fn p99_us(o: &Outcome, host: usize) -> f64 {
-    o.received
-        .iter()
-        .filter(|r| r.host == host)
-        .map(|r| r.p99_ns as f64 / 1e3)
-        .fold(0.0, f64::max)
+    worst_us(o, host, |r| r.p99_ns)
 }
 
 fn per_msg(o: &Outcome, total: f64) -> f64 {
