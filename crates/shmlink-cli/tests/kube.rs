@@ -83,23 +83,7 @@ impl Played {
         let file = played.file.display().to_string();
         // Leftovers of an earlier run that was killed.
         let _ = podman(&["kube", "down", &file]);
-        let mut out = podman(&["kube", "play", &file]);
-        // podman 4.3 sometimes removes a finished "once" init container before it saw it
-        // stop ("cannot remove container … as it is running"): its race, not the
-        // manifest's; tear down and play again (twice at most).
-        for _ in 0..2 {
-            if out.status.success()
-                || !text(&out.stderr).contains("failed to remove once init container")
-            {
-                break;
-            }
-            println!(
-                "{rel}: podman's init-container race, playing again: {}",
-                text(&out.stderr).trim()
-            );
-            let _ = podman(&["kube", "down", &file]);
-            out = podman(&["kube", "play", &file]);
-        }
+        let out = podman(&["kube", "play", &file]);
         assert!(
             out.status.success(),
             "podman kube play {rel}: {}{}",
