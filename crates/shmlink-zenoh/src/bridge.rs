@@ -8,10 +8,11 @@
 //!   [`CongestionControl::Block`], `Overwrite` topics with [`CongestionControl::Drop`].
 //!   One copy per message leaves the host, however many local subscribers the topic has.
 //! - **In** (Zenoh → local): one Zenoh subscriber per import pattern (remote origins
-//!   only); each key's messages go through a bounded queue to that topic's importer
-//!   thread, which is the local topic's [`Publisher`] (created with the origin's
-//!   policy, slots and largest message). A full queue makes Zenoh's receive path wait:
-//!   back-pressure for `Block` topics.
+//!   only); its callback publishes each message straight into the key's local topic,
+//!   whose [`Publisher`] it creates at the first message (with the origin's policy,
+//!   slots and largest message). No queue and no thread in between: a `Block` topic
+//!   whose local subscribers are behind makes Zenoh's receive path wait (back-pressure,
+//!   bounded by the stall timeout).
 //! - **No loops**: a bridge never exports a topic it publishes locally (it imported it),
 //!   never receives its own puts (Zenoh `Locality::Remote`), and drops messages whose
 //!   attachment names it as the origin. So with bridges on any number of hosts, in a
@@ -23,7 +24,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -94,8 +94,12 @@ impl Counters {
     }
 }
 
-/// A message on its way to an imported topic's publisher: its attachment, its bytes.
-type Queued = (Option<Header>, Vec<u8>);
+/// An imported topic: its local publisher (gone once the bridge closes it) and the last
+/// sequence number seen from each origin, behind one lock that Zenoh's callbacks take.
+struct Importer {
+    counters: Arc<Counters>,
+    state: Mutex<(Option<Publisher>, HashMap<u128, u64>)>,
+}
 
 type Registry = Mutex<BTreeMap<(String, bool), (String, Arc<Counters>)>>;
 
@@ -105,8 +109,11 @@ struct Shared {
     session: Session,
     stop: AtomicBool,
     stats: Registry,
-    /// Topics this bridge publishes locally (imported): never exported.
-    imported: Mutex<HashMap<String, Option<SyncSender<Queued>>>>,
+    /// Topics this bridge publishes locally (imported): never exported. `Err(when)`:
+    /// the local topic could not be made then (most often: a local publisher has the
+    /// name, and the topic is exported instead); its messages are counted as dropped,
+    /// and the first one after [`IMPORT_RETRY`] tries again.
+    imported: Mutex<HashMap<String, Result<Arc<Importer>, Instant>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -252,12 +259,22 @@ impl Bridge {
         for s in self.subscribers.drain(..) {
             let _ = s.undeclare().wait();
         }
-        // Importers end when their queues close.
-        self.shared
+        let imported: Vec<_> = self
+            .shared
             .imported
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clear();
+            .drain()
+            .filter_map(|(_, i)| i.ok())
+            .collect();
+        for i in imported {
+            // Waits for a callback still publishing into it.
+            let publisher = i.state.lock().unwrap_or_else(|e| e.into_inner()).0.take();
+            if let Some(p) = publisher {
+                let _ = p.close();
+            }
+            i.counters.set_state("bridge closed");
+        }
         let threads: Vec<_> = self
             .shared
             .threads
@@ -335,7 +352,8 @@ fn scan(shared: &Arc<Shared>) {
                         .imported
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
-                        .contains_key(name)
+                        .get(name)
+                        .is_some_and(Result::is_ok)
                 {
                     continue;
                 }
@@ -391,12 +409,12 @@ fn export_topic(shared: &Shared, name: &str, slots: u32, c: &Counters) -> Result
         max_msg: u32::try_from(sub.max_msg_size()).unwrap_or(u32::MAX),
         slots,
     };
-    let mut buf = vec![0u8; sub.max_msg_size()];
     while !shared.stop.load(Ordering::Relaxed) {
-        match sub.recv(&mut buf) {
-            Ok(n) => {
+        match sub.recv_vec() {
+            Ok(msg) => {
+                let n = msg.len();
                 publisher
-                    .put(buf[..n].to_vec())
+                    .put(msg)
                     .attachment(head.encode().to_vec())
                     .wait()
                     .map_err(|e| Error(format!("put {key}: {e}")))?;
@@ -426,8 +444,8 @@ fn export_topic(shared: &Shared, name: &str, slots: u32, c: &Counters) -> Result
 // ---------------------------------------------------------------------------------------
 // In: Zenoh to local topics.
 
-/// Zenoh's callback: finds (or starts) the topic's importer and queues the message; waits
-/// while the queue is full.
+/// Zenoh's callback: publishes the message into its local topic (made at the first
+/// message of a key); waits while a `Block` topic's local subscribers are behind.
 fn deliver(shared: &Arc<Shared>, sample: Sample) {
     let key = sample.key_expr().as_str();
     let Some(name) = key.strip_prefix(shared.config.prefix.as_str()) else {
@@ -443,29 +461,35 @@ fn deliver(shared: &Arc<Shared>, sample: Sample) {
     if head.is_some_and(|h| h.origin == shared.id) {
         return;
     }
-    let payload = sample.payload().to_bytes().into_owned();
-    let tx = {
+    let importer = {
         let mut m = shared.imported.lock().unwrap_or_else(|e| e.into_inner());
         if shared.stop.load(Ordering::Relaxed) {
             return;
         }
-        m.entry(name.to_owned())
-            .or_insert_with(|| {
-                let (tx, rx) = sync_channel(shared.config.import_queue);
-                let (s, n) = (Arc::clone(shared), name.to_owned());
-                shared.spawn(format!("shz-in-{name}"), move || import(&s, &n, head, rx));
-                Some(tx)
-            })
-            .clone()
+        match m.get(name) {
+            Some(Err(when)) if when.elapsed() < IMPORT_RETRY => None,
+            Some(Ok(i)) => Some(Arc::clone(i)),
+            _ => {
+                let i = open_import(shared, name, head).ok_or_else(Instant::now);
+                m.insert(name.to_owned(), i.clone());
+                i.ok()
+            }
+        }
     };
-    let sent = tx.is_some_and(|tx| tx.send((head, payload)).is_ok());
-    if !sent {
-        shared
-            .counters(name, Direction::Import)
-            .dropped
-            .fetch_add(1, Ordering::Relaxed);
+    match importer {
+        // Borrowed from Zenoh's buffer when it arrived in one piece.
+        Some(i) => i.publish(name, head, &sample.payload().to_bytes()),
+        None => {
+            shared
+                .counters(name, Direction::Import)
+                .dropped
+                .fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
+
+/// How long after a failed import the next message of its key tries again.
+const IMPORT_RETRY: Duration = Duration::from_secs(1);
 
 /// The largest ring an imported topic gets, whatever the origin's attachment says: a
 /// remote peer cannot make the bridge map more than this per topic.
@@ -498,60 +522,53 @@ fn prev_power_of_two(n: usize) -> usize {
     1 << (usize::BITS - 1 - n.max(1).leading_zeros())
 }
 
-fn import(shared: &Shared, name: &str, first: Option<Header>, rx: Receiver<Queued>) {
-    let c = shared.counters(name, Direction::Import);
-    let why = match import_topic(shared, name, first, &rx, &c) {
-        Ok(why) => why,
-        Err(e) => {
-            // Later messages for this topic are counted as dropped.
-            if let Some(tx) = shared
-                .imported
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_mut(name)
-            {
-                *tx = None;
-            }
-            let queued = rx.try_iter().count() as u64;
-            c.dropped.fetch_add(1 + queued, Ordering::Relaxed);
-            tracing::warn!(topic = name, error = e.0, "import failed");
-            e.0
+/// The local topic of an import, published by this bridge; `None` (logged, and the
+/// message counted as dropped by the caller) if it cannot be made.
+fn open_import(shared: &Shared, name: &str, first: Option<Header>) -> Option<Arc<Importer>> {
+    let counters = shared.counters(name, Direction::Import);
+    let cfg = &shared.config;
+    let made = import_geometry(first, cfg).and_then(|(policy, max_msg, slots)| {
+        let addr = format!("shm:{name}");
+        let opts = PubSubOptions::default()
+            .policy(policy)
+            .max_msg_size(max_msg)
+            .slots(slots)
+            .stall_timeout(cfg.stall_timeout);
+        let publisher = Publisher::bind(&addr, &opts)
+            .map_err(|e| Error(format!("publish {addr} locally: {e}")))?;
+        tracing::info!(
+            topic = name,
+            ?policy,
+            max_msg,
+            "importing into a local topic"
+        );
+        Ok(publisher)
+    });
+    match made {
+        Ok(publisher) => {
+            counters.set_state("active");
+            Some(Arc::new(Importer {
+                counters,
+                state: Mutex::new((Some(publisher), HashMap::new())),
+            }))
         }
-    };
-    c.set_state(why);
+        Err(e) => {
+            tracing::warn!(topic = name, error = e.0, "import failed");
+            counters.set_state(e.0);
+            None
+        }
+    }
 }
 
-fn import_topic(
-    shared: &Shared,
-    name: &str,
-    first: Option<Header>,
-    rx: &Receiver<Queued>,
-    c: &Counters,
-) -> Result<String, Error> {
-    let cfg = &shared.config;
-    let (policy, max_msg, slots) = import_geometry(first, cfg)?;
-    let addr = format!("shm:{name}");
-    let opts = PubSubOptions::default()
-        .policy(policy)
-        .max_msg_size(max_msg)
-        .slots(slots)
-        .stall_timeout(cfg.stall_timeout);
-    let mut publisher =
-        Publisher::bind(&addr, &opts).map_err(|e| Error(format!("publish {addr} locally: {e}")))?;
-    tracing::info!(
-        topic = name,
-        ?policy,
-        max_msg,
-        "importing into a local topic"
-    );
-    c.set_state("active");
-    // The last sequence number seen from each origin.
-    let mut last: HashMap<u128, u64> = HashMap::new();
-    loop {
-        let (head, payload) = match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(m) => m,
-            Err(RecvTimeoutError::Timeout) if !shared.stop.load(Ordering::Relaxed) => continue,
-            Err(_) => break,
+impl Importer {
+    /// Publishes one message from Zenoh; counts what the origins' sequence numbers say
+    /// was lost on the way, and what the local topic refused.
+    fn publish(&self, name: &str, head: Option<Header>, payload: &[u8]) {
+        let c = &self.counters;
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (Some(publisher), last) = &mut *state else {
+            // Closed by the bridge's shutdown.
+            return;
         };
         if let Some(h) = head {
             if let Some(prev) = last.insert(h.origin, h.seq) {
@@ -567,9 +584,9 @@ fn import_topic(
                 len = payload.len(),
                 "refused: larger than the topic's maximum"
             );
-            continue;
+            return;
         }
-        match publisher.publish(&payload) {
+        match publisher.publish(payload) {
             Ok(()) => {
                 c.messages.fetch_add(1, Ordering::Relaxed);
                 c.bytes.fetch_add(payload.len() as u64, Ordering::Relaxed);
@@ -580,8 +597,6 @@ fn import_topic(
             }
         }
     }
-    let _ = publisher.close();
-    Ok("bridge closed".into())
 }
 
 #[cfg(test)]

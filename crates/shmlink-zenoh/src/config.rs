@@ -208,9 +208,6 @@ pub struct BridgeConfig {
     /// topics): how long a slow local subscriber may hold the bridge up before it is
     /// detached (see `PubSubOptions::stall_timeout`).
     pub stall_timeout: Duration,
-    /// Messages queued between Zenoh and one imported topic's local publisher (when
-    /// full, Zenoh's receive path waits: back-pressure for `Block` topics).
-    pub import_queue: usize,
     /// Access control, outgoing: which peers (by certificate common name) may receive
     /// which exported topics. With any grant (here or in `allow_in`), Zenoh's access
     /// control is on and denies everything not granted; needs mTLS.
@@ -236,7 +233,6 @@ impl Default for BridgeConfig {
             foreign_policy: Policy::Overwrite,
             max_import_msg: 16 << 20,
             stall_timeout: Duration::from_secs(1),
-            import_queue: 64,
             allow_out: Vec::new(),
             allow_in: Vec::new(),
         }
@@ -277,9 +273,6 @@ impl BridgeConfig {
             return Err(format!(
                 "key prefix {p:?} contains a wildcard or special character"
             ));
-        }
-        if self.import_queue == 0 {
-            return Err("import queue must hold at least one message".into());
         }
         if self.tls.mtls
             && (self.tls.ca.is_none() || self.tls.cert.is_none() || self.tls.key.is_none())
