@@ -22,7 +22,6 @@
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};
-use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -386,9 +385,12 @@ fn export(shared: &Shared, name: &str, slots: u32) {
 
 fn export_topic(shared: &Shared, name: &str, slots: u32, c: &Counters) -> Result<String, Error> {
     let addr = format!("shm:{name}");
-    let mut sub = Subscriber::connect(&addr, &PubSubOptions::default())
+    // Blocking receives keep the wait policy's spin, so a busy topic is read without
+    // announcing sleep (and making its publisher ring) at every message; the timeout
+    // lets the loop see `stop`.
+    let opts = PubSubOptions::default().recv_timeout(Duration::from_millis(100));
+    let mut sub = Subscriber::connect(&addr, &opts)
         .map_err(|e| Error(format!("subscribe to {addr}: {e}")))?;
-    sub.set_nonblocking(true);
     let policy = sub.policy();
     let key = format!("{}{name}", shared.config.prefix);
     let publisher = shared
@@ -422,14 +424,7 @@ fn export_topic(shared: &Shared, name: &str, slots: u32, c: &Counters) -> Result
                 c.messages.fetch_add(1, Ordering::Relaxed);
                 c.bytes.fetch_add(n as u64, Ordering::Relaxed);
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                let deadline = Instant::now() + Duration::from_millis(100);
-                let _ = shmlink_sys::poll_fd(
-                    sub.as_fd(),
-                    shmlink_sys::Interest::READABLE,
-                    Some(deadline),
-                );
-            }
+            Err(e) if e.kind() == ErrorKind::TimedOut => {}
             Err(e) if e.kind() == ErrorKind::Lagged => {
                 let missed = e.missed().unwrap_or(0);
                 head.seq += missed;

@@ -15,7 +15,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::opts;
+use common::{fresh_addr, opts};
 use pubsub_common::*;
 use shmlink::{
     Connection, ErrorKind, Listener, Options, Policy, PubSubOptions, Publisher, Subscriber,
@@ -550,6 +550,47 @@ fn waiting_messages_go_out_as_one_batch() {
         let data = next_record();
         assert_eq!(data[0], 5, "a Data record");
         assert_eq!(check(&data[1..]), 100);
+    });
+}
+
+/// `recv_timeout`: a blocking receive on an idle topic ends with `TimedOut` after about
+/// the timeout (not before), the subscription stays usable and in order, and the end of
+/// the stream is still reported as such; over `shm:`, `tcp:` and `auto:` (shared memory).
+#[test]
+fn recv_timeout_bounds_a_blocking_receive_and_keeps_the_subscription() {
+    run("recv timeout", || {
+        let timeout = Duration::from_millis(150);
+        for bind in [
+            fresh_addr("shm"),
+            TCP.to_string(),
+            "auto:127.0.0.1:0".into(),
+        ] {
+            let opts = PubSubOptions::default().slots(64).recv_timeout(timeout);
+            let mut publisher = Publisher::bind(&bind, &opts).unwrap();
+            let mut sub = Subscriber::connect(&publisher.local_addr(), &opts).unwrap();
+            publisher.wait_for_subscribers(1, WAIT).unwrap();
+            let mut buf = vec![0u8; 4096];
+            for round in 0..2u64 {
+                let t = Instant::now();
+                let e = sub.recv(&mut buf).unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::TimedOut, "{bind}: {e}");
+                assert!(
+                    t.elapsed() >= timeout,
+                    "{bind}: woke after {:?}",
+                    t.elapsed()
+                );
+                publish(&mut publisher, round);
+                let n = sub.recv(&mut buf).unwrap();
+                assert_eq!(check(&buf[..n]), round, "{bind}");
+            }
+            publisher.close().unwrap();
+            let e = sub.recv(&mut buf).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::EndOfStream, "{bind}: {e}");
+        }
+        let zero = PubSubOptions::default().recv_timeout(Duration::ZERO);
+        let e = Subscriber::connect(TCP, &zero).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains("recv_timeout"), "{e}");
     });
 }
 

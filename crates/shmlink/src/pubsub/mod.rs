@@ -73,3 +73,11 @@ pub use ring::MAX_SUBSCRIBERS;
 pub use stats::SubscriberStats;
 pub use status::{TopicStatus, TopicSubscriber};
 pub use subscriber::{Messages, Sample, Subscriber};
+
+/// A blocking receive that found no message within `PubSubOptions::recv_timeout`.
+pub(crate) fn timed_out(addr: &str) -> crate::Error {
+    crate::Error::new(
+        crate::ErrorKind::TimedOut,
+        format!("{addr}: no message within the receive timeout"),
+    )
+}

@@ -72,6 +72,7 @@ pub struct PubSubOptions {
     pub(crate) max_remote_subscribers: Option<usize>,
     pub(crate) allow_writable_topic: bool,
     pub(crate) resubscribe: bool,
+    pub(crate) recv_timeout: Option<Duration>,
 }
 
 impl Default for PubSubOptions {
@@ -88,6 +89,7 @@ impl Default for PubSubOptions {
             max_remote_subscribers: None,
             allow_writable_topic: false,
             resubscribe: false,
+            recv_timeout: None,
         }
     }
 }
@@ -201,6 +203,18 @@ impl PubSubOptions {
         self
     }
 
+    /// Subscriber: the longest a blocking receive waits for a message (default: no
+    /// limit). Past it the receive fails with
+    /// [`ErrorKind::TimedOut`](crate::ErrorKind::TimedOut) and the subscription stays
+    /// as it was, so a thread that also watches something else (a stop flag) needs
+    /// neither non-blocking mode nor its own `poll`, and keeps the wait policy's spin
+    /// (non-blocking receives announce sleep at every empty look). The wait for a new
+    /// publisher under [`resubscribe`](Self::resubscribe) is not bounded by it.
+    pub fn recv_timeout(mut self, t: Duration) -> Self {
+        self.recv_timeout = Some(t);
+        self
+    }
+
     /// Whether a subscriber subscribes again when its publisher goes away (see
     /// [`resubscribe`](Self::resubscribe)).
     pub fn configured_resubscribe(&self) -> bool {
@@ -307,6 +321,9 @@ impl PubSubOptions {
         }
         if self.stall_timeout.is_zero() {
             return bad("option stall_timeout must be non-zero".into());
+        }
+        if self.recv_timeout.is_some_and(|t| t.is_zero()) {
+            return bad("option recv_timeout must be non-zero".into());
         }
         Ok(())
     }

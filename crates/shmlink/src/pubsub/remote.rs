@@ -7,7 +7,7 @@
 //! checked if TLS is on), and it admits our credentials.
 
 use std::os::fd::BorrowedFd;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::options::{Policy, PubSubOptions};
 use super::shm_subscriber::ShmSubscriber;
@@ -44,6 +44,7 @@ pub(crate) struct NetSubscriber {
     received: u64,
     missed: u64,
     nonblocking: bool,
+    recv_timeout: Option<Duration>,
     ended: Option<Ended>,
     /// The message `recv_ref` lends (copied out of the connection).
     lent: Vec<u8>,
@@ -114,6 +115,7 @@ pub(crate) fn connect(parsed: &Address, addr: &str, opts: &PubSubOptions) -> Res
                     received: 0,
                     missed: 0,
                     nonblocking: false,
+                    recv_timeout: opts.recv_timeout,
                     ended: None,
                     lent: Vec::new(),
                     msg: (0, 0),
@@ -231,7 +233,7 @@ impl NetSubscriber {
         if let Some(end) = &self.ended {
             return Err(Error::new(end.kind, end.msg.clone()));
         }
-        let e = match self.conn.recv_next(!self.nonblocking) {
+        let e = match self.recv_record() {
             Ok(_) => match Record::parse(self.conn.current(), self.max_msg) {
                 Ok(Record::Data(msg)) => {
                     self.msg = (1, msg.len());
@@ -261,10 +263,34 @@ impl NetSubscriber {
                 Err(e) => e.context(format_args!("{}", self.addr)),
             },
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Err(e),
+            Err(e) if e.kind() == ErrorKind::TimedOut && self.recv_timeout.is_some() => {
+                return Err(e)
+            }
             Err(e) => e,
         };
         self.conn.release();
         Err(self.end(e))
+    }
+
+    /// The connection's next record; a blocking wait ends at the receive timeout.
+    fn recv_record(&mut self) -> Result<usize> {
+        let Some(t) = self.recv_timeout.filter(|_| !self.nonblocking) else {
+            return self.conn.recv_next(!self.nonblocking);
+        };
+        let deadline = Instant::now() + t;
+        loop {
+            match self.conn.recv_next(false) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    let ready =
+                        sys::poll_fd(self.conn.fd(), sys::Interest::READABLE, Some(deadline))
+                            .map_err(|e| Error::io(format!("{}: poll", self.addr), e))?;
+                    if !ready {
+                        return Err(super::timed_out(&self.addr));
+                    }
+                }
+                r => return r,
+            }
+        }
     }
 
     /// The current message.

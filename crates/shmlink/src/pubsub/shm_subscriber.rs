@@ -13,6 +13,7 @@ use super::ring::{
 };
 use super::segment::{BellSegment, CursorSegment, TopicSegment};
 use super::stats::SubscriberStats;
+use super::timed_out;
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::{self, spin_then_yield, Doorbell};
@@ -69,6 +70,7 @@ pub(crate) struct ShmSubscriber {
     received: u64,
     missed: u64,
     wait: WaitPolicy,
+    recv_timeout: Option<Duration>,
     nonblocking: bool,
     /// Our bell bit is set (we announced sleep and have not been busy since).
     armed: bool,
@@ -259,6 +261,7 @@ impl ShmSubscriber {
             received: 0,
             missed: 0,
             wait: opts.base.wait,
+            recv_timeout: opts.recv_timeout,
             nonblocking: false,
             // The publisher armed us, so the first message rings our doorbell.
             armed: true,
@@ -292,6 +295,7 @@ impl ShmSubscriber {
             received: 0,
             missed: 0,
             wait: WaitPolicy::BLOCKING,
+            recv_timeout: None,
             nonblocking: true,
             armed: true,
             peer_eof: false,
@@ -526,6 +530,10 @@ impl ShmSubscriber {
     /// reports why there will be none.
     fn wait_message(&mut self) -> Result<()> {
         let blocking = !self.nonblocking;
+        let deadline = self
+            .recv_timeout
+            .filter(|_| blocking)
+            .map(|t| Instant::now() + t);
         if blocking {
             let (ring, cursor) = (self.ring, self.cursor);
             if spin_then_yield(&self.wait, || {
@@ -554,10 +562,11 @@ impl ShmSubscriber {
             if !blocking {
                 return Err(Error::would_block());
             }
+            let recheck = Instant::now() + RECHECK;
             let woke = poll_fd(
                 self.sock.as_fd(),
                 sys::Interest::READABLE,
-                Some(Instant::now() + RECHECK),
+                Some(deadline.map_or(recheck, |d| d.min(recheck))),
             )
             .map_err(|e| Error::io(format!("{}: poll", self.addr), e))?;
             if woke {
@@ -565,6 +574,10 @@ impl ShmSubscriber {
             }
             if !matches!(self.ring.peek(self.cursor), Ok(Peek::Empty)) {
                 return Ok(());
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                // Still armed: the next message rings as usual.
+                return Err(timed_out(&self.addr));
             }
         }
     }
