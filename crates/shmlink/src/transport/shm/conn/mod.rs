@@ -88,16 +88,16 @@ fn pipeline_piece(len: usize, fragment: usize, l2: usize) -> Option<usize> {
     let cap = fragment.min((l2 / 4).max(PIPELINE_MIN) - HEADER);
     let ideal = ((len as f64) * HAND_OVER_BYTES).sqrt() as usize;
     let target = ideal.max(PIPELINE_MIN).min(cap);
-    let pieces = len / target;
-    if pieces < 2 {
+    if len / target < 2 {
         return None;
     }
-    Some(
-        (len + crate::ring::TOTAL_LEN)
-            .div_ceil(pieces)
-            .next_multiple_of(64)
-            .min(cap),
-    )
+    // Enough pieces that none exceeds the cap, then equal parts, in whole cache lines
+    // where that stays under the cap.
+    let payload = len + crate::ring::TOTAL_LEN;
+    let pieces = (len / target).max(payload.div_ceil(cap));
+    let even = payload.div_ceil(pieces);
+    let lines = even.next_multiple_of(64);
+    Some(if lines <= cap { lines } else { even })
 }
 
 /// A doorbell's byte: which of the receiver's two directions may progress. Both share
@@ -587,9 +587,18 @@ mod tests {
             pipeline_piece(1 << 20, 512 << 10, 8 << 20),
             pipeline_piece(1 << 20, full, 8 << 20)
         );
+        // (full fragment, largest record) of rings of 4 KiB, 16 KiB, 256 KiB, 4 MiB and
+        // 32 MiB; only messages that fit one record are cut this way.
+        let rings = [
+            (1016, 2 << 10),
+            (4088, 8 << 10),
+            (65528, 128 << 10),
+            (full - HEADER, 2 << 20),
+            (full - HEADER, 16 << 20),
+        ];
         for l2 in [0, 32 << 10, 512 << 10, 2 << 20, 64 << 20] {
-            for fragment in [1016, 4088, 65528, full - HEADER] {
-                for len in (SPLIT_MIN..(8 << 20)).step_by(4093) {
+            for (fragment, record) in rings {
+                for len in (SPLIT_MIN..record - 16).step_by(4093) {
                     let Some(max) = pipeline_piece(len, fragment, l2) else {
                         continue;
                     };
