@@ -215,7 +215,9 @@ mod tests {
     fn copies_exactly_at_every_distance() {
         let src: Vec<u8> = (0..20_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
         let mut dst = vec![0u8; 24_000];
-        for &len in &[0, 1, 63, 64, 127, 128, 511, 512, 513, 640, 4095, 4096, 12_345] {
+        for &len in &[
+            0, 1, 63, 64, 127, 128, 511, 512, 513, 640, 4095, 4096, 12_345,
+        ] {
             for &off in &[0usize, 1, 8, 31, 32, 63, 64, 100] {
                 dst.fill(0xEE);
                 // Shift the destination so that it lies `off` bytes after the source
@@ -225,10 +227,16 @@ mod tests {
                 // SAFETY: `at + len <= 4095 + 12_345 < dst.len()`, `len <= src.len()`;
                 // two separate vectors.
                 unsafe { copy_shared(dst.as_mut_ptr().add(at), src.as_ptr(), len) };
-                assert_eq!(aliased(dst[at..].as_ptr(), src.as_ptr()), (1..64).contains(&off));
+                assert_eq!(
+                    aliased(dst[at..].as_ptr(), src.as_ptr()),
+                    (1..64).contains(&off)
+                );
                 assert_eq!(&dst[at..at + len], &src[..len], "len {len}, distance {off}");
                 assert!(dst[..at].iter().all(|&b| b == 0xEE), "before, len {len}");
-                assert!(dst[at + len..].iter().all(|&b| b == 0xEE), "after, len {len}");
+                assert!(
+                    dst[at + len..].iter().all(|&b| b == 0xEE),
+                    "after, len {len}"
+                );
             }
         }
     }

@@ -575,7 +575,10 @@ mod tests {
         let l2 = 512 << 10;
         let full = 128 << 10;
         // What the two-thread model measured best (see HAND_OVER_BYTES).
-        assert_eq!(pieces(64 << 10, pipeline_piece(64 << 10, full, l2).unwrap()).len(), 2);
+        assert_eq!(
+            pieces(64 << 10, pipeline_piece(64 << 10, full, l2).unwrap()).len(),
+            2
+        );
         let mib = pieces(1 << 20, pipeline_piece(1 << 20, full, l2).unwrap());
         assert!((8..=16).contains(&mib.len()), "{mib:?}");
         let four = pieces(4 << 20, pipeline_piece(4 << 20, full, l2).unwrap());
@@ -605,9 +608,15 @@ mod tests {
                     let p = pieces(len, max);
                     assert!(p.len() >= 2, "len {len}: {p:?}");
                     assert!(max <= fragment && max > TOTAL_LEN, "len {len}, max {max}");
-                    assert!(len > unsplit_max(fragment), "len {len} split below the bound");
+                    assert!(
+                        len > unsplit_max(fragment),
+                        "len {len} split below the bound"
+                    );
                     // Equal parts: the last is not a sliver.
-                    assert!(p[p.len() - 1] * 4 >= max || p.len() > 16, "len {len}: {p:?}");
+                    assert!(
+                        p[p.len() - 1] * 4 >= max || p.len() > 16,
+                        "len {len}: {p:?}"
+                    );
                 }
             }
         }

@@ -24,19 +24,41 @@ impl ShmConn {
             self.tx_waiting = false;
             return Ok(Some(p));
         }
-        self.wait_room(len, blocking)
+        self.wait_room(len, blocking, false)
     }
 
+    /// [`room`](Self::room) for a fragment: never restarted at the ring's start on its
+    /// own (`Producer::try_reserve_in_turn`).
+    #[inline]
+    fn fragment_room(&mut self, len: usize, blocking: bool) -> Result<Option<NonNull<u8>>> {
+        if let Ok(Some(p)) = self.tx.try_reserve_in_turn(len) {
+            self.tx_waiting = false;
+            return Ok(Some(p));
+        }
+        self.wait_room(len, blocking, true)
+    }
+
+    /// `in_turn`: reserve with `Producer::try_reserve_in_turn`.
     #[cold]
     #[inline(never)]
-    fn wait_room(&mut self, len: usize, blocking: bool) -> Result<Option<NonNull<u8>>> {
+    fn wait_room(
+        &mut self,
+        len: usize,
+        blocking: bool,
+        in_turn: bool,
+    ) -> Result<Option<NonNull<u8>>> {
         let need = record_size(len);
         // A batch's records go out before waiting: the consumer may be asleep.
         self.publish_tx();
         let mut spun = false;
         self.drain_stale(blocking, Bell::Room)?;
         loop {
-            match self.tx.try_reserve(len) {
+            let reserved = if in_turn {
+                self.tx.try_reserve_in_turn(len)
+            } else {
+                self.tx.try_reserve(len)
+            };
+            match reserved {
                 Ok(Some(p)) => {
                     self.tx_waiting = false;
                     return Ok(Some(p));
@@ -129,7 +151,7 @@ impl ShmConn {
         let mut pos = 0;
         while pos < data.len() {
             let frag = Fragment::next(total.is_some(), data.len() - pos, frag_payload);
-            let Some(dst) = self.room(frag.len(), blocking)? else {
+            let Some(dst) = self.fragment_room(frag.len(), blocking)? else {
                 return Ok(pos);
             };
             // SAFETY: `room` reserved `frag.len()` bytes at `dst`, in our own segment (the
