@@ -2,18 +2,18 @@
 //! memory, opaque to the compiler, and fast whatever the two addresses are.
 //!
 //! On x86-64 it is `rep movsb`, except where `rep movsb` is slow: when the destination
-//! lies 1 to 63 bytes after the source modulo 4 KiB (4K aliasing; on Intel CPUs the same
-//! at 4 GiB, which implies it modulo 4 KiB), a copy of at least [`VECTOR_MIN`] bytes is a
-//! loop of unaligned 32-byte (AVX, where the CPU has it) or 16-byte (SSE2) loads and
-//! stores. Measured on an AMD EPYC (Zen 3, KVM): `rep movsb` of 128 KiB with the
-//! destination 8 bytes after the source (modulo 4 KiB) ran at 1.2-1.7 GB/s, 20 times
-//! slower than at any other distance (33-40 GB/s), and the vector loop at 25-35 GB/s at
-//! every distance (docs/benchmarks.md, "Large messages"). glibc's `memcpy` takes the
-//! same `rep movsb` path between its thresholds (64 KiB to 256 KiB measured here), so the
-//! senders' copies into their rings go through this routine too. Which distance a
-//! message's copies see depends on where the allocator put the caller's buffer and where
-//! the ring's record lies, so without the check a run was fast or 20 times slower by
-//! chance.
+//! lies 1 to 63 bytes after the source modulo 4 KiB, a copy of at least [`VECTOR_MIN`]
+//! bytes is a loop of unaligned 32-byte (AVX, where the CPU has it) or 16-byte (SSE2)
+//! loads and stores. Measured on an AMD EPYC (Zen 3, KVM) with `scripts/copy-alias.c`:
+//! `rep movsb` of 128 KiB in cache took 46-48 µs at distances 1 to 31 (also 4 KiB + 8 and
+//! 64 KiB + 8), 2.9-3.4 µs at every other distance; glibc's `memcpy` the same (it uses
+//! `rep movsb` between its thresholds, 64 KiB to 256 KiB here), so the senders' copies
+//! into their rings go through this routine too. The vector loop ran at 25-35 GB/s at
+//! every distance. The window avoided is 1 to 63, the one glibc avoids on Intel CPUs
+//! (there modulo 4 GiB, which the check modulo 4 KiB covers). Which distance a message's
+//! copies see depends on where the allocator put the caller's buffer and where the ring's
+//! record lies, so without the check a large message was copied fast or 15 times slower
+//! by chance (docs/benchmarks.md, "Large copies and 4K aliasing").
 
 /// Copies shorter than this always use `rep movsb` (or the byte loop): the check and the
 /// loop's setup are not worth it, and the slow path costs at most some ten nanoseconds.

@@ -60,9 +60,9 @@ fn unsplit_max(fragment: usize) -> usize {
 /// receiver) costs, in bytes the copy would have moved meanwhile: the pipelined round
 /// trip is about two copies of the message plus one fragment and one hand-over per
 /// fragment each way, least at fragments of `sqrt(len * HAND_OVER_BYTES)` bytes. Measured
-/// by a two-thread model of the split protocol on an AMD EPYC (Zen 3): 64 KiB best in
-/// 32 KiB fragments, 1 MiB in 64-128 KiB, 4 MiB in 128 KiB (docs/benchmarks.md, "Large
-/// messages").
+/// by a two-thread model of the split protocol (`scripts/fragment-model.c`) on an AMD
+/// EPYC (Zen 3): 64 KiB best in 32 KiB fragments, 1 MiB in 64-128 KiB, 4 MiB in 128 KiB
+/// (docs/benchmarks.md, "Large copies and 4K aliasing").
 const HAND_OVER_BYTES: f64 = (8 << 10) as f64;
 
 /// Level-2 cache size assumed where the kernel does not report one.
