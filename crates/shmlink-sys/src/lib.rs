@@ -32,6 +32,8 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
+pub mod cache;
+mod copy;
 pub mod dir;
 pub mod dirlock;
 pub mod errno;
@@ -45,6 +47,7 @@ pub mod socket;
 pub mod stream;
 pub mod vfio;
 
+pub use copy::copy_shared;
 pub use event::{Event, Interest, Token};
 
 /// The libc this crate was built against, for [`syscall!`]'s expansion in other crates.
@@ -72,45 +75,6 @@ macro_rules! syscall {
             Ok(res)
         }
     }};
-}
-
-/// Copies `len` bytes from memory another process may be writing at the same time.
-///
-/// A plain `copy_nonoverlapping` of such memory is a data race, undefined behaviour in
-/// the Rust memory model even when the result is checked afterwards. On x86-64 the copy
-/// is one `rep movsb` in inline assembly: the compiler treats it as an opaque access it
-/// cannot reason about (like a system call), each byte is read once, and it is as fast
-/// as `memcpy` for large sizes on CPUs with ERMS/FSRM. Elsewhere it is a loop of relaxed
-/// atomic byte loads. Either way the bytes may be torn: callers validate afterwards
-/// (seqlock stamps) or accept whatever the peer left there.
-///
-/// # Safety
-/// `src..src + len` is mapped and readable, `dst..dst + len` writable, and the two do
-/// not overlap.
-#[inline]
-pub unsafe fn copy_shared(dst: *mut u8, src: *const u8, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: the caller guarantees both ranges; `rep movsb` copies exactly `rcx` bytes
-    // forwards (the direction flag is clear, as the ABI requires at any call).
-    unsafe {
-        std::arch::asm!(
-            "rep movsb",
-            inout("rcx") len => _,
-            inout("rsi") src => _,
-            inout("rdi") dst => _,
-            options(nostack, preserves_flags)
-        );
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    for i in 0..len {
-        // SAFETY: `i < len`: inside both ranges. An atomic load of a byte another process
-        // may store to is not a data race.
-        unsafe {
-            let b = std::sync::atomic::AtomicU8::from_ptr(src.add(i).cast_mut())
-                .load(std::sync::atomic::Ordering::Relaxed);
-            dst.add(i).write(b);
-        }
-    }
 }
 
 /// Wraps a descriptor a syscall just returned.

@@ -307,6 +307,47 @@ fn large_messages_preset_splits_a_send_only_for_a_waiting_receiver() {
     });
 }
 
+/// On the default ring, a copying `send` to a waiting receiver is cut into equal
+/// fragments from two of the smallest pipeline fragments (16 KiB) on: a 64 KiB message
+/// used to go as one record of 64 KiB - 16 bytes and a 16-byte sliver. Shorter messages
+/// go whole. Every way of receiving gets the same bytes, into a buffer of exactly the
+/// message's size or a larger one (fragments land in it either way); `recv_ref` shows
+/// which way the message came. The sender receives on the same thread: a 200 KiB
+/// message, larger than one record, must fit the empty 256 KiB ring at once (its
+/// fragments used to restart at the ring's start one by one, behind a skip that left no
+/// room for the last, and the send waited forever).
+#[test]
+fn default_ring_cuts_a_message_for_a_waiting_receiver_into_equal_fragments() {
+    within(Duration::from_secs(60), || {
+        let (mut c, mut s) = pair_with("shm", &kernel_opts());
+        for len in [30 << 10, 32 << 10, 40 << 10, 64 << 10, 100_000, 200 << 10] {
+            let want = message(len as u64, len);
+            for (way, extra) in [
+                (Way::Into, 0),
+                (Way::Into, 4096),
+                (Way::Vec, 0),
+                (Way::Ref, 0),
+            ] {
+                c.send(&want).unwrap();
+                match way {
+                    Way::Into => {
+                        let mut buf = vec![0u8; len + extra];
+                        let n = s.recv(&mut buf).unwrap();
+                        check(&format!("{len}, recv"), &buf[..n], &want);
+                    }
+                    Way::Vec => check(&format!("{len}, recv_vec"), &s.recv_vec().unwrap(), &want),
+                    Way::Ref => {
+                        let m = s.recv_ref().unwrap();
+                        let split = m.bytes().as_local().is_some();
+                        assert_eq!(split, len >= 32 << 10, "{len}: split {split}");
+                        check(&format!("{len}, recv_ref"), &m.bytes().to_vec(), &want);
+                    }
+                }
+            }
+        }
+    });
+}
+
 // --- hostile lengths ----------------------------------------------------------------
 
 /// The hostile peer's ring (client → server) and the victim's maximum.

@@ -139,6 +139,23 @@ impl Producer {
         Ok(Some(unsafe { self.ring.at(self.tail).add(HEADER) }))
     }
 
+    /// [`try_reserve`](Producer::try_reserve) without its restart at the ring's start: for
+    /// the fragments of a split message, which the sender restarts as a whole before the
+    /// first ([`restart_if_empty`](Producer::restart_if_empty) with all their sizes) or
+    /// not at all. A restart per fragment would put the next fragment at the ring's
+    /// start even when the message's rest does not fit before the skipped space: a ring
+    /// of 256 KiB with 64 KiB fragments then could not take a 200 KiB message at once,
+    /// and a sender that receives on the same thread waited forever.
+    #[inline(always)]
+    pub fn try_reserve_in_turn(&mut self, len: usize) -> Result<Option<NonNull<u8>>> {
+        debug_assert!(record_size(len) <= self.ring.max_record());
+        if !self.has_room(record_size(len))? {
+            return Ok(None);
+        }
+        // SAFETY: as in `try_reserve`.
+        Ok(Some(unsafe { self.ring.at(self.tail).add(HEADER) }))
+    }
+
     /// Before a large record of `size` bytes (or records: the fragments of a message, in
     /// all): if the ring is empty and they fit at its start, writes a skip record
     /// ([`FLAG_SKIP`]) to the end of the ring, so they land at the start, where the

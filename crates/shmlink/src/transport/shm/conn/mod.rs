@@ -36,11 +36,68 @@ const FRAGMENT_MAX: usize = 128 << 10;
 /// payload of the smallest ring.
 const SPLIT_MIN: usize = MIN_RING_SIZE / 4 - HEADER;
 
-/// Payload bytes of a full fragment through `ring`. A message of at most this many bytes
-/// is never split by us (and so, from a peer running this code, never arrives split).
+/// Payload bytes of a full fragment through `ring`: the fragments of a message larger
+/// than the ring's largest record.
 #[inline]
 fn fragment_payload(ring: &crate::ring::RingRef) -> usize {
     (ring.max_record() / 2).min(FRAGMENT_MAX) - HEADER
+}
+
+/// The smallest fragment of a message split so that the receiver copies one fragment
+/// while the sender writes the next (docs/design.md §3.2).
+const PIPELINE_MIN: usize = 16 << 10;
+
+/// The largest message a peer running this code never splits through a ring whose full
+/// fragment is `fragment` bytes (`pipeline_fragment` cuts nothing shorter than two of its
+/// smallest fragments): a receive buffer of at most this many bytes cannot take a split
+/// message in place.
+#[inline]
+fn unsplit_max(fragment: usize) -> usize {
+    2 * fragment.min(PIPELINE_MIN - HEADER) - 1
+}
+
+/// What one hand-over between the two ends (the sender's header store reaching the
+/// receiver) costs, in bytes the copy would have moved meanwhile: the pipelined round
+/// trip is about two copies of the message plus one fragment and one hand-over per
+/// fragment each way, least at fragments of `sqrt(len * HAND_OVER_BYTES)` bytes. Measured
+/// by a two-thread model of the split protocol (`scripts/fragment-model.c`) on an AMD
+/// EPYC (Zen 3): 64 KiB best in 32 KiB fragments, 1 MiB in 64-128 KiB, 4 MiB in 128 KiB
+/// (docs/benchmarks.md, "Large copies and 4K aliasing").
+const HAND_OVER_BYTES: f64 = (8 << 10) as f64;
+
+/// Level-2 cache size assumed where the kernel does not report one.
+const L2_DEFAULT: usize = 512 << 10;
+
+/// The record payload (`Fragment::next`'s maximum) of the fragments of a `len`-byte
+/// message that fits one record of `ring` and is split so that the receiver copies one
+/// fragment while the sender writes the next, or `None` when it goes whole (fewer than
+/// two fragments would be worth it). About `sqrt(len * HAND_OVER_BYTES)` bytes, at least
+/// [`PIPELINE_MIN`], at most a quarter of this CPU's level-2 cache (read at start: a
+/// fragment being written and the one being read stay in the two cores' caches) and the
+/// ring's full fragment; the message is cut into equal parts of that size, rounded up to
+/// cache lines.
+#[inline]
+fn pipeline_fragment(len: usize, ring: &crate::ring::RingRef) -> Option<usize> {
+    let l2 = sys::cache::l2_size().unwrap_or(L2_DEFAULT);
+    pipeline_piece(len, fragment_payload(ring), l2)
+}
+
+/// [`pipeline_fragment`] through a ring whose full fragment is `fragment` bytes, on a CPU
+/// with `l2` bytes of level-2 cache.
+fn pipeline_piece(len: usize, fragment: usize, l2: usize) -> Option<usize> {
+    let cap = fragment.min((l2 / 4).max(PIPELINE_MIN) - HEADER);
+    let ideal = ((len as f64) * HAND_OVER_BYTES).sqrt() as usize;
+    let target = ideal.max(PIPELINE_MIN).min(cap);
+    if len / target < 2 {
+        return None;
+    }
+    // Enough pieces that none exceeds the cap, then equal parts, in whole cache lines
+    // where that stays under the cap.
+    let payload = len + crate::ring::TOTAL_LEN;
+    let pieces = (len / target).max(payload.div_ceil(cap));
+    let even = payload.div_ceil(pieces);
+    let lines = even.next_multiple_of(64);
+    Some(if lines <= cap { lines } else { even })
 }
 
 /// A doorbell's byte: which of the receiver's two directions may progress. Both share
@@ -493,5 +550,75 @@ impl ConnOps for ShmConn {
 
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::{Fragment, TOTAL_LEN};
+
+    /// The fragment sizes of a message split with record payloads of at most `max`.
+    fn pieces(len: usize, max: usize) -> Vec<usize> {
+        let (mut left, mut first, mut out) = (len, true, Vec::new());
+        while left > 0 {
+            let f = Fragment::next(first, left, max);
+            first = false;
+            left -= f.chunk;
+            out.push(f.len());
+        }
+        out
+    }
+
+    #[test]
+    fn pipeline_fragments_grow_with_the_message_within_the_cache_and_the_ring() {
+        let l2 = 512 << 10;
+        let full = 128 << 10;
+        // What the two-thread model measured best (see HAND_OVER_BYTES).
+        assert_eq!(
+            pieces(64 << 10, pipeline_piece(64 << 10, full, l2).unwrap()).len(),
+            2
+        );
+        let mib = pieces(1 << 20, pipeline_piece(1 << 20, full, l2).unwrap());
+        assert!((8..=16).contains(&mib.len()), "{mib:?}");
+        let four = pieces(4 << 20, pipeline_piece(4 << 20, full, l2).unwrap());
+        assert_eq!(four.len(), 33, "128 KiB records, the ring's full fragment");
+        // A smaller level-2 cache, smaller fragments; a larger ring fragment alone
+        // changes nothing below the cache's quarter.
+        assert!(pipeline_piece(4 << 20, full, 256 << 10).unwrap() <= 64 << 10);
+        assert_eq!(
+            pipeline_piece(1 << 20, 512 << 10, 8 << 20),
+            pipeline_piece(1 << 20, full, 8 << 20)
+        );
+        // (full fragment, largest record) of rings of 4 KiB, 16 KiB, 256 KiB, 4 MiB and
+        // 32 MiB; only messages that fit one record are cut this way.
+        let rings = [
+            (1016, 2 << 10),
+            (4088, 8 << 10),
+            (65528, 128 << 10),
+            (full - HEADER, 2 << 20),
+            (full - HEADER, 16 << 20),
+        ];
+        for l2 in [0, 32 << 10, 512 << 10, 2 << 20, 64 << 20] {
+            for (fragment, record) in rings {
+                for len in (SPLIT_MIN..record - 16).step_by(4093) {
+                    let Some(max) = pipeline_piece(len, fragment, l2) else {
+                        continue;
+                    };
+                    let p = pieces(len, max);
+                    assert!(p.len() >= 2, "len {len}: {p:?}");
+                    assert!(max <= fragment && max > TOTAL_LEN, "len {len}, max {max}");
+                    assert!(
+                        len > unsplit_max(fragment),
+                        "len {len} split below the bound"
+                    );
+                    // Equal parts: the last is not a sliver.
+                    assert!(
+                        p[p.len() - 1] * 4 >= max || p.len() > 16,
+                        "len {len}: {p:?}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{fragment_payload, Bell, Current, ShmConn};
+use super::{fragment_payload, unsplit_max, Bell, Current, ShmConn};
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::spin_then_yield;
 use crate::options::WaitPolicy;
@@ -118,7 +118,7 @@ impl ShmConn {
     /// ring (a hostile one may split anything: `recv_next` handles that too).
     #[inline]
     fn rx_unsplit_max(&self) -> usize {
-        fragment_payload(self.rx.ring())
+        unsplit_max(fragment_payload(self.rx.ring()))
     }
 
     /// Whether `recv_next` would return at once: a record waits, something unusual

@@ -7,7 +7,7 @@ use std::os::fd::AsFd;
 use std::ptr::NonNull;
 use std::time::Instant;
 
-use super::{fragment_payload, Bell, Reservation, ShmConn, SPLIT_MIN};
+use super::{fragment_payload, pipeline_fragment, Bell, Reservation, ShmConn, SPLIT_MIN};
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::spin_then_yield;
 use crate::ring::{record_size, split_size, Fragment};
@@ -24,19 +24,41 @@ impl ShmConn {
             self.tx_waiting = false;
             return Ok(Some(p));
         }
-        self.wait_room(len, blocking)
+        self.wait_room(len, blocking, false)
     }
 
+    /// [`room`](Self::room) for a fragment: never restarted at the ring's start on its
+    /// own (`Producer::try_reserve_in_turn`).
+    #[inline]
+    fn fragment_room(&mut self, len: usize, blocking: bool) -> Result<Option<NonNull<u8>>> {
+        if let Ok(Some(p)) = self.tx.try_reserve_in_turn(len) {
+            self.tx_waiting = false;
+            return Ok(Some(p));
+        }
+        self.wait_room(len, blocking, true)
+    }
+
+    /// `in_turn`: reserve with `Producer::try_reserve_in_turn`.
     #[cold]
     #[inline(never)]
-    fn wait_room(&mut self, len: usize, blocking: bool) -> Result<Option<NonNull<u8>>> {
+    fn wait_room(
+        &mut self,
+        len: usize,
+        blocking: bool,
+        in_turn: bool,
+    ) -> Result<Option<NonNull<u8>>> {
         let need = record_size(len);
         // A batch's records go out before waiting: the consumer may be asleep.
         self.publish_tx();
         let mut spun = false;
         self.drain_stale(blocking, Bell::Room)?;
         loop {
-            match self.tx.try_reserve(len) {
+            let reserved = if in_turn {
+                self.tx.try_reserve_in_turn(len)
+            } else {
+                self.tx.try_reserve(len)
+            };
+            match reserved {
                 Ok(Some(p)) => {
                     self.tx_waiting = false;
                     return Ok(Some(p));
@@ -87,6 +109,16 @@ impl ShmConn {
         self.commit_record(body.len(), 0);
     }
 
+    /// [`write_record`](Self::write_record) for a large message: the copy is
+    /// `copy_shared`'s, which stays fast where `memcpy`'s `rep movsb` is twenty times
+    /// slower (the record 1 to 63 bytes after the caller's buffer modulo 4 KiB,
+    /// docs/design.md §3.2).
+    fn write_large_record(&mut self, dst: NonNull<u8>, body: &[u8]) {
+        // SAFETY: as in `write_record`.
+        unsafe { sys::copy_shared(dst.as_ptr(), body.as_ptr(), body.len()) };
+        self.commit_record(body.len(), 0);
+    }
+
     /// Publishes the record just written, or only writes its header inside a batch.
     #[inline(always)]
     pub(super) fn commit_record(&mut self, len: usize, flags: u32) {
@@ -108,17 +140,18 @@ impl ShmConn {
     /// Sends `data` as fragments; `total` is set for the start of a message (its first
     /// fragment carries the length). Returns how many bytes of `data` went out; fewer
     /// than all only in non-blocking mode.
+    /// `frag_payload` is the records' largest payload.
     fn write_fragments(
         &mut self,
         data: &[u8],
         mut total: Option<usize>,
+        frag_payload: usize,
         blocking: bool,
     ) -> Result<usize> {
-        let frag_payload = fragment_payload(self.tx.ring());
         let mut pos = 0;
         while pos < data.len() {
             let frag = Fragment::next(total.is_some(), data.len() - pos, frag_payload);
-            let Some(dst) = self.room(frag.len(), blocking)? else {
+            let Some(dst) = self.fragment_room(frag.len(), blocking)? else {
                 return Ok(pos);
             };
             // SAFETY: `room` reserved `frag.len()` bytes at `dst`, in our own segment (the
@@ -153,31 +186,41 @@ impl ShmConn {
         Ok(())
     }
 
-    /// A message of at least [`SPLIT_MIN`] bytes. One larger than a fragment goes whole if
-    /// it fits one record and the receiver is behind or we are in a batch (published at
-    /// its end). Otherwise it is split: always when it does not fit one record, and on
-    /// an empty ring (the receiver has taken everything and waits for it) so that the
-    /// receiver copies one fragment while we write the next instead of waiting for the
-    /// whole message; the fragments then restart at the ring's start when they all fit
-    /// there, so a blocking send into the empty ring never waits (docs/design.md §3.2).
+    /// A message of at least [`SPLIT_MIN`] bytes. One that fits one record goes whole if
+    /// it is too short for two pipeline fragments (`pipeline_fragment`), the receiver is
+    /// behind or we are in a batch (published at its end). Otherwise it is split: in
+    /// full fragments when it does not fit one record, and on an empty ring (the receiver
+    /// has taken everything and waits for it) in `pipeline_fragment`'s equal parts, so
+    /// that the receiver copies one fragment while we write the next instead of waiting
+    /// for the whole message; the fragments then restart at the ring's start when they
+    /// all fit there, so a blocking send into the empty ring never waits (docs/design.md
+    /// §3.2).
     #[inline(never)]
     fn send_large(&mut self, msg: &[u8], blocking: bool) -> Result<()> {
-        let frag = fragment_payload(self.tx.ring());
+        let mut frag = fragment_payload(self.tx.ring());
         if record_size(msg.len()) <= self.tx.ring().max_record() {
-            let whole = msg.len() <= frag
+            let pipelined = pipeline_fragment(msg.len(), self.tx.ring());
+            let whole = pipelined.is_none()
                 || self.batching
                 || match self.tx.unconsumed() {
                     Ok(behind) => behind,
                     Err(e) => return Err(self.fail(e)),
                 };
-            if whole {
-                return self.send_whole(msg, blocking);
+            match pipelined {
+                Some(piece) if !whole => frag = piece,
+                _ => {
+                    let Some(dst) = self.room(msg.len(), blocking)? else {
+                        return Err(Error::would_block());
+                    };
+                    self.write_large_record(dst, msg);
+                    return Ok(());
+                }
             }
             if let Err(e) = self.tx.restart_if_empty(split_size(msg.len(), frag)) {
                 return Err(self.fail(e));
             }
         }
-        let sent = self.write_fragments(msg, Some(msg.len()), blocking)?;
+        let sent = self.write_fragments(msg, Some(msg.len()), frag, blocking)?;
         if sent == 0 {
             return Err(Error::would_block());
         }
@@ -200,7 +243,8 @@ impl ShmConn {
     #[inline(never)]
     fn flush_pending_slow(&mut self, blocking: bool) -> Result<()> {
         let data = mem::take(&mut self.pending);
-        let sent = self.write_fragments(&data[self.pending_pos..], None, blocking);
+        let frag = fragment_payload(self.tx.ring());
+        let sent = self.write_fragments(&data[self.pending_pos..], None, frag, blocking);
         self.pending = data;
         self.pending_pos += sent?;
         if self.pending_pos < self.pending.len() {
