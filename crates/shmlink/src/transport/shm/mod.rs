@@ -654,7 +654,12 @@ impl ShmListener {
                     *ring = None;
                 }
                 if let Some(peer) = h.peer.take() {
-                    // The client's segment came with its hello: done.
+                    // The client's segment came with its hello: done. While the client
+                    // checks and maps our answer before it sends (tens of microseconds),
+                    // the next answer's segment, if none is ready: clients that connect
+                    // back to back find the listener busy, never before it sleeps, where
+                    // the pool is refilled otherwise (design §5.1b).
+                    self.first_spare();
                     return Some(self.connected(p.sock, *h, peer));
                 }
                 // Now the client's segment, within the same deadline.

@@ -481,7 +481,10 @@ impl ConnOps for ShmConn {
             self.flush_pending(false)
         };
         self.flush_rx();
-        if self.tx.close() {
+        // A peer that closed its side (its ring's end mark, set once it lingered) waits
+        // for nothing any more: no doorbell, which would meet its closed socket (a
+        // connection's usual end when the client closes first).
+        if self.tx.close() && !self.rx.peer_closed() {
             self.doorbell(Bell::Data);
         }
         flushed
