@@ -121,6 +121,29 @@ pub fn create_unsealed(name: &str, size: usize) -> io::Result<OwnedFd> {
 /// growing, of exactly `size` bytes: the size both sides derived from the handshake. A
 /// file of another size means the peer and its announcement disagree.
 pub fn check_sealed(fd: BorrowedFd<'_>, size: usize) -> io::Result<()> {
+    check_seals(
+        fd,
+        size,
+        libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
+        "sealed against resizing",
+    )
+}
+
+/// Checks that a descriptor received from a peer is a memfd only the peer can write: it
+/// carries every one of [`OWNER_SEALS`] (so nobody can map it writable any more, resize it
+/// or change its seals) and has exactly `size` bytes. One `F_GET_SEALS` and one `fstat`.
+pub fn check_owner_sealed(fd: BorrowedFd<'_>, size: usize) -> io::Result<()> {
+    check_seals(
+        fd,
+        size,
+        OWNER_SEALS,
+        "sealed read-only for us (shrink, grow, seal and future-write)",
+    )
+}
+
+/// Checks that `fd` is a sealable file carrying every seal of `need` (`what` says which
+/// in an error) and of exactly `size` bytes.
+fn check_seals(fd: BorrowedFd<'_>, size: usize, need: libc::c_int, what: &str) -> io::Result<()> {
     // SAFETY: plain integer arguments; F_GET_SEALS fails with EINVAL on anything that is
     // not a sealable file, which we report.
     let seals = syscall!(fcntl(fd.as_raw_fd(), libc::F_GET_SEALS)).map_err(|e| {
@@ -129,11 +152,10 @@ pub fn check_sealed(fd: BorrowedFd<'_>, size: usize) -> io::Result<()> {
             format!("segment is not a sealable memfd: {e}"),
         )
     })?;
-    let need = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
     if seals & need != need {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("segment is not sealed against resizing (seals {seals:#x})"),
+            format!("segment is not {what} (seals {seals:#x}, need {need:#x})"),
         ));
     }
     let got = file_size(fd)?;
@@ -141,25 +163,6 @@ pub fn check_sealed(fd: BorrowedFd<'_>, size: usize) -> io::Result<()> {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("segment has {got} bytes, expected {size}"),
-        ));
-    }
-    Ok(())
-}
-
-/// Checks that a descriptor received from a peer is a memfd only the peer can write: it
-/// carries every one of [`OWNER_SEALS`] (so nobody can map it writable any more, resize it
-/// or change its seals) and has exactly `size` bytes.
-pub fn check_owner_sealed(fd: BorrowedFd<'_>, size: usize) -> io::Result<()> {
-    check_sealed(fd, size)?;
-    // SAFETY: plain integer arguments; `check_sealed` showed it is a sealable file.
-    let seals = syscall!(fcntl(fd.as_raw_fd(), libc::F_GET_SEALS))?;
-    if seals & OWNER_SEALS != OWNER_SEALS {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!(
-                "segment is not sealed read-only for us (seals {seals:#x}, need {OWNER_SEALS:#x}: \
-                 shrink, grow, seal and future-write)"
-            ),
         ));
     }
     Ok(())

@@ -20,11 +20,27 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (owned(fds[0]), owned(fds[1])) })
 }
 
+/// A doorbell pipe: [`pipe`] with its write end made non-blocking (one `fcntl`: a fresh
+/// pipe's status flags are known), `(read end, write end)`.
+pub fn doorbell() -> io::Result<(OwnedFd, OwnedFd)> {
+    let (r, w) = pipe()?;
+    // SAFETY: plain integer arguments on a descriptor we own. F_SETFL ignores the access
+    // mode; a fresh pipe end has no other status flag to keep.
+    syscall!(fcntl(w.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK))?;
+    Ok((r, w))
+}
+
 /// Sets `O_NONBLOCK` on the open file description of `fd` (every descriptor of it, in
 /// every process, shares the flag).
 pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: plain integer arguments on an open descriptor.
     let flags = syscall!(fcntl(fd.as_raw_fd(), libc::F_GETFL))?;
+    set_nonblocking_with(fd, flags)
+}
+
+/// [`set_nonblocking`] for a descriptor whose status flags (`F_GETFL`) are `flags`
+/// already: no `fcntl` if it is non-blocking.
+pub fn set_nonblocking_with(fd: BorrowedFd<'_>, flags: libc::c_int) -> io::Result<()> {
     if flags & libc::O_NONBLOCK == 0 {
         // SAFETY: plain integer arguments on an open descriptor.
         syscall!(fcntl(
@@ -45,10 +61,18 @@ pub enum End {
     Write,
 }
 
+/// What [`check_end`] found out about a pipe end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndInfo {
+    /// The pipe's identity (device, inode), equal for both ends of one pipe.
+    pub id: (u64, u64),
+    /// The end's file status flags (`F_GETFL`).
+    pub flags: libc::c_int,
+}
+
 /// Checks that `fd` is a pipe (or FIFO) opened as `end`, for descriptors that came from
-/// another process; returns the pipe's identity (device, inode), equal for both ends of
-/// one pipe.
-pub fn check_end(fd: BorrowedFd<'_>, end: End) -> io::Result<(u64, u64)> {
+/// another process; returns the pipe's identity and the end's flags.
+pub fn check_end(fd: BorrowedFd<'_>, end: End) -> io::Result<EndInfo> {
     // SAFETY: `stat` is plain data; all-zero is a valid value for fstat to overwrite.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is a live, writable stat buffer; `fd` is open.
@@ -74,7 +98,10 @@ pub fn check_end(fd: BorrowedFd<'_>, end: End) -> io::Result<(u64, u64)> {
             ),
         ));
     }
-    Ok((st.st_dev, st.st_ino))
+    Ok(EndInfo {
+        id: (st.st_dev, st.st_ino),
+        flags,
+    })
 }
 
 /// Rings: writes one byte without blocking on a non-blocking write end. `WouldBlock`
@@ -110,10 +137,12 @@ mod tests {
 
     #[test]
     fn a_ring_wakes_the_reader_and_the_last_write_end_gives_eof() {
-        let (r, w) = pipe().unwrap();
-        set_nonblocking(w.as_fd()).unwrap();
-        let id = check_end(r.as_fd(), End::Read).unwrap();
-        assert_eq!(check_end(w.as_fd(), End::Write).unwrap(), id);
+        let (r, w) = doorbell().unwrap();
+        let read = check_end(r.as_fd(), End::Read).unwrap();
+        let write = check_end(w.as_fd(), End::Write).unwrap();
+        assert_eq!(write.id, read.id);
+        assert_eq!(read.flags & libc::O_NONBLOCK, 0, "the read end blocks");
+        assert_ne!(write.flags & libc::O_NONBLOCK, 0, "the write end does not");
         assert!(check_end(r.as_fd(), End::Write).is_err());
         assert!(check_end(w.as_fd(), End::Read).is_err());
         ring(w.as_fd(), 1).unwrap();
@@ -131,6 +160,7 @@ mod tests {
     fn a_full_pipe_does_not_block_the_ringer() {
         let (_r, w) = pipe().unwrap();
         set_nonblocking(w.as_fd()).unwrap();
+        set_nonblocking(w.as_fd()).unwrap(); // once more: a no-op
         let err = loop {
             if let Err(e) = ring(w.as_fd(), 1) {
                 break e;

@@ -126,7 +126,8 @@ pub fn listen(name: &UnixName, backlog: i32) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Connects to `name`, retrying while the listener's backlog is full, until `deadline`.
+/// Connects to `name`, retrying while the listener's backlog is full, until `deadline`. The
+/// socket is non-blocking (`SOCK_NONBLOCK`), with no other status flag.
 pub fn connect(name: &UnixName, deadline: Instant) -> io::Result<OwnedFd> {
     let (sa, len) = sockaddr(name)?;
     loop {
@@ -155,15 +156,26 @@ pub fn connect(name: &UnixName, deadline: Instant) -> io::Result<OwnedFd> {
     }
 }
 
-/// Accepts one pending connection, non-blocking; `Ok(None)` when none is pending.
+/// Accepts one pending connection, non-blocking; `Ok(None)` when none is pending. The new
+/// socket is non-blocking too.
 pub fn accept(listener: BorrowedFd<'_>) -> io::Result<Option<OwnedFd>> {
+    accept_flags(listener, libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK)
+}
+
+/// [`accept`], but the new socket is in blocking mode (calls that must not wait say
+/// `MSG_DONTWAIT`): what a `shm:` connection's socket ends up as, without an `fcntl`.
+pub fn accept_blocking(listener: BorrowedFd<'_>) -> io::Result<Option<OwnedFd>> {
+    accept_flags(listener, libc::SOCK_CLOEXEC)
+}
+
+fn accept_flags(listener: BorrowedFd<'_>, flags: libc::c_int) -> io::Result<Option<OwnedFd>> {
     loop {
         // SAFETY: null address pointers are allowed; the flags are valid.
         match syscall!(accept4(
             listener.as_raw_fd(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
-            libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK
+            flags
         )) {
             // SAFETY: accept4 returned a fresh descriptor.
             Ok(fd) => return Ok(Some(unsafe { owned(fd) })),

@@ -36,6 +36,16 @@ pub fn set_blocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// Clears `O_NONBLOCK` on a socket whose only status flag is `O_NONBLOCK` (one made with
+/// `SOCK_NONBLOCK` and never changed since): one `fcntl`, where [`set_blocking`] needs
+/// two.
+pub fn set_blocking_fresh(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: plain integer arguments on an open descriptor. F_SETFL ignores the access
+    // mode; the caller knows there is no other status flag to keep.
+    syscall!(fcntl(fd.as_raw_fd(), libc::F_SETFL, 0))?;
+    Ok(())
+}
+
 /// Sends `head` followed by `body` with one `sendmsg` (one packet on a packet socket).
 /// Returns the number of bytes the kernel took (all of them on a packet socket).
 pub fn send_parts(

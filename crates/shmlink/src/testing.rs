@@ -225,6 +225,7 @@ pub fn fuzz_shm_reader(data: &[u8]) {
         seg: Segment::new(own, peer),
         fence: FenceMode::Symmetric,
         sock: ours,
+        sock_nonblocking: None,
         bell: None,
         wait: WaitPolicy::BLOCKING,
         max_send: answer.max_msg.min(1 << 16) as usize,

@@ -13,9 +13,9 @@
 //!                                             or NoOffer(reason) → stays on TCP
 //!   connect to the upgrade socket (Unix)
 //!   Upgrade(params, token)      ─ unix ─▶     token known? credentials allowed?
+//!     + client's memfd                        then the client's segment
 //!                               ◀─ unix ─     Upgraded(params, proof) + memfd
-//!   proof right? → Segment + memfd ─ unix ─▶  (the client's segment)
-//!                  Decision(upgraded)    ─▶   hands out the shm connection
+//!   proof right? → Decision(upgraded)    ─▶   hands out the shm connection
 //!   otherwise    → Decision(stay)        ─▶   hands out the TCP connection
 //! ```
 //!
@@ -444,7 +444,12 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
             )?;
             match upgraded {
                 Ok(shm) => {
-                    let _ = conn.close(false);
+                    // Dropped without a FIN frame: the listener reads nothing after the
+                    // decision (it hands out the shm: connection and drops its end), so
+                    // the frame would cost a TCP send here and, arriving with the
+                    // decision, a wake-up flag there. The decision went out whole
+                    // (blocking send) before the socket closes.
+                    drop(conn);
                     Ok(shm)
                 }
                 Err(_) => Ok(conn),
@@ -582,8 +587,11 @@ struct AutoListener {
     /// The listener's fd: the TCP listener, the upgrade socket, every connection in
     /// negotiation, `ready_flag` and `timer`.
     epoll: Epoll,
-    /// Set while `ready` holds connections.
+    /// Set while `ready` holds connections when `accept` returns (not while it runs: a
+    /// connection it finds and hands out at once costs no write and read of the flag).
     ready_flag: EventFlag,
+    /// Whether `ready_flag` is set.
+    ready_set: bool,
     /// Fires at the earliest negotiation deadline, so that an event loop calls `accept`
     /// (which drops the late client) even when nothing else happens.
     timer: TimerFd,
@@ -661,6 +669,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         boot_id: boot_id(),
         epoll,
         ready_flag,
+        ready_set: false,
         timer,
         armed: None,
         deciding: HashMap::new(),
@@ -749,11 +758,6 @@ impl AutoListener {
                     self.ready.push_back(conn);
                 }
             }
-        }
-        if !self.ready.is_empty() {
-            self.ready_flag
-                .set()
-                .map_err(|e| Error::io("auto: listener", e))?;
         }
         // Re-arming also clears an expiry that brought us here; a timer already set for
         // the same deadline, still in the future, is left alone (a system call per poll
@@ -964,16 +968,25 @@ impl AutoListener {
     }
 }
 
-impl ListenerOps for AutoListener {
-    fn accept(&mut self, blocking: bool) -> Result<Accepted> {
+impl AutoListener {
+    /// Makes `ready_flag` say whether `ready` holds connections.
+    fn sync_ready(&mut self) -> Result<()> {
+        let want = !self.ready.is_empty();
+        if want != self.ready_set {
+            match want {
+                true => self.ready_flag.set(),
+                false => self.ready_flag.clear(),
+            }
+            .map_err(|e| Error::io("auto: listener", e))?;
+            self.ready_set = want;
+        }
+        Ok(())
+    }
+
+    fn accept_inner(&mut self, blocking: bool) -> Result<Accepted> {
         loop {
             self.poll()?;
             if let Some(conn) = self.ready.pop_front() {
-                if self.ready.is_empty() {
-                    self.ready_flag
-                        .clear()
-                        .map_err(|e| Error::io("auto: listener", e))?;
-                }
                 return Ok(conn);
             }
             // Nothing to hand out: the upgrade socket makes its next answer's segment now,
@@ -989,6 +1002,15 @@ impl ListenerOps for AutoListener {
                 .wait(deadline, &mut self.events)
                 .map_err(|e| Error::io("auto: listener", e))?;
         }
+    }
+}
+
+impl ListenerOps for AutoListener {
+    fn accept(&mut self, blocking: bool) -> Result<Accepted> {
+        let got = self.accept_inner(blocking);
+        // Whatever happened: an event loop sees the fd readable while connections wait.
+        self.sync_ready()?;
+        got
     }
 
     fn fd(&self) -> BorrowedFd<'_> {

@@ -541,7 +541,9 @@ const MAX_WAITING: usize = 128;
 
 /// A listener's door for clients in its own process.
 pub(crate) struct Inbox {
-    waiting: Mutex<VecDeque<InprocConn>>,
+    /// The connections waiting, and whether `flag` may be set (known under the lock, so a
+    /// listener's step with nobody waiting costs no `read` of the flag).
+    waiting: Mutex<(VecDeque<InprocConn>, bool)>,
     /// Readable while `waiting` is not empty; in the listener's epoll set.
     flag: EventFlag,
     opts: Options,
@@ -560,15 +562,16 @@ impl Inbox {
         self.flag.fd()
     }
 
-    fn lock(&self) -> MutexGuard<'_, VecDeque<InprocConn>> {
+    fn lock(&self) -> MutexGuard<'_, (VecDeque<InprocConn>, bool)> {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The next connection a client made, if any.
     pub(crate) fn take(&self) -> Option<Box<dyn ConnOps>> {
-        let mut q = self.lock();
+        let mut guard = self.lock();
+        let (q, flagged) = &mut *guard;
         let conn = q.pop_front();
-        if q.is_empty() {
+        if q.is_empty() && std::mem::take(flagged) {
             let _ = self.flag.clear();
         }
         conn.map(|c| Box::new(c) as Box<dyn ConnOps>)
@@ -577,20 +580,24 @@ impl Inbox {
     /// A client's connection to this listener: the client's end; the listener's waits.
     fn connect(&self, opts: &Options) -> Result<Box<dyn ConnOps>> {
         let (client, server) = pair(&self.addr, opts, &self.opts)?;
-        let evicted = {
-            let mut q = self.lock();
+        let (evicted, woken) = {
+            let mut guard = self.lock();
+            let (q, flagged) = &mut *guard;
             let evicted = if q.len() >= MAX_WAITING {
                 q.pop_front()
             } else {
                 None
             };
             q.push_back(server);
-            evicted
+            // Set under the lock, so `take` knows whether there is something to clear.
+            let woken = match *flagged {
+                true => Ok(()),
+                false => self.flag.set().inspect(|()| *flagged = true),
+            };
+            (evicted, woken)
         };
         drop(evicted);
-        self.flag
-            .set()
-            .map_err(|e| Error::io("wake the listener", e))?;
+        woken.map_err(|e| Error::io("wake the listener", e))?;
         Ok(Box::new(client))
     }
 }
@@ -613,7 +620,7 @@ pub(crate) fn register(
     file: Option<(u64, u64)>,
 ) -> Result<Arc<Inbox>> {
     let inbox = Arc::new(Inbox {
-        waiting: Mutex::new(VecDeque::new()),
+        waiting: Mutex::new((VecDeque::new(), false)),
         flag: EventFlag::new().map_err(|e| Error::io("eventfd", e))?,
         opts: opts.clone(),
         addr: addr.to_string(),
@@ -641,11 +648,12 @@ pub(crate) fn unregister(key: &str, inbox: &Arc<Inbox>) {
 /// process; `file` is what the socket path leads to now (device, inode), if a file.
 pub(crate) fn connect(
     key: &str,
-    file: Option<(u64, u64)>,
+    file: impl FnOnce() -> Option<(u64, u64)>,
     opts: &Options,
 ) -> Option<Result<Box<dyn ConnOps>>> {
     let inbox = table().get(key).and_then(Weak::upgrade)?;
-    if inbox.file != file {
+    // Asked only when this process has a listener there (a `stat` of the path).
+    if inbox.file != file() {
         // The path now leads elsewhere (the socket file was replaced).
         return None;
     }

@@ -36,11 +36,9 @@ impl PipeBell {
     /// which must be dropped once [`PipeBell::client_fds`] went out with the answer.
     pub(crate) fn for_listener() -> io::Result<(PipeBell, ClientRing)> {
         // To the client: it sleeps on `c_sleep`, we ring `s_ring`.
-        let (c_sleep, s_ring) = pipe::pipe()?;
+        let (c_sleep, s_ring) = pipe::doorbell()?;
         // To us: we sleep on `s_sleep`, the client rings `c_ring`.
-        let (s_sleep, c_ring) = pipe::pipe()?;
-        pipe::set_nonblocking(s_ring.as_fd())?;
-        pipe::set_nonblocking(c_ring.as_fd())?;
+        let (s_sleep, c_ring) = pipe::doorbell()?;
         // Our guard is the client's sleeping end itself: we keep it after sending it.
         let bell = PipeBell {
             sleep: s_sleep,
@@ -70,9 +68,10 @@ impl PipeBell {
         let check = |fd: &OwnedFd, end: End, what: &str| {
             pipe::check_end(fd.as_fd(), end).map_err(|e| bad(format!("{what}: {e}")))
         };
-        let ours = check(&sleep, End::Read, "the read end to sleep on")?;
-        let theirs = check(&ring, End::Write, "the write end to ring")?;
-        if check(&guard, End::Read, "the guard")? != theirs {
+        let ours = check(&sleep, End::Read, "the read end to sleep on")?.id;
+        let ring_end = check(&ring, End::Write, "the write end to ring")?;
+        let theirs = ring_end.id;
+        if check(&guard, End::Read, "the guard")?.id != theirs {
             return Err(bad("the guard is not a read end of the pipe we ring".into()));
         }
         if ours == theirs {
@@ -80,7 +79,7 @@ impl PipeBell {
         }
         // Whatever the listener did with the flags: ringing never blocks. (Sleeping
         // copes with a non-blocking read end: `ShmConn::sleep` then polls.)
-        pipe::set_nonblocking(ring.as_fd())
+        pipe::set_nonblocking_with(ring.as_fd(), ring_end.flags)
             .map_err(|e| Error::io("doorbell pipe: O_NONBLOCK", e))?;
         Ok(PipeBell { sleep, ring, guard })
     }

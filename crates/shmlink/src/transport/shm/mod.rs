@@ -103,7 +103,7 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     trust::check_addr_dir(addr, opts)?;
     if opts.in_process {
         let socket = socket_of(addr);
-        if let Some(conn) = inproc::connect(&inproc_key(socket), file_id(socket), opts) {
+        if let Some(conn) = inproc::connect(&inproc_key(socket), || file_id(socket), opts) {
             return conn;
         }
     }
@@ -168,7 +168,8 @@ fn client(
     // this process's last connect waited for its answer, or a new one. Nothing is
     // written in it until the listener's answer checked out. Without it (no memory now),
     // the hello goes alone and the segment follows the answer, as before.
-    let early = take_spare(opts).or_else(|| Half::create(Side::Client, opts.ring_size).ok());
+    let pid = std::process::id();
+    let early = take_spare(opts, pid).or_else(|| Half::create(Side::Client, opts.ring_size).ok());
     let sock = socket::connect(socket, deadline).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => Error::new(
             ErrorKind::ConnectionRefused,
@@ -203,19 +204,18 @@ fn client(
         None => Packet::Hello(want),
         Some((token, _)) => Packet::Upgrade(want, token),
     };
-    // The segment goes out only to a listener whose credentials checked out (above; an
-    // `auto:` upgrade's listener proves itself in its answer, so its segment follows it).
-    let with_hello = match (&early, upgrade) {
-        (Some((_, fd)), None) => Some(fd.as_raw_fd()),
-        _ => None,
-    };
+    // The segment goes out only to a listener whose credentials checked out (above), or,
+    // on an `auto:` upgrade, with the token: that listener proves itself only in its
+    // answer, but the segment is sealed read-only for it and holds nothing yet (header,
+    // zeros), and a wrong proof drops it unused (design §5.3).
+    let with_hello = early.as_ref().map(|(_, fd)| fd.as_raw_fd());
     match with_hello {
         Some(fd) => socket::send_with_fds(sock.as_fd(), &hello.encode(), &[fd]),
         None => socket::send(sock.as_fd(), &hello.encode()),
     }
     .map_err(|e| Error::io("send hello", e))?;
     // While the listener works on its answer: the next connect's segment.
-    refill_spare(opts);
+    refill_spare(opts, pid);
     let mut buf = [0u8; MAX_PACKET];
     let mut fds = Vec::new();
     let n = recv_answer(sock.as_fd(), &mut buf, &mut fds, &opts.wait, deadline).map_err(|e| {
@@ -279,6 +279,8 @@ fn client(
         seg: Segment::new(own, peer).retire(opts.prepare_ahead),
         fence: fence_mode(params.features),
         sock,
+        // `socket::connect` made it with SOCK_NONBLOCK.
+        sock_nonblocking: Some(true),
         bell,
         wait: opts.wait,
         max_send: opts.max_msg_size.min(params.max_msg as usize),
@@ -331,17 +333,17 @@ fn spare_slot() -> std::sync::MutexGuard<'static, Option<Spare>> {
     SPARE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The spare client segment, if this process made it for a ring of `opts.ring_size`
-/// bytes and `opts` let it (`Options::prepare_ahead`).
-fn take_spare(opts: &Options) -> Option<(Half, OwnedFd)> {
+/// The spare client segment, if this process (`pid`, ours) made it for a ring of
+/// `opts.ring_size` bytes and `opts` let it (`Options::prepare_ahead`).
+fn take_spare(opts: &Options, pid: u32) -> Option<(Half, OwnedFd)> {
     if !opts.prepare_ahead {
         return None;
     }
     let ring = opts.ring_size;
     let mut slot = spare_slot();
     match slot.take() {
-        Some((pid, size, seg)) if pid == std::process::id() && size == ring => Some(seg),
-        Some(other) if other.0 == std::process::id() => {
+        Some((made_by, size, seg)) if made_by == pid && size == ring => Some(seg),
+        Some(other) if other.0 == pid => {
             *slot = Some(other); // another size: keep it for its users
             None
         }
@@ -351,13 +353,12 @@ fn take_spare(opts: &Options) -> Option<(Half, OwnedFd)> {
 
 /// Makes the next connect's segment for a ring of `opts.ring_size` bytes unless one waits
 /// already or `opts` says not to (best effort: without memory now, the next connect makes
-/// its own).
-fn refill_spare(opts: &Options) {
+/// its own). `pid` is this process's.
+fn refill_spare(opts: &Options, pid: u32) {
     if !opts.prepare_ahead {
         return;
     }
     let ring = opts.ring_size;
-    let pid = std::process::id();
     let ready =
         |slot: &Option<Spare>| matches!(slot, Some((p, size, _)) if *p == pid && *size == ring);
     if ready(&spare_slot()) {
@@ -534,7 +535,10 @@ impl ShmListener {
     /// token); the socket is not watched yet ([`ShmListener::watch`]): its hello is
     /// usually there already.
     fn accept_backlog(&mut self) -> Result<Option<u64>> {
-        let Some(sock) = socket::accept(self.listen.as_fd()).map_err(|e| Error::io("accept", e))?
+        // In blocking mode, what the connection's socket needs (`ShmConn::new`); every call
+        // of the handshake says MSG_DONTWAIT.
+        let Some(sock) =
+            socket::accept_blocking(self.listen.as_fd()).map_err(|e| Error::io("accept", e))?
         else {
             return Ok(None);
         };
@@ -650,7 +654,12 @@ impl ShmListener {
                     *ring = None;
                 }
                 if let Some(peer) = h.peer.take() {
-                    // The client's segment came with its hello: done.
+                    // The client's segment came with its hello: done. While the client
+                    // checks and maps our answer before it sends (tens of microseconds),
+                    // the next answer's segment, if none is ready: clients that connect
+                    // back to back find the listener busy, never before it sleeps, where
+                    // the pool is refilled otherwise (design §5.1b).
+                    self.first_spare();
                     return Some(self.connected(p.sock, *h, peer));
                 }
                 // Now the client's segment, within the same deadline.
@@ -723,6 +732,8 @@ impl ShmListener {
             seg: Segment::new(h.own, peer).retire(self.opts.prepare_ahead),
             fence: fence_mode(h.accept.features),
             sock,
+            // `accept_backlog` accepted it in blocking mode.
+            sock_nonblocking: Some(false),
             bell: h.bell.map(|(bell, _)| bell),
             wait: self.opts.wait,
             max_send: h.client_max_msg.min(self.opts.max_msg_size as u64) as usize,

@@ -218,6 +218,10 @@ pub(crate) struct Setup {
     pub seg: Segment,
     pub fence: FenceMode,
     pub sock: OwnedFd,
+    /// What the socket's status flags are known to be: `Some(false)` blocking already
+    /// (accepted so), `Some(true)` non-blocking and nothing else (made with
+    /// `SOCK_NONBLOCK`), `None` unknown (asked with `F_GETFL`).
+    pub sock_nonblocking: Option<bool>,
     pub bell: Option<PipeBell>,
     pub wait: WaitPolicy,
     pub max_send: usize,
@@ -244,7 +248,11 @@ impl ShmConn {
     pub(crate) fn new(s: Setup) -> ShmConn {
         // Sleeping is a blocking `recv` on the control socket; every other call on it says
         // MSG_DONTWAIT. (If this fails, `take_doorbell` falls back to `poll`.)
-        let _ = sys::stream::set_blocking(s.sock.as_fd());
+        let _ = match s.sock_nonblocking {
+            Some(false) => Ok(()),
+            Some(true) => sys::stream::set_blocking_fresh(s.sock.as_fd()),
+            None => sys::stream::set_blocking(s.sock.as_fd()),
+        };
         ShmConn {
             tx: Producer::new(s.seg.tx(), s.fence),
             rx: lazy_consumer(s.seg.rx(), s.fence),
@@ -530,7 +538,10 @@ impl ConnOps for ShmConn {
             self.flush_pending(false)
         };
         self.flush_rx();
-        if self.tx.close() {
+        // A peer that closed its side (its ring's end mark, set once it lingered) waits
+        // for nothing any more: no doorbell, which would meet its closed socket (a
+        // connection's usual end when the client closes first).
+        if self.tx.close() && !self.rx.peer_closed() {
             self.doorbell(Bell::Data);
         }
         flushed
