@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use shmlink::inspect::{self, BridgedTopic, SocketState, DEFAULT_INSPECT_TIMEOUT};
 use shmlink::{ErrorKind, Policy, PubSubOptions, Publisher, Subscriber};
+use zenoh::bytes::ZBytes;
 use zenoh::qos::CongestionControl;
 use zenoh::sample::{Locality, Sample};
 use zenoh::{Session, Wait};
@@ -472,8 +473,7 @@ fn deliver(shared: &Arc<Shared>, sample: Sample) {
         }
     };
     match importer {
-        // Borrowed from Zenoh's buffer when it arrived in one piece.
-        Some(i) => i.publish(name, head, &sample.payload().to_bytes()),
+        Some(i) => i.publish(name, head, sample.payload()),
         None => {
             shared
                 .counters(name, Direction::Import)
@@ -558,7 +558,7 @@ fn open_import(shared: &Shared, name: &str, first: Option<Header>) -> Option<Arc
 impl Importer {
     /// Publishes one message from Zenoh; counts what the origins' sequence numbers say
     /// was lost on the way, and what the local topic refused.
-    fn publish(&self, name: &str, head: Option<Header>, payload: &[u8]) {
+    fn publish(&self, name: &str, head: Option<Header>, payload: &ZBytes) {
         let c = &self.counters;
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let (Some(publisher), last) = &mut *state else {
@@ -572,19 +572,30 @@ impl Importer {
                 }
             }
         }
-        if payload.len() > publisher.max_msg_size() {
+        let len = payload.len();
+        if len > publisher.max_msg_size() {
             c.dropped.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(
                 topic = name,
-                len = payload.len(),
+                len,
                 "refused: larger than the topic's maximum"
             );
             return;
         }
-        match publisher.publish(payload) {
+        // Copied once, from Zenoh's buffers (the fragments of a large message as they
+        // arrived) straight into the ring's slot.
+        let published = publisher.loan(len).and_then(|mut slot| {
+            let mut at = 0;
+            for piece in payload.slices() {
+                slot[at..at + piece.len()].copy_from_slice(piece);
+                at += piece.len();
+            }
+            slot.publish()
+        });
+        match published {
             Ok(()) => {
                 c.messages.fetch_add(1, Ordering::Relaxed);
-                c.bytes.fetch_add(payload.len() as u64, Ordering::Relaxed);
+                c.bytes.fetch_add(len as u64, Ordering::Relaxed);
             }
             Err(e) => {
                 c.dropped.fetch_add(1, Ordering::Relaxed);
