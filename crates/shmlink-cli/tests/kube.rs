@@ -1,5 +1,6 @@
 //! deploy/k8s's manifests run as pods by `podman kube play` (podman 4.3, runc; no
-//! kubelet), as written, with the image of `scripts/image.sh build`:
+//! kubelet), as written (but for one line for podman before 4.6: `podman_playable`), with
+//! the image of `scripts/image.sh build`:
 //!
 //! - pod-sidecar.yaml: the Pod runs, its client container makes its latency run over
 //!   `shm` and exits 0, the server's probe command (read from the manifest, run the way
@@ -59,6 +60,52 @@ fn container<'a>(spec: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no container {name}"))
 }
 
+/// podman's version, e.g. (4, 3).
+fn podman_version() -> (u32, u32) {
+    let v = podman_ok(&["version", "--format", "{{.Client.Version}}"]);
+    let mut parts = v.trim().split('.').map(|p| p.parse().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// The manifest `rel` as podman can play it. podman before 4.6 gives a Pod's init
+/// containers the Pod's restart policy (podman#16343, fixed by podman#18481): under a
+/// Deployment's `Always` an init container that exits is started again at once, in a
+/// loop, and `kube play` fails to remove it ("cannot remove container … as it is
+/// running"). Kubernetes allows only `Always` in a Deployment, so the file keeps it;
+/// for such a podman the test plays a copy whose Deployment Pods say `OnFailure`, which
+/// podman applies to the init container too (it exits 0, so it is not restarted).
+fn podman_playable(rel: &str) -> PathBuf {
+    let file = root().join(rel);
+    if podman_version() >= (4, 6) {
+        return file;
+    }
+    let text = std::fs::read_to_string(&file).unwrap();
+    let docs: Vec<String> = text
+        .split("\n---\n")
+        .map(|d| {
+            if !d.contains("\nkind: Deployment\n") {
+                return d.to_string();
+            }
+            let template = "\n  template:\n";
+            let at = d.find(template).expect("a Deployment's template") + template.len();
+            let (head, tail) = d.split_at(at);
+            let spec = "\n    spec:\n";
+            assert_eq!(tail.matches(spec).count(), 1, "{rel}: one Pod spec");
+            format!(
+                "{head}{}",
+                tail.replacen(spec, &format!("{spec}      restartPolicy: OnFailure\n"), 1)
+            )
+        })
+        .collect();
+    let copy = std::env::temp_dir().join(format!(
+        "shmlink-t{}-{}",
+        std::process::id(),
+        file.file_name().unwrap().to_string_lossy()
+    ));
+    std::fs::write(&copy, docs.join("\n---\n")).unwrap();
+    copy
+}
+
 /// What `podman kube play` made of a file, torn down on drop.
 struct Played {
     file: PathBuf,
@@ -68,9 +115,10 @@ struct Played {
 }
 
 impl Played {
-    fn play(rel: &str, volumes: &[&str], host_dirs: &[&str]) -> Played {
+    /// Plays `file`, the repository's `rel` or a copy of it.
+    fn play(rel: &str, file: PathBuf, volumes: &[&str], host_dirs: &[&str]) -> Played {
         let played = Played {
-            file: root().join(rel),
+            file,
             volumes: volumes.iter().map(|s| s.to_string()).collect(),
             // Only directories this test creates are removed.
             host_dirs: host_dirs
@@ -102,6 +150,9 @@ impl Drop for Played {
             let _ = podman(&args);
         }
         let _ = podman(&["kube", "down", &self.file.display().to_string()]);
+        if self.file.starts_with(std::env::temp_dir()) {
+            let _ = std::fs::remove_file(&self.file);
+        }
         for v in &self.volumes {
             let _ = podman(&["volume", "rm", "--force", v]);
         }
@@ -168,7 +219,7 @@ fn pod_sidecar_runs_and_its_probe_fails_once_the_server_is_killed() {
     );
     let period = at(server, "livenessProbe.periodSeconds").as_u64().unwrap();
 
-    let _played = Played::play(rel, &[&volume], &[]);
+    let _played = Played::play(rel, root().join(rel), &[&volume], &[]);
     let server_ctr = format!("{name}-server");
     let client_ctr = format!("{name}-client");
     // The client's one run, then exit 0; its row says shm.
@@ -257,7 +308,7 @@ fn node_local_server_runs_and_auto_upgrades_through_the_host_path() {
         .to_string();
     busybox_image(&init_image);
 
-    let mut played = Played::play(rel, &[], &[&host_path]);
+    let mut played = Played::play(rel, podman_playable(rel), &[], &[&host_path]);
     let deploy_name = deployment["metadata"]["name"].as_str().unwrap();
     let pod = format!("{deploy_name}-pod-0");
     let server_ctr = format!("{pod}-server");
