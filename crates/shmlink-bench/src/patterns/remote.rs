@@ -59,11 +59,12 @@ one-way p50, 64 B / 64 KiB / 1 MiB throughput, CPU per message on each side, vet
 per message; 8 subscribers on B; local p50 on each host without a bridge, with bridges,
 with a bridge SIGKILLed mid-stream. Needs cargo build --release -p shmlink-zenoh (or
 $SHMLINK_ZENOH_BIN_DIR) for the Zenoh rows. Options: --rounds [default: 3; --quick:
-1], --quick, --json."
+1], --quick, --json, --cpus A,B (host A's processes on CPU A, host B's on CPU B, as two
+machines each have their own; default: both hosts on every CPU)."
     }
 
     fn flags(&self) -> &'static [&'static str] {
-        &["rounds", "quick", "json"]
+        &["rounds", "quick", "json", "cpus"]
     }
 
     fn child(&self, argv: &[String]) -> Option<ExitCode> {
@@ -76,10 +77,20 @@ $SHMLINK_ZENOH_BIN_DIR) for the Zenoh rows. Options: --rounds [default: 3; --qui
             None if cli.quick => 1,
             None => 3,
         };
+        // Unlike the point-to-point suites, no pinning unless asked: the two hosts share
+        // the machine's CPUs.
+        let cpus = match cli.cpus.as_deref() {
+            None => None,
+            Some(text) => {
+                crate::cli::placement(Some(text), false, &shmlink_measure::cpus::allowed_cpus())?
+                    .map(|(a, b)| [a, b])
+            }
+        };
         Ok(run(
             &Counts::new(cli.quick),
             cli.quick,
             rounds,
+            cpus,
             cli.json.as_deref(),
         ))
     }
@@ -431,14 +442,20 @@ fn plan() -> Vec<(Cell, Kind)> {
     v
 }
 
-fn run(counts: &Counts, quick: bool, rounds: u32, json: Option<&Path>) -> ExitCode {
+fn run(
+    counts: &Counts,
+    quick: bool,
+    rounds: u32,
+    cpus: Option<[usize; 2]>,
+    json: Option<&Path>,
+) -> ExitCode {
     if !crate::sys::is_root() {
         eprintln!("shmlink-bench: --pattern remote needs root (ip netns); skipped");
         println!("# remote: skipped [root]: needs root for ip netns");
         return ExitCode::SUCCESS;
     }
     let t0 = Instant::now();
-    let net = match Net::new() {
+    let net = match Net::new(cpus) {
         Ok(n) => n,
         Err(e) => {
             eprintln!("shmlink-bench: remote: {e}");
@@ -462,7 +479,8 @@ fn run(counts: &Counts, quick: bool, rounds: u32, json: Option<&Path>) -> ExitCo
         net.root.join("brokers"),
         net.addr[1].clone(),
     );
-    let starting = std::thread::spawn(move || Brokers::start(ns, dir, b));
+    let cpu_b = cpus.map(|c| c[1]);
+    let starting = std::thread::spawn(move || Brokers::start(ns, dir, b, cpu_b));
     let ctx = Ctx {
         net: &net,
         brokers: std::cell::OnceCell::new(),
@@ -473,9 +491,14 @@ fn run(counts: &Counts, quick: bool, rounds: u32, json: Option<&Path>) -> ExitCo
     if !quick {
         ctx.brokers();
     }
+    let placement = match cpus {
+        Some([a, b]) => format!("host A's processes on CPU {a}, host B's on CPU {b}"),
+        None => "both hosts' processes on every CPU".into(),
+    };
     println!(
         "# shmlink-bench --pattern remote: hosts A ({}) and B ({}), network namespaces joined \
-         by a veth pair, each with its own rendezvous directory; {rounds} round(s), medians",
+         by a veth pair, each with its own rendezvous directory; {placement}; {rounds} \
+         round(s), medians",
         net.addr[0], net.addr[1]
     );
     let mut cells = plan();

@@ -31,9 +31,10 @@ pub(super) fn ip(args: &[&str]) -> Result<(), String> {
 }
 
 /// Two network namespaces `a` and `b` joined by a veth pair, with their rendezvous
-/// directories; removed on drop.
+/// directories and, with `--cpus`, the CPU each host's processes run on; removed on drop.
 pub(super) struct Net {
     pub(super) ns: [String; 2],
+    pub(super) cpus: Option<[usize; 2]>,
     pub(super) addr: [String; 2],
     pub(super) veth: [String; 2],
     pub(super) dir: [PathBuf; 2],
@@ -41,7 +42,7 @@ pub(super) struct Net {
 }
 
 impl Net {
-    pub(super) fn new() -> Result<Net, String> {
+    pub(super) fn new(cpus: Option<[usize; 2]>) -> Result<Net, String> {
         remove_stale();
         let pid = std::process::id();
         let id = format!("{PREFIX}{pid}");
@@ -49,6 +50,7 @@ impl Net {
         let subnet = 1 + pid % 250;
         let net = Net {
             ns: [format!("{id}-a"), format!("{id}-b")],
+            cpus,
             addr: [format!("10.252.{subnet}.1"), format!("10.252.{subnet}.2")],
             veth: [
                 format!("shbr{}a", pid % 1_000_000),
@@ -97,13 +99,24 @@ impl Net {
             .map_err(|_| format!("veth counter: {}", String::from_utf8_lossy(&out.stderr)))
     }
 
-    /// A command run in host `h`'s namespace with its rendezvous directory.
+    /// A command run in host `h`'s namespace with its rendezvous directory (on host
+    /// `h`'s CPU with `--cpus`).
     pub(super) fn command(&self, h: usize, program: &Path) -> Command {
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns[h], "env"])
+        c.args(["netns", "exec", &self.ns[h]]);
+        on_cpu(&mut c, self.cpus.map(|c| c[h]));
+        c.arg("env")
             .arg(format!("SHMLINK_DIR={}", self.dir[h].display()))
             .arg(program);
         c
+    }
+}
+
+/// Makes the rest of `c`'s command line (and every process and thread it starts) run on
+/// `cpu`, if given.
+fn on_cpu(c: &mut Command, cpu: Option<usize>) {
+    if let Some(cpu) = cpu {
+        c.args(["taskset", "-c", &cpu.to_string()]);
     }
 }
 
@@ -307,11 +320,14 @@ pub(super) struct Brokers {
 }
 
 impl Brokers {
-    /// Starts them in namespace `ns` (host B, address `b`), state in `dir`.
-    pub(super) fn start(ns: String, dir: PathBuf, b: String) -> Brokers {
+    /// Starts them in host B's namespace `ns` (address `b`, on `cpu` if given), state in
+    /// `dir`.
+    pub(super) fn start(ns: String, dir: PathBuf, b: String, cpu: Option<usize>) -> Brokers {
         let script = crate::patterns::containers::root().join("scripts/brokers.sh");
-        let out = Command::new("ip")
-            .args(["netns", "exec", &ns])
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &ns]);
+        on_cpu(&mut c, cpu);
+        let out = c
             .arg(&script)
             .arg("start")
             .env("SHMLINK_BROKERS_DIR", &dir)
