@@ -195,6 +195,11 @@ fn bad_input_exits_2_with_the_valid_choices() {
         (&["--sizes", "64,huge"][..], "valid sizes"),
         (&["--sizes", "1G"][..], "8 B to 16 MiB"),
         (&["--cpus", "0,4096"][..], "valid CPUs"),
+        (
+            &["--pattern", "remote", "--cpus", "0,4096"][..],
+            "valid CPUs",
+        ),
+        (&["--pattern", "remote", "--cpus", "0"][..], "valid CPUs"),
         (&["--mode", "sideways"][..], "latency, throughput, both"),
     ] {
         let out = bench(&d, args, None);

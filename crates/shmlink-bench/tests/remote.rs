@@ -67,6 +67,10 @@ fn every_row_is_measured_and_one_copy_crosses_per_message() {
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["pattern"], "remote");
+    assert!(
+        report["cpus"].is_null(),
+        "no --cpus: both hosts on every CPU"
+    );
     let cells = report["cells"].as_array().unwrap();
     // 5 ways x 4 columns, 3 ways with 8 subscribers, 3 local conditions.
     assert_eq!(cells.len(), 20 + 3 + 3, "{stdout}");

@@ -574,6 +574,8 @@ fn run(
         #[serde(flatten)]
         head: ReportHead,
         rounds: u32,
+        /// `--cpus`: host A's CPU and host B's, or null (both hosts on every CPU).
+        cpus: Option<[usize; 2]>,
         cells: &'a [Cell],
     }
     let written = write_json(
@@ -581,6 +583,7 @@ fn run(
         &Report {
             head: ReportHead::new("shmlink-bench/remote/1", "remote"),
             rounds,
+            cpus,
             cells: &cells,
         },
     );
