@@ -184,10 +184,16 @@ impl Outgoing {
         ep.send(&self.buf)
     }
 
-    /// Generates data message `seq` ahead (copying endpoints only).
-    fn prepare(&mut self, ep: &mut dyn Endpoint, seq: u64, fault: Option<Fault>) {
+    /// Generates data message `seq` ahead (copying endpoints only): in full if the
+    /// receiver checksums it (`full`, [`Checker::full`] from the seed both ends share),
+    /// else only what the receiver reads of it, its ends ([`payload::write_ends`]).
+    fn prepare(&mut self, ep: &mut dyn Endpoint, seq: u64, fault: Option<Fault>, full: bool) {
         if ep.in_place().is_none() {
-            payload::write(&mut self.buf, seq);
+            if full {
+                payload::write(&mut self.buf, seq);
+            } else {
+                payload::write_ends(&mut self.buf, seq);
+            }
             if let Some(f) = fault.filter(|f| f.hits(seq)) {
                 f.damage(&mut self.buf, seq);
             }
@@ -306,7 +312,7 @@ fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
     let mut round_trip = |ep: &mut dyn Endpoint, checker: &mut Checker, seq: u64| {
         out.send(ep, seq, None)
             .map_err(|e| err(format!("send #{seq}: {e}")))?;
-        out.prepare(ep, seq + 1, None);
+        out.prepare(ep, seq + 1, None, checker.full(seq + 1));
         recv_msg(ep, &mut inb, |msg| {
             check(checker, msg, seq).map_err(|e| err(format!("answer: {e}")))
         })
@@ -677,7 +683,7 @@ fn answer(
                         answers
                             .send(ep, seq, fault)
                             .map_err(|e| err(format!("answer #{seq}: {e}")))?;
-                        answers.prepare(ep, expected, fault);
+                        answers.prepare(ep, expected, fault, checker.full(expected));
                     }
                     Mode::Throughput if multiple_of(expected, every) => {
                         ep.send(&expected.to_le_bytes())
