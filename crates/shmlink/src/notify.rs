@@ -24,9 +24,10 @@ pub(crate) fn spin_then_yield(
     if policy.spin.is_zero() && policy.yield_.is_zero() {
         return Ok(false);
     }
-    // Reading the clock costs more than a check (20-30 ns here, as much as a tenth of a
-    // small message's round trip): the first looks go before it, so a message that comes
-    // within them is taken without one, and then the clock is read every few looks.
+    // Reading the clock costs more than a check (about 50 ns on the VM of
+    // docs/benchmarks.md, a sixth of a small message's round trip): the first looks go
+    // before it, so a message that comes within them is taken without one, and then the
+    // clock is read every few looks.
     let mut budget = None;
     loop {
         for _ in 0..32 {
