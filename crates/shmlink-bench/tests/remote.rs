@@ -72,8 +72,14 @@ fn every_row_is_measured_and_one_copy_crosses_per_message() {
         "no --cpus: both hosts on every CPU"
     );
     let cells = report["cells"].as_array().unwrap();
-    // 5 ways x 4 columns, 3 ways with 8 subscribers, 3 local conditions.
-    assert_eq!(cells.len(), 20 + 3 + 3, "{stdout}");
+    // 6 ways x 4 columns, 3 ways with 8 subscribers, 3 local conditions.
+    assert_eq!(cells.len(), 24 + 3 + 3, "{stdout}");
+    assert!(
+        cells
+            .iter()
+            .any(|c| c["row"] == "exporting pub > Zenoh > bridge > shmlink"),
+        "{stdout}"
+    );
     for c in cells {
         let row = c["row"].as_str().unwrap();
         let broker = row.starts_with("Redis") || row.starts_with("RabbitMQ");

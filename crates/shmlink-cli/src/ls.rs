@@ -72,7 +72,7 @@ reason, pid, uid, gid, address, transport, over, started_unix_ms, age_ms, trunca
 connections [{transport, peer_pid, peer_uid, peer_gid, peer_addr, accepted_unix_ms,
 age_ms, msgs_in, msgs_out, bytes_in, bytes_out}] (null where unknown); each topic with
 path, address, pid, uid, gid, policy, slots, max_msg, published, joined, left, detached,
-truncated and subscribers [{slot, pid, uid, gid, lag, dropped, remote}]; \"bridges\":
+truncated, exported (its publisher sends it off the host itself) and subscribers [{slot, pid, uid, gid, lag, dropped, remote}]; \"bridges\":
 [{path, pid, age_ms, live, problem, topics [{direction, topic, key, messages, bytes,
 dropped, state}]}].
 
@@ -527,7 +527,11 @@ fn topic_table(reports: &[&SocketReport], out: &mut String) {
             None => ("-".into(), "-".into()),
         };
         rows.push(vec![
-            t.address.clone(),
+            if t.exported {
+                format!("{} (exported by its publisher)", t.address)
+            } else {
+                t.address.clone()
+            },
             policy_text(t.policy).into(),
             t.slots.to_string(),
             pid,
@@ -794,6 +798,7 @@ fn topic_json(r: &SocketReport) -> Option<Value> {
         "left": t.left,
         "detached": t.detached,
         "truncated": t.truncated,
+        "exported": t.exported,
         "subscribers": subscribers,
     }))
 }

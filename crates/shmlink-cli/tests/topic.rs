@@ -2,7 +2,8 @@
 //! stdin lines published to subscriber processes (shm: and tcp:), the end of the stream,
 //! a subscriber that falls behind under the overwrite policy told how many messages it
 //! lost, and a publisher with two subscribers, one lagging, listed by `shmlink ls` and
-//! `shmlink ls --json` with the right lag and drops.
+//! `shmlink ls --json` with the right lag and drops, and a topic marked exported by its
+//! publisher.
 
 mod support;
 
@@ -161,6 +162,7 @@ fn ls_shows_a_publisher_and_the_lag_of_each_subscriber() {
         (&"block".into(), &16.into(), &2.into())
     );
     assert_eq!(t["pid"], publisher.pid());
+    assert_eq!(t["exported"], false);
     assert!(t["subscribers"]
         .as_array()
         .unwrap()
@@ -248,4 +250,25 @@ fn sub_reconnect_follows_a_restarted_publisher() {
         gap.starts_with("closed the topic; subscribed again"),
         "{gap}"
     );
+}
+
+/// A topic whose publisher sends it off the host itself (`PubSubOptions::exported`, what
+/// `shmlink_zenoh::ExportingPublisher` sets) is marked in both forms of `shmlink ls`.
+#[test]
+fn ls_marks_a_topic_exported_by_its_publisher() {
+    let d = dir("topic", "exported");
+    let addr = format!("shm:{}/t-exp.sock", d.0.display());
+    let opts = shmlink::PubSubOptions::default().exported(true);
+    let publisher = shmlink::Publisher::bind(&addr, &opts).unwrap();
+    let t = wait_topic(&d, &addr, |_| true);
+    assert_eq!(t["exported"], true, "{t}");
+    let out = shmlink(&d, &["ls"]).output().unwrap();
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with(&format!("{addr} (exported by its publisher)"))),
+        "{table}"
+    );
+    publisher.close().unwrap();
 }

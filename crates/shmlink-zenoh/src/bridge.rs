@@ -3,7 +3,8 @@
 //! - **Out** (local → Zenoh): a scanner looks at the rendezvous directory every
 //!   [`BridgeConfig::scan_interval`] (with [`shmlink::inspect()`]) for topics on the
 //!   export list whose publisher is not this bridge, and starts one exporter thread per
-//!   topic: a shared-memory [`Subscriber`] that puts each message to `<prefix><topic>`
+//!   topic (not those whose publisher exports them itself, [`PubSubOptions::exported`]):
+//!   a shared-memory [`Subscriber`] that puts each message to `<prefix><topic>`
 //!   with a [`Header`] attachment. `Block` topics are sent with
 //!   [`CongestionControl::Block`], `Overwrite` topics with [`CongestionControl::Drop`].
 //!   One copy per message leaves the host, however many local subscribers the topic has.
@@ -27,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use shmlink::inspect::{self, BridgedTopic, SocketState, DEFAULT_INSPECT_TIMEOUT};
+use shmlink::inspect::{BridgedTopic, SocketState, DEFAULT_INSPECT_TIMEOUT};
 use shmlink::{ErrorKind, Policy, PubSubOptions, Publisher, Subscriber};
 use zenoh::bytes::ZBytes;
 use zenoh::qos::CongestionControl;
@@ -36,6 +37,7 @@ use zenoh::{Session, Wait};
 
 use crate::config::BridgeConfig;
 use crate::header::Header;
+use crate::status::StatusFile;
 
 /// A bridge's error: what failed, in words.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,15 +83,15 @@ pub struct TopicStats {
 }
 
 #[derive(Default)]
-struct Counters {
-    messages: AtomicU64,
-    bytes: AtomicU64,
-    dropped: AtomicU64,
-    state: Mutex<String>,
+pub(crate) struct Counters {
+    pub(crate) messages: AtomicU64,
+    pub(crate) bytes: AtomicU64,
+    pub(crate) dropped: AtomicU64,
+    pub(crate) state: Mutex<String>,
 }
 
 impl Counters {
-    fn set_state(&self, s: impl Into<String>) {
+    pub(crate) fn set_state(&self, s: impl Into<String>) {
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = s.into();
     }
 }
@@ -161,9 +163,10 @@ impl Shared {
 pub struct Bridge {
     shared: Arc<Shared>,
     subscribers: Vec<zenoh::pubsub::Subscriber<()>>,
+    status: StatusFile,
 }
 
-fn random_id() -> u128 {
+pub(crate) fn random_id() -> u128 {
     let mut h = RandomState::new().build_hasher();
     h.write_u32(std::process::id());
     h.write_u128(
@@ -225,10 +228,24 @@ impl Bridge {
             shared.spawn("shmlink-zenoh-scan".into(), move || scan(&s));
         }
         let s = Arc::clone(&shared);
-        shared.spawn("shmlink-zenoh-status".into(), move || keep_status(&s));
+        let status = StatusFile::start(id, move || {
+            s.stats()
+                .into_iter()
+                .map(|t| BridgedTopic {
+                    export: t.direction == Direction::Export,
+                    topic: t.topic,
+                    key: t.key,
+                    messages: t.messages,
+                    bytes: t.bytes,
+                    dropped: t.dropped,
+                    state: t.state,
+                })
+                .collect()
+        });
         Ok(Bridge {
             shared,
             subscribers,
+            status,
         })
     }
 
@@ -285,6 +302,7 @@ impl Bridge {
         for t in threads {
             let _ = t.join();
         }
+        self.status.stop();
         let _ = self.shared.session.close().wait();
         tracing::info!("bridge closed");
     }
@@ -294,38 +312,6 @@ impl Drop for Bridge {
     fn drop(&mut self) {
         self.shutdown();
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// The status file `shmlink ls` reads (shmlink::inspect::bridges).
-
-/// Rewrites this bridge's status file in the rendezvous directory every second, while
-/// the directory exists, and removes it when the bridge stops.
-fn keep_status(shared: &Shared) {
-    let path = inspect::bridge_status_path(&shmlink::rendezvous_dir(), shared.id);
-    while !shared.stop.load(Ordering::Relaxed) {
-        let topics: Vec<_> = shared
-            .stats()
-            .into_iter()
-            .map(|t| BridgedTopic {
-                export: t.direction == Direction::Export,
-                topic: t.topic,
-                key: t.key,
-                messages: t.messages,
-                bytes: t.bytes,
-                dropped: t.dropped,
-                state: t.state,
-            })
-            .collect();
-        if let Err(e) = inspect::write_bridge_status(&path, &topics) {
-            tracing::debug!(path = %path.display(), error = %e, "status file not written");
-        }
-        let until = Instant::now() + Duration::from_secs(1);
-        while Instant::now() < until && !shared.stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    let _ = std::fs::remove_file(&path);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -346,6 +332,7 @@ fn scan(shared: &Arc<Shared>) {
                     continue;
                 };
                 if running.contains_key(name)
+                    || status.exported
                     || r.listener.is_some_and(|l| l.pid == me)
                     || !shared.config.export.iter().any(|p| p.matches(name))
                     || shared

@@ -19,12 +19,19 @@
 //! # Ok::<(), shmlink_zenoh::Error>(())
 //! ```
 //!
+//! A publishing process can also send its topic to Zenoh itself, with an
+//! [`ExportingPublisher`]: the same keys and attachments as a bridge's, one hop and one
+//! wake-up less on the way out.
+//!
 //! Modules: [`config`] (allow-lists, key prefix, Zenoh session options, access control), [`header`] (the
 //! attachment every bridged message carries), and the bridge itself.
 
 mod bridge;
 pub mod config;
 pub mod header;
+mod publisher;
+mod status;
 
 pub use bridge::{Bridge, Direction, Error, TopicStats};
 pub use config::{BridgeConfig, Grant, Mode, Pattern, Tls, DEFAULT_PREFIX};
+pub use publisher::ExportingPublisher;

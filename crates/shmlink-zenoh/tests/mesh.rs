@@ -297,3 +297,79 @@ fn line_through_a_router_bridge_exactly_once() {
     assert_eq!(outs[1], ["ta"]);
     assert_eq!(outs[2], ["tc"]);
 }
+
+/// A publisher that exports its own topic (`ExportingPublisher`, its Zenoh session
+/// connected to B's bridge) on a host whose bridge exports `t*` too: A's bridge leaves the
+/// topic alone (it is marked exported), so each message reaches a subscriber on A and one
+/// on B exactly once and in order, and `inspect` shows the mark and the publisher's
+/// status file.
+#[test]
+fn exporting_publisher_once_per_host() {
+    let Some((net, a_ab, b_ab, _)) = three_hosts() else {
+        return;
+    };
+    let mut pubs = vec![net.role(
+        0,
+        "pub-te",
+        "pub",
+        &env(
+            "te",
+            &[
+                ("SHZ_SUBS", "1".into()),
+                ("SHZ_ZENOH_CONNECT", format!("tcp/{b_ab}:7447")),
+            ],
+        ),
+    )];
+    let mut bridges = start_bridges(
+        &net,
+        vec![
+            (0, "bridge-a", endpoint("--listen", &a_ab).to_vec()),
+            (
+                1,
+                "bridge-b",
+                [endpoint("--listen", &b_ab), endpoint("--connect", &a_ab)].concat(),
+            ),
+        ],
+    );
+    let mut subs: Vec<Proc> = vec![net.role(0, "sub-a-te", "sub", &env("te", &[]))];
+    pubs[0].expect("bound", Duration::from_secs(40));
+    subs.push(net.role(1, "sub-b-te", "sub", &env("te", &[])));
+    let dir = &net.hosts[0].dir;
+    let topics = shmlink::inspect(dir, Duration::from_secs(2)).unwrap();
+    let te = topics
+        .iter()
+        .find_map(|r| match &r.state {
+            shmlink::inspect::SocketState::Topic(t) if t.address == "shm:te" => Some(t),
+            _ => None,
+        })
+        .expect("topic te on A");
+    assert!(te.exported, "{te:?}");
+    let files = shmlink::inspect::bridges(dir).unwrap();
+    assert!(
+        files.iter().any(|f| f
+            .topics
+            .iter()
+            .any(|t| t.export && t.topic == "te" && t.key == "shmlink/te")),
+        "{files:?}"
+    );
+    publish_round(&mut pubs, &mut subs, |_| COUNT);
+    let stats: Vec<Vec<String>> = bridges
+        .iter_mut()
+        .map(|b| {
+            b.stop(Duration::from_secs(10))
+                .into_iter()
+                .filter(|l| l.starts_with("stats "))
+                .collect()
+        })
+        .collect();
+    assert!(
+        !stats[0].iter().any(|l| l.starts_with("stats te ")),
+        "A's bridge touched te: {:?}",
+        stats[0]
+    );
+    assert!(
+        stats[1].iter().any(|l| l.starts_with("stats te in ")),
+        "{:?}",
+        stats[1]
+    );
+}

@@ -5,6 +5,10 @@
 //! Rows, all in the same run and interleaved over the rounds:
 //! - **bridged**: a shmlink publisher on A, the `shmlink-zenoh` bridge on A exporting
 //!   the topic, the bridge on B importing it, a shmlink subscriber on B;
+//! - **exporting**: the publisher on A is a `shmlink_zenoh::ExportingPublisher`
+//!   (`shmlink-zenoh-perf send --exporting`: the local ring, then Zenoh, from the
+//!   publishing thread; no bridge on A), the bridge on B imports, a shmlink subscriber
+//!   on B;
 //! - **zenoh**: pure Zenoh pub/sub between the same namespaces, `shmlink-zenoh-perf`
 //!   (a peer-mode session with explicit endpoints, as Zenoh's `z_pub_thr`/`z_ping`
 //!   examples drive it);
@@ -53,14 +57,15 @@ impl Pattern for Remote {
     fn help(&self) -> &'static str {
         "topics across two network namespaces joined by a veth pair (root; each with its
 own rendezvous directory): shmlink -> shmlink-zenoh bridge -> Zenoh -> bridge ->
-shmlink, pure Zenoh pub/sub (shmlink-zenoh-perf, peer mode), shmlink's tcp: remote
-subscriber, Redis and RabbitMQ (a broker started in B by scripts/brokers.sh). 64 B
-one-way p50, 64 B / 64 KiB / 1 MiB throughput, CPU per message on each side, veth bytes
-per message; 8 subscribers on B; local p50 on each host without a bridge, with bridges,
-with a bridge SIGKILLed mid-stream. Needs cargo build --release -p shmlink-zenoh (or
-$SHMLINK_ZENOH_BIN_DIR) for the Zenoh rows. Options: --rounds [default: 3; --quick:
-1], --quick, --json, --cpus A,B (host A's processes on CPU A, host B's on CPU B, as two
-machines each have their own; default: both hosts on every CPU)."
+shmlink, an ExportingPublisher -> Zenoh -> bridge -> shmlink, pure Zenoh pub/sub
+(shmlink-zenoh-perf, peer mode), shmlink's tcp: remote subscriber, Redis and RabbitMQ
+(a broker started in B by scripts/brokers.sh). 64 B one-way p50, 64 B / 64 KiB / 1 MiB
+throughput, CPU per message on each side, veth bytes per message; 8 subscribers on B;
+local p50 on each host without a bridge, with bridges, with a bridge SIGKILLed
+mid-stream. Needs cargo build --release -p shmlink-zenoh (or $SHMLINK_ZENOH_BIN_DIR) for
+the Zenoh rows. Options: --rounds [default: 3; --quick: 1], --quick, --json, --cpus A,B
+(host A's processes on CPU A, host B's on CPU B, as two machines each have their own;
+default: both hosts on every CPU)."
     }
 
     fn flags(&self) -> &'static [&'static str] {
@@ -102,7 +107,9 @@ const GAP_US: u64 = 500;
 /// Measured messages per run.
 struct Counts {
     latency: u64,
+    /// 64 B back to back; the brokers' rows (tens of times slower) send `small_brokers`.
     small: u64,
+    small_brokers: u64,
     medium: u64,
     large: u64,
     local: u64,
@@ -113,7 +120,8 @@ impl Counts {
         if quick {
             Counts {
                 latency: 300,
-                small: 3000,
+                small: 30_000,
+                small_brokers: 3000,
                 medium: 300,
                 large: 30,
                 local: 400,
@@ -121,7 +129,8 @@ impl Counts {
         } else {
             Counts {
                 latency: 2000,
-                small: 20_000,
+                small: 200_000,
+                small_brokers: 20_000,
                 medium: 2000,
                 large: 200,
                 local: 3000,
@@ -202,7 +211,7 @@ impl Ctx<'_> {
         let a = &self.net.addr[0];
         let mut run = Run {
             ends: Vec::new(),
-            bridges: None,
+            bridges: [None, None],
             kill_bridge_a: None,
             broker_pids: Vec::new(),
         };
@@ -210,20 +219,15 @@ impl Ctx<'_> {
             Way::Bridged => {
                 zenoh_program("shmlink-zenoh")?;
                 let port = self.port();
-                run.bridges = Some([
-                    vec![
+                run.bridges = [
+                    Some(vec![
                         "--export".into(),
                         topic.clone(),
                         "--listen".into(),
                         format!("tcp/{a}:{port}"),
-                    ],
-                    vec![
-                        "--import".into(),
-                        topic.clone(),
-                        "--connect".into(),
-                        format!("tcp/{a}:{port}"),
-                    ],
-                ]);
+                    ]),
+                    Some(import_bridge(&topic, &format!("tcp/{a}:{port}"))),
+                ];
                 let addr = format!("shm:{topic}");
                 (
                     spec(Role::Send, Carrier::Shmlink, &addr),
@@ -249,7 +253,7 @@ impl Ctx<'_> {
                     spec(Role::Recv, carrier, addr),
                 )
             }
-            Way::Zenoh => {
+            Way::Zenoh | Way::Exporting => {
                 let exe = zenoh_program("shmlink-zenoh-perf")?;
                 let endpoint = format!("tcp/{a}:{}", self.port());
                 let common = |role: &str, ep: &str| {
@@ -274,20 +278,33 @@ impl Ctx<'_> {
                     }
                     v
                 };
+                let mut send = common("send", "--listen");
+                if way == Way::Exporting {
+                    // The publisher's own session listens; B's bridge imports from it.
+                    send.extend(["--exporting".into(), topic.clone()]);
+                    run.bridges[1] = Some(import_bridge(&topic, &endpoint));
+                }
                 run.ends.push(End {
                     host: 0,
                     name: "zenoh-send".into(),
                     program: exe.clone(),
-                    args: common("send", "--listen"),
+                    args: send,
                     role: Role::Send,
                 });
                 for i in 0..subs {
-                    run.ends.push(End {
-                        host: 1,
-                        name: format!("zenoh-recv-{i}"),
-                        program: exe.clone(),
-                        args: common("recv", "--connect"),
-                        role: Role::Recv,
+                    run.ends.push(match way {
+                        Way::Exporting => self.bench_end(
+                            1,
+                            format!("recv-{i}"),
+                            spec(Role::Recv, Carrier::Shmlink, &format!("shm:{topic}")),
+                        ),
+                        _ => End {
+                            host: 1,
+                            name: format!("zenoh-recv-{i}"),
+                            program: exe.clone(),
+                            args: common("recv", "--connect"),
+                            role: Role::Recv,
+                        },
                     });
                 }
                 return Ok(run);
@@ -327,30 +344,39 @@ impl Ctx<'_> {
         let t = |h: usize| format!("local-{}-{serial}", ["a", "b"][h]);
         Run {
             ends,
-            bridges: bridges.then(|| {
+            bridges: if bridges {
                 [
-                    vec![
+                    Some(vec![
                         "--export".into(),
                         t(0),
                         "--import".into(),
                         t(1),
                         "--listen".into(),
                         format!("tcp/{a}:{port}"),
-                    ],
-                    vec![
+                    ]),
+                    Some(vec![
                         "--export".into(),
                         t(1),
                         "--import".into(),
                         t(0),
                         "--connect".into(),
                         format!("tcp/{a}:{port}"),
-                    ],
+                    ]),
                 ]
-            }),
+            } else {
+                [None, None]
+            },
             kill_bridge_a: kill.then(|| Duration::from_micros(count * (GAP_US + 60) / 2)),
             broker_pids: Vec::new(),
         }
     }
+}
+
+/// The arguments of B's bridge importing `topic` from the Zenoh peer at `endpoint`.
+fn import_bridge(topic: &str, endpoint: &str) -> Vec<String> {
+    ["--import", topic, "--connect", endpoint]
+        .map(String::from)
+        .to_vec()
 }
 
 // --------------------------------------------------------------------------- the suite
@@ -519,6 +545,9 @@ fn run(
                 } => {
                     let count = match (size, throughput) {
                         (_, false) => counts.latency,
+                        (64, true) if matches!(way, Way::Redis | Way::Rabbitmq) => {
+                            counts.small_brokers
+                        }
                         (64, true) => counts.small,
                         (s, true) if s <= 64 << 10 => counts.medium,
                         _ => counts.large,

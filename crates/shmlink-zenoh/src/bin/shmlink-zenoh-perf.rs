@@ -5,7 +5,9 @@
 //! Driven the way Zenoh's `z_pub_thr` and `z_ping` examples drive it: a peer-mode session
 //! with explicit endpoints (scouting and gossip off, as the bridge's), a publisher with
 //! `CongestionControl::Block` putting one payload per message, and a callback subscriber
-//! (`z_sub_thr`'s shape).
+//! (`z_sub_thr`'s shape). With `--exporting TOPIC` the sender is a shmlink
+//! `ExportingPublisher` instead (the bench's row of that name: a bridge imports it on
+//! the other side).
 //!
 //! The protocol on stdin/stdout and the message layout are the bench's (its
 //! `patterns/remote/ends.rs`): every message starts with its sequence number (u64 LE),
@@ -60,6 +62,11 @@ struct Args {
     /// Connect to a Zenoh endpoint. Repeatable.
     #[arg(long, value_name = "ENDPOINT")]
     connect: Vec<String>,
+    /// send: publish shmlink topic TOPIC with an `ExportingPublisher` (the local ring,
+    /// then Zenoh under `shmlink/TOPIC`, what a bridge imports) instead of a plain Zenoh
+    /// publisher; `--key` is not used.
+    #[arg(long, value_name = "TOPIC")]
+    exporting: Option<String>,
 }
 
 /// The header every message starts with: sequence number, stamp, kind.
@@ -135,18 +142,40 @@ fn message(template: &[u8], seq: u64, kind: u8) -> Vec<u8> {
     m
 }
 
-fn send(args: &Args, session: &zenoh::Session) -> Result<(), String> {
+/// The sender's publish: a plain Zenoh put, or an `ExportingPublisher`'s publish.
+type Put<'a> = Box<dyn FnMut(Vec<u8>) -> Result<(), String> + 'a>;
+
+fn publisher<'a>(args: &'a Args, session: &zenoh::Session) -> Result<Put<'a>, String> {
+    if let Some(topic) = &args.exporting {
+        // The bench's shmlink senders' options (its `patterns/remote/ends.rs`).
+        let opts = shmlink::PubSubOptions::default()
+            .policy(shmlink::Policy::Block)
+            .max_msg_size(args.size)
+            .slots(((16usize << 20) / args.size).clamp(16, 1024));
+        let mut p = shmlink_zenoh::ExportingPublisher::new(
+            session,
+            topic,
+            &opts,
+            shmlink_zenoh::DEFAULT_PREFIX,
+        )
+        .map_err(|e| e.to_string())?;
+        return Ok(Box::new(move |m| p.publish(&m).map_err(|e| e.to_string())));
+    }
     let publisher = session
         .declare_publisher(args.key.clone())
         .congestion_control(CongestionControl::Block)
         .wait()
         .map_err(|e| format!("declare publisher {}: {e}", args.key))?;
-    let put = |m: Vec<u8>| {
+    Ok(Box::new(move |m| {
         publisher
             .put(m)
             .wait()
             .map_err(|e| format!("put {}: {e}", args.key))
-    };
+    }))
+}
+
+fn send(args: &Args, session: &zenoh::Session) -> Result<(), String> {
+    let mut put = publisher(args, session)?;
     let stdin = stdin_lines();
     println!("ready");
     let t = template(args.size);

@@ -48,9 +48,56 @@ fn policy() -> Policy {
     }
 }
 
+/// A local publisher, or with `SHZ_ZENOH_CONNECT` (a Zenoh endpoint) an
+/// `ExportingPublisher` whose own session connects there.
+enum Pub {
+    Local(Publisher),
+    Exporting(Box<shmlink_zenoh::ExportingPublisher>),
+}
+
+impl Pub {
+    fn bind(topic: &str, opts: &PubSubOptions) -> Pub {
+        match std::env::var("SHZ_ZENOH_CONNECT") {
+            Ok(endpoint) => {
+                let config = shmlink_zenoh::BridgeConfig {
+                    connect: vec![endpoint],
+                    ..Default::default()
+                };
+                Pub::Exporting(Box::new(
+                    shmlink_zenoh::ExportingPublisher::open(&config, topic, opts)
+                        .expect("exporting publisher"),
+                ))
+            }
+            Err(_) => Pub::Local(Publisher::bind(&format!("shm:{topic}"), opts).expect("bind")),
+        }
+    }
+
+    fn local(&self) -> &Publisher {
+        match self {
+            Pub::Local(p) => p,
+            Pub::Exporting(p) => p.local(),
+        }
+    }
+
+    fn publish(&mut self, m: &[u8]) {
+        match self {
+            Pub::Local(p) => p.publish(m).expect("publish"),
+            Pub::Exporting(p) => p.publish(m).expect("publish"),
+        }
+    }
+
+    fn close(self) {
+        match self {
+            Pub::Local(p) => p.close().expect("close"),
+            Pub::Exporting(p) => p.close().expect("close"),
+        }
+    }
+}
+
 /// `SHZ_TOPIC`, `SHZ_COUNT` messages, `SHZ_SUBS` subscribers to wait for, `SHZ_SIZES`
-/// (`mixed`, `tail` or `small`: see `msg::size_of`), `SHZ_GAP_US` between messages. Sends warm-up messages until
-/// a `go` line, then the stream; says `done`; closes the topic at `exit` or stdin's end.
+/// (`mixed`, `tail` or `small`: see `msg::size_of`), `SHZ_GAP_US` between messages,
+/// `SHZ_ZENOH_CONNECT` (see [`Pub`]). Sends warm-up messages until a `go` line, then the
+/// stream; says `done`; closes the topic at `exit` or stdin's end.
 fn publisher() {
     let topic = env("SHZ_TOPIC");
     let count = env_u64("SHZ_COUNT", 1000);
@@ -65,8 +112,9 @@ fn publisher() {
         .max_msg_size(if large { msg::MAX } else { 4096 })
         .slots(env_u64("SHZ_SLOTS", 64) as usize)
         .stall_timeout(Duration::from_secs(10));
-    let mut p = Publisher::bind(&format!("shm:{topic}"), &opts).expect("bind");
-    p.wait_for_subscribers(env_u64("SHZ_SUBS", 1) as usize, Duration::from_secs(30))
+    let mut p = Pub::bind(&topic, &opts);
+    p.local()
+        .wait_for_subscribers(env_u64("SHZ_SUBS", 1) as usize, Duration::from_secs(30))
         .expect("subscribers");
     say("bound");
     let go = Arc::new(AtomicBool::new(false));
@@ -88,13 +136,13 @@ fn publisher() {
     while !go.load(Ordering::SeqCst) {
         assert!(!exit.load(Ordering::SeqCst), "told to exit before go");
         msg::fill(&mut buf, msg::WARMUP - base / msg::ORIGIN_STEP, 64);
-        p.publish(&buf).expect("publish warm-up");
+        p.publish(&buf);
         std::thread::sleep(Duration::from_millis(20));
     }
     let start = Instant::now();
     for seq in 0..count {
         msg::fill(&mut buf, base + seq, msg::size_of(&sizes, seq));
-        p.publish(&buf).expect("publish");
+        p.publish(&buf);
         if !gap.is_zero() {
             std::thread::sleep(gap);
         }
@@ -103,7 +151,7 @@ fn publisher() {
     while !exit.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    p.close().expect("close");
+    p.close();
 }
 
 /// `SHZ_TOPIC`, `SHZ_COUNT` (the stream's length), `SHZ_SLOW_US` (a pause after each

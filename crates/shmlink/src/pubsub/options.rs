@@ -73,6 +73,7 @@ pub struct PubSubOptions {
     pub(crate) allow_writable_topic: bool,
     pub(crate) resubscribe: bool,
     pub(crate) recv_timeout: Option<Duration>,
+    pub(crate) exported: bool,
 }
 
 impl Default for PubSubOptions {
@@ -90,6 +91,7 @@ impl Default for PubSubOptions {
             allow_writable_topic: false,
             resubscribe: false,
             recv_timeout: None,
+            exported: false,
         }
     }
 }
@@ -212,6 +214,16 @@ impl PubSubOptions {
     /// publisher under [`resubscribe`](Self::resubscribe) is not bounded by it.
     pub fn recv_timeout(mut self, t: Duration) -> Self {
         self.recv_timeout = Some(t);
+        self
+    }
+
+    /// Publisher: says that the publishing process itself sends every message of the topic
+    /// off the host (as `shmlink_zenoh::ExportingPublisher` does; default `false`). The
+    /// topic's status carries the mark ([`TopicStatus::exported`](crate::inspect::TopicStatus::exported)):
+    /// bridges leave such a topic alone, so its messages leave the host once, and
+    /// `shmlink ls` shows it. Nothing else changes locally.
+    pub fn exported(mut self, exported: bool) -> Self {
+        self.exported = exported;
         self
     }
 

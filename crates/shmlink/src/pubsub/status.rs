@@ -5,7 +5,8 @@
 //! endian), every `str` a `len: u16` and that many bytes of UTF-8:
 //!
 //! ```text
-//! flags: u16 (bit 0: subscribers left out to fit MAX_STATUS), policy: u32 (1 block, 2 overwrite),
+//! flags: u16 (bit 0: subscribers left out to fit MAX_STATUS; bit 1: exported by its
+//! publisher), policy: u32 (1 block, 2 overwrite),
 //! slots: u64, max_msg: u64, published: u64, joined: u64, left: u64, detached: u64,
 //! address: str, count: u32, then count times:
 //!   slot: u32, pid: u32, uid: u32, gid: u32, lag: u64, missed: u64,
@@ -34,6 +35,7 @@ use crate::transport::shm::handshake::{
 const KIND_TOPIC_STATUS: u16 = 20;
 const PREFIX: usize = 8;
 const FLAG_TRUNCATED: u16 = 1;
+const FLAG_EXPORTED: u16 = 2;
 /// Longest text field (an address).
 const MAX_TEXT: usize = 4096;
 /// Bytes of a subscriber record without its `remote` text.
@@ -67,6 +69,10 @@ pub struct TopicStatus {
     pub subscribers: Vec<TopicSubscriber>,
     /// Some subscribers were left out to keep the answer within 64 KiB.
     pub truncated: bool,
+    /// The publishing process sends the topic's messages off the host itself
+    /// ([`PubSubOptions::exported`](crate::PubSubOptions::exported)): bridges leave it
+    /// alone.
+    pub exported: bool,
 }
 
 /// One subscriber of a [`TopicStatus`].
@@ -132,6 +138,7 @@ fn snapshot(topic: &Topic) -> TopicStatus {
         detached: table.detached,
         subscribers,
         truncated: false,
+        exported: topic.opts.exported,
     }
 }
 
@@ -190,9 +197,9 @@ pub(crate) fn encode(s: &TopicStatus) -> Vec<u8> {
         count += 1;
     }
     truncated |= s.subscribers.len() > count as usize;
-    if truncated {
-        out[flags_at..flags_at + 2].copy_from_slice(&FLAG_TRUNCATED.to_le_bytes());
-    }
+    let flags =
+        if truncated { FLAG_TRUNCATED } else { 0 } | if s.exported { FLAG_EXPORTED } else { 0 };
+    out[flags_at..flags_at + 2].copy_from_slice(&flags.to_le_bytes());
     out[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
     out
 }
@@ -275,7 +282,7 @@ fn decode(bytes: &[u8]) -> Result<TopicStatus> {
     }
     let mut r = Reader(&bytes[PREFIX..]);
     let flags = r.u16("flags")?;
-    if flags & !FLAG_TRUNCATED != 0 {
+    if flags & !(FLAG_TRUNCATED | FLAG_EXPORTED) != 0 {
         return Err(violation(format!("unknown flags {flags:#06x}")));
     }
     let policy = match r.u32("policy")? {
@@ -341,6 +348,7 @@ fn decode(bytes: &[u8]) -> Result<TopicStatus> {
         detached,
         subscribers,
         truncated: flags & FLAG_TRUNCATED != 0,
+        exported: flags & FLAG_EXPORTED != 0,
     })
 }
 
@@ -381,12 +389,13 @@ mod tests {
                 })
                 .collect(),
             truncated: false,
+            exported: n % 2 == 1,
         }
     }
 
     #[test]
     fn round_trips() {
-        for s in [status(0), status(2), status(MAX_SUBSCRIBERS)] {
+        for s in [status(0), status(1), status(2), status(MAX_SUBSCRIBERS)] {
             let bytes = encode(&s);
             assert!(bytes.len() <= MAX_ANSWER);
             assert_eq!(decode_answer(&bytes).unwrap().unwrap(), s);
@@ -425,7 +434,7 @@ mod tests {
             decode_answer(&b).unwrap().unwrap_err().to_string()
         };
         // flags, policy, count (after 2 + 4 + 6*8 + 2 + len("shm:topic")).
-        assert!(field(8, &[2, 0]).contains("unknown flags"));
+        assert!(field(8, &[4, 0]).contains("unknown flags"));
         assert!(field(10, &[9, 0, 0, 0]).contains("unknown policy"));
         let count_at = PREFIX + 2 + 4 + 48 + 2 + "shm:topic".len();
         assert!(field(count_at, &u32::MAX.to_le_bytes()).contains("at most 128"));

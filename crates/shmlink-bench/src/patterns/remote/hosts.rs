@@ -189,15 +189,23 @@ pub(super) fn cpu_sample(pid: u32) -> CpuSample {
     s
 }
 
-/// The CPU time between two samples of one process, in µs: the threads' (a thread that
-/// ended in between loses its part), or the process's ticks if they say more.
+/// The CPU time between two samples of one process, in µs: the threads' (ns), unless a
+/// thread ended in between (its part is gone from `/proc`) and the process's ticks say
+/// more. The ticks alone would be too coarse: 10 ms is 0.5 µs per message of a 20,000
+/// message run.
 pub(super) fn cpu_delta_us(a: &CpuSample, b: &CpuSample) -> f64 {
     let threads: u64 = b
         .threads
         .iter()
         .map(|(tid, ns)| ns.saturating_sub(a.threads.get(tid).copied().unwrap_or(0)))
         .sum();
-    threads.max(b.stat_ns.saturating_sub(a.stat_ns)) as f64 / 1e3
+    let ended = a.threads.keys().any(|tid| !b.threads.contains_key(tid));
+    let ns = if ended {
+        threads.max(b.stat_ns.saturating_sub(a.stat_ns))
+    } else {
+        threads
+    };
+    ns as f64 / 1e3
 }
 
 // ------------------------------------------------------------------------ processes

@@ -16,6 +16,7 @@ use super::hosts::*;
 #[serde(rename_all = "lowercase")]
 pub(super) enum Way {
     Bridged,
+    Exporting,
     Zenoh,
     Tcp,
     Redis,
@@ -23,8 +24,9 @@ pub(super) enum Way {
 }
 
 impl Way {
-    pub(super) const ALL: [Way; 5] = [
+    pub(super) const ALL: [Way; 6] = [
         Way::Bridged,
+        Way::Exporting,
         Way::Zenoh,
         Way::Tcp,
         Way::Redis,
@@ -34,6 +36,7 @@ impl Way {
     pub(super) fn label(self) -> &'static str {
         match self {
             Way::Bridged => "shmlink > bridge > Zenoh > bridge > shmlink",
+            Way::Exporting => "exporting pub > Zenoh > bridge > shmlink",
             Way::Zenoh => "Zenoh pub/sub (peer, z_pub_thr-style)",
             Way::Tcp => "shmlink tcp: remote subscriber",
             Way::Redis => "Redis pub/sub (broker on B)",
@@ -51,11 +54,11 @@ pub(super) struct End {
     pub(super) role: Role,
 }
 
-/// A run: its ends, the bridges' arguments (A's, B's) if any, and whether A's bridge is
-/// SIGKILLed halfway through the measured messages.
+/// A run: its ends, the arguments of A's and B's bridge (none where `None`), and whether
+/// A's bridge is SIGKILLed halfway through the measured messages.
 pub(super) struct Run {
     pub(super) ends: Vec<End>,
-    pub(super) bridges: Option<[Vec<String>; 2]>,
+    pub(super) bridges: [Option<Vec<String>>; 2],
     pub(super) kill_bridge_a: Option<Duration>,
     /// Broker processes in B whose CPU counts for B.
     pub(super) broker_pids: Vec<u32>,
@@ -108,9 +111,9 @@ pub(super) fn measure(
     timeout: Duration,
 ) -> Result<Outcome, String> {
     let mut bridges = Vec::new();
-    if let Some(args) = &run.bridges {
-        let exe = zenoh_program("shmlink-zenoh")?;
-        for (h, a) in args.iter().enumerate() {
+    for (h, a) in run.bridges.iter().enumerate() {
+        if let Some(a) = a {
+            let exe = zenoh_program("shmlink-zenoh")?;
             let mut c = net.command(h, &exe);
             c.args(a);
             let name = format!("bridge-{}", ["a", "b"][h]);
@@ -136,8 +139,8 @@ pub(super) fn measure(
             p.expect("ready", Duration::from_secs(60))?;
         }
     }
-    if bridges.len() == 2 {
-        // Both bridges have found every topic they export (they look every 500 ms).
+    if !bridges.is_empty() {
+        // The bridges have found every topic they export (they look every 500 ms).
         std::thread::sleep(Duration::from_millis(1200));
     }
     // Every process of each side: the ends, the bridges (A's first), the brokers on B.
@@ -157,7 +160,7 @@ pub(super) fn measure(
     }
     if let Some(after) = run.kill_bridge_a {
         std::thread::sleep(after);
-        if let Some(b) = bridges.first_mut() {
+        if let Some(b) = bridges.iter_mut().find(|b| b.host == 0) {
             cpu1[procs.len()] = Some(cpu_sample(b.child.id()));
             let _ = b.child.kill();
             let _ = b.child.wait();
