@@ -159,7 +159,9 @@ fn publisher<'a>(args: &'a Args, session: &zenoh::Session) -> Result<Put<'a>, St
             shmlink_zenoh::DEFAULT_PREFIX,
         )
         .map_err(|e| e.to_string())?;
-        return Ok(Box::new(move |m| p.publish(&m).map_err(|e| e.to_string())));
+        return Ok(Box::new(move |m| {
+            p.publish_vec(m).map_err(|e| e.to_string())
+        }));
     }
     let publisher = session
         .declare_publisher(args.key.clone())
