@@ -303,27 +303,70 @@ pub fn drive(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
     })
 }
 
-fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
-    // Calibrated before the peer's clocks start (it waits for the first message).
-    let clock = Clock::new();
-    let mut out = Outgoing::new(plan.size);
-    let mut inb = vec![0u8; plan.size];
-    let mut checker = Checker::new(plan.size, plan.sampling, plan.seed, ep.in_place().is_some());
-    let mut round_trip = |ep: &mut dyn Endpoint, checker: &mut Checker, seq: u64| {
-        out.send(ep, seq, None)
+/// The driver's side of a latency run's round trips. A copying endpoint's answers are
+/// checked one round trip late: answer `seq - 1` while the peer works on message `seq`
+/// (two buffers), so the check is off the round trip's critical path, as the peer's is
+/// (`answer`). In place, an answer is checked where it lies, before it is released.
+struct Rounds {
+    out: Outgoing,
+    inb: [Vec<u8>; 2],
+    /// The answer received and not checked yet (copying endpoints).
+    pending: Option<u64>,
+    deferred: bool,
+}
+
+impl Rounds {
+    fn round_trip(
+        &mut self,
+        ep: &mut dyn Endpoint,
+        checker: &mut Checker,
+        seq: u64,
+    ) -> io::Result<()> {
+        self.out
+            .send(ep, seq, None)
             .map_err(|e| err(format!("send #{seq}: {e}")))?;
-        out.prepare(ep, seq + 1, None, checker.full(seq + 1));
-        recv_msg(ep, &mut inb, |msg| {
+        self.settle(checker)?;
+        self.out.prepare(ep, seq + 1, None, checker.full(seq + 1));
+        if self.deferred {
+            ep.recv(&mut self.inb[(seq & 1) as usize])
+                .map_err(|e| err(format!("receive answer #{seq}: {e}")))?;
+            self.pending = Some(seq);
+            return Ok(());
+        }
+        recv_msg(ep, &mut self.inb[0], |msg| {
             check(checker, msg, seq).map_err(|e| err(format!("answer: {e}")))
         })
         .map_err(|e| err(format!("receive answer #{seq}: {e}")))
+    }
+
+    /// Checks the answer received last, if not yet.
+    fn settle(&mut self, checker: &mut Checker) -> io::Result<()> {
+        match self.pending.take() {
+            Some(p) => check(checker, &self.inb[(p & 1) as usize], p)
+                .map_err(|e| err(format!("receive answer #{p}: answer: {e}"))),
+            None => Ok(()),
+        }
+    }
+}
+
+fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
+    // Calibrated before the peer's clocks start (it waits for the first message).
+    let clock = Clock::new();
+    let deferred = ep.in_place().is_none();
+    let mut rounds = Rounds {
+        out: Outgoing::new(plan.size),
+        inb: [vec![0u8; plan.size], vec![0u8; plan.size]],
+        pending: None,
+        deferred,
     };
+    let mut checker = Checker::new(plan.size, plan.sampling, plan.seed, !deferred);
     let mut seq = 0;
     let t_warm = Instant::now();
     while !plan.warm(seq, t_warm) {
-        round_trip(ep, &mut checker, seq)?;
+        rounds.round_trip(ep, &mut checker, seq)?;
         seq += 1;
     }
+    rounds.settle(&mut checker)?;
     let mut mark = control(plan.size, MARK);
     ep.send(&mark)?;
     ep.recv(&mut mark)?;
@@ -334,9 +377,13 @@ fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
     checker.reset_spent();
     let cpu0 = cpu_time();
     let t0 = Instant::now();
+    // With copying endpoints, both ends check message `seq - 1` during round trip `seq`
+    // (`Rounds`, `answer`): a full check of it is not timed, like one of `seq`.
     let (rtts, n) = timed_loop(&clock, plan.stop, seq, |seq| {
-        (checker.timed(seq), round_trip(ep, &mut checker, seq))
+        let keep = checker.timed(seq) && !(deferred && seq > 0 && !checker.timed(seq - 1));
+        (keep, rounds.round_trip(ep, &mut checker, seq))
     })?;
+    rounds.settle(&mut checker)?;
     let elapsed = t0.elapsed();
     let cpu = cpu_time().saturating_sub(cpu0);
     ep.send(&control(plan.size, STOP))?;
@@ -645,10 +692,15 @@ fn answer(
     let mut expected = 0u64;
     let mut at_mark = 0;
     let mut cpu0 = cpu_time();
+    // A latency run's copying peer answers a data message first and checks it after
+    // (it lies in `inb`): the check is then off the round trip, which the driver's
+    // `latency` accounts for. In place, the message is checked where it lies, before
+    // it is released.
+    let deferred = mode == Mode::Latency && ep.in_place().is_none();
     loop {
         let tag = recv_msg(ep, &mut inb, |msg| {
             let tag = tag_of(msg, size);
-            if tag.is_none() {
+            if tag.is_none() && !deferred {
                 check(&mut checker, msg, expected)?;
             }
             Ok(tag)
@@ -683,6 +735,10 @@ fn answer(
                         answers
                             .send(ep, seq, fault)
                             .map_err(|e| err(format!("answer #{seq}: {e}")))?;
+                        if deferred {
+                            check(&mut checker, &inb, seq)
+                                .map_err(|e| err(format!("receive #{seq}: {e}")))?;
+                        }
                         answers.prepare(ep, expected, fault, checker.full(expected));
                     }
                     Mode::Throughput if multiple_of(expected, every) => {

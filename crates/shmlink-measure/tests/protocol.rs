@@ -110,15 +110,22 @@ fn a_failing_peer_tells_the_driver_why() {
     }
 }
 
+/// Copying drivers check each answer one round trip late (while the peer works on the
+/// next message): a corrupt answer is still caught, the last of the warm-up (#1) and
+/// the last of the run (#11) included.
 #[test]
 fn a_corrupt_answer_fails_the_driver() {
     let p = plan(64, Mode::Latency, 1, 2, 10);
-    let (mut ep, peer) = pair(&p, Access::InPlace, Some(Fault::Corrupt(4)));
-    let e = protocol::drive(&mut ep, &p).unwrap_err().to_string();
-    assert!(
-        e.contains("message #4 (64 bytes) failed verification"),
-        "{e}"
-    );
-    drop(ep);
-    assert!(peer.join().unwrap().is_err(), "the peer sees the driver go");
+    for access in [Access::InPlace, Access::Copy] {
+        for n in [1, 4, 11] {
+            let (mut ep, peer) = pair(&p, access, Some(Fault::Corrupt(n)));
+            let e = protocol::drive(&mut ep, &p).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("message #{n} (64 bytes) failed verification")),
+                "{access:?}, #{n}: {e}"
+            );
+            drop(ep);
+            assert!(peer.join().unwrap().is_err(), "the peer sees the driver go");
+        }
+    }
 }

@@ -41,8 +41,10 @@ mismatch aborts the run. With --verify sample (the default, as shmlink-bench) th
 recomputes the checksum of the first messages (two laps of a 1 MiB ring) and of one
 measured message in 16 chosen at random (neither the transport nor the library can tell
 which); a round trip whose messages were checksummed is not timed, so the times are the
-transport's. With --verify all every byte of every message is checksummed and every round
-trip is timed with its checks.
+transport's. In latency mode with copied messages each end checks a message while the
+other end works on the next one (one round trip late, off the round trip's path). With
+--verify all every byte of every message is checksummed and every round trip is timed
+with its checks.
 CPU per message is user + system time (getrusage) of each process over the measured
 part, divided by COUNT (per round trip in latency mode); the server reports its own.
 
