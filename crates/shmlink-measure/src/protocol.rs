@@ -380,7 +380,7 @@ fn latency(ep: &mut dyn Endpoint, plan: &Plan) -> io::Result<Measured> {
     // With copying endpoints, both ends check message `seq - 1` during round trip `seq`
     // (`Rounds`, `answer`): a full check of it is not timed, like one of `seq`.
     let (rtts, n) = timed_loop(&clock, plan.stop, seq, |seq| {
-        let keep = checker.timed(seq) && !(deferred && seq > 0 && !checker.timed(seq - 1));
+        let keep = checker.timed(seq) && (!deferred || seq == 0 || checker.timed(seq - 1));
         (keep, rounds.round_trip(ep, &mut checker, seq))
     })?;
     rounds.settle(&mut checker)?;
