@@ -72,9 +72,9 @@ reason, pid, uid, gid, address, transport, over, started_unix_ms, age_ms, trunca
 connections [{transport, peer_pid, peer_uid, peer_gid, peer_addr, accepted_unix_ms,
 age_ms, msgs_in, msgs_out, bytes_in, bytes_out}] (null where unknown); each topic with
 path, address, pid, uid, gid, policy, slots, max_msg, published, joined, left, detached,
-truncated, exported (its publisher sends it off the host itself) and subscribers [{slot, pid, uid, gid, lag, dropped, remote}]; \"bridges\":
-[{path, pid, age_ms, live, problem, topics [{direction, topic, key, messages, bytes,
-dropped, state}]}].
+truncated, exported (its publisher sends it off the host itself) and subscribers
+[{slot, pid, uid, gid, lag, dropped, remote}]; \"bridges\": [{path, pid, age_ms, live,
+problem, topics [{direction, topic, key, messages, bytes, dropped, state}]}].
 
 Exit status: 0 when DIR could be read (even if some listeners do not answer), 1 if it
 cannot be read, 2 on bad arguments.";
