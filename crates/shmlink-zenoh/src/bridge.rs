@@ -434,10 +434,6 @@ fn deliver(shared: &Arc<Shared>, sample: Sample) {
     let Some(name) = key.strip_prefix(shared.config.prefix.as_str()) else {
         return;
     };
-    if !valid_topic(name) || !shared.config.import.iter().any(|p| p.matches(name)) {
-        tracing::debug!(key, "refused: not a topic on the import list");
-        return;
-    }
     let head = sample
         .attachment()
         .and_then(|a| Header::decode(&a.to_bytes()));
@@ -449,10 +445,16 @@ fn deliver(shared: &Arc<Shared>, sample: Sample) {
         if shared.stop.load(Ordering::Relaxed) {
             return;
         }
+        // Only names that passed the checks below are in the map: a known key's
+        // messages skip them.
         match m.get(name) {
             Some(Err(when)) if when.elapsed() < IMPORT_RETRY => None,
             Some(Ok(i)) => Some(Arc::clone(i)),
             _ => {
+                if !valid_topic(name) || !shared.config.import.iter().any(|p| p.matches(name)) {
+                    tracing::debug!(key, "refused: not a topic on the import list");
+                    return;
+                }
                 let i = open_import(shared, name, head).ok_or_else(Instant::now);
                 m.insert(name.to_owned(), i.clone());
                 i.ok()
