@@ -371,6 +371,23 @@ fn export(shared: &Shared, name: &str, slots: u32) {
     counters.set_state(why);
 }
 
+/// The Zenoh publisher of an exported topic's key: `Block` topics with Zenoh's blocking
+/// congestion control, `Overwrite` topics with its dropping one.
+pub(crate) fn declare_export(
+    session: &Session,
+    key: &str,
+    policy: Policy,
+) -> Result<zenoh::pubsub::Publisher<'static>, Error> {
+    session
+        .declare_publisher(key.to_owned())
+        .congestion_control(match policy {
+            Policy::Block => CongestionControl::Block,
+            Policy::Overwrite => CongestionControl::Drop,
+        })
+        .wait()
+        .map_err(|e| Error(format!("declare {key}: {e}")))
+}
+
 fn export_topic(shared: &Shared, name: &str, slots: u32, c: &Counters) -> Result<String, Error> {
     let addr = format!("shm:{name}");
     // Blocking receives keep the wait policy's spin, so a busy topic is read without
@@ -381,15 +398,7 @@ fn export_topic(shared: &Shared, name: &str, slots: u32, c: &Counters) -> Result
         .map_err(|e| Error(format!("subscribe to {addr}: {e}")))?;
     let policy = sub.policy();
     let key = format!("{}{name}", shared.config.prefix);
-    let publisher = shared
-        .session
-        .declare_publisher(key.clone())
-        .congestion_control(match policy {
-            Policy::Block => CongestionControl::Block,
-            Policy::Overwrite => CongestionControl::Drop,
-        })
-        .wait()
-        .map_err(|e| Error(format!("declare {key}: {e}")))?;
+    let publisher = declare_export(&shared.session, &key, policy)?;
     tracing::info!(topic = name, key, ?policy, "exporting");
     c.set_state("active");
     let mut head = Header {

@@ -17,12 +17,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use shmlink::inspect::BridgedTopic;
-use shmlink::{Policy, PubSubOptions, Publisher};
+use shmlink::{PubSubOptions, Publisher};
 use zenoh::bytes::ZBytes;
-use zenoh::qos::CongestionControl;
 use zenoh::{Session, Wait};
 
-use crate::bridge::{random_id, Counters, Error};
+use crate::bridge::{declare_export, random_id, Counters, Error};
 use crate::config::BridgeConfig;
 use crate::header::Header;
 use crate::status::StatusFile;
@@ -55,9 +54,9 @@ pub struct ExportingPublisher {
 impl ExportingPublisher {
     /// Binds `shm:<topic>` (with `opts`, marked exported) and declares the Zenoh
     /// publisher of `<prefix><topic>` on `session`, an open Zenoh session of the caller's.
-    /// `Block` topics are put with [`CongestionControl::Block`] (a slow network holds
+    /// `Block` topics are put with [`CongestionControl::Block`](zenoh::qos::CongestionControl::Block) (a slow network holds
     /// the publisher, as a slow local subscriber does), `Overwrite` topics with
-    /// [`CongestionControl::Drop`].
+    /// [`CongestionControl::Drop`](zenoh::qos::CongestionControl::Drop).
     pub fn new(
         session: &Session,
         topic: &str,
@@ -69,14 +68,7 @@ impl ExportingPublisher {
             .map_err(|e| Error(format!("publish {addr}: {e}")))?;
         let policy = local.policy();
         let key = format!("{prefix}{topic}");
-        let remote = session
-            .declare_publisher(key.clone())
-            .congestion_control(match policy {
-                Policy::Block => CongestionControl::Block,
-                Policy::Overwrite => CongestionControl::Drop,
-            })
-            .wait()
-            .map_err(|e| Error(format!("declare {key}: {e}")))?;
+        let remote = declare_export(session, &key, policy)?;
         let head = Header {
             origin: random_id(),
             seq: 0,

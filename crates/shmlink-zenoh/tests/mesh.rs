@@ -84,6 +84,19 @@ fn start_bridges(net: &Net, bridges: Vec<(usize, &str, Vec<String>)>) -> Vec<Pro
         .collect()
 }
 
+/// Stops the bridges and returns each one's `stats` lines.
+fn stop_bridges(bridges: &mut [Proc]) -> Vec<Vec<String>> {
+    bridges
+        .iter_mut()
+        .map(|b| {
+            b.stop(Duration::from_secs(10))
+                .into_iter()
+                .filter(|l| l.starts_with("stats "))
+                .collect()
+        })
+        .collect()
+}
+
 /// Waits until every subscriber is ready, lets the publishers go, and checks that each
 /// subscriber got `want(its name)` messages without an error; then lets the publishers
 /// exit.
@@ -188,15 +201,7 @@ fn triangle_exactly_once_wildcards_and_allow_list() {
             COUNT
         }
     });
-    let stats: Vec<Vec<String>> = bridges
-        .iter_mut()
-        .map(|b| {
-            b.stop(Duration::from_secs(10))
-                .into_iter()
-                .filter(|l| l.starts_with("stats "))
-                .collect()
-        })
-        .collect();
+    let stats = stop_bridges(&mut bridges);
     let outs = |i: usize| -> Vec<String> {
         let mut v: Vec<String> = stats[i]
             .iter()
@@ -353,15 +358,7 @@ fn exporting_publisher_once_per_host() {
         "{files:?}"
     );
     publish_round(&mut pubs, &mut subs, |_| COUNT);
-    let stats: Vec<Vec<String>> = bridges
-        .iter_mut()
-        .map(|b| {
-            b.stop(Duration::from_secs(10))
-                .into_iter()
-                .filter(|l| l.starts_with("stats "))
-                .collect()
-        })
-        .collect();
+    let stats = stop_bridges(&mut bridges);
     assert!(
         !stats[0].iter().any(|l| l.starts_with("stats te ")),
         "A's bridge touched te: {:?}",
