@@ -24,6 +24,7 @@ pub mod methods;
 pub mod output;
 pub mod pattern;
 pub mod patterns;
+pub mod placement;
 pub mod plot;
 pub mod pubsub;
 pub mod report;

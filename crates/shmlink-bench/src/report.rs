@@ -8,9 +8,10 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::method::Mode;
-use crate::suite::{Cell, Status, SuiteConfig};
+use crate::placement::{self, Placement};
+use crate::suite::{run_headline, Cell, Status, SuiteConfig};
 use shmlink_measure::size;
-use shmlink_measure::stats::Percentiles;
+use shmlink_measure::stats::{median_f64, Percentiles};
 
 /// Version of the JSON and CSV layout.
 pub const SCHEMA: u32 = 1;
@@ -257,15 +258,8 @@ fn speed_vs(cell: &Cell, reference: Option<&Cell>) -> Option<f64> {
 /// those that did not run with the reason.
 pub fn table(cells: &[Cell]) -> String {
     let mut out = String::new();
-    let mut keys: Vec<(Mode, usize)> = Vec::new();
-    for c in cells {
-        if !keys.contains(&(c.mode, c.size)) {
-            keys.push((c.mode, c.size));
-        }
-    }
-    keys.sort_by_key(|&(m, s)| (m != Mode::Latency, s));
     let w = method_width(cells.iter().map(|c| c.method.as_str()), 6);
-    for (mode, size) in keys {
+    for (mode, size) in blocks(cells) {
         let block: Vec<&Cell> = cells
             .iter()
             .filter(|c| c.mode == mode && c.size == size)
@@ -370,6 +364,90 @@ pub fn table(cells: &[Cell]) -> String {
     out
 }
 
+/// The (mode, size) blocks of `cells`, latency first, small sizes first.
+fn blocks(cells: &[Cell]) -> Vec<(Mode, usize)> {
+    let mut keys: Vec<(Mode, usize)> = Vec::new();
+    for c in cells {
+        if !keys.contains(&(c.mode, c.size)) {
+            keys.push((c.mode, c.size));
+        }
+    }
+    keys.sort_by_key(|&(m, s)| (m != Mode::Latency, s));
+    keys
+}
+
+/// The same figures by placement ([`crate::placement`]): per block, each method's
+/// median over its runs in the fast and in the slow placement, with how many runs each
+/// has and how many changed placement (left out); a line if the probes found one
+/// placement, nothing if the runs have no probes.
+pub fn by_placement(cells: &[Cell]) -> String {
+    let mut out = String::new();
+    let probes: Vec<u64> = cells
+        .iter()
+        .flat_map(|c| &c.runs)
+        .flat_map(|r| r.line_ns)
+        .flatten()
+        .collect();
+    let (Some(&lo), Some(&hi)) = (probes.iter().min(), probes.iter().max()) else {
+        return out;
+    };
+    let Some(split) = placement::split(probes.iter().copied()) else {
+        let _ = writeln!(
+            out,
+            "\none placement throughout: a bare line round trip between the two CPUs took {lo}-{hi} ns before and after each run"
+        );
+        return out;
+    };
+    let _ = writeln!(
+        out,
+        "\nby placement: a bare line round trip between the two CPUs before and after each run \
+         took {lo}-{hi} ns; fast: both at most {split} ns, slow: both more, mixed: left out"
+    );
+    let w = method_width(cells.iter().map(|c| c.method.as_str()), 6);
+    for (mode, size) in blocks(cells) {
+        let what = match mode {
+            Mode::Latency => "p50 us",
+            Mode::Throughput => "msgs/s",
+        };
+        let _ = writeln!(
+            out,
+            "{} {}, {what}: median (runs)\n{:<w$} {:>14} {:>14} {:>6}",
+            mode.name(),
+            size::human(size),
+            "method",
+            "fast",
+            "slow",
+            "mixed"
+        );
+        for c in cells.iter().filter(|c| c.mode == mode && c.size == size) {
+            let of = |p: Placement| -> Vec<f64> {
+                c.runs
+                    .iter()
+                    .filter(|r| r.placement == Some(p))
+                    .map(|r| run_headline(mode, r))
+                    .collect()
+            };
+            let cell = |p: Placement| {
+                let v = of(p);
+                match median_f64(&v) {
+                    Some(m) if mode == Mode::Latency => format!("{} ({})", us(m as u64), v.len()),
+                    Some(m) => format!("{} ({})", count(m), v.len()),
+                    None => "-".into(),
+                }
+            };
+            let _ = writeln!(
+                out,
+                "{:<w$} {:>14} {:>14} {:>6}",
+                c.method,
+                cell(Placement::Fast),
+                cell(Placement::Slow),
+                of(Placement::Mixed).len()
+            );
+        }
+    }
+    out
+}
+
 /// The command line, for the reports.
 pub fn command_line() -> String {
     std::iter::once("shmlink-bench".to_string())
@@ -409,6 +487,8 @@ mod tests {
                 driver: 0.0,
                 peer: 0.5,
             },
+            line_ns: Some([190, 200]),
+            placement: Some(Placement::Fast),
         };
         let ok = status == Status::Ok;
         Cell {
@@ -437,6 +517,35 @@ mod tests {
             cell("tcp", Mode::Throughput, 100_000.0, Status::Ok),
             cell("shm-spin", Mode::Throughput, 10_000_000.0, Status::Ok),
         ]
+    }
+
+    #[test]
+    fn by_placement_gives_each_placement_its_median() {
+        let mut cells = sample();
+        let t = by_placement(&cells);
+        assert!(t.contains("one placement throughout"), "{t}");
+        // A slow run of shm-spin, twice as long.
+        let mut slow = cells[1].runs[0].clone();
+        slow.line_ns = Some([500, 520]);
+        slow.placement = Some(Placement::Slow);
+        slow.rtt_ns = slow.rtt_ns.map(|p| Percentiles { p50: 800, ..p });
+        cells[1].runs.push(slow);
+        let t = by_placement(&cells);
+        assert!(
+            t.contains("took 190-520 ns; fast: both at most 200 ns"),
+            "{t}"
+        );
+        let row = |name: &str| t.lines().find(|l| l.starts_with(name)).unwrap().to_string();
+        let spin: Vec<String> = row("shm-spin")
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        assert_eq!(spin, ["shm-spin", "0.40", "(1)", "0.80", "(1)", "0"], "{t}");
+        let none: Vec<String> = row("sysv-mq")
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        assert_eq!(none, ["sysv-mq", "-", "-", "0"], "{t}");
     }
 
     #[test]

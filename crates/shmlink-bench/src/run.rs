@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use crate::placement::Placement;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -81,6 +82,13 @@ pub struct RunOutput {
     /// the measured time, in latency mode of copy rows not (see [`shmlink_measure::verify`]).
     #[serde(default)]
     pub verify_us_per_msg: CpuPerMsg,
+    /// A bare cache-line round trip between the run's two CPUs, in ns, measured just
+    /// before and just after the run ([`crate::placement`]); `None` where not pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line_ns: Option<[u64; 2]>,
+    /// The placement those probes say the run had, against the suite's fastest probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
 }
 
 /// The peer's instructions (one JSON argument).
@@ -231,6 +239,8 @@ pub(crate) fn drive_with(
             driver: per_msg(m.verify.as_nanos() as f64),
             peer: per_msg(report.verify_ns as f64),
         },
+        line_ns: None,
+        placement: None,
     };
     Ok((out, m.rtts, ended))
 }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::method::{Mode, SizeLimit};
 use crate::methods;
+use crate::placement::{self, Placement};
 use crate::run::{run_isolated, CpuPerMsg, RunOutput, RunSpec};
 use shmlink_measure::protocol::Stop;
 use shmlink_measure::stats::{median_f64, spread_pct, Percentiles};
@@ -93,7 +94,7 @@ pub struct Progress<'a, C = Cell> {
 }
 
 /// The headline figure of one run.
-fn run_headline(mode: Mode, r: &RunOutput) -> f64 {
+pub(crate) fn run_headline(mode: Mode, r: &RunOutput) -> f64 {
     match mode {
         Mode::Latency => r.rtt_ns.map_or(f64::NAN, |p| p.p50 as f64),
         Mode::Throughput => r.msgs_per_s.unwrap_or(f64::NAN),
@@ -308,7 +309,11 @@ pub fn run_cells<C: SuiteCell>(
 /// binary). A failed run marks its cell failed and the suite goes on.
 pub fn run(exe: &Path, config: &SuiteConfig, progress: impl FnMut(Progress)) -> Vec<Cell> {
     let pid = std::process::id();
-    run_cells(
+    // The probe between two runs is the one after the first and the one before the
+    // second.
+    let probe = || config.cpus.and_then(|cpus| placement::probe(cpus).ok());
+    let mut last = probe();
+    let mut cells = run_cells(
         plan(config),
         config.rounds,
         |cell, serial| {
@@ -323,11 +328,24 @@ pub fn run(exe: &Path, config: &SuiteConfig, progress: impl FnMut(Progress)) -> 
                 cpus: config.cpus,
                 tag: format!("shmlink-bench-{pid}-{serial}"),
             };
-            cell.runs.push(run_isolated(exe, &spec, timeout(config))?);
+            let mut out = run_isolated(exe, &spec, timeout(config));
+            let next = probe();
+            if let Ok(out) = &mut out {
+                out.line_ns = last.zip(next).map(|(a, b)| [a, b]);
+            }
+            last = next;
+            cell.runs.push(out?);
             Ok(())
         },
         progress,
-    )
+    );
+    let probes = cells.iter().flat_map(|c| &c.runs).flat_map(|r| r.line_ns);
+    if let Some(split) = placement::split(probes.flatten()) {
+        for run in cells.iter_mut().flat_map(|c| &mut c.runs) {
+            run.placement = Some(Placement::of(run.line_ns, split));
+        }
+    }
+    cells
 }
 
 #[cfg(test)]

@@ -223,6 +223,7 @@ pub fn run(cli: &Cli, c: &SuiteConfig) -> ExitCode {
     });
     out.finish();
     print!("{}", report::table(&cells));
+    print!("{}", report::by_placement(&cells));
     if c.modes.contains(&Mode::Latency) {
         // The harness's share of every round trip above: two clock reads, the sample
         // check and the push, timed around an empty round trip.
