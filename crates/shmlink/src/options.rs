@@ -309,16 +309,21 @@ impl Options {
 
     /// Sizes `shm:` for messages of up to `bytes` each, read and written in place: the
     /// ring becomes the smallest power of two whose largest record (half the ring) holds
-    /// a `bytes`-byte message whole (never smaller than it was, at most
-    /// [`MAX_RING_SIZE`]), and [`max_msg_size`](Self::max_msg_size) is raised to `bytes`
-    /// if it was lower.
+    /// a `bytes`-byte message whole and that holds 16 such messages where that takes at
+    /// most 1 MiB (never smaller than it was, at most [`MAX_RING_SIZE`]), and
+    /// [`max_msg_size`](Self::max_msg_size) is raised to `bytes` if it was lower. The 16
+    /// let a writer in place keep many messages in flight (64 KiB messages: a 1 MiB ring,
+    /// zero-copy throughput 1.2× iceoryx2's instead of 0.8×); a copying `send` still
+    /// runs no further ahead of the receiver than half the level-2 cache or four
+    /// messages, so that its copies stay in the caches (docs/benchmarks.md, "Placement").
     ///
     /// What it buys: `reserve`/`commit` and `recv_ref` of such a message work in the ring
     /// with no copy (with the default ring a message over 128 KiB is split: `reserve`
     /// stages it and `recv_ref` reassembles it, a copy each). What it costs: shared
-    /// memory of two rings per connection, one per direction — about 4 × `bytes` each, so
-    /// 8 × `bytes` per connection (1 MiB messages: 4 MiB rings, 8 MiB per connection;
-    /// 16 MiB messages: 128 MiB per connection), mapped by both processes (pages are
+    /// memory of two rings per connection, one per direction — about 4 × `bytes` each
+    /// and at least 1 MiB from 16 KiB messages on, so 8 × `bytes` per connection (64 KiB
+    /// messages: 1 MiB rings, 2 MiB per connection; 1 MiB messages: 4 MiB rings, 8 MiB
+    /// per connection; 16 MiB messages: 128 MiB per connection), mapped by both processes (pages are
     /// allocated as the rings are first written). The copying `send` and `recv` are
     /// faster on it too: a `send` to a receiver that waits goes in fragments it copies
     /// out while the sender writes the next, one to a receiver that is behind goes whole
@@ -329,12 +334,15 @@ impl Options {
     /// ```
     /// let opts = shmlink::Options::default().large_messages(1 << 20);
     /// assert_eq!(opts.configured_ring_size(), 4 << 20);
+    /// let opts = shmlink::Options::default().large_messages(64 << 10);
+    /// assert_eq!(opts.configured_ring_size(), 1 << 20); // 16 messages
     /// assert_eq!(opts.configured_max_msg_size(), 64 << 20); // the default, already larger
     /// ```
     pub fn large_messages(mut self, bytes: usize) -> Self {
         let record = bytes.saturating_add(LARGE_RECORD_OVERHEAD);
         let ring = record
             .saturating_mul(2)
+            .max(record.saturating_mul(16).min(1 << 20))
             .min(MAX_RING_SIZE)
             .next_power_of_two();
         self.ring_size = self.ring_size.max(ring).min(MAX_RING_SIZE);

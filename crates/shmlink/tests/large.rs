@@ -307,6 +307,58 @@ fn large_messages_preset_splits_a_send_only_for_a_waiting_receiver() {
     });
 }
 
+/// The preset gives 64 KiB messages a 1 MiB ring, and the two ways of sending use it
+/// differently: a copying `send` to a receiver that does not read runs no further ahead
+/// than half the level-2 cache or four messages (its copies would land in lines no cache
+/// holds any more by the time the receiver copies them out), `reserve` (written in place)
+/// fills the ring. Non-blocking, each stops with `WouldBlock`; every message then arrives
+/// once, in order, intact.
+#[test]
+fn a_copying_send_runs_less_far_ahead_than_reserve() {
+    within(Duration::from_secs(120), || {
+        const LEN: usize = 64 << 10;
+        let opts = kernel_opts().large_messages(LEN);
+        assert_eq!(opts.configured_ring_size(), 1 << 20);
+        // Sends on a fresh connection until the ring refuses, then takes every message:
+        // how many went.
+        let fill = |zero_copy: bool| -> usize {
+            let (mut c, mut s) = pair_with("shm", &opts);
+            c.set_nonblocking(true);
+            let mut sent = Vec::new();
+            loop {
+                let msg = message(sent.len() as u64, LEN);
+                let r = if zero_copy {
+                    c.reserve(LEN).and_then(|mut b| {
+                        b.copy_from_slice(&msg);
+                        b.commit()
+                    })
+                } else {
+                    c.send(&msg)
+                };
+                match r {
+                    Ok(()) => sent.push(msg),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("send: {e}"),
+                }
+                assert!(sent.len() <= 16, "more than the ring holds");
+            }
+            for want in &sent {
+                check("sent", &s.recv_vec().unwrap(), want);
+            }
+            sent.len()
+        };
+        let (copied, in_place) = (fill(false), fill(true));
+        let l2 = shmlink_sys::cache::l2_size().unwrap_or(512 << 10);
+        let ahead = (l2 / 2).max(4 * (LEN + 16));
+        assert!(copied >= 3, "copied {copied}");
+        assert!(copied * LEN < ahead, "copied {copied}, {ahead} bytes ahead at most");
+        assert!(in_place >= 14, "in place {in_place}, copied {copied}");
+        if ahead < 1 << 20 {
+            assert!(in_place > copied, "in place {in_place}, copied {copied}");
+        }
+    });
+}
+
 /// On the default ring, a copying `send` to a waiting receiver is cut into equal
 /// fragments from two of the smallest pipeline fragments (16 KiB) on: a 64 KiB message
 /// used to go as one record of 64 KiB - 16 bytes and a 16-byte sliver. Shorter messages

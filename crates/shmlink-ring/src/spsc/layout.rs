@@ -211,6 +211,12 @@ impl RingRef {
         u64::from_le(word)
     }
 
+    /// The ring's size in bytes.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
     /// The largest record (header included) a producer writes in one piece: half the ring,
     /// so that the producer can fill one half while the consumer drains the other.
     #[inline]

@@ -28,7 +28,7 @@ pub const FLAG_FIRST: u32 = 2;
 /// large record warmed (caches, TLB) instead of the coldest part of the ring. The
 /// consumer passes over it ([`Record::is_skip`]).
 pub const FLAG_SKIP: u32 = FLAG_FIRST;
-/// Records of at least this size (and an eighth of the ring) restart at the ring's start
+/// Records of at least this size (and a sixteenth of the ring) restart at the ring's start
 /// when the ring is empty.
 pub const RESTART_MIN: usize = 64 << 10;
 pub(super) const KNOWN_FLAGS: u32 = FLAG_MORE | FLAG_FIRST;

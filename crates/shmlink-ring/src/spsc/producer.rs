@@ -128,7 +128,7 @@ impl Producer {
     #[inline(always)]
     pub fn try_reserve(&mut self, len: usize) -> Result<Option<NonNull<u8>>> {
         debug_assert!(record_size(len) <= self.ring.max_record());
-        if record_size(len) >= RESTART_MIN.max(self.ring.cap / 8) {
+        if record_size(len) >= RESTART_MIN.max(self.ring.cap / 16) {
             self.restart_if_empty(record_size(len))?;
         }
         if !self.has_room(record_size(len))? {
@@ -162,7 +162,7 @@ impl Producer {
     /// previous ones did. The skip is published with the next record (by `commit`'s
     /// `tail`: no wake-up of its own, which would use up the consumer's announcement); a
     /// consumer that finds its header first passes over it. [`try_reserve`] does this
-    /// itself for a record of at least [`RESTART_MIN`] and an eighth of the ring.
+    /// itself for a record of at least [`RESTART_MIN`] and a sixteenth of the ring.
     ///
     /// [`try_reserve`]: Producer::try_reserve
     #[cold]

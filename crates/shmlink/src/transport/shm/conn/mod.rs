@@ -68,6 +68,20 @@ const HAND_OVER_BYTES: f64 = (8 << 10) as f64;
 /// Level-2 cache size assumed where the kernel does not report one.
 const L2_DEFAULT: usize = 512 << 10;
 
+/// How far a copying sender of a whole `record`-byte record runs ahead of the receiver:
+/// at most this many bytes unconsumed, its record included. Half this CPU's level-2
+/// cache, or four records where that is more: a ring sized for zero-copy work
+/// ([`Options::large_messages`](crate::Options::large_messages) gives 64 KiB messages a
+/// 1 MiB ring, so that a writer in place has many messages in flight) would otherwise let
+/// `send` copy into lines the cache no longer holds by the time the receiver copies them
+/// out (measured: 64 KiB copying throughput 0.87-0.92× iceoryx2's on the 1 MiB ring,
+/// docs/benchmarks.md, "Placement").
+#[inline]
+fn run_ahead(record: usize) -> usize {
+    let l2 = sys::cache::l2_size().unwrap_or(L2_DEFAULT);
+    (l2 / 2).max(record.saturating_mul(4))
+}
+
 /// The record payload (`Fragment::next`'s maximum) of the fragments of a `len`-byte
 /// message that fits one record of `ring` and is split so that the receiver copies one
 /// fragment while the sender writes the next, or `None` when it goes whole (fewer than

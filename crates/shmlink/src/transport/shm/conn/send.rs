@@ -7,7 +7,9 @@ use std::os::fd::AsFd;
 use std::ptr::NonNull;
 use std::time::Instant;
 
-use super::{fragment_payload, pipeline_fragment, Bell, Reservation, ShmConn, SPLIT_MIN};
+use super::{
+    fragment_payload, pipeline_fragment, run_ahead, Bell, Reservation, ShmConn, SPLIT_MIN,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::spin_then_yield;
 use crate::ring::{record_size, split_size, Fragment};
@@ -24,7 +26,26 @@ impl ShmConn {
             self.tx_waiting = false;
             return Ok(Some(p));
         }
-        self.wait_room(len, blocking, false)
+        self.wait_room(len, 0, blocking, false)
+    }
+
+    /// [`room`](Self::room) for a whole message copied in, within [`run_ahead`] of the
+    /// receiver: `keep_free` more bytes than the record must be free, so that at most the
+    /// ring's size less `keep_free` is unconsumed once it is written.
+    #[inline]
+    fn room_ahead(&mut self, len: usize, blocking: bool) -> Result<Option<NonNull<u8>>> {
+        let ahead = run_ahead(record_size(len));
+        let keep_free = self.tx.ring().capacity().saturating_sub(ahead);
+        if keep_free == 0 {
+            return self.room(len, blocking);
+        }
+        if let Ok(true) = self.tx.has_room(record_size(len) + keep_free) {
+            if let Ok(Some(p)) = self.tx.try_reserve(len) {
+                self.tx_waiting = false;
+                return Ok(Some(p));
+            }
+        }
+        self.wait_room(len, keep_free, blocking, false)
     }
 
     /// [`room`](Self::room) for a fragment: never restarted at the ring's start on its
@@ -35,28 +56,31 @@ impl ShmConn {
             self.tx_waiting = false;
             return Ok(Some(p));
         }
-        self.wait_room(len, blocking, true)
+        self.wait_room(len, 0, blocking, true)
     }
 
-    /// `in_turn`: reserve with `Producer::try_reserve_in_turn`.
+    /// `keep_free`: bytes that must be free besides the record's; `in_turn`: reserve
+    /// with `Producer::try_reserve_in_turn`.
     #[cold]
     #[inline(never)]
     fn wait_room(
         &mut self,
         len: usize,
+        keep_free: usize,
         blocking: bool,
         in_turn: bool,
     ) -> Result<Option<NonNull<u8>>> {
-        let need = record_size(len);
+        let need = record_size(len) + keep_free;
         // A batch's records go out before waiting: the consumer may be asleep.
         self.publish_tx();
         let mut spun = false;
         self.drain_stale(blocking, Bell::Room)?;
         loop {
-            let reserved = if in_turn {
-                self.tx.try_reserve_in_turn(len)
-            } else {
-                self.tx.try_reserve(len)
+            let reserved = match self.tx.has_room(need) {
+                Ok(false) => Ok(None),
+                Ok(true) if in_turn => self.tx.try_reserve_in_turn(len),
+                Ok(true) => self.tx.try_reserve(len),
+                Err(e) => Err(e),
             };
             match reserved {
                 Ok(Some(p)) => {
@@ -209,7 +233,7 @@ impl ShmConn {
             match pipelined {
                 Some(piece) if !whole => frag = piece,
                 _ => {
-                    let Some(dst) = self.room(msg.len(), blocking)? else {
+                    let Some(dst) = self.room_ahead(msg.len(), blocking)? else {
                         return Err(Error::would_block());
                     };
                     self.write_large_record(dst, msg);
