@@ -351,7 +351,10 @@ fn a_copying_send_runs_less_far_ahead_than_reserve() {
         let l2 = shmlink_sys::cache::l2_size().unwrap_or(512 << 10);
         let ahead = (l2 / 2).max(4 * (LEN + 16));
         assert!(copied >= 3, "copied {copied}");
-        assert!(copied * LEN < ahead, "copied {copied}, {ahead} bytes ahead at most");
+        assert!(
+            copied * LEN < ahead,
+            "copied {copied}, {ahead} bytes ahead at most"
+        );
         assert!(in_place >= 14, "in place {in_place}, copied {copied}");
         if ahead < 1 << 20 {
             assert!(in_place > copied, "in place {in_place}, copied {copied}");
