@@ -15,12 +15,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use crate::placement::Placement;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::method::{Ctx, Mode};
 use crate::methods::{self, block_signal};
+use crate::placement::Placement;
 use crate::sys::{err, pin};
 use shmlink_measure::protocol::{self, Fault, PeerReport, Plan, Stop, Warmup};
 use shmlink_measure::stats::Percentiles;
@@ -86,7 +86,8 @@ pub struct RunOutput {
     /// before and just after the run ([`crate::placement`]); `None` where not pinned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line_ns: Option<[u64; 2]>,
-    /// The placement those probes say the run had, against the suite's fastest probe.
+    /// The placement those probes say the run had, against the split of all the suite's
+    /// probes ([`crate::placement::split`]); `None` where they found one placement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,
 }

@@ -323,8 +323,8 @@ impl Options {
     /// memory of two rings per connection, one per direction — about 4 × `bytes` each
     /// and at least 1 MiB from 16 KiB messages on, so 8 × `bytes` per connection (64 KiB
     /// messages: 1 MiB rings, 2 MiB per connection; 1 MiB messages: 4 MiB rings, 8 MiB
-    /// per connection; 16 MiB messages: 128 MiB per connection), mapped by both processes (pages are
-    /// allocated as the rings are first written). The copying `send` and `recv` are
+    /// per connection; 16 MiB messages: 128 MiB per connection), mapped by both
+    /// processes (pages are allocated as the rings are first written). The copying `send` and `recv` are
     /// faster on it too: a `send` to a receiver that waits goes in fragments it copies
     /// out while the sender writes the next, one to a receiver that is behind goes whole
     /// (1 MiB messages, docs/benchmarks.md: round trip 0.75× and throughput 1.1–1.2× of
