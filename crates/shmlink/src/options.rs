@@ -229,6 +229,9 @@ impl TlsOptions {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
     pub(crate) ring_size: usize,
+    /// `shm:` copying sends keep within `run_ahead` of the receiver: the ring was sized
+    /// by [`Options::large_messages`] for work in place, not by the user as a buffer.
+    pub(crate) copy_ahead: bool,
     pub(crate) max_msg_size: usize,
     pub(crate) wait: WaitPolicy,
     pub(crate) connect_timeout: Duration,
@@ -267,6 +270,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             ring_size: 256 << 10,
+            copy_ahead: false,
             max_msg_size: 64 << 20,
             wait: WaitPolicy::default(),
             connect_timeout: Duration::from_secs(5),
@@ -296,6 +300,7 @@ impl Options {
     /// over 64 KiB see [`large_messages`](Self::large_messages).
     pub fn ring_size(mut self, bytes: usize) -> Self {
         self.ring_size = bytes;
+        self.copy_ahead = false;
         self
     }
 
@@ -316,6 +321,8 @@ impl Options {
     /// zero-copy throughput 1.2× iceoryx2's instead of 0.8×); a copying `send` still
     /// runs no further ahead of the receiver than half the level-2 cache or four
     /// messages, so that its copies stay in the caches (docs/benchmarks.md, "Placement").
+    /// A later [`ring_size`](Self::ring_size) sets the ring and lifts that bound: a ring
+    /// the user sized is a buffer `send` may fill.
     ///
     /// What it buys: `reserve`/`commit` and `recv_ref` of such a message work in the ring
     /// with no copy (with the default ring a message over 128 KiB is split: `reserve`
@@ -346,6 +353,7 @@ impl Options {
             .min(MAX_RING_SIZE)
             .next_power_of_two();
         self.ring_size = self.ring_size.max(ring).min(MAX_RING_SIZE);
+        self.copy_ahead = true;
         self.max_msg_size = self.max_msg_size.max(bytes);
         self
     }

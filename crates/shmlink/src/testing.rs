@@ -230,6 +230,7 @@ pub fn fuzz_shm_reader(data: &[u8]) {
         wait: WaitPolicy::BLOCKING,
         max_send: answer.max_msg.min(1 << 16) as usize,
         max_recv: 1 << 16,
+        copy_ahead: false,
         local: "shm:fuzz".into(),
         peer: "shm:fuzz".into(),
     });

@@ -311,8 +311,9 @@ fn large_messages_preset_splits_a_send_only_for_a_waiting_receiver() {
 /// differently: a copying `send` to a receiver that does not read runs no further ahead
 /// than half the level-2 cache or four messages (its copies would land in lines no cache
 /// holds any more by the time the receiver copies them out), `reserve` (written in place)
-/// fills the ring. Non-blocking, each stops with `WouldBlock`; every message then arrives
-/// once, in order, intact.
+/// fills the ring, and so does a copying `send` on a ring of the same size that the user
+/// asked for with `ring_size` (a buffer). Non-blocking, each stops with `WouldBlock`;
+/// every message then arrives once, in order, intact.
 #[test]
 fn a_copying_send_runs_less_far_ahead_than_reserve() {
     within(Duration::from_secs(120), || {
@@ -321,8 +322,8 @@ fn a_copying_send_runs_less_far_ahead_than_reserve() {
         assert_eq!(opts.configured_ring_size(), 1 << 20);
         // Sends on a fresh connection until the ring refuses, then takes every message:
         // how many went.
-        let fill = |zero_copy: bool| -> usize {
-            let (mut c, mut s) = pair_with("shm", &opts);
+        let fill = |opts: &Options, zero_copy: bool| -> usize {
+            let (mut c, mut s) = pair_with("shm", opts);
             c.set_nonblocking(true);
             let mut sent = Vec::new();
             loop {
@@ -347,7 +348,9 @@ fn a_copying_send_runs_less_far_ahead_than_reserve() {
             }
             sent.len()
         };
-        let (copied, in_place) = (fill(false), fill(true));
+        let (copied, in_place) = (fill(&opts, false), fill(&opts, true));
+        // A ring the user sized is a buffer: a copying send fills it too.
+        let buffer = fill(&kernel_opts().ring_size(1 << 20), false);
         let l2 = shmlink_sys::cache::l2_size().unwrap_or(512 << 10);
         let ahead = (l2 / 2).max(4 * (LEN + 16));
         assert!(copied >= 3, "copied {copied}");
@@ -356,6 +359,7 @@ fn a_copying_send_runs_less_far_ahead_than_reserve() {
             "copied {copied}, {ahead} bytes ahead at most"
         );
         assert!(in_place >= 14, "in place {in_place}, copied {copied}");
+        assert!(buffer >= 14, "into a ring of the user's size {buffer}");
         if ahead < 1 << 20 {
             assert!(in_place > copied, "in place {in_place}, copied {copied}");
         }

@@ -285,6 +285,7 @@ fn client(
         wait: opts.wait,
         max_send: opts.max_msg_size.min(params.max_msg as usize),
         max_recv: opts.max_msg_size,
+        copy_ahead: opts.copy_ahead,
         local: name.clone(),
         peer: name,
     })))
@@ -738,6 +739,7 @@ impl ShmListener {
             wait: self.opts.wait,
             max_send: h.client_max_msg.min(self.opts.max_msg_size as u64) as usize,
             max_recv: self.opts.max_msg_size,
+            copy_ahead: self.opts.copy_ahead,
             local: self.addr.clone(),
             peer: self.addr.clone(),
         }));

@@ -68,8 +68,9 @@ const HAND_OVER_BYTES: f64 = (8 << 10) as f64;
 /// Level-2 cache size assumed where the kernel does not report one.
 const L2_DEFAULT: usize = 512 << 10;
 
-/// How far a copying sender of a whole `record`-byte record runs ahead of the receiver:
-/// at most this many bytes unconsumed, its record included. Half this CPU's level-2
+/// How far a copying sender of a whole `record`-byte record runs ahead of the receiver on
+/// a ring sized by `Options::large_messages`: at most this many bytes unconsumed, its
+/// record included. Half this CPU's level-2
 /// cache, or four records where that is more: a ring sized for zero-copy work
 /// ([`Options::large_messages`](crate::Options::large_messages) gives 64 KiB messages a
 /// 1 MiB ring, so that a writer in place has many messages in flight) would otherwise let
@@ -208,6 +209,8 @@ pub(crate) struct ShmConn {
     /// Inside a batch ([`ConnOps::begin_batch`]): records are written, and published
     /// (one `tail` store, one fence) before any wait and when the batch ends.
     batching: bool,
+    /// See [`Setup::copy_ahead`].
+    copy_ahead: bool,
     closed: bool,
     local: String,
     peer: String,
@@ -240,6 +243,9 @@ pub(crate) struct Setup {
     pub wait: WaitPolicy,
     pub max_send: usize,
     pub max_recv: usize,
+    /// Copying sends of whole records keep within [`run_ahead`] of the receiver
+    /// (`Options::copy_ahead`).
+    pub copy_ahead: bool,
     pub local: String,
     pub peer: String,
 }
@@ -288,6 +294,7 @@ impl ShmConn {
             rx_mark: 0,
             broken: None,
             batching: false,
+            copy_ahead: s.copy_ahead,
             closed: false,
             local: s.local,
             peer: s.peer,

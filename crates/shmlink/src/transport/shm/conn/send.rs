@@ -30,13 +30,14 @@ impl ShmConn {
     }
 
     /// [`room`](Self::room) for a whole message copied in, within [`run_ahead`] of the
-    /// receiver: `keep_free` more bytes than the record must be free, so that at most the
-    /// ring's size less `keep_free` is unconsumed once it is written.
+    /// receiver where `copy_ahead` says so: `keep_free` more bytes than the record must be
+    /// free, so that at most the ring's size less `keep_free` is unconsumed once it is
+    /// written.
     #[inline]
     fn room_ahead(&mut self, len: usize, blocking: bool) -> Result<Option<NonNull<u8>>> {
         let ahead = run_ahead(record_size(len));
         let keep_free = self.tx.ring().capacity().saturating_sub(ahead);
-        if keep_free == 0 {
+        if keep_free == 0 || !self.copy_ahead {
             return self.room(len, blocking);
         }
         if let Ok(true) = self.tx.has_room(record_size(len) + keep_free) {
