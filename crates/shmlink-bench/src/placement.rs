@@ -20,12 +20,10 @@ const ROUND_TRIPS: u64 = 20_000;
 const WARMUP: u64 = 2_000;
 /// Round trips per timed batch; the probe is the median of the batches' means.
 const BATCH: u64 = 100;
-/// A probe whose other thread does not answer within this gives up.
-const STALL: Duration = Duration::from_millis(200);
-/// A probe that takes longer than this in all gives up: its threads do not have their
-/// CPUs to themselves (on a busy machine each round trip can wait for a time slice), so
-/// it would measure the load, not the placement, and hold up the suite. A probe takes
-/// 2-12 ms here.
+/// A probe that is not done within this gives up: its threads do not have their CPUs to
+/// themselves (on a busy machine a round trip can wait for a time slice), so it would
+/// measure the load, not the placement, and hold up the suite. A probe takes 2-12 ms
+/// here.
 const BUDGET: Duration = Duration::from_millis(100);
 
 /// The two words, each on its own 128-byte pair of lines (the adjacent-line prefetcher
@@ -36,14 +34,16 @@ struct Line(AtomicU64);
 /// The median time of one round trip of a word between CPUs `cpus.0` and `cpus.1`, in
 /// nanoseconds: one thread on each CPU, each spinning on the word the other writes, no
 /// other work. On one CPU the two threads yield to each other, which this then measures.
+/// An error if a thread cannot be pinned or the probe is not done within [`BUDGET`].
 pub fn probe(cpus: (usize, usize)) -> io::Result<u64> {
     let lines = [Line(AtomicU64::new(0)), Line(AtomicU64::new(0))];
+    // Either thread that stops early says so here, and the other stops at its next look.
     let gave_up = AtomicBool::new(false);
+    let deadline = Instant::now() + BUDGET;
     let same = cpus.0 == cpus.1;
-    // Waits until `line` holds `want`; false if the other side gave up or stalled.
+    // Waits until `line` holds `want`; false if either side gave up or time ran out.
     let wait = |line: &Line, want: u64| -> bool {
         let mut spins = 0u32;
-        let mut since: Option<Instant> = None;
         // SYNC POINT: acquire pairs with the other thread's release store of `want`.
         while line.0.load(Ordering::Acquire) != want {
             spins = spins.wrapping_add(1);
@@ -52,22 +52,23 @@ pub fn probe(cpus: (usize, usize)) -> io::Result<u64> {
             } else {
                 hint::spin_loop();
             }
-            if spins.is_multiple_of(4096) {
-                if gave_up.load(Ordering::Relaxed) {
-                    return false;
-                }
-                if since.get_or_insert_with(Instant::now).elapsed() > STALL {
-                    gave_up.store(true, Ordering::Relaxed);
-                    return false;
-                }
+            if spins.is_multiple_of(1024)
+                && (gave_up.load(Ordering::Relaxed) || Instant::now() > deadline)
+            {
+                gave_up.store(true, Ordering::Relaxed);
+                return false;
             }
         }
         true
     };
     let total = WARMUP + ROUND_TRIPS;
+    let busy = || io::Error::other("placement probe: the CPUs are busy");
     std::thread::scope(|s| {
         let echo = s.spawn(|| -> io::Result<()> {
-            shmlink_measure::sys::pin_to_cpu(cpus.1)?;
+            if let Err(e) = shmlink_measure::sys::pin_to_cpu(cpus.1) {
+                gave_up.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
             for i in 1..=total {
                 if !wait(&lines[0], i) {
                     break;
@@ -81,8 +82,7 @@ pub fn probe(cpus: (usize, usize)) -> io::Result<u64> {
         let drive = s.spawn(|| -> io::Result<u64> {
             shmlink_measure::sys::pin_to_cpu(cpus.0)?;
             let mut means = Vec::with_capacity((ROUND_TRIPS / BATCH) as usize);
-            let start = Instant::now();
-            let mut t = start;
+            let mut t = Instant::now();
             for i in 1..=total {
                 if i == WARMUP + 1 {
                     t = Instant::now();
@@ -90,14 +90,14 @@ pub fn probe(cpus: (usize, usize)) -> io::Result<u64> {
                 // SYNC POINT: release publishes `i` to the echo thread's acquire load.
                 lines[0].0.store(i, Ordering::Release);
                 if !wait(&lines[1], i) {
-                    return Err(io::Error::other("placement probe: the other CPU stalled"));
+                    return Err(busy());
                 }
                 if i > WARMUP && (i - WARMUP).is_multiple_of(BATCH) {
                     means.push(t.elapsed().as_nanos() as u64 / BATCH);
+                    if Instant::now() > deadline {
+                        return Err(busy());
+                    }
                     t = Instant::now();
-                }
-                if i.is_multiple_of(BATCH) && start.elapsed() > BUDGET {
-                    return Err(io::Error::other("placement probe: the CPUs are busy"));
                 }
             }
             means.sort_unstable();
@@ -113,6 +113,7 @@ pub fn probe(cpus: (usize, usize)) -> io::Result<u64> {
         let echoed = echo
             .join()
             .map_err(|_| io::Error::other("placement probe panicked"))?;
+        // The echo's own error (a CPU it could not pin to) says more than "busy".
         echoed.and(out)
     })
 }
@@ -135,13 +136,18 @@ pub enum Placement {
 pub const GAP: f64 = 2.0;
 
 /// Where the probes split into two placements: the largest probe below the widest
-/// ratio between two consecutive probes in sorted order, if that ratio is at least
-/// [`GAP`]; `None` if the probes form one placement (or there are none).
+/// ratio between two consecutive probes in sorted order with at least two probes on each
+/// side, if that ratio is at least [`GAP`]; `None` if the probes form one placement (or
+/// there are too few).
 pub fn split(probes: impl IntoIterator<Item = u64>) -> Option<u64> {
     let mut v: Vec<u64> = probes.into_iter().filter(|&ns| ns > 0).collect();
     v.sort_unstable();
+    let n = v.len();
     v.windows(2)
-        .map(|w| (w[1] as f64 / w[0] as f64, w[0]))
+        .enumerate()
+        // At least two probes on each side: one probe a load spike slowed is no placement.
+        .filter(|&(i, _)| i >= 1 && n - (i + 1) >= 2)
+        .map(|(_, w)| (w[1] as f64 / w[0] as f64, w[0]))
         .filter(|&(ratio, _)| ratio >= GAP)
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, below)| below)
@@ -181,6 +187,11 @@ mod tests {
         let probes = [52, 58, 101, 130, 95, 360, 489, 420, 0];
         assert_eq!(split(probes), Some(130));
         assert_eq!(split([100, 120, 130, 190]), None, "one placement");
+        assert_eq!(
+            split([100, 120, 130, 4500]),
+            None,
+            "one slow probe is no placement"
+        );
         assert_eq!(split([]), None);
         assert_eq!(Placement::of(Some([101, 130]), 130), Placement::Fast);
         assert_eq!(Placement::of(Some([52, 58]), 130), Placement::Fast);

@@ -229,8 +229,9 @@ impl TlsOptions {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
     pub(crate) ring_size: usize,
-    /// `shm:` copying sends keep within `run_ahead` of the receiver: the ring was sized
-    /// by [`Options::large_messages`] for work in place, not by the user as a buffer.
+    /// `shm:` copying sends of 64 KiB or more keep within `run_ahead` of the receiver:
+    /// the ring was sized by [`Options::large_messages`] for work in place, not by the
+    /// user as a buffer.
     pub(crate) copy_ahead: bool,
     pub(crate) max_msg_size: usize,
     pub(crate) wait: WaitPolicy,
@@ -313,36 +314,40 @@ impl Options {
     }
 
     /// Sizes `shm:` for messages of up to `bytes` each, read and written in place: the
-    /// ring becomes the smallest power of two whose largest record (half the ring) holds
-    /// a `bytes`-byte message whole and that holds 16 such messages where that takes at
-    /// most 1 MiB (never smaller than it was, at most [`MAX_RING_SIZE`]), and
-    /// [`max_msg_size`](Self::max_msg_size) is raised to `bytes` if it was lower. The 16
-    /// let a writer in place keep many messages in flight (64 KiB messages: a 1 MiB ring,
-    /// zero-copy throughput 1.2× iceoryx2's instead of 0.8×); a copying `send` still
-    /// runs no further ahead of the receiver than half the level-2 cache or four
-    /// messages, so that its copies stay in the caches (docs/benchmarks.md, "Placement").
-    /// A later [`ring_size`](Self::ring_size) sets the ring and lifts that bound: a ring
-    /// the user sized is a buffer `send` may fill.
+    /// ring becomes the smallest power of two that holds two such messages (its largest
+    /// record, half the ring, holds one whole) and 16 of them or 1 MiB, whichever is
+    /// less (never smaller than it was, at most [`MAX_RING_SIZE`]), and
+    /// [`max_msg_size`](Self::max_msg_size) is raised to `bytes` if it was lower.
     ///
     /// What it buys: `reserve`/`commit` and `recv_ref` of such a message work in the ring
     /// with no copy (with the default ring a message over 128 KiB is split: `reserve`
-    /// stages it and `recv_ref` reassembles it, a copy each). What it costs: shared
-    /// memory of two rings per connection, one per direction — about 4 × `bytes` each
-    /// and at least 1 MiB from 16 KiB messages on, so 8 × `bytes` per connection (64 KiB
-    /// messages: 1 MiB rings, 2 MiB per connection; 1 MiB messages: 4 MiB rings, 8 MiB
-    /// per connection; 16 MiB messages: 128 MiB per connection), mapped by both
-    /// processes (pages are allocated as the rings are first written). The copying `send` and `recv` are
-    /// faster on it too: a `send` to a receiver that waits goes in fragments it copies
-    /// out while the sender writes the next, one to a receiver that is behind goes whole
-    /// (1 MiB messages, docs/benchmarks.md: round trip 0.75× and throughput 1.1–1.2× of
-    /// iceoryx2's, against 0.85× and 0.9–1.1× on the default ring). Set it on both ends: a
-    /// listener's ring size caps the rings its clients get.
+    /// stages it and `recv_ref` reassembles it, a copy each), with many messages in
+    /// flight (64 KiB: 16). The copying `send` and `recv` are faster on it too: a `send`
+    /// to a receiver that waits goes in fragments it copies out while the sender writes
+    /// the next, one to a receiver that is behind goes whole. On a ring this sized, a
+    /// copying `send` of 64 KiB or more keeps at most half the level-2 cache or four
+    /// messages' room of the ring in use (three 64 KiB messages in flight with a 512 KiB
+    /// L2), so that its copies are still in the caches when the receiver copies them out;
+    /// a ring set with [`ring_size`](Self::ring_size) (after this call, or larger than
+    /// this would make) is a buffer, and `send` fills it. Measured against iceoryx2 on
+    /// one machine (docs/benchmarks.md, "Placement"): the copying round trip 1.2×, 1.5×
+    /// and 1.9× faster at 64 KiB, 1 MiB and 4 MiB, zero-copy throughput 1.2× (64 KiB) to
+    /// 4.7× (1 MiB), copying throughput 0.7–1.0×.
+    ///
+    /// What it costs: shared memory of two rings per connection, one per direction,
+    /// mapped by both processes (pages are allocated as the rings are first written):
+    /// 512 KiB rings for 16 KiB messages, 1 MiB from about 32 KiB to 256 KiB, then about
+    /// 4 × `bytes` (1 MiB messages: 4 MiB rings, 8 MiB per connection; 16 MiB messages:
+    /// 64 MiB rings, 128 MiB per connection). Set it on both ends: a listener's ring size
+    /// caps the rings its clients get.
     ///
     /// ```
-    /// let opts = shmlink::Options::default().large_messages(1 << 20);
-    /// assert_eq!(opts.configured_ring_size(), 4 << 20);
-    /// let opts = shmlink::Options::default().large_messages(64 << 10);
-    /// assert_eq!(opts.configured_ring_size(), 1 << 20); // 16 messages
+    /// use shmlink::Options;
+    /// assert_eq!(Options::default().large_messages(1 << 20).configured_ring_size(), 4 << 20);
+    /// assert_eq!(Options::default().large_messages(64 << 10).configured_ring_size(), 1 << 20);
+    /// assert_eq!(Options::default().large_messages(16 << 10).configured_ring_size(), 512 << 10);
+    /// assert_eq!(Options::default().large_messages(4 << 10).configured_ring_size(), 256 << 10);
+    /// let opts = Options::default().large_messages(1 << 20);
     /// assert_eq!(opts.configured_max_msg_size(), 64 << 20); // the default, already larger
     /// ```
     pub fn large_messages(mut self, bytes: usize) -> Self {
@@ -352,8 +357,11 @@ impl Options {
             .max(record.saturating_mul(16).min(1 << 20))
             .min(MAX_RING_SIZE)
             .next_power_of_two();
+        if ring > self.ring_size {
+            // Sized here for work in place, not by the user as a buffer.
+            self.copy_ahead = true;
+        }
         self.ring_size = self.ring_size.max(ring).min(MAX_RING_SIZE);
-        self.copy_ahead = true;
         self.max_msg_size = self.max_msg_size.max(bytes);
         self
     }
@@ -580,6 +588,18 @@ pub use crate::pubsub::MAX_SUBSCRIBERS;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_ring_large_messages_sized_bounds_copying_sends() {
+        let d = Options::default;
+        assert!(d().large_messages(64 << 10).copy_ahead);
+        assert!(!d().large_messages(4 << 10).copy_ahead, "the default ring");
+        assert!(!d().large_messages(64 << 10).ring_size(1 << 20).copy_ahead);
+        // The user's ring was larger: it stays, and so does its use as a buffer.
+        let big = d().ring_size(8 << 20).large_messages(64 << 10);
+        assert_eq!((big.ring_size, big.copy_ahead), (8 << 20, false));
+        assert!(d().ring_size(8 << 20).large_messages(4 << 20).copy_ahead);
+    }
 
     #[test]
     fn bad_options_name_the_option() {

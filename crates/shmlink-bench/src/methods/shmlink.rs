@@ -3,10 +3,10 @@
 //! method), and `shmlink-shm-zc`, the zero-copy row (`reserve`/`commit` and `recv_ref`:
 //! messages are generated and checked inside the ring). The driver binds a listener and
 //! accepts; the peer connects by address. The `shm:` rows run on the options a user of
-//! messages of that size would pass, `Options::large_messages(size)`: the default 256 KiB
-//! rings up to 16 KiB, rings of 16 messages up to 64 KiB (1 MiB), rings whose largest
-//! record holds the message whole above (4 MiB per direction for 1 MiB messages), as
-//! iceoryx2 sizes its pool for them; the other
+//! messages of that size would pass, `Options::large_messages(size)`: rings of 16
+//! messages or 1 MiB, whichever is less (the default 256 KiB up to 8 KiB, 1 MiB at
+//! 64 KiB), and rings whose largest record holds the message whole above (4 MiB per
+//! direction for 1 MiB messages), as iceoryx2 sizes its pool for them; the other
 //! rows on `Options::default()`; `max_msg_size` is raised where the size exceeds the
 //! default.
 
@@ -102,7 +102,7 @@ impl Shmlink {
         let mut opts = Options::default().max_msg_size(c.size.max(default_max));
         if self.transport == "shm" {
             // The documented preset for messages of this size (the default ring up to
-            // 16 KiB), as iceoryx2 sizes its pool for them: in place means in one ring
+            // 8 KiB), as iceoryx2 sizes its pool for them: in place means in one ring
             // record, and copying through it measured faster (docs/benchmarks.md).
             opts = opts.large_messages(c.size).wait_policy(self.wait);
         }

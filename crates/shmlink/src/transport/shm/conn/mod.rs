@@ -68,15 +68,14 @@ const HAND_OVER_BYTES: f64 = (8 << 10) as f64;
 /// Level-2 cache size assumed where the kernel does not report one.
 const L2_DEFAULT: usize = 512 << 10;
 
-/// How far a copying sender of a whole `record`-byte record runs ahead of the receiver on
-/// a ring sized by `Options::large_messages`: at most this many bytes unconsumed, its
-/// record included. Half this CPU's level-2
-/// cache, or four records where that is more: a ring sized for zero-copy work
-/// ([`Options::large_messages`](crate::Options::large_messages) gives 64 KiB messages a
-/// 1 MiB ring, so that a writer in place has many messages in flight) would otherwise let
-/// `send` copy into lines the cache no longer holds by the time the receiver copies them
-/// out (measured: 64 KiB copying throughput 0.87-0.92× iceoryx2's on the 1 MiB ring,
-/// docs/benchmarks.md, "Placement").
+/// How much of a ring `Options::large_messages` sized a copying sender of a whole
+/// `record`-byte record (64 KiB or more) keeps in use: at most this many bytes, the new
+/// record and the next header slot included, so three records in flight where it is four
+/// records. Half this CPU's level-2 cache, or four records where that is more. Such a ring
+/// holds 16 messages of 64 KiB so that a writer in place has many in flight; a copying
+/// sender that ran as far ahead would copy into lines no cache holds any more by the time
+/// the receiver copies them out, and measured slower than on the 256 KiB ring
+/// (docs/benchmarks.md, "Placement").
 #[inline]
 fn run_ahead(record: usize) -> usize {
     let l2 = sys::cache::l2_size().unwrap_or(L2_DEFAULT);
@@ -243,8 +242,8 @@ pub(crate) struct Setup {
     pub wait: WaitPolicy,
     pub max_send: usize,
     pub max_recv: usize,
-    /// Copying sends of whole records keep within [`run_ahead`] of the receiver
-    /// (`Options::copy_ahead`).
+    /// Copying sends of whole records of 64 KiB or more keep within [`run_ahead`] of the
+    /// receiver (`Options::copy_ahead`).
     pub copy_ahead: bool,
     pub local: String,
     pub peer: String,

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::spin_then_yield;
-use crate::ring::{record_size, split_size, Fragment};
+use crate::ring::{record_size, split_size, Fragment, RESTART_MIN};
 use crate::sys::{self, poll_fd};
 use crate::transport::shm::segment::Wait;
 use crate::transport::CLOSE_LINGER;
@@ -30,17 +30,20 @@ impl ShmConn {
     }
 
     /// [`room`](Self::room) for a whole message copied in, within [`run_ahead`] of the
-    /// receiver where `copy_ahead` says so: `keep_free` more bytes than the record must be
-    /// free, so that at most the ring's size less `keep_free` is unconsumed once it is
-    /// written.
+    /// receiver for a record of at least `RESTART_MIN` where `copy_ahead` says so:
+    /// `keep_free` more bytes than the record must be free, so that at most the ring's
+    /// size less `keep_free` is in use once it is written.
     #[inline]
     fn room_ahead(&mut self, len: usize, blocking: bool) -> Result<Option<NonNull<u8>>> {
-        let ahead = run_ahead(record_size(len));
-        let keep_free = self.tx.ring().capacity().saturating_sub(ahead);
-        if keep_free == 0 || !self.copy_ahead {
+        let record = record_size(len);
+        if !self.copy_ahead || record < RESTART_MIN {
             return self.room(len, blocking);
         }
-        if let Ok(true) = self.tx.has_room(record_size(len) + keep_free) {
+        let keep_free = self.tx.ring().capacity().saturating_sub(run_ahead(record));
+        if keep_free == 0 {
+            return self.room(len, blocking);
+        }
+        if let Ok(true) = self.tx.has_room(record + keep_free) {
             if let Ok(Some(p)) = self.tx.try_reserve(len) {
                 self.tx_waiting = false;
                 return Ok(Some(p));
