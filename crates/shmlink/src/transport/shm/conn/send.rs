@@ -36,10 +36,11 @@ impl ShmConn {
     #[inline]
     fn room_ahead(&mut self, len: usize, blocking: bool) -> Result<Option<NonNull<u8>>> {
         let record = record_size(len);
-        if !self.copy_ahead || record < RESTART_MIN {
-            return self.room(len, blocking);
-        }
-        let keep_free = self.tx.ring().capacity().saturating_sub(run_ahead(record));
+        let bounded = self.copy_ahead && record >= RESTART_MIN;
+        let keep_free = match bounded {
+            true => self.tx.ring().capacity().saturating_sub(run_ahead(record)),
+            false => 0,
+        };
         if keep_free == 0 {
             return self.room(len, blocking);
         }
