@@ -34,7 +34,7 @@ struct Line(AtomicU64);
 /// The median time of one round trip of a word between CPUs `cpus.0` and `cpus.1`, in
 /// nanoseconds: one thread on each CPU, each spinning on the word the other writes, no
 /// other work. On one CPU the two threads yield to each other, which this then measures.
-/// An error if a thread cannot be pinned or the probe is not done within [`BUDGET`].
+/// An error if a thread cannot be pinned or the probe is not done within 100 ms.
 pub fn probe(cpus: (usize, usize)) -> io::Result<u64> {
     let lines = [Line(AtomicU64::new(0)), Line(AtomicU64::new(0))];
     // Either thread that stops early says so here, and the other stops at its next look.
