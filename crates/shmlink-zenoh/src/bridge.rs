@@ -20,6 +20,7 @@
 //!   line or a triangle, a message crosses from its origin host to each other host once
 //!   and is never sent on again by a bridge.
 
+use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};
@@ -100,7 +101,66 @@ impl Counters {
 /// sequence number seen from each origin, behind one lock that Zenoh's callbacks take.
 struct Importer {
     counters: Arc<Counters>,
-    state: Mutex<(Option<Publisher>, HashMap<u128, u64>)>,
+    state: Mutex<(Option<Publisher>, Origins)>,
+}
+
+/// At most this many origins of one imported topic are remembered besides the latest
+/// (each publisher that restarts comes back with a new id): the longest unseen is
+/// forgotten first, and a message from it later starts its count afresh.
+const MAX_ORIGINS: usize = 256;
+
+/// The last sequence number seen from each origin of an imported topic, to count what
+/// was lost on the way. The latest origin is kept apart, so a topic with one publisher
+/// (the usual case) costs no hashing per message.
+#[derive(Default)]
+struct Origins {
+    latest: Option<(u128, u64)>,
+    /// Other origins: last sequence number, and when they were last the latest.
+    others: HashMap<u128, (u64, u64)>,
+    tick: u64,
+}
+
+impl Origins {
+    /// Records message `seq` of `origin`; returns how many of its messages before it
+    /// were never seen (0 for a first, repeated or earlier number: whatever the
+    /// attachment says, this neither overflows nor counts twice).
+    fn see(&mut self, origin: u128, seq: u64) -> u64 {
+        let prev = match self.latest {
+            Some((o, s)) if o == origin => Some(s),
+            latest => {
+                if let Some((o, s)) = latest {
+                    self.keep(o, s);
+                }
+                self.others.remove(&origin).map(|(s, _)| s)
+            }
+        };
+        self.latest = Some((origin, seq));
+        prev.and_then(|p| seq.checked_sub(p))
+            .map_or(0, |d| d.saturating_sub(1))
+    }
+
+    fn keep(&mut self, origin: u128, seq: u64) {
+        self.tick += 1;
+        if self.others.len() >= MAX_ORIGINS && !self.others.contains_key(&origin) {
+            let oldest = self
+                .others
+                .iter()
+                .min_by_key(|(_, (_, t))| *t)
+                .map(|(o, _)| *o);
+            if let Some(o) = oldest {
+                self.others.remove(&o);
+            }
+        }
+        self.others.insert(origin, (seq, self.tick));
+    }
+}
+
+thread_local! {
+    /// The importer of the last key this Zenoh thread delivered, with its bridge's id:
+    /// the next message of that key skips the `imported` map (its lock and hash). It may
+    /// outlive its bridge; a closed importer publishes nothing.
+    static LAST_IMPORT: RefCell<Option<(u128, String, Arc<Importer>)>> =
+        const { RefCell::new(None) };
 }
 
 type Registry = Mutex<BTreeMap<(String, bool), (String, Arc<Counters>)>>;
@@ -449,6 +509,16 @@ fn deliver(shared: &Arc<Shared>, sample: Sample) {
     if head.is_some_and(|h| h.origin == shared.id) {
         return;
     }
+    let delivered = LAST_IMPORT.with_borrow(|last| match last {
+        Some((id, k, i)) if *id == shared.id && k == name => {
+            i.publish(name, head, sample.payload());
+            true
+        }
+        _ => false,
+    });
+    if delivered {
+        return;
+    }
     let importer = {
         let mut m = shared.imported.lock().unwrap_or_else(|e| e.into_inner());
         if shared.stop.load(Ordering::Relaxed) {
@@ -471,7 +541,17 @@ fn deliver(shared: &Arc<Shared>, sample: Sample) {
         }
     };
     match importer {
-        Some(i) => i.publish(name, head, sample.payload()),
+        Some(i) => {
+            i.publish(name, head, sample.payload());
+            LAST_IMPORT.with_borrow_mut(|last| match last {
+                Some((id, k, last)) => {
+                    (*id, *last) = (shared.id, i);
+                    k.clear();
+                    k.push_str(name);
+                }
+                None => *last = Some((shared.id, name.to_owned(), i)),
+            });
+        }
         None => {
             shared
                 .counters(name, Direction::Import)
@@ -542,7 +622,7 @@ fn open_import(shared: &Shared, name: &str, first: Option<Header>) -> Option<Arc
             counters.set_state("active");
             Some(Arc::new(Importer {
                 counters,
-                state: Mutex::new((Some(publisher), HashMap::new())),
+                state: Mutex::new((Some(publisher), Origins::default())),
             }))
         }
         Err(e) => {
@@ -559,15 +639,14 @@ impl Importer {
     fn publish(&self, name: &str, head: Option<Header>, payload: &ZBytes) {
         let c = &self.counters;
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let (Some(publisher), last) = &mut *state else {
+        let (Some(publisher), origins) = &mut *state else {
             // Closed by the bridge's shutdown.
             return;
         };
         if let Some(h) = head {
-            if let Some(prev) = last.insert(h.origin, h.seq) {
-                if h.seq > prev + 1 {
-                    c.dropped.fetch_add(h.seq - prev - 1, Ordering::Relaxed);
-                }
+            let missed = origins.see(h.origin, h.seq);
+            if missed > 0 {
+                c.dropped.fetch_add(missed, Ordering::Relaxed);
             }
         }
         let len = payload.len();
@@ -592,8 +671,12 @@ impl Importer {
         });
         match published {
             Ok(()) => {
-                c.messages.fetch_add(1, Ordering::Relaxed);
-                c.bytes.fetch_add(len as u64, Ordering::Relaxed);
+                // Only here, under the importer's lock: no read-modify-write needed.
+                let add = |n: &AtomicU64, k: u64| {
+                    n.store(n.load(Ordering::Relaxed) + k, Ordering::Relaxed)
+                };
+                add(&c.messages, 1);
+                add(&c.bytes, len as u64);
             }
             Err(e) => {
                 c.dropped.fetch_add(1, Ordering::Relaxed);
@@ -615,6 +698,32 @@ mod tests {
             max_msg,
             slots,
         })
+    }
+
+    #[test]
+    fn origins_count_each_publishers_gaps_and_stay_bounded() {
+        let mut o = Origins::default();
+        assert_eq!(o.see(1, 0), 0, "a first message");
+        assert_eq!(o.see(1, 1), 0);
+        assert_eq!(o.see(1, 5), 3, "2, 3 and 4 lost");
+        // Two publishers interleaved: each one's own sequence.
+        assert_eq!(o.see(2, 10), 0);
+        assert_eq!(o.see(1, 6), 0);
+        assert_eq!(o.see(2, 12), 1);
+        assert_eq!(o.see(1, 8), 1);
+        // Hostile or repeated numbers: no overflow, nothing counted twice.
+        assert_eq!(o.see(1, u64::MAX), u64::MAX - 9);
+        assert_eq!(o.see(1, 0), 0);
+        assert_eq!(o.see(1, 0), 0);
+        // Many origins (restarts, or a peer making ids up): at most MAX_ORIGINS others
+        // are kept, the longest unseen forgotten first.
+        for id in 100..100 + 3 * MAX_ORIGINS as u128 {
+            assert_eq!(o.see(id, 7), 0);
+        }
+        assert_eq!(o.others.len(), MAX_ORIGINS);
+        let last = 100 + 3 * MAX_ORIGINS as u128 - 2;
+        assert_eq!(o.see(last, 9), 1, "a recent origin is remembered");
+        assert_eq!(o.see(2, 20), 0, "a forgotten one starts afresh");
     }
 
     #[test]
