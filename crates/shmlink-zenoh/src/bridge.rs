@@ -474,7 +474,7 @@ fn export_topic(shared: &Shared, name: &str, slots: u32, c: &Counters) -> Result
                 let n = msg.len();
                 publisher
                     .put(msg)
-                    .attachment(head.encode().to_vec())
+                    .attachment(head.encode())
                     .wait()
                     .map_err(|e| Error(format!("put {key}: {e}")))?;
                 head.seq += 1;

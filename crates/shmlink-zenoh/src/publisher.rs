@@ -149,7 +149,7 @@ impl ExportingPublisher {
         self.head.seq += 1;
         self.remote
             .put(payload(msg))
-            .attachment(&head[..])
+            .attachment(head)
             .wait()
             .map_err(|e| Error(format!("put {}: {e}", self.key)))?;
         self.counters.messages.fetch_add(1, Ordering::Relaxed);
