@@ -2,6 +2,9 @@
 //! local shared-memory ring first, for the host's own subscribers, then to Zenoh under
 //! `<prefix><topic>` with the bridge's attachment ([`Header`]), from the publishing
 //! thread. Remote hosts import it with their bridge as if a bridge had exported it.
+//! While the topic has no local subscriber and keeps no history for late joiners, the
+//! local copy is skipped: the message only goes to Zenoh (a subscriber that joins
+//! starts with the next message, as it would have had it joined a moment later).
 //!
 //! What it saves against a plain publisher and an exporting bridge: the bridge's hop,
 //! a local subscription that has to be woken for every message (on a machine where a
@@ -46,6 +49,9 @@ pub struct ExportingPublisher {
     key: String,
     head: Header,
     counters: Arc<Counters>,
+    /// The local topic keeps history for late joiners: every message goes into its
+    /// ring, read or not.
+    keeps_history: bool,
     /// The session it opened itself ([`open`](Self::open)), closed with it.
     own_session: Option<Session>,
     status: StatusFile,
@@ -99,6 +105,7 @@ impl ExportingPublisher {
             key,
             head,
             counters,
+            keeps_history: opts.configured_history().is_some_and(|h| h > 0),
             own_session: None,
             status,
         })
@@ -142,9 +149,11 @@ impl ExportingPublisher {
         payload: impl FnOnce(M) -> ZBytes,
     ) -> Result<(), Error> {
         let len = msg.as_ref().len();
-        self.local
-            .publish(msg.as_ref())
-            .map_err(|e| Error(format!("publish locally: {e}")))?;
+        if self.keeps_history || self.local.subscriber_count() > 0 {
+            self.local
+                .publish(msg.as_ref())
+                .map_err(|e| Error(format!("publish locally: {e}")))?;
+        }
         let head = self.head.encode();
         self.head.seq += 1;
         self.remote
@@ -157,7 +166,9 @@ impl ExportingPublisher {
         Ok(())
     }
 
-    /// The local publisher (its subscribers, statistics, geometry).
+    /// The local publisher (its subscribers, statistics, geometry). Its `published`
+    /// count leaves out the messages sent while nobody on the host subscribed (module
+    /// docs); [`ExportingPublisher`]'s own count, in `shmlink ls`, has them all.
     pub fn local(&self) -> &Publisher {
         &self.local
     }

@@ -233,6 +233,12 @@ impl PubSubOptions {
         self.resubscribe
     }
 
+    /// The history these options set (see [`history`](Self::history)): `None` if not
+    /// set (a publisher keeps none; a subscriber takes all the publisher offers).
+    pub fn configured_history(&self) -> Option<u64> {
+        self.history
+    }
+
     /// The most remote subscribers these options allow (see
     /// [`max_remote_subscribers`](Self::max_remote_subscribers)).
     pub fn configured_max_remote_subscribers(&self) -> usize {
