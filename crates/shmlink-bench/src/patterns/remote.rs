@@ -7,8 +7,8 @@
 //!   the topic, the bridge on B importing it, a shmlink subscriber on B;
 //! - **exporting**: the publisher on A is a `shmlink_zenoh::ExportingPublisher`
 //!   (`shmlink-zenoh-perf send --exporting`: the local ring, then Zenoh, from the
-//!   publishing thread; no bridge on A), the bridge on B imports, a shmlink subscriber
-//!   on B;
+//!   publishing thread; no bridge on A, and no subscriber on A, so the local copy is
+//!   skipped as for any such topic), the bridge on B imports, a shmlink subscriber on B;
 //! - **zenoh**: pure Zenoh pub/sub between the same namespaces, `shmlink-zenoh-perf`
 //!   (a peer-mode session with explicit endpoints, as Zenoh's `z_pub_thr`/`z_ping`
 //!   examples drive it);
