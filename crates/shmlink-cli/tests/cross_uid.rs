@@ -34,9 +34,7 @@ impl Scratch {
         std::fs::create_dir_all(d.join("rdv")).unwrap();
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::set_permissions(d.join("rdv"), std::fs::Permissions::from_mode(0o711)).unwrap();
-        std::fs::copy(BIN, d.join("shmlink")).unwrap();
-        std::fs::set_permissions(d.join("shmlink"), std::fs::Permissions::from_mode(0o755))
-            .unwrap();
+        shmlink_testkit::install_executable(Path::new(BIN), &d.join("shmlink"));
         Scratch(d)
     }
 

@@ -2,7 +2,7 @@
 //! know every command, a manual page that `man` renders, and `shmlink bench` running the
 //! shmlink-bench program with its arguments (or saying how to get it).
 
-use std::os::unix::fs::PermissionsExt;
+use shmlink_testkit::install_executable;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -113,7 +113,7 @@ fn the_manual_page_renders() {
 /// A copy of shmlink in a directory of its own, with `PATH` holding only `path`.
 fn isolated(d: &Path, args: &[&str], path: &Path) -> Output {
     let exe = d.join("shmlink");
-    std::fs::copy(BIN, &exe).unwrap();
+    install_executable(Path::new(BIN), &exe);
     Command::new(&exe)
         .args(args)
         .env("PATH", path)
@@ -146,17 +146,17 @@ fn bench_runs_the_bench_program_or_says_how_to_get_it() {
     }
     // A stand-in next to shmlink gets every argument, --help included, and its exit code
     // is shmlink's.
-    let fake = d.join("shmlink-bench");
+    let script = d.join("fake-bench.sh");
     let args_file = d.join("args");
     std::fs::write(
-        &fake,
+        &script,
         format!(
             "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\nexit 3\n",
             args_file.display()
         ),
     )
     .unwrap();
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    install_executable(&script, &d.join("shmlink-bench"));
     let out = isolated(
         &d,
         &["bench", "--pattern", "pubsub", "--help", "-x"],

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::{finish, target_dir, Scratch};
-use shmlink_testkit::Reaped;
+use shmlink_testkit::{install_executable, Reaped};
 
 const NOBODY: u32 = 65534;
 /// Connections per client run, round trips per connection, bytes per round trip.
@@ -57,7 +57,7 @@ fn setup(scratch: &Scratch) -> Option<(PathBuf, PathBuf)> {
     let lib_copy = scratch.0.join("libshmlink_preload.so");
     std::fs::copy(&lib, &lib_copy).expect("copy the preload library");
     let shmlink_copy = scratch.0.join("shmlink");
-    std::fs::copy(&shmlink, &shmlink_copy).expect("copy shmlink");
+    install_executable(&shmlink, &shmlink_copy);
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/dropper.c");
     let prog = scratch.0.join("dropper");
     match Command::new("cc")
@@ -73,7 +73,7 @@ fn setup(scratch: &Scratch) -> Option<(PathBuf, PathBuf)> {
             return None;
         }
     }
-    for p in [&lib_copy, &shmlink_copy, &prog] {
+    for p in [&lib_copy, &prog] {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     Some((shmlink_copy, prog))
@@ -536,8 +536,7 @@ fn an_allowed_uid_cannot_claim_another_users_connection() {
         .trim_end_matches(".sock")
         .to_string();
     let exe = t.scratch.0.join("cross_uid_test");
-    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    install_executable(&std::env::current_exe().unwrap(), &exe);
     let out = Command::new(&exe)
         .args([
             "--exact",

@@ -13,7 +13,7 @@ mod process;
 mod shm;
 mod skips;
 
-pub use process::{wait_readable, KillOnDrop, Reaped, TempDir};
+pub use process::{install_executable, wait_readable, KillOnDrop, Reaped, TempDir};
 
 pub use shm::{
     attack_read_only, fake_listener, memfd, raw_handshake, raw_handshake_with_fds,

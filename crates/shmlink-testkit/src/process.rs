@@ -3,8 +3,8 @@
 //! wait on a descriptor for accept loops.
 
 use std::os::fd::AsFd;
-use std::path::PathBuf;
-use std::process::{Child, Output};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 /// A directory of a test's own, removed with its contents on drop.
@@ -57,6 +57,28 @@ impl Reaped {
         }
         child.wait_with_output().unwrap()
     }
+}
+
+/// Copies `src` to `dst` as an executable (mode 0755) through `install(1)`, a child
+/// process, so this process never holds `dst` open for writing. A test that wrote the
+/// file itself could not run it reliably: a child forked meanwhile by another test thread
+/// keeps the write descriptor until its own exec, and executing `dst` in that window
+/// fails with ETXTBSY ("Text file busy").
+pub fn install_executable(src: &Path, dst: &Path) {
+    let out = Command::new("install")
+        .arg("-m")
+        .arg("0755")
+        .arg(src)
+        .arg(dst)
+        .output()
+        .expect("run install(1)");
+    assert!(
+        out.status.success(),
+        "install {} {}: {}",
+        src.display(),
+        dst.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Whether `fd` turns readable within `timeout` (an interrupted wait counts as not).
