@@ -386,7 +386,6 @@ fn client_region(opts: &Options) -> Option<(PathBuf, [u8; REGION_ID_LEN])> {
 fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     let deadline = Instant::now() + opts.connect_timeout;
     let (outer_addr, transport) = outer(addr, opts);
-    let mut conn = (transport.connect)(&outer_addr, opts)?;
     let region = client_region(opts);
     let hello = match &region {
         Some((_, id)) => Msg::HelloVm {
@@ -397,7 +396,16 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
             boot_id: hello_boot_id(),
         },
     };
-    send_msg(&mut *conn, &hello)?;
+    // Over plain TCP the hello rides right behind the framed hello, one round trip
+    // fewer (the listener reads exactly a hello's bytes, then this message as the
+    // connection's first); over TLS it still goes once the framed handshake is done.
+    let mut conn = if transport.name == super::tcp::TRANSPORT.name {
+        super::tcp::connect_with(&outer_addr, opts, Some(&hello.encode()))?
+    } else {
+        let mut conn = (transport.connect)(&outer_addr, opts)?;
+        send_msg(&mut *conn, &hello)?;
+        conn
+    };
     match recv_msg(&mut *conn, &opts.wait, deadline)? {
         Msg::NoOffer { .. } => Ok(conn),
         Msg::VmOffer { token, proof, name } => {

@@ -201,7 +201,7 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         _ => Error::io("socket connect", e),
     })?;
     trust::check_server(sock.as_fd(), opts, &format!("the listener at {addr}"))?;
-    let peer_max = client_handshake::<UxWire>(&mut sock, opts.max_msg_size, opts.role, deadline)?;
+    let peer_max = client_handshake::<UxWire>(&mut sock, opts, None, deadline)?;
     let conn = FramedConn::<UxWire>::new(
         sock,
         opts.max_msg_size,

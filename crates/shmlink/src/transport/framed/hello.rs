@@ -5,9 +5,9 @@
 use std::io;
 use std::time::Instant;
 
-use super::{Link, Wire};
+use super::{Frame, Link, Wire};
 use crate::error::{Error, ErrorKind, Result};
-use crate::options::Role;
+use crate::options::{Options, Role};
 use crate::sys::stream::{self, Ready};
 
 /// First bytes of every hello.
@@ -122,13 +122,19 @@ fn wait_for<L: Link>(link: &L, deadline: Instant) -> io::Result<bool> {
 
 /// Runs the client's half of the handshake on a connected link — the link's own
 /// handshake (TLS) first, then the hello — and returns the largest message the listener
-/// accepts. The listener must be of the same `role`.
+/// accepts. The listener must be of `opts.role`.
+///
+/// `early`, if given, goes out as the connection's first data frame right behind the
+/// hello, before the listener's hello is in: a protocol that speaks first on the new
+/// connection (`auto:`'s negotiation) saves a round trip. The caller must know that the
+/// listener accepts a message of its size.
 pub(crate) fn client_handshake<W: Wire>(
     link: &mut W::Link,
-    max_msg: usize,
-    role: Role,
+    opts: &Options,
+    early: Option<&[u8]>,
     deadline: Instant,
 ) -> Result<usize> {
+    let (max_msg, role) = (opts.max_msg_size, opts.role);
     while !link
         .handshake()
         .map_err(|e| handshake_error("TLS handshake", e))?
@@ -141,7 +147,14 @@ pub(crate) fn client_handshake<W: Wire>(
         }
     }
     send_hello(link, max_msg, role).map_err(|e| handshake_error("send hello", e))?;
+    if let Some(msg) = early {
+        // A fresh link's send buffer takes a small frame whole; a blocking write is done
+        // when it returns.
+        W::write(link, Frame::Data, msg, &mut 0, true)
+            .map_err(|e| handshake_error("send the first message", e))?;
+    }
     let mut got = Vec::with_capacity(HELLO_LEN);
+    let mut polled = false;
     while got.len() < HELLO_LEN {
         match W::recv_hello(link, &mut got) {
             Ok(0) => {
@@ -153,6 +166,20 @@ pub(crate) fn client_handshake<W: Wire>(
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 let _ = link.flush(false);
+                // The listener answers within microseconds: look for its hello for the
+                // wait policy's spin and yield budget before sleeping, as a `shm:` client
+                // does for its answer (a client that sleeps pays a cross-CPU wake-up;
+                // docs/design.md §5.1b).
+                if !polled && !link.pending_output() {
+                    polled = true;
+                    let readable = || {
+                        Ok(stream::wait(link.sock(), Ready::Read, Some(Instant::now()))
+                            .unwrap_or(true))
+                    };
+                    if crate::notify::spin_then_yield(&opts.wait, readable)? {
+                        continue;
+                    }
+                }
                 if !wait_for(link, deadline).map_err(|e| Error::io("wait for hello", e))? {
                     return Err(Error::new(
                         ErrorKind::TimedOut,

@@ -213,7 +213,9 @@ impl<A: Acceptor> FramedListener<A> {
         Error::io(format!("{what} on {}", self.acceptor.local_addr()), e)
     }
 
-    /// Takes one new client into the pending set and tries its handshake at once.
+    /// Takes one new client and tries its handshake at once: most clients' hello is
+    /// already there, and such a client never joins the epoll set (two `epoll_ctl`
+    /// fewer); the others wait in the pending set.
     fn accept_new(&mut self) -> Result<Option<Box<dyn ConnOps>>> {
         let Some((link, peer)) = self
             .acceptor
@@ -222,6 +224,16 @@ impl<A: Acceptor> FramedListener<A> {
         else {
             return Ok(None);
         };
+        let mut handshake =
+            ServerHandshake::new(link, self.acceptor.local_addr(), peer, &self.opts);
+        match handshake.advance() {
+            Ok(true) => return self.finish(handshake),
+            Ok(false) => {}
+            Err(e) => {
+                self.refuse(handshake, e);
+                return Ok(None);
+            }
+        }
         if self.pending.len() >= MAX_PENDING {
             let oldest = self
                 .pending
@@ -234,22 +246,22 @@ impl<A: Acceptor> FramedListener<A> {
         }
         let token = self.next_token;
         self.next_token += 1;
-        let handshake = ServerHandshake::new(link, self.acceptor.local_addr(), peer, &self.opts);
+        let out_watched = handshake.wants_write();
+        let mut events = Interest::READABLE;
+        if out_watched {
+            events |= Interest::WRITABLE;
+        }
         self.epoll
-            .add(
-                handshake.sock().as_raw_fd(),
-                Interest::READABLE,
-                Token(token),
-            )
+            .add(handshake.sock().as_raw_fd(), events, Token(token))
             .map_err(|e| self.error("watch a new client", e))?;
         self.pending.insert(
             token,
             Pending {
                 handshake,
-                out_watched: false,
+                out_watched,
             },
         );
-        self.advance(token)
+        Ok(None)
     }
 
     /// Advances a pending client's handshake; returns its connection once it is
@@ -276,16 +288,9 @@ impl<A: Acceptor> FramedListener<A> {
                 }
                 return Ok(None);
             }
-            Err(_e) => {
+            Err(e) => {
                 let p = self.pending.remove(&token).expect("looked up above");
-                crate::trace::event!(
-                    warn,
-                    listener = %self.acceptor.local_addr(),
-                    peer = %p.handshake.peer,
-                    reason = %_e,
-                    "client refused"
-                );
-                p.handshake.refuse();
+                self.refuse(p.handshake, e);
                 return Ok(None);
             }
         }
@@ -294,10 +299,27 @@ impl<A: Acceptor> FramedListener<A> {
         self.epoll
             .delete(p.handshake.sock().as_raw_fd())
             .map_err(|e| self.error("unwatch a client", e))?;
-        match p.handshake.finish() {
+        self.finish(p.handshake)
+    }
+
+    /// A completed handshake's connection.
+    fn finish(&self, handshake: ServerHandshake<A::Wire>) -> Result<Option<Box<dyn ConnOps>>> {
+        match handshake.finish() {
             Ok(conn) => Ok(conn.map(|c| Box::new(c) as Box<dyn ConnOps>)),
             Err(e) => Err(e.context(format_args!("on {}", self.acceptor.local_addr()))),
         }
+    }
+
+    /// Drops a client whose handshake failed.
+    fn refuse(&self, handshake: ServerHandshake<A::Wire>, _e: io::Error) {
+        crate::trace::event!(
+            warn,
+            listener = %self.acceptor.local_addr(),
+            peer = %handshake.peer,
+            reason = %_e,
+            "client refused"
+        );
+        handshake.refuse();
     }
 
     /// Handles one batch of readiness events.

@@ -385,11 +385,13 @@ fn addr_text(scheme: &str, sa: SocketAddr) -> String {
 
 /// Runs the client's half of the handshake on a connected TCP stream — the TLS
 /// handshake first when `tls` is given, then the hello — before `deadline`, and returns
-/// the connection. Its addresses read `tls:` or `tcp:` accordingly.
+/// the connection. Its addresses read `tls:` or `tcp:` accordingly. `early` is a first
+/// message sent right behind the hello ([`client_handshake`]).
 pub(crate) fn connect_stream(
     stream: TcpStream,
     tls: Option<&ClientTls>,
     opts: &Options,
+    early: Option<&[u8]>,
     deadline: Instant,
 ) -> Result<FramedConn<TcpWire>> {
     let setup = |e| Error::io("set up the socket", e);
@@ -404,7 +406,7 @@ pub(crate) fn connect_stream(
         .map_err(|e| Error::io("start a TLS session", e))?;
     let mut link = StreamLink::new(OwnedFd::from(stream), session);
     let scheme = link.scheme();
-    let peer_max = client_handshake::<TcpWire>(&mut link, opts.max_msg_size, opts.role, deadline)?;
+    let peer_max = client_handshake::<TcpWire>(&mut link, opts, early, deadline)?;
     FramedConn::new(
         link,
         opts.max_msg_size,

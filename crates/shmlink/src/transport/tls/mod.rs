@@ -57,6 +57,7 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         stream,
         Some(&tls),
         opts,
+        None,
         deadline,
     )?))
 }

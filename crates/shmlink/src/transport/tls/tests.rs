@@ -220,7 +220,7 @@ fn handshake_on_a_connected_stream() {
             let stream = TcpStream::connect(addr).unwrap();
             let tls = ClientTls::new(&o.tls, "127.0.0.1").unwrap();
             let deadline = soon().unwrap();
-            connect_stream(stream, with_tls.then_some(&tls), &o, deadline).unwrap()
+            connect_stream(stream, with_tls.then_some(&tls), &o, None, deadline).unwrap()
         });
         let (stream, _) = l.accept().unwrap();
         let tls = ServerTls::new(&opts.tls).unwrap();
