@@ -609,6 +609,8 @@ struct AutoListener {
     next_token: u64,
     ready: VecDeque<Accepted>,
     timeout: Duration,
+    /// How a blocking `accept` waits while negotiations are open.
+    wait: WaitPolicy,
     addr: String,
     events: Vec<Event>,
 }
@@ -684,6 +686,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         next_token: TOKEN_VM + 1,
         ready: VecDeque::new(),
         timeout: opts.handshake_timeout,
+        wait: opts.wait,
         addr,
         events: Vec::new(),
     }))
@@ -1004,6 +1007,21 @@ impl AutoListener {
             }
             if !blocking {
                 return Err(Error::would_block());
+            }
+            // A client in negotiation answers within microseconds: look for it for the
+            // wait policy's budget before sleeping (a sleeping listener pays a cross-CPU
+            // wake-up per message of the negotiation; docs/design.md §5.1b).
+            if !self.deciding.is_empty() {
+                let (epoll, events) = (&self.epoll, &mut self.events);
+                let _ = crate::notify::spin_then_yield(&self.wait, || {
+                    epoll
+                        .wait(Some(Instant::now()), events)
+                        .map_err(|e| Error::io("auto: listener", e))?;
+                    Ok(!events.is_empty())
+                })?;
+                if !self.events.is_empty() {
+                    continue;
+                }
             }
             let deadline = self.deciding.values().map(|d| d.deadline).min();
             self.epoll
