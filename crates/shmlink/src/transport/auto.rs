@@ -396,16 +396,15 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
             boot_id: hello_boot_id(),
         },
     };
-    // Over plain TCP the hello rides right behind the framed hello, one round trip
-    // fewer (the listener reads exactly a hello's bytes, then this message as the
-    // connection's first); over TLS it still goes once the framed handshake is done.
-    let mut conn = if transport.name == super::tcp::TRANSPORT.name {
-        super::tcp::connect_with(&outer_addr, opts, Some(&hello.encode()))?
+    // The hello rides right behind the framed hello, one round trip fewer: the listener
+    // reads exactly a hello's bytes (after the TLS handshake on `tls:`), then this
+    // message as the connection's first.
+    let connect_with = if transport.name == super::tls::TRANSPORT.name {
+        super::tls::connect_with
     } else {
-        let mut conn = (transport.connect)(&outer_addr, opts)?;
-        send_msg(&mut *conn, &hello)?;
-        conn
+        super::tcp::connect_with
     };
+    let mut conn = connect_with(&outer_addr, opts, Some(&hello.encode()))?;
     match recv_msg(&mut *conn, &opts.wait, deadline)? {
         Msg::NoOffer { .. } => Ok(conn),
         Msg::VmOffer { token, proof, name } => {

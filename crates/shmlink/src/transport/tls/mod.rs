@@ -49,6 +49,18 @@ fn host_port(addr: &Address) -> Result<(&str, u16)> {
 }
 
 fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
+    connect_with(addr, opts, None)
+}
+
+/// Connects like the registry's `connect`, sending `early` as the first message right
+/// behind the hello (after the TLS handshake), before the listener's hello is in
+/// (`auto:`'s negotiation: one round trip fewer). The listener must accept a message of
+/// `early`'s size.
+pub(crate) fn connect_with(
+    addr: &Address,
+    opts: &Options,
+    early: Option<&[u8]>,
+) -> Result<Box<dyn ConnOps>> {
     let (host, port) = host_port(addr)?;
     let tls = ClientTls::new(&opts.tls, host)?;
     let deadline = Instant::now() + opts.connect_timeout;
@@ -57,7 +69,7 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         stream,
         Some(&tls),
         opts,
-        None,
+        early,
         deadline,
     )?))
 }
