@@ -477,6 +477,11 @@ mod tests {
     }
 
     #[test]
+    fn messages_behind_the_hello_are_delivered() {
+        on_both(conformance::messages_behind_the_hello_are_delivered::<RawUx>);
+    }
+
+    #[test]
     fn hostile_packets() {
         let big = [[KIND_LAST].as_slice(), &[0; 1001]].concat();
         let half = [[KIND_MORE].as_slice(), &[0; 600]].concat();

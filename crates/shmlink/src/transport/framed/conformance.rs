@@ -210,6 +210,31 @@ pub(crate) fn fin_versus_crash<R: RawPeer + Send + 'static>(bind: &str) {
     }
 }
 
+/// A client's first messages may come right behind its hello, before the listener's
+/// hello (`auto:`'s client sends its negotiation so): the listener reads only the hello
+/// in its handshake and delivers those messages, in order, on the accepted connection.
+pub(crate) fn messages_behind_the_hello_are_delivered<R: RawPeer + Send + 'static>(bind: &str) {
+    let mut listener = Listener::bind(bind, &opts_for(bind)).unwrap();
+    let addr = listener.local_addr();
+    let peer = thread::spawn(move || {
+        let mut raw = R::connect(&addr);
+        raw.write(&hello(1 << 20));
+        raw.write(&R::frame(Frame::Data, b"first"));
+        raw.write(&R::frame(Frame::Data, b"second"));
+        let h = raw.read_hello().expect("the listener's hello");
+        parse_hello(&h).unwrap();
+        raw.write(&R::frame(Frame::Fin, b""));
+    });
+    let mut server = accept_within(&mut listener);
+    assert_eq!(server.recv_vec().unwrap(), b"first");
+    assert_eq!(server.recv_vec().unwrap(), b"second");
+    peer.join().unwrap();
+    assert_eq!(
+        server.recv_vec().unwrap_err().kind(),
+        ErrorKind::EndOfStream
+    );
+}
+
 /// Frames that break the protocol end the connection with ProtocolViolation (the
 /// listener's maximum message size is 1000 bytes). Each case is a list of writes.
 pub(crate) fn hostile_frames<R: RawPeer + Send + 'static>(bind: &str, cases: &[&[&[u8]]]) {

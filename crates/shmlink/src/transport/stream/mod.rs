@@ -597,6 +597,11 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn messages_behind_the_hello_are_delivered() {
+        conformance::messages_behind_the_hello_are_delivered::<RawTcp>(ANY);
+    }
+
+    #[test]
     fn hostile_frames() {
         let too_big = RawTcp::frame(Frame::Data, &[0; 1001]);
         conformance::hostile_frames::<RawTcp>(
