@@ -610,6 +610,10 @@ struct AutoListener {
     timeout: Duration,
     /// How a blocking `accept` waits while negotiations are open.
     wait: WaitPolicy,
+    /// The TCP connections of upgrades just handed out, closed at the next `accept`: their
+    /// close (a FIN through loopback, the connection's descriptors) stays off the path
+    /// between the client's decision and the hand-out.
+    upgraded_tcp: Vec<Box<dyn ConnOps>>,
     addr: String,
     events: Vec<Event>,
 }
@@ -686,6 +690,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
         ready: VecDeque::new(),
         timeout: opts.handshake_timeout,
         wait: opts.wait,
+        upgraded_tcp: Vec::new(),
         addr,
         events: Vec::new(),
     }))
@@ -764,7 +769,9 @@ impl AutoListener {
                     }
                 }
                 Step::Shm(conn) => {
-                    drop(self.finish(key));
+                    if let Some(d) = self.finish(key) {
+                        self.upgraded_tcp.push(d.conn);
+                    }
                     self.ready.push_back(conn);
                 }
             }
@@ -994,6 +1001,7 @@ impl AutoListener {
     }
 
     fn accept_inner(&mut self, blocking: bool) -> Result<Accepted> {
+        self.upgraded_tcp.clear();
         loop {
             self.poll()?;
             if let Some(conn) = self.ready.pop_front() {
