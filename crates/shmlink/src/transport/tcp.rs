@@ -1,9 +1,7 @@
 //! The `tcp:` transport's registry entry: TCP with `TCP_NODELAY`, one length-prefixed frame
 //! per message, over the [`stream`](super::stream) layer it shares with `tls:`.
 
-use std::time::Instant;
-
-use super::stream::{connect_stream, dial, listen};
+use super::stream::{connect_to, listen};
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
@@ -39,11 +37,7 @@ pub(crate) fn connect_with(
     early: Option<&[u8]>,
 ) -> Result<Box<dyn ConnOps>> {
     let (host, port) = host_port(addr)?;
-    let deadline = Instant::now() + opts.connect_timeout;
-    let stream = dial(host, port, deadline)?;
-    Ok(Box::new(connect_stream(
-        stream, None, opts, early, deadline,
-    )?))
+    connect_to(host, port, None, opts, early)
 }
 
 fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {

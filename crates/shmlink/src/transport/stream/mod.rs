@@ -383,6 +383,22 @@ fn addr_text(scheme: &str, sa: SocketAddr) -> String {
     format!("{scheme}:{sa}")
 }
 
+/// Dials `host:port` and runs the client's half of the handshake ([`connect_stream`])
+/// within `opts`' connect timeout.
+pub(crate) fn connect_to(
+    host: &str,
+    port: u16,
+    tls: Option<&ClientTls>,
+    opts: &Options,
+    early: Option<&[u8]>,
+) -> Result<Box<dyn crate::transport::ConnOps>> {
+    let deadline = Instant::now() + opts.connect_timeout;
+    let stream = dial(host, port, deadline)?;
+    Ok(Box::new(connect_stream(
+        stream, tls, opts, early, deadline,
+    )?))
+}
+
 /// Runs the client's half of the handshake on a connected TCP stream — the TLS
 /// handshake first when `tls` is given, then the hello — before `deadline`, and returns
 /// the connection. Its addresses read `tls:` or `tcp:` accordingly. `early` is a first

@@ -23,8 +23,6 @@
 //! TLS 1.3 the listener checks the client's certificate after the client has finished its
 //! part, so the client learns of that refusal when it waits for the listener's hello.
 
-use std::time::Instant;
-
 use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
@@ -52,10 +50,8 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     connect_with(addr, opts, None)
 }
 
-/// Connects like the registry's `connect`, sending `early` as the first message right
-/// behind the hello (after the TLS handshake), before the listener's hello is in
-/// (`auto:`'s negotiation: one round trip fewer). The listener must accept a message of
-/// `early`'s size.
+/// `tcp::connect_with` over TLS: `early` goes right behind the hello, after the TLS
+/// handshake.
 pub(crate) fn connect_with(
     addr: &Address,
     opts: &Options,
@@ -63,15 +59,7 @@ pub(crate) fn connect_with(
 ) -> Result<Box<dyn ConnOps>> {
     let (host, port) = host_port(addr)?;
     let tls = ClientTls::new(&opts.tls, host)?;
-    let deadline = Instant::now() + opts.connect_timeout;
-    let stream = stream::dial(host, port, deadline)?;
-    Ok(Box::new(stream::connect_stream(
-        stream,
-        Some(&tls),
-        opts,
-        early,
-        deadline,
-    )?))
+    stream::connect_to(host, port, Some(&tls), opts, early)
 }
 
 fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
