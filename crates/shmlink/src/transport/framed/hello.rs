@@ -148,9 +148,15 @@ pub(crate) fn client_handshake<W: Wire>(
     }
     send_hello(link, max_msg, role).map_err(|e| handshake_error("send hello", e))?;
     if let Some(msg) = early {
-        // A fresh link's send buffer takes a small frame whole; a blocking write is done
-        // when it returns.
+        // Like the hello, a small frame that a fresh link's send buffer takes whole.
         W::write(link, Frame::Data, msg, &mut 0, true)
+            .and_then(|done| match done && link.flush(false)? {
+                true => Ok(()),
+                false => Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "it did not fit a fresh socket",
+                )),
+            })
             .map_err(|e| handshake_error("send the first message", e))?;
     }
     let mut got = Vec::with_capacity(HELLO_LEN);
