@@ -162,6 +162,15 @@ struct Pending<W: Wire> {
     out_watched: bool,
 }
 
+/// What the epoll set watches a pending client's socket for: input, and room for output
+/// while the handshake has some waiting.
+fn interest(wants_write: bool) -> Interest {
+    match wants_write {
+        true => Interest::READABLE | Interest::WRITABLE,
+        false => Interest::READABLE,
+    }
+}
+
 /// A listener over a framed socket transport: accepts sockets, runs their handshakes
 /// without letting a slow or hostile client hold up others, and hands out connections.
 pub(crate) struct FramedListener<A: Acceptor> {
@@ -247,12 +256,12 @@ impl<A: Acceptor> FramedListener<A> {
         let token = self.next_token;
         self.next_token += 1;
         let out_watched = handshake.wants_write();
-        let mut events = Interest::READABLE;
-        if out_watched {
-            events |= Interest::WRITABLE;
-        }
         self.epoll
-            .add(handshake.sock().as_raw_fd(), events, Token(token))
+            .add(
+                handshake.sock().as_raw_fd(),
+                interest(out_watched),
+                Token(token),
+            )
             .map_err(|e| self.error("watch a new client", e))?;
         self.pending.insert(
             token,
@@ -276,13 +285,9 @@ impl<A: Acceptor> FramedListener<A> {
             Ok(false) => {
                 let want = p.handshake.wants_write();
                 if want != p.out_watched {
-                    let mut events = Interest::READABLE;
-                    if want {
-                        events |= Interest::WRITABLE;
-                    }
                     let fd = p.handshake.sock().as_raw_fd();
                     p.out_watched = want;
-                    if let Err(e) = self.epoll.modify(fd, events, Token(token)) {
+                    if let Err(e) = self.epoll.modify(fd, interest(want), Token(token)) {
                         return Err(self.error("watch a client", e));
                     }
                 }
