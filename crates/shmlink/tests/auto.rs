@@ -450,3 +450,51 @@ fn an_event_loop_hears_a_negotiation_deadline() {
     // With no negotiation left the timer is disarmed: the fd is quiet again.
     assert!(!readable_within(l.as_fd(), Duration::from_millis(300)));
 }
+
+/// The CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    // SAFETY: timespec is plain data; clock_gettime fills it.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid clock id and a valid timespec pointer.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(r, 0);
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// A blocking `accept` with a negotiation open polls for the wait policy's budget, then
+/// sleeps until the negotiation's deadline: a client that goes silent after the framed
+/// hello costs the listener (nearly) no CPU, with the default policy and with
+/// `WaitPolicy::BLOCKING` (which polls not at all).
+#[test]
+fn a_silent_negotiation_costs_a_blocking_accept_no_cpu() {
+    for (name, wait) in [
+        ("default", shmlink::WaitPolicy::default()),
+        ("blocking", shmlink::WaitPolicy::BLOCKING),
+    ] {
+        let opts = Options::default()
+            .handshake_timeout(Duration::from_millis(500))
+            .wait_policy(wait);
+        let mut l = Listener::bind("auto:127.0.0.1:0", &opts).unwrap();
+        let addr = l.local_addr();
+        let accepting = std::thread::spawn(move || {
+            let before = thread_cpu();
+            let c = l.accept().unwrap();
+            (c.transport().as_str(), thread_cpu() - before)
+        });
+        // The framed handshake completes, then nothing: the negotiation stays open until
+        // its deadline.
+        let tcp = addr.replacen("auto:", "tcp:", 1);
+        let silent = Connection::connect(&tcp, &Options::default()).unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        let mut c = Connection::connect(&addr, &Options::default()).unwrap();
+        let (transport, cpu) = accepting.join().unwrap();
+        assert_eq!(transport, "shm");
+        eprintln!("{name}: the accepting thread used {cpu:?} of CPU in 700 ms");
+        assert!(
+            cpu < Duration::from_millis(150),
+            "{name}: accept burned {cpu:?}"
+        );
+        c.send(b"done").unwrap();
+        drop(silent);
+    }
+}

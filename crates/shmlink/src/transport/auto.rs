@@ -1020,13 +1020,13 @@ impl AutoListener {
             // wake-up per message of the negotiation; docs/design.md §5.1b).
             if !self.deciding.is_empty() {
                 let (epoll, events) = (&self.epoll, &mut self.events);
-                let _ = crate::notify::spin_then_yield(&self.wait, || {
+                let woke = crate::notify::spin_then_yield(&self.wait, || {
                     epoll
                         .wait(Some(Instant::now()), events)
                         .map_err(|e| Error::io("auto: listener", e))?;
                     Ok(!events.is_empty())
                 })?;
-                if !self.events.is_empty() {
+                if woke {
                     continue;
                 }
             }

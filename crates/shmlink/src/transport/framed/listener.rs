@@ -136,10 +136,13 @@ impl<W: Wire> ServerHandshake<W> {
                 {
                     let _ = send_hello(&mut self.link, self.max_msg, self.role);
                 }
+                // What the client sent behind its hello is read first, as in `refuse`.
+                stream::discard_input(self.link.sock());
                 return Ok(None);
             }
         };
         if send_hello(&mut self.link, self.max_msg, self.role).is_err() {
+            stream::discard_input(self.link.sock());
             return Ok(None);
         }
         FramedConn::new(self.link, self.max_msg, peer_max, self.local, self.peer)
