@@ -462,39 +462,48 @@ fn thread_cpu() -> Duration {
 }
 
 /// A blocking `accept` with a negotiation open polls for the wait policy's budget, then
-/// sleeps until the negotiation's deadline: a client that goes silent after the framed
-/// hello costs the listener (nearly) no CPU, with the default policy and with
-/// `WaitPolicy::BLOCKING` (which polls not at all).
+/// sleeps until the negotiation's deadline: a client that goes silent costs the listener
+/// (nearly) no CPU, with the default policy and with `WaitPolicy::BLOCKING` (which polls
+/// not at all) — silent after the framed hello, or after claiming an upgrade it never
+/// made and dropping its TCP connection (whose end of stream must not keep the listener
+/// awake).
 #[test]
 fn a_silent_negotiation_costs_a_blocking_accept_no_cpu() {
     for (name, wait) in [
         ("default", shmlink::WaitPolicy::default()),
         ("blocking", shmlink::WaitPolicy::BLOCKING),
     ] {
-        let opts = Options::default()
-            .handshake_timeout(Duration::from_millis(500))
-            .wait_policy(wait);
-        let mut l = Listener::bind("auto:127.0.0.1:0", &opts).unwrap();
-        let addr = l.local_addr();
-        let accepting = std::thread::spawn(move || {
-            let before = thread_cpu();
-            let c = l.accept().unwrap();
-            (c.transport().as_str(), thread_cpu() - before)
-        });
-        // The framed handshake completes, then nothing: the negotiation stays open until
-        // its deadline.
-        let tcp = addr.replacen("auto:", "tcp:", 1);
-        let silent = Connection::connect(&tcp, &Options::default()).unwrap();
-        std::thread::sleep(Duration::from_millis(700));
-        let mut c = Connection::connect(&addr, &Options::default()).unwrap();
-        let (transport, cpu) = accepting.join().unwrap();
-        assert_eq!(transport, "shm");
-        eprintln!("{name}: the accepting thread used {cpu:?} of CPU in 700 ms");
-        assert!(
-            cpu < Duration::from_millis(150),
-            "{name}: accept burned {cpu:?}"
-        );
-        c.send(b"done").unwrap();
-        drop(silent);
+        for claimed in [false, true] {
+            let opts = Options::default()
+                .handshake_timeout(Duration::from_millis(500))
+                .wait_policy(wait);
+            let mut l = Listener::bind("auto:127.0.0.1:0", &opts).unwrap();
+            let addr = l.local_addr();
+            let accepting = std::thread::spawn(move || {
+                let before = thread_cpu();
+                let c = l.accept().unwrap();
+                (c.transport().as_str(), thread_cpu() - before)
+            });
+            let silent = if claimed {
+                let (mut c, ..) = offer_from(&addr);
+                c.send(&AutoMsg::Decision { upgraded: true }.encode())
+                    .unwrap();
+                None // dropped: end of stream
+            } else {
+                let tcp = addr.replacen("auto:", "tcp:", 1);
+                Some(Connection::connect(&tcp, &Options::default()).unwrap())
+            };
+            std::thread::sleep(Duration::from_millis(700));
+            drop(silent);
+            let mut c = Connection::connect(&addr, &Options::default()).unwrap();
+            let (transport, cpu) = accepting.join().unwrap();
+            assert_eq!(transport, "shm");
+            eprintln!("{name}, claimed {claimed}: the accepting thread used {cpu:?} of CPU");
+            assert!(
+                cpu < Duration::from_millis(150),
+                "{name}, claimed {claimed}: accept burned {cpu:?}"
+            );
+            c.send(b"done").unwrap();
+        }
     }
 }

@@ -730,14 +730,21 @@ impl AutoListener {
             } else if d.upgraded {
                 d.shm.take().map_or(Step::Wait, Step::Shm)
             } else {
-                Self::advance(
+                let step = Self::advance(
                     d,
                     &mut self.shm,
                     &self.boot_id,
                     &self.no_shm,
                     &self.upgrade_socket,
                     (&self.vm, &self.no_vm),
-                )
+                );
+                if d.upgraded {
+                    // Nothing more is read on the TCP connection, and its end of stream
+                    // (the client drops it after deciding) would keep the set readable
+                    // while the upgrade socket reads the client's segment.
+                    let _ = self.epoll.delete(d.conn.fd().as_raw_fd());
+                }
+                step
             };
             match step {
                 Step::Wait => {}
