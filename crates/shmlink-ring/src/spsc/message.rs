@@ -29,7 +29,9 @@ pub const FLAG_FIRST: u32 = 2;
 /// consumer passes over it ([`Record::is_skip`]).
 pub const FLAG_SKIP: u32 = FLAG_FIRST;
 /// Records of at least this size (and a sixteenth of the ring) restart at the ring's start
-/// when the ring is empty.
+/// when the ring is empty. On a ring of at least twice this size, any record also
+/// restarts an empty ring once the tail is half a ring into its lap and the skip would
+/// leave room for the largest record behind this one (`Producer::try_reserve`).
 pub const RESTART_MIN: usize = 64 << 10;
 pub(super) const KNOWN_FLAGS: u32 = FLAG_MORE | FLAG_FIRST;
 /// Bit 63 of a header word: a published header (a zeroed slot is never one).

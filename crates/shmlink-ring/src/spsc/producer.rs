@@ -26,6 +26,9 @@ pub struct Producer {
     /// The last value stored to the shared `tail` ([`Producer::publish`]); below `tail`
     /// while records written with [`Producer::write`] await their publication.
     published: u64,
+    /// The tail from which records check whether the ring is empty and restart it: half
+    /// a ring into the current or next lap (never on a ring below twice [`RESTART_MIN`]).
+    next_restart: u64,
 }
 
 impl Producer {
@@ -38,6 +41,11 @@ impl Producer {
             cached_head: 0,
             woken: 0,
             published: 0,
+            next_restart: if ring.cap >= 2 * RESTART_MIN {
+                ring.cap as u64 / 2
+            } else {
+                u64::MAX
+            },
         }
     }
 
@@ -130,6 +138,8 @@ impl Producer {
         debug_assert!(record_size(len) <= self.ring.max_record());
         if record_size(len) >= RESTART_MIN.max(self.ring.cap / 16) {
             self.restart_if_empty(record_size(len))?;
+        } else if self.tail >= self.next_restart {
+            self.restart_lap(record_size(len))?;
         }
         if !self.has_room(record_size(len))? {
             return Ok(None);
@@ -154,6 +164,32 @@ impl Producer {
         }
         // SAFETY: as in `try_reserve`.
         Ok(Some(unsafe { self.ring.at(self.tail).add(HEADER) }))
+    }
+
+    /// The tail is half a ring or more into its lap (or has left the lap it was in):
+    /// traffic that never fills the ring (round trips, paced messages) goes back to its
+    /// start, so it keeps to half the ring and a record instead of touching every page
+    /// and cache line of it in turn. Only when the skip (the lap's rest) leaves room for
+    /// the largest record behind this one, so that what fitted behind one record on an
+    /// empty ring still does; the check reads the consumer's `head`, once per lap.
+    #[cold]
+    #[inline(never)]
+    fn restart_lap(&mut self, size: usize) -> Result<()> {
+        let cap = self.ring.cap as u64;
+        let half = (self.tail & !(cap - 1)) + cap / 2;
+        if self.tail < half {
+            self.next_restart = half;
+            return Ok(());
+        }
+        if self.tail - half < (HEADER + size) as u64 {
+            return Ok(());
+        }
+        self.restart_if_empty(size)?;
+        self.next_restart = (self.tail & !(cap - 1)) + cap / 2;
+        if self.next_restart <= self.tail {
+            self.next_restart += cap;
+        }
+        Ok(())
     }
 
     /// Before a large record of `size` bytes (or records: the fragments of a message, in

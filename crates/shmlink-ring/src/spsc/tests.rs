@@ -344,6 +344,63 @@ fn large_records_restart_at_the_start_of_an_empty_ring() {
     assert!(c2.peek().is_err());
 }
 
+/// Records that never fill a large ring (a round trip at a time) keep to its first half
+/// and two records: the producer restarts the empty ring once a lap. A ring that is not
+/// empty at that check is not restarted until the next lap.
+#[test]
+fn traffic_that_never_fills_the_ring_keeps_to_its_start() {
+    let cap = 256 << 10;
+    let mut h = HeapRing::new(cap);
+    let (mut p, mut c) = h.ends();
+    let base = h.data.as_ptr() as usize;
+    let offset = |dst: NonNull<u8>| dst.as_ptr() as usize - base - HEADER;
+    let mut furthest = 0;
+    for i in 0..1000u32 {
+        let msg = vec![i as u8; 1000 + i as usize % 24];
+        let dst = p.try_reserve(msg.len()).unwrap().unwrap();
+        furthest = furthest.max(offset(dst) + record_size(msg.len()));
+        // SAFETY: try_reserve returned room for msg.len() bytes.
+        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), dst.as_ptr(), msg.len()) };
+        p.commit(msg.len(), 0);
+        let r = loop {
+            let r = c.peek().unwrap().unwrap();
+            if !r.is_skip() {
+                break r;
+            }
+            c.advance(r.size());
+        };
+        // SAFETY: peek validated the record inside the mapping.
+        let got = unsafe { std::slice::from_raw_parts(r.ptr.as_ptr(), r.len) };
+        assert_eq!(got, msg);
+        c.advance(r.size());
+    }
+    assert!(
+        furthest <= cap / 2 + HEADER + 2 * record_size(1023),
+        "{furthest}"
+    );
+
+    // Behind at the check: the records go on past it, to the end of the lap.
+    let mut h = HeapRing::new(cap);
+    let (mut p, mut c) = h.ends();
+    let base = h.data.as_ptr() as usize;
+    let offset = |dst: NonNull<u8>| dst.as_ptr() as usize - base - HEADER;
+    let size = record_size(1000);
+    let mut pos = 0;
+    for round in 0..3 {
+        for _ in 0..cap / 2 / size {
+            let dst = p.try_reserve(1000).unwrap().unwrap();
+            assert_eq!(offset(dst), pos % cap, "round {round}");
+            p.commit(1000, 0);
+            pos += size;
+        }
+        while let Some(r) = c.peek().unwrap() {
+            assert!(!r.is_skip());
+            c.advance(r.size());
+        }
+    }
+    assert!(pos > cap, "a whole lap without a restart");
+}
+
 /// Payload that looks like the next record's header is never taken for one: the
 /// producer zeroes the next header slot before it publishes a record.
 #[test]
