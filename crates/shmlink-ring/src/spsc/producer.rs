@@ -177,18 +177,15 @@ impl Producer {
     fn restart_lap(&mut self, size: usize) -> Result<()> {
         let cap = self.ring.cap as u64;
         let half = (self.tail & !(cap - 1)) + cap / 2;
-        if self.tail < half {
-            self.next_restart = half;
-            return Ok(());
+        if self.tail >= half {
+            if self.tail - half < (HEADER + size) as u64 {
+                return Ok(()); // Not far enough for this record: the next one looks.
+            }
+            self.restart_if_empty(size)?;
         }
-        if self.tail - half < (HEADER + size) as u64 {
-            return Ok(());
-        }
-        self.restart_if_empty(size)?;
-        self.next_restart = (self.tail & !(cap - 1)) + cap / 2;
-        if self.next_restart <= self.tail {
-            self.next_restart += cap;
-        }
+        // Half a ring into the lap the tail is in now, or else into the next one.
+        let half = (self.tail & !(cap - 1)) + cap / 2;
+        self.next_restart = if half > self.tail { half } else { half + cap };
         Ok(())
     }
 
