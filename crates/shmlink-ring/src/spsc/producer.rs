@@ -29,6 +29,9 @@ pub struct Producer {
     /// The tail from which records check whether the ring is empty and restart it: half
     /// a ring into the current or next lap (never on a ring below twice [`RESTART_MIN`]).
     next_restart: u64,
+    /// What [`Producer::sent`] was last told: the position of the other direction's
+    /// consumer.
+    rx_at_send: u64,
 }
 
 impl Producer {
@@ -46,6 +49,7 @@ impl Producer {
             } else {
                 u64::MAX
             },
+            rx_at_send: u64::MAX,
         }
     }
 
@@ -267,13 +271,23 @@ impl Producer {
         self.tail += size;
     }
 
-    /// Starts taking ownership of the line 512 bytes past the tail, which the next
-    /// records will fill, so that stores to it do not wait for the consumer's core to give
-    /// it up. For a producer that streams: on a round trip the request measured as a cost
-    /// (64 B: 0.55 against 0.50 µs p50, docs/benchmarks.md), so [`Producer::write`] leaves
-    /// it to the caller, which knows which case it is in.
+    /// After a record, for a producer whose end also consumes the other direction of the
+    /// connection: `rx_at` is that consumer's position now. A record sent with nothing
+    /// received since the previous one is a stream's, and the line 512 bytes past the
+    /// tail, which the next records will fill, is asked for in a writable state now, so
+    /// that the stores to it do not wait for the consumer's core to give it up. A record
+    /// that follows a received message is likely a round trip's answer, where the request
+    /// cost the round trip (64 B: 0.55 against 0.50 µs p50, docs/benchmarks.md).
     #[inline(always)]
-    pub fn prefetch_ahead(&self) {
+    pub fn sent(&mut self, rx_at: u64) {
+        if rx_at == self.rx_at_send {
+            self.prefetch_ahead();
+        }
+        self.rx_at_send = rx_at;
+    }
+
+    #[inline(always)]
+    fn prefetch_ahead(&self) {
         // `at` + the distance stays inside the double mapping (PREFETCH_AHEAD < cap).
         prefetch_write(
             self.ring

@@ -549,15 +549,21 @@ impl VmConn {
             // inside the region's mapping (kept by `shared`); any guest may write them, so
             // the copy is `copy_shared`'s. The source range is inside `p.msg`.
             unsafe { frag.write_shared(dst, total, &p.msg[off..off + frag.chunk]) };
-            if self.tx.commit(payload, frag.flags) {
-                self.shared.ring_peer();
-            }
             p.off += frag.chunk;
             if p.off >= total {
                 self.pending = None;
             }
+            self.commit_tx(payload, frag.flags);
         }
         Ok(true)
+    }
+
+    /// Publishes the record written last and rings the peer if it sleeps.
+    fn commit_tx(&mut self, len: usize, flags: u32) {
+        if self.tx.commit(len, flags) {
+            self.shared.ring_peer();
+        }
+        self.tx.sent(self.rx.position());
     }
 
     /// Leaves the slot: the last of the two to leave (or the survivor of a dead peer)
@@ -632,9 +638,7 @@ impl ConnOps for VmConn {
                 // region's mapping; any guest may write them, so the copy is
                 // `copy_shared`'s, and `msg` is ours.
                 unsafe { crate::sys::copy_shared(dst.as_ptr(), msg.as_ptr(), msg.len()) };
-                if self.tx.commit(msg.len(), 0) {
-                    self.shared.ring_peer();
-                }
+                self.commit_tx(msg.len(), 0);
                 return Ok(());
             }
             self.peer_check()?;
@@ -714,9 +718,7 @@ impl ConnOps for VmConn {
                 unsafe { crate::sys::copy_shared(ptr.as_ptr(), buf.as_ptr(), buf.len()) };
                 let len = buf.len();
                 self.scratch = buf;
-                if self.tx.commit(len, 0) {
-                    self.shared.ring_peer();
-                }
+                self.commit_tx(len, 0);
                 Ok(())
             }
             // Accepted whole; a blocking connection writes every fragment before it

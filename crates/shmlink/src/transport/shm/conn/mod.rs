@@ -208,10 +208,6 @@ pub(crate) struct ShmConn {
     /// Inside a batch ([`ConnOps::begin_batch`]): records are written, and published
     /// (one `tail` store, one fence) before any wait and when the batch ends.
     batching: bool,
-    /// The receiving ring's position at the last record sent: unchanged at the next one,
-    /// the records stream (none answers a message), and the sending ring's next lines are
-    /// requested ahead (`Producer::prefetch_ahead`).
-    rx_at_send: u64,
     /// See [`Setup::copy_ahead`].
     copy_ahead: bool,
     closed: bool,
@@ -297,7 +293,6 @@ impl ShmConn {
             rx_mark: 0,
             broken: None,
             batching: false,
-            rx_at_send: u64::MAX,
             copy_ahead: s.copy_ahead,
             closed: false,
             local: s.local,

@@ -156,14 +156,7 @@ impl ShmConn {
         } else if self.tx.commit(len, flags) {
             self.doorbell(Bell::Data);
         }
-        // A record sent right after another, with nothing received in between, is a
-        // stream: take the lines ahead. One that follows a received message is likely a
-        // round trip's, where the request measured as a cost (docs/design.md §3.2).
-        let rx_at = self.rx.position();
-        if rx_at == self.rx_at_send {
-            self.tx.prefetch_ahead();
-        }
-        self.rx_at_send = rx_at;
+        self.tx.sent(self.rx.position());
     }
 
     /// Publishes the records a batch wrote so far (one `tail` store and one fence).
