@@ -95,6 +95,27 @@ impl Counters {
     pub(crate) fn set_state(&self, s: impl Into<String>) {
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = s.into();
     }
+
+    /// Adds `messages` and `bytes`, for the counters' only writer (an exporting
+    /// publisher, or a callback under its importer's lock): no read-modify-write needed.
+    pub(crate) fn count(&self, messages: u64, bytes: usize) {
+        let add = |n: &AtomicU64, k: u64| n.store(n.load(Ordering::Relaxed) + k, Ordering::Relaxed);
+        add(&self.messages, messages);
+        add(&self.bytes, bytes as u64);
+    }
+
+    /// What `shmlink ls` shows of the topic: these counters, now.
+    pub(crate) fn bridged(&self, export: bool, topic: &str, key: &str) -> BridgedTopic {
+        BridgedTopic {
+            export,
+            topic: topic.to_owned(),
+            key: key.to_owned(),
+            messages: self.messages.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            dropped: self.dropped.load(Ordering::Relaxed),
+            state: self.state.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        }
+    }
 }
 
 /// An imported topic: its local publisher (gone once the bridge closes it) and the last
@@ -113,7 +134,7 @@ const MAX_ORIGINS: usize = 256;
 /// was lost on the way. The latest origin is kept apart, so a topic with one publisher
 /// (the usual case) costs no hashing per message.
 #[derive(Default)]
-struct Origins {
+pub(crate) struct Origins {
     latest: Option<(u128, u64)>,
     /// Other origins: last sequence number, and when they were last the latest.
     others: HashMap<u128, (u64, u64)>,
@@ -124,7 +145,7 @@ impl Origins {
     /// Records message `seq` of `origin`; returns how many of its messages before it
     /// were never seen (0 for a first, repeated or earlier number: whatever the
     /// attachment says, this neither overflows nor counts twice).
-    fn see(&mut self, origin: u128, seq: u64) -> u64 {
+    pub(crate) fn see(&mut self, origin: u128, seq: u64) -> u64 {
         let prev = match self.latest {
             Some((o, s)) if o == origin => Some(s),
             latest => {
@@ -243,7 +264,7 @@ pub(crate) fn random_id() -> u128 {
 
 /// A topic name as the library accepts it (letters, digits and `-_.+@=,`), at most 100
 /// bytes; anything else from the network is refused.
-fn valid_topic(name: &str) -> bool {
+pub(crate) fn valid_topic(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 100
         && name
@@ -659,31 +680,29 @@ impl Importer {
             );
             return;
         }
-        // Copied once, from Zenoh's buffers (the fragments of a large message as they
-        // arrived) straight into the ring's slot.
-        let published = publisher.loan(len).and_then(|mut slot| {
-            let mut at = 0;
-            for piece in payload.slices() {
-                slot[at..at + piece.len()].copy_from_slice(piece);
-                at += piece.len();
-            }
-            slot.publish()
-        });
-        match published {
-            Ok(()) => {
-                // Only here, under the importer's lock: no read-modify-write needed.
-                let add = |n: &AtomicU64, k: u64| {
-                    n.store(n.load(Ordering::Relaxed) + k, Ordering::Relaxed)
-                };
-                add(&c.messages, 1);
-                add(&c.bytes, len as u64);
-            }
+        match publish_payload(publisher, payload) {
+            // Only here, under the importer's lock.
+            Ok(()) => c.count(1, len),
             Err(e) => {
                 c.dropped.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(topic = name, error = %e, "local publish failed");
             }
         }
     }
+}
+
+/// Publishes a Zenoh payload of at most the topic's largest message: copied once, from
+/// Zenoh's buffers (the fragments of a large message as they arrived) straight into the
+/// ring's slot.
+pub(crate) fn publish_payload(publisher: &mut Publisher, payload: &ZBytes) -> shmlink::Result<()> {
+    publisher.loan(payload.len()).and_then(|mut slot| {
+        let mut at = 0;
+        for piece in payload.slices() {
+            slot[at..at + piece.len()].copy_from_slice(piece);
+            at += piece.len();
+        }
+        slot.publish()
+    })
 }
 
 #[cfg(test)]

@@ -21,7 +21,10 @@
 //!
 //! A publishing process can also send its topic to Zenoh itself, with an
 //! [`ExportingPublisher`]: the same keys and attachments as a bridge's, one hop and one
-//! wake-up less on the way out.
+//! wake-up less on the way out. A subscribing process can bring its topic in itself, with
+//! an [`ImportingSubscriber`]: Zenoh's receive thread calls its handler and fills the
+//! local topic for the host's other subscribers, one hop and one wake-up less on the way
+//! in.
 //!
 //! Modules: [`config`] (allow-lists, key prefix, Zenoh session options, access control), [`header`] (the
 //! attachment every bridged message carries), and the bridge itself.
@@ -31,7 +34,9 @@ pub mod config;
 pub mod header;
 mod publisher;
 mod status;
+mod subscriber;
 
 pub use bridge::{Bridge, Direction, Error, TopicStats};
 pub use config::{BridgeConfig, Grant, Mode, Pattern, Tls, DEFAULT_PREFIX};
 pub use publisher::ExportingPublisher;
+pub use subscriber::ImportingSubscriber;

@@ -16,10 +16,8 @@
 //! The local topic is marked exported ([`PubSubOptions::exported`]): bridges on the host
 //! leave it alone, so each message leaves the host once.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use shmlink::inspect::BridgedTopic;
 use shmlink::{PubSubOptions, Publisher};
 use zenoh::bytes::ZBytes;
 use zenoh::{Session, Wait};
@@ -86,17 +84,7 @@ impl ExportingPublisher {
         counters.set_state("exported by its publisher");
         let status = {
             let (c, topic, key) = (Arc::clone(&counters), topic.to_owned(), key.clone());
-            StatusFile::start(head.origin, move || {
-                vec![BridgedTopic {
-                    export: true,
-                    topic: topic.clone(),
-                    key: key.clone(),
-                    messages: c.messages.load(Ordering::Relaxed),
-                    bytes: c.bytes.load(Ordering::Relaxed),
-                    dropped: 0,
-                    state: c.state.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-                }]
-            })
+            StatusFile::start(head.origin, move || vec![c.bridged(true, &topic, &key)])
         };
         tracing::info!(topic, key, ?policy, "publishing and exporting");
         Ok(ExportingPublisher {
@@ -161,8 +149,7 @@ impl ExportingPublisher {
             .attachment(head)
             .wait()
             .map_err(|e| Error(format!("put {}: {e}", self.key)))?;
-        self.counters.messages.fetch_add(1, Ordering::Relaxed);
-        self.counters.bytes.fetch_add(len as u64, Ordering::Relaxed);
+        self.counters.count(1, len);
         Ok(())
     }
 

@@ -9,6 +9,10 @@
 //!   (`shmlink-zenoh-perf send --exporting`: the local ring, then Zenoh, from the
 //!   publishing thread; no bridge on A, and no subscriber on A, so the local copy is
 //!   skipped as for any such topic), the bridge on B imports, a shmlink subscriber on B;
+//! - **importing**: the same publisher, and on B a `shmlink_zenoh::ImportingSubscriber`
+//!   (`shmlink-zenoh-perf recv --importing`: Zenoh's thread hands each message over and
+//!   fills the local topic for B's other subscribers); no bridge at all; with 8
+//!   subscribers on B, it is the first and the other 7 read its topic;
 //! - **zenoh**: pure Zenoh pub/sub between the same namespaces, `shmlink-zenoh-perf`
 //!   (a peer-mode session with explicit endpoints, as Zenoh's `z_pub_thr`/`z_ping`
 //!   examples drive it);
@@ -57,7 +61,8 @@ impl Pattern for Remote {
     fn help(&self) -> &'static str {
         "topics across two network namespaces joined by a veth pair (root; each with its
 own rendezvous directory): shmlink -> shmlink-zenoh bridge -> Zenoh -> bridge ->
-shmlink, an ExportingPublisher -> Zenoh -> bridge -> shmlink, pure Zenoh pub/sub
+shmlink, an ExportingPublisher -> Zenoh -> bridge -> shmlink, the same publisher ->
+Zenoh -> an ImportingSubscriber, pure Zenoh pub/sub
 (shmlink-zenoh-perf, peer mode), shmlink's tcp: remote subscriber, Redis and RabbitMQ
 (a broker started in B by scripts/brokers.sh). 64 B one-way p50, 64 B / 64 KiB / 1 MiB
 throughput, CPU per message on each side, veth bytes per message; 8 subscribers on B;
@@ -253,7 +258,7 @@ impl Ctx<'_> {
                     spec(Role::Recv, carrier, addr),
                 )
             }
-            Way::Zenoh | Way::Exporting => {
+            Way::Zenoh | Way::Exporting | Way::Importing => {
                 let exe = zenoh_program("shmlink-zenoh-perf")?;
                 let endpoint = format!("tcp/{a}:{}", self.port());
                 let common = |role: &str, ep: &str| {
@@ -279,9 +284,12 @@ impl Ctx<'_> {
                     v
                 };
                 let mut send = common("send", "--listen");
-                if way == Way::Exporting {
-                    // The publisher's own session listens; B's bridge imports from it.
+                if way != Way::Zenoh {
+                    // The publisher's own session listens; B's bridge imports from it,
+                    // or B's first receiver, an importing subscriber.
                     send.extend(["--exporting".into(), topic.clone()]);
+                }
+                if way == Way::Exporting {
                     run.bridges[1] = Some(import_bridge(&topic, &endpoint));
                 }
                 run.ends.push(End {
@@ -293,7 +301,19 @@ impl Ctx<'_> {
                 });
                 for i in 0..subs {
                     run.ends.push(match way {
-                        Way::Exporting => self.bench_end(
+                        Way::Importing if i == 0 => {
+                            let mut args = common("recv", "--connect");
+                            args.extend(["--importing".into(), topic.clone()]);
+                            End {
+                                host: 1,
+                                name: "importing-recv-0".into(),
+                                program: exe.clone(),
+                                args,
+                                role: Role::Recv,
+                            }
+                        }
+                        // The host's other subscribers read the importing one's topic.
+                        Way::Exporting | Way::Importing => self.bench_end(
                             1,
                             format!("recv-{i}"),
                             spec(Role::Recv, Carrier::Shmlink, &format!("shm:{topic}")),
@@ -411,6 +431,8 @@ enum Kind {
 const MAIN: &str = "main";
 const FANOUT: &str = "fanout";
 const LOCAL: &str = "local";
+/// The rows of the table with 8 subscribers on B.
+const FANOUT_WAYS: [Way; 4] = [Way::Bridged, Way::Importing, Way::Zenoh, Way::Tcp];
 
 fn plan() -> Vec<(Cell, Kind)> {
     let cell = |table, row: String, column| Cell {
@@ -440,7 +462,7 @@ fn plan() -> Vec<(Cell, Kind)> {
             ));
         }
     }
-    for way in [Way::Bridged, Way::Zenoh, Way::Tcp] {
+    for way in FANOUT_WAYS {
         v.push((
             cell(
                 FANOUT,
@@ -718,7 +740,7 @@ fn table(cells: &[Cell]) -> String {
         "\n{:<44} {:>10} {:>12} {:>9} {:>9}\n",
         "A -> B, 8 subscribers on B, 64 KiB", "msg/s", "veth B/msg", "cpuA us", "cpuB us"
     );
-    for way in [Way::Bridged, Way::Zenoh, Way::Tcp] {
+    for way in FANOUT_WAYS {
         let c = find(FANOUT, way.label(), col);
         s += &format!(
             "{:<44} {:>10} {:>12} {:>9} {:>9}\n",

@@ -7,7 +7,8 @@
 //! `CongestionControl::Block` putting one payload per message, and a callback subscriber
 //! (`z_sub_thr`'s shape). With `--exporting TOPIC` the sender is a shmlink
 //! `ExportingPublisher` instead (the bench's row of that name: a bridge imports it on
-//! the other side).
+//! the other side), and with `--importing TOPIC` the receiver is an
+//! `ImportingSubscriber` (no bridge on either side, with both).
 //!
 //! The protocol on stdin/stdout and the message layout are the bench's (its
 //! `patterns/remote/ends.rs`): every message starts with its sequence number (u64 LE),
@@ -67,6 +68,11 @@ struct Args {
     /// publisher; `--key` is not used.
     #[arg(long, value_name = "TOPIC")]
     exporting: Option<String>,
+    /// recv: subscribe with an `ImportingSubscriber` of shmlink topic TOPIC (Zenoh's
+    /// `shmlink/TOPIC`, handed over on Zenoh's thread and published into the local
+    /// topic for any other subscriber of the host); `--key` is not used.
+    #[arg(long, value_name = "TOPIC")]
+    importing: Option<String>,
 }
 
 /// The header every message starts with: sequence number, stamp, kind.
@@ -223,6 +229,39 @@ struct Seen {
     bad: u64,
 }
 
+/// The receiver's subscription, alive until dropped: a plain Zenoh callback subscriber,
+/// or an `ImportingSubscriber`.
+type Subscription = Box<dyn std::any::Any>;
+
+fn subscriber(
+    args: &Args,
+    session: &zenoh::Session,
+    on_message: impl Fn(&[u8]) + Send + Sync + 'static,
+) -> Result<Subscription, String> {
+    if let Some(topic) = &args.importing {
+        // The bench's shmlink subscribers' geometry (its `patterns/remote/ends.rs`).
+        let opts = shmlink::PubSubOptions::default()
+            .policy(shmlink::Policy::Block)
+            .max_msg_size(args.size)
+            .slots(((16usize << 20) / args.size).clamp(16, 1024));
+        return shmlink_zenoh::ImportingSubscriber::new(
+            session,
+            topic,
+            &opts,
+            shmlink_zenoh::DEFAULT_PREFIX,
+            on_message,
+        )
+        .map(|s| Box::new(s) as Subscription)
+        .map_err(|e| e.to_string());
+    }
+    session
+        .declare_subscriber(args.key.clone())
+        .callback(move |sample| on_message(&sample.payload().to_bytes()))
+        .wait()
+        .map(|s| Box::new(s) as Subscription)
+        .map_err(|e| format!("declare subscriber {}: {e}", args.key))
+}
+
 fn recv(args: &Args, session: &zenoh::Session) -> Result<(), String> {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let (tx, rx) = mpsc::channel::<&'static str>();
@@ -230,47 +269,43 @@ fn recv(args: &Args, session: &zenoh::Session) -> Result<(), String> {
     let s = seen.clone();
     let ended = Arc::new(AtomicBool::new(false));
     let e = ended.clone();
-    let _subscriber = session
-        .declare_subscriber(args.key.clone())
-        .callback(move |sample| {
-            let now = now_ns();
-            let bytes = sample.payload().to_bytes();
-            let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
-            if g.done {
-                return;
-            }
-            if bytes.len() != size || bytes.len() < HEADER {
-                g.bad += 1;
-                return;
-            }
-            let word = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());
-            let (seq, stamp, kind) = (word(0), word(8), bytes[16]);
-            if !g.ready {
-                g.ready = true;
-                let _ = tx.send("ready");
-            }
-            match kind {
-                MEASURED => {
-                    if g.first_seq.is_none() {
-                        g.first_seq = Some(seq);
-                        g.first_ns = now;
-                    }
-                    g.last_seq = seq;
-                    g.last_ns = now;
-                    g.latencies.push(now.saturating_sub(stamp));
+    let on_message = move |bytes: &[u8]| {
+        let now = now_ns();
+        let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+        if g.done {
+            return;
+        }
+        if bytes.len() != size || bytes.len() < HEADER {
+            g.bad += 1;
+            return;
+        }
+        let word = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());
+        let (seq, stamp, kind) = (word(0), word(8), bytes[16]);
+        if !g.ready {
+            g.ready = true;
+            let _ = tx.send("ready");
+        }
+        match kind {
+            MEASURED => {
+                if g.first_seq.is_none() {
+                    g.first_seq = Some(seq);
+                    g.first_ns = now;
                 }
-                END => {
-                    g.done = true;
-                    // SYNC POINT: Release pairs with the Acquire load below; the
-                    // counters are read under the mutex anyway.
-                    e.store(true, Ordering::Release);
-                    let _ = tx.send("end");
-                }
-                _ => {}
+                g.last_seq = seq;
+                g.last_ns = now;
+                g.latencies.push(now.saturating_sub(stamp));
             }
-        })
-        .wait()
-        .map_err(|e| format!("declare subscriber {}: {e}", args.key))?;
+            END => {
+                g.done = true;
+                // SYNC POINT: Release pairs with the Acquire load below; the
+                // counters are read under the mutex anyway.
+                e.store(true, Ordering::Release);
+                let _ = tx.send("end");
+            }
+            _ => {}
+        }
+    };
+    let _subscriber = subscriber(args, session, on_message)?;
     let stdin = stdin_lines();
     let timeout = Duration::from_secs(120);
     match rx.recv_timeout(timeout) {

@@ -28,7 +28,7 @@ use super::topic::{sub_token, token_sub, Leave, Sub, Table, Topic, CHANGED_TOKEN
 use crate::addr::Address;
 use crate::error::{Error, Result};
 use crate::rendezvous::{bind_rendezvous, remove_socket_file, SocketFile};
-use crate::sync::{fence, AtomicU64, Ordering};
+use crate::sync::{fence, AtomicU64, AtomicUsize, Ordering};
 use crate::sys::{self, socket, Epoll, Event, Interest, TimerFd};
 use crate::transport::shm::handshake::{RefuseCode, Token};
 use crate::trust;
@@ -151,6 +151,7 @@ pub(crate) fn start(
         bell,
         bell_fd,
         cached_min: AtomicU64::new(u64::MAX),
+        members: AtomicUsize::new(0),
         table: Mutex::new(Table {
             subs: (0..opts.max_subscribers).map(|_| None).collect(),
             next_slot: 0,
@@ -498,6 +499,10 @@ impl Control {
             None => Packet::Subscribed(subscribed),
             Some(proof) => Packet::Upgraded(subscribed, proof),
         };
+        // SYNC POINT (members): counted before the answer goes out, so a subscriber
+        // that has its answer is counted; Release pairs with the Acquire load in
+        // `Publisher::subscriber_count`, which takes no lock.
+        topic.members.store(table.count + 1, Ordering::Release);
         let sent = registered.is_ok()
             && socket::send_with_fds(
                 sock.as_fd(),
@@ -510,6 +515,7 @@ impl Control {
             )
             .is_ok();
         if !sent {
+            topic.members.store(table.count, Ordering::Release);
             let _ = topic.pub_epoll.delete(fd);
             let _ = topic.ctl_epoll.delete(fd);
             ring.clear_bell(topic.bell.get(), slot);

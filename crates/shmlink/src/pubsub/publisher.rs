@@ -571,7 +571,9 @@ impl Publisher {
 
     /// Subscribers now.
     pub fn subscriber_count(&self) -> usize {
-        self.topic.lock().count
+        // SYNC POINT (members): Acquire pairs with the Release stores made under the
+        // table's lock at each join and removal; no lock taken here.
+        self.topic.members.load(Ordering::Acquire)
     }
 
     /// Every subscriber now, with its lag and the losses it reports.

@@ -13,7 +13,7 @@ use std::time::Instant;
 use super::options::{Policy, PubSubOptions};
 use super::ring::{Geometry, LastRing, Ring};
 use super::segment::{BellSegment, CursorSegment, TopicSegment};
-use crate::sync::AtomicU64;
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use crate::sys::socket::{self, PeerCred};
 use crate::sys::{Epoll, TimerFd};
 use crate::transport::shm::handshake::Token;
@@ -131,6 +131,9 @@ pub(crate) struct Topic {
     /// Lowest cursor of a live subscriber at the last rescan (`u64::MAX`: none), lowered
     /// by joins. Read by the publisher without the lock; written under it.
     pub cached_min: AtomicU64,
+    /// The table's `count`, readable without the lock (`Publisher::subscriber_count`,
+    /// which an exporting publisher asks at every message); written under it.
+    pub members: AtomicUsize,
     pub table: Mutex<Table>,
     /// Signalled when a subscriber joins.
     pub joins: Condvar,
@@ -217,6 +220,9 @@ impl Topic {
         self.ring().clear_bell(self.bell.get(), slot);
         let _ = socket::shutdown(sub.sock.as_fd());
         table.count -= 1;
+        // SYNC POINT (members): Release pairs with the Acquire load in
+        // `Publisher::subscriber_count`; the count is a snapshot either way.
+        self.members.store(table.count, Ordering::Release);
         // The publisher may be waiting for this one (its socket just left the set).
         let _ = socket::send(self.changed.0.as_fd(), &[1]);
     }

@@ -17,6 +17,7 @@ use super::hosts::*;
 pub(super) enum Way {
     Bridged,
     Exporting,
+    Importing,
     Zenoh,
     Tcp,
     Redis,
@@ -24,9 +25,10 @@ pub(super) enum Way {
 }
 
 impl Way {
-    pub(super) const ALL: [Way; 6] = [
+    pub(super) const ALL: [Way; 7] = [
         Way::Bridged,
         Way::Exporting,
+        Way::Importing,
         Way::Zenoh,
         Way::Tcp,
         Way::Redis,
@@ -37,6 +39,7 @@ impl Way {
         match self {
             Way::Bridged => "shmlink > bridge > Zenoh > bridge > shmlink",
             Way::Exporting => "exporting pub > Zenoh > bridge > shmlink",
+            Way::Importing => "exporting pub > Zenoh > importing sub",
             Way::Zenoh => "Zenoh pub/sub (peer, z_pub_thr-style)",
             Way::Tcp => "shmlink tcp: remote subscriber",
             Way::Redis => "Redis pub/sub (broker on B)",
