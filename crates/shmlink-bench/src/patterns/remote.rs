@@ -16,6 +16,9 @@
 //! - **zenoh**: pure Zenoh pub/sub between the same namespaces, `shmlink-zenoh-perf`
 //!   (a peer-mode session with explicit endpoints, as Zenoh's `z_pub_thr`/`z_ping`
 //!   examples drive it);
+//! - **zenoh, attachment**: the same, each message put with an attachment as long as
+//!   the bridge's (`--attachment`): what Zenoh itself charges for the attachment that
+//!   every bridged message carries;
 //! - **tcp**: shmlink's own fan-out: the publisher bound at `tcp:` on A, a remote
 //!   subscriber on B;
 //! - **redis**, **rabbitmq**: a private broker in B (`scripts/brokers.sh start` run in
@@ -62,7 +65,7 @@ impl Pattern for Remote {
         "topics across two network namespaces joined by a veth pair (root; each with its
 own rendezvous directory): shmlink -> shmlink-zenoh bridge -> Zenoh -> bridge ->
 shmlink, an ExportingPublisher -> Zenoh -> bridge -> shmlink, the same publisher ->
-Zenoh -> an ImportingSubscriber, pure Zenoh pub/sub
+Zenoh -> an ImportingSubscriber, pure Zenoh pub/sub (also with a 37-byte attachment)
 (shmlink-zenoh-perf, peer mode), shmlink's tcp: remote subscriber, Redis and RabbitMQ
 (a broker started in B by scripts/brokers.sh). 64 B one-way p50, 64 B / 64 KiB / 1 MiB
 throughput, CPU per message on each side, veth bytes per message; 8 subscribers on B;
@@ -258,7 +261,7 @@ impl Ctx<'_> {
                     spec(Role::Recv, carrier, addr),
                 )
             }
-            Way::Zenoh | Way::Exporting | Way::Importing => {
+            Way::Zenoh | Way::ZenohAttached | Way::Exporting | Way::Importing => {
                 let exe = zenoh_program("shmlink-zenoh-perf")?;
                 let endpoint = format!("tcp/{a}:{}", self.port());
                 let common = |role: &str, ep: &str| {
@@ -284,10 +287,15 @@ impl Ctx<'_> {
                     v
                 };
                 let mut send = common("send", "--listen");
-                if way != Way::Zenoh {
+                match way {
+                    // What Zenoh charges for the bridge's attachment alone.
+                    Way::ZenohAttached => send.push("--attachment".into()),
                     // The publisher's own session listens; B's bridge imports from it,
                     // or B's first receiver, an importing subscriber.
-                    send.extend(["--exporting".into(), topic.clone()]);
+                    Way::Exporting | Way::Importing => {
+                        send.extend(["--exporting".into(), topic.clone()])
+                    }
+                    _ => {}
                 }
                 if way == Way::Exporting {
                     run.bridges[1] = Some(import_bridge(&topic, &endpoint));

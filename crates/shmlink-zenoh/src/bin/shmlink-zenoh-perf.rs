@@ -68,6 +68,11 @@ struct Args {
     /// publisher; `--key` is not used.
     #[arg(long, value_name = "TOPIC")]
     exporting: Option<String>,
+    /// send, plain Zenoh publisher: put every message with an attachment as long as the
+    /// bridge's (37 bytes, its sequence number counting), to measure what Zenoh charges
+    /// for the attachment alone.
+    #[arg(long)]
+    attachment: bool,
     /// recv: subscribe with an `ImportingSubscriber` of shmlink topic TOPIC (Zenoh's
     /// `shmlink/TOPIC`, handed over on Zenoh's thread and published into the local
     /// topic for any other subscriber of the host); `--key` is not used.
@@ -174,11 +179,23 @@ fn publisher<'a>(args: &'a Args, session: &zenoh::Session) -> Result<Put<'a>, St
         .congestion_control(CongestionControl::Block)
         .wait()
         .map_err(|e| format!("declare publisher {}: {e}", args.key))?;
+    let mut head = shmlink_zenoh::header::Header {
+        origin: 1,
+        seq: 0,
+        policy: shmlink::Policy::Block,
+        max_msg: u32::try_from(args.size).unwrap_or(u32::MAX),
+        slots: 0,
+    };
+    let attach = args.attachment;
     Ok(Box::new(move |m| {
-        publisher
-            .put(m)
-            .wait()
-            .map_err(|e| format!("put {}: {e}", args.key))
+        let put = publisher.put(m);
+        let put = if attach {
+            head.seq += 1;
+            put.attachment(head.encode())
+        } else {
+            put
+        };
+        put.wait().map_err(|e| format!("put {}: {e}", args.key))
     }))
 }
 

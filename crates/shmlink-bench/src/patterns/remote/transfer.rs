@@ -19,17 +19,19 @@ pub(super) enum Way {
     Exporting,
     Importing,
     Zenoh,
+    ZenohAttached,
     Tcp,
     Redis,
     Rabbitmq,
 }
 
 impl Way {
-    pub(super) const ALL: [Way; 7] = [
+    pub(super) const ALL: [Way; 8] = [
         Way::Bridged,
         Way::Exporting,
         Way::Importing,
         Way::Zenoh,
+        Way::ZenohAttached,
         Way::Tcp,
         Way::Redis,
         Way::Rabbitmq,
@@ -41,6 +43,7 @@ impl Way {
             Way::Exporting => "exporting pub > Zenoh > bridge > shmlink",
             Way::Importing => "exporting pub > Zenoh > importing sub",
             Way::Zenoh => "Zenoh pub/sub (peer, z_pub_thr-style)",
+            Way::ZenohAttached => "Zenoh pub/sub, 37-byte attachment",
             Way::Tcp => "shmlink tcp: remote subscriber",
             Way::Redis => "Redis pub/sub (broker on B)",
             Way::Rabbitmq => "RabbitMQ fanout (broker on B)",
