@@ -2,8 +2,9 @@
 //! Zenoh bridge and `shmlink-zenoh-perf` (built next to the bench by `cargo test
 //! --workspace`, or in `$SHMLINK_ZENOH_BIN_DIR`), the brokers when installed. Checks that
 //! the report has every row and column, that every receiver got every measured message,
-//! and what the veth carried: one copy per message with the bridge and 8 subscribers on
-//! B, eight with the tcp: fan-out. Timings are never asserted.
+//! and what the veth carried: one copy per message with the bridge or the importing
+//! subscriber and 8 subscribers on B, eight with the tcp: fan-out. Timings are never
+//! asserted.
 
 #[allow(dead_code, unused_macros)]
 mod common;
@@ -72,14 +73,15 @@ fn every_row_is_measured_and_one_copy_crosses_per_message() {
         "no --cpus: both hosts on every CPU"
     );
     let cells = report["cells"].as_array().unwrap();
-    // 6 ways x 4 columns, 3 ways with 8 subscribers, 3 local conditions.
-    assert_eq!(cells.len(), 24 + 3 + 3, "{stdout}");
-    assert!(
-        cells
-            .iter()
-            .any(|c| c["row"] == "exporting pub > Zenoh > bridge > shmlink"),
-        "{stdout}"
-    );
+    // 8 ways x 4 columns, 4 ways with 8 subscribers, 3 local conditions.
+    assert_eq!(cells.len(), 32 + 4 + 3, "{stdout}");
+    for row in [
+        "exporting pub > Zenoh > bridge > shmlink",
+        "exporting pub > Zenoh > importing sub",
+        "Zenoh pub/sub, 37-byte attachment",
+    ] {
+        assert!(cells.iter().any(|c| c["row"] == row), "{row}\n{stdout}");
+    }
     for c in cells {
         let row = c["row"].as_str().unwrap();
         let broker = row.starts_with("Redis") || row.starts_with("RabbitMQ");
@@ -116,10 +118,11 @@ fn every_row_is_measured_and_one_copy_crosses_per_message() {
         let cpu = run["cpu_us"].as_array().unwrap();
         assert!(cpu.iter().all(|x| x.as_f64().unwrap() >= 0.0), "{c}");
         if c["table"] == "fanout" {
-            // 64 KiB messages: one copy per message crosses with the bridges, one per
-            // subscriber with the tcp: fan-out and with 8 Zenoh peers on B.
+            // 64 KiB messages: one copy per message crosses with the bridges and with the
+            // importing subscriber, one per subscriber with the tcp: fan-out and with 8
+            // Zenoh peers on B.
             let per_msg = run["bytes_a_to_b"].as_u64().unwrap() / sent;
-            if row.starts_with("shmlink >") {
+            if row.starts_with("shmlink >") || row.ends_with("importing sub") {
                 assert!(
                     (65536..2 * 65536).contains(&per_msg),
                     "{row}: {per_msg} B/msg"
