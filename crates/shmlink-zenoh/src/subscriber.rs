@@ -228,7 +228,8 @@ impl Inner {
                 tracing::warn!(key = %sample.key_expr(), error = %e, "local publish failed");
             }
         }
-        handler(&payload.to_bytes());
+        // Counted first: what the handler has is in the counters it may read.
         c.count(1, len);
+        handler(&payload.to_bytes());
     }
 }
