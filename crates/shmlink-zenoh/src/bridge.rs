@@ -264,7 +264,7 @@ pub(crate) fn random_id() -> u128 {
 
 /// A topic name as the library accepts it (letters, digits and `-_.+@=,`), at most 100
 /// bytes; anything else from the network is refused.
-pub(crate) fn valid_topic(name: &str) -> bool {
+fn valid_topic(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 100
         && name
