@@ -209,9 +209,10 @@ impl Inner {
             return;
         };
         // The counters are written only here, under the lock: no read-modify-write.
+        // Saturating: a hostile sequence number may claim almost 2^64 lost messages.
         let lose = |k: u64| {
-            c.dropped
-                .store(c.dropped.load(Ordering::Relaxed) + k, Ordering::Relaxed)
+            let n = c.dropped.load(Ordering::Relaxed).saturating_add(k);
+            c.dropped.store(n, Ordering::Relaxed)
         };
         if let Some(h) = head {
             lose(origins.see(h.origin, h.seq));

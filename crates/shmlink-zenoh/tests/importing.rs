@@ -1,9 +1,10 @@
 //! `ImportingSubscriber` in one process, over loopback (no namespaces, no root): a Zenoh
 //! publisher with the bridge's attachments on one session, the importing subscriber on
 //! another. Its handler gets every message in order; a local subscriber of the topic
-//! gets the same messages from the next one on; gaps in an origin's sequence and
-//! messages over the topic's maximum are counted, not handed over; the topic has one
-//! importer per host; closing ends the local subscribers' stream.
+//! gets the same messages from the next one on; gaps in an origin's sequence are counted
+//! (saturating, whatever the sequence numbers say) and messages over the topic's maximum
+//! are counted, not handed over; the topic has one importer per host; closing ends the
+//! local subscribers' stream.
 
 use std::net::TcpListener;
 use std::sync::mpsc;
@@ -149,6 +150,18 @@ fn handler_and_local_subscribers_get_the_same_ordered_stream() {
     assert_eq!(stats.dropped, 5 + 1);
     assert_eq!(stats.messages, handled_before + 4 + 2);
     assert_eq!(stats.key, format!("{DEFAULT_PREFIX}imp"));
+
+    // A second origin whose sequence number jumps to the end: the lost count saturates
+    // instead of overflowing, and the messages are still handed over.
+    remote.head.origin = 8;
+    for seq in [0, u64::MAX] {
+        n += 1;
+        remote.put(seq, msg(n, 64));
+        assert_eq!(next(), n);
+        let len = sub.recv(&mut buf).unwrap();
+        assert_eq!(number(&buf[..len]), n);
+    }
+    assert_eq!(s.stats().dropped, u64::MAX);
 
     // Closing ends the local subscribers' stream.
     s.close().unwrap();
