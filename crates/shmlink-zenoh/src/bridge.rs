@@ -247,6 +247,15 @@ pub struct Bridge {
     status: StatusFile,
 }
 
+/// A Zenoh session made from `config`'s session settings (mode, endpoints, scouting,
+/// TLS, access control).
+pub(crate) fn open_session(config: &BridgeConfig) -> Result<Session, Error> {
+    let zconfig = config.zenoh_config().map_err(Error)?;
+    zenoh::open(zconfig)
+        .wait()
+        .map_err(|e| Error(format!("open the Zenoh session: {e}")))
+}
+
 pub(crate) fn random_id() -> u128 {
     let mut h = RandomState::new().build_hasher();
     h.write_u32(std::process::id());
@@ -275,10 +284,7 @@ fn valid_topic(name: &str) -> bool {
 impl Bridge {
     /// Opens the Zenoh session and starts bridging.
     pub fn open(config: BridgeConfig) -> Result<Bridge, Error> {
-        let zconfig = config.zenoh_config().map_err(Error)?;
-        let session = zenoh::open(zconfig)
-            .wait()
-            .map_err(|e| Error(format!("open the Zenoh session: {e}")))?;
+        let session = open_session(&config)?;
         let id = random_id();
         tracing::info!(id = format!("{id:032x}"), zid = %session.zid(), "bridge open");
         let shared = Arc::new(Shared {

@@ -22,7 +22,7 @@ use shmlink::{PubSubOptions, Publisher};
 use zenoh::bytes::ZBytes;
 use zenoh::{Session, Wait};
 
-use crate::bridge::{declare_export, random_id, Counters, Error};
+use crate::bridge::{declare_export, open_session, random_id, Counters, Error};
 use crate::config::BridgeConfig;
 use crate::header::Header;
 use crate::status::StatusFile;
@@ -107,10 +107,7 @@ impl ExportingPublisher {
         topic: &str,
         opts: &PubSubOptions,
     ) -> Result<ExportingPublisher, Error> {
-        let zconfig = config.zenoh_config().map_err(Error)?;
-        let session = zenoh::open(zconfig)
-            .wait()
-            .map_err(|e| Error(format!("open the Zenoh session: {e}")))?;
+        let session = open_session(config)?;
         let mut p = ExportingPublisher::new(&session, topic, opts, &config.prefix)?;
         p.own_session = Some(session);
         Ok(p)

@@ -28,7 +28,7 @@ use shmlink::{PubSubOptions, Publisher};
 use zenoh::sample::{Locality, Sample};
 use zenoh::{Session, Wait};
 
-use crate::bridge::{publish_payload, random_id, Counters, Error, Origins};
+use crate::bridge::{open_session, publish_payload, random_id, Counters, Error, Origins};
 use crate::config::BridgeConfig;
 use crate::header::Header;
 use crate::status::StatusFile;
@@ -137,10 +137,7 @@ impl ImportingSubscriber {
         opts: &PubSubOptions,
         handler: impl FnMut(&[u8]) + Send + 'static,
     ) -> Result<ImportingSubscriber, Error> {
-        let zconfig = config.zenoh_config().map_err(Error)?;
-        let session = zenoh::open(zconfig)
-            .wait()
-            .map_err(|e| Error(format!("open the Zenoh session: {e}")))?;
+        let session = open_session(config)?;
         let mut s = ImportingSubscriber::new(&session, topic, opts, &config.prefix, handler)?;
         s.own_session = Some(session);
         Ok(s)

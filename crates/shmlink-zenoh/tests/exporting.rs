@@ -4,37 +4,25 @@
 //! joins gets every message from the next one on, in order; a topic with history still
 //! fills its ring for late joiners.
 
-use std::net::TcpListener;
+mod loopback;
+
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use loopback::pair;
 use shmlink::{PubSubOptions, Subscriber};
 use shmlink_zenoh::{ExportingPublisher, DEFAULT_PREFIX};
 use zenoh::Wait;
 
-fn session(key: &str, endpoint: &str) -> zenoh::Session {
-    let mut c = zenoh::Config::default();
-    for (k, v) in [
-        ("mode", "\"peer\"".to_string()),
-        (key, format!("[{endpoint:?}]")),
-        ("scouting/multicast/enabled", "false".into()),
-        ("scouting/gossip/enabled", "false".into()),
-    ] {
-        c.insert_json5(k, &v).expect("zenoh configuration");
-    }
-    zenoh::open(c).wait().expect("open a Zenoh session")
-}
-
-/// Message `n`: its number, then a fill byte.
+/// Message `n`, 64 bytes.
 fn msg(n: u64) -> Vec<u8> {
-    let mut m = n.to_le_bytes().to_vec();
-    m.resize(64, n as u8);
-    m
+    loopback::msg(n, 64)
 }
 
+/// The number of a 64-byte message made by [`msg`], checked whole.
 fn number(m: &[u8]) -> u64 {
-    assert_eq!(m, msg(u64::from_le_bytes(m[..8].try_into().unwrap())));
-    u64::from_le_bytes(m[..8].try_into().unwrap())
+    assert_eq!(m.len(), 64);
+    loopback::number(m)
 }
 
 /// The next message Zenoh delivered, within 10 s.
@@ -47,18 +35,7 @@ fn next(rx: &mpsc::Receiver<Vec<u8>>) -> u64 {
 
 #[test]
 fn local_ring_only_when_someone_reads_it_or_history_asks() {
-    let dir = std::env::temp_dir().join(format!("shz-exporting-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    // The binary's only test: no other thread reads the environment meanwhile.
-    std::env::set_var("SHMLINK_DIR", &dir);
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let endpoint = format!("tcp/127.0.0.1:{port}");
-    let a = session("listen/endpoints", &endpoint);
-    let b = session("connect/endpoints", &endpoint);
+    let (dir, a, b) = pair("exporting");
     // What Zenoh delivers of `plain` (the topic with history is checked locally only).
     let (tx, plain) = mpsc::channel();
     let _remote = b

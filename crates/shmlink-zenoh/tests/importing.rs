@@ -6,40 +6,16 @@
 //! are counted, not handed over; the topic has one importer per host; closing ends the
 //! local subscribers' stream.
 
-use std::net::TcpListener;
+mod loopback;
+
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use loopback::{msg, number, pair};
 use shmlink::{ErrorKind, Policy, PubSubOptions, Subscriber};
 use shmlink_zenoh::header::Header;
 use shmlink_zenoh::{ImportingSubscriber, DEFAULT_PREFIX};
 use zenoh::Wait;
-
-fn session(key: &str, endpoint: &str) -> zenoh::Session {
-    let mut c = zenoh::Config::default();
-    for (k, v) in [
-        ("mode", "\"peer\"".to_string()),
-        (key, format!("[{endpoint:?}]")),
-        ("scouting/multicast/enabled", "false".into()),
-        ("scouting/gossip/enabled", "false".into()),
-    ] {
-        c.insert_json5(k, &v).expect("zenoh configuration");
-    }
-    zenoh::open(c).wait().expect("open a Zenoh session")
-}
-
-/// Message `n`: its number, then a fill byte.
-fn msg(n: u64, len: usize) -> Vec<u8> {
-    let mut m = n.to_le_bytes().to_vec();
-    m.resize(len, n as u8);
-    m
-}
-
-fn number(m: &[u8]) -> u64 {
-    let n = u64::from_le_bytes(m[..8].try_into().unwrap());
-    assert_eq!(m, msg(n, m.len()), "message {n} intact");
-    n
-}
 
 /// A remote publisher putting messages with a bridge's attachment, its sequence numbers
 /// chosen by the test.
@@ -61,18 +37,7 @@ impl Remote {
 
 #[test]
 fn handler_and_local_subscribers_get_the_same_ordered_stream() {
-    let dir = std::env::temp_dir().join(format!("shz-importing-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    // The binary's only test: no other thread reads the environment meanwhile.
-    std::env::set_var("SHMLINK_DIR", &dir);
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let endpoint = format!("tcp/127.0.0.1:{port}");
-    let a = session("listen/endpoints", &endpoint);
-    let b = session("connect/endpoints", &endpoint);
+    let (dir, a, b) = pair("importing");
     let mut remote = Remote {
         publisher: a
             .declare_publisher(format!("{DEFAULT_PREFIX}imp"))
