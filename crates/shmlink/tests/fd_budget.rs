@@ -59,12 +59,13 @@ fn connections_past_half_the_fd_limit_keep_their_socket_alone_and_work() {
     let pipes = pipes - base;
     assert!(open < LIMIT as usize, "{open} descriptors open");
     // The first connection got pipes (6 ends in this process), later ones none: the
-    // count of pipe ends stops growing before the last connection.
+    // count of pipe ends stops growing before the last connection. The listener may
+    // hold one pair made ahead for its next client (4 ends), made only while they fit.
     assert!(
         pipes_after[0] >= 6,
         "no pipes on the first connection: {pipes_after:?}"
     );
-    assert_eq!(pipes % 6, 0, "{pipes} pipe ends");
+    assert!(matches!(pipes % 6, 0 | 4), "{pipes} pipe ends");
     assert!(
         pipes / 6 < CONNS / 2,
         "{} connections with pipes",

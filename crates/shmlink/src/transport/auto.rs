@@ -707,20 +707,51 @@ impl AutoListener {
                 Err(e) => return Err(e),
             }
         }
+        // Negotiation messages first: a new client's hello came with its connection, and
+        // its offer goes out before the upgrade socket and the `vm:` side are looked at.
+        let now = Instant::now();
+        self.advance_all(now);
+        self.poll_vm(now);
         while let Some((token, conn)) = match &mut self.shm {
             Some(l) => l.step()?,
             None => None,
         } {
             let owner = self
                 .deciding
-                .values_mut()
-                .find(|d| token.is_some() && d.offer == token);
-            if let Some(d) = owner {
-                d.shm = Some(conn);
+                .iter_mut()
+                .find(|(_, d)| token.is_some() && d.offer == token);
+            match owner {
+                // Its decision was read before the upgrade socket finished (a client
+                // whose segment followed the answer): the connection is ready now.
+                Some((&key, d)) if d.upgraded => self.hand_out(key, conn),
+                Some((_, d)) => d.shm = Some(conn),
+                None => {}
             }
         }
-        let now = Instant::now();
-        self.poll_vm(now);
+        // Re-arming also clears an expiry that brought us here; a timer already set for
+        // the same deadline, still in the future, is left alone (a system call per poll
+        // saved: most polls change no deadline).
+        let next = self.deciding.values().map(|d| d.deadline).min();
+        if next != self.armed || self.armed.is_some_and(|a| a <= now) {
+            self.timer
+                .set(next.map(|d| d.saturating_duration_since(now)))
+                .map_err(|e| Error::io("auto: listener's deadline timer", e))?;
+            self.armed = next;
+        }
+        Ok(())
+    }
+
+    /// Hands out the upgraded connection of negotiation `key`.
+    fn hand_out(&mut self, key: u64, conn: Accepted) {
+        if let Some(d) = self.finish(key) {
+            self.upgraded_tcp.push(d.conn);
+        }
+        self.ready.push_back(conn);
+    }
+
+    /// Reads the negotiation messages that have arrived and acts on them; drops the
+    /// negotiations past their deadline.
+    fn advance_all(&mut self, now: Instant) {
         let keys: Vec<u64> = self.deciding.keys().copied().collect();
         for key in keys {
             let d = self.deciding.get_mut(&key).expect("key from the map");
@@ -775,25 +806,9 @@ impl AutoListener {
                         });
                     }
                 }
-                Step::Shm(conn) => {
-                    if let Some(d) = self.finish(key) {
-                        self.upgraded_tcp.push(d.conn);
-                    }
-                    self.ready.push_back(conn);
-                }
+                Step::Shm(conn) => self.hand_out(key, conn),
             }
         }
-        // Re-arming also clears an expiry that brought us here; a timer already set for
-        // the same deadline, still in the future, is left alone (a system call per poll
-        // saved: most polls change no deadline).
-        let next = self.deciding.values().map(|d| d.deadline).min();
-        if next != self.armed || self.armed.is_some_and(|a| a <= now) {
-            self.timer
-                .set(next.map(|d| d.saturating_duration_since(now)))
-                .map_err(|e| Error::io("auto: listener's deadline timer", e))?;
-            self.armed = next;
-        }
-        Ok(())
     }
 
     /// A new TCP connection enters negotiation.
@@ -920,9 +935,7 @@ impl AutoListener {
                         if region.is_some() && vm.as_ref().map(|v| v.id) == region =>
                     {
                         let v = vm.as_ref().expect("checked above");
-                        let (Ok(token), Ok(proof)) =
-                            (super::local::random_token(), super::local::random_token())
-                        else {
+                        let Ok((token, proof)) = super::local::random_pair() else {
                             return Step::Drop;
                         };
                         let offer = Msg::VmOffer {
@@ -1022,20 +1035,19 @@ impl AutoListener {
             if !blocking {
                 return Err(Error::would_block());
             }
-            // A client in negotiation answers within microseconds: look for it for the
-            // wait policy's budget before sleeping (a sleeping listener pays a cross-CPU
-            // wake-up per message of the negotiation; docs/design.md §5.1b).
-            if !self.deciding.is_empty() {
-                let (epoll, events) = (&self.epoll, &mut self.events);
-                let woke = crate::notify::spin_then_yield(&self.wait, || {
-                    epoll
-                        .wait(Some(Instant::now()), events)
-                        .map_err(|e| Error::io("auto: listener", e))?;
-                    Ok(!events.is_empty())
-                })?;
-                if woke {
-                    continue;
-                }
+            // A client in negotiation answers within microseconds, and clients that
+            // connect back to back come as soon: look for them for the wait policy's
+            // budget before sleeping (a sleeping listener pays a cross-CPU wake-up per
+            // message of the negotiation and per new client; docs/design.md §5.1b).
+            let (epoll, events) = (&self.epoll, &mut self.events);
+            let woke = crate::notify::spin_then_yield(&self.wait, || {
+                epoll
+                    .wait(Some(Instant::now()), events)
+                    .map_err(|e| Error::io("auto: listener", e))?;
+                Ok(!events.is_empty())
+            })?;
+            if woke {
+                continue;
             }
             let deadline = self.deciding.values().map(|d| d.deadline).min();
             self.epoll

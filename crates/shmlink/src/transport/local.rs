@@ -69,9 +69,24 @@ pub(crate) fn same_kernel(ours: &[u8], theirs: &[u8]) -> std::result::Result<(),
     }
 }
 
-/// Random bytes from the kernel.
+/// A random token from the kernel.
 pub(crate) fn random_token() -> Result<Token> {
-    let mut t = [0u8; TOKEN_LEN];
+    random_bytes()
+}
+
+/// A token and a proof, from one `getrandom`.
+pub(crate) fn random_pair() -> Result<(Token, Token)> {
+    let both: [u8; 2 * TOKEN_LEN] = random_bytes()?;
+    let (a, b) = both.split_at(TOKEN_LEN);
+    Ok((
+        a.try_into().expect("TOKEN_LEN bytes"),
+        b.try_into().expect("TOKEN_LEN bytes"),
+    ))
+}
+
+/// Random bytes from the kernel.
+fn random_bytes<const N: usize>() -> Result<[u8; N]> {
+    let mut t = [0u8; N];
     let mut got = 0;
     while got < t.len() {
         // SAFETY: the pointer and length describe the unfilled tail of `t`.
@@ -135,9 +150,10 @@ impl UpgradeSocket {
 
     /// A new offer of this socket, with a fresh token and proof.
     pub(crate) fn offer(&self) -> Result<Offer> {
+        let (token, proof) = random_pair()?;
         Ok(Offer {
-            token: random_token()?,
-            proof: random_token()?,
+            token,
+            proof,
             name: self.name.clone(),
             path: self.path.display().to_string(),
         })

@@ -183,6 +183,8 @@ pub(crate) struct FramedListener<A: Acceptor> {
     /// Fires at the earliest handshake deadline, so that an event loop calls `accept`
     /// (which drops the late client) even when nothing else happens.
     timer: TimerFd,
+    /// The deadline `timer` is set to, if any.
+    armed: Option<Instant>,
     pending: HashMap<u64, Pending<A::Wire>>,
     next_token: u64,
     events: Vec<Event>,
@@ -213,6 +215,7 @@ impl<A: Acceptor> FramedListener<A> {
             acceptor,
             epoll,
             timer,
+            armed: None,
             pending: HashMap::new(),
             next_token: TOKEN_TIMER + 1,
             events: Vec::new(),
@@ -368,11 +371,16 @@ impl<A: Acceptor> ListenerOps for FramedListener<A> {
                 .and_then(|()| self.handle(&events));
             self.events = events;
             let conn = res?;
-            // Re-arming also clears an expiry that brought us here.
+            // Re-arming also clears an expiry that brought us here; a timer already set
+            // for the same deadline, still in the future, is left alone (`accept` runs at
+            // every look of an `auto:` listener, most of which change no deadline).
             let next = self.pending.values().map(|p| p.handshake.deadline()).min();
-            self.timer
-                .set(next.map(|d| d.saturating_duration_since(Instant::now())))
-                .map_err(|e| self.error("arm the handshake deadline timer", e))?;
+            if next != self.armed || self.armed.is_some_and(|a| a <= Instant::now()) {
+                self.timer
+                    .set(next.map(|d| d.saturating_duration_since(Instant::now())))
+                    .map_err(|e| self.error("arm the handshake deadline timer", e))?;
+                self.armed = next;
+            }
             match conn {
                 Some(conn) => return Ok(Accepted::untracked(conn)),
                 None if !blocking => return Err(Error::would_block()),

@@ -31,6 +31,13 @@ pub(crate) struct PipeBell {
 /// The write end the listener made for the client, until the answer carries it.
 pub(crate) struct ClientRing(OwnedFd);
 
+impl ClientRing {
+    /// The write end.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
 impl PipeBell {
     /// The listener's side: makes both pipes; returns ours and the client's write end,
     /// which must be dropped once [`PipeBell::client_fds`] went out with the answer.

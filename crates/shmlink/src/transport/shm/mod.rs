@@ -479,6 +479,9 @@ pub(crate) struct ShmListener {
     /// hello's answer takes one instead of making one while the client waits. At most
     /// [`MAX_SPARES`].
     spares: Vec<(Half, OwnedFd)>,
+    /// Doorbell pipes made ahead like [`ShmListener::spares`], at most one pair: two
+    /// pipes and two `fcntl`s fewer while a client waits for its answer.
+    spare_bell: Option<(PipeBell, ClientRing)>,
 }
 
 fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
@@ -524,6 +527,7 @@ impl ShmListener {
             registry: Registry::new(),
             inproc,
             spares: Vec::new(),
+            spare_bell: None,
         })
     }
 }
@@ -862,7 +866,11 @@ impl ShmListener {
         let bell = match accept.features & FEATURE_PIPE_BELL {
             0 => None,
             _ if !bell::pipes_fit(p.sock.as_fd()) => None,
-            _ => match PipeBell::for_listener() {
+            _ => match self
+                .spare_bell
+                .take()
+                .map_or_else(PipeBell::for_listener, Ok)
+            {
                 Ok(bell) => Some(bell),
                 Err(e) if is_fd_exhaustion(&e) => None,
                 Err(e) => return Err((RefuseCode::Resources, format!("doorbell pipes: {e}"))),
@@ -996,12 +1004,23 @@ impl ShmListener {
         while segment::reap_one() {}
     }
 
-    /// Makes a spare if there is none (and the options allow it).
+    /// Makes a spare segment, and spare doorbell pipes if the listener offers them, if
+    /// there are none (and the options allow it). Pipes that would leave the process
+    /// short of descriptors (their last end's number tells, as a client's socket does in
+    /// [`bell::pipes_fit`]) are not kept.
     fn first_spare(&mut self) {
-        if self.spares.is_empty() && self.opts.prepare_ahead {
+        if !self.opts.prepare_ahead {
+            return;
+        }
+        if self.spares.is_empty() {
             if let Ok(spare) = Half::create(Side::Server, self.opts.ring_size) {
                 self.spares.push(spare);
             }
+        }
+        if self.spare_bell.is_none() && own_features(&self.opts) & FEATURE_PIPE_BELL != 0 {
+            self.spare_bell = PipeBell::for_listener()
+                .ok()
+                .filter(|(_, ring)| bell::pipes_fit(ring.fd()));
         }
     }
 
