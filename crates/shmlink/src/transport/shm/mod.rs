@@ -437,8 +437,8 @@ struct Handshake {
     upgrade: Option<(Token, Token)>,
     cred: PeerCred,
     /// The client's segment, when it came with the hello and has the size we answer
-    /// with: the connection is complete once the answer is out.
-    peer: Option<Half>,
+    /// with: checked, and mapped once the answer is out, which completes the connection.
+    peer: Option<OwnedFd>,
     /// With `FEATURE_PIPE_BELL`: our doorbell pipes, and the client's write end until
     /// the answer carried it.
     bell: Option<(PipeBell, Option<ClientRing>)>,
@@ -658,12 +658,26 @@ impl ShmListener {
                 if let Some((_, ring)) = &mut h.bell {
                     *ring = None;
                 }
-                if let Some(peer) = h.peer.take() {
-                    // The client's segment came with its hello: done. While the client
-                    // checks and maps our answer before it sends (tens of microseconds),
-                    // the next answer's segment, if none is ready: clients that connect
-                    // back to back find the listener busy, never before it sleeps, where
-                    // the pool is refilled otherwise (design §5.1b).
+                if let Some(fd) = h.peer.take() {
+                    // The client's segment came with its hello, checked above: mapped
+                    // now, while the client maps ours. A client that changed its header
+                    // since is dropped (it sees the connection end). Then, while the
+                    // client checks our answer before it sends (tens of microseconds), the
+                    // next answer's segment, if none is ready: clients that connect back
+                    // to back find the listener busy, never before it sleeps, where the
+                    // pool is refilled otherwise (design §5.1b).
+                    let peer = match Half::attach(&fd, Side::Client, h.accept.ring_c2s as usize) {
+                        Ok(peer) => peer,
+                        Err(_e) => {
+                            crate::trace::event!(
+                                warn,
+                                listener = %self.addr,
+                                reason = %_e,
+                                "client dropped after the answer"
+                            );
+                            return None;
+                        }
+                    };
                     self.first_spare();
                     return Some(self.connected(p.sock, *h, peer));
                 }
@@ -845,10 +859,11 @@ impl ShmListener {
         // The client's segment, if it came along and the listener keeps its ring size
         // (one larger than our cap is dropped: the answer asks for a smaller one).
         let peer = match fds.into_iter().next() {
-            Some(fd) if accept.ring_c2s == want.ring_c2s => Some(
-                Half::attach(&fd, Side::Client, accept.ring_c2s as usize)
-                    .map_err(segment_refusal)?,
-            ),
+            Some(fd) if accept.ring_c2s == want.ring_c2s => {
+                Half::check(&fd, Side::Client, accept.ring_c2s as usize)
+                    .map_err(segment_refusal)?;
+                Some(fd)
+            }
             _ => None,
         };
         let spare = match accept.ring_s2c == cap {

@@ -19,7 +19,7 @@
 //! data area and its own `ConsumerCtl`.
 
 use std::mem::ManuallyDrop;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::{Mutex, MutexGuard};
 
@@ -97,6 +97,36 @@ pub fn file_size(ring: usize) -> usize {
     Mapping::file_size(header_len(), &[ring])
 }
 
+/// A peer's segment that fails a check: a protocol violation.
+fn peer_segment(why: impl std::fmt::Display) -> Error {
+    Error::violation(format!("peer's shared segment: {why}"))
+}
+
+/// Checks a peer's segment header against what the handshake said.
+fn check_header(h: &SegHeader, side: Side, ring: usize) -> Result<()> {
+    let hl = header_len();
+    if h.magic != SEG_MAGIC {
+        return Err(peer_segment(format!("bad magic {:#018x}", h.magic)));
+    }
+    if h.version != SEG_VERSION {
+        return Err(Error::new(
+            ErrorKind::VersionMismatch,
+            format!(
+                "peer's shared segment has version {} (this side knows {SEG_VERSION})",
+                h.version
+            ),
+        ));
+    }
+    if h.header_len as usize != hl || h.ring_size != ring as u64 || h.side != side as u32 {
+        return Err(peer_segment(format!(
+            "header says header {}, ring {} and side {}, handshake said {hl}, {ring} and \
+             {side:?} ({})",
+            h.header_len, h.ring_size, h.side, side as u32
+        )));
+    }
+    Ok(())
+}
+
 /// One side's segment, mapped: read-write if this process created it, read-only if the
 /// peer did.
 pub struct Half {
@@ -159,34 +189,36 @@ impl Half {
     /// (all of [`memfd::OWNER_SEALS`]) and that it has the size the handshake implies, and
     /// validates its header: written by `side`, with an outbound ring of `ring` bytes.
     pub fn attach(fd: &OwnedFd, side: Side, ring: usize) -> Result<Half> {
-        let hl = header_len();
-        let bad = |why: String| Error::violation(format!("peer's shared segment: {why}"));
-        memfd::check_owner_sealed(fd.as_fd(), file_size(ring)).map_err(|e| bad(e.to_string()))?;
-        let map = Mapping::map(fd.as_fd(), hl, &[ring], false)
+        memfd::check_owner_sealed(fd.as_fd(), file_size(ring)).map_err(peer_segment)?;
+        let map = Mapping::map(fd.as_fd(), header_len(), &[ring], false)
             .map_err(|e| Error::io("peer's shared segment: mmap", e))?;
         // Copy the header into a local once; the peer may change it any time.
         // SAFETY: the header area is mapped, readable and page-aligned.
         let h = unsafe { map.header().cast::<SegHeader>().read_volatile() };
-        if h.magic != SEG_MAGIC {
-            return Err(bad(format!("bad magic {:#018x}", h.magic)));
-        }
-        if h.version != SEG_VERSION {
-            return Err(Error::new(
-                ErrorKind::VersionMismatch,
-                format!(
-                    "peer's shared segment has version {} (this side knows {SEG_VERSION})",
-                    h.version
-                ),
+        check_header(&h, side, ring)?;
+        Ok(Half { map, ring })
+    }
+
+    /// The checks of [`Half::attach`] without mapping the segment: its seals and size,
+    /// and its header read with one `pread`. A listener answers a client after these and
+    /// maps the client's segment while the client maps its own (the client may still
+    /// change its header meanwhile: `attach` checks it again).
+    pub fn check(fd: &OwnedFd, side: Side, ring: usize) -> Result<()> {
+        memfd::check_owner_sealed(fd.as_fd(), file_size(ring)).map_err(peer_segment)?;
+        let mut b = [0u8; std::mem::size_of::<SegHeader>()];
+        // SAFETY: `b` is writable for its whole length; pread writes at most that many
+        // bytes into it.
+        let n = unsafe { libc::pread(fd.as_raw_fd(), b.as_mut_ptr().cast(), b.len(), 0) };
+        if n != b.len() as isize {
+            return Err(Error::io(
+                "peer's shared segment: read its header",
+                std::io::Error::last_os_error(),
             ));
         }
-        if h.header_len as usize != hl || h.ring_size != ring as u64 || h.side != side as u32 {
-            return Err(bad(format!(
-                "header says header {}, ring {} and side {}, handshake said {hl}, {ring} and \
-                 {side:?} ({})",
-                h.header_len, h.ring_size, h.side, side as u32
-            )));
-        }
-        Ok(Half { map, ring })
+        // SAFETY: `b` holds size_of::<SegHeader>() bytes and every bit pattern is a valid
+        // SegHeader (integers only); read_unaligned needs no alignment.
+        let h = unsafe { b.as_ptr().cast::<SegHeader>().read_unaligned() };
+        check_header(&h, side, ring)
     }
 
     /// Start of the mapping (the segment header). Writable only in the process that
@@ -517,6 +549,33 @@ mod tests {
             Some(ErrorKind::ProtocolViolation),
             "sealed against resizing, but writable by its creator's peer"
         );
+    }
+
+    #[test]
+    fn check_without_mapping_agrees_with_attach() {
+        let ring = page_size();
+        let (s, server_fd) = Half::create(Side::Server, ring).unwrap();
+        let (_u, unsealed) = Half::create_unsealed(Side::Server, ring).unwrap();
+        let kinds = |fd: &OwnedFd, side: Side, ring: usize| {
+            (
+                Half::check(fd, side, ring).err().map(|e| e.kind()),
+                Half::attach(fd, side, ring).err().map(|e| e.kind()),
+            )
+        };
+        assert_eq!(kinds(&server_fd, Side::Server, ring), (None, None));
+        let bad = Some(ErrorKind::ProtocolViolation);
+        assert_eq!(kinds(&server_fd, Side::Client, ring), (bad, bad));
+        assert_eq!(kinds(&server_fd, Side::Server, 2 * ring), (bad, bad));
+        assert_eq!(kinds(&unsealed, Side::Server, ring), (bad, bad));
+        // A header its writer changed: another version, then garbage.
+        // SAFETY: our own segment's header page, mapped read-write here, and nothing
+        // else reads or writes it while the reference lives.
+        let header = unsafe { &mut *s.base().cast::<SegHeader>().as_ptr() };
+        header.version += 1;
+        let old = Some(ErrorKind::VersionMismatch);
+        assert_eq!(kinds(&server_fd, Side::Server, ring), (old, old));
+        header.magic = 0;
+        assert_eq!(kinds(&server_fd, Side::Server, ring), (bad, bad));
     }
 
     #[test]
