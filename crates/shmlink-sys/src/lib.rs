@@ -384,6 +384,22 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// How many CPUs the calling thread may run on (its affinity mask); `None` if the kernel
+/// does not tell.
+pub fn allowed_cpus() -> Option<usize> {
+    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
+    syscall!(sched_getaffinity(
+        0,
+        std::mem::size_of::<libc::cpu_set_t>(),
+        &mut set
+    ))
+    .ok()?;
+    // SAFETY: `set` was filled in by the kernel above.
+    Some(unsafe { libc::CPU_COUNT(&set) } as usize)
+}
+
 /// User and system CPU time this process has used so far (zero if the kernel cannot
 /// tell), for CPU-per-message accounting.
 pub fn cpu_time() -> Duration {

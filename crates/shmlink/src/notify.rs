@@ -14,6 +14,21 @@ use crate::error::Result;
 use crate::options::WaitPolicy;
 use crate::sys;
 
+/// The policy for a wait whose peer's CPU is not known yet (a handshake's, a listener's
+/// for its next client): without the spin when this thread may run on one CPU only,
+/// where a peer that shares the CPU could not run while we spin; the spin's budget goes
+/// to the yields, as a connection's wait does when its peer last waited on its CPU
+/// (docs/design.md §4.1). A peer on another CPU is then looked for between yields.
+pub(crate) fn setup_policy(policy: &WaitPolicy) -> WaitPolicy {
+    match sys::allowed_cpus() {
+        Some(1) => WaitPolicy {
+            spin: std::time::Duration::ZERO,
+            yield_: policy.spin + policy.yield_,
+        },
+        _ => *policy,
+    }
+}
+
 /// Polls `ready` with the CPU's pause hint for `policy.spin`, then with `sched_yield` for
 /// `policy.yield_`. Returns `Ok(true)` as soon as `ready` does, `Ok(false)` when the
 /// budget is spent (the caller then parks).
@@ -128,5 +143,21 @@ mod tests {
         };
         assert!(!spin_then_yield(&short, || Ok(false)).unwrap());
         assert!(!spin_then_yield(&WaitPolicy::BLOCKING, || Ok(true)).unwrap());
+    }
+
+    #[test]
+    fn a_thread_on_one_cpu_yields_instead_of_spinning_before_it_knows_its_peer() {
+        let d = WaitPolicy::default();
+        // In a thread of its own: pinning it leaves the test harness's threads alone.
+        std::thread::spawn(move || {
+            sys::pin_to_cpu(sys::current_cpu() as usize).unwrap();
+            let p = setup_policy(&d);
+            assert_eq!((p.spin, p.yield_), (Duration::ZERO, d.spin + d.yield_));
+        })
+        .join()
+        .unwrap();
+        if sys::allowed_cpus().is_some_and(|n| n > 1) {
+            assert_eq!(setup_policy(&d), d);
+        }
     }
 }

@@ -322,7 +322,8 @@ fn recv_msg(conn: &mut dyn ConnOps, policy: &WaitPolicy, deadline: Instant) -> R
 /// pays a cross-CPU wake-up), then waits on its fd until `deadline`.
 fn recv_bytes(conn: &mut dyn ConnOps, policy: &WaitPolicy, deadline: Instant) -> Result<Vec<u8>> {
     let mut early = None;
-    crate::notify::spin_then_yield(policy, || match conn.recv_next(false) {
+    let policy = crate::notify::setup_policy(policy);
+    crate::notify::spin_then_yield(&policy, || match conn.recv_next(false) {
         Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(false),
         other => {
             early = Some(other);
@@ -1040,7 +1041,8 @@ impl AutoListener {
             // budget before sleeping (a sleeping listener pays a cross-CPU wake-up per
             // message of the negotiation and per new client; docs/design.md §5.1b).
             let (epoll, events) = (&self.epoll, &mut self.events);
-            let woke = crate::notify::spin_then_yield(&self.wait, || {
+            let policy = crate::notify::setup_policy(&self.wait);
+            let woke = crate::notify::spin_then_yield(&policy, || {
                 epoll
                     .wait(Some(Instant::now()), events)
                     .map_err(|e| Error::io("auto: listener", e))?;

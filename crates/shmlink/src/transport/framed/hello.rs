@@ -182,7 +182,8 @@ pub(crate) fn client_handshake<W: Wire>(
                         Ok(stream::wait(link.sock(), Ready::Read, Some(Instant::now()))
                             .unwrap_or(true))
                     };
-                    if crate::notify::spin_then_yield(&opts.wait, readable)? {
+                    let policy = crate::notify::setup_policy(&opts.wait);
+                    if crate::notify::spin_then_yield(&policy, readable)? {
                         continue;
                     }
                 }

@@ -170,6 +170,9 @@ fn client(
     // the hello goes alone and the segment follows the answer, as before.
     let pid = std::process::id();
     let early = take_spare(opts, pid).or_else(|| Half::create(Side::Client, opts.ring_size).ok());
+    if let Some((own, _)) = &early {
+        own.set_cpu(sys::current_cpu());
+    }
     let sock = socket::connect(socket, deadline).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => Error::new(
             ErrorKind::ConnectionRefused,
@@ -304,7 +307,8 @@ fn recv_answer(
     deadline: Instant,
 ) -> io::Result<usize> {
     let mut got = None;
-    let _ = crate::notify::spin_then_yield(policy, || {
+    let policy = crate::notify::setup_policy(policy);
+    let _ = crate::notify::spin_then_yield(&policy, || {
         match socket::recv_with_fds(sock, buf, fds) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 // Meanwhile, unmap a closed connection's half (design §5.1b).
@@ -875,6 +879,7 @@ impl ShmListener {
             None => Half::create(Side::Server, accept.ring_s2c as usize)
                 .map_err(|e| (RefuseCode::Resources, e.to_string()))?,
         };
+        own.set_cpu(sys::current_cpu());
         // Doorbell pipes only while this process has descriptors to spare (design §4.4);
         // a table that is full after all (the socket's number undercounts when lower
         // descriptors were closed) costs this connection its pipes, not its existence.

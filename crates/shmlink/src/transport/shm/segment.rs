@@ -260,6 +260,16 @@ impl Half {
         }
     }
 
+    /// Records in this side's CPU slot that this side runs on `cpu`: [`Segment::note_cpu`]
+    /// before each wait, and the handshake before the segment goes to the peer, so that
+    /// the peer's first wait already knows whether spinning can help.
+    pub fn set_cpu(&self, cpu: u32) {
+        // Store only on a change, so the slot's line stays shared rather than bouncing.
+        if self.cpu().load(Ordering::Relaxed) != cpu {
+            self.cpu().store(cpu, Ordering::Relaxed);
+        }
+    }
+
     /// This side's CPU slot.
     fn cpu(&self) -> &AtomicU32 {
         // SAFETY: the slot lies inside the header page, 4-aligned; it is only ever
@@ -374,10 +384,7 @@ impl Segment {
     /// on the same CPU (then busy-polling cannot help: the peer cannot run until we
     /// stop). The peer may put anything in its slot; it only steers spinning.
     pub fn note_cpu(&self, cpu: u32) -> bool {
-        // Store only on a change, so the slot's line stays shared rather than bouncing.
-        if self.own.cpu().load(Ordering::Relaxed) != cpu {
-            self.own.cpu().store(cpu, Ordering::Relaxed);
-        }
+        self.own.set_cpu(cpu);
         self.peer.cpu().load(Ordering::Relaxed) == cpu
     }
 }
