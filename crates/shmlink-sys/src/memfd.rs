@@ -168,6 +168,22 @@ fn check_seals(fd: BorrowedFd<'_>, size: usize, need: libc::c_int, what: &str) -
     Ok(())
 }
 
+/// Reads up to `buf.len()` bytes of the file behind `fd` at `offset` (`pread`: the file
+/// position is left alone). Returns the bytes read.
+pub fn read_at(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let offset = libc::off_t::try_from(offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
+    // SAFETY: `buf` is writable for its whole length, and pread writes at most that many
+    // bytes into it.
+    let n = syscall!(pread(
+        fd.as_raw_fd(),
+        buf.as_mut_ptr().cast(),
+        buf.len(),
+        offset
+    ))?;
+    Ok(n as usize)
+}
+
 /// The size of the file behind `fd`.
 pub fn file_size(fd: BorrowedFd<'_>) -> io::Result<usize> {
     // SAFETY: stat is plain data; all-zero is valid.

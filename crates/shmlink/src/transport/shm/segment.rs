@@ -19,7 +19,7 @@
 //! data area and its own `ConsumerCtl`.
 
 use std::mem::ManuallyDrop;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::{Mutex, MutexGuard};
 
@@ -206,14 +206,10 @@ impl Half {
     pub fn check(fd: &OwnedFd, side: Side, ring: usize) -> Result<()> {
         memfd::check_owner_sealed(fd.as_fd(), file_size(ring)).map_err(peer_segment)?;
         let mut b = [0u8; std::mem::size_of::<SegHeader>()];
-        // SAFETY: `b` is writable for its whole length; pread writes at most that many
-        // bytes into it.
-        let n = unsafe { libc::pread(fd.as_raw_fd(), b.as_mut_ptr().cast(), b.len(), 0) };
-        if n != b.len() as isize {
-            return Err(Error::io(
-                "peer's shared segment: read its header",
-                std::io::Error::last_os_error(),
-            ));
+        let read = memfd::read_at(fd.as_fd(), &mut b, 0)
+            .map_err(|e| Error::io("peer's shared segment: read its header", e))?;
+        if read != b.len() {
+            return Err(peer_segment(format!("header of {read} bytes")));
         }
         // SAFETY: `b` holds size_of::<SegHeader>() bytes and every bit pattern is a valid
         // SegHeader (integers only); read_unaligned needs no alignment.
