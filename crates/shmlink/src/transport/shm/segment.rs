@@ -571,13 +571,14 @@ mod tests {
         assert_eq!(kinds(&server_fd, Side::Server, 2 * ring), (bad, bad));
         assert_eq!(kinds(&unsealed, Side::Server, ring), (bad, bad));
         // A header its writer changed: another version, then garbage.
-        // SAFETY: our own segment's header page, mapped read-write here, and nothing
-        // else reads or writes it while the reference lives.
-        let header = unsafe { &mut *s.base().cast::<SegHeader>().as_ptr() };
-        header.version += 1;
+        let header = s.base().cast::<SegHeader>().as_ptr();
+        // SAFETY: our own segment's header, mapped read-write here; integer fields, and
+        // no reference to them is held.
+        unsafe { (*header).version += 1 };
         let old = Some(ErrorKind::VersionMismatch);
         assert_eq!(kinds(&server_fd, Side::Server, ring), (old, old));
-        header.magic = 0;
+        // SAFETY: as above.
+        unsafe { (*header).magic = 0 };
         assert_eq!(kinds(&server_fd, Side::Server, ring), (bad, bad));
     }
 
