@@ -30,6 +30,13 @@ const LARGE_RECORD_OVERHEAD: usize = 16;
 /// peer needs about that long to produce a message of that size; sleeping would add a
 /// wake-up to every large message). Not under the blocking policy.
 ///
+/// Setting a connection up waits the same way: a client for the listener's answer, both
+/// ends of an `auto:` negotiation for each other, and an `auto:` listener's blocking
+/// `accept` for its next client (at most this budget after each connection it hands out,
+/// so that clients connecting back to back find it awake). On a thread whose affinity
+/// allows one CPU only, these waits skip the spin and yield for the whole budget: a peer
+/// on that CPU could not run while they spin.
+///
 /// `Send`, `Sync`, `Copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WaitPolicy {
