@@ -84,9 +84,15 @@ fn a_short_run_has_every_row_with_sane_figures() {
                 assert!(f.server_fds >= 20 + 3 && f.client_fds >= 20 + 3, "{r:?}");
                 assert!(f.fd_limit >= f.server_fds as u64, "{r:?}");
                 // 20 connections are far within the descriptor budget: every shm:
-                // connection has its doorbell pipes (three ends on the server's side).
-                let pipe_ends = if r.method == "shmlink-shm" { 60 } else { 0 };
-                assert_eq!(f.server_pipe_ends, pipe_ends, "{r:?}");
+                // connection has its doorbell pipes (three ends on the server's side),
+                // and the listener may hold one pair made ahead for its next client
+                // (four ends).
+                let pipe_ends: &[usize] = if r.method == "shmlink-shm" {
+                    &[60, 64]
+                } else {
+                    &[0]
+                };
+                assert!(pipe_ends.contains(&f.server_pipe_ends), "{r:?}");
                 assert!(f.window_s >= 0.9, "{r:?}");
                 assert!(
                     f.server_mem.pss_kib > 0.0 && f.client_mem.pss_kib > 0.0,

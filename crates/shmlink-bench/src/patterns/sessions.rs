@@ -1380,7 +1380,9 @@ pub fn idle_table(rows: &[IdleRow]) -> String {
                     r.method,
                     r.connections,
                     f.server_fds,
-                    f.server_pipe_ends / 3,
+                    // Three ends per connection; the listener may hold four more, a
+                    // pair made ahead for its next client.
+                    (f.server_pipe_ends / 3).min(r.connections),
                     f.client_fds,
                     f.server_per_conn.rss_kib,
                     f.server_per_conn.pss_kib,
