@@ -168,12 +168,12 @@ fn check_seals(fd: BorrowedFd<'_>, size: usize, need: libc::c_int, what: &str) -
     Ok(())
 }
 
-/// Reads up to `buf.len()` bytes of the file behind `fd` at `offset` (`pread`: the file
-/// position is left alone). Returns the bytes read.
-pub fn read_at(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+/// Reads up to `buf.len()` bytes of the file at `offset` (`pread`, the counterpart of
+/// [`write_at`]): how many bytes the kernel gave.
+pub fn read_at(fd: BorrowedFd<'_>, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
     let offset = libc::off_t::try_from(offset)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
-    // SAFETY: `buf` is writable for its whole length, and pread writes at most that many
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset out of range"))?;
+    // SAFETY: `buf` is writable for its length; the kernel writes at most that many
     // bytes into it.
     let n = syscall!(pread(
         fd.as_raw_fd(),

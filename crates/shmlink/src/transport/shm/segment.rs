@@ -206,7 +206,7 @@ impl Half {
     pub fn check(fd: &OwnedFd, side: Side, ring: usize) -> Result<()> {
         memfd::check_owner_sealed(fd.as_fd(), file_size(ring)).map_err(peer_segment)?;
         let mut b = [0u8; std::mem::size_of::<SegHeader>()];
-        let read = memfd::read_at(fd.as_fd(), &mut b, 0)
+        let read = memfd::read_at(fd.as_fd(), 0, &mut b)
             .map_err(|e| Error::io("peer's shared segment: read its header", e))?;
         if read != b.len() {
             return Err(peer_segment(format!("header of {read} bytes")));
