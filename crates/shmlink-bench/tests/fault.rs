@@ -118,6 +118,7 @@ fn connect_servers_catch_a_corrupt_message() {
     let all = [
         "shmlink-shm",
         "shmlink-auto",
+        "shmlink-auto-fresh",
         "shmlink-inproc",
         "uds",
         "tcp",

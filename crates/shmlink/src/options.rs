@@ -258,6 +258,8 @@ pub struct Options {
     pub(crate) in_process: bool,
     /// `shm:` listeners and connecting processes make the next connection's segment ahead.
     pub(crate) prepare_ahead: bool,
+    /// `auto:` without TLS: resumption tickets, issued and used.
+    pub(crate) auto_resume: bool,
     /// What a framed listener serves or a framed client expects (set by pub/sub only).
     pub(crate) role: Role,
 }
@@ -293,6 +295,7 @@ impl Default for Options {
             vm_region_private: false,
             in_process: true,
             prepare_ahead: true,
+            auto_resume: true,
             role: Role::Connection,
         }
     }
@@ -480,6 +483,22 @@ impl Options {
     /// wake-up; docs/design.md §4.4).
     pub fn prepare_ahead(mut self, on: bool) -> Self {
         self.prepare_ahead = on;
+        self
+    }
+
+    /// `auto:` without TLS settings: whether a connection to a listener this process
+    /// reached before skips TCP (default `true`). Each `auto:` connection upgraded to
+    /// shared memory brings a single-use resumption ticket from its listener; the next
+    /// connect to the same address presents it at the listener's upgrade socket
+    /// directly (no TCP connection, no negotiation) and gets the next ticket with its
+    /// answer. A ticket the listener no longer knows (it restarted, the ticket expired
+    /// after ten minutes or was pushed out by newer ones) costs one refused attempt, and
+    /// the connect negotiates over TCP as the first one did. On a listener, `false`
+    /// issues no tickets. With TLS settings an `auto:` end neither issues nor uses
+    /// tickets: every connection runs the TLS handshake and its certificate checks.
+    /// docs/design.md §5.3.
+    pub fn auto_resume(mut self, on: bool) -> Self {
+        self.auto_resume = on;
         self
     }
 

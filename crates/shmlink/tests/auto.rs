@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -83,9 +84,17 @@ const PARAMS: HandshakeParams = HandshakeParams {
     max_msg: 1 << 20,
 };
 
+type Ticket = ([u8; 16], [u8; 16]);
+
 /// Speaks the client's side of the negotiation by hand over a `tcp:` connection to the
 /// `auto:` listener at `addr`; returns the connection and the offer.
 fn offer_from(addr: &str) -> (Connection, [u8; 16], [u8; 16], String) {
+    let (c, token, proof, path, _) = offer_with_ticket(addr);
+    (c, token, proof, path)
+}
+
+/// [`offer_from`], with the offer's resumption ticket.
+fn offer_with_ticket(addr: &str) -> (Connection, [u8; 16], [u8; 16], String, Option<Ticket>) {
     let tcp = addr.replacen("auto:", "tcp:", 1);
     let mut c = Connection::connect(&tcp, &Options::default()).unwrap();
     let hello = AutoMsg::Hello {
@@ -94,8 +103,12 @@ fn offer_from(addr: &str) -> (Connection, [u8; 16], [u8; 16], String) {
     c.send(&hello.encode()).unwrap();
     match AutoMsg::decode(&c.recv_vec().unwrap()).unwrap() {
         AutoMsg::Offer {
-            token, proof, path, ..
-        } => (c, token, proof, path),
+            token,
+            proof,
+            path,
+            ticket,
+            ..
+        } => (c, token, proof, path, ticket),
         other => panic!("expected an offer, got {other:?}"),
     }
 }
@@ -103,6 +116,13 @@ fn offer_from(addr: &str) -> (Connection, [u8; 16], [u8; 16], String) {
 /// Presents `token` at the upgrade socket `path`; returns the answer.
 fn present(path: &str, token: [u8; 16]) -> HandshakePacket {
     let hello = HandshakePacket::Upgrade(PARAMS, token).encode();
+    let (answer, _fds) = raw_handshake(&format!("shm:{path}"), &hello).unwrap();
+    HandshakePacket::decode(&answer).unwrap()
+}
+
+/// Presents resumption `ticket` at the upgrade socket `path`; returns the answer.
+fn resume_with(path: &str, ticket: [u8; 16]) -> HandshakePacket {
+    let hello = HandshakePacket::Resume(PARAMS, ticket).encode();
     let (answer, _fds) = raw_handshake(&format!("shm:{path}"), &hello).unwrap();
     HandshakePacket::decode(&answer).unwrap()
 }
@@ -506,4 +526,134 @@ fn a_silent_negotiation_costs_a_blocking_accept_no_cpu() {
             c.send(b"done").unwrap();
         }
     }
+}
+
+/// The client ports of the TCP connections to local port `port` that the kernel still
+/// knows (a closed connection stays in TIME_WAIT on one side for a minute, so a
+/// connection made since an earlier call shows up as a port that call did not see).
+fn tcp_clients_of(port: u16) -> BTreeSet<u16> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let port_of = |field: &str| u16::from_str_radix(field.rsplit(':').next().unwrap(), 16).unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (local, remote) = (port_of(f[1]), port_of(f[2]));
+            match f[3] {
+                "0A" => None, // listening
+                _ if local == port => Some(remote),
+                _ if remote == port => Some(local),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Connects to `addr` `n` times, each time one round trip and a close; asserts every
+/// connection ran on shared memory at both ends.
+fn connect_over_shm(addr: &str, opts: &Options, n: usize) {
+    for _ in 0..n {
+        let mut c = Connection::connect(addr, opts).unwrap();
+        assert_eq!(c.transport(), shmlink::Transport::Shm);
+        c.send(b"which?").unwrap();
+        assert_eq!(c.recv_vec().unwrap(), b"shm");
+    }
+}
+
+#[test]
+fn a_client_that_reached_a_listener_before_resumes_without_tcp() {
+    let l = Listener::bind("auto:127.0.0.1:0", &Options::default()).unwrap();
+    let addr = l.local_addr();
+    let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    let (stop, server) = serve(l);
+
+    // Without tickets, every connect negotiates over a TCP connection of its own.
+    let before = tcp_clients_of(port);
+    connect_over_shm(&addr, &Options::default().auto_resume(false), 3);
+    assert_eq!(tcp_clients_of(port).difference(&before).count(), 3);
+
+    // The first connect negotiates and brings a ticket; the next ones use the ticket
+    // each answer renews, and open no TCP connection.
+    connect_over_shm(&addr, &Options::default(), 1);
+    let after_first = tcp_clients_of(port);
+    connect_over_shm(&addr, &Options::default(), 20);
+    let new: Vec<u16> = tcp_clients_of(port)
+        .difference(&after_first)
+        .copied()
+        .collect();
+    assert!(new.is_empty(), "new TCP connections from ports {new:?}");
+    assert_eq!(stop_serving(&stop, server), ["shm"; 24]);
+}
+
+#[test]
+fn resumption_tickets_are_checked_and_single_use() {
+    let l = Listener::bind("auto:127.0.0.1:0", &Options::default()).unwrap();
+    let addr = l.local_addr();
+    let (stop, server) = serve(l);
+    let (mut c, _, _, path, ticket) = offer_with_ticket(&addr);
+    let (ticket, proof) = ticket.expect("the offer carries a ticket");
+    c.send(&AutoMsg::Decision { upgraded: false }.encode())
+        .unwrap();
+    assert_served_over_tcp(c);
+
+    let mut wrong = ticket;
+    wrong[0] ^= 1;
+    assert!(refused_because(
+        &resume_with(&path, wrong),
+        "resumption ticket"
+    ));
+    // An upgrade token is not a ticket, nor a ticket a token.
+    assert!(refused_because(
+        &present(&path, ticket),
+        "unknown or already used"
+    ));
+    // The right ticket is answered with its proof and the next ticket, once.
+    let next = match resume_with(&path, ticket) {
+        HandshakePacket::Resumed(_, p, next, next_proof) => {
+            assert_eq!(p, proof);
+            assert_ne!(next, ticket);
+            (next, next_proof)
+        }
+        other => panic!("expected the resumption, got {other:?}"),
+    };
+    assert!(refused_because(&resume_with(&path, ticket), "already used"));
+    match resume_with(&path, next.0) {
+        HandshakePacket::Resumed(_, p, ..) => assert_eq!(p, next.1),
+        other => panic!("expected the resumption, got {other:?}"),
+    }
+    // The raw resumptions never sent a segment: nothing but the TCP connection was
+    // completed and handed out.
+    assert_eq!(stop_serving(&stop, server), ["tcp"]);
+}
+
+#[test]
+fn a_listener_without_tickets_or_with_tls_settings_issues_none() {
+    let l = Listener::bind("auto:127.0.0.1:0", &Options::default().auto_resume(false)).unwrap();
+    let addr = l.local_addr();
+    let (stop, server) = serve(l);
+    let (mut c, _, _, path, ticket) = offer_with_ticket(&addr);
+    assert_eq!(ticket, None);
+    assert!(refused_because(
+        &resume_with(&path, [1; 16]),
+        "issues no resumption tickets"
+    ));
+    c.send(&AutoMsg::Decision { upgraded: false }.encode())
+        .unwrap();
+    assert_served_over_tcp(c);
+    assert_eq!(stop_serving(&stop, server), ["tcp"]);
+}
+
+#[test]
+fn a_ticket_for_a_listener_that_restarted_costs_one_try_then_tcp() {
+    let l = Listener::bind("auto:127.0.0.1:0", &Options::default()).unwrap();
+    let addr = l.local_addr();
+    let (stop, server) = serve(l);
+    connect_over_shm(&addr, &Options::default(), 2);
+    assert_eq!(stop_serving(&stop, server), ["shm"; 2]); // the listener is dropped
+                                                         // The same port again: a new upgrade socket, which never issued this process's ticket.
+    let l = Listener::bind(&addr, &Options::default()).unwrap();
+    let (stop, server) = serve(l);
+    connect_over_shm(&addr, &Options::default(), 3);
+    assert_eq!(stop_serving(&stop, server), ["shm"; 3]);
 }

@@ -367,8 +367,8 @@ fn hostile_listeners_leave_the_client_on_tcp_or_with_a_clear_error() {
                 v.send(&[9; 16]).unwrap(); // not the proof
                 let _ = v.recv_vec();
             }
-            "garbage" => c.send(b"SHMLAUTO\x01\x00\x06\x00\x01").unwrap(),
-            _ => c.send(b"SHMLAUTO\x01\x00\x63\x00").unwrap(),
+            "garbage" => c.send(b"SHMLAUTO\x02\x00\x06\x00\x01").unwrap(),
+            _ => c.send(b"SHMLAUTO\x02\x00\x63\x00").unwrap(),
         }
         if case == "nobody" || case == "impostor" {
             let d = AutoMsg::decode(&c.recv_vec().unwrap()).unwrap();

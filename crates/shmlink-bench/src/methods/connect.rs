@@ -4,7 +4,11 @@
 //! p50/p90/p99 of one connect + round trip + close.
 //!
 //! - `shmlink-shm`: `shm:NAME` (the rendezvous directory), default options;
-//! - `shmlink-auto`: `auto:127.0.0.1:PORT` (negotiated over TCP, upgraded to `shm:`);
+//! - `shmlink-auto`: `auto:127.0.0.1:PORT`, default options: the first connect
+//!   negotiates over TCP and upgrades to `shm:`, every later one resumes with the ticket
+//!   the one before brought (straight to the upgrade socket, no TCP);
+//! - `shmlink-auto-fresh`: the same with [`Options::auto_resume`] off at the client: every
+//!   connect negotiates over TCP, as a client's first connect to a listener does;
 //! - `shmlink-inproc`: `shm:NAME` with the server a thread of the client's process (the
 //!   in-process path, the default between two ends of one process: no memfd, no socket
 //!   per connection), pinned like the server process of the others;
@@ -51,7 +55,11 @@ pub static METHODS: &[ConnectMethod] = &[
     },
     ConnectMethod {
         name: "shmlink-auto",
-        about: "shmlink auto:127.0.0.1:PORT: TCP negotiation, then the shm: upgrade",
+        about: "shmlink auto:127.0.0.1:PORT: resumed at the upgrade socket with the last connection's ticket",
+    },
+    ConnectMethod {
+        name: "shmlink-auto-fresh",
+        about: "shmlink auto:127.0.0.1:PORT, no tickets: TCP negotiation, then the shm: upgrade",
     },
     ConnectMethod {
         name: "shmlink-inproc",
@@ -92,9 +100,11 @@ impl Server {
                     .map(Server::Shmlink)
                     .map_err(err)
             }
-            "shmlink-auto" => Listener::bind("auto:127.0.0.1:0", &Options::default())
-                .map(Server::Shmlink)
-                .map_err(err),
+            "shmlink-auto" | "shmlink-auto-fresh" => {
+                Listener::bind("auto:127.0.0.1:0", &Options::default())
+                    .map(Server::Shmlink)
+                    .map_err(err)
+            }
             "uds" => {
                 let path = std::env::temp_dir().join(format!("{tag}.sock"));
                 let _ = std::fs::remove_file(&path);
@@ -185,8 +195,9 @@ pub fn once(method: &str, addr: &str, seq: u64, fault: Option<Fault>) -> io::Res
         ))
     };
     let n = match method {
-        "shmlink-shm" | "shmlink-auto" | "shmlink-inproc" => {
-            let mut c = Connection::connect(addr, &Options::default()).map_err(err)?;
+        "shmlink-shm" | "shmlink-auto" | "shmlink-auto-fresh" | "shmlink-inproc" => {
+            let opts = Options::default().auto_resume(method != "shmlink-auto-fresh");
+            let mut c = Connection::connect(addr, &opts).map_err(err)?;
             if c.transport() != Transport::Shm {
                 return Err(io::Error::other(format!(
                     "connection #{seq} to {addr} is not on shared memory: {:?}",

@@ -86,7 +86,8 @@ pub(crate) const TRANSPORT: Transport = Transport {
 
 /// Every negotiation message starts with this and [`VERSION`].
 const MAGIC: &[u8; 8] = b"SHMLAUTO";
-const VERSION: u16 = 1;
+/// 2: the `Offer` carries a resumption ticket.
+const VERSION: u16 = 2;
 const PREFIX: usize = MAGIC.len() + 4;
 const KIND_HELLO: u16 = 1;
 const KIND_OFFER: u16 = 2;
@@ -142,6 +143,9 @@ pub enum Msg {
         name: String,
         /// Its absolute path as the listener sees it.
         path: String,
+        /// A resumption ticket and its proof for the client's next connect, if the
+        /// listener issues them (docs/design.md §5.3).
+        ticket: Option<(Token, Token)>,
     },
     /// Listener → client: stay on TCP, and why.
     NoOffer {
@@ -174,12 +178,21 @@ impl Msg {
                 proof,
                 name,
                 path,
+                ticket,
             } => {
                 out.extend_from_slice(&KIND_OFFER.to_le_bytes());
                 out.extend_from_slice(token);
                 out.extend_from_slice(proof);
                 put(&mut out, name.as_bytes());
                 put(&mut out, path.as_bytes());
+                match ticket {
+                    None => out.push(0),
+                    Some((ticket, proof)) => {
+                        out.push(1);
+                        out.extend_from_slice(ticket);
+                        out.extend_from_slice(proof);
+                    }
+                }
             }
             Msg::HelloVm { boot_id, region } => {
                 out.extend_from_slice(&KIND_HELLO_VM.to_le_bytes());
@@ -230,6 +243,11 @@ impl Msg {
                 proof: r.token("proof")?,
                 name: r.text(MAX_NAME, "socket name")?,
                 path: r.text(MAX_PATH, "socket path")?,
+                ticket: match r.take(1, "ticket flag")?[0] {
+                    0 => None,
+                    1 => Some((r.token("ticket")?, r.token("ticket proof")?)),
+                    v => return Err(bad(format!("ticket flag {v} (expected 0 or 1)"))),
+                },
             },
             KIND_HELLO_VM => Msg::HelloVm {
                 boot_id: r.field(MAX_BOOT_ID, "boot id")?,
@@ -384,8 +402,117 @@ fn client_region(opts: &Options) -> Option<(PathBuf, [u8; REGION_ID_LEN])> {
     Some((path, id))
 }
 
+/// Whether `auto:` ends with these options issue and use resumption tickets:
+/// [`Options::auto_resume`] and no TLS settings.
+fn resumes(opts: &Options) -> bool {
+    opts.auto_resume && *opts.configured_tls() == crate::options::TlsOptions::default()
+}
+
+/// The resumption tickets this process holds, per `auto:` address (design §5.3).
+mod held {
+    use std::path::PathBuf;
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    use crate::transport::shm::handshake::Token;
+    use crate::transport::shm::tickets::LIFETIME;
+
+    /// Most tickets kept for one address (one per connection open at once is enough).
+    const PER_ADDRESS: usize = 8;
+    /// Most addresses tickets are kept for.
+    const ADDRESSES: usize = 64;
+
+    /// A ticket for the listener behind `socket`.
+    pub(super) struct Ticket {
+        pub socket: PathBuf,
+        pub ticket: Token,
+        pub proof: Token,
+        /// When the listener forgets it.
+        until: Instant,
+    }
+
+    /// Address → tickets, newest last.
+    static HELD: Mutex<Vec<(String, Vec<Ticket>)>> = Mutex::new(Vec::new());
+
+    /// Keeps a ticket just received for `addr`.
+    pub(super) fn put(addr: &str, socket: PathBuf, (ticket, proof): (Token, Token)) {
+        // A little before the listener's lifetime ends: a ticket used at the last moment
+        // would only cost a refusal.
+        let until = Instant::now() + LIFETIME - LIFETIME / 10;
+        let t = Ticket {
+            socket,
+            ticket,
+            proof,
+            until,
+        };
+        let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+        match held.iter_mut().find(|(a, _)| a == addr) {
+            Some((_, list)) => {
+                if list.len() >= PER_ADDRESS {
+                    list.remove(0);
+                }
+                list.push(t);
+            }
+            None => {
+                if held.len() >= ADDRESSES {
+                    held.remove(0);
+                }
+                held.push((addr.to_string(), vec![t]));
+            }
+        }
+    }
+
+    /// Takes the newest live ticket for `addr`.
+    pub(super) fn take(addr: &str) -> Option<Ticket> {
+        let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+        let (_, list) = held.iter_mut().find(|(a, _)| a == addr)?;
+        let now = Instant::now();
+        list.retain(|t| t.until > now);
+        list.pop()
+    }
+
+    /// Drops every ticket for `addr` (its listener refused one, or is gone).
+    pub(super) fn forget(addr: &str) {
+        let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+        held.retain(|(a, _)| a != addr);
+    }
+}
+
+/// A connect with a resumption ticket held for `addr`: straight to the upgrade socket
+/// that issued it, no TCP. `None` when there is no ticket or the listener refuses it
+/// (then every ticket for `addr` is dropped, and the caller negotiates over TCP).
+fn resume(addr: &str, opts: &Options, deadline: Instant) -> Option<Box<dyn ConnOps>> {
+    let t = held::take(addr)?;
+    let ask = shm::Ask::Resume(t.ticket, t.proof);
+    match shm::connect_upgrade(&t.socket, opts, ask, deadline) {
+        Ok((conn, next)) => {
+            if let Some(next) = next {
+                held::put(addr, t.socket, next);
+            }
+            Some(conn)
+        }
+        Err(_e) => {
+            crate::trace::event!(
+                debug,
+                addr = %addr,
+                reason = %_e,
+                "auto: resumption refused, negotiating over TCP"
+            );
+            held::forget(addr);
+            None
+        }
+    }
+}
+
 fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     let deadline = Instant::now() + opts.connect_timeout;
+    let resumable = resumes(opts);
+    let key = addr.to_string();
+    if resumable {
+        if let Some(conn) = resume(&key, opts, deadline) {
+            return Ok(conn);
+        }
+    }
     let (outer_addr, transport) = outer(addr, opts);
     let region = client_region(opts);
     let hello = match &region {
@@ -442,6 +569,7 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
             proof,
             name,
             path,
+            ticket,
         } => {
             let upgraded = upgrade(&name, &path, opts, token, proof, deadline);
             send_msg(
@@ -451,7 +579,10 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
                 },
             )?;
             match upgraded {
-                Ok(shm) => {
+                Ok((shm, socket)) => {
+                    if let (true, Some(ticket)) = (resumable, ticket) {
+                        held::put(&key, socket, ticket);
+                    }
                     // Dropped without a FIN frame: the listener reads nothing after the
                     // decision (it hands out the shm: connection and drops its end), so
                     // the frame would cost a TCP send here and, arriving with the
@@ -471,7 +602,7 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
 
 /// Tries the upgrade socket where this process finds it: under its own rendezvous
 /// directory (a directory shared between containers may be mounted elsewhere), then at
-/// the listener's path.
+/// the listener's path. Returns the connection and the socket's path that served it.
 fn upgrade(
     name: &str,
     path: &str,
@@ -479,15 +610,15 @@ fn upgrade(
     token: Token,
     proof: Token,
     deadline: Instant,
-) -> Result<Box<dyn ConnOps>> {
+) -> Result<(Box<dyn ConnOps>, PathBuf)> {
     let tried = UpgradeSocket::candidates(name, path);
     let mut last = Error::new(
         ErrorKind::ConnectionRefused,
         "auto: listener offered no usable socket",
     );
     for p in tried {
-        match shm::connect_upgrade(&p, opts, token, proof, deadline) {
-            Ok(conn) => return Ok(conn),
+        match shm::connect_upgrade(&p, opts, shm::Ask::Upgrade(token, proof), deadline) {
+            Ok((conn, _)) => return Ok((conn, p)),
             Err(e) => last = e,
         }
     }
@@ -634,6 +765,7 @@ fn bind(addr: &Address, opts: &Options) -> Result<Box<dyn ListenerOps>> {
     let (shm, no_shm) = match ShmListener::bind(&upgrade_socket.address(), &upgrade_opts) {
         Ok(mut l) => {
             l.upgrades = Some(HashMap::new());
+            l.tickets = resumes(opts).then(Default::default);
             l.registry.set_auto(addr.clone(), bound.clone());
             (Some(l), String::new())
         }
@@ -713,14 +845,23 @@ impl AutoListener {
         let now = Instant::now();
         self.advance_all(now);
         self.poll_vm(now);
-        while let Some((token, conn)) = match &mut self.shm {
+        while let Some((came, conn)) = match &mut self.shm {
             Some(l) => l.step()?,
             None => None,
         } {
+            let token = match came {
+                // A client that resumed with a ticket: no TCP connection to wait for.
+                shm::Came::Resume => {
+                    self.ready.push_back(conn);
+                    continue;
+                }
+                shm::Came::Upgrade(token) => token,
+                shm::Came::Hello => continue,
+            };
             let owner = self
                 .deciding
                 .iter_mut()
-                .find(|(_, d)| token.is_some() && d.offer == token);
+                .find(|(_, d)| d.offer == Some(token));
             match owner {
                 // Its decision was read before the upgrade socket finished (a client
                 // whose segment followed the answer): the connection is ready now.
@@ -969,6 +1110,7 @@ impl AutoListener {
                             proof,
                             name: offer.name,
                             path: offer.path,
+                            ticket: l.tickets.as_mut().and_then(|t| t.issue().ok()),
                         };
                         if send_msg(&mut *d.conn, &offer).is_err() {
                             return Step::Drop;

@@ -14,6 +14,8 @@
 //! | 6 `Query` (client → server, `shmlink ls`) | nothing |
 //! | 7 `Status` (server → client) | the listener and its connections, below; at most [`MAX_STATUS`] bytes |
 //! | 8 `Segment` (client → server, the client's memfd attached) | nothing |
+//! | 9 `Resume` (client → server, `auto:`) | `Hello`'s fields, then `ticket: [u8; 16]` |
+//! | 10 `Resumed` (server → client, attached as `Accept`) | `Accept`'s fields, then `proof: [u8; 16]`, `next_ticket: [u8; 16]`, `next_proof: [u8; 16]` |
 //!
 //! A connection is set up in two packets: `Hello` with the client's segment attached
 //! (one memfd), and `Accept` with the listener's. Or in three: `Hello` (or `Upgrade`)
@@ -53,6 +55,9 @@
 //! token and the proof were handed to the client over the TCP connection; the token
 //! names the connection to the listener, the proof shows the client that the listener
 //! behind this socket is the one it reached over TCP (see `transport::auto`).
+//! `Resume` and `Resumed` set up a later `auto:` connection to the same listener without
+//! TCP: the ticket and its proof came with an earlier connection (over TCP in its
+//! `Offer`, or in a `Resumed`), single-use like a token; `Resumed` carries the next pair.
 //!
 //! `Query` and `Status` serve introspection (`crate::status`): the listener checks the
 //! querying client's credentials like a hello's, answers from its accept processing and
@@ -100,6 +105,8 @@ const KIND_UPGRADED: u16 = 5;
 const KIND_QUERY: u16 = 6;
 const KIND_STATUS: u16 = 7;
 const KIND_SEGMENT: u16 = 8;
+const KIND_RESUME: u16 = 9;
+const KIND_RESUMED: u16 = 10;
 const STATUS_TRUNCATED: u16 = 1;
 const STATUS_REFUSALS: u16 = 2;
 /// Bytes of the refusal counts.
@@ -185,6 +192,12 @@ pub enum Packet {
     Status(ListenerStatus),
     /// Client's segment, after the server's answer (the memfd travels with it).
     Segment,
+    /// Client's proposal for an `auto:` connection without TCP, with a resumption ticket
+    /// an earlier connection to the same listener brought.
+    Resume(Params, Token),
+    /// Server's decision on a resumption (the memfd travels with it): the ticket's
+    /// proof, then the next ticket and its proof.
+    Resumed(Params, Token, Token, Token),
 }
 
 impl Packet {
@@ -199,16 +212,24 @@ impl Packet {
             Packet::Query => KIND_QUERY,
             Packet::Status(_) => KIND_STATUS,
             Packet::Segment => KIND_SEGMENT,
+            Packet::Resume(..) => KIND_RESUME,
+            Packet::Resumed(..) => KIND_RESUMED,
         };
-        let mut out = Vec::with_capacity(PARAMS_LEN + TOKEN_LEN);
+        let mut out = Vec::with_capacity(PARAMS_LEN + 3 * TOKEN_LEN);
         out.extend_from_slice(&MAGIC.to_le_bytes());
         out.extend_from_slice(&VERSION.to_le_bytes());
         out.extend_from_slice(&kind.to_le_bytes());
         match self {
             Packet::Hello(p) | Packet::Accept(p) => encode_params(&mut out, p),
-            Packet::Upgrade(p, token) | Packet::Upgraded(p, token) => {
+            Packet::Upgrade(p, token) | Packet::Upgraded(p, token) | Packet::Resume(p, token) => {
                 encode_params(&mut out, p);
                 out.extend_from_slice(token);
+            }
+            Packet::Resumed(p, proof, ticket, next_proof) => {
+                encode_params(&mut out, p);
+                for t in [proof, ticket, next_proof] {
+                    out.extend_from_slice(t);
+                }
             }
             Packet::Refuse(code, reason) => {
                 let mut end = reason.len().min(MAX_REASON);
@@ -272,7 +293,8 @@ impl Packet {
         }
         let len = match kind {
             KIND_HELLO | KIND_ACCEPT => PARAMS_LEN,
-            KIND_UPGRADE | KIND_UPGRADED => PARAMS_LEN + TOKEN_LEN,
+            KIND_UPGRADE | KIND_UPGRADED | KIND_RESUME => PARAMS_LEN + TOKEN_LEN,
+            KIND_RESUMED => PARAMS_LEN + 3 * TOKEN_LEN,
             KIND_QUERY | KIND_SEGMENT => PREFIX,
             KIND_STATUS if bytes.len() > MAX_STATUS => {
                 return bad(format!(
@@ -298,12 +320,19 @@ impl Packet {
             ring_s2c: u64_at(24),
             max_msg: u64_at(32),
         };
-        let token = || -> Token { bytes[PARAMS_LEN..].try_into().expect("checked length") };
+        let token = |i: usize| -> Token {
+            let at = PARAMS_LEN + i * TOKEN_LEN;
+            bytes[at..at + TOKEN_LEN]
+                .try_into()
+                .expect("checked length")
+        };
         Ok(match kind {
             KIND_HELLO => Packet::Hello(p),
             KIND_ACCEPT => Packet::Accept(p),
-            KIND_UPGRADE => Packet::Upgrade(p, token()),
-            _ => Packet::Upgraded(p, token()),
+            KIND_UPGRADE => Packet::Upgrade(p, token(0)),
+            KIND_RESUME => Packet::Resume(p, token(0)),
+            KIND_RESUMED => Packet::Resumed(p, token(0), token(1), token(2)),
+            _ => Packet::Upgraded(p, token(0)),
         })
     }
 }
@@ -549,6 +578,8 @@ mod tests {
             Packet::Refuse(RefuseCode::Permission, "uid 5 not allowed".into()),
             Packet::Upgrade(p, [7; TOKEN_LEN]),
             Packet::Upgraded(p, [9; TOKEN_LEN]),
+            Packet::Resume(p, [5; TOKEN_LEN]),
+            Packet::Resumed(p, [1; TOKEN_LEN], [2; TOKEN_LEN], [3; TOKEN_LEN]),
             Packet::Query,
             Packet::Segment,
             Packet::Status(status(0)),

@@ -25,6 +25,7 @@ mod conn;
 pub(crate) mod handshake;
 mod registry;
 pub(crate) mod segment;
+pub(crate) mod tickets;
 
 use crate::ring::FenceMode;
 
@@ -111,9 +112,10 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
         socket_of(addr),
         &addr.to_string(),
         opts,
-        None,
+        Ask::Hello,
         Instant::now() + opts.connect_timeout,
     )
+    .map(|(conn, _)| conn)
 }
 
 /// The key of a rendezvous socket in the table of in-process listeners.
@@ -136,29 +138,45 @@ fn file_id(socket: &UnixName) -> Option<(u64, u64)> {
     }
 }
 
-/// `auto:`'s upgrade: connects to the listener's upgrade socket at `path`, presents
-/// `token` and checks that the listener answers with `proof`.
+/// How a client asks a listener for a connection.
+#[derive(Clone, Copy)]
+pub(crate) enum Ask {
+    /// A plain hello.
+    Hello,
+    /// `auto:`'s upgrade: the token it got over TCP, and the proof the listener must
+    /// answer with.
+    Upgrade(Token, Token),
+    /// `auto:`'s resumption: a ticket an earlier connection brought, and its proof.
+    Resume(Token, Token),
+}
+
+/// A client's new connection, and the next resumption ticket with its proof when it
+/// resumed.
+pub(crate) type Connected = (Box<dyn ConnOps>, Option<(Token, Token)>);
+
+/// `auto:`'s upgrade or resumption (`ask`): connects to the listener's upgrade socket at
+/// `path` and checks that the listener answers with the proof. A resumption also
+/// returns the next ticket and its proof.
 pub(crate) fn connect_upgrade(
     path: &std::path::Path,
     opts: &Options,
-    token: Token,
-    proof: Token,
+    ask: Ask,
     deadline: Instant,
-) -> Result<Box<dyn ConnOps>> {
+) -> Result<Connected> {
     let name = UnixName::Path(path.to_path_buf());
     let text = format!("shm:{}", path.display());
-    client(&name, &text, opts, Some((token, proof)), deadline)
+    client(&name, &text, opts, ask, deadline)
 }
 
-/// The client's side of a handshake with the listener at `socket`: a hello, or an
-/// upgrade with a token when `upgrade` holds `(token, expected proof)`.
+/// The client's side of a handshake with the listener at `socket`, asking as `ask`
+/// says; with the next ticket when it resumed.
 fn client(
     socket: &UnixName,
     name: &str,
     opts: &Options,
-    upgrade: Option<(Token, Token)>,
+    ask: Ask,
     deadline: Instant,
-) -> Result<Box<dyn ConnOps>> {
+) -> Result<Connected> {
     // Before connecting: registering can take milliseconds in a multi-threaded process,
     // which must not eat into the listener's handshake window.
     let offered = own_features(opts);
@@ -189,7 +207,7 @@ fn client(
     })?;
     // An upgrade needs no uid: the listener proves below that it is the one the client
     // reached over TCP, whoever runs it.
-    if upgrade.is_none() {
+    if let Ask::Hello = ask {
         trust::check_server(sock.as_fd(), opts, &format!("the listener at {name}"))?;
     }
     // Doorbell pipes only while this process has descriptors to spare for them (§4.4).
@@ -203,9 +221,10 @@ fn client(
         ring_s2c: opts.ring_size as u64,
         max_msg: opts.max_msg_size as u64,
     };
-    let hello = match upgrade {
-        None => Packet::Hello(want),
-        Some((token, _)) => Packet::Upgrade(want, token),
+    let hello = match ask {
+        Ask::Hello => Packet::Hello(want),
+        Ask::Upgrade(token, _) => Packet::Upgrade(want, token),
+        Ask::Resume(ticket, _) => Packet::Resume(want, ticket),
     };
     // The segment goes out only to a listener whose credentials checked out (above), or,
     // on an `auto:` upgrade, with the token: that listener proves itself only in its
@@ -234,10 +253,13 @@ fn client(
             "listener closed the connection during the handshake",
         ));
     }
-    let params = match (Packet::decode(&buf[..n])?, upgrade) {
-        (Packet::Accept(p), None) => p,
-        (Packet::Upgraded(p, proof), Some((_, want))) if proof == want => p,
-        (Packet::Upgraded(..), Some(_)) => {
+    let (params, next) = match (Packet::decode(&buf[..n])?, ask) {
+        (Packet::Accept(p), Ask::Hello) => (p, None),
+        (Packet::Upgraded(p, proof), Ask::Upgrade(_, want)) if proof == want => (p, None),
+        (Packet::Resumed(p, proof, ticket, next), Ask::Resume(_, want)) if proof == want => {
+            (p, Some((ticket, next)))
+        }
+        (Packet::Upgraded(..), Ask::Upgrade(..)) | (Packet::Resumed(..), Ask::Resume(..)) => {
             return Err(Error::new(
                 ErrorKind::PermissionDenied,
                 format!("the listener at {name} is not the one reached over TCP (wrong proof)"),
@@ -278,7 +300,7 @@ fn client(
         }
     };
     let name = name.to_string();
-    Ok(Box::new(ShmConn::new(Setup {
+    let conn = Box::new(ShmConn::new(Setup {
         seg: Segment::new(own, peer).retire(opts.prepare_ahead),
         fence: fence_mode(params.features),
         sock,
@@ -291,7 +313,8 @@ fn client(
         copy_ahead: opts.copy_ahead,
         local: name.clone(),
         peer: name,
-    })))
+    }));
+    Ok((conn, next))
 }
 
 /// Waits for the listener's answer the way a receive waits for data (`policy`): polls
@@ -410,8 +433,29 @@ fn segment_refusal(e: Error) -> (RefuseCode, String) {
     (code, e.message().to_string())
 }
 
-/// A connection a listener set up, with the `auto:` upgrade token it came with.
-pub(crate) type Stepped = (Option<Token>, Accepted);
+/// How a connection a listener set up came.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Came {
+    /// A hello (or from this process).
+    Hello,
+    /// `auto:`'s upgrade, with its token.
+    Upgrade(Token),
+    /// `auto:`'s resumption with a ticket.
+    Resume,
+}
+
+/// A connection a listener set up, and how it came.
+pub(crate) type Stepped = (Came, Accepted);
+
+/// What a listener answers a client that asked with a token or a ticket.
+#[derive(Clone, Copy)]
+enum Via {
+    Hello,
+    /// An upgrade: its token and proof.
+    Upgrade(Token, Token),
+    /// A resumption: the ticket's proof, then the next ticket and its proof.
+    Resume(Token, (Token, Token)),
+}
 
 /// A client between connect and a completed handshake.
 struct Pending {
@@ -437,8 +481,8 @@ struct Handshake {
     memfd: OwnedFd,
     accept: Params,
     client_max_msg: u64,
-    /// The `auto:` upgrade's token and proof.
-    upgrade: Option<(Token, Token)>,
+    /// How the client asked.
+    via: Via,
     cred: PeerCred,
     /// The client's segment, when it came with the hello and has the size we answer
     /// with: checked, and mapped once the answer is out, which completes the connection.
@@ -471,8 +515,11 @@ pub(crate) struct ShmListener {
     /// [`ShmListener::step`] (which then need not ask epoll again).
     events_fresh: bool,
     /// An `auto:` listener's upgrade socket: the tokens handed out over TCP and their
-    /// proofs. Such a listener accepts only upgrades with a token from this book.
+    /// proofs. Such a listener accepts only upgrades with a token from this book, and
+    /// resumptions with a ticket from `tickets`.
     pub(crate) upgrades: Option<HashMap<Token, Token>>,
+    /// An `auto:` listener's resumption tickets (`None`: it issues none).
+    pub(crate) tickets: Option<tickets::Tickets>,
     /// The connections accepted, for queries.
     pub(crate) registry: Registry,
     /// With [`Options::in_process`]: this listener's entry in the table of in-process
@@ -528,6 +575,7 @@ impl ShmListener {
             events: Vec::new(),
             events_fresh: false,
             upgrades: None,
+            tickets: None,
             registry: Registry::new(),
             inproc,
             spares: Vec::new(),
@@ -645,11 +693,14 @@ impl ShmListener {
                 None
             }
             Ok(Answer::Connect(mut h)) => {
-                let answer = match h.upgrade {
-                    None => Packet::Accept(h.accept),
-                    Some((_, proof)) => Packet::Upgraded(h.accept, proof),
+                let answer = match h.via {
+                    Via::Hello => Packet::Accept(h.accept),
+                    Via::Upgrade(_, proof) => Packet::Upgraded(h.accept, proof),
+                    Via::Resume(proof, (ticket, next)) => {
+                        Packet::Resumed(h.accept, proof, ticket, next)
+                    }
                 };
-                if let (Some(book), Some((token, _))) = (&mut self.upgrades, h.upgrade) {
+                if let (Some(book), Via::Upgrade(token, _)) = (&mut self.upgrades, h.via) {
                     book.remove(&token); // used once
                 }
                 let mut fds = vec![h.memfd.as_raw_fd()];
@@ -768,8 +819,13 @@ impl ShmListener {
         let counters = self
             .registry
             .track("shm", Some(ProcessCred::from(h.cred)), None);
+        let came = match h.via {
+            Via::Hello => Came::Hello,
+            Via::Upgrade(token, _) => Came::Upgrade(token),
+            Via::Resume(..) => Came::Resume,
+        };
         (
-            h.upgrade.map(|(token, _)| token),
+            came,
             Accepted {
                 conn,
                 counters: Some(counters),
@@ -810,7 +866,7 @@ impl ShmListener {
                 ),
             ));
         }
-        let (want, upgrade) = match (Packet::decode(hello), &self.upgrades) {
+        let (want, via) = match (Packet::decode(hello), &self.upgrades) {
             // The same gate as a connection: who may not connect learns nothing.
             (Ok(Packet::Query), _) if fds.is_empty() => {
                 return self.client_cred(p).map(|_| Answer::Status)
@@ -821,9 +877,27 @@ impl ShmListener {
                     "a query must not carry descriptors".into(),
                 ))
             }
-            (Ok(Packet::Hello(p)), None) => (p, None),
+            (Ok(Packet::Hello(p)), None) => (p, Via::Hello),
+            (Ok(Packet::Resume(p, ticket)), Some(_)) => {
+                let Some(tickets) = &mut self.tickets else {
+                    return Err((
+                        RefuseCode::Permission,
+                        "this listener issues no resumption tickets".into(),
+                    ));
+                };
+                let Some(proof) = tickets.redeem(&ticket) else {
+                    return Err((
+                        RefuseCode::Permission,
+                        "unknown, expired or already used resumption ticket".into(),
+                    ));
+                };
+                let next = tickets
+                    .issue()
+                    .map_err(|e| (RefuseCode::Resources, e.to_string()))?;
+                (p, Via::Resume(proof, next))
+            }
             (Ok(Packet::Upgrade(p, token)), Some(book)) => match book.get(&token) {
-                Some(proof) => (p, Some((token, *proof))),
+                Some(proof) => (p, Via::Upgrade(token, *proof)),
                 None => {
                     return Err((
                         RefuseCode::Permission,
@@ -904,7 +978,7 @@ impl ShmListener {
             memfd,
             accept,
             client_max_msg: want.max_msg,
-            upgrade,
+            via,
             cred,
             peer,
             bell: bell.map(|(bell, ring)| (bell, Some(ring))),
@@ -929,7 +1003,7 @@ impl ShmListener {
             };
             let counters = self.registry.track("shm", Some(me), None);
             return Ok(Some((
-                None,
+                Came::Hello,
                 Accepted {
                     conn,
                     counters: Some(counters),
