@@ -662,7 +662,7 @@ struct VmSide {
 /// Binds the `vm:` listener of an `auto:` listener on `port` in the region at `path`.
 fn bind_vm(path: &Path, port: &str, opts: &Options) -> Result<VmSide> {
     let id = vm::region_id(path, opts)?;
-    let r = super::local::random_token()?;
+    let r = super::shm::handshake::random_token()?;
     let tag = u64::from_le_bytes(r[..8].try_into().expect("8 bytes"));
     let name = format!("auto-{port}-{tag:016x}");
     let listener = (vm::TRANSPORT.bind)(&vm::address(&name, path), opts)?;
@@ -1077,7 +1077,7 @@ impl AutoListener {
                         if region.is_some() && vm.as_ref().map(|v| v.id) == region =>
                     {
                         let v = vm.as_ref().expect("checked above");
-                        let Ok((token, proof)) = super::local::random_pair() else {
+                        let Ok((token, proof)) = super::shm::handshake::random_pair() else {
                             return Step::Drop;
                         };
                         let offer = Msg::VmOffer {

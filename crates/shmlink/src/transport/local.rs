@@ -25,12 +25,11 @@
 //! socket's name and where a client looks for it, the limits on the offered fields — is
 //! here, once.
 
-use std::io;
 use std::path::{Path, PathBuf};
 
-use super::shm::handshake::{Token, TOKEN_LEN};
+use super::shm::handshake::{random_pair, random_token, Token};
 use crate::addr::{rendezvous_dir, Address, UnixName};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::rendezvous::remove_stale_sockets;
 
 /// Longest boot id accepted from a peer.
@@ -67,36 +66,6 @@ pub(crate) fn same_kernel(ours: &[u8], theirs: &[u8]) -> std::result::Result<(),
     } else {
         Ok(())
     }
-}
-
-/// A random token from the kernel.
-pub(crate) fn random_token() -> Result<Token> {
-    random_bytes()
-}
-
-/// A token and a proof, from one `getrandom`.
-pub(crate) fn random_pair() -> Result<(Token, Token)> {
-    let both: [u8; 2 * TOKEN_LEN] = random_bytes()?;
-    let (a, b) = both.split_at(TOKEN_LEN);
-    Ok((
-        a.try_into().expect("TOKEN_LEN bytes"),
-        b.try_into().expect("TOKEN_LEN bytes"),
-    ))
-}
-
-/// Random bytes from the kernel.
-fn random_bytes<const N: usize>() -> Result<[u8; N]> {
-    let mut t = [0u8; N];
-    let mut got = 0;
-    while got < t.len() {
-        // SAFETY: the pointer and length describe the unfilled tail of `t`.
-        match crate::sys::syscall!(getrandom(t[got..].as_mut_ptr().cast(), t.len() - got, 0)) {
-            Ok(n) => got += n as usize,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::io("getrandom", e)),
-        }
-    }
-    Ok(t)
 }
 
 /// What a server offers a client on its kernel: where its upgrade socket is, and the

@@ -118,6 +118,36 @@ pub const TOKEN_LEN: usize = 16;
 /// An `auto:` upgrade token or proof: random bytes handed out over TCP.
 pub type Token = [u8; TOKEN_LEN];
 
+/// A random token from the kernel.
+pub(crate) fn random_token() -> Result<Token> {
+    random_bytes()
+}
+
+/// A token and a proof, from one `getrandom`.
+pub(crate) fn random_pair() -> Result<(Token, Token)> {
+    let both: [u8; 2 * TOKEN_LEN] = random_bytes()?;
+    let (a, b) = both.split_at(TOKEN_LEN);
+    Ok((
+        a.try_into().expect("TOKEN_LEN bytes"),
+        b.try_into().expect("TOKEN_LEN bytes"),
+    ))
+}
+
+/// Random bytes from the kernel.
+fn random_bytes<const N: usize>() -> Result<[u8; N]> {
+    let mut t = [0u8; N];
+    let mut got = 0;
+    while got < t.len() {
+        // SAFETY: the pointer and length describe the unfilled tail of `t`.
+        match crate::sys::syscall!(getrandom(t[got..].as_mut_ptr().cast(), t.len() - got, 0)) {
+            Ok(n) => got += n as usize,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io("getrandom", e)),
+        }
+    }
+    Ok(t)
+}
+
 /// Ring sizes and limits, proposed in `Hello` and decided in `Accept`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Params {

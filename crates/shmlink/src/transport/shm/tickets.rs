@@ -8,9 +8,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use super::handshake::random_pair;
 use super::handshake::Token;
 use crate::error::Result;
-use crate::transport::local::random_pair;
 
 /// Most tickets a listener holds (about 80 bytes each).
 pub(crate) const MAX_TICKETS: usize = 1024;

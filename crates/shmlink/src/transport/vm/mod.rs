@@ -88,7 +88,7 @@ fn parts(addr: &Address) -> Result<(String, std::path::PathBuf)> {
 
 /// A fresh non-zero nonce.
 fn nonce() -> Result<u64> {
-    let t = crate::transport::local::random_token()?;
+    let t = crate::transport::shm::handshake::random_token()?;
     let n = u64::from_le_bytes(t[..8].try_into().expect("a token has 8 bytes"));
     Ok(n.max(1))
 }

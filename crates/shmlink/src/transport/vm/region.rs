@@ -215,7 +215,7 @@ impl Region {
     fn ensure_id(&self) {
         let st = Once::new(self.u32_at(ID_STATE));
         if st.begin() {
-            match crate::transport::local::random_token() {
+            match crate::transport::shm::handshake::random_token() {
                 Ok(id) => {
                     self.write_bytes(ID_AT, &id);
                     // Publishes the id bytes to `id` (`Once::set`).
