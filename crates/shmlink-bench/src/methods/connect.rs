@@ -7,7 +7,8 @@
 //! - `shmlink-auto`: `auto:127.0.0.1:PORT`, default options: the first connect
 //!   negotiates over TCP and upgrades to `shm:`, every later one resumes with the ticket
 //!   the one before brought (straight to the upgrade socket, no TCP);
-//! - `shmlink-auto-fresh`: the same with [`Options::auto_resume`](shmlink::Options::auto_resume) off at the client: every
+//! - `shmlink-auto-fresh`: the same with
+//!   [`Options::auto_resume`](::shmlink::Options::auto_resume) off at the client: every
 //!   connect negotiates over TCP, as a client's first connect to a listener does;
 //! - `shmlink-inproc`: `shm:NAME` with the server a thread of the client's process (the
 //!   in-process path, the default between two ends of one process: no memfd, no socket
