@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use shmlink::{Connection, ErrorKind, Listener, Options};
-use shmlink_testkit::{raw_handshake, AutoMsg, HandshakePacket, HandshakeParams};
+use shmlink_testkit::{fake_listener, raw_handshake, AutoMsg, HandshakePacket, HandshakeParams};
 
 /// The upgrade socket of the `auto:` listener bound at `addr`.
 fn upgrade_socket(addr: &str) -> PathBuf {
@@ -657,4 +657,39 @@ fn a_ticket_for_a_listener_that_restarted_costs_one_try_then_tcp() {
     let (stop, server) = serve(l);
     connect_over_shm(&addr, &Options::default(), 3);
     assert_eq!(stop_serving(&stop, server), ["shm"; 3]);
+}
+
+#[test]
+fn a_socket_that_answers_a_ticket_without_its_proof_is_not_taken() {
+    let l = Listener::bind("auto:127.0.0.1:0", &Options::default()).unwrap();
+    let addr = l.local_addr();
+    let socket = upgrade_socket(&addr);
+    let (stop, server) = serve(l);
+    connect_over_shm(&addr, &Options::default(), 1); // brings a ticket
+                                                     // Another server at the listener's socket path answers the ticket with a proof of
+                                                     // its own; before it answers, the listener's socket is back at the path (the
+                                                     // client's negotiation over TCP that follows upgrades there, unless the other server,
+                                                     // leaving, removed the path first: then it stays on TCP).
+    let real = socket.with_extension("real");
+    std::fs::rename(&socket, &real).unwrap();
+    let (heard, hello) = std::sync::mpsc::channel();
+    let path = socket.clone();
+    let fake = fake_listener(&format!("shm:{}", socket.display()), move |packet| {
+        heard.send(packet.to_vec()).unwrap();
+        std::fs::rename(&real, &path).unwrap();
+        let answer = HandshakePacket::Resumed(PARAMS, [7; 16], [8; 16], [9; 16]);
+        (answer.encode(), Vec::new())
+    })
+    .unwrap();
+    let mut c = Connection::connect(&addr, &Options::default()).unwrap();
+    assert!(matches!(
+        HandshakePacket::decode(&hello.recv().unwrap()).unwrap(),
+        HandshakePacket::Resume(..)
+    ));
+    let path = c.transport().as_str();
+    c.send(b"which?").unwrap();
+    assert_eq!(c.recv_vec().unwrap(), path.as_bytes());
+    drop(c);
+    fake.join().unwrap();
+    assert_eq!(stop_serving(&stop, server), ["shm", path]);
 }

@@ -480,17 +480,21 @@ mod held {
 
 /// A connect with a resumption ticket held for `addr`: straight to the upgrade socket
 /// that issued it, no TCP. `None` when there is no ticket or the listener refuses it
-/// (then every ticket for `addr` is dropped, and the caller negotiates over TCP).
-fn resume(addr: &str, opts: &Options, deadline: Instant) -> Option<Box<dyn ConnOps>> {
-    let t = held::take(addr)?;
+/// (then every ticket for `addr` is dropped, and the caller negotiates over TCP); a
+/// listener that took the connection and never answered is the connect's timeout.
+fn resume(addr: &str, opts: &Options, deadline: Instant) -> Result<Option<Box<dyn ConnOps>>> {
+    let Some(t) = held::take(addr) else {
+        return Ok(None);
+    };
     let ask = shm::Ask::Resume(t.ticket, t.proof);
     match shm::connect_upgrade(&t.socket, opts, ask, deadline) {
         Ok((conn, next)) => {
             if let Some(next) = next {
                 held::put(addr, t.socket, next);
             }
-            Some(conn)
+            Ok(Some(conn))
         }
+        Err(e) if e.kind() == ErrorKind::TimedOut => Err(e),
         Err(_e) => {
             crate::trace::event!(
                 debug,
@@ -499,7 +503,7 @@ fn resume(addr: &str, opts: &Options, deadline: Instant) -> Option<Box<dyn ConnO
                 "auto: resumption refused, negotiating over TCP"
             );
             held::forget(addr);
-            None
+            Ok(None)
         }
     }
 }
@@ -509,7 +513,7 @@ fn connect(addr: &Address, opts: &Options) -> Result<Box<dyn ConnOps>> {
     let resumable = resumes(opts);
     let key = addr.to_string();
     if resumable {
-        if let Some(conn) = resume(&key, opts, deadline) {
+        if let Some(conn) = resume(&key, opts, deadline)? {
             return Ok(conn);
         }
     }
