@@ -31,6 +31,13 @@
 //! rendezvous directory. Everything else stays on TCP: another host, a container without
 //! the shared directory, a uid the listener does not allow.
 //!
+//! **Resumption**: the `Offer` also carries a single-use ticket and its proof (unless the
+//! listener has TLS settings or [`Options::auto_resume`] off). A client whose upgrade
+//! succeeded keeps them ([`held`]), and its next connect to the same address presents the
+//! ticket at the upgrade socket that served it (`Resume`, see `shm::handshake`), without
+//! TCP; the answer carries the ticket's proof, checked like the upgrade's, and the next
+//! ticket. A refused ticket sends the connect back to the negotiation above.
+//!
 //! **Across virtual machines** (docs/vms.md): when `$SHMLINK_AUTO_VM` names a `vm:`
 //! region (see [`vm::auto_region`]), the client's hello is a `HelloVm` that also carries
 //! the region's id (128 random bits in the region's header, the same for every guest and

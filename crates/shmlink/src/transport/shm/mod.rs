@@ -205,8 +205,8 @@ fn client(
         ),
         _ => Error::io("rendezvous socket", e),
     })?;
-    // An upgrade needs no uid: the listener proves below that it is the one the client
-    // reached over TCP, whoever runs it.
+    // An upgrade or a resumption needs no uid: the listener proves below that it is the
+    // one the client reached over TCP (or that issued its ticket), whoever runs it.
     if let Ask::Hello = ask {
         trust::check_server(sock.as_fd(), opts, &format!("the listener at {name}"))?;
     }
@@ -227,9 +227,9 @@ fn client(
         Ask::Resume(ticket, _) => Packet::Resume(want, ticket),
     };
     // The segment goes out only to a listener whose credentials checked out (above), or,
-    // on an `auto:` upgrade, with the token: that listener proves itself only in its
-    // answer, but the segment is sealed read-only for it and holds nothing yet (header,
-    // zeros), and a wrong proof drops it unused (design §5.3).
+    // on an `auto:` upgrade or resumption, with the token or ticket: that listener proves
+    // itself only in its answer, but the segment is sealed read-only for it and holds
+    // nothing yet (header, zeros), and a wrong proof drops it unused (design §5.3).
     let with_hello = early.as_ref().map(|(_, fd)| fd.as_raw_fd());
     match with_hello {
         Some(fd) => socket::send_with_fds(sock.as_fd(), &hello.encode(), &[fd]),
@@ -259,10 +259,16 @@ fn client(
         (Packet::Resumed(p, proof, ticket, next), Ask::Resume(_, want)) if proof == want => {
             (p, Some((ticket, next)))
         }
-        (Packet::Upgraded(..), Ask::Upgrade(..)) | (Packet::Resumed(..), Ask::Resume(..)) => {
+        (Packet::Upgraded(..), Ask::Upgrade(..)) => {
             return Err(Error::new(
                 ErrorKind::PermissionDenied,
                 format!("the listener at {name} is not the one reached over TCP (wrong proof)"),
+            ))
+        }
+        (Packet::Resumed(..), Ask::Resume(..)) => {
+            return Err(Error::new(
+                ErrorKind::PermissionDenied,
+                format!("the listener at {name} did not issue this ticket (wrong proof)"),
             ))
         }
         (Packet::Refuse(code, reason), _) => {
