@@ -623,6 +623,14 @@ fn resumption_tickets_are_checked_and_single_use() {
         HandshakePacket::Resumed(_, p, ..) => assert_eq!(p, next.1),
         other => panic!("expected the resumption, got {other:?}"),
     }
+    // A ticket the listener does not know is routine (the client negotiates over TCP):
+    // `shmlink ls` counts the token presented as a ticket's refusal, not the two tickets.
+    let (answer, _) =
+        raw_handshake(&format!("shm:{path}"), &HandshakePacket::Query.encode()).unwrap();
+    let HandshakePacket::Status(status) = HandshakePacket::decode(&answer).unwrap() else {
+        panic!("{answer:?}")
+    };
+    assert_eq!(status.refusals.total(), 1, "{:?}", status.refusals);
     // The raw resumptions never sent a segment: nothing but the TCP connection was
     // completed and handed out.
     assert_eq!(stop_serving(&stop, server), ["tcp"]);

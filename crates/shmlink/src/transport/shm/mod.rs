@@ -504,6 +504,11 @@ enum Answer {
     Connect(Box<Handshake>),
     /// Answer a query with the listener's status.
     Status,
+    /// Refuse a resumption ticket, and why: an admitted client whose ticket this listener
+    /// does not know (issued by its predecessor, pushed out, expired, or never issued),
+    /// which then negotiates over TCP. Routine, so neither counted as a refusal nor
+    /// logged above `debug`.
+    NoResume(&'static str),
 }
 
 /// A bound `shm:` listener.
@@ -698,6 +703,17 @@ impl ShmListener {
                 let _ = socket::send(p.sock.as_fd(), &Packet::Status(status).encode());
                 None
             }
+            Ok(Answer::NoResume(why)) => {
+                crate::trace::event!(
+                    debug,
+                    listener = %self.addr,
+                    reason = why,
+                    "resumption refused, the client negotiates over TCP"
+                );
+                let refusal = Packet::Refuse(RefuseCode::Permission, why.into());
+                let _ = socket::send(p.sock.as_fd(), &refusal.encode());
+                None
+            }
             Ok(Answer::Connect(mut h)) => {
                 let answer = match h.via {
                     Via::Hello => Packet::Accept(h.accept),
@@ -884,23 +900,23 @@ impl ShmListener {
                 ))
             }
             (Ok(Packet::Hello(p)), None) => (p, Via::Hello),
-            (Ok(Packet::Resume(p, ticket)), Some(_)) => {
+            (Ok(Packet::Resume(params, ticket)), Some(_)) => {
+                // Who may not connect is refused as such, whatever its ticket.
+                self.client_cred(p)?;
                 let Some(tickets) = &mut self.tickets else {
-                    return Err((
-                        RefuseCode::Permission,
-                        "this listener issues no resumption tickets".into(),
+                    return Ok(Answer::NoResume(
+                        "this listener issues no resumption tickets",
                     ));
                 };
                 let Some(proof) = tickets.redeem(&ticket) else {
-                    return Err((
-                        RefuseCode::Permission,
-                        "unknown, expired or already used resumption ticket".into(),
+                    return Ok(Answer::NoResume(
+                        "unknown, expired or already used resumption ticket",
                     ));
                 };
                 let next = tickets
                     .issue()
                     .map_err(|e| (RefuseCode::Resources, e.to_string()))?;
-                (p, Via::Resume(proof, next))
+                (params, Via::Resume(proof, next))
             }
             (Ok(Packet::Upgrade(p, token)), Some(book)) => match book.get(&token) {
                 Some(proof) => (p, Via::Upgrade(token, *proof)),
