@@ -63,6 +63,14 @@ fn stop_serving(stop: &AtomicBool, server: JoinHandle<Vec<&'static str>>) -> Vec
     server.join().unwrap()
 }
 
+/// Decides to stay on TCP on the negotiation `c` (a raw `tcp:` connection to an `auto:`
+/// listener), then asserts that the listener handed out the TCP connection.
+fn stay_on_tcp(mut c: Connection) {
+    c.send(&AutoMsg::Decision { upgraded: false }.encode())
+        .unwrap();
+    assert_served_over_tcp(c);
+}
+
 /// Asserts that the server answers `c` over TCP, and closes it.
 fn assert_served_over_tcp(mut c: Connection) {
     c.send(b"which?").unwrap();
@@ -136,7 +144,7 @@ fn tokens_are_checked_and_single_use() {
     let l = Listener::bind("auto:127.0.0.1:0", &Options::default()).unwrap();
     let addr = l.local_addr();
     let (stop, server) = serve(l);
-    let (mut c, token, proof, path) = offer_from(&addr);
+    let (c, token, proof, path) = offer_from(&addr);
 
     let mut wrong = token;
     wrong[0] ^= 1;
@@ -163,9 +171,7 @@ fn tokens_are_checked_and_single_use() {
     ));
 
     // The client decides to stay on TCP: the listener hands out the TCP connection.
-    c.send(&AutoMsg::Decision { upgraded: false }.encode())
-        .unwrap();
-    assert_served_over_tcp(c);
+    stay_on_tcp(c);
     assert_eq!(stop_serving(&stop, server), ["tcp"]);
 }
 
@@ -594,11 +600,9 @@ fn resumption_tickets_are_checked_and_single_use() {
     let l = Listener::bind("auto:127.0.0.1:0", &Options::default()).unwrap();
     let addr = l.local_addr();
     let (stop, server) = serve(l);
-    let (mut c, _, _, path, ticket) = offer_with_ticket(&addr);
+    let (c, _, _, path, ticket) = offer_with_ticket(&addr);
     let (ticket, proof) = ticket.expect("the offer carries a ticket");
-    c.send(&AutoMsg::Decision { upgraded: false }.encode())
-        .unwrap();
-    assert_served_over_tcp(c);
+    stay_on_tcp(c);
 
     let mut wrong = ticket;
     wrong[0] ^= 1;
@@ -643,15 +647,13 @@ fn a_listener_without_tickets_issues_none() {
     let l = Listener::bind("auto:127.0.0.1:0", &Options::default().auto_resume(false)).unwrap();
     let addr = l.local_addr();
     let (stop, server) = serve(l);
-    let (mut c, _, _, path, ticket) = offer_with_ticket(&addr);
+    let (c, _, _, path, ticket) = offer_with_ticket(&addr);
     assert_eq!(ticket, None);
     assert!(refused_because(
         &resume_with(&path, [1; 16]),
         "issues no resumption tickets"
     ));
-    c.send(&AutoMsg::Decision { upgraded: false }.encode())
-        .unwrap();
-    assert_served_over_tcp(c);
+    stay_on_tcp(c);
     assert_eq!(stop_serving(&stop, server), ["tcp"]);
 }
 
@@ -661,8 +663,9 @@ fn a_ticket_for_a_listener_that_restarted_costs_one_try_then_tcp() {
     let addr = l.local_addr();
     let (stop, server) = serve(l);
     connect_over_shm(&addr, &Options::default(), 2);
-    assert_eq!(stop_serving(&stop, server), ["shm"; 2]); // the listener is dropped
-                                                         // The same port again: a new upgrade socket, which never issued this process's ticket.
+    // Stopping drops the listener; then the same port again: a new upgrade socket, which
+    // never issued this process's ticket.
+    assert_eq!(stop_serving(&stop, server), ["shm"; 2]);
     let l = Listener::bind(&addr, &Options::default()).unwrap();
     let (stop, server) = serve(l);
     connect_over_shm(&addr, &Options::default(), 3);
