@@ -73,9 +73,10 @@ fn every_row_is_measured_and_one_copy_crosses_per_message() {
         "no --cpus: both hosts on every CPU"
     );
     let cells = report["cells"].as_array().unwrap();
-    // 8 ways x 4 columns, 4 ways with 8 subscribers, 3 local conditions.
-    assert_eq!(cells.len(), 32 + 4 + 3, "{stdout}");
+    // 8 ways x 4 columns, 4 ways with 8 subscribers, 4 local conditions.
+    assert_eq!(cells.len(), 32 + 4 + 4, "{stdout}");
     for row in [
+        "both bridges, subscribers joined after",
         "exporting pub > Zenoh > bridge > shmlink",
         "exporting pub > Zenoh > importing sub",
         "Zenoh pub/sub, 37-byte attachment",

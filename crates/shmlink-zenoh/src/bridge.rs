@@ -479,8 +479,11 @@ fn export_topic(shared: &Shared, name: &str, slots: u32, c: &Counters) -> Result
     let addr = format!("shm:{name}");
     // Blocking receives keep the wait policy's spin, so a busy topic is read without
     // announcing sleep (and making its publisher ring) at every message; the timeout
-    // lets the loop see `stop`.
-    let opts = PubSubOptions::default().recv_timeout(Duration::from_millis(100));
+    // lets the loop see `stop`. A background subscription: the host's other subscribers
+    // of the topic are rung first (docs/zenoh.md).
+    let opts = PubSubOptions::default()
+        .recv_timeout(Duration::from_millis(100))
+        .background(true);
     let mut sub = Subscriber::connect(&addr, &opts)
         .map_err(|e| Error(format!("subscribe to {addr}: {e}")))?;
     let policy = sub.policy();

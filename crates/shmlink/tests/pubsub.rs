@@ -11,6 +11,7 @@
 mod common;
 mod pubsub_common;
 
+use std::os::fd::AsRawFd;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -630,6 +631,55 @@ fn nonblocking_mode_and_fds() {
             ErrorKind::MessageTooLarge
         );
         assert_eq!(check(&sub.recv_vec().unwrap()), 6);
+    });
+}
+
+/// A background subscriber's doorbell is rung after the others': three subscribers
+/// asleep, the background one first to join (so in the lowest slot, which is rung first
+/// otherwise); one publication rings all three before it returns, and an epoll lists
+/// ready fds in the order they became ready.
+#[test]
+fn background_subscribers_are_woken_last() {
+    run("background", || {
+        let addr = fresh_addr("shm");
+        let opts = PubSubOptions::default().max_msg_size(64);
+        let mut publisher = Publisher::bind(&addr, &opts).unwrap();
+        let background = PubSubOptions::default().background(true);
+        let mut subs = vec![Subscriber::connect(&addr, &background).unwrap()];
+        for _ in 0..2 {
+            subs.push(Subscriber::connect(&addr, &PubSubOptions::default()).unwrap());
+        }
+        publisher.wait_for_subscribers(3, WAIT).unwrap();
+        // SAFETY: epoll_create1 with a valid flag; the fd is closed below.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        assert!(ep >= 0, "epoll_create1 failed");
+        for (i, sub) in subs.iter_mut().enumerate() {
+            sub.set_nonblocking(true);
+            // An empty look announces sleep: the next message rings this doorbell.
+            assert_eq!(sub.recv_vec().unwrap_err().kind(), ErrorKind::WouldBlock);
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: i as u64,
+            };
+            // SAFETY: a valid epoll fd, the subscriber's open fd, a valid event.
+            let r = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, sub.as_raw_fd(), &mut ev) };
+            assert_eq!(r, 0, "epoll_ctl failed");
+        }
+        publish(&mut publisher, 0);
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 4];
+        // SAFETY: a valid epoll fd and room for 4 events.
+        let n = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), 4, 10_000) };
+        // SAFETY: our own epoll fd, closed once.
+        unsafe { libc::close(ep) };
+        let order: Vec<u64> = evs[..n.max(0) as usize].iter().map(|e| e.u64).collect();
+        assert_eq!(
+            order,
+            [1, 2, 0],
+            "the background subscriber (0) must be rung last"
+        );
+        for sub in &mut subs {
+            assert_eq!(check(&sub.recv_vec().unwrap()), 0);
+        }
     });
 }
 

@@ -30,7 +30,9 @@
 //! carried from A to B per message. Then three more tables: 8 subscribers on B (the
 //! bytes crossing per message, B's CPU), and the local traffic of each host (a
 //! publisher and a subscriber on A, the same on B) without bridges, with both bridges
-//! running, and with A's bridge SIGKILLed mid-stream. The ends are
+//! running, the same with the subscribers joined after the bridges (a bridge then holds
+//! the lower slot, which the publisher rings first unless the bridge is a background
+//! subscriber), and with A's bridge SIGKILLed mid-stream. The ends are
 //! [`ends`]' child processes and `shmlink-zenoh-perf`; the two Zenoh programs are found
 //! next to this one (`cargo build --release -p shmlink-zenoh`) or in
 //! `$SHMLINK_ZENOH_BIN_DIR`, and their rows are skipped without them.
@@ -69,8 +71,8 @@ Zenoh -> an ImportingSubscriber, pure Zenoh pub/sub (also with a 37-byte attachm
 (shmlink-zenoh-perf, peer mode), shmlink's tcp: remote subscriber, Redis and RabbitMQ
 (a broker started in B by scripts/brokers.sh). 64 B one-way p50, 64 B / 64 KiB / 1 MiB
 throughput, CPU per message on each side, veth bytes per message; 8 subscribers on B;
-local p50 on each host without a bridge, with bridges, with a bridge SIGKILLed
-mid-stream. Needs cargo build --release -p shmlink-zenoh (or $SHMLINK_ZENOH_BIN_DIR) for
+local p50 on each host without a bridge, with bridges (also with the local subscribers
+joined after them), with a bridge SIGKILLed mid-stream. Needs cargo build --release -p shmlink-zenoh (or $SHMLINK_ZENOH_BIN_DIR) for
 the Zenoh rows. Options: --rounds [default: 3; --quick: 1], --quick, --json, --cpus A,B
 (host A's processes on CPU A, host B's on CPU B, as two machines each have their own;
 default: both hosts on every CPU)."
@@ -221,6 +223,7 @@ impl Ctx<'_> {
             ends: Vec::new(),
             bridges: [None, None],
             kill_bridge_a: None,
+            late_subscribers: false,
             broker_pids: Vec::new(),
         };
         let (send_spec, recv_spec) = match way {
@@ -350,7 +353,7 @@ impl Ctx<'_> {
     /// A, of `local-b` on B), 64 B paced; with `bridges`, A's bridge exports `local-a`
     /// and imports `local-b`, B's the other way round; with `kill`, A's bridge is
     /// SIGKILLed halfway through.
-    fn local(&self, count: u64, bridges: bool, kill: bool) -> Run {
+    fn local(&self, count: u64, bridges: bool, kill: bool, late: bool) -> Run {
         let serial = self.port();
         let spec = |role, h: usize| EndSpec {
             role,
@@ -395,6 +398,7 @@ impl Ctx<'_> {
                 [None, None]
             },
             kill_bridge_a: kill.then(|| Duration::from_micros(count * (GAP_US + 60) / 2)),
+            late_subscribers: late,
             broker_pids: Vec::new(),
         }
     }
@@ -433,12 +437,24 @@ enum Kind {
     Local {
         bridges: bool,
         kill: bool,
+        /// The local subscribers join after the bridges did.
+        late: bool,
     },
 }
 
 const MAIN: &str = "main";
 const FANOUT: &str = "fanout";
 const LOCAL: &str = "local";
+
+/// The local table's rows: name, bridges running, A's bridge killed halfway, the local
+/// subscribers joined after the bridges (so a bridge holds the lower slot, the one the
+/// publisher rings first unless the bridge subscribed as a background subscriber).
+const LOCAL_ROWS: [(&str, bool, bool, bool); 4] = [
+    ("no bridge", false, false, false),
+    ("both bridges running", true, false, false),
+    ("both bridges, subscribers joined after", true, false, true),
+    ("A's bridge SIGKILLed mid-stream", true, true, false),
+];
 /// The rows of the table with 8 subscribers on B.
 const FANOUT_WAYS: [Way; 4] = [Way::Bridged, Way::Importing, Way::Zenoh, Way::Tcp];
 
@@ -485,14 +501,14 @@ fn plan() -> Vec<(Cell, Kind)> {
             },
         ));
     }
-    for (row, bridges, kill) in [
-        ("no bridge", false, false),
-        ("both bridges running", true, false),
-        ("A's bridge SIGKILLed mid-stream", true, true),
-    ] {
+    for (row, bridges, kill, late) in LOCAL_ROWS {
         v.push((
             cell(LOCAL, row.into(), "64 B latency"),
-            Kind::Local { bridges, kill },
+            Kind::Local {
+                bridges,
+                kill,
+                late,
+            },
         ));
     }
     v
@@ -584,13 +600,17 @@ fn run(
                     };
                     (ctx.transfer(way, size, throughput, count, subs), count)
                 }
-                Kind::Local { bridges, kill } => {
+                Kind::Local {
+                    bridges,
+                    kill,
+                    late,
+                } => {
                     let run = match bridges {
                         true => zenoh_program("shmlink-zenoh").map(|_| ()),
                         false => Ok(()),
                     };
                     (
-                        run.map(|()| ctx.local(counts.local, bridges, kill)),
+                        run.map(|()| ctx.local(counts.local, bridges, kill, late)),
                         counts.local,
                     )
                 }
@@ -772,11 +792,7 @@ fn table(cells: &[Cell]) -> String {
         "B x"
     );
     let base = find(LOCAL, "no bridge", "64 B latency");
-    for row in [
-        "no bridge",
-        "both bridges running",
-        "A's bridge SIGKILLed mid-stream",
-    ] {
+    for (row, ..) in LOCAL_ROWS {
         let c = find(LOCAL, row, "64 B latency");
         let ratio = |h: usize| {
             fig(

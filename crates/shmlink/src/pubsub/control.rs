@@ -20,7 +20,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::handshake::{Packet, Subscribe, Subscribed, MAX_PACKET, POLICY_BLOCK, POLICY_OVERWRITE};
+use super::handshake::{
+    Packet, Subscribe, Subscribed, FEATURE_BACKGROUND, MAX_PACKET, POLICY_BLOCK, POLICY_OVERWRITE,
+};
 use super::options::{Policy, PubSubOptions};
 use super::ring::LastRing;
 use super::segment::{header_len, BellSegment, CursorSegment, TopicSegment};
@@ -541,6 +543,7 @@ impl Control {
             known: start,
             stall: None,
             last_ring: LastRing::NONE,
+            background: req.features & FEATURE_BACKGROUND != 0,
         });
         table.count += 1;
         table.joined += 1;

@@ -40,6 +40,10 @@ const KIND_UPGRADED: u16 = 19;
 const SUBSCRIBE_LEN: usize = PREFIX + 24;
 const SUBSCRIBED_LEN: usize = PREFIX + 8 + 40;
 
+/// A [`Subscribe`] feature bit: the subscriber is woken after the others
+/// (`PubSubOptions::background`).
+pub const FEATURE_BACKGROUND: u64 = 1;
+
 /// Publish/subscribe policy numbers on the wire and in the topic header.
 pub const POLICY_BLOCK: u32 = 1;
 /// See [`POLICY_BLOCK`].
@@ -48,7 +52,7 @@ pub const POLICY_OVERWRITE: u32 = 2;
 /// What a subscriber asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Subscribe {
-    /// Feature bits (none defined yet; unknown ones are ignored).
+    /// Feature bits (`FEATURE_BACKGROUND`; unknown ones are ignored).
     pub features: u64,
     /// Past messages wanted (`u64::MAX`: everything the publisher keeps).
     pub history: u64,

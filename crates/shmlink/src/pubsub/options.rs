@@ -74,6 +74,7 @@ pub struct PubSubOptions {
     pub(crate) resubscribe: bool,
     pub(crate) recv_timeout: Option<Duration>,
     pub(crate) exported: bool,
+    pub(crate) background: bool,
 }
 
 impl Default for PubSubOptions {
@@ -92,6 +93,7 @@ impl Default for PubSubOptions {
             resubscribe: false,
             recv_timeout: None,
             exported: false,
+            background: false,
         }
     }
 }
@@ -224,6 +226,19 @@ impl PubSubOptions {
     /// `shmlink ls` shows it. Nothing else changes locally.
     pub fn exported(mut self, exported: bool) -> Self {
         self.exported = exported;
+        self
+    }
+
+    /// Subscriber: a subscriber that can wait (default `false`): a forwarder, a recorder,
+    /// a bridge such as `shmlink-zenoh`. When a message finds several subscribers asleep,
+    /// the publisher rings the others' doorbells first and this one's last, so its
+    /// doorbell (a system call on the publishing thread) does not delay theirs. Nothing
+    /// else changes: it gets every message as any subscriber does, and under
+    /// [`Policy::Block`] it holds the publisher up like any other. A publisher of an
+    /// earlier version ignores the request, and so does a subscription over the network
+    /// (the publisher's fan-out thread reads the ring for it).
+    pub fn background(mut self, background: bool) -> Self {
+        self.background = background;
         self
     }
 

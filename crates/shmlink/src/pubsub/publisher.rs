@@ -65,6 +65,19 @@ impl Sub {
     }
 }
 
+/// The slots whose bits are set in a bell bit set, lowest first.
+fn slots(bits: [u64; 2]) -> impl Iterator<Item = usize> {
+    bits.into_iter().enumerate().flat_map(|(w, mut word)| {
+        std::iter::from_fn(move || {
+            (word != 0).then(|| {
+                let bit = word.trailing_zeros() as usize;
+                word &= word - 1;
+                w * 64 + bit
+            })
+        })
+    })
+}
+
 /// Rings a subscriber's doorbell: one byte on its socket. Whether a doorbell is now in
 /// the socket: sent, or the socket is full of doorbells not taken yet. A closed socket
 /// belongs to a subscriber the control thread is about to remove.
@@ -356,18 +369,25 @@ impl Publisher {
         }
     }
 
-    /// Rings the doorbells of the subscribers that armed.
+    /// Rings the doorbells of the subscribers that armed: background subscribers after
+    /// the others (each doorbell is a system call that delays the next).
     #[cold]
     #[inline(never)]
     fn wake(&mut self, bits: [u64; 2]) {
         let mut table = self.topic.lock();
-        for (w, mut word) in bits.into_iter().enumerate() {
-            while word != 0 {
-                let slot = w * 64 + word.trailing_zeros() as usize;
-                word &= word - 1;
-                let Some(Some(sub)) = table.subs.get_mut(slot) else {
-                    continue; // a forged or stale bit: nobody to wake
-                };
+        let mut later = [0u64; 2];
+        for slot in slots(bits) {
+            let Some(Some(sub)) = table.subs.get_mut(slot) else {
+                continue; // a forged or stale bit: nobody to wake
+            };
+            if sub.background {
+                later[slot / 64] |= 1 << (slot % 64);
+            } else {
+                sub.wake(&self.ring, self.next);
+            }
+        }
+        for slot in slots(later) {
+            if let Some(Some(sub)) = table.subs.get_mut(slot) {
                 sub.wake(&self.ring, self.next);
             }
         }

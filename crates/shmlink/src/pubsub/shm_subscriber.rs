@@ -6,7 +6,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use super::handshake::{Packet, Subscribe, Subscribed, MAX_PACKET, POLICY_BLOCK, POLICY_OVERWRITE};
+use super::handshake::{
+    Packet, Subscribe, Subscribed, FEATURE_BACKGROUND, MAX_PACKET, POLICY_BLOCK, POLICY_OVERWRITE,
+};
 use super::options::{Policy, PubSubOptions};
 use super::ring::{
     arm_subscriber, disarm_subscriber, Geometry, Peek, Ring, MAX_POSITION, MAX_SUBSCRIBERS,
@@ -166,7 +168,11 @@ impl ShmSubscriber {
         deadline: Instant,
     ) -> Result<ShmSubscriber> {
         let want = Subscribe {
-            features: 0,
+            features: if opts.background {
+                FEATURE_BACKGROUND
+            } else {
+                0
+            },
             history: opts.subscriber_history(),
             max_msg: opts.max_msg_size.unwrap_or(0) as u64,
         };

@@ -62,6 +62,8 @@ pub(crate) struct Sub {
     pub stall: Option<StallWindow>,
     /// Its last doorbell, for the doorbell rule (see `shmlink_ring::broadcast`).
     pub last_ring: LastRing,
+    /// Asked to be woken after the others (`PubSubOptions::background`).
+    pub background: bool,
 }
 
 /// A subscriber that held the publisher up at `since` must reach `target` (the

@@ -66,6 +66,8 @@ pub(super) struct Run {
     pub(super) ends: Vec<End>,
     pub(super) bridges: [Option<Vec<String>>; 2],
     pub(super) kill_bridge_a: Option<Duration>,
+    /// Start the receiving ends only once the bridges subscribed to the senders' topics.
+    pub(super) late_subscribers: bool,
     /// Broker processes in B whose CPU counts for B.
     pub(super) broker_pids: Vec<u32>,
 }
@@ -128,27 +130,14 @@ pub(super) fn measure(
             bridges.push(p);
         }
     }
+    let late = |e: &End| run.late_subscribers && e.role == Role::Recv;
     let mut procs = Vec::new();
-    for e in &run.ends {
-        let mut c = net.command(e.host, &e.program);
-        c.args(&e.args);
-        let p = Proc::start(&e.name, e.host, c, log_dir.join(format!("{}.log", e.name)))?;
-        procs.push((p, e.role));
-    }
-    for (p, role) in procs.iter_mut() {
-        if *role == Role::Send {
-            p.expect("ready", Duration::from_secs(30))?;
-        }
-    }
-    for (p, role) in procs.iter_mut() {
-        if *role == Role::Recv {
-            p.expect("ready", Duration::from_secs(60))?;
-        }
-    }
+    start_ends(net, run, log_dir, &mut procs, |e| !late(e))?;
     if !bridges.is_empty() {
         // The bridges have found every topic they export (they look every 500 ms).
         std::thread::sleep(Duration::from_millis(1200));
     }
+    start_ends(net, run, log_dir, &mut procs, late)?;
     // Every process of each side: the ends, the bridges (A's first), the brokers on B.
     let pids: Vec<(usize, u32)> = procs
         .iter()
@@ -225,6 +214,31 @@ pub(super) fn measure(
         cpu_us,
         bytes_a_to_b: bytes1.saturating_sub(bytes0),
     })
+}
+
+/// Starts the ends `which` picks and waits until each is ready (senders first).
+fn start_ends(
+    net: &Net,
+    run: &Run,
+    log_dir: &Path,
+    procs: &mut Vec<(Proc, Role)>,
+    which: impl Fn(&End) -> bool,
+) -> Result<(), String> {
+    let first = procs.len();
+    for e in run.ends.iter().filter(|e| which(e)) {
+        let mut c = net.command(e.host, &e.program);
+        c.args(&e.args);
+        let p = Proc::start(&e.name, e.host, c, log_dir.join(format!("{}.log", e.name)))?;
+        procs.push((p, e.role));
+    }
+    for (role, wait) in [(Role::Send, 30), (Role::Recv, 60)] {
+        for (p, r) in procs[first..].iter_mut() {
+            if *r == role {
+                p.expect("ready", Duration::from_secs(wait))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The Zenoh programs: `$SHMLINK_ZENOH_BIN_DIR/NAME`, else next to this program.
