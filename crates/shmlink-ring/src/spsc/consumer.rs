@@ -2,7 +2,7 @@
 //! `tail` behind a batching producer), validate it, consume it, publish `head` (lazily if
 //! asked), wake a producer that announced sleep.
 
-use super::layout::{prefetch_read, RingRef, PREFETCH_AHEAD};
+use super::layout::{prefetch_read, RingRef, LINE, PREFETCH_AHEAD};
 use super::message::{
     record_size, stamped, Record, ALIGN, FLAGS_MASK, FLAG_SKIP, HEADER, KNOWN_FLAGS,
 };
@@ -43,9 +43,6 @@ pub struct Consumer {
 /// publishes in batches ([`Consumer::peek`]); one record of up to 500 bytes at a time
 /// does not.
 const BATCH_SEEN: u64 = PREFETCH_AHEAD as u64;
-
-/// A cache line's size (x86-64 and most others).
-const LINE: u64 = 64;
 
 impl Consumer {
     /// The consumer of a fresh (all-zero) ring.

@@ -84,6 +84,9 @@ impl Default for ConsumerCtl {
     }
 }
 
+/// A cache line's size (x86-64 and most others).
+pub(super) const LINE: u64 = 64;
+
 /// How far ahead of its position each side prefetches: a few cache lines, about what the
 /// other core produces or consumes during one cache-line transfer.
 pub(super) const PREFETCH_AHEAD: usize = 512;

@@ -16,8 +16,9 @@
 //! error (see [`Shared`]). Under loom the consumer finds records through the producer's
 //! `tail` (the data area is plain memory the model registers by hand, so an atomic
 //! header word cannot be modelled); the header protocol that a normal build polls first is
-//! checked by the ring's threaded tests, and the next-slot zeroing it rests on is
-//! registered here as a write. The wake-up protocol is the same in both: `arm` re-checks
+//! checked by the ring's threaded tests, and the clearing of the next header slot it
+//! rests on (a read, and a zero where the word could be taken for a header) is
+//! registered here as a write, the stronger access. The wake-up protocol is the same in both: `arm` re-checks
 //! the `tail`. The models check [`FenceMode::Symmetric`]; the asymmetric mode
 //! replaces the waker's fence with a compiler barrier and adds `membarrier` to the
 //! sleeper's, which loom cannot express: the argument for it is written next to
@@ -178,7 +179,7 @@ fn run(cfg: Cfg) {
                         // SAFETY: the header sits just before the payload, in the mapping.
                         let (cell, _) = s.word(unsafe { dst.sub(HEADER) });
                         cell.with_mut(|_| ());
-                        // And the next record's header slot, which `commit` zeroes: loom
+                        // And the next record's header slot, which `commit` clears: loom
                         // checks it is free space, not bytes the consumer still reads.
                         // SAFETY: at most half a ring past a header below CAP: mapped.
                         let (cell, _) = s.word(unsafe { dst.add(record_size(len) - HEADER) });

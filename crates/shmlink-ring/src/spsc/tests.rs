@@ -401,8 +401,8 @@ fn traffic_that_never_fills_the_ring_keeps_to_its_start() {
     assert!(pos > cap, "a whole lap without a restart");
 }
 
-/// Payload that looks like the next record's header is never taken for one: the
-/// producer zeroes the next header slot before it publishes a record.
+/// Payload that looks like the next record's header is never taken for one (records
+/// of one size: the next header slot always holds an earlier lap's header).
 #[test]
 fn payload_that_looks_like_a_header_is_not_one() {
     let mut h = HeapRing::new(256);
@@ -426,6 +426,44 @@ fn payload_that_looks_like_a_header_is_not_one() {
             "record {i}: no next record yet"
         );
     }
+}
+
+/// A record that ends at a line's start, where an earlier lap's payload left the very
+/// header a record would have there now: the producer clears that word before it
+/// publishes, and leaves alone a stale word no consumer would take (an earlier lap's
+/// header), which it only reads.
+#[test]
+fn a_stale_word_that_reads_as_the_next_header_is_cleared_first() {
+    let cap = 256u64;
+    let mut h = HeapRing::new(cap as usize);
+    let (mut p, mut c) = h.ends();
+    // Lap 0: two records of 120 bytes (at 0 and 128). The first one's payload holds, at
+    // position 64, the header a record at 64 would have one lap later.
+    let mut msg = [0u8; 120];
+    msg[56..64].copy_from_slice(&header_word(cap + 64, 8, 0).to_le_bytes());
+    for _ in 0..2 {
+        assert!(push(&mut p, &msg));
+        assert_eq!(pop(&mut c).unwrap(), msg);
+    }
+    let word = |h: &HeapRing, pos: u64| h.data[(pos % cap / 8) as usize];
+    let old_header = word(&h, 128);
+    assert_ne!(old_header, 0);
+    // Lap 1: a 56-byte record at 256 ends at 320 (line 1, where the forged word is).
+    assert!(push(&mut p, &[7; 56]));
+    assert_eq!(
+        word(&h, 64),
+        0,
+        "the word that reads as a header was cleared"
+    );
+    assert_eq!(pop(&mut c).unwrap(), [7; 56]);
+    assert!(c.peek().unwrap().is_none(), "no record after the one sent");
+    // The next one ends at 384 (line 2), over lap 0's second header: not one for 384,
+    // so the producer leaves it (a store there would wait for a line the consumer
+    // polls next to).
+    assert!(push(&mut p, &[8; 56]));
+    assert_eq!(word(&h, 128), old_header);
+    assert_eq!(pop(&mut c).unwrap(), [8; 56]);
+    assert!(c.peek().unwrap().is_none());
 }
 
 /// Two threads, many laps, records of varying length: every record arrives whole
