@@ -32,8 +32,9 @@ pub struct Producer {
     /// What [`Producer::sent`] was last told: the position of the other direction's
     /// consumer.
     rx_at_send: u64,
-    /// Whether the last record [`Producer::sent`] was told of was a stream's.
-    streaming: bool,
+    /// Whether [`Producer::sent`] expects the next record to follow at once (a stream's,
+    /// a pipeline's answer): [`Producer::clear_slot`] then always zeroes.
+    zero_ahead: bool,
 }
 
 impl Producer {
@@ -52,7 +53,7 @@ impl Producer {
                 u64::MAX
             },
             rx_at_send: u64::MAX,
-            streaming: false,
+            zero_ahead: false,
         }
     }
 
@@ -219,7 +220,7 @@ impl Producer {
             }
         }
         let skip = (self.ring.cap - off) as u64;
-        self.clear_slot(self.tail + skip);
+        self.clear_slot(self.tail, skip);
         // SYNC POINT (data): Release pairs with the Acquire in `Consumer::peek` (the
         // cleared slot first, as in `commit`).
         self.ring.store_header(
@@ -259,7 +260,7 @@ impl Producer {
         let size = record_size(len) as u64;
         // `try_reserve` kept the next record's header slot free (`free` leaves HEADER
         // bytes for it).
-        self.clear_slot(self.tail + size);
+        self.clear_slot(self.tail, size);
         // SYNC POINT (data): Release pairs with the Acquire in `Consumer::peek`: the
         // payload and the cleared slot are visible before the header is.
         self.ring.store_header(
@@ -270,39 +271,51 @@ impl Producer {
         self.tail += size;
     }
 
-    /// Makes the free header slot at `pos` read "nothing yet" before a header published
-    /// after this call says a record ends there: a consumer that takes that record never
-    /// takes stale bytes at `pos` (an earlier lap's header, or payload that looks like
-    /// one) for the next. Only a word [`stamped`] for `pos` could be taken for one, and
-    /// the slot is in our own memory, which no one else writes (a peer that writes it
-    /// anyway misleads only its own reading): so a slot at a line's start is read first
-    /// and zeroed only if it holds such a word. A store there would take that line from
-    /// the consumer, which asks for it while it polls the line before
-    /// (`Consumer::poll`), and the header's store waited for it: 56 B round trips (the
-    /// record one line) 0.46 µs p50 with the store, 0.38 without (docs/benchmarks.md).
-    /// Zeroed anyway: a slot inside a line this record ends in (the line is ours by
-    /// now), and behind a stream's records, where the store takes the next record's line
-    /// ahead of it (a 56 B stream 12 M msg/s with the read, 17 with the store).
+    /// Makes the free header slot after the record of `size` bytes at `start` read
+    /// "nothing yet" before a header published after this call says the record ends
+    /// there: a consumer that takes that record never takes stale bytes in the slot (an
+    /// earlier lap's header, or payload that looks like one) for the next. Only a word
+    /// [`stamped`] for the slot's position could be taken for one, and the slot is in our
+    /// own memory, which no one else writes (a peer that writes it anyway misleads only
+    /// its own reading): so behind a record of whole lines, the slot is read first and
+    /// zeroed only if it holds such a word. A store there would take the line from the
+    /// consumer, which polls it next (and asks for it with the line before,
+    /// `Consumer::poll`), and the header's store waited for it: round trips of 56 B (a
+    /// record of one line) 0.46 µs p50 with the store, 0.38 without; 120 B 0.56 and 0.42
+    /// (docs/benchmarks.md). Zeroed anyway: a slot inside a line the record ends in (the
+    /// line is ours by now) or behind a record that starts inside one (other sizes were
+    /// not measured faster, and 64 B streams in a window slower), and whenever
+    /// [`sent`](Producer::sent) expects the next record to follow at once (a stream's, a
+    /// pipeline's answer), where the store takes that record's line ahead of it (a 56 B
+    /// stream 12 M msg/s with the read, 17 with the store).
     #[inline(always)]
-    fn clear_slot(&self, pos: u64) {
-        if self.streaming || pos % LINE != 0 || stamped(self.ring.load_header(pos), pos) {
+    fn clear_slot(&self, start: u64, size: u64) {
+        let pos = start + size;
+        if self.zero_ahead || (start | size) % LINE != 0 || stamped(self.ring.load_header(pos), pos)
+        {
             self.ring.store_header(pos, 0, Ordering::Relaxed);
         }
     }
 
     /// After a record, for a producer whose end also consumes the other direction of the
-    /// connection: `rx_at` is that consumer's position now. A record sent with nothing
-    /// received since the previous one is a stream's, and the line 512 bytes past the
-    /// tail, which the next records will fill, is asked for in a writable state now, so
-    /// that the stores to it do not wait for the consumer's core to give it up. A record
-    /// that follows a received message is likely a round trip's answer, where the request
-    /// cost the round trip (64 B: 0.55 against 0.50 µs p50, docs/benchmarks.md).
+    /// connection: `rx_at` is that consumer's position now, `rx_waited` whether it had to
+    /// wait for data since the previous record. A record sent with nothing received since
+    /// the previous one is a stream's, and the line 512 bytes past the tail, which the
+    /// next records will fill, is asked for in a writable state now, so that the stores
+    /// to it do not wait for the consumer's core to give it up. A record that follows a
+    /// received message is likely a round trip's answer, where the request cost the round
+    /// trip (64 B: 0.55 against 0.50 µs p50, docs/benchmarks.md). When that message was
+    /// waited for, the next record is not expected soon either, and only then may its
+    /// header slot go unwritten (`clear_slot`); behind an answer to a message that was
+    /// found waiting (a pipeline's), the next one follows at once, and the slot's zero
+    /// takes its line ahead of it.
     #[inline(always)]
-    pub fn sent(&mut self, rx_at: u64) {
-        self.streaming = rx_at == self.rx_at_send;
-        if self.streaming {
+    pub fn sent(&mut self, rx_at: u64, rx_waited: bool) {
+        let stream = rx_at == self.rx_at_send;
+        if stream {
             self.prefetch_ahead();
         }
+        self.zero_ahead = stream || !rx_waited;
         self.rx_at_send = rx_at;
     }
 

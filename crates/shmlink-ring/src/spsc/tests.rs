@@ -431,7 +431,7 @@ fn payload_that_looks_like_a_header_is_not_one() {
 /// A record that ends at a line's start, where an earlier lap's payload left the very
 /// header a record would have there now: the producer clears that word before it
 /// publishes, and leaves alone a stale word no consumer would take (an earlier lap's
-/// header), which it only reads.
+/// header), which it only reads, unless the next record is expected at once.
 #[test]
 fn a_stale_word_that_reads_as_the_next_header_is_cleared_first() {
     let cap = 256u64;
@@ -439,7 +439,7 @@ fn a_stale_word_that_reads_as_the_next_header_is_cleared_first() {
     let (mut p, mut c) = h.ends();
     // Lap 0: two records of 120 bytes (at 0 and 128). The first one's payload holds, at
     // position 64, the header a record at 64 would have one lap later.
-    let mut msg = [0u8; 120];
+    let mut msg = [1u8; 120];
     msg[56..64].copy_from_slice(&header_word(cap + 64, 8, 0).to_le_bytes());
     for _ in 0..2 {
         assert!(push(&mut p, &msg));
@@ -463,6 +463,22 @@ fn a_stale_word_that_reads_as_the_next_header_is_cleared_first() {
     assert!(push(&mut p, &[8; 56]));
     assert_eq!(word(&h, 128), old_header);
     assert_eq!(pop(&mut c).unwrap(), [8; 56]);
+    assert!(c.peek().unwrap().is_none());
+    // An answer to a request that was found waiting in the other direction (a
+    // pipeline's): the next record follows at once, so its slot is zeroed ahead of it,
+    // payload bytes or not.
+    p.sent(1, false);
+    assert_ne!(word(&h, 192), 0);
+    assert!(push(&mut p, &[9; 56]));
+    assert_eq!(word(&h, 192), 0, "zeroed ahead of a pipeline's next answer");
+    // An answer to a request waited for: a round trip's, the slot only read.
+    p.sent(2, true);
+    let lap1_header = word(&h, 0);
+    assert!(push(&mut p, &[10; 56]));
+    assert_eq!(word(&h, 0), lap1_header);
+    for v in [9, 10] {
+        assert_eq!(pop(&mut c).unwrap(), [v; 56]);
+    }
     assert!(c.peek().unwrap().is_none());
 }
 

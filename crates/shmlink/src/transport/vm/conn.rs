@@ -312,6 +312,8 @@ pub(crate) struct VmConn {
     broken: Option<Error>,
     closed: bool,
     departed: bool,
+    /// We waited for data since the last record we sent (`Producer::sent`).
+    rx_waited: bool,
     local: String,
     peer: String,
 }
@@ -379,6 +381,7 @@ impl VmConn {
             broken: None,
             closed: false,
             departed: false,
+            rx_waited: false,
             local,
             peer,
         }
@@ -444,6 +447,7 @@ impl VmConn {
 
     /// One step of a blocked receive's wait (as [`wait_send`](Self::wait_send)).
     fn wait_recv(&mut self, wait: &mut Wait) -> Result<()> {
+        self.rx_waited = true;
         if wait.spin() {
             return Ok(());
         }
@@ -563,7 +567,8 @@ impl VmConn {
         if self.tx.commit(len, flags) {
             self.shared.ring_peer();
         }
-        self.tx.sent(self.rx.position());
+        self.tx
+            .sent(self.rx.position(), std::mem::take(&mut self.rx_waited));
     }
 
     /// Leaves the slot: the last of the two to leave (or the survivor of a dead peer)

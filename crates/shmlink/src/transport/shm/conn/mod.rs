@@ -197,6 +197,8 @@ pub(crate) struct ShmConn {
     /// starts announced): a data doorbell is the caller's cue, which only a receive may
     /// drain.
     rx_waiting: bool,
+    /// We waited for data since the last record we sent (`Producer::sent`).
+    rx_waited: bool,
     /// The last send returned `WouldBlock` or left the rest of a message pending: a room
     /// doorbell is the caller's cue, which only a call that retries the send may drain.
     tx_waiting: bool,
@@ -289,6 +291,7 @@ impl ShmConn {
             peer_eof: false,
             stale_doorbell: false,
             rx_waiting: true,
+            rx_waited: false,
             tx_waiting: false,
             rx_mark: 0,
             broken: None,

@@ -71,6 +71,7 @@ impl ShmConn {
     /// Waits until the receive ring has a record; reports end-of-stream or reset once the
     /// peer is gone and everything it sent has been read.
     fn wait_data(&mut self, blocking: bool) -> Result<()> {
+        self.rx_waited = true;
         // What we consumed and held back goes out before waiting: the producer may be
         // waiting for that room; and a batch's records, which the peer may be waiting
         // for before it answers.

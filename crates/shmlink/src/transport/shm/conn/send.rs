@@ -156,7 +156,8 @@ impl ShmConn {
         } else if self.tx.commit(len, flags) {
             self.doorbell(Bell::Data);
         }
-        self.tx.sent(self.rx.position());
+        self.tx
+            .sent(self.rx.position(), mem::take(&mut self.rx_waited));
     }
 
     /// Publishes the records a batch wrote so far (one `tail` store and one fence).
