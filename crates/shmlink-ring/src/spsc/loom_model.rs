@@ -18,8 +18,8 @@
 //! header word cannot be modelled); the header protocol that a normal build polls first is
 //! checked by the ring's threaded tests, and the clearing of the next header slot it
 //! rests on (a read, and a zero where the word could be taken for a header) is
-//! registered here as a write, the stronger access. The wake-up protocol is the same in both: `arm` re-checks
-//! the `tail`. The models check [`FenceMode::Symmetric`]; the asymmetric mode
+//! registered here as a write, the stronger access. The wake-up protocol is the same in
+//! both: `arm` re-checks the `tail`. The models check [`FenceMode::Symmetric`]; the asymmetric mode
 //! replaces the waker's fence with a compiler barrier and adds `membarrier` to the
 //! sleeper's, which loom cannot express: the argument for it is written next to
 //! `announce` in the ring module.

@@ -284,7 +284,7 @@ impl Producer {
     /// record of one line) 0.46 µs p50 with the store, 0.38 without; 120 B 0.56 and 0.42
     /// (docs/benchmarks.md). Zeroed anyway: a slot inside a line the record ends in (the
     /// line is ours by now) or behind a record that starts inside one (other sizes were
-    /// not measured faster, and 64 B streams in a window slower), and whenever
+    /// not measured faster, and a 64 B zero-copy window slower), and whenever
     /// [`sent`](Producer::sent) expects the next record to follow at once (a stream's, a
     /// pipeline's answer), where the store takes that record's line ahead of it (a 56 B
     /// stream 12 M msg/s with the read, 17 with the store).
