@@ -14,6 +14,15 @@
 #       /tmp/bench-before /tmp/bench-after
 #
 # A build is named by its file name; the runs' outputs stay in the directory printed last.
+#
+# Code placement alone moves some rows here (a 56 B round trip by 20 ns, a stream's rate
+# by up to 20 %, between builds that differ only in code that never runs:
+# docs/benchmarks.md, "Tenth round"). For effects that small, build every side with its
+# functions and jump targets aligned, each tree into its own target directory (cargo
+# takes a sibling checkout's crates in a shared one for its own):
+#
+#   RUSTFLAGS="-C llvm-args=-align-all-functions=6 -C llvm-args=-align-all-nofallthru-blocks=5" \
+#       CARGO_TARGET_DIR=/tmp/ab-before cargo build --release -p shmlink-bench
 set -euo pipefail
 if [ $# -lt 3 ]; then
     sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2
