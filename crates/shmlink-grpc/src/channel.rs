@@ -13,7 +13,7 @@ use tonic::body::Body;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-/// A [`Channel`] to a shmlink address (from [`crate::channel`]), usable by any tonic
+/// A [`Channel`] to a shmlink address (from [`crate::channel()`]), usable by any tonic
 /// client (`SomeClient::new(channel)`, generated or not).
 ///
 /// tonic reports a connection lost in the middle of a call (the server process died) as

@@ -125,7 +125,7 @@ where
     }
 }
 
-/// A client of the echo service over any tonic channel (e.g. [`crate::channel`]).
+/// A client of the echo service over any tonic channel (e.g. [`crate::channel()`]).
 /// Cloning is cheap (calls on clones share the channel's connection).
 #[derive(Clone, Debug)]
 pub struct EchoClient {

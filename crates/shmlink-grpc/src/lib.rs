@@ -1,6 +1,6 @@
 //! gRPC over shmlink with [tonic]: a server runs on a shmlink listener through
 //! `Server::serve_with_incoming(`[`incoming`]`(listener))`, a client reaches it through
-//! [`channel`] (`Endpoint::connect_with_connector` with a connector that opens a shmlink
+//! [`channel()`] (`Endpoint::connect_with_connector` with a connector that opens a shmlink
 //! connection). Addresses are shmlink's: `shm:NAME` on one machine, `auto:HOST:PORT`
 //! where a client elsewhere falls back to TCP (and one on the same kernel moves to
 //! shared memory), or `ux:`/`tcp:`/`tls:`.
@@ -126,7 +126,7 @@ pub async fn channel(addr: &str, opts: &Options) -> Result<ShmChannel, tonic::tr
     Ok(ShmChannel::new(channel))
 }
 
-/// Like [`channel`], but connects on first use (and reconnects after a failure then).
+/// Like [`channel()`], but connects on first use (and reconnects after a failure then).
 pub fn channel_lazy(addr: &str, opts: &Options) -> ShmChannel {
     ShmChannel::new(endpoint().connect_with_connector_lazy(connector(addr, opts)))
 }

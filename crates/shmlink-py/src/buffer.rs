@@ -35,7 +35,7 @@ impl<'py> Msg<'py> {
     }
 
     /// The bytes. With the GIL held only (the borrow of `py` says so), except for
-    /// [`Msg::Immutable`], see [`immutable`](Self::immutable).
+    /// [`Msg::Immutable`], see [`without_gil`](Self::without_gil).
     pub(crate) fn with_gil(&self, _py: Python<'py>) -> &[u8] {
         match self {
             Msg::Immutable(b) => b.as_bytes(),

@@ -21,7 +21,7 @@
 //! a publisher's control thread answers at any time.
 //!
 //! Bridges that carry topics to other hosts are not listeners: each keeps a status file
-//! in the directory, which [`bridges`] reads.
+//! in the directory, which [`bridges()`] reads.
 
 use std::fs;
 use std::io;

@@ -16,11 +16,11 @@ pub enum Policy {
     /// The publisher waits for the slowest live subscriber (lossless). A subscriber the
     /// publisher waits for must read, within [`PubSubOptions::stall_timeout`], every
     /// message that was published when the wait began; otherwise it is detached: its
-    /// next `recv` fails with [`ErrorKind::Detached`](crate::ErrorKind::Detached), and it
+    /// next `recv` fails with [`ErrorKind::Detached`], and it
     /// may subscribe again.
     Block,
     /// The publisher never waits: it overwrites the oldest message. A subscriber that
-    /// fell behind gets [`ErrorKind::Lagged`](crate::ErrorKind::Lagged) once, with the
+    /// fell behind gets [`ErrorKind::Lagged`] once, with the
     /// exact number of messages it lost ([`Error::missed`](crate::Error::missed)), and
     /// then continues with the oldest message still in the ring.
     Overwrite,
@@ -209,7 +209,7 @@ impl PubSubOptions {
 
     /// Subscriber: the longest a blocking receive waits for a message (default: no
     /// limit). Past it the receive fails with
-    /// [`ErrorKind::TimedOut`](crate::ErrorKind::TimedOut) and the subscription stays
+    /// [`ErrorKind::TimedOut`] and the subscription stays
     /// as it was, so a thread that also watches something else (a stop flag) needs
     /// neither non-blocking mode nor its own `poll`, and keeps the wait policy's spin
     /// (non-blocking receives announce sleep at every empty look). The wait for a new

@@ -12,7 +12,7 @@
 //! | `mod.rs`         | the [`Link`] and [`Wire`] traits, frame kinds, buffer helpers     |
 //! | `hello.rs`       | the hello: its format, its checks, the client's handshake         |
 //! | `conn.rs`        | [`FramedConn`]: sending, receiving, readiness, closing            |
-//! | `listener.rs`    | [`ServerHandshake`], [`FramedListener`] and its [`Acceptor`]      |
+//! | `listener.rs`    | `ServerHandshake`, [`FramedListener`] and its [`Acceptor`]        |
 //! | `conformance.rs` | the behaviour every framed transport must show (test bodies)      |
 //!
 //! # Handshake

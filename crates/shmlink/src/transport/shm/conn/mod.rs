@@ -203,7 +203,7 @@ pub(crate) struct ShmConn {
     /// doorbell is the caller's cue, which only a call that retries the send may drain.
     tx_waiting: bool,
     /// The consumer's position when the last wait for data began: what was taken since
-    /// says how large the messages are ([`large_message_patience`]).
+    /// says how large the messages are (`recv::large_message_patience`).
     rx_mark: u64,
     /// Set after a protocol violation: the connection is dead.
     broken: Option<String>,
@@ -216,7 +216,7 @@ pub(crate) struct ShmConn {
     local: String,
     peer: String,
     /// The doorbell pipes, if both sides have them: a blocking wait sleeps on its pipe
-    /// and says so in its segment ([`Place`]); the peer rings where it sleeps. (Last:
+    /// and says so in its segment ([`Place`](super::segment::Place)); the peer rings where it sleeps. (Last:
     /// only wake-ups use it, and the fields above keep their places.)
     bell: Option<PipeBell>,
     /// The shared wait token the next non-blocking wait for data announces instead of a
