@@ -16,13 +16,12 @@ pub enum Policy {
     /// The publisher waits for the slowest live subscriber (lossless). A subscriber the
     /// publisher waits for must read, within [`PubSubOptions::stall_timeout`], every
     /// message that was published when the wait began; otherwise it is detached: its
-    /// next `recv` fails with [`ErrorKind::Detached`], and it
-    /// may subscribe again.
+    /// next `recv` fails with [`ErrorKind::Detached`], and it may subscribe again.
     Block,
     /// The publisher never waits: it overwrites the oldest message. A subscriber that
-    /// fell behind gets [`ErrorKind::Lagged`] once, with the
-    /// exact number of messages it lost ([`Error::missed`](crate::Error::missed)), and
-    /// then continues with the oldest message still in the ring.
+    /// fell behind gets [`ErrorKind::Lagged`] once, with the exact number of messages it
+    /// lost ([`Error::missed`]), and then continues with the oldest message still in the
+    /// ring.
     Overwrite,
 }
 
@@ -208,12 +207,11 @@ impl PubSubOptions {
     }
 
     /// Subscriber: the longest a blocking receive waits for a message (default: no
-    /// limit). Past it the receive fails with
-    /// [`ErrorKind::TimedOut`] and the subscription stays
-    /// as it was, so a thread that also watches something else (a stop flag) needs
-    /// neither non-blocking mode nor its own `poll`, and keeps the wait policy's spin
-    /// (non-blocking receives announce sleep at every empty look). The wait for a new
-    /// publisher under [`resubscribe`](Self::resubscribe) is not bounded by it.
+    /// limit). Past it the receive fails with [`ErrorKind::TimedOut`] and the
+    /// subscription stays as it was, so a thread that also watches something else (a
+    /// stop flag) needs neither non-blocking mode nor its own `poll`, and keeps the wait
+    /// policy's spin (non-blocking receives announce sleep at every empty look). The wait
+    /// for a new publisher under [`resubscribe`](Self::resubscribe) is not bounded by it.
     pub fn recv_timeout(mut self, t: Duration) -> Self {
         self.recv_timeout = Some(t);
         self

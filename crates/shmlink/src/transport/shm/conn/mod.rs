@@ -216,8 +216,9 @@ pub(crate) struct ShmConn {
     local: String,
     peer: String,
     /// The doorbell pipes, if both sides have them: a blocking wait sleeps on its pipe
-    /// and says so in its segment ([`Place`](super::segment::Place)); the peer rings where it sleeps. (Last:
-    /// only wake-ups use it, and the fields above keep their places.)
+    /// and says so in its segment ([`Place`](super::segment::Place)); the peer rings
+    /// where it sleeps. (Last: only wake-ups use it, and the fields above keep their
+    /// places.)
     bell: Option<PipeBell>,
     /// The shared wait token the next non-blocking wait for data announces instead of a
     /// count ([`ShmConn::set_wait_token`]).
