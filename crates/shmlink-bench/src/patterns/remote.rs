@@ -514,6 +514,16 @@ fn plan() -> Vec<(Cell, Kind)> {
     v
 }
 
+/// How long a cell may take from `go` to its last end's result: a minute, plus per
+/// message its gap, a millisecond, and its bytes at 10 MB/s, well above what the
+/// slowest carrier here needs (every cell ends within seconds). A carrier that stalls
+/// (a broker that stops delivering, an end left waiting for a message that was lost)
+/// fails its cell within minutes, and the other cells still run.
+fn budget(count: u64, size: usize, gap_us: u64) -> Duration {
+    let per_msg = Duration::from_micros(gap_us + 1000) + Duration::from_nanos(size as u64 * 100);
+    Duration::from_secs(60) + per_msg * u32::try_from(count).unwrap_or(u32::MAX)
+}
+
 fn run(
     counts: &Counts,
     quick: bool,
@@ -582,7 +592,7 @@ fn run(
             if cell.status != "ok" {
                 continue;
             }
-            let (run, count) = match *kind {
+            let (run, budget) = match *kind {
                 Kind::Transfer {
                     way,
                     size,
@@ -598,7 +608,11 @@ fn run(
                         (s, true) if s <= 64 << 10 => counts.medium,
                         _ => counts.large,
                     };
-                    (ctx.transfer(way, size, throughput, count, subs), count)
+                    let gap = if throughput { 0 } else { GAP_US };
+                    (
+                        ctx.transfer(way, size, throughput, count, subs),
+                        budget(count, size, gap),
+                    )
                 }
                 Kind::Local {
                     bridges,
@@ -611,7 +625,7 @@ fn run(
                     };
                     (
                         run.map(|()| ctx.local(counts.local, bridges, kill, late)),
-                        counts.local,
+                        budget(counts.local, 64, GAP_US),
                     )
                 }
             };
@@ -623,11 +637,10 @@ fn run(
                     continue;
                 }
             };
-            let timeout = Duration::from_secs(60 + count / 100);
             let t = Instant::now();
             let dir = logs.join(format!("{done}"));
             let _ = std::fs::create_dir_all(&dir);
-            match measure(&net, &run, &dir, timeout) {
+            match measure(&net, &run, &dir, budget) {
                 Ok(o) => cell.runs.push(o),
                 Err(e) => {
                     eprintln!("shmlink-bench: remote: {} / {}: {e}", cell.row, cell.column);

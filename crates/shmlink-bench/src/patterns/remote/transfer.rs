@@ -2,7 +2,7 @@
 //! they measured.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::ends::Role;
 use serde::Serialize;
@@ -111,12 +111,13 @@ impl Outcome {
     }
 }
 
-/// Runs `run` in `net`.
+/// Runs `run` in `net`; fails if its sender and receivers have not all reported within
+/// `budget` of `go`.
 pub(super) fn measure(
     net: &Net,
     run: &Run,
     log_dir: &Path,
-    timeout: Duration,
+    budget: Duration,
 ) -> Result<Outcome, String> {
     let mut bridges = Vec::new();
     for (h, a) in run.bridges.iter().enumerate() {
@@ -148,6 +149,8 @@ pub(super) fn measure(
     let cpu0: Vec<CpuSample> = pids.iter().map(|&(_, pid)| cpu_sample(pid)).collect();
     let mut cpu1: Vec<Option<CpuSample>> = vec![None; pids.len()];
     let bytes0 = net.bytes_a_to_b()?;
+    let deadline = Instant::now() + budget;
+    let left = || deadline.saturating_duration_since(Instant::now());
     for (p, role) in procs.iter_mut() {
         if *role == Role::Send {
             p.tell("go");
@@ -167,13 +170,13 @@ pub(super) fn measure(
     for (p, role) in procs.iter_mut() {
         match role {
             Role::Send => {
-                let line = p.expect("sent", timeout)?;
+                let line = p.expect("sent", left())?;
                 let f = fields(&line);
                 start_ns = start_ns.min(f.get("start_ns").copied().unwrap_or(0.0) as u64);
                 sent = f.get("count").copied().unwrap_or(0.0) as u64;
             }
             Role::Recv => {
-                let line = p.expect("result", timeout)?;
+                let line = p.expect("result", left())?;
                 let f = fields(&line);
                 let g = |k: &str| f.get(k).copied().unwrap_or(0.0) as u64;
                 received.push(Received {
