@@ -284,6 +284,9 @@ fn valid_topic(name: &str) -> bool {
 impl Bridge {
     /// Opens the Zenoh session and starts bridging.
     pub fn open(config: BridgeConfig) -> Result<Bridge, Error> {
+        if let Some(w) = config.tls_endpoint_warning() {
+            tracing::warn!("{w}");
+        }
         let session = open_session(&config)?;
         let id = random_id();
         tracing::info!(id = format!("{id:032x}"), zid = %session.zid(), "bridge open");

@@ -184,13 +184,13 @@ pub struct BridgeConfig {
     pub prefix: String,
     /// The Zenoh session's mode.
     pub mode: Mode,
-    /// Endpoints to listen on (`tcp/ADDR:PORT`, `tls/ADDR:PORT`).
+    /// Endpoints to listen on (`tcp/ADDR:PORT`, `quic/ADDR:PORT`, `tls/ADDR:PORT`).
     pub listen: Vec<String>,
     /// Endpoints to connect to.
     pub connect: Vec<String>,
     /// Multicast scouting (finding peers on the local network); off by default.
     pub scouting: bool,
-    /// TLS files for `tls/` endpoints.
+    /// TLS files for `quic/` and `tls/` endpoints.
     pub tls: Tls,
     /// How often the bridge looks for new local topics to export.
     pub scan_interval: Duration,
@@ -282,11 +282,23 @@ impl BridgeConfig {
         if self.acl_enabled() && !self.tls.mtls {
             return Err(
                 "--allow-out/--allow-in name peers by the common name of their certificate: \
-                 they need --mtls (and tls/ endpoints)"
+                 they need --mtls (and quic/ or tls/ endpoints)"
                     .into(),
             );
         }
         Ok(())
+    }
+
+    /// The warning for `tls/` endpoints, if there are any: Zenoh 1.10.2's TLS link reads
+    /// and writes one TLS stream from two tasks at once (upstream
+    /// eclipse-zenoh/zenoh#2557); docs/zenoh.md, "Limits".
+    pub fn tls_endpoint_warning(&self) -> Option<&'static str> {
+        let mut endpoints = self.listen.iter().chain(&self.connect);
+        endpoints.any(|e| e.starts_with("tls/")).then_some(
+            "tls/ endpoints are not safe with messages going both ways on a link in Zenoh 1.10.2 \
+             (eclipse-zenoh/zenoh#2557: a direction can stop, a message be lost); use quic/, \
+             which takes the same --tls-* and --mtls options",
+        )
     }
 
     /// Whether any access-control grant is given (then Zenoh's access control is on).
@@ -445,6 +457,17 @@ mod tests {
         assert!(c.zenoh_config().is_ok());
         c.tls.mtls = true;
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn tls_endpoints_are_warned_about() {
+        let mut c = BridgeConfig {
+            listen: vec!["tcp/10.0.0.1:7447".into(), "quic/10.0.0.1:7448".into()],
+            ..BridgeConfig::default()
+        };
+        assert_eq!(c.tls_endpoint_warning(), None);
+        c.connect = vec!["tls/10.0.0.2:7447".into()];
+        assert!(c.tls_endpoint_warning().unwrap().contains("quic/"));
     }
 
     #[test]

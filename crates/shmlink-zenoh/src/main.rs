@@ -32,7 +32,8 @@ struct Args {
     /// The Zenoh session's mode: peer, client or router.
     #[arg(long, default_value = "peer")]
     mode: Mode,
-    /// Listen on a Zenoh endpoint (tcp/ADDR:PORT, tls/ADDR:PORT). Repeatable.
+    /// Listen on a Zenoh endpoint (tcp/ADDR:PORT, quic/ADDR:PORT, tls/ADDR:PORT; for
+    /// encrypted links prefer quic/, see docs/zenoh.md "Limits"). Repeatable.
     #[arg(long, value_name = "ENDPOINT")]
     listen: Vec<String>,
     /// Connect to a Zenoh endpoint. Repeatable.
@@ -41,7 +42,7 @@ struct Args {
     /// Find peers with multicast scouting (off by default).
     #[arg(long)]
     scouting: bool,
-    /// CA certificate (PEM) for tls/ endpoints.
+    /// CA certificate (PEM) for quic/ and tls/ endpoints.
     #[arg(long, value_name = "FILE")]
     tls_ca: Option<PathBuf>,
     /// This bridge's certificate (PEM).

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use support::hosts::{bridge_exe, unavailable, Net, Proc};
 use support::msg::ORIGIN_STEP;
-use support::roles::field;
+use support::roles::publish_round;
 
 const COUNT: u64 = 1000;
 
@@ -95,29 +95,6 @@ fn stop_bridges(bridges: &mut [Proc]) -> Vec<Vec<String>> {
                 .collect()
         })
         .collect()
-}
-
-/// Waits until every subscriber is ready, lets the publishers go, and checks that each
-/// subscriber got `want(its name)` messages without an error; then lets the publishers
-/// exit.
-fn publish_round(pubs: &mut [Proc], subs: &mut [Proc], want: impl Fn(&str) -> u64) {
-    for s in subs.iter_mut() {
-        s.expect("ready", Duration::from_secs(40));
-    }
-    for p in pubs.iter_mut() {
-        p.tell("go");
-    }
-    for p in pubs.iter_mut() {
-        p.expect("done", Duration::from_secs(60));
-    }
-    for s in subs.iter_mut() {
-        let r = s.expect("result", Duration::from_secs(60));
-        assert_eq!(field(&r, "received"), want(&s.name), "{}: {r}", s.name);
-        assert_eq!(field(&r, "errors"), 0, "{}: {r}", s.name);
-    }
-    for p in pubs.iter_mut() {
-        p.tell("exit");
-    }
 }
 
 #[test]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use shmlink::{ErrorKind, Policy, PubSubOptions, Publisher, Subscriber};
 
+use super::hosts::Proc;
 use super::msg;
 
 fn env(name: &str) -> String {
@@ -342,4 +343,27 @@ pub fn field(line: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in {line:?}"))
         .parse()
         .unwrap()
+}
+
+/// Waits until every subscriber is ready, lets the publishers go, and checks that each
+/// subscriber got `want(its name)` messages without an error; then lets the publishers
+/// exit.
+pub fn publish_round(pubs: &mut [Proc], subs: &mut [Proc], want: impl Fn(&str) -> u64) {
+    for s in subs.iter_mut() {
+        s.expect("ready", Duration::from_secs(40));
+    }
+    for p in pubs.iter_mut() {
+        p.tell("go");
+    }
+    for p in pubs.iter_mut() {
+        p.expect("done", Duration::from_secs(60));
+    }
+    for s in subs.iter_mut() {
+        let r = s.expect("result", Duration::from_secs(60));
+        assert_eq!(field(&r, "received"), want(&s.name), "{}: {r}", s.name);
+        assert_eq!(field(&r, "errors"), 0, "{}: {r}", s.name);
+    }
+    for p in pubs.iter_mut() {
+        p.tell("exit");
+    }
 }
