@@ -85,6 +85,16 @@ fn three_hosts() -> Option<(Net, Link, Link, PathBuf)> {
 
 #[test]
 fn mtls_admits_the_cas_peers_only() {
+    mtls_case("tls");
+}
+
+/// The same over `quic/` links.
+#[test]
+fn mtls_admits_the_cas_peers_only_over_quic() {
+    mtls_case("quic");
+}
+
+fn mtls_case(proto: &str) {
     let Some((net, (a_ab, b_ab), (a_ac, c_ac), pki)) = three_hosts() else {
         return;
     };
@@ -113,8 +123,8 @@ fn mtls_admits_the_cas_peers_only() {
     };
     let mut pub_a = net.role(0, "pub-zt", "pub", &env("zt"));
     let mut pub_c = net.role(2, "pub-zc", "pub", &env("zc"));
-    let listen_b = format!("tls/{a_ab}:7447");
-    let listen_c = format!("tls/{a_ac}:7448");
+    let listen_b = format!("{proto}/{a_ab}:7447");
+    let listen_c = format!("{proto}/{a_ac}:7448");
     let mut ba = net.spawn(
         0,
         "bridge-a",
