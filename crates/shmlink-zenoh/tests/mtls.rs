@@ -352,9 +352,10 @@ fn acl_case(proto: &str) {
     let mut bb = spawn(1, "bridge-b", peer(&listen_b, "bridge-b"));
     let mut bd = spawn(2, "bridge-d", peer(&listen_d, "bridge-d"));
 
-    // Two phases, one way at a time: with messages going both ways at once on one tls/
-    // link, Zenoh 1.10.2 lost 1 or 2 of 300 mid-stream in about half the runs (with or
-    // without access control; not on tcp/ links; docs/zenoh.md, "Limits").
+    // Two phases, one way at a time: messages both ways at once on a tls/ link meet
+    // Zenoh 1.10.2's TLS race (eclipse-zenoh/zenoh#2557; docs/zenoh.md, "Limits"), and
+    // both transports run the same phases. `quic_carries_both_ways_at_once` runs both
+    // ways at once.
     // Out: A's zt (granted to B) and zu (granted to nobody).
     let mut pub_zt = net.role(0, "pub-zt", "pub", &stream("zt", &[]));
     let mut pub_zu = net.role(0, "pub-zu", "pub", &stream("zu", &[]));
