@@ -1,10 +1,11 @@
 //! [`copy_shared`]: the one routine that copies message bytes into and out of shared
 //! memory, opaque to the compiler, and fast whatever the two addresses are.
 //!
-//! On x86-64 it is `rep movsb`, except where `rep movsb` is slow: when the destination
-//! lies 1 to 63 bytes after the source modulo 4 KiB, a copy of at least [`VECTOR_MIN`]
-//! bytes is a loop of unaligned 32-byte (AVX, where the CPU has it) or 16-byte (SSE2)
-//! loads and stores. Measured on an AMD EPYC (Zen 3, KVM) with `scripts/copy-alias.c`:
+//! On x86-64 a copy shorter than [`SHORT_COPY`] is a run of unaligned 16-byte moves
+//! and a tail of 8, 4, 2 and 1 bytes; a longer one is `rep movsb`, except where `rep
+//! movsb` is slow: when the destination lies 1 to 63 bytes after the source modulo 4 KiB,
+//! it is a loop of unaligned 32-byte (AVX, where the CPU has it) or 16-byte (SSE2) loads
+//! and stores. Measured on an AMD EPYC (Zen 3, KVM) with `scripts/copy-alias.c`:
 //! `rep movsb` of 128 KiB in cache took 46-48 µs at distances 1 to 31 (also 4 KiB + 8 and
 //! 64 KiB + 8), 2.9-3.4 µs at every other distance; glibc's `memcpy` the same (it uses
 //! `rep movsb` between its thresholds, 64 KiB to 256 KiB here), so the senders' copies
@@ -15,16 +16,22 @@
 //! record lies, so without the check a large message was copied fast or 15 times slower
 //! by chance (docs/benchmarks.md, "Large copies and 4K aliasing").
 
-/// Copies shorter than this always use `rep movsb` (or the byte loop): the check and the
-/// loop's setup are not worth it, and the slow path costs at most some ten nanoseconds.
-pub(crate) const VECTOR_MIN: usize = 512;
+/// Copies shorter than this are, on x86-64, a run of independent 16-byte moves (and a
+/// tail), whatever the two addresses; longer ones `rep movsb` or the vector loop. A small
+/// message's copy out of a ring reads lines that may still be arriving from the sender's
+/// core, and there `rep movsb` measured slower than independent loads, which wait for the
+/// lines together: 64 B round trips of the bare ring 0.37 against 0.44 µs p50, 100 B 0.48
+/// against 0.52 (docs/benchmarks.md, "Short copies"). In cache the two cost about the
+/// same below this length (3.7 against 3-7 ns up to 128 bytes, 12-15 at 384-512), and
+/// `rep movsb` is ahead beyond it.
+pub const SHORT_COPY: usize = 512;
 
 /// Copies `len` bytes from memory another process may be writing at the same time.
 ///
 /// A plain `copy_nonoverlapping` of such memory is a data race, undefined behaviour in
 /// the Rust memory model even when the result is checked afterwards. On x86-64 the copy
-/// is inline assembly (`rep movsb`, or a vector loop where `rep movsb` is slow, see the
-/// module docs): the compiler treats it as an opaque access it cannot reason about (like
+/// is inline assembly (16-byte moves for a short copy, else `rep movsb` or, where that
+/// is slow, a vector loop: see the module docs): the compiler treats it as an opaque access it cannot reason about (like
 /// a system call), each byte is read once, and it is as fast as `memcpy` for large
 /// sizes. Elsewhere it is a loop of relaxed atomic byte loads. Either way the bytes may
 /// be torn: callers validate afterwards (seqlock stamps) or accept whatever the peer left
@@ -37,8 +44,13 @@ pub(crate) const VECTOR_MIN: usize = 512;
 pub unsafe fn copy_shared(dst: *mut u8, src: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
-        if len >= VECTOR_MIN && aliased(dst, src) {
-            // SAFETY: forwarded from the caller; `len >= VECTOR_MIN` >= one vector block.
+        if len < SHORT_COPY {
+            // SAFETY: forwarded from the caller.
+            unsafe { x86::short(dst, src, len) };
+            return;
+        }
+        if aliased(dst, src) {
+            // SAFETY: forwarded from the caller; `len >= SHORT_COPY` >= one vector block.
             unsafe { x86::copy_vectors(dst, src, len) };
             return;
         }
@@ -87,6 +99,65 @@ mod x86 {
         }
     }
 
+    /// A short copy: unaligned 16-byte moves (SSE2, which every x86-64 CPU has), then 8,
+    /// 4, 2 and 1 bytes as `len` has them; each byte is read once. Independent loads, so
+    /// the lines of a record that are still arriving are waited for together.
+    ///
+    /// # Safety
+    /// As [`super::copy_shared`].
+    #[inline(always)]
+    pub(super) unsafe fn short(dst: *mut u8, src: *const u8, len: usize) {
+        // SAFETY: the caller guarantees both ranges; every move stays inside them (16
+        // bytes while at least 16 remain, then one move per set bit of the rest).
+        unsafe {
+            std::arch::asm!(
+                "cmp {n}, 16",
+                "jb 3f",
+                "2:",
+                "movdqu {v}, [{src}]",
+                "movdqu [{dst}], {v}",
+                "add {src}, 16",
+                "add {dst}, 16",
+                "sub {n}, 16",
+                "cmp {n}, 16",
+                "jae 2b",
+                "3:",
+                "test {n}, 8",
+                "jz 4f",
+                "mov {t}, [{src}]",
+                "mov [{dst}], {t}",
+                "add {src}, 8",
+                "add {dst}, 8",
+                "4:",
+                "test {n}, 4",
+                "jz 5f",
+                "mov {t:e}, [{src}]",
+                "mov [{dst}], {t:e}",
+                "add {src}, 4",
+                "add {dst}, 4",
+                "5:",
+                "test {n}, 2",
+                "jz 6f",
+                "mov {t:x}, [{src}]",
+                "mov [{dst}], {t:x}",
+                "add {src}, 2",
+                "add {dst}, 2",
+                "6:",
+                "test {n}, 1",
+                "jz 7f",
+                "mov {t:l}, [{src}]",
+                "mov [{dst}], {t:l}",
+                "7:",
+                src = inout(reg) src => _,
+                dst = inout(reg) dst => _,
+                n = inout(reg) len => _,
+                t = out(reg) _,
+                v = out(xmm_reg) _,
+                options(nostack)
+            );
+        }
+    }
+
     /// Whether the CPU has AVX: 0 not asked yet, 1 no, 2 yes.
     static AVX: AtomicU8 = AtomicU8::new(0);
 
@@ -104,7 +175,7 @@ mod x86 {
     }
 
     /// The vector loop: whole blocks of 128 (AVX) or 64 (SSE2) bytes, the rest (less
-    /// than a block) with `rep movsb`.
+    /// than a block) with [`short`].
     ///
     /// # Safety
     /// As [`super::copy_shared`], and `len >= 128`.
@@ -121,7 +192,7 @@ mod x86 {
             len / 64 * 64
         };
         // SAFETY: `done <= len`: the rest lies in both ranges.
-        unsafe { rep_movsb(dst.add(done), src.add(done), len - done) };
+        unsafe { short(dst.add(done), src.add(done), len - done) };
     }
 
     /// `blocks` blocks of 128 bytes with unaligned 32-byte loads and stores.
@@ -216,7 +287,8 @@ mod tests {
         let src: Vec<u8> = (0..20_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
         let mut dst = vec![0u8; 24_000];
         for &len in &[
-            0, 1, 63, 64, 127, 128, 511, 512, 513, 640, 4095, 4096, 12_345,
+            0, 1, 2, 3, 7, 8, 15, 16, 17, 31, 56, 63, 64, 72, 127, 128, 255, 511, 512, 513, 640,
+            4095, 4096, 12_345,
         ] {
             for &off in &[0usize, 1, 8, 31, 32, 63, 64, 100] {
                 dst.fill(0xEE);
