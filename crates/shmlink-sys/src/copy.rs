@@ -4,8 +4,9 @@
 //! On x86-64 a copy shorter than [`SHORT_COPY`] is a run of unaligned 16-byte moves
 //! and a tail of 8, 4, 2 and 1 bytes; a longer one is `rep movsb`, except where `rep
 //! movsb` is slow: when the destination lies 1 to 63 bytes after the source modulo 4 KiB,
-//! it is a loop of unaligned 32-byte (AVX, where the CPU has it) or 16-byte (SSE2) loads
-//! and stores. Measured on an AMD EPYC (Zen 3, KVM) with `scripts/copy-alias.c`:
+//! it is a loop of unaligned 32-byte loads and stores (AVX, where the CPU has it) or the
+//! short copy's 16-byte moves. Measured on an AMD EPYC (Zen 3, KVM) with
+//! `scripts/copy-alias.c`:
 //! `rep movsb` of 128 KiB in cache took 46-48 µs at distances 1 to 31 (also 4 KiB + 8 and
 //! 64 KiB + 8), 2.9-3.4 µs at every other distance; glibc's `memcpy` the same (it uses
 //! `rep movsb` between its thresholds, 64 KiB to 256 KiB here), so the senders' copies
@@ -174,8 +175,8 @@ mod x86 {
         }
     }
 
-    /// The vector loop: whole blocks of 128 (AVX) or 64 (SSE2) bytes, the rest (less
-    /// than a block) with [`short`].
+    /// The vector loop: whole blocks of 128 bytes with AVX (none without it), the rest
+    /// (less than a block, or everything) with [`short`].
     ///
     /// # Safety
     /// As [`super::copy_shared`], and `len >= 128`.
@@ -187,9 +188,7 @@ mod x86 {
             unsafe { blocks_avx(dst, src, len / 128) };
             len / 128 * 128
         } else {
-            // SAFETY: the caller's ranges.
-            unsafe { blocks_sse2(dst, src, len / 64) };
-            len / 64 * 64
+            0
         };
         // SAFETY: `done <= len`: the rest lies in both ranges.
         unsafe { short(dst.add(done), src.add(done), len - done) };
@@ -235,45 +234,6 @@ mod x86 {
             );
         }
     }
-
-    /// `blocks` blocks of 64 bytes with unaligned 16-byte loads and stores (SSE2, which
-    /// every x86-64 CPU has).
-    ///
-    /// # Safety
-    /// `src..src + 64 * blocks` is readable, `dst..dst + 64 * blocks` writable, and they
-    /// do not overlap.
-    pub(super) unsafe fn blocks_sse2(dst: *mut u8, src: *const u8, blocks: usize) {
-        if blocks == 0 {
-            return;
-        }
-        // SAFETY: the caller's contract: each iteration reads and writes the next 64
-        // bytes of the two ranges, `blocks` times.
-        unsafe {
-            std::arch::asm!(
-                "2:",
-                "movdqu xmm0, [{src}]",
-                "movdqu xmm1, [{src} + 16]",
-                "movdqu xmm2, [{src} + 32]",
-                "movdqu xmm3, [{src} + 48]",
-                "movdqu [{dst}], xmm0",
-                "movdqu [{dst} + 16], xmm1",
-                "movdqu [{dst} + 32], xmm2",
-                "movdqu [{dst} + 48], xmm3",
-                "add {src}, 64",
-                "add {dst}, 64",
-                "dec {n}",
-                "jnz 2b",
-                src = inout(reg) src => _,
-                dst = inout(reg) dst => _,
-                n = inout(reg) blocks => _,
-                out("xmm0") _,
-                out("xmm1") _,
-                out("xmm2") _,
-                out("xmm3") _,
-                options(nostack)
-            );
-        }
-    }
 }
 
 #[cfg(test)]
@@ -311,16 +271,5 @@ mod tests {
                 );
             }
         }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn the_sse2_loop_copies_too() {
-        let src: Vec<u8> = (0..1000u32).map(|i| (i * 13) as u8).collect();
-        let mut dst = vec![0u8; 1024];
-        // SAFETY: 15 blocks of 64 bytes = 960 bytes, inside both vectors.
-        unsafe { x86::blocks_sse2(dst.as_mut_ptr().add(8), src.as_ptr(), 15) };
-        assert_eq!(&dst[8..968], &src[..960]);
-        assert!(dst[..8].iter().chain(&dst[968..]).all(|&b| b == 0));
     }
 }
