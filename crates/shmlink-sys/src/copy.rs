@@ -32,11 +32,12 @@ pub const SHORT_COPY: usize = 512;
 /// A plain `copy_nonoverlapping` of such memory is a data race, undefined behaviour in
 /// the Rust memory model even when the result is checked afterwards. On x86-64 the copy
 /// is inline assembly (16-byte moves for a short copy, else `rep movsb` or, where that
-/// is slow, a vector loop: see the module docs): the compiler treats it as an opaque access it cannot reason about (like
-/// a system call), each byte is read once, and it is as fast as `memcpy` for large
-/// sizes. Elsewhere it is a loop of relaxed atomic byte loads. Either way the bytes may
-/// be torn: callers validate afterwards (seqlock stamps) or accept whatever the peer left
-/// there. It is as good a copy into shared memory others read (a sender's ring).
+/// is slow, a vector loop: see the module docs): the compiler treats it as an opaque
+/// access it cannot reason about (like a system call), each byte is read once, and it
+/// is as fast as `memcpy` for large sizes. Elsewhere it is a loop of relaxed atomic
+/// byte loads. Either way the bytes may be torn: callers validate afterwards (seqlock
+/// stamps) or accept whatever the peer left there. It is as good a copy into shared
+/// memory others read (a sender's ring).
 ///
 /// # Safety
 /// `src..src + len` is mapped and readable, `dst..dst + len` writable, and the two do
