@@ -50,7 +50,7 @@ use crate::addr::Address;
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::spin_then_yield;
 use crate::sync::Ordering;
-use crate::sys::{socket, Event};
+use crate::sys::{self, socket, Event};
 
 impl Sub {
     /// Rings its doorbell if it announced sleep and the doorbell rule asks for one.
@@ -316,12 +316,17 @@ impl Publisher {
     pub fn publish(&mut self, msg: &[u8]) -> Result<()> {
         self.check(msg.len())?;
         let dst = self.reserve()?;
-        // SAFETY: `reserve` stamped the slot busy and returned its payload area of
-        // `max_msg` bytes, which `check` bounds `msg.len()` by; nobody else writes it.
-        unsafe {
-            dst.as_ptr()
-                .copy_from_nonoverlapping(msg.as_ptr(), msg.len())
-        };
+        if msg.len() < sys::SHORT_COPY {
+            // SAFETY: `reserve` stamped the slot busy and returned its payload area of
+            // `max_msg` bytes, which `check` bounds `msg.len()` by; nobody else writes it.
+            unsafe { sys::copy_shared(dst.as_ptr(), msg.as_ptr(), msg.len()) };
+        } else {
+            // SAFETY: as above.
+            unsafe {
+                dst.as_ptr()
+                    .copy_from_nonoverlapping(msg.as_ptr(), msg.len())
+            };
+        }
         self.commit(msg.len());
         Ok(())
     }
