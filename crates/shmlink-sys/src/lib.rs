@@ -47,7 +47,7 @@ pub mod socket;
 pub mod stream;
 pub mod vfio;
 
-pub use copy::{copy_shared, SHORT_COPY};
+pub use copy::{copy_shared, copy_to_shared};
 pub use event::{Event, Interest, Token};
 
 /// The libc this crate was built against, for [`syscall!`]'s expansion in other crates.

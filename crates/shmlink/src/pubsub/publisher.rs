@@ -316,17 +316,9 @@ impl Publisher {
     pub fn publish(&mut self, msg: &[u8]) -> Result<()> {
         self.check(msg.len())?;
         let dst = self.reserve()?;
-        if msg.len() < sys::SHORT_COPY {
-            // SAFETY: `reserve` stamped the slot busy and returned its payload area of
-            // `max_msg` bytes, which `check` bounds `msg.len()` by; nobody else writes it.
-            unsafe { sys::copy_shared(dst.as_ptr(), msg.as_ptr(), msg.len()) };
-        } else {
-            // SAFETY: as above.
-            unsafe {
-                dst.as_ptr()
-                    .copy_from_nonoverlapping(msg.as_ptr(), msg.len())
-            };
-        }
+        // SAFETY: `reserve` stamped the slot busy and returned its payload area of
+        // `max_msg` bytes, which `check` bounds `msg.len()` by; nobody else writes it.
+        unsafe { sys::copy_to_shared(dst.as_ptr(), msg.as_ptr(), msg.len()) };
         self.commit(msg.len());
         Ok(())
     }
