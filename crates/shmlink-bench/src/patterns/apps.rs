@@ -11,7 +11,8 @@
 //! logs (`SHMLINK_LOG=debug`) must name the same connections as moved, at least as many
 //! as the run opens (50 per redis-benchmark test for `-c 50`, 64 for `wrk -c 64`, …)
 //! and, for redis and nginx, exactly as many as the server itself counts (`programs::accepted`);
-//! neither may name a connection that stayed on TCP. A row
+//! neither may name a connection that stayed on TCP, save one the client closed while it
+//! was being moved, before its first byte (a client exiting at the end of its run). A row
 //! whose runs failed is marked failed and the program exits 1; programs that are not
 //! installed are skipped with the reason (`scripts/apps.sh install` installs them).
 
@@ -450,6 +451,31 @@ mod tests {
             "{e}"
         );
         assert_eq!(moved(&c, &s, 7000, (50, Some(50))), Ok(()));
+        // A connection the client closed while it was being moved (it exited): the
+        // server dropped its claim, the client never named it. It counts among the
+        // server's accepted ones, as neither moved nor TCP.
+        let dropped = "shmlink-preload[8]: accept 127.0.0.1:7000 <- 127.0.0.1:40077: claim \
+                       dropped (peer closed the connection); stays TCP\n";
+        let s2 = s.clone() + dropped;
+        assert_eq!(moved(&c, &s2, 7000, (50, Some(51))), Ok(()));
+        assert_eq!(moved(&c, &s2, 7000, (50, None)), Ok(()));
+        let e = moved(&c, &s2, 7000, (50, Some(50))).unwrap_err();
+        assert!(
+            e.contains("(1 closed by the client while being moved)"),
+            "{e}"
+        );
+        assert_eq!(super::programs::settled(&s2, 7000), 51);
+        // The same drop on another port is not this run's; a client that went on over
+        // TCP says so and fails the run; a drop of a connection the client moved is not
+        // a close during the move.
+        assert!(moved(&c, &s2, 7001, (1, None)).is_err());
+        let gave_up = "shmlink-preload[9]: connect 127.0.0.1:7000: the accepting process did \
+                       not confirm; plain TCP\n";
+        let e = moved(&(c.clone() + gave_up), &s2, 7000, (50, Some(51))).unwrap_err();
+        assert!(e.contains("1 connection(s) stayed on TCP"), "{e}");
+        let moved_then_dropped = dropped.replace("40077", "40003");
+        let e = moved(&c, &(s.clone() + &moved_then_dropped), 7000, (50, None)).unwrap_err();
+        assert!(e.contains("1 connection(s) stayed on TCP"), "{e}");
         // No preload (SHMLINK_PRELOAD=off): nothing logged.
         assert!(moved("", "", 7000, (1, None))
             .unwrap_err()
